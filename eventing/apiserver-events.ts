@@ -1,0 +1,42 @@
+// CloudEvents exactly as Knative's ApiServerSource sends them (see DESIGN.md), so functions
+// receive the same bytes from the local plane as from Knative.
+import { randomUUID } from 'node:crypto';
+import { CloudEvent } from 'cloudevents';
+import { apiVersionOf, type KubeObject, type ResourceKind } from '../functions/runtime/kinds.ts';
+
+export type SourceMode = 'Reference' | 'Resource';
+export type ChangeAction = 'add' | 'update' | 'delete';
+
+/** ApiServerSource's subject: always under /apis, `namespaces//` for cluster-scoped objects. */
+export function subjectOf(kind: ResourceKind, namespace: string, name: string): string {
+  return `/apis/${apiVersionOf(kind)}/namespaces/${namespace}/${kind.plural}/${name}`;
+}
+
+export function apiServerSourceEvent(options: {
+  server: string;
+  kind: ResourceKind;
+  object: KubeObject;
+  action: ChangeAction;
+  mode: SourceMode;
+  /** ceOverrides.extensions of the source (the plane tags each event with its function). */
+  extensions?: Record<string, string>;
+}): CloudEvent<unknown> {
+  const { kind, object, action, mode } = options;
+  const namespace = object.metadata.namespace ?? '';
+  const name = object.metadata.name ?? '';
+  const apiVersion = apiVersionOf(kind);
+  return new CloudEvent<unknown>({
+    specversion: '1.0',
+    id: randomUUID(),
+    type: `dev.knative.apiserver.${mode === 'Reference' ? 'ref' : 'resource'}.${action}`,
+    source: options.server,
+    subject: subjectOf(kind, namespace, name),
+    datacontenttype: 'application/json',
+    kind: kind.kind,
+    apiversion: apiVersion,
+    name,
+    namespace,
+    ...options.extensions,
+    data: mode === 'Reference' ? { kind: kind.kind, namespace, name, apiVersion } : { apiVersion, kind: kind.kind, ...object },
+  });
+}

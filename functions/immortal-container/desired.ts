@@ -1,0 +1,120 @@
+// ImmortalContainer's desired state, computed without any API call: which pod should exist,
+// what to do about the pod that does exist, and what the status should say.
+import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
+import { controllerReference, isControlledBy, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
+
+export const ImmortalContainerKind: ResourceKind = {
+  group: 'immortalcontainer.flugel.it',
+  version: 'v1alpha1',
+  kind: 'ImmortalContainer',
+  plural: 'immortalcontainers',
+  namespaced: true,
+};
+
+/** The seed's label: each pod carries `controller=<ImmortalContainer name>`. */
+export const OWNER_LABEL = 'controller';
+export const CONTAINER_NAME = 'acontainer';
+/** The generation of the ImmortalContainer a pod was made for: a replica holding an older read must not replace it. */
+export const GENERATION_ANNOTATION = 'immortalcontainer.flugel.it/generation';
+/** How many counted pod UIDs the status remembers; only the newest can still be in doubt. */
+export const COUNTED_POD_HISTORY = 10;
+
+export interface ImmortalContainerStatus {
+  currentPod?: string;
+  startTimes?: number;
+  /** UIDs of the newest pods already counted in startTimes: makes counting idempotent. */
+  countedPods?: string[];
+  observedGeneration?: number;
+  conditions?: Condition[];
+}
+
+export interface ImmortalContainer extends KubeObject {
+  spec: { image: string };
+  status?: ImmortalContainerStatus;
+}
+
+export interface PodObject extends KubeObject {
+  spec?: { containers?: { name: string; image?: string }[] };
+  status?: { phase?: string };
+}
+
+export const podNameFor = (owner: ImmortalContainer): string => `${owner.metadata.name}-immortalpod`;
+
+export function desiredPod(owner: ImmortalContainer): PodObject {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      name: podNameFor(owner),
+      namespace: owner.metadata.namespace,
+      labels: { [OWNER_LABEL]: owner.metadata.name! },
+      annotations: { [GENERATION_ANNOTATION]: String(owner.metadata.generation ?? 0) },
+      ownerReferences: [controllerReference(owner, ImmortalContainerKind)],
+    },
+    spec: { containers: [{ name: CONTAINER_NAME, image: owner.spec.image }] },
+  };
+}
+
+export type PodAction =
+  | { type: 'keep' }
+  | { type: 'create' }
+  | { type: 'replace'; reason: 'PodFinished' | 'ImageChanged' | 'OwnerReplaced'; message: string }
+  /** The pod is already going away; its delete event brings the next reconcile. */
+  | { type: 'wait'; message: string }
+  /** Someone else's pod holds the name: never touch what is not ours. */
+  | { type: 'blocked'; message: string };
+
+const imageOf = (pod: PodObject): string | undefined => pod.spec?.containers?.find((container) => container.name === CONTAINER_NAME)?.image;
+
+export function podAction(owner: ImmortalContainer, pod: PodObject | undefined): PodAction {
+  if (!pod) return { type: 'create' };
+  const name = pod.metadata.name;
+  if (pod.metadata.deletionTimestamp) return { type: 'wait', message: `pod ${name} is terminating` };
+  if (!isControlledBy(pod, owner)) {
+    const stale = pod.metadata.ownerReferences?.some((reference) => reference.controller && reference.kind === 'ImmortalContainer' && reference.name === owner.metadata.name);
+    if (stale) return { type: 'replace', reason: 'OwnerReplaced', message: `pod ${name} belongs to an earlier ImmortalContainer of the same name` };
+    return { type: 'blocked', message: `pod ${name} exists and is not controlled by this ImmortalContainer; delete or rename it` };
+  }
+  const madeFor = Number(pod.metadata.annotations?.[GENERATION_ANNOTATION] ?? 0);
+  // A newer read than ours made this pod: acting on our stale spec would only flap.
+  if (madeFor > (owner.metadata.generation ?? 0)) return { type: 'keep' };
+  const phase = pod.status?.phase;
+  if (phase === 'Succeeded' || phase === 'Failed') return { type: 'replace', reason: 'PodFinished', message: `pod ${name} finished (phase ${phase}); starting it again` };
+  if (imageOf(pod) !== owner.spec.image) return { type: 'replace', reason: 'ImageChanged', message: `image changed from ${imageOf(pod)} to ${owner.spec.image}` };
+  return { type: 'keep' };
+}
+
+/**
+ * The status after this reconcile. startTimes counts pod creations exactly once however many
+ * replicas and redeliveries see the same pod: a pod counts when its UID is not yet among
+ * `countedPods`, and the status write is conditional on the resourceVersion it was computed from.
+ * A creation is counted even if the replica that made it died before writing status.
+ */
+export function nextStatus(current: ImmortalContainer, actedOn: ImmortalContainer, pod: PodObject | undefined, problem?: ConditionInput): ImmortalContainerStatus | undefined {
+  // Deleted and recreated under the same name since we read it: that object is someone else's reconcile.
+  if (current.metadata.uid !== actedOn.metadata.uid) return undefined;
+  const status = current.status ?? {};
+  const ours = pod && isControlledBy(pod, current) && !pod.metadata.deletionTimestamp ? pod : undefined;
+  let { startTimes = 0, countedPods = [] } = status;
+  const uid = ours?.metadata.uid;
+  if (uid && !countedPods.includes(uid)) {
+    startTimes += 1;
+    countedPods = [...countedPods, uid].slice(-COUNTED_POD_HISTORY);
+  }
+  const generation = Math.max(actedOn.metadata.generation ?? 0, status.observedGeneration ?? 0);
+  const condition: ConditionInput = problem ?? readyCondition(ours, generation);
+  return {
+    ...status,
+    currentPod: ours?.metadata.name ?? status.currentPod,
+    startTimes,
+    countedPods,
+    observedGeneration: generation,
+    conditions: setCondition(status.conditions, { ...condition, observedGeneration: generation }),
+  };
+}
+
+function readyCondition(pod: PodObject | undefined, generation: number): ConditionInput {
+  if (!pod) return { type: 'Ready', status: 'False', reason: 'PodMissing', message: 'the pod is being (re)created', observedGeneration: generation };
+  if (pod.status?.phase === 'Running') return { type: 'Ready', status: 'True', reason: 'PodRunning', message: `pod ${pod.metadata.name} is running`, observedGeneration: generation };
+  return { type: 'Ready', status: 'False', reason: 'PodPending', message: `pod ${pod.metadata.name} is ${pod.status?.phase ?? 'Pending'}`, observedGeneration: generation };
+}

@@ -1,0 +1,19 @@
+// ImmortalContainer: keep one pod `<name>-immortalpod` running forever (seed: flugel-it/k8s-operators).
+import { defineFunction } from '../runtime/declaration.ts';
+import { Pod } from '../runtime/kinds.ts';
+import { ImmortalContainerKind, OWNER_LABEL } from './desired.ts';
+import { reconcileImmortalContainer } from './reconcile.ts';
+
+export default defineFunction({
+  name: 'immortal-container',
+  description: 'Keeps one pod per ImmortalContainer running: recreates it when deleted or finished, replaces it when the image changes.',
+  reconciles: ImmortalContainerKind,
+  owns: [{ kind: Pod, ownerNameLabel: OWNER_LABEL }],
+  rbac: [
+    { apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers/status'], verbs: ['update'] },
+    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'create', 'delete'] },
+    { apiGroups: [''], resources: ['events'], verbs: ['create'] },
+  ],
+  reconcile: reconcileImmortalContainer,
+});

@@ -1,0 +1,272 @@
+// The Kubernetes client every function shares: client-node for configuration and authentication
+// (kubeconfig, in-cluster service account, exec plugins), and a small REST layer over undici
+// that addresses kinds from their declarations, so no discovery call is ever made.
+import { createHash } from 'node:crypto';
+import { KubeConfig, RequestContext, HttpMethod } from '@kubernetes/client-node';
+import { request, type Dispatcher } from 'undici';
+import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+
+/**
+ * client-node 2.0.1 builds a new undici Agent for every request when the cluster has TLS
+ * settings, so no connection is ever reused: measured, that doubles the time of a burst of
+ * writes and holds one socket per call. This KubeConfig hands out one dispatcher per distinct
+ * TLS identity (CA, client certificate, proxy) instead. `createDispatcher` is private in the
+ * typings, so it is wrapped on the instance rather than overridden.
+ */
+export class ConnectionReusingKubeConfig extends KubeConfig {
+  constructor() {
+    super();
+    const self = this as unknown as { createDispatcher(cluster: unknown, agentOptions: unknown): Dispatcher | undefined };
+    const build = self.createDispatcher.bind(this);
+    const dispatchers = new Map<string, Dispatcher | undefined>();
+    self.createDispatcher = (cluster, agentOptions) => {
+      // Credentials can rotate (exec plugins); keying on everything the dispatcher is built
+      // from gives a fresh pool exactly when the identity changes.
+      const options = this.createDispatcherOptions(cluster as never, agentOptions as never);
+      const key = createHash('sha256').update(JSON.stringify(options)).digest('hex');
+      if (!dispatchers.has(key)) dispatchers.set(key, build(cluster, agentOptions));
+      return dispatchers.get(key);
+    };
+  }
+
+  /** KUBECONFIG (or ~/.kube/config), else the in-cluster service account, as kubectl does. */
+  static fromEnvironment(): ConnectionReusingKubeConfig {
+    const config = new ConnectionReusingKubeConfig();
+    config.loadFromDefault();
+    if (!config.getCurrentCluster()) {
+      throw new Error('no Kubernetes cluster configured: set KUBECONFIG, or run in a pod with a service account');
+    }
+    return config;
+  }
+}
+
+/** The Kubernetes Status object an API error carries. */
+export interface KubeStatus {
+  kind?: 'Status';
+  status?: string;
+  message?: string;
+  reason?: string;
+  code?: number;
+  details?: { name?: string; kind?: string; causes?: { field?: string; message?: string; reason?: string }[] };
+}
+
+export class ApiError extends Error {
+  /** HTTP status; 0 when the API server could not be reached. */
+  readonly code: number;
+  /** Kubernetes reason (NotFound, AlreadyExists, Conflict, Invalid, Forbidden…) or the network error code. */
+  readonly reason: string;
+  readonly status?: KubeStatus;
+
+  constructor(code: number, reason: string, message: string, status?: KubeStatus) {
+    super(message);
+    this.name = 'ApiError';
+    this.code = code;
+    this.reason = reason;
+    this.status = status;
+  }
+
+  /** Worth trying again later: the API was unreachable, overloaded or timed out. */
+  get transient(): boolean {
+    return this.code === 0 || this.code === 429 || this.code >= 500;
+  }
+}
+
+export const isNotFound = (error: unknown): boolean => error instanceof ApiError && error.code === 404;
+export const isAlreadyExists = (error: unknown): boolean => error instanceof ApiError && error.code === 409 && error.reason === 'AlreadyExists';
+export const isConflict = (error: unknown): boolean => error instanceof ApiError && error.code === 409 && error.reason === 'Conflict';
+
+export interface ListOptions {
+  namespace?: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+}
+
+export interface ObjectList<T> {
+  items: T[];
+  metadata: { resourceVersion?: string };
+}
+
+export interface WatchEvent<T = KubeObject> {
+  type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
+  object: T;
+}
+
+export interface RequestObserver {
+  (verb: string, resource: string, code: number, seconds: number): void;
+}
+
+const MERGE_PATCH = 'application/merge-patch+json';
+const RETRIES_ON_TRANSIENT = 3;
+const RETRY_BASE_MS = 100;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export class KubeClient {
+  readonly config: KubeConfig;
+  readonly #observe: RequestObserver;
+
+  constructor(config: KubeConfig, observe: RequestObserver = () => {}) {
+    this.config = config;
+    this.#observe = observe;
+  }
+
+  static fromEnvironment(observe?: RequestObserver): KubeClient {
+    return new KubeClient(ConnectionReusingKubeConfig.fromEnvironment(), observe);
+  }
+
+  get server(): string {
+    return this.config.getCurrentCluster()?.server ?? '';
+  }
+
+  /**
+   * One REST call. Unreachable API, 429 and 5xx are retried a few times with exponential
+   * backoff (a create retried after a lost response then answers AlreadyExists, which callers
+   * creating deterministic names treat as success); other errors throw ApiError at once.
+   */
+  async request<T>(method: string, path: string, options: { body?: unknown; contentType?: string; query?: Record<string, string | undefined>; resource?: string } = {}): Promise<T> {
+    const url = new URL(this.server + path);
+    for (const [name, value] of Object.entries(options.query ?? {})) if (value !== undefined) url.searchParams.set(name, value);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.#send<T>(method, url, options);
+      } catch (error) {
+        if (!(error instanceof ApiError) || !error.transient || attempt >= RETRIES_ON_TRANSIENT) throw error;
+        await sleep(RETRY_BASE_MS * 2 ** attempt * (0.5 + Math.random()));
+      }
+    }
+  }
+
+  async #send<T>(method: string, url: URL, options: { body?: unknown; contentType?: string; resource?: string }): Promise<T> {
+    const context = new RequestContext(url.toString(), method as HttpMethod);
+    await this.config.applySecurityAuthentication(context);
+    const headers: Record<string, string> = { ...context.getHeaders(), accept: 'application/json' };
+    if (options.body !== undefined) headers['content-type'] = options.contentType ?? 'application/json';
+    const started = performance.now();
+    const verb = method.toLowerCase();
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await request(url, {
+        method: method as Dispatcher.HttpMethod,
+        headers,
+        body: options.body === undefined ? undefined : JSON.stringify(options.body),
+        dispatcher: context.getDispatcher() as Dispatcher | undefined,
+        headersTimeout: 30_000,
+        bodyTimeout: 60_000,
+      });
+    } catch (error) {
+      this.#observe(verb, options.resource ?? '', 0, (performance.now() - started) / 1000);
+      const code = (error as { code?: string }).code ?? 'NetworkError';
+      throw new ApiError(0, code, `Kubernetes API ${this.server} unreachable (${code}): ${(error as Error).message}`);
+    }
+    const text = await response.body.text();
+    this.#observe(verb, options.resource ?? '', response.statusCode, (performance.now() - started) / 1000);
+    let parsed: unknown;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      parsed = undefined;
+    }
+    if (response.statusCode >= 200 && response.statusCode < 300) return parsed as T;
+    const status = parsed && typeof parsed === 'object' ? (parsed as KubeStatus) : undefined;
+    throw new ApiError(response.statusCode, status?.reason ?? String(response.statusCode), `${method} ${url.pathname}: ${status?.message ?? (text.slice(0, 200) || response.statusCode)}`, status);
+  }
+
+  /** The object, or undefined when it does not exist. */
+  async get<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey): Promise<T | undefined> {
+    try {
+      return await this.request<T>('GET', objectPath(kind, key), { resource: kind.plural });
+    } catch (error) {
+      if (isNotFound(error)) return undefined;
+      throw error;
+    }
+  }
+
+  list<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): Promise<ObjectList<T>> {
+    return this.request<ObjectList<T>>('GET', collectionPath(kind, options.namespace), {
+      resource: kind.plural,
+      query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector },
+    });
+  }
+
+  create<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, namespace = object.metadata.namespace ?? ''): Promise<T> {
+    return this.request<T>('POST', collectionPath(kind, namespace), { body: object, resource: kind.plural });
+  }
+
+  /** PUT: optimistic concurrency through metadata.resourceVersion (409 Conflict when stale). */
+  replace<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, subresource?: string): Promise<T> {
+    const key = { namespace: object.metadata.namespace ?? '', name: object.metadata.name ?? '' };
+    return this.request<T>('PUT', objectPath(kind, key, subresource), { body: object, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+  }
+
+  /** JSON merge patch (RFC 7386); the content type is explicit, client-node would send a JSON patch. */
+  mergePatch<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, patch: unknown, subresource?: string): Promise<T> {
+    return this.request<T>('PATCH', objectPath(kind, key, subresource), { body: patch, contentType: MERGE_PATCH, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+  }
+
+  /**
+   * Deletes the object; with `uid`, only that incarnation (a precondition, so a replica acting
+   * on a stale read never deletes the pod another replica just created). False when it was gone.
+   */
+  async delete(kind: ResourceKind, key: ObjectKey, options: { uid?: string; propagationPolicy?: 'Background' | 'Foreground' | 'Orphan' } = {}): Promise<boolean> {
+    const body: Record<string, unknown> = { apiVersion: 'v1', kind: 'DeleteOptions' };
+    if (options.uid) body.preconditions = { uid: options.uid };
+    if (options.propagationPolicy) body.propagationPolicy = options.propagationPolicy;
+    try {
+      await this.request('DELETE', objectPath(kind, key), { body, resource: kind.plural });
+      return true;
+    } catch (error) {
+      // 409 on a uid precondition: the object was already replaced by a newer incarnation.
+      if (isNotFound(error) || (options.uid && error instanceof ApiError && error.code === 409)) return false;
+      throw error;
+    }
+  }
+
+  /**
+   * Streams watch events until the server ends the watch, `signal` aborts, or an error occurs.
+   * Throws ApiError(410) when resourceVersion is too old, so the caller re-lists.
+   */
+  async *watch<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions & { resourceVersion?: string; timeoutSeconds?: number; signal?: AbortSignal }): AsyncGenerator<WatchEvent<T>> {
+    const url = new URL(this.server + collectionPath(kind, options.namespace));
+    url.searchParams.set('watch', 'true');
+    url.searchParams.set('allowWatchBookmarks', 'true');
+    if (options.resourceVersion) url.searchParams.set('resourceVersion', options.resourceVersion);
+    if (options.labelSelector) url.searchParams.set('labelSelector', options.labelSelector);
+    if (options.timeoutSeconds) url.searchParams.set('timeoutSeconds', String(options.timeoutSeconds));
+    const context = new RequestContext(url.toString(), HttpMethod.GET);
+    await this.config.applySecurityAuthentication(context);
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await request(url, {
+        method: 'GET',
+        headers: { ...context.getHeaders(), accept: 'application/json' },
+        dispatcher: context.getDispatcher() as Dispatcher | undefined,
+        signal: options.signal,
+        headersTimeout: 30_000,
+        bodyTimeout: 0,
+      });
+    } catch (error) {
+      const code = (error as { code?: string }).code ?? 'NetworkError';
+      throw new ApiError(0, code, `watch ${kind.plural}: Kubernetes API unreachable (${code})`);
+    }
+    if (response.statusCode !== 200) {
+      const text = await response.body.text();
+      throw new ApiError(response.statusCode, String(response.statusCode), `watch ${kind.plural}: ${text.slice(0, 200)}`);
+    }
+    let buffered = '';
+    for await (const chunk of response.body) {
+      buffered += chunk.toString();
+      let newline: number;
+      while ((newline = buffered.indexOf('\n')) >= 0) {
+        const line = buffered.slice(0, newline).trim();
+        buffered = buffered.slice(newline + 1);
+        if (!line) continue;
+        const event = JSON.parse(line) as WatchEvent<T>;
+        if (event.type === 'ERROR') {
+          const status = event.object as unknown as KubeStatus;
+          throw new ApiError(status.code ?? 500, status.reason ?? 'WatchError', `watch ${kind.plural}: ${status.message ?? 'error'}`, status);
+        }
+        yield event;
+      }
+    }
+  }
+}

@@ -1,0 +1,216 @@
+// The HTTP host every function runs in: CloudEvent intake answering by Knative delivery rules,
+// health and metrics endpoints, and graceful shutdown.
+//
+//   2xx  the work is done (or there was nothing to do for this function)
+//   400  the request can never succeed (malformed or meaningless event): not retried
+//   503  the API was unreachable, overloaded, or kept conflicting: retried with backoff
+//   500  reconcile failed otherwise: retried, then dead-lettered
+import type { Server } from 'node:http';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import type { Logger } from 'pino';
+import type { FunctionDeclaration } from './declaration.ts';
+import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from './events.ts';
+import { keyString, type ObjectKey } from './kinds.ts';
+import { ApiError, KubeClient } from './kube.ts';
+import { createLogger } from './log.ts';
+import { createMetrics, type FunctionMetrics } from './metrics.ts';
+import { eventRecorder, StatusConflictError } from './reconciler.ts';
+import { keysForEvent, uniqueKeys } from './routing.ts';
+
+export interface FunctionHostOptions {
+  declaration: FunctionDeclaration;
+  kube: KubeClient;
+  log: Logger;
+  metrics: FunctionMetrics;
+  /** Larger requests are refused with 400; a Resource-mode event for a big object fits easily. */
+  maxBodyBytes?: number;
+  /** Keys reconciled at once during a resync. */
+  resyncConcurrency?: number;
+}
+
+export interface Outcome {
+  status: number;
+  body: Record<string, unknown>;
+}
+
+/** Runs tasks for one key one after another, so replicas' races are the only races left. */
+class PerKeyQueue {
+  readonly #tails = new Map<string, Promise<unknown>>();
+
+  run<T>(key: string, task: () => Promise<T>): Promise<T> {
+    const previous = this.#tails.get(key) ?? Promise.resolve();
+    const result = previous.then(task, task);
+    const tail = result.catch(() => {});
+    this.#tails.set(key, tail);
+    tail.then(() => {
+      if (this.#tails.get(key) === tail) this.#tails.delete(key);
+    });
+    return result;
+  }
+}
+
+const statusForError = (error: unknown): number =>
+  (error instanceof ApiError && error.transient) || error instanceof StatusConflictError ? 503 : 500;
+
+export class FunctionHost {
+  readonly app: express.Express;
+  readonly #options: Required<FunctionHostOptions>;
+  readonly #perKey = new PerKeyQueue();
+  #inFlight = 0;
+  #draining = false;
+  #drained?: () => void;
+
+  constructor(options: FunctionHostOptions) {
+    this.#options = { maxBodyBytes: 1024 * 1024, resyncConcurrency: 8, ...options };
+    this.app = this.#buildApp();
+  }
+
+  #buildApp(): express.Express {
+    const { metrics, log, maxBodyBytes } = this.#options;
+    const app = express();
+    app.disable('x-powered-by');
+    app.get('/health/liveness', (_req, res) => void res.json({ status: 'ok' }));
+    app.get('/health/readiness', (_req, res) => void res.status(this.#draining ? 503 : 200).json({ status: this.#draining ? 'draining' : 'ready' }));
+    app.get('/metrics', async (_req, res) => {
+      res.type(metrics.registry.contentType).send(await metrics.registry.metrics());
+    });
+    app.post('/', express.raw({ type: () => true, limit: maxBodyBytes }), async (req: Request, res: Response) => {
+      const outcome = await this.receive(req.headers, Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
+      res.status(outcome.status).json(outcome.body);
+    });
+    // Body parser failures (too large, bad encoding, aborted) are the sender's fault: 400.
+    app.use((error: Error & { type?: string; status?: number }, _req: Request, res: Response, _next: NextFunction) => {
+      const reason = error.type === 'entity.too.large' ? `request body larger than ${maxBodyBytes} bytes` : `unreadable request body: ${error.message}`;
+      metrics.events.inc({ outcome: 'rejected' });
+      log.warn({ reason }, 'rejected request');
+      res.status(error.status && error.status < 500 ? 400 : 500).json({ error: reason });
+    });
+    return app;
+  }
+
+  /** Handles one HTTP request body as a CloudEvent. Never throws. */
+  async receive(headers: Record<string, string | string[] | undefined>, body: Buffer): Promise<Outcome> {
+    const { metrics, log } = this.#options;
+    if (this.#draining) return { status: 503, body: { error: 'shutting down; deliver again' } };
+    let event: FunctionEvent;
+    try {
+      event = interpretEvent(decodeCloudEvent(headers, body));
+    } catch (error) {
+      const reason = error instanceof BadEventError ? error.message : `unreadable event: ${(error as Error).message}`;
+      metrics.events.inc({ outcome: 'rejected' });
+      log.warn({ reason, ceId: headers['ce-id'] }, 'rejected event');
+      return { status: 400, body: { error: reason } };
+    }
+    this.#inFlight++;
+    try {
+      const outcome = await this.handle(event);
+      metrics.events.inc({ outcome: outcome.status >= 300 ? 'retry' : outcome.body.ignored ? 'ignored' : 'done' });
+      return outcome;
+    } finally {
+      if (--this.#inFlight === 0 && this.#draining) this.#drained?.();
+    }
+  }
+
+  /** Reconciles what the event concerns. Never throws. */
+  async handle(event: FunctionEvent): Promise<Outcome> {
+    const { declaration, kube, log } = this.#options;
+    const eventLog = log.child({ ceId: event.id });
+    let keys: ObjectKey[];
+    try {
+      if (event.type === 'resync') {
+        const list = await kube.list(declaration.reconciles);
+        keys = list.items.map((item) => ({ namespace: item.metadata.namespace ?? '', name: item.metadata.name ?? '' }));
+      } else {
+        keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog));
+        if (keys.length === 0) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns no ${declaration.reconciles.kind}` } };
+      }
+    } catch (error) {
+      eventLog.error({ err: (error as Error).message }, 'could not work out what the event concerns');
+      return { status: statusForError(error), body: { error: (error as Error).message } };
+    }
+
+    const failures: { key: string; error: string; status: number }[] = [];
+    const queue = [...keys];
+    const worker = async () => {
+      for (let key = queue.shift(); key; key = queue.shift()) {
+        const failure = await this.reconcileKey(key, eventLog);
+        if (failure) failures.push({ key: keyString(key), ...failure });
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.#options.resyncConcurrency, keys.length) }, worker));
+    const reconciled = keys.map(keyString);
+    if (failures.length === 0) return { status: 200, body: { reconciled } };
+    return { status: failures.every((failure) => failure.status === 503) ? 503 : 500, body: { reconciled, failed: failures } };
+  }
+
+  /** One reconcile of one key; returns the failure, if any, instead of throwing. */
+  async reconcileKey(key: ObjectKey, parentLog: Logger): Promise<{ error: string; status: number } | undefined> {
+    const { declaration, kube, metrics } = this.#options;
+    const log = parentLog.child({ key: keyString(key) });
+    return this.#perKey.run(keyString(key), async () => {
+      const started = performance.now();
+      try {
+        await declaration.reconcile(key, { kube, log, events: eventRecorder(kube, declaration.name, log) });
+        const seconds = (performance.now() - started) / 1000;
+        metrics.reconciles.inc({ result: 'success' });
+        metrics.reconcileSeconds.observe({ result: 'success' }, seconds);
+        log.debug({ ms: Math.round(seconds * 1000) }, 'reconciled');
+        return undefined;
+      } catch (error) {
+        metrics.reconciles.inc({ result: 'error' });
+        metrics.reconcileSeconds.observe({ result: 'error' }, (performance.now() - started) / 1000);
+        const status = statusForError(error);
+        log[status === 503 ? 'warn' : 'error']({ err: (error as Error).message, ...(status === 500 ? { stack: (error as Error).stack } : {}) }, 'reconcile failed; the event will be retried');
+        return { error: (error as Error).message, status };
+      }
+    });
+  }
+
+  /** Stops taking events (readiness turns 503) and resolves when in-flight ones are done. */
+  drain(): Promise<void> {
+    this.#draining = true;
+    if (this.#inFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => (this.#drained = resolve));
+  }
+}
+
+/** Builds the host for a declaration from the environment: KUBECONFIG or in-cluster config. */
+export function createFunctionHost(declaration: FunctionDeclaration, overrides: Partial<FunctionHostOptions> = {}): FunctionHost {
+  const log = overrides.log ?? createLogger(declaration.name);
+  const metrics = overrides.metrics ?? createMetrics(declaration.name);
+  const kube = overrides.kube ?? KubeClient.fromEnvironment((verb, resource, code, seconds) => {
+    metrics.apiRequests.inc({ verb, resource, code: String(code) });
+    metrics.apiRequestSeconds.observe({ verb }, seconds);
+  });
+  return new FunctionHost({ ...overrides, declaration, kube, log, metrics });
+}
+
+/** Serves the function on PORT (default 8080, as Knative sets it) until SIGTERM/SIGINT. */
+export async function serve(declaration: FunctionDeclaration): Promise<Server> {
+  const log = createLogger(declaration.name);
+  let host: FunctionHost;
+  try {
+    host = createFunctionHost(declaration, { log });
+  } catch (error) {
+    log.fatal((error as Error).message);
+    process.exit(1);
+  }
+  const port = Number(process.env.PORT ?? 8080);
+  const server = host.app.listen(port, process.env.HOST ?? '0.0.0.0');
+  await new Promise<void>((resolve, reject) => server.once('listening', resolve).once('error', reject));
+  log.info({ port, startupMs: Math.round(performance.now()) }, `${declaration.name} ready`);
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'draining in-flight events before exit');
+    await host.drain();
+    server.close();
+    server.closeIdleConnections();
+    log.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  return server;
+}

@@ -1,0 +1,262 @@
+// A real Kubernetes control plane on loopback: etcd + kube-apiserver + kube-controller-manager,
+// for tests, benchmarks and `opfn cluster up`. Each start gets its own folder, certificates and
+// free ports, so concurrent test files never collide. There is no kubelet: pods never run, and a
+// test that needs a phase writes pods/status itself, as a kubelet would.
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, writeFileSync, rmSync, readFileSync, existsSync, openSync, closeSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { Agent, fetch } from 'undici';
+
+const run = promisify(execFile);
+const PROVISION_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), 'provision.sh');
+
+export interface ControlPlane {
+  /** https://127.0.0.1:<port> */
+  server: string;
+  /** Admin (system:masters) kubeconfig file. */
+  kubeconfigPath: string;
+  /** Folder holding certificates, kubeconfigs, etcd data and component logs. */
+  dir: string;
+  /** Kubeconfig file authenticating as a ServiceAccount (created if missing), for RBAC tests. */
+  serviceAccountKubeconfig(namespace: string, name: string): Promise<string>;
+  /** Admin REST call, for harness-level set-up that should not depend on the code under test. */
+  request(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }>;
+  /** Stops kube-controller-manager / kube-apiserver / etcd; with `keep`, the folder stays. */
+  stop(options?: { keep?: boolean }): Promise<void>;
+  /** Stops only kube-apiserver and starts it again on the same port (for failure tests). */
+  restartApiServer(): Promise<void>;
+}
+
+export interface ControlPlaneOptions {
+  /** Folder with kube-apiserver, kube-controller-manager and etcd; provisioned when omitted. */
+  binDir?: string;
+  /** Start kube-controller-manager (garbage collection, namespaces, SA tokens). Default true. */
+  controllerManager?: boolean;
+  /** Where progress lines go (binary build, start). Default: stderr. */
+  progress?: (line: string) => void;
+}
+
+/** Where the binaries are: KUBEBUILDER_ASSETS, the cache, or a build from Debian's source. */
+export async function provisionBinaries(progress: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('bash', [PROVISION_SCRIPT], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let lastLines: string[] = [];
+    child.stdout.on('data', (chunk) => (out += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+      for (const line of chunk.split('\n').filter(Boolean)) {
+        lastLines = [...lastLines.slice(-20), line];
+        if (line.startsWith('[provision]')) progress(line);
+      }
+    });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      if (code === 0) resolve(out.trim().split('\n').pop()!);
+      else reject(new Error(lastLines.filter((l) => l.includes('error')).pop()?.replace('[provision] error: ', '') ?? `provisioning the control plane binaries failed (exit ${code}); run bash ${PROVISION_SCRIPT} to see why`));
+    });
+  });
+}
+
+/** Distinct free loopback ports: all are held open at once, so none is handed out twice. */
+async function freePorts(count: number): Promise<number[]> {
+  const servers = await Promise.all(Array.from({ length: count }, () => new Promise<ReturnType<typeof createServer>>((resolve, reject) => {
+    const server = createServer();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve(server));
+  })));
+  const ports = servers.map((server) => (server.address() as { port: number }).port);
+  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+  return ports;
+}
+
+async function openssl(dir: string, ...args: string[]): Promise<void> {
+  await run('openssl', args, { cwd: dir });
+}
+
+/** A CA, a serving certificate for 127.0.0.1/localhost, and a service-account signing key. */
+async function writeCertificates(dir: string): Promise<void> {
+  writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n');
+  await openssl(dir, 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+    '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '30', '-subj', '/CN=operator-functions-test-ca');
+  await openssl(dir, 'req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+    '-keyout', 'apiserver.key', '-out', 'apiserver.csr', '-subj', '/CN=kube-apiserver');
+  await openssl(dir, 'x509', '-req', '-in', 'apiserver.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial',
+    '-out', 'apiserver.crt', '-days', '30', '-extfile', 'san.cnf');
+  await openssl(dir, 'ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', 'sa.key');
+  await openssl(dir, 'ec', '-in', 'sa.key', '-pubout', '-out', 'sa.pub');
+}
+
+function kubeconfigYaml(server: string, caPath: string, user: string, token: string): string {
+  return `apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: ${server}
+    certificate-authority: ${caPath}
+users:
+- name: ${user}
+  user:
+    token: ${token}
+contexts:
+- name: ${user}@local
+  context: {cluster: local, user: ${user}}
+current-context: ${user}@local
+`;
+}
+
+// Children must not outlive the test process, even when it dies without calling stop().
+const liveChildren = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of liveChildren) child.kill('SIGKILL');
+});
+
+function startProcess(dir: string, name: string, binary: string, args: string[]): ChildProcess {
+  const logFd = openSync(join(dir, `${name}.log`), 'a');
+  const child = spawn(binary, args, { stdio: ['ignore', logFd, logFd] });
+  closeSync(logFd);
+  liveChildren.add(child);
+  child.on('exit', () => liveChildren.delete(child));
+  return child;
+}
+
+async function stopProcess(child: ChildProcess | undefined, graceMs = 5000): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+function tail(file: string, lines = 15): string {
+  if (!existsSync(file)) return '';
+  return readFileSync(file, 'utf8').trim().split('\n').slice(-lines).join('\n');
+}
+
+async function waitFor(what: string, child: ChildProcess, logFile: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`${what} exited with code ${child.exitCode}; its log (${logFile}) ends:\n${tail(logFile)}`);
+    if (await check().catch(() => false)) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`${what} was not ready after ${timeoutMs / 1000}s; its log (${logFile}) ends:\n${tail(logFile)}`);
+}
+
+export async function startControlPlane(options: ControlPlaneOptions = {}): Promise<ControlPlane> {
+  const progress = options.progress ?? ((line: string) => process.stderr.write(line + '\n'));
+  const binDir = options.binDir ?? (await provisionBinaries(progress));
+  // etcd fsyncs on every write; on tmpfs that costs nothing, and test data need not survive.
+  const base = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
+  const dir = mkdtempSync(join(base, 'opfn-cp-'));
+  await writeCertificates(dir);
+
+  const adminToken = randomBytes(24).toString('hex');
+  writeFileSync(join(dir, 'tokens.csv'), `${adminToken},admin,admin-uid,"system:masters"\n`);
+  const [etcdPort, peerPort, apiPort] = await freePorts(3);
+  const server = `https://127.0.0.1:${apiPort}`;
+  const caPath = join(dir, 'ca.crt');
+  const kubeconfigPath = join(dir, 'admin.kubeconfig');
+  writeFileSync(kubeconfigPath, kubeconfigYaml(server, caPath, 'admin', adminToken));
+  const tls = new Agent({ connect: { ca: readFileSync(caPath) } });
+
+  const request = async (method: string, path: string, body?: unknown) => {
+    const response = await fetch(server + path, {
+      method,
+      dispatcher: tls,
+      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    let parsed: unknown = text;
+    try { parsed = JSON.parse(text); } catch { /* plain text, e.g. /readyz */ }
+    return { status: response.status, body: parsed as any };
+  };
+
+  const etcdBinary = existsSync(join(binDir, 'etcd')) ? join(binDir, 'etcd') : 'etcd';
+  const etcd = startProcess(dir, 'etcd', etcdBinary, [
+    '--name', 'default', '--data-dir', join(dir, 'etcd'),
+    '--listen-client-urls', `http://127.0.0.1:${etcdPort}`, '--advertise-client-urls', `http://127.0.0.1:${etcdPort}`,
+    '--listen-peer-urls', `http://127.0.0.1:${peerPort}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${peerPort}`,
+    '--initial-cluster', `default=http://127.0.0.1:${peerPort}`, '--log-level', 'warn',
+  ]);
+
+  const apiServerArgs = [
+    '--etcd-servers', `http://127.0.0.1:${etcdPort}`,
+    '--bind-address', '127.0.0.1', '--advertise-address', '127.0.0.1', '--secure-port', String(apiPort), '--insecure-port', '0',
+    '--tls-cert-file', join(dir, 'apiserver.crt'), '--tls-private-key-file', join(dir, 'apiserver.key'),
+    '--client-ca-file', caPath,
+    '--token-auth-file', join(dir, 'tokens.csv'), '--authorization-mode', 'RBAC',
+    '--service-account-key-file', join(dir, 'sa.pub'), '--service-account-signing-key-file', join(dir, 'sa.key'),
+    '--service-account-issuer', 'https://kubernetes.default.svc',
+    '--service-cluster-ip-range', '10.0.0.0/24',
+    // Without a kubelet nothing mounts tokens; the ServiceAccount admission plugin would only make
+    // pod creation in a brand-new namespace fail until its default ServiceAccount exists.
+    '--disable-admission-plugins', 'ServiceAccount',
+    '--profiling=false', '--v', '0',
+  ];
+  let apiServer = startProcess(dir, 'kube-apiserver', join(binDir, 'kube-apiserver'), apiServerArgs);
+  let controllerManager: ChildProcess | undefined;
+
+  const stop = async (stopOptions: { keep?: boolean } = {}) => {
+    await stopProcess(controllerManager);
+    await stopProcess(apiServer);
+    await stopProcess(etcd);
+    await tls.close();
+    if (!stopOptions.keep) rmSync(dir, { recursive: true, force: true });
+  };
+
+  const apiServerReady = () =>
+    waitFor('kube-apiserver', apiServer, join(dir, 'kube-apiserver.log'), 60_000, async () => (await request('GET', '/readyz')).status === 200);
+
+  try {
+    await apiServerReady();
+    if (options.controllerManager ?? true) {
+      controllerManager = startProcess(dir, 'kube-controller-manager', join(binDir, 'kube-controller-manager'), [
+        '--kubeconfig', kubeconfigPath,
+        '--controllers', 'serviceaccount-token,serviceaccount,garbagecollector,namespace',
+        '--service-account-private-key-file', join(dir, 'sa.key'), '--root-ca-file', caPath,
+        '--leader-elect=false', '--port', '0', '--secure-port', '0', '--v', '0',
+      ]);
+      // The controller manager is up once it has created the default namespace's ServiceAccount.
+      await waitFor('kube-controller-manager', controllerManager, join(dir, 'kube-controller-manager.log'), 60_000,
+        async () => (await request('GET', '/api/v1/namespaces/default/serviceaccounts/default')).status === 200);
+    }
+  } catch (error) {
+    await stop({ keep: true });
+    throw error;
+  }
+
+  const serviceAccountKubeconfig = async (namespace: string, name: string): Promise<string> => {
+    const created = await request('POST', `/api/v1/namespaces/${namespace}/serviceaccounts`, { metadata: { name } });
+    if (created.status !== 201 && created.status !== 409) throw new Error(`creating ServiceAccount ${namespace}/${name}: ${created.status} ${JSON.stringify(created.body)}`);
+    // Kubernetes 1.20's token controller puts a token Secret on the ServiceAccount.
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline) {
+      const secrets = await request('GET', `/api/v1/namespaces/${namespace}/secrets?fieldSelector=type%3Dkubernetes.io%2Fservice-account-token`);
+      const secret = secrets.body.items?.find((s: any) => s.metadata.annotations?.['kubernetes.io/service-account.name'] === name && s.data?.token);
+      if (secret) {
+        const token = Buffer.from(secret.data.token, 'base64').toString('utf8');
+        const path = join(dir, `sa-${namespace}-${name}.kubeconfig`);
+        writeFileSync(path, kubeconfigYaml(server, caPath, `system:serviceaccount:${namespace}:${name}`, token));
+        return path;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`no token for ServiceAccount ${namespace}/${name} after 30s (is kube-controller-manager running?)`);
+  };
+
+  const restartApiServer = async () => {
+    await stopProcess(apiServer);
+    apiServer = startProcess(dir, 'kube-apiserver', join(binDir, 'kube-apiserver'), apiServerArgs);
+    await apiServerReady();
+  };
+
+  return { server, kubeconfigPath, dir, serviceAccountKubeconfig, request, stop, restartApiServer };
+}

@@ -1,0 +1,82 @@
+// Test support: a real control plane with the CRDs installed, clients for it, and function
+// hosts served on loopback exactly as in production (HTTP + CloudEvents).
+import type { AddressInfo } from 'node:net';
+import { HTTP, type CloudEvent } from 'cloudevents';
+import { pino } from 'pino';
+import { applyCrds } from '../../eventing/crds.ts';
+import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
+import { createMetrics } from '../../functions/runtime/metrics.ts';
+import { createFunctionHost, type FunctionHost } from '../../functions/runtime/server.ts';
+import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
+
+export const quietLog = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
+
+export function kubeFor(kubeconfigPath: string): KubeClient {
+  const config = new ConnectionReusingKubeConfig();
+  config.loadFromFile(kubeconfigPath);
+  return new KubeClient(config);
+}
+
+export interface TestCluster {
+  cp: ControlPlane;
+  /** Admin client. */
+  kube: KubeClient;
+  stop(): Promise<void>;
+}
+
+export async function startTestCluster(): Promise<TestCluster> {
+  const cp = await startControlPlane();
+  const kube = kubeFor(cp.kubeconfigPath);
+  await applyCrds(kube);
+  return { cp, kube, stop: () => cp.stop() };
+}
+
+export interface RunningFunction {
+  url: string;
+  host: FunctionHost;
+  close(): Promise<void>;
+}
+
+/** Serves a function on a free loopback port, authenticated by the given kubeconfig. */
+export async function serveFunction(declaration: FunctionDeclaration, kubeconfigPath: string): Promise<RunningFunction> {
+  const metrics = createMetrics(declaration.name);
+  const host = createFunctionHost(declaration, { kube: kubeFor(kubeconfigPath), log: quietLog, metrics });
+  const server = host.app.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+  return {
+    url,
+    host,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** POSTs a CloudEvent in binary mode, as Knative delivers it. */
+export async function deliver(url: string, event: CloudEvent<unknown>): Promise<{ status: number; body: any }> {
+  const message = HTTP.binary(event);
+  const response = await fetch(url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string });
+  const text = await response.text();
+  let body: unknown = text;
+  try { body = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: response.status, body };
+}
+
+/** Polls until `check` returns a truthy value (returned) or fails with the last error after `timeoutMs`. */
+export async function eventually<T>(check: () => Promise<T | undefined | false>, timeoutMs = 15_000, what = 'condition'): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const value = await check();
+      if (value) return value;
+    } catch (error) {
+      lastError = error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`timed out waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
+}
