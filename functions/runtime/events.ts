@@ -1,7 +1,7 @@
 // What an incoming CloudEvent means for a function, decided without touching the API:
 // an ApiServerSource change (Reference or Resource mode), a PingSource resync, or bad input.
 // The event is a doorbell: it names an object, and the function re-reads that object.
-import { HTTP, ValidationError, type CloudEvent, type CloudEventV1 } from 'cloudevents';
+import { HTTP, type CloudEvent, type CloudEventV1 } from 'cloudevents';
 import type { KubeObject } from './kinds.ts';
 
 export const APISERVER_TYPE_PREFIX = 'dev.knative.apiserver.';
@@ -27,8 +27,14 @@ export type FunctionEvent =
   | { type: 'resync'; id: string };
 
 const APISERVER_TYPE = /^dev\.knative\.apiserver\.(ref|resource)\.(add|update|delete)$/;
-// DNS-1123 subdomain: what Kubernetes allows in object names and namespaces.
-const NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+// DNS-1123 subdomain: what Kubernetes allows in object names. Dot-separated labels, so "a..b"
+// and "a.-b" are not names (the earlier pattern let them through).
+const NAME = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+// Namespaces are DNS-1123 labels: at most 63 characters and no dots (the subdomain pattern
+// above accepted 253-character and dotted namespaces that cannot exist).
+const NAMESPACE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+const JSON_MEDIA_TYPE = /^application\/(?:[\w.-]+\+)?json\s*(?:;|$)/i;
+const STRUCTURED_JSON = /^application\/cloudevents\+json\s*(?:;|$)/;
 
 /** Decodes an HTTP request into a CloudEvent (binary or structured mode) and validates it. */
 export function decodeCloudEvent(headers: Record<string, string | string[] | undefined>, body: Buffer | string): CloudEventV1<unknown> {
@@ -39,10 +45,13 @@ export function decodeCloudEvent(headers: Record<string, string | string[] | und
     throw new BadEventError('not a CloudEvent: no ce-specversion header (binary mode) and content type is not application/cloudevents+json (structured mode)');
   }
   if (contentType.startsWith('application/cloudevents-batch')) throw new BadEventError('batched CloudEvents are not accepted; send one event per request');
+  const text = typeof body === 'string' ? body : body.toString('utf8');
+  if (contentType.startsWith('application/cloudevents')) checkStructured(contentType, text);
+  else checkBinary(flatHeaders, contentType, text);
   let decoded: CloudEvent<unknown> | CloudEvent<unknown>[];
   try {
     // Typed as the plain interface, but the SDK builds CloudEvent instances (with validate()).
-    decoded = HTTP.toEvent({ headers: flatHeaders, body: typeof body === 'string' ? body : body.toString('utf8') }) as CloudEvent<unknown> | CloudEvent<unknown>[];
+    decoded = HTTP.toEvent({ headers: flatHeaders, body: text }) as CloudEvent<unknown> | CloudEvent<unknown>[];
   } catch (error) {
     throw new BadEventError(`malformed CloudEvent: ${describe(error)}`);
   }
@@ -57,12 +66,49 @@ export function decodeCloudEvent(headers: Record<string, string | string[] | und
   return event;
 }
 
-function describe(error: unknown): string {
-  if (error instanceof ValidationError && Array.isArray(error.errors) && error.errors.length) {
-    return `${error.message}: ${error.errors.map((e) => (typeof e === 'string' ? e : JSON.stringify(e))).join('; ')}`;
+/**
+ * Checks the SDK does not make: it reports a missing ce-id as "no cloud event detected", and it
+ * turns a body that is not JSON into a JSON string, so the reason would blame the data's shape
+ * instead of the body.
+ */
+function checkBinary(headers: Record<string, string>, contentType: string, text: string): void {
+  for (const header of ['ce-id', 'ce-source', 'ce-type']) {
+    if (!headers[header]) throw new BadEventError(`binary-mode CloudEvent has no ${header} header (required)`);
   }
-  return (error as Error).message ?? String(error);
+  // Only apiserver events' data is read; a resync is not refused over a payload nobody uses
+  // (the cloudevents SDK itself labels string data application/json).
+  if (text && JSON_MEDIA_TYPE.test(contentType) && headers['ce-type'].startsWith(APISERVER_TYPE_PREFIX)) {
+    try {
+      JSON.parse(text);
+    } catch (error) {
+      throw new BadEventError(`request body is not valid JSON although the content type is ${contentType}: ${(error as Error).message}`);
+    }
+  }
 }
+
+/**
+ * The SDK makes up an id (a fresh UUID on every redelivery) and assumes specversion 1.0 when a
+ * structured event lacks them, and reports an array or empty body as a missing "source".
+ * Other structured formats are left to the SDK, which names the unsupported content type.
+ */
+function checkStructured(contentType: string, text: string): void {
+  if (!STRUCTURED_JSON.test(contentType)) return;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (error) {
+    throw new BadEventError(`structured CloudEvent is not valid JSON: ${(error as Error).message}`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new BadEventError('structured CloudEvent must be a JSON object (one event per request)');
+  for (const attribute of ['specversion', 'id', 'source', 'type']) {
+    const value = (parsed as Record<string, unknown>)[attribute];
+    if (typeof value !== 'string' || value === '') throw new BadEventError(`structured CloudEvent has no "${attribute}" attribute (required)`);
+  }
+}
+
+// The SDK's ValidationError message already lists its errors, on further lines; appending them
+// again doubled them. A reason is one line.
+const describe = (error: unknown): string => String((error as Error)?.message ?? error).replace(/\s*\n\s*/g, '; ');
 
 /** What a validated CloudEvent asks of a function; throws BadEventError when it cannot mean anything. */
 export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
@@ -72,11 +118,18 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
   const mode = match[1] as 'ref' | 'resource';
   const action = match[2] as 'add' | 'update' | 'delete';
   let data: unknown = event.data;
-  if (typeof data === 'string' || data instanceof Uint8Array) {
+  // Structured mode's data_base64 arrives as a typed array (the SDK makes it a Uint32Array with
+  // one byte per element, which the Uint8Array check missed); Buffer.from copies element-wise.
+  if (ArrayBuffer.isView(data)) data = Buffer.from(data as unknown as ArrayLike<number>).toString('utf8');
+  if (data === undefined || data === '') throw new BadEventError(`${event.type} event has no data: expected a JSON object`);
+  if (typeof data === 'string') {
+    const text = data;
     try {
-      data = JSON.parse(typeof data === 'string' ? data : Buffer.from(data).toString('utf8'));
+      data = JSON.parse(text);
     } catch {
-      throw new BadEventError(`${event.type} event data is not JSON`);
+      // Reached by a JSON string body (the SDK already parsed it) or non-JSON text: "is not
+      // JSON" was wrong for the first, so name what arrived instead.
+      throw new BadEventError(`${event.type} event data must be a JSON object, got the string ${JSON.stringify(text.length > 64 ? `${text.slice(0, 64)}…` : text)}`);
     }
   }
   if (typeof data !== 'object' || data === null || Array.isArray(data)) throw new BadEventError(`${event.type} event data must be a JSON object`);
@@ -87,7 +140,7 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
     : { apiVersion: str(body.apiVersion ?? event.apiversion), kind: str(body.kind ?? event.kind), namespace: str(body.metadata?.namespace ?? event.namespace), name: str(body.metadata?.name ?? event.name) };
   if (!ref.apiVersion || !ref.kind) throw new BadEventError(`${event.type} event names no apiVersion/kind (extensions apiversion and kind, or the data)`);
   if (!NAME.test(ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got "${ref.name}")`);
-  if (ref.namespace && !NAME.test(ref.namespace)) throw new BadEventError(`${event.type} event has an invalid namespace "${ref.namespace}"`);
+  if (ref.namespace && !NAMESPACE.test(ref.namespace)) throw new BadEventError(`${event.type} event has an invalid namespace "${ref.namespace}"`);
   if (mode === 'resource' && (typeof body.metadata !== 'object' || body.metadata === null)) throw new BadEventError(`${event.type} event data is not a Kubernetes object (no metadata)`);
   return { type: 'change', action, mode, ref, object: mode === 'resource' ? (body as KubeObject) : undefined, id: event.id };
 }

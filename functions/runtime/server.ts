@@ -49,6 +49,10 @@ class PerKeyQueue {
   }
 }
 
+/** Response header carrying what a successful delivery did (reconciled keys, or why it was ignored). */
+export const OUTCOME_HEADER = 'x-opfn-outcome';
+const asciiJson = (value: unknown): string => JSON.stringify(value).replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+
 const statusForError = (error: unknown): number =>
   (error instanceof ApiError && error.transient) || error instanceof StatusConflictError ? 503 : 500;
 
@@ -75,8 +79,17 @@ export class FunctionHost {
       res.type(metrics.registry.contentType).send(await metrics.registry.metrics());
     });
     app.post('/', express.raw({ type: () => true, limit: maxBodyBytes }), async (req: Request, res: Response) => {
+      // The request stays in flight until its answer is written out, not just until the work is
+      // done: drain() used to resolve between the two, so serve() exited before writing the
+      // answer and the broker redelivered an event that had been handled.
+      this.#inFlight++;
+      res.once('close', () => this.#settle());
       const outcome = await this.receive(req.headers, Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
-      res.status(outcome.status).json(outcome.body);
+      // A 2xx body that is not a CloudEvent counts as a failed delivery in Knative's broker (a
+      // CloudEvent body would be a reply event), so success has an empty body; the summary
+      // travels in a header for people debugging with `opfn invoke`.
+      if (outcome.status < 300) res.status(outcome.status).set(OUTCOME_HEADER, asciiJson(outcome.body)).end();
+      else res.status(outcome.status).json(outcome.body);
     });
     // Body parser failures (too large, bad encoding, aborted) are the sender's fault: 400.
     app.use((error: Error & { type?: string; status?: number }, _req: Request, res: Response, _next: NextFunction) => {
@@ -107,8 +120,12 @@ export class FunctionHost {
       metrics.events.inc({ outcome: outcome.status >= 300 ? 'retry' : outcome.body.ignored ? 'ignored' : 'done' });
       return outcome;
     } finally {
-      if (--this.#inFlight === 0 && this.#draining) this.#drained?.();
+      this.#settle();
     }
+  }
+
+  #settle(): void {
+    if (--this.#inFlight === 0 && this.#draining) this.#drained?.();
   }
 
   /** Reconciles what the event concerns. Never throws. */

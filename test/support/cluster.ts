@@ -7,7 +7,7 @@ import { applyCrds } from '../../eventing/crds.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
-import { createFunctionHost, type FunctionHost } from '../../functions/runtime/server.ts';
+import { createFunctionHost, OUTCOME_HEADER, type FunctionHost } from '../../functions/runtime/server.ts';
 import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
 
 export const quietLog = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
@@ -59,7 +59,8 @@ export async function serveFunction(declaration: FunctionDeclaration, kubeconfig
 export async function deliver(url: string, event: CloudEvent<unknown>): Promise<{ status: number; body: any }> {
   const message = HTTP.binary(event);
   const response = await fetch(url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string });
-  const text = await response.text();
+  // Successes have an empty body and report what they did in a header (see OUTCOME_HEADER).
+  const text = (await response.text()) || response.headers.get(OUTCOME_HEADER) || '';
   let body: unknown = text;
   try { body = JSON.parse(text); } catch { /* not JSON */ }
   return { status: response.status, body };

@@ -1,0 +1,168 @@
+#!/usr/bin/env node
+// opfn: the operator-functions command line.
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { Command, InvalidArgumentError } from 'commander';
+import { HTTP, type CloudEvent } from 'cloudevents';
+import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../eventing/apiserver-events.ts';
+import { resyncEvent } from '../eventing/plane.ts';
+import { functionModules, loadFunction } from '../functions/index.ts';
+import { createLogger } from '../functions/runtime/log.ts';
+
+const STATE_DIR = resolve(process.env.OPFN_STATE_DIR ?? '.opfn');
+const CLUSTER_STATE = join(STATE_DIR, 'cluster.json');
+const say = (line: string) => process.stderr.write(`${line}\n`);
+
+const seconds = (value: string): number => {
+  const parsed = Number(value);
+  if (!Number.isFinite(parsed) || parsed < 0) throw new InvalidArgumentError('must be a number of seconds ≥ 0');
+  return parsed;
+};
+
+/** Runs until Ctrl-C / SIGTERM, then stops cleanly once. */
+function untilSignal(stop: () => Promise<void>): void {
+  let stopping = false;
+  const handler = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    say(`${signal}: stopping...`);
+    await stop();
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void handler('SIGINT'));
+  process.on('SIGTERM', () => void handler('SIGTERM'));
+}
+
+const program = new Command('opfn')
+  .description('operator-functions: Kubernetes operators built from stateless reconcile functions that scale from zero')
+  .showHelpAfterError();
+
+program
+  .command('dev')
+  .description('install the CRDs and run every function on the local event plane (source, broker, scale-from-zero activator) against $KUBECONFIG, or a local control plane when no cluster answers')
+  .option('-f, --functions <names>', `comma-separated functions to run (default: all of ${Object.keys(functionModules).join(', ')})`, (v) => v.split(',').filter(Boolean))
+  .option('--idle <seconds>', 'idle time before a function scales to zero', seconds, 30)
+  .option('--resync <seconds>', 'interval of resync pings and source re-lists (0 = off)', seconds, 300)
+  .action(async (options: { functions?: string[]; idle: number; resync: number }) => {
+    const { runDev } = await import('../eventing/dev.ts');
+    try {
+      const running = await runDev({ functions: options.functions, idleSeconds: options.idle, resyncSeconds: options.resync, stateDir: STATE_DIR, log: createLogger('opfn-dev'), say });
+      untilSignal(running.stop);
+    } catch (error) {
+      say(`opfn dev: ${(error as Error).message}`);
+      process.exit(1);
+    }
+  });
+
+const cluster = program.command('cluster').description('a local Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager) for trying the operators without a cluster');
+cluster
+  .command('up')
+  .description('start the control plane with the CRDs installed and keep it running until Ctrl-C or `opfn cluster down`')
+  .action(async () => {
+    if (existsSync(CLUSTER_STATE)) {
+      const state = JSON.parse(readFileSync(CLUSTER_STATE, 'utf8'));
+      try {
+        process.kill(state.pid, 0);
+        say(`a local cluster is already running (pid ${state.pid}); export KUBECONFIG=${state.kubeconfig}`);
+        process.exit(1);
+      } catch { /* stale state file: that process is gone */ }
+    }
+    const { startControlPlane } = await import('../test/cluster/control-plane.ts');
+    const { applyCrds } = await import('../eventing/crds.ts');
+    const { ConnectionReusingKubeConfig, KubeClient } = await import('../functions/runtime/kube.ts');
+    try {
+      const started = performance.now();
+      const cp = await startControlPlane({ progress: say });
+      const config = new ConnectionReusingKubeConfig();
+      config.loadFromFile(cp.kubeconfigPath);
+      await applyCrds(new KubeClient(config));
+      mkdirSync(STATE_DIR, { recursive: true });
+      writeFileSync(CLUSTER_STATE, JSON.stringify({ pid: process.pid, server: cp.server, kubeconfig: cp.kubeconfigPath }, null, 2));
+      say(`control plane ready at ${cp.server} in ${((performance.now() - started) / 1000).toFixed(1)}s, CRDs installed`);
+      console.log(`export KUBECONFIG=${cp.kubeconfigPath}`);
+      untilSignal(async () => {
+        rmSync(CLUSTER_STATE, { force: true });
+        await cp.stop();
+      });
+    } catch (error) {
+      say(`opfn cluster up: ${(error as Error).message}`);
+      process.exit(1);
+    }
+  });
+cluster
+  .command('down')
+  .description('stop the control plane started by `opfn cluster up`')
+  .action(async () => {
+    if (!existsSync(CLUSTER_STATE)) {
+      say('no local cluster is running');
+      return;
+    }
+    const { pid } = JSON.parse(readFileSync(CLUSTER_STATE, 'utf8'));
+    try {
+      process.kill(pid, 'SIGTERM');
+    } catch {
+      rmSync(CLUSTER_STATE, { force: true });
+      say(`the cluster process ${pid} was already gone; state cleared`);
+      return;
+    }
+    for (let waited = 0; existsSync(CLUSTER_STATE) && waited < 30_000; waited += 100) await new Promise((r) => setTimeout(r, 100));
+    say(existsSync(CLUSTER_STATE) ? `process ${pid} did not stop within 30s` : 'local cluster stopped');
+  });
+cluster
+  .command('env')
+  .description('print the KUBECONFIG line for the running local cluster (eval "$(opfn cluster env)")')
+  .action(() => {
+    if (!existsSync(CLUSTER_STATE)) {
+      say('no local cluster is running; start one with: npx opfn cluster up');
+      process.exit(1);
+    }
+    console.log(`export KUBECONFIG=${JSON.parse(readFileSync(CLUSTER_STATE, 'utf8')).kubeconfig}`);
+  });
+
+program
+  .command('invoke')
+  .description('send one hand-made CloudEvent (as ApiServerSource or PingSource would) to a running function and print its answer')
+  .argument('<function>', `function whose kind the event names (${Object.keys(functionModules).join(', ')})`)
+  .option('--url <url>', 'where the function listens', 'http://127.0.0.1:8080/')
+  .option('-n, --namespace <namespace>', 'namespace of the object', 'default')
+  .option('--name <name>', 'name of the object the event names')
+  .option('--action <action>', 'add | update | delete', 'update')
+  .option('--resource', 'Resource mode (object as data) instead of Reference mode')
+  .option('--resync', 'send a PingSource resync event instead')
+  .action(async (name: string, options: { url: string; namespace: string; name?: string; action: string; resource?: boolean; resync?: boolean }) => {
+    let event: CloudEvent<unknown>;
+    try {
+      const declaration = await loadFunction(name);
+      if (options.resync) {
+        event = resyncEvent(declaration);
+      } else {
+        if (!options.name) throw new Error('--name is required (or use --resync)');
+        if (!['add', 'update', 'delete'].includes(options.action)) throw new Error(`--action must be add, update or delete, not "${options.action}"`);
+        const object = { metadata: { name: options.name, namespace: declaration.reconciles.namespaced ? options.namespace : '' } };
+        event = apiServerSourceEvent({ server: 'opfn-invoke', kind: declaration.reconciles, object, action: options.action as ChangeAction, mode: (options.resource ? 'Resource' : 'Reference') as SourceMode });
+      }
+      const message = HTTP.binary(event);
+      const response = await fetch(options.url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string });
+      console.log(`${response.status} ${(await response.text()) || response.headers.get('x-opfn-outcome') || ''}`);
+      process.exit(response.ok ? 0 : 1);
+    } catch (error) {
+      say(`opfn invoke: ${(error as Error).message}`);
+      process.exit(1);
+    }
+  });
+
+program
+  .command('serve')
+  .description('run one function as an HTTP server on $PORT (default 8080), as its Knative Service does')
+  .argument('<function>', Object.keys(functionModules).join(' | '))
+  .action(async (name: string) => {
+    const { serve } = await import('../functions/runtime/server.ts');
+    try {
+      await serve(await loadFunction(name));
+    } catch (error) {
+      say(`opfn serve: ${(error as Error).message}`);
+      process.exit(1);
+    }
+  });
+
+await program.parseAsync();

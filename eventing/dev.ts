@@ -1,0 +1,81 @@
+// `opfn dev` / `npm start`: install the CRDs and run every function on the local event plane
+// against the current KUBECONFIG cluster, or against a local control plane when there is none.
+import { mkdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import type { Logger } from 'pino';
+import { loadAllFunctions, loadFunction } from '../functions/index.ts';
+import { ConnectionReusingKubeConfig, KubeClient } from '../functions/runtime/kube.ts';
+import { startControlPlane, type ControlPlane } from '../test/cluster/control-plane.ts';
+import { applyCrds } from './crds.ts';
+import { EventPlane } from './plane.ts';
+
+export interface DevOptions {
+  functions?: string[];
+  idleSeconds: number;
+  resyncSeconds: number;
+  stateDir: string;
+  log: Logger;
+  /** Where human-facing lines go (the KUBECONFIG line, what happens). */
+  say: (line: string) => void;
+}
+
+/** The cluster of KUBECONFIG (or ~/.kube/config) if it answers, else undefined with the reason. */
+export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfigPath: string } | { reason: string }> {
+  let config: ConnectionReusingKubeConfig;
+  try {
+    config = ConnectionReusingKubeConfig.fromEnvironment();
+  } catch (error) {
+    return { reason: (error as Error).message };
+  }
+  const kube = new KubeClient(config);
+  try {
+    await Promise.race([
+      kube.request('GET', '/version'),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('no answer within 3s')), 3000).unref()),
+    ]);
+  } catch (error) {
+    return { reason: `${kube.server}: ${(error as Error).message}` };
+  }
+  const kubeconfigPath = process.env.KUBECONFIG?.split(':')[0] ?? resolve(process.env.HOME ?? '.', '.kube/config');
+  return { kube, kubeconfigPath };
+}
+
+export async function runDev(options: DevOptions): Promise<{ stop(): Promise<void> }> {
+  const { log, say } = options;
+  mkdirSync(options.stateDir, { recursive: true });
+  let controlPlane: ControlPlane | undefined;
+  let cluster = await reachableCluster();
+  if ('reason' in cluster) {
+    say(`No reachable cluster (${cluster.reason}); starting a local control plane (etcd + kube-apiserver + kube-controller-manager).`);
+    controlPlane = await startControlPlane({ progress: say });
+    const config = new ConnectionReusingKubeConfig();
+    config.loadFromFile(controlPlane.kubeconfigPath);
+    cluster = { kube: new KubeClient(config), kubeconfigPath: controlPlane.kubeconfigPath };
+    say(`Local control plane at ${controlPlane.server}. In another terminal:\n\n  export KUBECONFIG=${controlPlane.kubeconfigPath}\n`);
+  } else {
+    say(`Using the cluster at ${cluster.kube.server} (KUBECONFIG ${cluster.kubeconfigPath}).`);
+  }
+
+  await applyCrds(cluster.kube);
+  say('CRDs installed and established.');
+  const functions = options.functions?.length ? await Promise.all(options.functions.map(loadFunction)) : await loadAllFunctions();
+  const plane = new EventPlane({
+    functions,
+    kube: cluster.kube,
+    kubeconfigPath: cluster.kubeconfigPath,
+    log,
+    stateDir: options.stateDir,
+    idleTimeoutMs: options.idleSeconds * 1000,
+    resyncIntervalMs: options.resyncSeconds * 1000,
+  });
+  const { brokerUrl } = await plane.start();
+  say(`Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, 'dead-letters.jsonl')}. Ctrl-C stops everything.`);
+  if (controlPlane) say(`Try: kubectl apply -f crds/examples/immortalcontainer.yaml && kubectl get immortalcontainers,pods`);
+
+  return {
+    stop: async () => {
+      await plane.stop();
+      await controlPlane?.stop();
+    },
+  };
+}

@@ -1,0 +1,129 @@
+// The local event plane: what Knative Eventing and Serving do in a cluster, on one machine.
+// Each function declaration becomes two ApiServerSources (its own kind in Reference mode; owned
+// and watched kinds in Resource mode, so a delete still names the owner), a resync ping, a
+// Trigger on the broker, and a process behind the scale-from-zero activator.
+import { randomUUID } from 'node:crypto';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CloudEvent } from 'cloudevents';
+import type { Logger } from 'pino';
+import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
+import { PING_TYPE } from '../functions/runtime/events.ts';
+import type { KubeClient } from '../functions/runtime/kube.ts';
+import { Activator } from './activator.ts';
+import { Broker, type DeliverySpec, type Trigger } from './broker.ts';
+import { ApiServerSource, type SourceSpec } from './source.ts';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+/** CloudEvent extension naming the function a source serves (ApiServerSource ceOverrides). */
+export const FUNCTION_EXTENSION = 'opfnfunction';
+
+/** The ApiServerSources of one function, exactly as the Knative manifests declare them. */
+export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
+  const extensions = { [FUNCTION_EXTENSION]: declaration.name };
+  const sources: SourceSpec[] = [{ name: `${declaration.name}-objects`, mode: 'Reference', resources: [{ kind: declaration.reconciles }], extensions }];
+  const related = [
+    ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel })),
+    ...declaration.watches.map((watched) => ({ kind: watched.kind, labelSelector: watched.labelSelector })),
+  ];
+  if (related.length) sources.push({ name: `${declaration.name}-related`, mode: 'Resource', resources: related, extensions });
+  return sources;
+}
+
+/** The Trigger routing a function's events (its sources' and its resync pings) to it. */
+export function triggerFor(declaration: FunctionDeclaration, subscriber: string, delivery?: DeliverySpec): Trigger {
+  return { name: declaration.name, filter: { attributes: { [FUNCTION_EXTENSION]: declaration.name } }, subscriber, delivery };
+}
+
+/** A PingSource event, as Knative sends it on the function's resync schedule. */
+export function resyncEvent(declaration: FunctionDeclaration, namespace = 'default'): CloudEvent<unknown> {
+  return new CloudEvent<unknown>({
+    id: randomUUID(),
+    type: PING_TYPE,
+    source: `/apis/v1/namespaces/${namespace}/pingsources/${declaration.name}-resync`,
+    datacontenttype: 'application/json',
+    [FUNCTION_EXTENSION]: declaration.name,
+    data: {},
+  });
+}
+
+export interface PlaneOptions {
+  functions: FunctionDeclaration[];
+  kube: KubeClient;
+  /** Kubeconfig file the function processes use. */
+  kubeconfigPath: string;
+  log: Logger;
+  /** Folder for the dead-letter file. */
+  stateDir: string;
+  /** Idle time after which a function scales to zero. */
+  idleTimeoutMs?: number;
+  /** How often each function gets a resync ping (0 = never); the source re-lists as well. */
+  resyncIntervalMs?: number;
+  delivery?: DeliverySpec;
+  /** How to start a function process; default: its TypeScript entry under Node 24. */
+  command?: (declaration: FunctionDeclaration) => { command: string; args: string[] };
+  /** Extra environment for function processes (e.g. LOG_LEVEL). */
+  env?: Record<string, string>;
+}
+
+export class EventPlane {
+  readonly activator: Activator;
+  readonly broker: Broker;
+  readonly source: ApiServerSource;
+  readonly #options: PlaneOptions;
+  #pingTimer?: NodeJS.Timeout;
+
+  constructor(options: PlaneOptions) {
+    this.#options = options;
+    const { functions, log } = options;
+    const command = options.command ?? ((declaration) => ({ command: process.execPath, args: [join(ROOT, 'functions/runtime/main.ts'), declaration.name] }));
+    this.activator = new Activator({
+      log: log.child({ component: 'activator' }),
+      idleTimeoutMs: options.idleTimeoutMs,
+      functions: functions.map((declaration) => ({
+        name: declaration.name,
+        ...command(declaration),
+        env: { KUBECONFIG: options.kubeconfigPath, ...options.env },
+        scaling: declaration.scaling,
+      })),
+    });
+    this.broker = new Broker({
+      triggers: [],
+      delivery: options.delivery,
+      deadLetterFile: join(options.stateDir, 'dead-letters.jsonl'),
+      log: log.child({ component: 'broker' }),
+    });
+    this.source = new ApiServerSource({
+      kube: options.kube,
+      sources: functions.flatMap(sourcesFor),
+      sink: (event) => this.broker.publish(event),
+      log: log.child({ component: 'source' }),
+      resyncIntervalMs: options.resyncIntervalMs,
+    });
+  }
+
+  /** Starts activator and broker first, so the source's initial add events find their way. */
+  async start(): Promise<{ activatorUrl: string; brokerUrl: string }> {
+    const activatorUrl = await this.activator.listen(0, '127.0.0.1');
+    for (const declaration of this.#options.functions) this.broker.addTrigger(triggerFor(declaration, this.activator.urlFor(declaration.name)));
+    const brokerUrl = await this.broker.listen(0, '127.0.0.1');
+    await this.activator.start();
+    await this.source.start();
+    const every = this.#options.resyncIntervalMs ?? 0;
+    if (every > 0) {
+      this.#pingTimer = setInterval(() => {
+        for (const declaration of this.#options.functions) void this.broker.publish(resyncEvent(declaration));
+      }, every);
+      this.#pingTimer.unref();
+    }
+    return { activatorUrl, brokerUrl };
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#pingTimer);
+    await this.source.stop();
+    await this.broker.close();
+    await this.activator.close();
+  }
+}
