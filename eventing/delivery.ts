@@ -1,0 +1,253 @@
+// Delivery semantics of the local broker, kept identical to Knative Eventing's channel-based
+// broker (kncloudevents dispatcher + go-retryablehttp) so that a Trigger's `delivery` behaves the
+// same locally and on a cluster:
+//
+// - `retry` counts retries after the first attempt (attempts = retry + 1).
+// - Backoff before retry n (n = 1, 2, …) uses attemptNum = n - 1, as go-retryablehttp numbers it:
+//   exponential = backoffDelay * 2^(n-1)  → d, 2d, 4d, …
+//   linear      = backoffDelay * (n-1)    → 0, d, 2d, …   (yes: Knative's first linear retry is immediate)
+//   Both `backoffPolicy` and `backoffDelay` must be set for any wait at all (Knative ignores one
+//   without the other and retries immediately).
+// - Retried: network errors/timeouts, 5xx, 404, 408, 409, 429. Not retried: other 4xx, 3xx.
+// - Dead-lettered events carry knativeerrordest (the URL that failed), knativeerrorcode (its
+//   HTTP status) and knativeerrordata (the response body, standard base64, cut to 1024 chars).
+import { appendFile, mkdir } from 'node:fs/promises';
+import { dirname, resolve as resolvePath } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { CloudEventV1 } from 'cloudevents';
+
+export interface DeliverySpec {
+  /** Retries after the first attempt. */
+  retry?: number;
+  backoffPolicy?: 'linear' | 'exponential';
+  /** ISO-8601 duration, e.g. PT0.2S. */
+  backoffDelay?: string;
+  /** ISO-8601 duration, per attempt. */
+  timeout?: string;
+  /** http(s) URL, or a file path / file:// URL to append JSON lines to. */
+  deadLetterSink?: string;
+}
+
+/** Knative's broker default (config-br-defaults): retry 10, exponential, PT0.2S. */
+export const KNATIVE_DEFAULT_DELIVERY: Readonly<DeliverySpec> = Object.freeze({
+  retry: 10,
+  backoffPolicy: 'exponential',
+  backoffDelay: 'PT0.2S',
+});
+
+export const KNATIVE_ERROR_DEST = 'knativeerrordest';
+export const KNATIVE_ERROR_CODE = 'knativeerrorcode';
+export const KNATIVE_ERROR_DATA = 'knativeerrordata';
+/** pkg/kncloudevents/attributes/knative_error.go: KnativeErrorDataExtensionMaxLength. */
+export const KNATIVE_ERROR_DATA_MAX_LENGTH = 1024;
+
+export type DeadLetterTarget = { kind: 'http'; url: string } | { kind: 'file'; path: string };
+
+/** A DeliverySpec with its durations parsed; what the dispatcher actually uses. */
+export interface ResolvedDelivery {
+  retry: number;
+  backoffPolicy?: 'linear' | 'exponential';
+  backoffDelayMs?: number;
+  /** 0 = no per-attempt timeout. */
+  timeoutMs: number;
+  deadLetter: DeadLetterTarget;
+}
+
+const NUMBER = String.raw`(\d+(?:[.,]\d+)?)`;
+const ISO_DURATION = new RegExp(
+  `^P(?:${NUMBER}Y)?(?:${NUMBER}M)?(?:${NUMBER}W)?(?:${NUMBER}D)?` +
+    `(?:T(?:${NUMBER}H)?(?:${NUMBER}M)?(?:${NUMBER}S)?)?$`,
+);
+const MS_PER_SECOND = 1000;
+const MS_PER_DAY = 24 * 3600 * MS_PER_SECOND;
+// Same estimates as the period library Knative uses (years of 365.2425 days, months a 12th of that).
+const MS_PER_YEAR = 365.2425 * MS_PER_DAY;
+const MS_PER_MONTH = MS_PER_YEAR / 12;
+const UNIT_MS = [MS_PER_YEAR, MS_PER_MONTH, 7 * MS_PER_DAY, MS_PER_DAY, 3600 * MS_PER_SECOND, 60 * MS_PER_SECOND, MS_PER_SECOND];
+
+/** Parses an ISO-8601 duration (PT0.2S, PT1M30S, P1D, P1W, …) to milliseconds. */
+export function parseIsoDuration(text: string): number {
+  if (typeof text !== 'string') {
+    throw new Error(`invalid ISO-8601 duration ${describe(text)}: expected a string such as "PT0.2S", "PT30S" or "P1D"`);
+  }
+  const trimmed = text.trim().toUpperCase();
+  const match = ISO_DURATION.exec(trimmed);
+  const hasComponent = match !== null && match.slice(1).some((part) => part !== undefined);
+  if (!match || !hasComponent || trimmed.endsWith('T')) {
+    throw new Error(`invalid ISO-8601 duration ${JSON.stringify(text)}: expected a form such as "PT0.2S", "PT30S", "PT1M" or "P1D"`);
+  }
+  let ms = 0;
+  match.slice(1).forEach((part, i) => {
+    if (part !== undefined) ms += Number(part.replace(',', '.')) * (UNIT_MS[i] ?? 0);
+  });
+  if (!Number.isFinite(ms)) throw new Error(`invalid ISO-8601 duration ${JSON.stringify(text)}: value too large`);
+  return ms;
+}
+
+/** Wait before retry number `retryNumber` (1 = first retry), Knative formula. */
+export function backoffDelayMs(delivery: Pick<ResolvedDelivery, 'backoffPolicy' | 'backoffDelayMs'>, retryNumber: number): number {
+  const delay = delivery.backoffDelayMs;
+  if (delivery.backoffPolicy === undefined || delay === undefined || retryNumber < 1) return 0;
+  const attemptNum = retryNumber - 1;
+  const wait = delivery.backoffPolicy === 'exponential' ? delay * 2 ** attemptNum : delay * attemptNum;
+  // Keep timers in range (setTimeout's limit is ~24.8 days).
+  return Math.min(wait, 2_147_000_000);
+}
+
+/** kncloudevents.SelectiveRetry: 5xx, 404, 408, 409, 429 are retried; everything else is not. */
+export function isRetryableStatus(status: number): boolean {
+  return status >= 500 || status === 404 || status === 408 || status === 409 || status === 429;
+}
+
+/** Response body as knativeerrordata: standard base64, truncated to 1024 characters. */
+export function encodeErrorData(body: Uint8Array | string | undefined): string {
+  if (body === undefined) return '';
+  const encoded = Buffer.from(body).toString('base64');
+  return encoded.length > KNATIVE_ERROR_DATA_MAX_LENGTH ? encoded.slice(0, KNATIVE_ERROR_DATA_MAX_LENGTH) : encoded;
+}
+
+export interface DeliveryFailure {
+  /** The URL whose delivery failed (the subscriber). */
+  destination: string;
+  /** Last HTTP status; absent for network errors, timeouts and refusals before any answer. */
+  status?: number;
+  /** Last response body, or a description of the dispatch error when there was no answer. */
+  body?: Uint8Array | string;
+  /** One line for the log. */
+  reason: string;
+}
+
+/** The original event plus Knative's error extensions. */
+export function withErrorExtensions(event: CloudEventV1<unknown>, failure: DeliveryFailure): CloudEventV1<unknown> {
+  const out: CloudEventV1<unknown> = { ...event, [KNATIVE_ERROR_DEST]: failure.destination };
+  if (failure.status !== undefined) out[KNATIVE_ERROR_CODE] = failure.status;
+  else delete out[KNATIVE_ERROR_CODE];
+  out[KNATIVE_ERROR_DATA] = encodeErrorData(failure.body);
+  return out;
+}
+
+export function parseDeadLetterSink(sink: string, where: string): DeadLetterTarget {
+  if (typeof sink !== 'string' || sink.trim() === '') {
+    throw new Error(`${where}.deadLetterSink must be a non-empty http(s) URL, file:// URL or file path`);
+  }
+  const text = sink.trim();
+  if (/^https?:\/\//i.test(text)) {
+    try {
+      return { kind: 'http', url: new URL(text).toString() };
+    } catch {
+      throw new Error(`${where}.deadLetterSink ${JSON.stringify(sink)} is not a valid URL`);
+    }
+  }
+  if (/^file:/i.test(text)) {
+    try {
+      return { kind: 'file', path: fileURLToPath(text) };
+    } catch {
+      throw new Error(`${where}.deadLetterSink ${JSON.stringify(sink)} is not a valid file:// URL`);
+    }
+  }
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(text)) {
+    throw new Error(`${where}.deadLetterSink ${JSON.stringify(sink)}: only http://, https://, file:// or a plain path are supported`);
+  }
+  return { kind: 'file', path: resolvePath(text) };
+}
+
+/** Validates a DeliverySpec and parses its durations; throws one clear Error naming the field. */
+export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<ResolvedDelivery, 'deadLetter'> & { deadLetter?: DeadLetterTarget; warnings: string[] } {
+  if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) {
+    throw new Error(`${where} must be an object with retry, backoffPolicy, backoffDelay, timeout, deadLetterSink`);
+  }
+  const warnings: string[] = [];
+  const known = new Set(['retry', 'backoffPolicy', 'backoffDelay', 'timeout', 'deadLetterSink']);
+  for (const key of Object.keys(spec)) {
+    if (!known.has(key)) throw new Error(`${where}.${key} is not a delivery field (known: ${[...known].join(', ')})`);
+  }
+  let retry = 0;
+  if (spec.retry !== undefined) {
+    if (!Number.isInteger(spec.retry) || spec.retry < 0) {
+      throw new Error(`${where}.retry must be an integer >= 0, got ${describe(spec.retry)}`);
+    }
+    retry = spec.retry;
+  }
+  if (spec.backoffPolicy !== undefined && spec.backoffPolicy !== 'linear' && spec.backoffPolicy !== 'exponential') {
+    throw new Error(`${where}.backoffPolicy must be "linear" or "exponential", got ${describe(spec.backoffPolicy)}`);
+  }
+  let backoffDelayMs: number | undefined;
+  if (spec.backoffDelay !== undefined) {
+    try {
+      backoffDelayMs = parseIsoDuration(spec.backoffDelay);
+    } catch (err) {
+      throw new Error(`${where}.backoffDelay: ${(err as Error).message}`);
+    }
+  }
+  let timeoutMs = 0;
+  if (spec.timeout !== undefined) {
+    try {
+      timeoutMs = parseIsoDuration(spec.timeout);
+    } catch (err) {
+      throw new Error(`${where}.timeout: ${(err as Error).message}`);
+    }
+  }
+  if (retry > 0 && (spec.backoffPolicy === undefined) !== (spec.backoffDelay === undefined)) {
+    warnings.push(`${where} sets only one of backoffPolicy/backoffDelay; Knative then retries without waiting, and so does the local broker`);
+  }
+  const deadLetter = spec.deadLetterSink === undefined ? undefined : parseDeadLetterSink(spec.deadLetterSink, where);
+  const resolved: Omit<ResolvedDelivery, 'deadLetter'> & { deadLetter?: DeadLetterTarget; warnings: string[] } = { retry, timeoutMs, warnings };
+  if (spec.backoffPolicy !== undefined) resolved.backoffPolicy = spec.backoffPolicy;
+  if (backoffDelayMs !== undefined) resolved.backoffDelayMs = backoffDelayMs;
+  if (deadLetter !== undefined) resolved.deadLetter = deadLetter;
+  return resolved;
+}
+
+/** JSON (structured-mode) form of an event, as written to dead-letter files. */
+export function toStructuredJson(event: CloudEventV1<unknown>): string {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(event)) {
+    if (value === undefined) continue;
+    if (key === 'data' && isBinaryLike(value)) {
+      if (event.data_base64 === undefined) out.data_base64 = Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64');
+      continue;
+    }
+    if (key === 'data' && event.data_base64 !== undefined) continue;
+    out[key] = isBinaryLike(value) ? Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64') : value;
+  }
+  return safeStringify(out);
+}
+
+function isBinaryLike(value: unknown): value is ArrayBufferView {
+  return ArrayBuffer.isView(value);
+}
+
+function safeStringify(value: unknown): string {
+  try {
+    return JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+  } catch (err) {
+    return JSON.stringify({ unserializable: true, error: (err as Error).message });
+  }
+}
+
+const fileChains = new Map<string, Promise<void>>();
+
+/** Appends one JSON line; appends to the same file are serialized so lines never interleave. */
+export function appendJsonLine(path: string, line: string): Promise<void> {
+  const previous = fileChains.get(path) ?? Promise.resolve();
+  const next = previous
+    .catch(() => undefined)
+    .then(async () => {
+      await mkdir(dirname(path), { recursive: true });
+      await appendFile(path, line.endsWith('\n') ? line : `${line}\n`, 'utf8');
+    });
+  fileChains.set(path, next);
+  void next.finally(() => {
+    if (fileChains.get(path) === next) fileChains.delete(path);
+  }).catch(() => undefined);
+  return next;
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return 'undefined';
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}
