@@ -22,17 +22,9 @@ import http from 'node:http';
 import net from 'node:net';
 import type { Readable, Writable } from 'node:stream';
 import type { Logger } from 'pino';
+import type { Scaling } from '../functions/runtime/declaration.ts';
 
-/** Same meaning as Knative's autoscaling annotations / revision field. */
-export interface Scaling {
-  minScale: number;
-  /** 0 = no upper bound (Knative's max-scale "0"). */
-  maxScale: number;
-  /** Soft limit: concurrent requests per instance the autoscaler aims for (0 = default 100). */
-  target: number;
-  /** Hard limit of concurrent requests per instance (0 = unlimited). */
-  containerConcurrency: number;
-}
+export type { Scaling };
 
 export interface FunctionProcessSpec {
   name: string;

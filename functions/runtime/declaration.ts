@@ -46,12 +46,13 @@ export interface WatchedKind {
   keysFor(change: WatchedChange, ctx: MapperContext): Promise<ObjectKey[]>;
 }
 
-/** Knative autoscaling knobs, also honoured by the local activator. */
+/** Knative's autoscaling annotations / revision field, with their meanings; the local activator honours them too. */
 export interface Scaling {
   /** 0 = scale to zero when idle. */
   minScale: number;
+  /** 0 = no upper bound (Knative's max-scale "0"). */
   maxScale: number;
-  /** Concurrent requests per instance the autoscaler aims for. */
+  /** Soft limit: concurrent requests per instance the autoscaler aims for (0 = default 100). */
   target: number;
   /** Hard limit of concurrent requests per instance (0 = unlimited). */
   containerConcurrency: number;

@@ -1,0 +1,222 @@
+// What an incoming CloudEvent means, for events built exactly as ApiServerSource and PingSource
+// send them, through both HTTP content modes.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { CloudEvent, HTTP } from 'cloudevents';
+import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
+import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
+import { BadEventError, decodeCloudEvent, interpretEvent, PING_TYPE, type FunctionEvent } from '../../functions/runtime/events.ts';
+import { Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
+
+const SERVER = 'https://10.96.0.1:443';
+const IC_API_VERSION = 'immortalcontainer.flugel.it/v1alpha1';
+
+const ic: ImmortalContainer = {
+  metadata: { name: 'web', namespace: 'prod', uid: 'uid-web-1', generation: 3, resourceVersion: '812' },
+  spec: { image: 'nginx:1.27' },
+};
+
+/** Over the wire in binary mode (as Knative delivers), then decoded and interpreted. */
+function viaBinary(event: CloudEvent<unknown>): FunctionEvent {
+  const message = HTTP.binary(event);
+  return interpretEvent(decodeCloudEvent(message.headers, Buffer.from((message.body as string | undefined) ?? '')));
+}
+
+function viaStructured(event: CloudEvent<unknown>): FunctionEvent {
+  const message = HTTP.structured(event);
+  return interpretEvent(decodeCloudEvent(message.headers, Buffer.from(message.body as string)));
+}
+
+const change = (result: FunctionEvent) => {
+  assert.equal(result.type, 'change');
+  return result as Extract<FunctionEvent, { type: 'change' }>;
+};
+
+describe('ApiServerSource events, all six types', () => {
+  const cases: { mode: SourceMode; action: ChangeAction; type: string }[] = [];
+  for (const mode of ['Reference', 'Resource'] as const) {
+    for (const action of ['add', 'update', 'delete'] as const) {
+      cases.push({ mode, action, type: `dev.knative.apiserver.${mode === 'Reference' ? 'ref' : 'resource'}.${action}` });
+    }
+  }
+  assert.equal(new Set(cases.map((c) => c.type)).size, 6);
+
+  for (const { mode, action, type } of cases) {
+    test(type, () => {
+      const event = apiServerSourceEvent({ server: SERVER, kind: ImmortalContainerKind, object: ic, action, mode });
+      assert.equal(event.type, type);
+      assert.equal(event.subject, '/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/prod/immortalcontainers/web');
+
+      for (const result of [interpretEvent(event), viaBinary(event), viaStructured(event)]) {
+        const interpreted = change(result);
+        assert.equal(interpreted.action, action);
+        assert.equal(interpreted.mode, mode === 'Reference' ? 'ref' : 'resource');
+        assert.equal(interpreted.id, event.id);
+        assert.deepEqual(interpreted.ref, { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', namespace: 'prod', name: 'web' });
+        if (mode === 'Reference') {
+          assert.equal(interpreted.object, undefined, 'Reference mode carries no object');
+        } else {
+          assert.equal(interpreted.object?.metadata.uid, 'uid-web-1');
+          assert.equal(interpreted.object?.metadata.resourceVersion, '812');
+          assert.deepEqual(interpreted.object?.spec, { image: 'nginx:1.27' });
+          assert.equal(interpreted.object?.kind, 'ImmortalContainer');
+        }
+      }
+    });
+  }
+});
+
+describe('extensions and data', () => {
+  test('Reference mode: the extensions win over the data (Triggers filter on them)', () => {
+    const event = new CloudEvent<unknown>({
+      specversion: '1.0', id: 'e1', source: SERVER, type: 'dev.knative.apiserver.ref.update', datacontenttype: 'application/json',
+      kind: 'ImmortalContainer', apiversion: IC_API_VERSION, name: 'from-extension', namespace: 'ext-ns',
+      data: { kind: 'Pod', apiVersion: 'v1', name: 'from-data', namespace: 'data-ns' },
+    });
+    assert.deepEqual(change(viaBinary(event)).ref, { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', namespace: 'ext-ns', name: 'from-extension' });
+  });
+
+  test('Reference mode without extensions falls back to the data (older adapters)', () => {
+    const event = new CloudEvent<unknown>({
+      specversion: '1.0', id: 'e2', source: SERVER, type: 'dev.knative.apiserver.ref.delete', datacontenttype: 'application/json',
+      data: { kind: 'Pod', apiVersion: 'v1', name: 'from-data', namespace: 'data-ns' },
+    });
+    const result = change(viaBinary(event));
+    assert.deepEqual(result.ref, { apiVersion: 'v1', kind: 'Pod', namespace: 'data-ns', name: 'from-data' });
+    assert.equal(result.action, 'delete');
+  });
+
+  test('Resource mode: the object in the data wins over the extensions', () => {
+    const event = new CloudEvent<unknown>({
+      specversion: '1.0', id: 'e3', source: SERVER, type: 'dev.knative.apiserver.resource.update', datacontenttype: 'application/json',
+      kind: 'ImmortalContainer', apiversion: IC_API_VERSION, name: 'from-extension', namespace: 'ext-ns',
+      data: { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'from-data', namespace: 'data-ns', uid: 'p1' } },
+    });
+    const result = change(viaBinary(event));
+    assert.deepEqual(result.ref, { apiVersion: 'v1', kind: 'Pod', namespace: 'data-ns', name: 'from-data' });
+    assert.equal(result.object?.metadata.uid, 'p1');
+  });
+
+  test('Resource mode: extensions fill in what the object lacks', () => {
+    const event = new CloudEvent<unknown>({
+      specversion: '1.0', id: 'e4', source: SERVER, type: 'dev.knative.apiserver.resource.add', datacontenttype: 'application/json',
+      kind: 'ImmortalContainer', apiversion: IC_API_VERSION, name: 'web', namespace: 'prod',
+      data: { metadata: { uid: 'u4' } },
+    });
+    assert.deepEqual(change(viaBinary(event)).ref, { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', namespace: 'prod', name: 'web' });
+  });
+
+  test('ceOverrides extensions ride along without changing the reference', () => {
+    const event = apiServerSourceEvent({ server: SERVER, kind: ImmortalContainerKind, object: ic, action: 'add', mode: 'Reference', extensions: { opfnfunction: 'immortal-container' } });
+    const decoded = decodeCloudEvent(HTTP.binary(event).headers, Buffer.from(HTTP.binary(event).body as string));
+    assert.equal(decoded.opfnfunction, 'immortal-container');
+    assert.equal(change(interpretEvent(decoded)).ref.name, 'web');
+  });
+});
+
+describe('cluster-scoped objects', () => {
+  const namespace: KubeObject = { metadata: { name: 'team-a', uid: 'ns-uid' } };
+
+  for (const mode of ['Reference', 'Resource'] as const) {
+    test(`a Namespace in ${mode} mode has namespace ""`, () => {
+      const event = apiServerSourceEvent({ server: SERVER, kind: Namespace, object: namespace, action: 'add', mode });
+      assert.equal(event.subject, '/apis/v1/namespaces//namespaces/team-a');
+      for (const result of [viaBinary(event), viaStructured(event)]) {
+        const interpreted = change(result);
+        assert.deepEqual(interpreted.ref, { apiVersion: 'v1', kind: 'Namespace', namespace: '', name: 'team-a' });
+        assert.equal(interpreted.object?.metadata.uid, mode === 'Resource' ? 'ns-uid' : undefined);
+      }
+    });
+  }
+});
+
+describe('PingSource', () => {
+  test('a ping is a resync, whatever its data', () => {
+    for (const data of [undefined, { note: 'every 5 minutes' }, 'plain text']) {
+      const event = new CloudEvent<unknown>({ specversion: '1.0', id: 'ping-7', source: '/apis/v1/namespaces/default/pingsources/resync', type: PING_TYPE, data });
+      assert.deepEqual(interpretEvent(event), { type: 'resync', id: 'ping-7' });
+      assert.deepEqual(viaBinary(event), { type: 'resync', id: 'ping-7' });
+      assert.deepEqual(viaStructured(event), { type: 'resync', id: 'ping-7' });
+    }
+  });
+});
+
+describe('decoding both content modes', () => {
+  const event = apiServerSourceEvent({ server: SERVER, kind: ImmortalContainerKind, object: ic, action: 'update', mode: 'Resource' });
+
+  test('binary mode: ce-* headers, JSON body', () => {
+    const message = HTTP.binary(event);
+    assert.equal(message.headers['ce-type'], 'dev.knative.apiserver.resource.update');
+    const decoded = decodeCloudEvent(message.headers, Buffer.from(message.body as string));
+    assert.equal(decoded.id, event.id);
+    assert.equal(decoded.source, SERVER);
+    assert.equal(decoded.specversion, '1.0');
+    assert.equal(decoded.subject, event.subject);
+    assert.equal(decoded.kind, 'ImmortalContainer');
+    assert.equal((decoded.data as ImmortalContainer).metadata.name, 'web');
+  });
+
+  test('binary mode: header names in any case, body as a string', () => {
+    const message = HTTP.binary(event);
+    const shouted = Object.fromEntries(Object.entries(message.headers).map(([name, value]) => [name.toUpperCase(), value as string]));
+    assert.equal(change(interpretEvent(decodeCloudEvent(shouted, message.body as string))).ref.name, 'web');
+  });
+
+  test('binary mode: JSON with a charset parameter', () => {
+    const message = HTTP.binary(event);
+    const headers = { ...(message.headers as Record<string, string>), 'content-type': 'application/json; charset=utf-8' };
+    assert.equal(change(interpretEvent(decodeCloudEvent(headers, Buffer.from(message.body as string)))).object?.metadata.uid, 'uid-web-1');
+  });
+
+  test('structured mode: application/cloudevents+json', () => {
+    const message = HTTP.structured(event);
+    assert.match(String(message.headers['content-type']), /^application\/cloudevents\+json/);
+    const decoded = decodeCloudEvent(message.headers, Buffer.from(message.body as string));
+    assert.equal(decoded.id, event.id);
+    assert.equal(decoded.type, 'dev.knative.apiserver.resource.update');
+    assert.equal(change(interpretEvent(decoded)).object?.metadata.uid, 'uid-web-1');
+  });
+
+  test('structured mode: data as data_base64', () => {
+    const body = {
+      specversion: '1.0', id: 'b64', source: SERVER, type: 'dev.knative.apiserver.resource.add', datacontenttype: 'application/json',
+      data_base64: Buffer.from(JSON.stringify({ apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', metadata: { name: 'web', namespace: 'prod', uid: 'u-b64' } })).toString('base64'),
+    };
+    const result = change(interpretEvent(decodeCloudEvent({ 'content-type': 'application/cloudevents+json' }, JSON.stringify(body))));
+    assert.deepEqual(result.ref, { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', namespace: 'prod', name: 'web' });
+    assert.equal(result.object?.metadata.uid, 'u-b64');
+  });
+
+  test('both modes give the same interpretation', () => {
+    assert.deepEqual(viaBinary(event), viaStructured(event));
+  });
+});
+
+describe('bad events', () => {
+  const reject = (fn: () => unknown, reason: RegExp) =>
+    assert.throws(fn, (error: unknown) => {
+      assert.ok(error instanceof BadEventError, `a BadEventError, got ${String(error)}`);
+      assert.equal(error.name, 'BadEventError');
+      assert.match(error.message, reason);
+      return true;
+    });
+
+  test('interpretEvent rejects what cannot mean anything', () => {
+    const base = { specversion: '1.0', id: 'x', source: SERVER, datacontenttype: 'application/json' };
+    reject(() => interpretEvent(new CloudEvent<unknown>({ ...base, type: 'dev.knative.apiserver.ref.patch', data: {} })), /unknown event type "dev\.knative\.apiserver\.ref\.patch"/);
+    reject(() => interpretEvent(new CloudEvent<unknown>({ ...base, type: 'dev.knative.apiserver.ref.add' })), /has no data/);
+    reject(() => interpretEvent(new CloudEvent<unknown>({ ...base, type: 'dev.knative.apiserver.ref.add', data: 'plain words' })), /must be a JSON object, got the string "plain words"/);
+    reject(() => interpretEvent(new CloudEvent<unknown>({ ...base, type: 'dev.knative.apiserver.ref.add', data: 42 })), /must be a JSON object/);
+    reject(
+      () => interpretEvent(new CloudEvent<unknown>({ ...base, type: 'dev.knative.apiserver.resource.add', kind: 'Pod', apiversion: 'v1', name: 'p', namespace: 'd', data: { kind: 'Pod', apiVersion: 'v1', name: 'p' } })),
+      /no metadata/,
+    );
+  });
+
+  test('decodeCloudEvent rejects what is not one CloudEvent 1.0', () => {
+    reject(() => decodeCloudEvent({ 'content-type': 'application/json' }, '{}'), /not a CloudEvent/);
+    reject(() => decodeCloudEvent({ 'content-type': 'application/cloudevents-batch+json' }, '[]'), /batched/);
+    reject(() => decodeCloudEvent({ 'ce-specversion': '0.3', 'ce-id': '1', 'ce-source': 's', 'ce-type': PING_TYPE }, ''), /unsupported specversion "0\.3"/);
+    reject(() => decodeCloudEvent({ 'content-type': 'application/cloudevents+json' }, JSON.stringify({ specversion: '1.0', source: 's', type: PING_TYPE })), /no "id" attribute/);
+  });
+});

@@ -1,0 +1,261 @@
+// ImmortalContainer's desired state, computed without any API call.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import {
+  CONTAINER_NAME,
+  COUNTED_POD_HISTORY,
+  desiredPod,
+  GENERATION_ANNOTATION,
+  nextStatus,
+  OWNER_LABEL,
+  podAction,
+  podNameFor,
+  type ImmortalContainer,
+  type ImmortalContainerStatus,
+  type PodObject,
+} from '../../functions/immortal-container/desired.ts';
+import type { Condition } from '../../functions/runtime/reconciler.ts';
+
+const owner = (overrides: { generation?: number; uid?: string; image?: string; status?: ImmortalContainerStatus } = {}): ImmortalContainer => ({
+  apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+  kind: 'ImmortalContainer',
+  metadata: { name: 'web', namespace: 'prod', uid: overrides.uid ?? 'owner-uid-1', generation: overrides.generation ?? 2, resourceVersion: '100' },
+  spec: { image: overrides.image ?? 'nginx:1.27' },
+  ...(overrides.status ? { status: overrides.status } : {}),
+});
+
+/** The pod as the API server returns it after creating desiredPod, plus a uid and a phase. */
+const podFor = (ic: ImmortalContainer, extra: { uid?: string; phase?: string; deletionTimestamp?: string } = {}): PodObject => {
+  const pod = structuredClone(desiredPod(ic));
+  pod.metadata.uid = extra.uid ?? 'pod-uid-1';
+  if (extra.deletionTimestamp) pod.metadata.deletionTimestamp = extra.deletionTimestamp;
+  if (extra.phase) pod.status = { phase: extra.phase };
+  return pod;
+};
+
+describe('desiredPod', () => {
+  test('the seed\'s pod: name, container, label, owner, generation', () => {
+    const ic = owner({ generation: 7 });
+    const pod = desiredPod(ic);
+    assert.equal(pod.apiVersion, 'v1');
+    assert.equal(pod.kind, 'Pod');
+    assert.equal(pod.metadata.name, 'web-immortalpod');
+    assert.equal(podNameFor(ic), 'web-immortalpod');
+    assert.equal(pod.metadata.namespace, 'prod');
+    assert.deepEqual(pod.spec?.containers, [{ name: 'acontainer', image: 'nginx:1.27' }]);
+    assert.equal(CONTAINER_NAME, 'acontainer');
+    assert.deepEqual(pod.metadata.labels, { controller: 'web' });
+    assert.equal(OWNER_LABEL, 'controller');
+    assert.deepEqual(pod.metadata.ownerReferences, [
+      { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', name: 'web', uid: 'owner-uid-1', controller: true, blockOwnerDeletion: true },
+    ]);
+    assert.deepEqual(pod.metadata.annotations, { [GENERATION_ANNOTATION]: '7' });
+    assert.equal(GENERATION_ANNOTATION, 'immortalcontainer.flugel.it/generation');
+  });
+
+  test('an object without a generation gets annotation "0"', () => {
+    const ic = owner();
+    delete ic.metadata.generation;
+    assert.equal(desiredPod(ic).metadata.annotations?.[GENERATION_ANNOTATION], '0');
+  });
+
+  test('follows the owner\'s name, uid and image', () => {
+    const ic = owner({ uid: 'other-uid', image: 'busybox:1.36' });
+    ic.metadata.name = 'db';
+    const pod = desiredPod(ic);
+    assert.equal(pod.metadata.name, 'db-immortalpod');
+    assert.equal(pod.metadata.labels?.[OWNER_LABEL], 'db');
+    assert.equal(pod.metadata.ownerReferences?.[0].uid, 'other-uid');
+    assert.equal(pod.metadata.ownerReferences?.[0].name, 'db');
+    assert.equal(pod.spec?.containers?.[0].image, 'busybox:1.36');
+  });
+});
+
+describe('podAction', () => {
+  const ic = owner({ generation: 2 });
+
+  test('no pod → create', () => {
+    assert.deepEqual(podAction(ic, undefined), { type: 'create' });
+  });
+
+  test('terminating → wait (even when it finished or is stale)', () => {
+    const action = podAction(ic, podFor(ic, { deletionTimestamp: '2025-01-01T00:00:00Z', phase: 'Failed' }));
+    assert.equal(action.type, 'wait');
+    assert.match((action as { message: string }).message, /web-immortalpod is terminating/);
+  });
+
+  test('someone else\'s pod with the same name → blocked, never touched', () => {
+    const foreign: PodObject = { metadata: { name: 'web-immortalpod', namespace: 'prod', uid: 'x' }, spec: { containers: [{ name: 'acontainer', image: 'nginx:1.27' }] } };
+    const action = podAction(ic, foreign);
+    assert.equal(action.type, 'blocked');
+    assert.match((action as { message: string }).message, /not controlled by this ImmortalContainer/);
+
+    const ownedByADeployment = structuredClone(foreign);
+    ownedByADeployment.metadata.ownerReferences = [{ apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'web', uid: 'rs', controller: true }];
+    assert.equal(podAction(ic, ownedByADeployment).type, 'blocked');
+
+    const notController = structuredClone(foreign);
+    notController.metadata.ownerReferences = [{ apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', name: 'web', uid: 'owner-uid-1', controller: false }];
+    assert.equal(podAction(ic, notController).type, 'blocked', 'a non-controller reference does not make it ours');
+  });
+
+  test('pod of an earlier ImmortalContainer with the same name → replace (OwnerReplaced)', () => {
+    const earlier = owner({ uid: 'owner-uid-0' });
+    const action = podAction(ic, podFor(earlier, { phase: 'Running' }));
+    assert.equal(action.type, 'replace');
+    assert.equal((action as { reason: string }).reason, 'OwnerReplaced');
+  });
+
+  for (const phase of ['Succeeded', 'Failed']) {
+    test(`phase ${phase} → replace (PodFinished)`, () => {
+      const action = podAction(ic, podFor(ic, { phase }));
+      assert.equal(action.type, 'replace');
+      assert.equal((action as { reason: string }).reason, 'PodFinished');
+      assert.match((action as { message: string }).message, new RegExp(`phase ${phase}`));
+    });
+  }
+
+  test('image changed → replace (ImageChanged)', () => {
+    const action = podAction(owner({ generation: 3, image: 'nginx:1.28' }), podFor(ic, { phase: 'Running' }));
+    assert.equal(action.type, 'replace');
+    assert.equal((action as { reason: string }).reason, 'ImageChanged');
+    assert.match((action as { message: string }).message, /from nginx:1\.27 to nginx:1\.28/);
+  });
+
+  test('a pod without the acontainer container counts as a changed image', () => {
+    const pod = podFor(ic, { phase: 'Running' });
+    pod.spec = { containers: [{ name: 'sidecar', image: 'nginx:1.27' }] };
+    assert.equal(podAction(ic, pod).type, 'replace');
+  });
+
+  test('a pod made for a newer generation → keep (our read is stale)', () => {
+    const newer = owner({ generation: 5, image: 'nginx:1.28' });
+    const stale = owner({ generation: 4, image: 'nginx:1.27' });
+    assert.deepEqual(podAction(stale, podFor(newer, { phase: 'Pending' })), { type: 'keep' });
+    assert.deepEqual(podAction(stale, podFor(newer, { phase: 'Failed' })), { type: 'keep' });
+    // Same generation and a different image is a real change, not staleness.
+    assert.equal(podAction(owner({ generation: 5, image: 'nginx:1.29' }), podFor(newer)).type, 'replace');
+  });
+
+  test('healthy → keep', () => {
+    assert.deepEqual(podAction(ic, podFor(ic, { phase: 'Running' })), { type: 'keep' });
+    assert.deepEqual(podAction(ic, podFor(ic, { phase: 'Pending' })), { type: 'keep' });
+    assert.deepEqual(podAction(ic, podFor(ic)), { type: 'keep' }, 'no phase yet (unscheduled)');
+    assert.deepEqual(podAction(owner({ generation: 3 }), podFor(ic, { phase: 'Running' })), { type: 'keep' }, 'a metadata-only generation bump with the same image');
+  });
+});
+
+describe('nextStatus', () => {
+  const ready = (status: ImmortalContainerStatus | undefined): Condition | undefined => status?.conditions?.find((c) => c.type === 'Ready');
+
+  test('counts a new pod uid once', () => {
+    const ic = owner();
+    const status = nextStatus(ic, ic, podFor(ic, { uid: 'p1' }))!;
+    assert.equal(status.startTimes, 1);
+    assert.deepEqual(status.countedPods, ['p1']);
+    assert.equal(status.currentPod, 'web-immortalpod');
+  });
+
+  test('does not recount a counted uid (redelivery, another replica)', () => {
+    const ic = owner({ status: { currentPod: 'web-immortalpod', startTimes: 4, countedPods: ['p0', 'p1'] } });
+    const status = nextStatus(ic, ic, podFor(ic, { uid: 'p1' }))!;
+    assert.equal(status.startTimes, 4);
+    assert.deepEqual(status.countedPods, ['p0', 'p1']);
+    const again = nextStatus({ ...ic, status }, ic, podFor(ic, { uid: 'p1' }))!;
+    assert.equal(again.startTimes, 4);
+  });
+
+  test('a recreated pod (new uid) counts once more', () => {
+    const ic = owner({ status: { startTimes: 1, countedPods: ['p1'] } });
+    const status = nextStatus(ic, ic, podFor(ic, { uid: 'p2' }))!;
+    assert.equal(status.startTimes, 2);
+    assert.deepEqual(status.countedPods, ['p1', 'p2']);
+  });
+
+  test(`keeps at most ${COUNTED_POD_HISTORY} counted uids, the newest`, () => {
+    assert.ok(COUNTED_POD_HISTORY > 1);
+    const full = Array.from({ length: COUNTED_POD_HISTORY }, (_, i) => `p${i}`);
+    const ic = owner({ status: { startTimes: 25, countedPods: full } });
+    const status = nextStatus(ic, ic, podFor(ic, { uid: 'newest' }))!;
+    assert.equal(status.startTimes, 26);
+    assert.equal(status.countedPods?.length, COUNTED_POD_HISTORY);
+    assert.deepEqual(status.countedPods, [...full.slice(1), 'newest']);
+  });
+
+  test('does not count pods that are not ours or are terminating', () => {
+    const ic = owner({ status: { startTimes: 3, countedPods: ['p1'], currentPod: 'web-immortalpod' } });
+    const foreign: PodObject = { metadata: { name: 'web-immortalpod', namespace: 'prod', uid: 'f1' } };
+    const terminating = podFor(ic, { uid: 'p9', deletionTimestamp: '2025-01-01T00:00:00Z', phase: 'Running' });
+    for (const pod of [foreign, terminating, podFor(owner({ uid: 'owner-uid-0' }), { uid: 'old' })]) {
+      const status = nextStatus(ic, ic, pod)!;
+      assert.equal(status.startTimes, 3);
+      assert.deepEqual(status.countedPods, ['p1']);
+      assert.equal(ready(status)?.reason, 'PodMissing');
+    }
+  });
+
+  test('skips when the object was recreated under the same name (uid differs)', () => {
+    const actedOn = owner({ uid: 'owner-uid-1' });
+    const current = owner({ uid: 'owner-uid-2' });
+    assert.equal(nextStatus(current, actedOn, podFor(actedOn, { uid: 'p1' })), undefined);
+  });
+
+  test('observedGeneration never goes backwards, and moves forward', () => {
+    const current = owner({ generation: 6, status: { observedGeneration: 6, startTimes: 1, countedPods: ['p1'] } });
+    const staleRead = owner({ generation: 5 });
+    const status = nextStatus(current, staleRead, podFor(current, { uid: 'p1', phase: 'Running' }))!;
+    assert.equal(status.observedGeneration, 6);
+    assert.equal(ready(status)?.observedGeneration, 6);
+
+    const forward = nextStatus(current, owner({ generation: 8 }), podFor(current, { uid: 'p1', phase: 'Running' }))!;
+    assert.equal(forward.observedGeneration, 8);
+    assert.equal(ready(forward)?.observedGeneration, 8);
+  });
+
+  test('Ready: PodRunning, PodPending, PodMissing', () => {
+    const ic = owner();
+    const running = ready(nextStatus(ic, ic, podFor(ic, { phase: 'Running' })))!;
+    assert.deepEqual([running.status, running.reason], ['True', 'PodRunning']);
+    const pending = ready(nextStatus(ic, ic, podFor(ic, { phase: 'Pending' })))!;
+    assert.deepEqual([pending.status, pending.reason], ['False', 'PodPending']);
+    assert.match(pending.message, /is Pending/);
+    const noPhase = ready(nextStatus(ic, ic, podFor(ic)))!;
+    assert.deepEqual([noPhase.status, noPhase.reason], ['False', 'PodPending']);
+    const missing = ready(nextStatus(ic, ic, undefined))!;
+    assert.deepEqual([missing.status, missing.reason], ['False', 'PodMissing']);
+  });
+
+  test('a missing pod keeps the last currentPod and the count', () => {
+    const ic = owner({ status: { currentPod: 'web-immortalpod', startTimes: 2, countedPods: ['p1', 'p2'] } });
+    const status = nextStatus(ic, ic, undefined)!;
+    assert.equal(status.currentPod, 'web-immortalpod');
+    assert.equal(status.startTimes, 2);
+    assert.deepEqual(status.countedPods, ['p1', 'p2']);
+  });
+
+  test('a problem condition overrides the pod\'s condition', () => {
+    const ic = owner();
+    const status = nextStatus(ic, ic, podFor(ic, { phase: 'Running', uid: 'p1' }), { type: 'Ready', status: 'False', reason: 'PodNameTaken', message: 'pod web-immortalpod exists and is not ours' })!;
+    const condition = ready(status)!;
+    assert.deepEqual([condition.status, condition.reason, condition.message], ['False', 'PodNameTaken', 'pod web-immortalpod exists and is not ours']);
+    assert.equal(condition.observedGeneration, 2);
+    assert.equal(status.conditions?.length, 1);
+  });
+
+  test('lastTransitionTime survives a reconcile that does not flip Ready', () => {
+    const ic = owner();
+    const first = nextStatus(ic, ic, podFor(ic, { phase: 'Pending' }))!;
+    const earlier = { ...first, conditions: first.conditions!.map((c) => ({ ...c, lastTransitionTime: '2020-01-01T00:00:00Z' })) };
+    const second = nextStatus({ ...ic, status: earlier }, ic, undefined)!;
+    assert.equal(ready(second)?.reason, 'PodMissing');
+    assert.equal(ready(second)?.lastTransitionTime, '2020-01-01T00:00:00Z');
+    const third = nextStatus({ ...ic, status: second }, ic, podFor(ic, { phase: 'Running' }))!;
+    assert.notEqual(ready(third)?.lastTransitionTime, '2020-01-01T00:00:00Z');
+  });
+
+  test('keeps status fields it does not manage', () => {
+    const ic = owner({ status: { startTimes: 1, countedPods: ['p1'], extra: 'kept' } as ImmortalContainerStatus });
+    const status = nextStatus(ic, ic, podFor(ic, { uid: 'p1' })) as ImmortalContainerStatus & { extra?: string };
+    assert.equal(status.extra, 'kept');
+  });
+});
