@@ -3,11 +3,10 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
-import { HTTP, type CloudEvent } from 'cloudevents';
-import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../eventing/apiserver-events.ts';
-import { resyncEvent } from '../eventing/plane.ts';
+import type { ChangeAction } from '../eventing/apiserver-events.ts';
 import { functionModules, loadFunction } from '../functions/index.ts';
-import { createLogger } from '../functions/runtime/log.ts';
+
+// Commands import what they need when they run, so `opfn --help` answers at once.
 
 const STATE_DIR = resolve(process.env.OPFN_STATE_DIR ?? '.opfn');
 const CLUSTER_STATE = join(STATE_DIR, 'cluster.json');
@@ -45,6 +44,7 @@ program
   .option('--resync <seconds>', 'interval of resync pings and source re-lists (0 = off)', seconds, 300)
   .action(async (options: { functions?: string[]; idle: number; resync: number }) => {
     const { runDev } = await import('../eventing/dev.ts');
+    const { createLogger } = await import('../functions/runtime/log.ts');
     try {
       const running = await runDev({ functions: options.functions, idleSeconds: options.idle, resyncSeconds: options.resync, stateDir: STATE_DIR, log: createLogger('opfn-dev'), say });
       untilSignal(running.stop);
@@ -130,16 +130,19 @@ program
   .option('--resource', 'Resource mode (object as data) instead of Reference mode')
   .option('--resync', 'send a PingSource resync event instead')
   .action(async (name: string, options: { url: string; namespace: string; name?: string; action: string; resource?: boolean; resync?: boolean }) => {
-    let event: CloudEvent<unknown>;
+    const { HTTP } = await import('cloudevents');
+    const { apiServerSourceEvent } = await import('../eventing/apiserver-events.ts');
+    const { resyncEvent } = await import('../eventing/plane.ts');
     try {
       const declaration = await loadFunction(name);
+      let event;
       if (options.resync) {
         event = resyncEvent(declaration);
       } else {
         if (!options.name) throw new Error('--name is required (or use --resync)');
         if (!['add', 'update', 'delete'].includes(options.action)) throw new Error(`--action must be add, update or delete, not "${options.action}"`);
         const object = { metadata: { name: options.name, namespace: declaration.reconciles.namespaced ? options.namespace : '' } };
-        event = apiServerSourceEvent({ server: 'opfn-invoke', kind: declaration.reconciles, object, action: options.action as ChangeAction, mode: (options.resource ? 'Resource' : 'Reference') as SourceMode });
+        event = apiServerSourceEvent({ server: 'opfn-invoke', kind: declaration.reconciles, object, action: options.action as ChangeAction, mode: options.resource ? 'Resource' : 'Reference' });
       }
       const message = HTTP.binary(event);
       const response = await fetch(options.url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string });

@@ -177,7 +177,10 @@ export class FunctionHost {
         metrics.reconciles.inc({ result: 'error' });
         metrics.reconcileSeconds.observe({ result: 'error' }, (performance.now() - started) / 1000);
         const status = statusForError(error);
-        log[status === 503 ? 'warn' : 'error']({ err: (error as Error).message, ...(status === 500 ? { stack: (error as Error).stack } : {}) }, 'reconcile failed; the event will be retried');
+        // An API answer (e.g. 403 from missing RBAC) is explained by its message; only a
+        // failure of our own code needs the stack.
+        const stack = error instanceof ApiError ? {} : { stack: (error as Error).stack };
+        log[status === 503 ? 'warn' : 'error']({ err: (error as Error).message, ...stack }, 'reconcile failed; the event will be retried');
         return { error: (error as Error).message, status };
       }
     });

@@ -15,6 +15,8 @@ import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '.
 import { Pod, type ObjectKey } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+import { serviceAccountName } from '../../eventing/rbac.ts';
 
 let cluster: TestCluster;
 let kube: KubeClient;
@@ -61,7 +63,8 @@ before(async () => {
   plane = new EventPlane({
     functions: [immortalContainer],
     kube,
-    kubeconfigPath: cluster.cp.kubeconfigPath,
+    // The function runs as its own ServiceAccount with exactly its generated RBAC.
+    kubeconfigPath: await kubeconfigWithDeclaredRbac(cluster.cp, immortalContainer),
     log,
     stateDir,
     idleTimeoutMs: 1500,
@@ -126,6 +129,22 @@ test('an event the function refuses (400) reaches the dead-letter sink with the 
   assert.match(String(letter.knativeerrordest), /immortal-container/);
   assert.ok(letter.knativeerrordata, 'the function\'s reason travels in knativeerrordata');
   assert.equal(letter.name, 'Not_A_Name', 'the original event is kept whole');
+});
+
+test('a function that fails for a while (500: its permissions revoked) is retried with backoff, then succeeds', async () => {
+  const bindingPath = `/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/${serviceAccountName(immortalContainer)}`;
+  const binding = (await cluster.cp.request('GET', bindingPath)).body;
+  assert.equal((await cluster.cp.request('DELETE', bindingPath)).status, 200);
+  const retriedBefore = plane.broker.stats()[immortalContainer.name].retried;
+  const key = { namespace: 'default', name: 'while-forbidden' };
+  await kube.create(ImmortalContainerKind, newIc(key.namespace, key.name));
+  await eventually(async () => plane.broker.stats()[immortalContainer.name].retried >= retriedBefore + 2, 20_000, 'two retries of the failing delivery');
+  assert.equal(await kube.get(Pod, podKey(key)), undefined, 'nothing was created without permission');
+
+  const { metadata: { name }, roleRef, subjects } = binding;
+  assert.equal((await cluster.cp.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', { metadata: { name }, roleRef, subjects })).status, 201);
+  await eventually(() => kube.get(Pod, podKey(key)), 30_000, 'pod once the function may act again');
+  await eventually(async () => (await startTimes(key)) === 1, 10_000, 'startTimes 1');
 });
 
 test('API server restart during a burst of 200 creations: every object converges, nothing lost', async () => {

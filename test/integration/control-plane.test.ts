@@ -1,0 +1,76 @@
+// The control-plane harness itself: provisioning reuses the cache, starts and stops cleanly
+// twice in a row, leaves nothing behind, and fails with one clear line when it cannot work.
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { promisify } from 'node:util';
+import { provisionBinaries, startControlPlane } from '../cluster/control-plane.ts';
+
+const run = promisify(execFile);
+
+const alive = (pid: number | undefined): boolean => {
+  if (!pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+test('provisioning reuses the cached binaries without building', async () => {
+  const progress: string[] = [];
+  const binDir = await provisionBinaries((line) => progress.push(line));
+  for (const binary of ['kube-apiserver', 'kube-controller-manager', 'etcd']) assert.ok(existsSync(join(binDir, binary)), `${binary} in ${binDir}`);
+  assert.deepEqual(progress.filter((line) => /build|install|download/.test(line)), [], 'nothing was built, installed or downloaded');
+});
+
+test('starts and stops cleanly twice in a row', async () => {
+  for (let round = 1; round <= 2; round++) {
+    const cp = await startControlPlane({ progress: () => {} });
+    const namespaces = await cp.request('GET', '/api/v1/namespaces');
+    assert.equal(namespaces.status, 200, `round ${round}: the API answers`);
+    // RBAC is on: an unknown token is refused, so service-account tests mean something.
+    const anonymous = await fetch(`${cp.server}/api/v1/namespaces`).catch((error: Error) => error);
+    assert.ok(anonymous instanceof Error || anonymous.status === 401 || anonymous.status === 403, `round ${round}: unauthenticated requests are refused`);
+    const token = await cp.serviceAccountKubeconfig('default', `probe-${round}`);
+    assert.ok(existsSync(token), `round ${round}: a ServiceAccount kubeconfig was written`);
+
+    const pids = (await run('pgrep', ['-f', cp.dir]).catch(() => ({ stdout: '' }))).stdout.trim().split('\n').filter(Boolean).map(Number);
+    assert.ok(pids.length >= 3, `round ${round}: etcd, kube-apiserver and kube-controller-manager run (${pids.length} processes)`);
+    await cp.stop();
+    assert.equal(existsSync(cp.dir), false, `round ${round}: the folder is removed`);
+    assert.deepEqual(pids.filter(alive), [], `round ${round}: no process is left behind`);
+    await assert.rejects(fetch(`${cp.server}/readyz`), `round ${round}: the port is closed`);
+  }
+});
+
+test('two control planes at once do not collide', async () => {
+  const [a, b] = await Promise.all([startControlPlane({ progress: () => {} }), startControlPlane({ progress: () => {} })]);
+  try {
+    assert.notEqual(a.server, b.server);
+    await a.request('POST', '/api/v1/namespaces', { metadata: { name: 'only-in-a' } });
+    assert.equal((await b.request('GET', '/api/v1/namespaces/only-in-a')).status, 404, 'separate etcd data');
+  } finally {
+    await Promise.all([a.stop(), b.stop()]);
+  }
+});
+
+test('a KUBEBUILDER_ASSETS folder without binaries fails with one clear line', async () => {
+  const empty = mkdtempSync(join(tmpdir(), 'opfn-empty-assets-'));
+  const previous = process.env.KUBEBUILDER_ASSETS;
+  process.env.KUBEBUILDER_ASSETS = empty;
+  try {
+    await assert.rejects(provisionBinaries(() => {}), (error: Error) => {
+      assert.match(error.message, /KUBEBUILDER_ASSETS=.* has no etcd and kube-apiserver/);
+      assert.equal(error.message.split('\n').length, 1, 'one line');
+      return true;
+    });
+  } finally {
+    if (previous === undefined) delete process.env.KUBEBUILDER_ASSETS;
+    else process.env.KUBEBUILDER_ASSETS = previous;
+  }
+});
