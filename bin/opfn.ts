@@ -42,11 +42,12 @@ program
   .option('-f, --functions <names>', `comma-separated functions to run (default: all of ${Object.keys(functionModules).join(', ')})`, (v) => v.split(',').filter(Boolean))
   .option('--idle <seconds>', 'idle time before a function scales to zero', seconds, 30)
   .option('--resync <seconds>', 'interval of resync pings and source re-lists (0 = off)', seconds, 300)
-  .action(async (options: { functions?: string[]; idle: number; resync: number }) => {
+  .option('-t, --triggers <file...>', 'YAML files of Knative Triggers (spec.subscriber.uri) to add to the broker, e.g. to route a kind to another implementation')
+  .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[] }) => {
     const { runDev } = await import('../eventing/dev.ts');
     const { createLogger } = await import('../functions/runtime/log.ts');
     try {
-      const running = await runDev({ functions: options.functions, idleSeconds: options.idle, resyncSeconds: options.resync, stateDir: STATE_DIR, log: createLogger('opfn-dev'), say });
+      const running = await runDev({ functions: options.functions, triggerFiles: options.triggers, idleSeconds: options.idle, resyncSeconds: options.resync, stateDir: STATE_DIR, log: createLogger('opfn-dev'), say });
       untilSignal(running.stop);
     } catch (error) {
       say(`opfn dev: ${(error as Error).message}`);

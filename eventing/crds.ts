@@ -17,13 +17,19 @@ export const CustomResourceDefinition: ResourceKind = {
   namespaced: false,
 };
 
-/** Every document of every YAML file in `dir` (not recursive: crds/examples holds samples). */
+/** Every object in a YAML file (documents separated by `---`). */
+export function readManifestFile(path: string): KubeObject[] {
+  return parseAllDocuments(readFileSync(path, 'utf8'))
+    .map((document) => document.toJS() as KubeObject)
+    .filter((object) => object && object.kind);
+}
+
+/** Every object of every YAML file in `dir` (not recursive: crds/examples holds samples). */
 export function readManifests(dir: string): KubeObject[] {
   return readdirSync(dir)
     .filter((file) => /\.ya?ml$/.test(file))
     .sort()
-    .flatMap((file) => parseAllDocuments(readFileSync(join(dir, file), 'utf8')).map((document) => document.toJS() as KubeObject))
-    .filter((object) => object && object.kind);
+    .flatMap((file) => readManifestFile(join(dir, file)));
 }
 
 /** Creates or updates each CRD, then waits for every one to be Established. */

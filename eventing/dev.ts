@@ -6,11 +6,13 @@ import type { Logger } from 'pino';
 import { loadAllFunctions, loadFunction } from '../functions/index.ts';
 import { ConnectionReusingKubeConfig, KubeClient } from '../functions/runtime/kube.ts';
 import { startControlPlane, type ControlPlane } from '../test/cluster/control-plane.ts';
-import { applyCrds } from './crds.ts';
-import { EventPlane } from './plane.ts';
+import { applyCrds, readManifestFile } from './crds.ts';
+import { EventPlane, triggersFromManifests } from './plane.ts';
 
 export interface DevOptions {
   functions?: string[];
+  /** YAML files of Knative Triggers to add to the broker (e.g. routing a kind to another implementation). */
+  triggerFiles?: string[];
   idleSeconds: number;
   resyncSeconds: number;
   stateDir: string;
@@ -59,6 +61,7 @@ export async function runDev(options: DevOptions): Promise<{ stop(): Promise<voi
   await applyCrds(cluster.kube);
   say('CRDs installed and established.');
   const functions = options.functions?.length ? await Promise.all(options.functions.map(loadFunction)) : await loadAllFunctions();
+  const triggers = triggersFromManifests((options.triggerFiles ?? []).flatMap(readManifestFile));
   const plane = new EventPlane({
     functions,
     kube: cluster.kube,
@@ -67,8 +70,10 @@ export async function runDev(options: DevOptions): Promise<{ stop(): Promise<voi
     stateDir: options.stateDir,
     idleTimeoutMs: options.idleSeconds * 1000,
     resyncIntervalMs: options.resyncSeconds * 1000,
+    triggers,
   });
   const { brokerUrl } = await plane.start();
+  for (const trigger of triggers) say(`Trigger ${trigger.name} → ${trigger.subscriber}`);
   say(`Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, 'dead-letters.jsonl')}. Ctrl-C stops everything.`);
   if (controlPlane) say(`Try: kubectl apply -f crds/examples/immortalcontainer.yaml && kubectl get immortalcontainers,pods`);
 

@@ -9,6 +9,7 @@ import { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import { PING_TYPE } from '../functions/runtime/events.ts';
+import type { KubeObject } from '../functions/runtime/kinds.ts';
 import type { KubeClient } from '../functions/runtime/kube.ts';
 import { Activator } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger } from './broker.ts';
@@ -34,6 +35,20 @@ export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
 /** The Trigger routing a function's events (its sources' and its resync pings) to it. */
 export function triggerFor(declaration: FunctionDeclaration, subscriber: string, delivery?: DeliverySpec): Trigger {
   return { name: declaration.name, filter: { attributes: { [FUNCTION_EXTENSION]: declaration.name } }, subscriber, delivery };
+}
+
+/**
+ * Triggers from Knative Trigger manifests (eventing.knative.dev/v1), so routes written for a
+ * cluster work locally too; only `spec.subscriber.uri` is resolvable off-cluster.
+ */
+export function triggersFromManifests(objects: KubeObject[]): Trigger[] {
+  return objects
+    .filter((object) => object.kind === 'Trigger')
+    .map((object) => {
+      const spec = (object.spec ?? {}) as { filter?: Trigger['filter']; filters?: Trigger['filters']; subscriber?: { uri?: string }; delivery?: DeliverySpec };
+      if (!spec.subscriber?.uri) throw new Error(`Trigger ${object.metadata.name}: locally only spec.subscriber.uri can be resolved (a Knative Service ref needs a cluster)`);
+      return { name: object.metadata.name!, filter: spec.filter, filters: spec.filters, subscriber: spec.subscriber.uri, delivery: spec.delivery };
+    });
 }
 
 /** A PingSource event, as Knative sends it on the function's resync schedule. */
@@ -65,6 +80,8 @@ export interface PlaneOptions {
   command?: (declaration: FunctionDeclaration) => { command: string; args: string[] };
   /** Extra environment for function processes (e.g. LOG_LEVEL). */
   env?: Record<string, string>;
+  /** Triggers added by configuration, beside the ones derived from the declarations. */
+  triggers?: Trigger[];
 }
 
 export class EventPlane {
@@ -107,6 +124,7 @@ export class EventPlane {
   async start(): Promise<{ activatorUrl: string; brokerUrl: string }> {
     const activatorUrl = await this.activator.listen(0, '127.0.0.1');
     for (const declaration of this.#options.functions) this.broker.addTrigger(triggerFor(declaration, this.activator.urlFor(declaration.name)));
+    for (const trigger of this.#options.triggers ?? []) this.broker.addTrigger(trigger);
     const brokerUrl = await this.broker.listen(0, '127.0.0.1');
     await this.activator.start();
     await this.source.start();

@@ -63,6 +63,7 @@ export class FunctionHost {
   #inFlight = 0;
   #draining = false;
   #drained?: () => void;
+  #drainedPromise?: Promise<void>;
 
   constructor(options: FunctionHostOptions) {
     this.#options = { maxBodyBytes: 1024 * 1024, resyncConcurrency: 8, ...options };
@@ -189,8 +190,9 @@ export class FunctionHost {
   /** Stops taking events (readiness turns 503) and resolves when in-flight ones are done. */
   drain(): Promise<void> {
     this.#draining = true;
-    if (this.#inFlight === 0) return Promise.resolve();
-    return new Promise((resolve) => (this.#drained = resolve));
+    // Every caller waits for the same moment (a second SIGTERM must not orphan the first).
+    this.#drainedPromise ??= this.#inFlight === 0 ? Promise.resolve() : new Promise((resolve) => (this.#drained = resolve));
+    return this.#drainedPromise;
   }
 }
 

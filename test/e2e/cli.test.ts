@@ -2,7 +2,8 @@
 // function served and invoked by hand.
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -93,4 +94,40 @@ test('a second `cluster up` while one runs refuses and points at the running one
     await opfn('cluster', 'down');
     await eventually(async () => cluster.exitCode !== null, 20_000, 'cluster process exit');
   }
+});
+
+test('npm start (opfn dev): a local cluster, the operator, a configured extra Trigger, and Ctrl-C stops everything', async () => {
+  // An extra subscriber, routed by a Knative Trigger manifest given on the command line.
+  const received: Record<string, string>[] = [];
+  const audit = createHttpServer((req, res) => {
+    received.push(Object.fromEntries(Object.entries(req.headers).filter(([name]) => name.startsWith('ce-')).map(([name, value]) => [name, String(value)])));
+    req.resume();
+    res.writeHead(202).end();
+  }).listen(0, '127.0.0.1');
+  await new Promise((resolve) => audit.once('listening', resolve));
+  const triggers = join(stateDir, 'triggers.yaml');
+  writeFileSync(triggers, `apiVersion: eventing.knative.dev/v1
+kind: Trigger
+metadata: {name: audit-adds}
+spec:
+  broker: default
+  filter: {attributes: {type: dev.knative.apiserver.ref.add, kind: ImmortalContainer}}
+  subscriber: {uri: "http://127.0.0.1:${(audit.address() as { port: number }).port}/"}
+`);
+  const { child: dev, match } = await startOpfn(['dev', '--idle', '5', '--triggers', triggers], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { KUBECONFIG: join(stateDir, 'no-such-kubeconfig') });
+  const kubeconfig = match[1];
+  try {
+    const kube = kubeFor(kubeconfig);
+    await kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'from-dev', namespace: 'default' }, spec: { image: 'nginx' } });
+    await eventually(() => kube.get(Pod, { namespace: 'default', name: 'from-dev-immortalpod' }), 30_000, 'pod made by the operator under opfn dev');
+    await eventually(async () => received.some((headers) => headers['ce-name'] === 'from-dev'), 10_000, 'the extra Trigger delivered the add event');
+    assert.ok(received.every((headers) => headers['ce-type'] === 'dev.knative.apiserver.ref.add' && headers['ce-kind'] === 'ImmortalContainer'), 'only what the filter selects');
+  } finally {
+    dev.kill('SIGINT');
+    assert.equal(await exited(dev), 0, 'Ctrl-C stops cleanly');
+    audit.close();
+  }
+  assert.equal(existsSync(kubeconfig), false, 'the local control plane was stopped and removed');
+  const leftovers = await promisify(execFile)('pgrep', ['-f', dirname(kubeconfig)]).then((r) => r.stdout.trim(), () => '');
+  assert.equal(leftovers, '', 'no process of the plane or the control plane is left');
 });
