@@ -4,21 +4,23 @@
 //   warm   the same with the function already running
 //   direct the same pod written straight to the API (the floor any operator sits on)
 //   burst  N ImmortalContainers at once → N pods, vs writing the N pods directly
+// --bundled runs the functions from their esbuild bundles with a compile cache, as the image does.
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { EventPlane } from '../eventing/plane.ts';
+import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
 import immortalContainer from '../functions/immortal-container/index.ts';
 import { desiredPod, ImmortalContainerKind, type ImmortalContainer } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 
-const { values } = parseArgs({ options: { runs: { type: 'string', default: '5' }, burst: { type: 'string', default: '200' } } });
+const { values } = parseArgs({ options: { runs: { type: 'string', default: '5' }, burst: { type: 'string', default: '200' }, bundled: { type: 'boolean', default: false } } });
 const runs = Number(values.runs);
 const burst = Number(values.burst);
 
+const bundled = values.bundled ? await bundledFunctions(mkdtempSync(join(tmpdir(), 'opfn-bench-dist-'))) : undefined;
 const cluster = await startTestCluster();
 const { kube } = cluster;
 const idleTimeoutMs = 1000;
@@ -30,7 +32,8 @@ const plane = new EventPlane({
   stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
   idleTimeoutMs,
   resyncIntervalMs: 0,
-  env: { LOG_LEVEL: 'warn' },
+  env: { LOG_LEVEL: 'warn', ...bundled?.env },
+  command: bundled?.command,
 });
 await plane.start();
 
@@ -82,7 +85,7 @@ for (let i = 0; i < burst; i += 32) await Promise.all(Array.from({ length: Math.
 const directSeconds = (performance.now() - started) / 1000;
 
 const row = (name: string, xs: number[]) => `${name.padEnd(34)} ${median(xs).toFixed(0).padStart(7)} ms   (min ${Math.min(...xs).toFixed(0)}, max ${Math.max(...xs).toFixed(0)}, n=${xs.length})`;
-console.log(`\nkubectl apply → pod created (medians, ${runs} runs, interleaved)`);
+console.log(`\nkubectl apply → pod created (medians, ${runs} runs, interleaved; functions ${values.bundled ? 'bundled, compile cache' : 'from TypeScript sources'})`);
 console.log(row('cold (function at zero)', samples.cold));
 console.log(row('warm (function running)', samples.warm));
 console.log(row('direct pod write (no operator)', samples.direct));

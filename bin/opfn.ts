@@ -4,7 +4,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import type { ChangeAction } from '../eventing/apiserver-events.ts';
-import { functionModules, loadFunction } from '../functions/index.ts';
+import { functionNames, loadFunction } from '../functions/index.ts';
 
 // Commands import what they need when they run, so `opfn --help` answers at once.
 
@@ -39,15 +39,16 @@ const program = new Command('opfn')
 program
   .command('dev')
   .description('install the CRDs and run every function on the local event plane (source, broker, scale-from-zero activator) against $KUBECONFIG, or a local control plane when no cluster answers')
-  .option('-f, --functions <names>', `comma-separated functions to run (default: all of ${Object.keys(functionModules).join(', ')})`, (v) => v.split(',').filter(Boolean))
+  .option('-f, --functions <names>', `comma-separated functions to run (default: all of ${functionNames.join(', ')})`, (v) => v.split(',').filter(Boolean))
   .option('--idle <seconds>', 'idle time before a function scales to zero', seconds, 30)
   .option('--resync <seconds>', 'interval of resync pings and source re-lists (0 = off)', seconds, 300)
+  .option('--no-bundle', 'run the functions from their TypeScript sources instead of esbuild bundles (edits apply at the next cold start)')
   .option('-t, --triggers <file...>', 'YAML files of Knative Triggers (spec.subscriber.uri) to add to the broker, e.g. to route a kind to another implementation')
-  .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[] }) => {
+  .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[]; bundle: boolean }) => {
     const { runDev } = await import('../eventing/dev.ts');
     const { createLogger } = await import('../functions/runtime/log.ts');
     try {
-      const running = await runDev({ functions: options.functions, triggerFiles: options.triggers, idleSeconds: options.idle, resyncSeconds: options.resync, stateDir: STATE_DIR, log: createLogger('opfn-dev'), say });
+      const running = await runDev({ functions: options.functions, triggerFiles: options.triggers, bundle: options.bundle, idleSeconds: options.idle, resyncSeconds: options.resync, stateDir: STATE_DIR, log: createLogger('opfn-dev'), say });
       untilSignal(running.stop);
     } catch (error) {
       say(`opfn dev: ${(error as Error).message}`);
@@ -123,7 +124,7 @@ cluster
 program
   .command('invoke')
   .description('send one hand-made CloudEvent (as ApiServerSource or PingSource would) to a running function and print its answer')
-  .argument('<function>', `function whose kind the event names (${Object.keys(functionModules).join(', ')})`)
+  .argument('<function>', `function whose kind the event names (${functionNames.join(', ')})`)
   .option('--url <url>', 'where the function listens', 'http://127.0.0.1:8080/')
   .option('-n, --namespace <namespace>', 'namespace of the object', 'default')
   .option('--name <name>', 'name of the object the event names')
@@ -158,7 +159,7 @@ program
 program
   .command('serve')
   .description('run one function as an HTTP server on $PORT (default 8080), as its Knative Service does')
-  .argument('<function>', Object.keys(functionModules).join(' | '))
+  .argument('<function>', functionNames.join(' | '))
   .action(async (name: string) => {
     const { serve } = await import('../functions/runtime/server.ts');
     try {

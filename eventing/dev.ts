@@ -1,18 +1,20 @@
 // `opfn dev` / `npm start`: install the CRDs and run every function on the local event plane
 // against the current KUBECONFIG cluster, or against a local control plane when there is none.
 import { mkdirSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { loadAllFunctions, loadFunction } from '../functions/index.ts';
 import { ConnectionReusingKubeConfig, KubeClient } from '../functions/runtime/kube.ts';
 import { startControlPlane, type ControlPlane } from '../test/cluster/control-plane.ts';
 import { applyCrds, readManifestFile } from './crds.ts';
-import { EventPlane, triggersFromManifests } from './plane.ts';
+import { bundledFunctions, EventPlane, triggersFromManifests } from './plane.ts';
 
 export interface DevOptions {
   functions?: string[];
   /** YAML files of Knative Triggers to add to the broker (e.g. routing a kind to another implementation). */
   triggerFiles?: string[];
+  /** Run the functions from their bundles, as the image does (default), or from TypeScript sources. */
+  bundle: boolean;
   idleSeconds: number;
   resyncSeconds: number;
   stateDir: string;
@@ -62,6 +64,8 @@ export async function runDev(options: DevOptions): Promise<{ stop(): Promise<voi
   say('CRDs installed and established.');
   const functions = options.functions?.length ? await Promise.all(options.functions.map(loadFunction)) : await loadAllFunctions();
   const triggers = triggersFromManifests((options.triggerFiles ?? []).flatMap(readManifestFile));
+  const launch = options.bundle ? await bundledFunctions(join(options.stateDir, 'dist')) : undefined;
+  say(options.bundle ? 'Functions bundled (esbuild); they run from .opfn/dist, as in the image.' : 'Functions run from their TypeScript sources; edits apply at the next cold start.');
   const plane = new EventPlane({
     functions,
     kube: cluster.kube,
@@ -71,6 +75,7 @@ export async function runDev(options: DevOptions): Promise<{ stop(): Promise<voi
     idleTimeoutMs: options.idleSeconds * 1000,
     resyncIntervalMs: options.resyncSeconds * 1000,
     triggers,
+    ...launch,
   });
   const { brokerUrl } = await plane.start();
   for (const trigger of triggers) say(`Trigger ${trigger.name} → ${trigger.subscriber}`);

@@ -1,17 +1,20 @@
-// Every function of the project, by name. Imports are lazy so a function process loads only
-// its own code (cold start), while tools that need every declaration can have them all.
+// Every function of the project: its name and the module holding its declaration (relative to
+// this file). Modules are imported on demand, so a function process loads only its own code,
+// and bin/build.ts bundles each one on its own.
 import type { FunctionDeclaration } from './runtime/declaration.ts';
 
-export const functionModules: Record<string, () => Promise<{ default: FunctionDeclaration }>> = {
-  'immortal-container': () => import('./immortal-container/index.ts'),
+export const functionModules: Record<string, string> = {
+  'immortal-container': './immortal-container/index.ts',
 };
 
+export const functionNames = Object.keys(functionModules);
+
 export async function loadFunction(name: string): Promise<FunctionDeclaration> {
-  const load = functionModules[name];
-  if (!load) throw new Error(`unknown function "${name}"; known: ${Object.keys(functionModules).join(', ')}`);
-  return (await load()).default;
+  const module = functionModules[name];
+  if (!module) throw new Error(`unknown function "${name}"; known: ${functionNames.join(', ')}`);
+  return ((await import(module)) as { default: FunctionDeclaration }).default;
 }
 
 export async function loadAllFunctions(): Promise<FunctionDeclaration[]> {
-  return Promise.all(Object.keys(functionModules).map(loadFunction));
+  return Promise.all(functionNames.map(loadFunction));
 }

@@ -27,11 +27,10 @@ export type FunctionEvent =
   | { type: 'resync'; id: string };
 
 const APISERVER_TYPE = /^dev\.knative\.apiserver\.(ref|resource)\.(add|update|delete)$/;
-// DNS-1123 subdomain: what Kubernetes allows in object names. Dot-separated labels, so "a..b"
-// and "a.-b" are not names (the earlier pattern let them through).
+// DNS-1123 subdomain, what Kubernetes allows in object names: dot-separated labels, so "a..b"
+// and "a.-b" are not names.
 const NAME = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-// Namespaces are DNS-1123 labels: at most 63 characters and no dots (the subdomain pattern
-// above accepted 253-character and dotted namespaces that cannot exist).
+// Namespaces are DNS-1123 labels: at most 63 characters and no dots.
 const NAMESPACE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const JSON_MEDIA_TYPE = /^application\/(?:[\w.-]+\+)?json\s*(?:;|$)/i;
 const STRUCTURED_JSON = /^application\/cloudevents\+json\s*(?:;|$)/;
@@ -106,8 +105,7 @@ function checkStructured(contentType: string, text: string): void {
   }
 }
 
-// The SDK's ValidationError message already lists its errors, on further lines; appending them
-// again doubled them. A reason is one line.
+// The SDK's ValidationError message lists its errors on further lines; a reason is one line.
 const describe = (error: unknown): string => String((error as Error)?.message ?? error).replace(/\s*\n\s*/g, '; ');
 
 /** What a validated CloudEvent asks of a function; throws BadEventError when it cannot mean anything. */
@@ -119,7 +117,7 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
   const action = match[2] as 'add' | 'update' | 'delete';
   let data: unknown = event.data;
   // Structured mode's data_base64 arrives as a typed array (the SDK makes it a Uint32Array with
-  // one byte per element, which the Uint8Array check missed); Buffer.from copies element-wise.
+  // one byte per element); Buffer.from copies element-wise.
   if (ArrayBuffer.isView(data)) data = Buffer.from(data as unknown as ArrayLike<number>).toString('utf8');
   if (data === undefined || data === '') throw new BadEventError(`${event.type} event has no data: expected a JSON object`);
   if (typeof data === 'string') {
@@ -127,8 +125,7 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
     try {
       data = JSON.parse(text);
     } catch {
-      // Reached by a JSON string body (the SDK already parsed it) or non-JSON text: "is not
-      // JSON" was wrong for the first, so name what arrived instead.
+      // A JSON string body (already parsed by the SDK) or non-JSON text: name what arrived.
       throw new BadEventError(`${event.type} event data must be a JSON object, got the string ${JSON.stringify(text.length > 64 ? `${text.slice(0, 64)}…` : text)}`);
     }
   }

@@ -81,8 +81,8 @@ export class FunctionHost {
     });
     app.post('/', express.raw({ type: () => true, limit: maxBodyBytes }), async (req: Request, res: Response) => {
       // The request stays in flight until its answer is written out, not just until the work is
-      // done: drain() used to resolve between the two, so serve() exited before writing the
-      // answer and the broker redelivered an event that had been handled.
+      // done: otherwise serve() could exit between the two, and the broker would redeliver an
+      // event that had been handled.
       this.#inFlight++;
       res.once('close', () => this.#settle());
       const outcome = await this.receive(req.headers, Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));

@@ -1,0 +1,196 @@
+// Kubernetes API requests per reconcile of ImmortalContainer, counted by the API server itself:
+// `apiserver_request_total` from kube-apiserver's /metrics (summed over every label set) just
+// before and just after each delivery. Cases:
+//   create    a new ImmortalContainer, its add event (Reference mode)
+//   no-op     the same add event delivered again (a retrying sender), nothing to do
+//   recreate  its pod deleted, the pod's delete event (Resource mode, as the source sends for
+//             owned kinds)
+// The control plane runs without kube-controller-manager by default: its garbage collector
+// reacts to each new pod by reading the pod's owner (measured: 0 to 7 extra requests inside
+// the window, depending on timing), which is load caused by the pod, not by the reconcile;
+// --controller-manager keeps it in. The API server's own loopback controllers remain, so each
+// case runs --reps times and the table shows the most common count (how many repetitions agree
+// is printed); "scrape pair" is two scrapes with nothing in between: what the measurement itself
+// and the background add. The function's own count
+// (opfn_kube_api_requests_total) is printed alongside as a cross-check.
+//
+// Usage: node bench/api-requests.ts [--reps N] [--controller-manager]   (default 5 repetitions)
+import type { AddressInfo } from 'node:net';
+import { parseArgs } from 'node:util';
+import type { CloudEvent } from 'cloudevents';
+import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
+import immortalContainer from '../functions/immortal-container/index.ts';
+import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
+import { Pod } from '../functions/runtime/kinds.ts';
+import { ConnectionReusingKubeConfig, KubeClient } from '../functions/runtime/kube.ts';
+import { createMetrics } from '../functions/runtime/metrics.ts';
+import { createFunctionHost } from '../functions/runtime/server.ts';
+import { applyCrds } from '../eventing/crds.ts';
+import { startControlPlane } from '../test/cluster/control-plane.ts';
+import { deliver, kubeFor, quietLog, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
+
+/** Counters are incremented when the handler returns, a moment after the client has its answer. */
+const SETTLE_MS = 150;
+const CASES = ['scrape pair', 'create', 'no-op', 'recreate'] as const;
+type Case = (typeof CASES)[number];
+/** verb → count, and "VERB resource[/subresource]" → count. */
+interface Counts { byVerb: Record<string, number>; byResource: Record<string, number>; total: number }
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function parseRequestTotals(text: string): Map<string, { verb: string; resource: string; value: number }> {
+  const series = new Map<string, { verb: string; resource: string; value: number }>();
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('apiserver_request_total{')) continue;
+    const labelsEnd = line.lastIndexOf('}');
+    const labels = Object.fromEntries([...line.slice('apiserver_request_total{'.length, labelsEnd).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((match) => [match[1], match[2]]));
+    const resource = labels.resource ? `${labels.resource}${labels.subresource ? `/${labels.subresource}` : ''}` : labels.subresource || '(other)';
+    series.set(line.slice(0, labelsEnd + 1), { verb: labels.verb ?? '?', resource, value: Number(line.slice(labelsEnd + 1).trim()) });
+  }
+  return series;
+}
+
+async function scrape(cluster: TestCluster): Promise<Map<string, { verb: string; resource: string; value: number }>> {
+  const answer = await cluster.cp.request('GET', '/metrics');
+  if (answer.status !== 200 || typeof answer.body !== 'string') throw new Error(`GET /metrics answered ${answer.status}`);
+  return parseRequestTotals(answer.body);
+}
+
+function difference(before: Awaited<ReturnType<typeof scrape>>, after: Awaited<ReturnType<typeof scrape>>): Counts {
+  const counts: Counts = { byVerb: {}, byResource: {}, total: 0 };
+  for (const [key, { verb, resource, value }] of after) {
+    const delta = value - (before.get(key)?.value ?? 0);
+    if (delta === 0) continue;
+    counts.byVerb[verb] = (counts.byVerb[verb] ?? 0) + delta;
+    counts.byResource[`${verb} ${resource}`] = (counts.byResource[`${verb} ${resource}`] ?? 0) + delta;
+    counts.total += delta;
+  }
+  return counts;
+}
+
+/** Requests the API server counted while `action` ran. */
+async function measure(cluster: TestCluster, action: () => Promise<void>): Promise<Counts> {
+  await sleep(SETTLE_MS);
+  const before = await scrape(cluster);
+  await action();
+  await sleep(SETTLE_MS);
+  return difference(before, await scrape(cluster));
+}
+
+/** The most common result of the repetitions and how many had it. */
+function mode(results: Counts[]): { counts: Counts; agree: number } {
+  const tally = new Map<string, { counts: Counts; agree: number }>();
+  for (const counts of results) {
+    const key = JSON.stringify(Object.entries(counts.byResource).sort());
+    const entry = tally.get(key) ?? { counts, agree: 0 };
+    entry.agree++;
+    tally.set(key, entry);
+  }
+  return [...tally.values()].sort((a, b) => b.agree - a.agree || a.counts.total - b.counts.total)[0];
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { reps: { type: 'string', default: '5' }, 'controller-manager': { type: 'boolean', default: false } } });
+  const reps = Number(values.reps);
+  if (!Number.isInteger(reps) || reps < 1) {
+    console.error(`--reps must be a positive integer, got "${values.reps}"`);
+    process.exit(2);
+  }
+
+  let cluster: TestCluster;
+  if (values['controller-manager']) cluster = await startTestCluster();
+  else {
+    // startTestCluster without kube-controller-manager (nothing here needs it).
+    const cp = await startControlPlane({ controllerManager: false });
+    const admin = kubeFor(cp.kubeconfigPath);
+    await applyCrds(admin);
+    cluster = { cp, kube: admin, stop: () => cp.stop() };
+  }
+  const metrics = createMetrics(immortalContainer.name);
+  // As in production (createFunctionHost from the environment): every request the function
+  // makes is counted in its own metrics too.
+  const config = new ConnectionReusingKubeConfig();
+  config.loadFromFile(cluster.cp.kubeconfigPath);
+  const kube = new KubeClient(config, (verb, resource, code) => metrics.apiRequests.inc({ verb, resource, code: String(code) }));
+  const host = createFunctionHost(immortalContainer, { kube, log: quietLog, metrics });
+  const server = host.app.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+
+  const results = new Map<Case, Counts[]>(CASES.map((name) => [name, []]));
+  const clientSide = new Map<Case, Record<string, number>[]>(CASES.map((name) => [name, []]));
+  const clientCounts = async () => Object.fromEntries((await metrics.apiRequests.get()).values.map((value) => [`${value.labels.verb} ${value.labels.resource} ${value.labels.code}`, value.value]));
+
+  const run = async (name: Case, action: () => Promise<void>) => {
+    const clientBefore = await clientCounts();
+    results.get(name)!.push(await measure(cluster, action));
+    const clientAfter = await clientCounts();
+    clientSide.get(name)!.push(Object.fromEntries(Object.entries(clientAfter).map(([key, value]) => [key, value - (clientBefore[key] ?? 0)]).filter(([, value]) => value !== 0)));
+  };
+  const deliverOk = async (event: CloudEvent<unknown>) => {
+    const answer = await deliver(url, event);
+    if (answer.status !== 200) throw new Error(`delivery answered ${answer.status}: ${JSON.stringify(answer.body)}`);
+  };
+
+  try {
+    // Warm up connections (and the function's code) on an object of its own; let the
+    // controller manager's start-up burst pass.
+    const warm = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'api-warmup', namespace: 'default' }, spec: { image: 'nginx' } });
+    await deliverOk(apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: warm, action: 'add', mode: 'Reference' }));
+    await sleep(2000);
+
+    for (let rep = 0; rep < reps; rep++) {
+      const name = `api-${rep}`;
+      const podKey = { namespace: 'default', name: `${name}-immortalpod` };
+      await run('scrape pair', async () => {});
+
+      const ic = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image: 'nginx' } });
+      const added = apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: ic, action: 'add', mode: 'Reference' });
+      await run('create', () => deliverOk(added));
+
+      await run('no-op', () => deliverOk(added));
+
+      const pod = (await cluster.kube.get<PodObject>(Pod, podKey))!;
+      await cluster.kube.delete(Pod, podKey);
+      await run('recreate', () => deliverOk(apiServerSourceEvent({ server: cluster.cp.server, kind: Pod, object: pod, action: 'delete', mode: 'Resource' })));
+      const status = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name }))?.status;
+      if (status?.startTimes !== 2 || !(await cluster.kube.get(Pod, podKey))) throw new Error(`${name}: expected a recreated pod and startTimes 2, got startTimes ${status?.startTimes}`);
+    }
+  } finally {
+    server.closeAllConnections();
+    server.close();
+    await cluster.stop();
+  }
+
+  const chosen = new Map(CASES.map((name) => [name, mode(results.get(name)!)]));
+  const table = (title: string, keyOf: (counts: Counts) => Record<string, number>) => {
+    const rows = [...new Set(CASES.flatMap((name) => Object.keys(keyOf(chosen.get(name)!.counts))))].sort();
+    const header = [title, ...CASES];
+    const body = [
+      ...rows.map((row) => [row, ...CASES.map((name) => String(keyOf(chosen.get(name)!.counts)[row] ?? 0))]),
+      ['total', ...CASES.map((name) => String(chosen.get(name)!.counts.total))],
+      ['agree', ...CASES.map((name) => `${chosen.get(name)!.agree}/${reps}`)],
+    ];
+    const widths = header.map((cell, column) => Math.max(cell.length, ...body.map((row) => row[column].length)));
+    const line = (cells: string[]) => cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
+    console.log(line(header));
+    for (const row of body) console.log(line(row));
+  };
+
+  console.log(`API requests per reconcile (kube-apiserver apiserver_request_total, after − before; most common of ${reps} repetitions; kube-controller-manager ${values['controller-manager'] ? 'running' : 'not running'})\n`);
+  table('verb', (counts) => counts.byVerb);
+  console.log('');
+  table('verb resource', (counts) => counts.byResource);
+  console.log('\nthe function\'s own count (opfn_kube_api_requests_total: verb resource code), same repetitions:');
+  for (const name of CASES.slice(1)) {
+    const seen = new Map<string, number>();
+    for (const counts of clientSide.get(name)!) seen.set(JSON.stringify(counts), (seen.get(JSON.stringify(counts)) ?? 0) + 1);
+    for (const [counts, times] of seen) console.log(`  ${name.padEnd(9)} ${times}/${reps}: ${Object.entries(JSON.parse(counts) as Record<string, number>).map(([key, value]) => `${key} ×${value}`).join(', ')}`);
+  }
+  console.log('\nnote: kube-apiserver 1.20 labels a GET of one custom resource (here immortalcontainers) as verb LIST,\n' +
+    'scope namespace (see kubernetes/kubernetes#95556); the function\'s own count shows these are single-object GETs.');
+  const outliers = CASES.flatMap((name) => results.get(name)!.filter((counts) => counts.total !== chosen.get(name)!.counts.total).map((counts) => `${name}: ${counts.total} (${Object.entries(counts.byResource).map(([key, value]) => `${key} ×${value}`).join(', ')})`));
+  if (outliers.length) console.log(`\nrepetitions that differ (other clients of the API server at the same moment):\n  ${outliers.join('\n  ')}`);
+}
+
+await main();

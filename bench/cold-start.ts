@@ -1,0 +1,200 @@
+// Cold start of a function, measured the way Knative experiences it: from process spawn to the
+// first reconcile done, i.e. the first 200 answer to an ApiServerSource add event delivered as
+// soon as /health/readiness answers (polled every 5 ms). Every run reconciles a fresh
+// ImmortalContainer against a real control plane, so every run does the real work (read the
+// object, create the pod, record an Event, write status) over a fresh TLS connection.
+//
+// Variants, interleaved run by run (the starting variant rotates) so a noisy machine hurts them
+// alike:
+//   (a) unbundled:                node functions/runtime/main.ts immortal-container
+//   (b) bundled:                  node dist/immortal-container.mjs
+//   (c) bundled, compile cache:   NODE_COMPILE_CACHE=<warm dir> node dist/immortal-container.mjs
+//   (d) unbundled, compile cache: NODE_COMPILE_CACHE=<warm dir> node functions/runtime/main.ts …
+// (a) and (b) run with NODE_DISABLE_COMPILE_CACHE=1. A first, unmeasured round runs every
+// variant once: it fills the caches of (c) and (d) and warms the OS file cache for all.
+//
+// Usage: node bench/cold-start.ts [--runs N]   (default 7)
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { buildFunctions } from '../bin/build.ts';
+import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
+import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
+import { Pod } from '../functions/runtime/kinds.ts';
+import { deliver, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const FUNCTION = 'immortal-container';
+const POLL_MS = 5;
+const RUN_TIMEOUT_MS = 30_000;
+
+interface Variant {
+  id: string;
+  label: string;
+  args: string[];
+  /** Compile cache folder (warm after the first round); undefined = cache disabled. */
+  cacheDir?: string;
+}
+
+interface Sample {
+  /** spawn → /health/readiness 200 */
+  readyMs: number;
+  /** spawn → first reconcile answered 200 */
+  doneMs: number;
+  /** the process's own `startupMs` (performance.now() when listening) */
+  startupMs?: number;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+const liveChildren = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of liveChildren) child.kill('SIGKILL');
+});
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** One cold start of `variant` reconciling a fresh ImmortalContainer named `name`. */
+async function coldStart(cluster: TestCluster, variant: Variant, name: string): Promise<Sample> {
+  const ic = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
+    apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer',
+    metadata: { name, namespace: 'default' }, spec: { image: 'nginx:1.27' },
+  });
+  const event = apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: ic, action: 'add', mode: 'Reference' });
+  const port = await freePort();
+  const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: cluster.cp.kubeconfigPath, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info' };
+  delete env.NODE_COMPILE_CACHE;
+  delete env.NODE_DISABLE_COMPILE_CACHE;
+  if (variant.cacheDir) env.NODE_COMPILE_CACHE = variant.cacheDir;
+  else env.NODE_DISABLE_COMPILE_CACHE = '1';
+  const url = `http://127.0.0.1:${port}/`;
+
+  const started = performance.now();
+  const child = spawn(process.execPath, variant.args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  liveChildren.add(child);
+  child.on('exit', () => liveChildren.delete(child));
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+  const died = () => child.exitCode !== null || child.signalCode !== null;
+  try {
+    let readyMs: number | undefined;
+    while (readyMs === undefined) {
+      if (died()) throw new Error(`${variant.label} exited (${child.exitCode ?? child.signalCode}) before it was ready: ${(stderr || stdout).trim().split('\n').slice(-3).join(' | ')}`);
+      if (performance.now() - started > RUN_TIMEOUT_MS) throw new Error(`${variant.label} not ready after ${RUN_TIMEOUT_MS / 1000}s`);
+      try {
+        const response = await fetch(`${url}health/readiness`);
+        await response.arrayBuffer();
+        if (response.status === 200) readyMs = performance.now() - started;
+      } catch {
+        // not listening yet
+      }
+      if (readyMs === undefined) await sleep(POLL_MS);
+    }
+    const answer = await deliver(url, event);
+    const doneMs = performance.now() - started;
+    if (answer.status !== 200) throw new Error(`${variant.label}: the add event was answered ${answer.status} ${JSON.stringify(answer.body)}`);
+
+    // The run counts only if it did the real work.
+    const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: `${name}-immortalpod` });
+    const status = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name }))?.status;
+    if (!pod || status?.startTimes !== 1) throw new Error(`${variant.label}: reconcile answered 200 but pod=${Boolean(pod)} startTimes=${status?.startTimes}`);
+
+    const readyLine = stdout.split('\n').find((line) => line.includes('"startupMs"'));
+    const startupMs = readyLine ? (JSON.parse(readyLine) as { startupMs?: number }).startupMs : undefined;
+    return { readyMs, doneMs, startupMs };
+  } finally {
+    await stopChild(child);
+  }
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+};
+const ms = (value: number | undefined) => (value === undefined || Number.isNaN(value) ? '-' : `${Math.round(value)}`);
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { runs: { type: 'string', default: '7' } } });
+  const runs = Number(values.runs);
+  if (!Number.isInteger(runs) || runs < 1) {
+    console.error(`--runs must be a positive integer, got "${values.runs}"`);
+    process.exit(2);
+  }
+
+  // Measure the code as it is now.
+  const built = await buildFunctions();
+  const bundle = built.bundles.find((candidate) => candidate.name === FUNCTION)!;
+  const cacheRoot = mkdtempSync(join(tmpdir(), 'opfn-bench-compile-cache-'));
+  const variants: Variant[] = [
+    { id: 'a', label: '(a) unbundled', args: ['functions/runtime/main.ts', FUNCTION] },
+    { id: 'b', label: '(b) bundled', args: [bundle.file] },
+    { id: 'c', label: '(c) bundled + compile cache', args: [bundle.file], cacheDir: join(cacheRoot, 'bundled') },
+    { id: 'd', label: '(d) unbundled + compile cache', args: ['functions/runtime/main.ts', FUNCTION], cacheDir: join(cacheRoot, 'unbundled') },
+  ];
+
+  const cluster = await startTestCluster();
+  const samples = new Map<string, Sample[]>(variants.map((variant) => [variant.id, []]));
+  try {
+    const commands = variants.map((variant) =>
+      `  ${variant.label.padEnd(31)} ${variant.cacheDir ? `NODE_COMPILE_CACHE=${variant.cacheDir}` : 'NODE_DISABLE_COMPILE_CACHE=1'} ${process.execPath} ${variant.args.join(' ')}`);
+    console.log(`node ${process.version}, ${cpus().length} CPU(s) (${cpus()[0]?.model ?? 'unknown'}), load ${loadavg().map((load) => load.toFixed(2)).join(' ')}`);
+    console.log(`bundle ${bundle.file}: ${(bundle.bytes / 1024).toFixed(0)} KiB`);
+    console.log(`each run: KUBECONFIG=<admin> PORT=<free> HOST=127.0.0.1, cwd ${ROOT}`);
+    console.log(commands.join('\n'));
+
+    // Round 0 is not measured: it fills the compile caches of (c) and (d).
+    for (const variant of variants) await coldStart(cluster, variant, `cold-warmup-${variant.id}`);
+    for (let round = 0; round < runs; round++) {
+      const order = variants.map((_, index) => variants[(index + round) % variants.length]);
+      for (const variant of order) samples.get(variant.id)!.push(await coldStart(cluster, variant, `cold-${variant.id}-${round}`));
+      process.stderr.write(`round ${round + 1}/${runs}: ${order.map((variant) => `${variant.id} ${ms(samples.get(variant.id)!.at(-1)!.doneMs)} ms`).join(', ')}\n`);
+    }
+  } finally {
+    await cluster.stop();
+    rmSync(cacheRoot, { recursive: true, force: true });
+  }
+
+  const baseline = median(samples.get('a')!.map((sample) => sample.doneMs));
+  console.log(`\nspawn → first reconcile done (ms), ${runs} runs per variant, interleaved; ready = spawn → /health/readiness 200; startupMs = the process's own clock at listen`);
+  const header = ['variant', 'median', 'min', 'max', 'ready med', 'startupMs med', 'reconcile med', 'vs (a)'];
+  const rows = variants.map((variant) => {
+    const list = samples.get(variant.id)!;
+    const done = list.map((sample) => sample.doneMs);
+    const ready = median(list.map((sample) => sample.readyMs));
+    const startup = list.every((sample) => sample.startupMs !== undefined) ? median(list.map((sample) => sample.startupMs!)) : undefined;
+    const reconcile = median(list.map((sample) => sample.doneMs - sample.readyMs));
+    return [variant.label, ms(median(done)), ms(Math.min(...done)), ms(Math.max(...done)), ms(ready), ms(startup), ms(reconcile), `${(median(done) / baseline).toFixed(2)}×`];
+  });
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
+  const line = (cells: string[]) => cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
+  console.log(line(header));
+  for (const row of rows) console.log(line(row));
+  console.log(`\nraw spawn → done (ms):\n${variants.map((variant) => `  ${variant.id}: ${samples.get(variant.id)!.map((sample) => ms(sample.doneMs)).join(' ')}`).join('\n')}`);
+}
+
+await main();

@@ -1,0 +1,332 @@
+// The container image, checked without Docker: the Dockerfile is parsed, its build command run,
+// its runtime stage laid out in a scratch folder exactly as its COPY lines say (so no
+// node_modules), its warm-up RUN executed, and its ENTRYPOINT/CMD started there against a real
+// control plane. If the Dockerfile drifts (another entry, a COPY of something the build does
+// not produce, a source folder the bundles need but the build stage does not copy), this fails.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join, posix, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, test } from 'node:test';
+import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
+import immortalContainer from '../../functions/immortal-container/index.ts';
+import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
+import { Pod } from '../../functions/runtime/kinds.ts';
+import { deliver, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+// ---------------------------------------------------------------------------------------------
+// A Dockerfile reader for the forms this project uses (exec-form ENTRYPOINT/CMD, key=value ENV).
+
+interface Copy { from?: string; sources: string[]; dest: string; line: number }
+interface Stage {
+  name?: string;
+  base: string;
+  workdir: string;
+  env: Record<string, string>;
+  copies: Copy[];
+  runs: string[];
+  entrypoint?: string[];
+  cmd?: string[];
+  user?: string;
+}
+
+/** Splits on whitespace, keeping "quoted strings" together (quotes removed). */
+function words(text: string): string[] {
+  return [...text.matchAll(/(?:[^\s"']+|"[^"]*"|'[^']*')+/g)].map((match) => match[0].replace(/["']/g, ''));
+}
+
+function parseDockerfile(text: string): Stage[] {
+  const stages: Stage[] = [];
+  const lines = text.replace(/\\\r?\n/g, ' ').split(/\r?\n/);
+  lines.forEach((raw, index) => {
+    const line = raw.trim();
+    if (!line || line.startsWith('#')) return;
+    const [, keyword, rest = ''] = /^(\w+)\s*(.*)$/.exec(line) ?? [];
+    const instruction = keyword.toUpperCase();
+    if (instruction === 'FROM') {
+      const [base, as, name] = words(rest).filter((word) => !word.startsWith('--'));
+      stages.push({ base, name: as?.toUpperCase() === 'AS' ? name : undefined, workdir: '/', env: {}, copies: [], runs: [] });
+      return;
+    }
+    const stage = stages.at(-1);
+    assert.ok(stage, `Dockerfile line ${index + 1}: ${instruction} before FROM`);
+    const execForm = () => {
+      assert.ok(rest.startsWith('['), `Dockerfile line ${index + 1}: ${instruction} must use the exec form ["node", …] (signals reach node as PID 1)`);
+      return JSON.parse(rest) as string[];
+    };
+    switch (instruction) {
+      case 'WORKDIR': stage.workdir = posix.resolve(stage.workdir, rest); break;
+      case 'ENV':
+        for (const word of words(rest)) {
+          const equals = word.indexOf('=');
+          assert.ok(equals > 0, `Dockerfile line ${index + 1}: write ENV as KEY=value`);
+          stage.env[word.slice(0, equals)] = word.slice(equals + 1);
+        }
+        break;
+      case 'COPY': case 'ADD': {
+        const all = rest.startsWith('[') ? (JSON.parse(rest) as string[]) : words(rest);
+        const from = all.find((word) => word.startsWith('--from='))?.slice('--from='.length);
+        const paths = all.filter((word) => !word.startsWith('--'));
+        stage.copies.push({ from, sources: paths.slice(0, -1), dest: paths.at(-1)!, line: index + 1 });
+        break;
+      }
+      case 'RUN': stage.runs.push(rest); break;
+      case 'ENTRYPOINT': stage.entrypoint = execForm(); stage.cmd = undefined; break;
+      case 'CMD': stage.cmd = execForm(); break;
+      case 'USER': stage.user = rest; break;
+      default: break;
+    }
+  });
+  return stages;
+}
+
+/** .dockerignore semantics: last matching pattern wins; a pattern also matches a file's parent folders. */
+function dockerignore(text: string): (path: string) => boolean {
+  const patterns = text.split(/\r?\n/).map((line) => line.trim()).filter((line) => line && !line.startsWith('#')).map((line) => {
+    const negate = line.startsWith('!');
+    const glob = (negate ? line.slice(1) : line).replace(/^\/+|\/+$/g, '');
+    const source = glob.split(/(\*\*|\*|\?)/).map((part) => (part === '**' ? '.*' : part === '*' ? '[^/]*' : part === '?' ? '[^/]' : part.replace(/[.+^${}()|[\]\\]/g, '\\$&'))).join('');
+    return { negate, regex: new RegExp(`^${source}$`) };
+  });
+  return (path: string) => {
+    const parts = path.split('/');
+    let ignored = false;
+    for (const pattern of patterns) {
+      for (let length = 1; length <= parts.length; length++) {
+        if (pattern.regex.test(parts.slice(0, length).join('/'))) {
+          ignored = !pattern.negate;
+          break;
+        }
+      }
+    }
+    return ignored;
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const dockerfile = parseDockerfile(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'));
+const runtime = dockerfile.at(-1)!;
+const stageNamed = (name: string) => {
+  const stage = dockerfile.find((candidate) => candidate.name === name) ?? dockerfile[Number(name)];
+  assert.ok(stage, `COPY --from=${name}: no such stage`);
+  return stage;
+};
+/** The build stage's working folder mirrors the repository (its COPY lines keep the layout). */
+const repoPathIn = (stage: Stage, imagePath: string): string => {
+  const absolute = posix.resolve(stage.workdir, imagePath);
+  assert.ok(absolute === stage.workdir || absolute.startsWith(`${stage.workdir}/`), `${imagePath} is outside the stage's WORKDIR ${stage.workdir}`);
+  return join(ROOT, posix.relative(stage.workdir, absolute));
+};
+const buildStage = stageNamed(runtime.copies.find((copy) => copy.from)?.from ?? '0');
+const ignored = dockerignore(existsSync(join(ROOT, '.dockerignore')) ? readFileSync(join(ROOT, '.dockerignore'), 'utf8') : '');
+
+const scratch = mkdtempSync(join(tmpdir(), 'opfn-image-'));
+/** The runtime stage's file system. */
+const image = join(scratch, 'rootfs');
+const imagePath = (path: string) => join(image, posix.resolve(runtime.workdir, path));
+const metafile = join(scratch, 'meta.json');
+let buildOutput = '';
+let cluster: TestCluster;
+let functionKubeconfig: string;
+const children = new Set<ChildProcess>();
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** The runtime stage's ENV, paths moved into the scratch root file system. */
+function imageEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: join(image, 'home') };
+  for (const [key, value] of Object.entries(runtime.env)) env[key] = value.startsWith('/') ? join(image, value) : value;
+  for (const [key, value] of Object.entries(extra)) if (value === undefined) delete env[key]; else env[key] = value;
+  return env;
+}
+
+/** ENTRYPOINT + CMD of the runtime stage, with `node` being this Node 24. */
+function imageCommand(): { file: string; args: string[] } {
+  assert.ok(runtime.entrypoint?.length, 'the runtime stage has an ENTRYPOINT (the base image\'s docker-entrypoint.sh is not what Knative should run)');
+  const [program, ...args] = [...runtime.entrypoint!, ...(runtime.cmd ?? [])];
+  assert.equal(program, 'node', 'the entry runs node directly');
+  return { file: process.execPath, args };
+}
+
+function startImage(env: Record<string, string | undefined>): { child: ChildProcess; output: () => { stdout: string; stderr: string }; exited: Promise<number | null> } {
+  const { file, args } = imageCommand();
+  const child = spawn(file, args, { cwd: join(image, runtime.workdir), env: imageEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+  children.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => {
+    children.delete(child);
+    resolve(code);
+  }));
+  return { child, output: () => ({ stdout, stderr }), exited };
+}
+
+before(async () => {
+  // Cluster start-up and the build run side by side.
+  const clusterReady = startTestCluster();
+  try {
+    const command = buildStage.runs.find((run) => run.includes('bin/build.ts'));
+    assert.ok(command, 'the build stage runs bin/build.ts');
+    const [program, ...args] = words(command!);
+    assert.equal(program, 'node', `the build command runs node: ${command}`);
+    const built = spawnSync(process.execPath, [...args, '--metafile', metafile], { cwd: ROOT, encoding: 'utf8' });
+    buildOutput = `${built.stdout}${built.stderr}`;
+    assert.equal(built.status, 0, `node ${args.join(' ')} failed:\n${buildOutput}`);
+  } finally {
+    // Even when the build fails, so after() can stop it.
+    cluster = await clusterReady;
+  }
+  functionKubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, immortalContainer);
+});
+
+after(async () => {
+  for (const child of children) child.kill('SIGKILL');
+  await cluster?.stop();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+describe('the Dockerfile', () => {
+  test('the build prints each bundle and builds one per registered function', async () => {
+    const { functionNames } = await import('../../functions/index.ts');
+    for (const name of functionNames) {
+      assert.ok(existsSync(join(ROOT, 'dist', `${name}.mjs`)), `dist/${name}.mjs`);
+      assert.ok(existsSync(join(ROOT, 'dist', `${name}.mjs.map`)), `dist/${name}.mjs.map (linked source map)`);
+      assert.match(buildOutput, new RegExp(`dist/${name}\\.mjs\\s+[\\d.]+ KiB`));
+    }
+    assert.ok(existsSync(join(ROOT, 'dist', 'main.mjs')));
+  });
+
+  test('every COPY source exists after the build, and none is left out of the build context', () => {
+    for (const stage of dockerfile) {
+      for (const copy of stage.copies) {
+        for (const source of copy.sources) {
+          if (copy.from) {
+            const path = repoPathIn(stageNamed(copy.from), source);
+            assert.ok(existsSync(path), `Dockerfile line ${copy.line}: COPY --from=${copy.from} ${source}: ${path} does not exist after the build`);
+          } else {
+            assert.ok(existsSync(join(ROOT, source)), `Dockerfile line ${copy.line}: COPY ${source}: not in the repository`);
+            assert.ok(source === '.' || !ignored(posix.normalize(source)), `Dockerfile line ${copy.line}: COPY ${source}: excluded by .dockerignore`);
+            // The build stage keeps the repository's layout (repoPathIn relies on it).
+            if (stage === buildStage) {
+              const dest = posix.resolve(stage.workdir, copy.dest);
+              const expected = copy.dest.endsWith('/') || copy.sources.length > 1 ? posix.join(dest, basename(source)) : dest;
+              assert.equal(expected, posix.join(stage.workdir, source), `Dockerfile line ${copy.line}: COPY ${source} should land at the same path under ${stage.workdir}`);
+            }
+          }
+        }
+      }
+    }
+  });
+
+  test('the build stage copies every source file the bundles are built from', () => {
+    const copied = buildStage.copies.filter((copy) => !copy.from).flatMap((copy) => copy.sources).map((source) => posix.normalize(source));
+    const covered = (path: string) => copied.some((source) => source === '.' || path === source || path.startsWith(`${source}/`));
+    const metafiles = JSON.parse(readFileSync(metafile, 'utf8')) as Record<string, { inputs: Record<string, unknown> }>;
+    const sources = new Set(['bin/build.ts']);
+    for (const meta of Object.values(metafiles)) {
+      for (const input of Object.keys(meta.inputs)) if (!input.startsWith('node_modules/') && !input.startsWith('<')) sources.add(input);
+    }
+    assert.ok(sources.size > 5, `the metafile lists the sources (${[...sources].join(', ')})`);
+    const missing = [...sources].filter((path) => !covered(path) || ignored(path));
+    assert.deepEqual(missing, [], 'sources the Docker build would not have (add a COPY, or allow them in .dockerignore)');
+  });
+
+  test('the runtime stage is laid out from its COPY lines alone, and its warm-up RUN fills the compile cache', () => {
+    for (const copy of runtime.copies) {
+      const from = copy.from ? stageNamed(copy.from) : undefined;
+      for (const source of copy.sources) {
+        const origin = from ? repoPathIn(from, source) : join(ROOT, source);
+        const dest = imagePath(copy.dest);
+        const target = statSync(origin).isDirectory() || !(copy.dest.endsWith('/') || copy.sources.length > 1) ? dest : join(dest, basename(origin));
+        mkdirSync(dirname(target), { recursive: true });
+        cpSync(origin, target, { recursive: true });
+      }
+    }
+    mkdirSync(join(image, 'home'), { recursive: true });
+    // RUN lines of the runtime stage, the parts that matter outside Docker: mkdir and node;
+    // chown/chmod only adjust ownership for the image's user.
+    for (const run of runtime.runs) {
+      for (const part of run.split('&&').map((segment) => words(segment.trim()))) {
+        const [program, ...args] = part;
+        if (program === 'mkdir') for (const path of args.filter((arg) => !arg.startsWith('-'))) mkdirSync(imagePath(path), { recursive: true });
+        else if (program === 'node') {
+          const result = spawnSync(process.execPath, args, { cwd: join(image, runtime.workdir), env: imageEnv({}), encoding: 'utf8', timeout: 60_000 });
+          assert.equal(result.status, 0, `RUN node ${args.join(' ')} failed:\n${result.stdout}${result.stderr}`);
+        } else assert.ok(program === 'chown' || program === 'chmod', `RUN ${program} in the runtime stage: teach test/integration/bundle.test.ts what it means outside Docker`);
+      }
+    }
+    const cache = imageEnv({}).NODE_COMPILE_CACHE!;
+    const cached = existsSync(cache) ? readdirSync(cache, { recursive: true, withFileTypes: true }).filter((entry) => entry.isFile()) : [];
+    assert.ok(cached.length > 0, `the warm-up left compile cache entries in ${cache}`);
+    assert.ok(!existsSync(imagePath('node_modules')), 'no node_modules in the runtime stage');
+    assert.ok(runtime.user && runtime.user !== 'root' && runtime.user !== '0', 'the runtime stage runs as a non-root USER');
+    assert.equal(runtime.env.NODE_ENV, 'production');
+    assert.ok(runtime.env.NODE_COMPILE_CACHE, 'NODE_COMPILE_CACHE is set');
+  });
+});
+
+describe('the image entry', () => {
+  test('FUNCTION=immortal-container: ready, an add event is reconciled (pod created), SIGTERM stops it cleanly', async () => {
+    const port = await freePort();
+    const running = startImage({ FUNCTION: 'immortal-container', KUBECONFIG: functionKubeconfig, PORT: String(port) });
+    const base = `http://127.0.0.1:${port}/`;
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      assert.equal(running.child.exitCode, null, `the function exited: ${running.output().stderr}${running.output().stdout}`);
+      const status = await fetch(`${base}health/readiness`).then((response) => response.status, () => 0);
+      if (status === 200) break;
+      assert.ok(Date.now() < deadline, `not ready after 20 s: ${running.output().stdout}${running.output().stderr}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.match(running.output().stdout, /"msg":"immortal-container ready"/);
+
+    const ic = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
+      apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer',
+      metadata: { name: 'from-the-image', namespace: 'default' }, spec: { image: 'nginx:1.27' },
+    });
+    const answer = await deliver(base, apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: ic, action: 'add', mode: 'Reference' }));
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: 'from-the-image-immortalpod' });
+    assert.equal(pod?.spec?.containers?.[0].image, 'nginx:1.27');
+    const status = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'from-the-image' }))?.status;
+    assert.equal(status?.startTimes, 1);
+
+    running.child.kill('SIGTERM');
+    assert.equal(await running.exited, 0, 'drains and exits 0 on SIGTERM');
+  });
+
+  for (const [what, value, mentions] of [
+    ['unset', undefined, /FUNCTION/],
+    ['unknown', 'no-such-function', /no-such-function/],
+  ] as const) {
+    test(`FUNCTION ${what}: exits non-zero with one line saying what to set`, async () => {
+      const running = startImage({ FUNCTION: value, KUBECONFIG: functionKubeconfig, PORT: String(await freePort()) });
+      const code = await running.exited;
+      const { stdout, stderr } = running.output();
+      assert.notEqual(code, 0);
+      assert.equal(stdout, '');
+      const lines = stderr.trim().split('\n');
+      assert.equal(lines.length, 1, `one line, got:\n${stderr}`);
+      assert.match(lines[0], mentions);
+      assert.match(lines[0], /immortal-container/, 'names the functions the image has');
+    });
+  }
+});
