@@ -63,7 +63,7 @@ export async function provisionBinaries(progress: (line: string) => void = (l) =
 }
 
 /** Distinct free loopback ports: all are held open at once, so none is handed out twice. */
-async function freePorts(count: number): Promise<number[]> {
+export async function freePorts(count: number): Promise<number[]> {
   const servers = await Promise.all(Array.from({ length: count }, () => new Promise<ReturnType<typeof createServer>>((resolve, reject) => {
     const server = createServer();
     server.on('error', reject);
@@ -90,6 +90,8 @@ async function writeCertificates(dir: string): Promise<void> {
   await openssl(dir, 'ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', 'sa.key');
   await openssl(dir, 'ec', '-in', 'sa.key', '-pubout', '-out', 'sa.pub');
 }
+
+export const freePort = async (): Promise<number> => (await freePorts(1))[0];
 
 function kubeconfigYaml(server: string, caPath: string, user: string, token: string): string {
   return `apiVersion: v1

@@ -15,6 +15,7 @@ import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '.
 import { Pod, type ObjectKey } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { exampleImmortalContainer } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 import { serviceAccountName } from '../../eventing/rbac.ts';
 
@@ -88,8 +89,8 @@ describe('the seed walkthrough through the plane', () => {
     assert.ok(scaleEvents.some((e) => e.from === 0 && e.to === 1), 'the function was started from zero by the first event');
   });
 
-  test('apply → pod; delete the pod → it returns with startTimes 2', async () => {
-    await kube.create(ImmortalContainerKind, newIc(key.namespace, key.name));
+  test('apply the example → pod; delete the pod → it returns with startTimes 2', async () => {
+    await kube.create(ImmortalContainerKind, exampleImmortalContainer(), key.namespace);
     const pod = await eventually(() => kube.get<PodObject>(Pod, podKey(key)), 30_000, 'pod');
     assert.equal(pod.spec?.containers?.[0].image, 'nginx:latest');
     await eventually(async () => (await startTimes(key)) === 1, 10_000, 'startTimes 1');

@@ -1,15 +1,14 @@
 // ImmortalContainer against a real API server, the function running as its own ServiceAccount
 // with exactly the RBAC its declaration generates.
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
-import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
 import { CoreEvent, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
 import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { exampleImmortalContainer } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 let cluster: TestCluster;
@@ -44,8 +43,7 @@ describe('the seed walkthrough', () => {
   const key = { namespace: 'default', name: 'example-immortalcontainer' };
 
   test('applying the example creates the pod and counts one start', async () => {
-    const example = readManifests(join(CRD_DIR, 'examples')).find((o) => o.kind === 'ImmortalContainer' && o.apiVersion === 'immortalcontainer.flugel.it/v1alpha1')!;
-    const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, example as ImmortalContainer, 'default');
+    const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, exampleImmortalContainer(), 'default');
     const answer = await deliver(fn.url, event(ImmortalContainerKind, ic, 'add'));
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
 

@@ -100,6 +100,15 @@ async function waitFor(condition: () => boolean, what: string, timeoutMs = 10_00
 
 const delay = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/** A subscriber stalled on `gate` until `release()` (safe to call more than once). */
+function blocker(): { gate: Promise<void>; release: () => void } {
+  let release: () => void = () => undefined;
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  return { gate, release };
+}
+
 let dir = '';
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'broker-test-'));
@@ -598,10 +607,7 @@ describe('Broker replies', () => {
 
 describe('Broker back-pressure', () => {
   it('with queueLimit 5 and a blocked subscriber, the 6th+ publish waits until it unblocks', async () => {
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { gate, release } = blocker();
     const sub = await startSubscriber(async (_req, res) => {
       await gate;
       res.writeHead(202).end();
@@ -641,10 +647,7 @@ describe('Broker back-pressure', () => {
   });
 
   it('a slow trigger does not hold back events for another trigger whose queue has room', async () => {
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { gate, release } = blocker();
     const slow = await startSubscriber(async (_req, res) => {
       await gate;
       res.writeHead(202).end();
@@ -767,10 +770,7 @@ describe('Broker robustness', () => {
   });
 
   it('removeTrigger stops new events but still delivers what the trigger holds', async () => {
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { gate, release } = blocker();
     const sub = await startSubscriber(async (_req, res) => {
       await gate;
       res.writeHead(202).end();
