@@ -2,6 +2,8 @@
 // (kubeconfig, in-cluster service account, exec plugins), and a small REST layer over undici
 // that addresses kinds from their declarations, so no discovery call is ever made.
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { KubeConfig, RequestContext, HttpMethod } from '@kubernetes/client-node';
 import { request, type Dispatcher } from 'undici';
 import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
@@ -31,6 +33,12 @@ export class ConnectionReusingKubeConfig extends KubeConfig {
 
   /** KUBECONFIG (or ~/.kube/config), else the in-cluster service account, as kubectl does. */
   static fromEnvironment(): ConnectionReusingKubeConfig {
+    // With nothing configured client-node falls back to http://localhost:8080, which then fails
+    // with a TLS message that hides the real problem.
+    const home = process.env.HOME ?? process.env.USERPROFILE ?? '';
+    if (!process.env.KUBECONFIG && !process.env.KUBERNETES_SERVICE_HOST && !existsSync(join(home, '.kube', 'config'))) {
+      throw new Error('no Kubernetes cluster configured: set KUBECONFIG (or create ~/.kube/config), or run in a pod with a service account');
+    }
     const config = new ConnectionReusingKubeConfig();
     config.loadFromDefault();
     if (!config.getCurrentCluster()) {
