@@ -14,9 +14,9 @@
 // variant once: it fills the caches of (c) and (d) and warms the OS file cache for all.
 //
 // Usage: node bench/cold-start.ts [--runs N]   (default 7)
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { freePort } from '../test/cluster/control-plane.ts';
+import { freePort, killOnExit, stopProcess } from '../test/cluster/control-plane.ts';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -51,20 +51,6 @@ interface Sample {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-const liveChildren = new Set<ChildProcess>();
-process.on('exit', () => {
-  for (const child of liveChildren) child.kill('SIGKILL');
-});
-
-async function stopChild(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
-  await exited;
-  clearTimeout(timer);
-}
-
 /** One cold start of `variant` reconciling a fresh ImmortalContainer named `name`. */
 async function coldStart(cluster: TestCluster, variant: Variant, name: string): Promise<Sample> {
   const ic = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
@@ -82,8 +68,7 @@ async function coldStart(cluster: TestCluster, variant: Variant, name: string): 
 
   const started = performance.now();
   const child = spawn(process.execPath, variant.args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  liveChildren.add(child);
-  child.on('exit', () => liveChildren.delete(child));
+  killOnExit(child);
   let stdout = '';
   let stderr = '';
   child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
@@ -116,7 +101,7 @@ async function coldStart(cluster: TestCluster, variant: Variant, name: string): 
     const startupMs = readyLine ? (JSON.parse(readyLine) as { startupMs?: number }).startupMs : undefined;
     return { readyMs, doneMs, startupMs };
   } finally {
-    await stopChild(child);
+    await stopProcess(child);
   }
 }
 

@@ -118,16 +118,22 @@ process.on('exit', () => {
   for (const child of liveChildren) child.kill('SIGKILL');
 });
 
-function startProcess(dir: string, name: string, binary: string, args: string[]): ChildProcess {
-  const logFd = openSync(join(dir, `${name}.log`), 'a');
-  const child = spawn(binary, args, { stdio: ['ignore', logFd, logFd] });
-  closeSync(logFd);
+/** Kills `child` when this process exits, unless it has exited first. */
+export function killOnExit(child: ChildProcess): ChildProcess {
   liveChildren.add(child);
   child.on('exit', () => liveChildren.delete(child));
   return child;
 }
 
-async function stopProcess(child: ChildProcess | undefined, graceMs = 5000): Promise<void> {
+function startProcess(dir: string, name: string, binary: string, args: string[]): ChildProcess {
+  const logFd = openSync(join(dir, `${name}.log`), 'a');
+  const child = spawn(binary, args, { stdio: ['ignore', logFd, logFd] });
+  closeSync(logFd);
+  return killOnExit(child);
+}
+
+/** SIGTERM, then SIGKILL after `graceMs`; resolves once the process has exited. */
+export async function stopProcess(child: ChildProcess | undefined, graceMs = 5000): Promise<void> {
   if (!child || child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   child.kill('SIGTERM');
