@@ -219,8 +219,6 @@ export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   }
   const port = Number(process.env.PORT ?? 8080);
   const server = host.app.listen(port, process.env.HOST ?? '0.0.0.0');
-  await new Promise<void>((resolve, reject) => server.once('listening', resolve).once('error', reject));
-  log.info({ port, startupMs: Math.round(performance.now()) }, `${declaration.name} ready`);
   let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) return;
@@ -232,7 +230,12 @@ export async function serve(declaration: FunctionDeclaration): Promise<Server> {
     log.info('stopped');
     process.exit(0);
   };
+  // Installed before readiness is announced: whoever reads "ready" (Knative, the activator) may
+  // send SIGTERM at once, and until a handler exists the kernel's default action kills the process
+  // without draining.
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  await new Promise<void>((resolve, reject) => server.once('listening', resolve).once('error', reject));
+  log.info({ port, startupMs: Math.round(performance.now()) }, `${declaration.name} ready`);
   return server;
 }
