@@ -84,7 +84,9 @@ export class FunctionHost {
       // done: otherwise serve() could exit between the two, and the broker would redeliver an
       // event that had been handled.
       this.#inFlight++;
-      res.once('close', () => this.#settle());
+      res.once('close', () => {
+        if (--this.#inFlight === 0 && this.#draining) this.#drained?.();
+      });
       const outcome = await this.receive(req.headers, Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
       // A 2xx body that is not a CloudEvent counts as a failed delivery in Knative's broker (a
       // CloudEvent body would be a reply event), so success has an empty body; the summary
@@ -115,18 +117,9 @@ export class FunctionHost {
       log.warn({ reason, ceId: headers['ce-id'] }, 'rejected event');
       return { status: 400, body: { error: reason } };
     }
-    this.#inFlight++;
-    try {
-      const outcome = await this.handle(event);
-      metrics.events.inc({ outcome: outcome.status >= 300 ? 'retry' : outcome.body.ignored ? 'ignored' : 'done' });
-      return outcome;
-    } finally {
-      this.#settle();
-    }
-  }
-
-  #settle(): void {
-    if (--this.#inFlight === 0 && this.#draining) this.#drained?.();
+    const outcome = await this.handle(event);
+    metrics.events.inc({ outcome: outcome.status >= 300 ? 'retry' : outcome.body.ignored ? 'ignored' : 'done' });
+    return outcome;
   }
 
   /** Reconciles what the event concerns. Never throws. */
