@@ -15,19 +15,13 @@
 // (opfn_kube_api_requests_total) is printed alongside as a cross-check.
 //
 // Usage: node bench/api-requests.ts [--reps N] [--controller-manager]   (default 5 repetitions)
-import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
 import type { CloudEvent } from 'cloudevents';
 import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
 import immortalContainer from '../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
-import { ConnectionReusingKubeConfig, KubeClient } from '../functions/runtime/kube.ts';
-import { createMetrics } from '../functions/runtime/metrics.ts';
-import { createFunctionHost } from '../functions/runtime/server.ts';
-import { applyCrds } from '../eventing/crds.ts';
-import { startControlPlane } from '../test/cluster/control-plane.ts';
-import { deliver, kubeFor, quietLog, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
+import { deliver, serveFunction, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 
 /** Counters are incremented when the handler returns, a moment after the client has its answer. */
 const SETTLE_MS = 150;
@@ -97,25 +91,12 @@ async function main(): Promise<void> {
     process.exit(2);
   }
 
-  let cluster: TestCluster;
-  if (values['controller-manager']) cluster = await startTestCluster();
-  else {
-    // startTestCluster without kube-controller-manager (nothing here needs it).
-    const cp = await startControlPlane({ controllerManager: false });
-    const admin = kubeFor(cp.kubeconfigPath);
-    await applyCrds(admin);
-    cluster = { cp, kube: admin, stop: () => cp.stop() };
-  }
-  const metrics = createMetrics(immortalContainer.name);
-  // As in production (createFunctionHost from the environment): every request the function
-  // makes is counted in its own metrics too.
-  const config = new ConnectionReusingKubeConfig();
-  config.loadFromFile(cluster.cp.kubeconfigPath);
-  const kube = new KubeClient(config, (verb, resource, code) => metrics.apiRequests.inc({ verb, resource, code: String(code) }));
-  const host = createFunctionHost(immortalContainer, { kube, log: quietLog, metrics });
-  const server = host.app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+  // kube-controller-manager's garbage collector reads new pods' owners at unpredictable moments;
+  // nothing here needs it unless asked for.
+  const cluster = await startTestCluster({ controllerManager: values['controller-manager'] });
+  // Served as in production: every request the function makes is counted in its own metrics too.
+  const fn = await serveFunction(immortalContainer, cluster.cp.kubeconfigPath);
+  const { metrics, url } = fn;
 
   const results = new Map<Case, Counts[]>(CASES.map((name) => [name, []]));
   const clientSide = new Map<Case, Record<string, number>[]>(CASES.map((name) => [name, []]));
@@ -157,8 +138,7 @@ async function main(): Promise<void> {
       if (status?.startTimes !== 2 || !(await cluster.kube.get(Pod, podKey))) throw new Error(`${name}: expected a recreated pod and startTimes 2, got startTimes ${status?.startTimes}`);
     }
   } finally {
-    server.closeAllConnections();
-    server.close();
+    await fn.close();
     await cluster.stop();
   }
 

@@ -71,13 +71,11 @@ cluster
     }
     const { startControlPlane } = await import('../test/cluster/control-plane.ts');
     const { applyCrds } = await import('../eventing/crds.ts');
-    const { ConnectionReusingKubeConfig, KubeClient } = await import('../functions/runtime/kube.ts');
+    const { KubeClient } = await import('../functions/runtime/kube.ts');
     try {
       const started = performance.now();
       const cp = await startControlPlane({ progress: say });
-      const config = new ConnectionReusingKubeConfig();
-      config.loadFromFile(cp.kubeconfigPath);
-      await applyCrds(new KubeClient(config));
+      await applyCrds(KubeClient.fromFile(cp.kubeconfigPath));
       mkdirSync(STATE_DIR, { recursive: true });
       writeFileSync(CLUSTER_STATE, JSON.stringify({ pid: process.pid, server: cp.server, kubeconfig: cp.kubeconfigPath }, null, 2));
       say(`control plane ready at ${cp.server} in ${((performance.now() - started) / 1000).toFixed(1)}s, CRDs installed`);

@@ -4,7 +4,7 @@ import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { loadAllFunctions, loadFunction } from '../functions/index.ts';
-import { ConnectionReusingKubeConfig, KubeClient } from '../functions/runtime/kube.ts';
+import { KubeClient } from '../functions/runtime/kube.ts';
 import { startControlPlane, type ControlPlane } from '../test/cluster/control-plane.ts';
 import { applyCrds, readManifestFile } from './crds.ts';
 import { bundledFunctions, EventPlane, triggersFromManifests } from './plane.ts';
@@ -25,13 +25,12 @@ export interface DevOptions {
 
 /** The cluster of KUBECONFIG (or ~/.kube/config) if it answers, else undefined with the reason. */
 export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfigPath: string } | { reason: string }> {
-  let config: ConnectionReusingKubeConfig;
+  let kube: KubeClient;
   try {
-    config = ConnectionReusingKubeConfig.fromEnvironment();
+    kube = KubeClient.fromEnvironment();
   } catch (error) {
     return { reason: (error as Error).message };
   }
-  const kube = new KubeClient(config);
   try {
     await Promise.race([
       kube.request('GET', '/version'),
@@ -52,9 +51,7 @@ export async function runDev(options: DevOptions): Promise<{ stop(): Promise<voi
   if ('reason' in cluster) {
     say(`No reachable cluster (${cluster.reason}); starting a local control plane (etcd + kube-apiserver + kube-controller-manager).`);
     controlPlane = await startControlPlane({ progress: say });
-    const config = new ConnectionReusingKubeConfig();
-    config.loadFromFile(controlPlane.kubeconfigPath);
-    cluster = { kube: new KubeClient(config), kubeconfigPath: controlPlane.kubeconfigPath };
+    cluster = { kube: KubeClient.fromFile(controlPlane.kubeconfigPath), kubeconfigPath: controlPlane.kubeconfigPath };
     say(`Local control plane at ${controlPlane.server}. In another terminal:\n\n  export KUBECONFIG=${controlPlane.kubeconfigPath}\n`);
   } else {
     say(`Using the cluster at ${cluster.kube.server} (KUBECONFIG ${cluster.kubeconfigPath}).`);

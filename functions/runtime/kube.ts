@@ -122,6 +122,13 @@ export class KubeClient {
     return new KubeClient(ConnectionReusingKubeConfig.fromEnvironment(), observe);
   }
 
+  /** A client for the current context of one kubeconfig file. */
+  static fromFile(kubeconfigPath: string, observe?: RequestObserver): KubeClient {
+    const config = new ConnectionReusingKubeConfig();
+    config.loadFromFile(kubeconfigPath);
+    return new KubeClient(config, observe);
+  }
+
   get server(): string {
     return this.config.getCurrentCluster()?.server ?? '';
   }

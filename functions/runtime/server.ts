@@ -189,15 +189,21 @@ export class FunctionHost {
   }
 }
 
-/** Builds the host for a declaration from the environment: KUBECONFIG or in-cluster config. */
-export function createFunctionHost(declaration: FunctionDeclaration, overrides: Partial<FunctionHostOptions> = {}): FunctionHost {
-  const log = overrides.log ?? createLogger(declaration.name);
-  const metrics = overrides.metrics ?? createMetrics(declaration.name);
-  const kube = overrides.kube ?? KubeClient.fromEnvironment((verb, resource, code, seconds) => {
+/**
+ * Builds the host for a declaration. Its Kubernetes client comes from `kubeconfigPath` when given,
+ * else from the environment (KUBECONFIG or in-cluster config); either way every API request is
+ * counted in the host's metrics.
+ */
+export function createFunctionHost(declaration: FunctionDeclaration, overrides: Partial<FunctionHostOptions> & { kubeconfigPath?: string } = {}): FunctionHost {
+  const { kubeconfigPath, ...options } = overrides;
+  const log = options.log ?? createLogger(declaration.name);
+  const metrics = options.metrics ?? createMetrics(declaration.name);
+  const observe = (verb: string, resource: string, code: number, seconds: number) => {
     metrics.apiRequests.inc({ verb, resource, code: String(code) });
     metrics.apiRequestSeconds.observe({ verb }, seconds);
-  });
-  return new FunctionHost({ ...overrides, declaration, kube, log, metrics });
+  };
+  const kube = options.kube ?? (kubeconfigPath ? KubeClient.fromFile(kubeconfigPath, observe) : KubeClient.fromEnvironment(observe));
+  return new FunctionHost({ ...options, declaration, kube, log, metrics });
 }
 
 /** Serves the function on PORT (default 8080, as Knative sets it) until SIGTERM/SIGINT. */

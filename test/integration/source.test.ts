@@ -12,7 +12,7 @@ import type { CloudEvent } from 'cloudevents';
 import { pino, type Logger } from 'pino';
 import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
 import { ConfigMap, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ApiError, ConnectionReusingKubeConfig, KubeClient, type WatchEvent } from '../../functions/runtime/kube.ts';
+import { ApiError, KubeClient, type WatchEvent } from '../../functions/runtime/kube.ts';
 import { ApiServerSource, type SourceOptions, type SourceSpec } from '../../eventing/source.ts';
 
 const WAIT_LIMIT_MS = 90_000;
@@ -85,9 +85,7 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
 
   before(async () => {
     cp = await startControlPlane({ controllerManager: false });
-    const config = new ConnectionReusingKubeConfig();
-    config.loadFromFile(cp.kubeconfigPath);
-    kube = new KubeClient(config);
+    kube = KubeClient.fromFile(cp.kubeconfigPath);
   });
 
   after(async () => {

@@ -5,18 +5,14 @@ import { HTTP, type CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
 import { applyCrds } from '../../eventing/crds.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
-import { createMetrics } from '../../functions/runtime/metrics.ts';
+import { KubeClient } from '../../functions/runtime/kube.ts';
+import { createMetrics, type FunctionMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost, OUTCOME_HEADER, type FunctionHost } from '../../functions/runtime/server.ts';
 import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
 
 export const quietLog = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
 
-export function kubeFor(kubeconfigPath: string): KubeClient {
-  const config = new ConnectionReusingKubeConfig();
-  config.loadFromFile(kubeconfigPath);
-  return new KubeClient(config);
-}
+export const kubeFor = (kubeconfigPath: string): KubeClient => KubeClient.fromFile(kubeconfigPath);
 
 export interface TestCluster {
   cp: ControlPlane;
@@ -25,8 +21,8 @@ export interface TestCluster {
   stop(): Promise<void>;
 }
 
-export async function startTestCluster(): Promise<TestCluster> {
-  const cp = await startControlPlane();
+export async function startTestCluster(options: { controllerManager?: boolean } = {}): Promise<TestCluster> {
+  const cp = await startControlPlane(options);
   const kube = kubeFor(cp.kubeconfigPath);
   await applyCrds(kube);
   return { cp, kube, stop: () => cp.stop() };
@@ -35,19 +31,22 @@ export async function startTestCluster(): Promise<TestCluster> {
 export interface RunningFunction {
   url: string;
   host: FunctionHost;
+  /** The function's own metrics (its API requests among them), as /metrics serves them. */
+  metrics: FunctionMetrics;
   close(): Promise<void>;
 }
 
 /** Serves a function on a free loopback port, authenticated by the given kubeconfig. */
 export async function serveFunction(declaration: FunctionDeclaration, kubeconfigPath: string): Promise<RunningFunction> {
   const metrics = createMetrics(declaration.name);
-  const host = createFunctionHost(declaration, { kube: kubeFor(kubeconfigPath), log: quietLog, metrics });
+  const host = createFunctionHost(declaration, { kubeconfigPath, log: quietLog, metrics });
   const server = host.app.listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
   return {
     url,
     host,
+    metrics,
     close: async () => {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
