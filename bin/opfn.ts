@@ -41,7 +41,7 @@ program
   .description('install the CRDs and run every function on the local event plane (source, broker, scale-from-zero activator) against $KUBECONFIG, or a local control plane when no cluster answers')
   .option('-f, --functions <names>', `comma-separated functions to run (default: all of ${functionNames.join(', ')})`, (v) => v.split(',').filter(Boolean))
   .option('--idle <seconds>', 'idle time before a function scales to zero', seconds, 30)
-  .option('--resync <seconds>', 'interval of resync pings and source re-lists (0 = off)', seconds, 300)
+  .option('--resync <seconds>', 'interval of the resync ping that reconciles every object (0 = off)', seconds, 300)
   .option('--no-bundle', 'run the functions from their TypeScript sources instead of esbuild bundles (edits apply at the next cold start)')
   .option('-t, --triggers <file...>', 'YAML files of Knative Triggers (spec.subscriber.uri) to add to the broker, e.g. to route a kind to another implementation')
   .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[]; bundle: boolean }) => {

@@ -87,7 +87,7 @@ export interface PlaneOptions {
   stateDir: string;
   /** Idle time after which a function scales to zero. */
   idleTimeoutMs?: number;
-  /** How often each function gets a resync ping (0 = never); the source re-lists as well. */
+  /** How often each function gets a resync ping, as its PingSource sends on Knative (0 = never). */
   resyncIntervalMs?: number;
   delivery?: DeliverySpec;
   /** How to start a function process; default: its TypeScript entry under Node 24. */
@@ -130,7 +130,10 @@ export class EventPlane {
       sources: functions.flatMap(sourcesFor),
       sink: (event) => this.broker.publish(event),
       log: log.child({ component: 'source' }),
-      resyncIntervalMs: options.resyncIntervalMs,
+      // The resync ping already reconciles every object of every function from one list; the
+      // source's own periodic pass would reconcile each of them a second time. The source still
+      // re-lists after every watch failure, so events lost meanwhile are emitted all the same.
+      resyncIntervalMs: 0,
     });
   }
 
