@@ -44,7 +44,7 @@ export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfig
 }
 
 export async function runDev(options: DevOptions): Promise<{ stop(): Promise<void> }> {
-  const { log, say } = options;
+  const { say } = options;
   mkdirSync(options.stateDir, { recursive: true });
   let controlPlane: ControlPlane | undefined;
   let cluster = await reachableCluster();
@@ -57,12 +57,31 @@ export async function runDev(options: DevOptions): Promise<{ stop(): Promise<voi
     say(`Using the cluster at ${cluster.kube.server} (KUBECONFIG ${cluster.kubeconfigPath}).`);
   }
 
+  try {
+    const plane = await startPlane(cluster, options);
+    if (controlPlane) say(`Try: kubectl apply -f crds/examples/immortalcontainer.yaml && kubectl get immortalcontainers,pods`);
+    return {
+      stop: async () => {
+        await plane.stop();
+        await controlPlane?.stop();
+      },
+    };
+  } catch (error) {
+    // A control plane we started must not outlive a failed start (its folder would stay behind).
+    await controlPlane?.stop();
+    throw error;
+  }
+}
+
+async function startPlane(cluster: { kube: KubeClient; kubeconfigPath: string }, options: DevOptions): Promise<EventPlane> {
+  const { log, say } = options;
   await applyCrds(cluster.kube);
   say('CRDs installed and established.');
   const functions = options.functions?.length ? await Promise.all(options.functions.map(loadFunction)) : await loadAllFunctions();
   const triggers = triggersFromManifests((options.triggerFiles ?? []).flatMap(readManifestFile));
-  const launch = options.bundle ? await bundledFunctions(join(options.stateDir, 'dist')) : undefined;
-  say(options.bundle ? 'Functions bundled (esbuild); they run from .opfn/dist, as in the image.' : 'Functions run from their TypeScript sources; edits apply at the next cold start.');
+  const bundleDir = join(options.stateDir, 'dist');
+  const launch = options.bundle ? await bundledFunctions(bundleDir) : undefined;
+  say(options.bundle ? `Functions bundled (esbuild); they run from ${bundleDir}, as in the image.` : 'Functions run from their TypeScript sources; edits apply at the next cold start.');
   const plane = new EventPlane({
     functions,
     kube: cluster.kube,
@@ -77,12 +96,5 @@ export async function runDev(options: DevOptions): Promise<{ stop(): Promise<voi
   const { brokerUrl } = await plane.start();
   for (const trigger of triggers) say(`Trigger ${trigger.name} → ${trigger.subscriber}`);
   say(`Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, 'dead-letters.jsonl')}. Ctrl-C stops everything.`);
-  if (controlPlane) say(`Try: kubectl apply -f crds/examples/immortalcontainer.yaml && kubectl get immortalcontainers,pods`);
-
-  return {
-    stop: async () => {
-      await plane.stop();
-      await controlPlane?.stop();
-    },
-  };
+  return plane;
 }
