@@ -22,7 +22,7 @@
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import { keyOf, keyString, type KubeObject, type ResourceKind } from '../functions/runtime/kinds.ts';
-import { ApiError, type KubeClient, type WatchEvent } from '../functions/runtime/kube.ts';
+import { ApiError, NOT_SERVED, type KubeClient, type WatchEvent } from '../functions/runtime/kube.ts';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from './apiserver-events.ts';
 
 export interface SourceResource {
@@ -300,9 +300,10 @@ class ResourceLoop {
         if (signal.aborted) break;
         const reason = describe(error);
         counters.lastError = `${this.#label}: ${reason}`;
-        if (!this.#listed && error instanceof ApiError && error.code !== 0 && !error.transient) {
-          // Forbidden, NotFound (CRD missing), Invalid (bad selector): a user has to act.
-          const hint = error.code === 404 ? ' (is the CustomResourceDefinition installed?)' : error.code === 403 ? ' (does the identity in the kubeconfig have list/watch on it?)' : '';
+        if (!this.#listed && error instanceof ApiError && error.code !== 0 && (!error.transient || error.reason === NOT_SERVED)) {
+          // Forbidden, not served (CRD missing), Invalid (bad selector): a user has to act. Once
+          // listed, a kind that is not served is the API server restarting: re-list until it is.
+          const hint = error.code === 403 ? ' (does the identity in the kubeconfig have list/watch on it?)' : '';
           this.#ready.reject(new Error(`source ${this.#spec.name}: listing ${kind.plural}${labelSelector ? ` with labelSelector "${labelSelector}"` : ''} failed: ${reason}${hint}`));
           return;
         }

@@ -73,13 +73,23 @@ export class ApiError extends Error {
     this.status = status;
   }
 
-  /** Worth trying again later: the API was unreachable, overloaded or timed out. */
+  /** Worth trying again later: the API was unreachable, overloaded, timed out, or did not serve the kind yet. */
   get transient(): boolean {
-    return this.code === 0 || this.code === 429 || this.code >= 500;
+    return this.code === 0 || this.code === 429 || this.code >= 500 || this.reason === NOT_SERVED;
   }
 }
 
-export const isNotFound = (error: unknown): boolean => error instanceof ApiError && error.code === 404;
+/**
+ * The reason of a 404 that is about the resource type, not an object: the API server answers
+ * "404 page not found" for a kind it does not serve. It does so for a kind whose CRD is missing,
+ * and also for every custom resource for a moment after it starts, before its CRD informer has
+ * synced. Reading that as "the object is gone" would drop the event, so it is kept apart from
+ * NotFound and retried.
+ */
+export const NOT_SERVED = 'NotServed';
+
+/** The object (or the namespace it was addressed in) does not exist. */
+export const isNotFound = (error: unknown): boolean => error instanceof ApiError && error.code === 404 && error.reason !== NOT_SERVED;
 export const isAlreadyExists = (error: unknown): boolean => error instanceof ApiError && error.code === 409 && error.reason === 'AlreadyExists';
 export const isConflict = (error: unknown): boolean => error instanceof ApiError && error.code === 409 && error.reason === 'Conflict';
 
@@ -101,6 +111,16 @@ export interface WatchEvent<T = KubeObject> {
 
 export interface RequestObserver {
   (verb: string, resource: string, code: number, seconds: number): void;
+}
+
+/** The ApiError for a non-2xx answer; `parsed` is the body as JSON, when it was JSON. */
+function errorFromResponse(what: string, code: number, parsed: unknown, text: string): ApiError {
+  const status = parsed && typeof parsed === 'object' ? (parsed as KubeStatus) : undefined;
+  // An object that does not exist comes back as a Status naming it; anything else is about the path.
+  if (code === 404 && !(status?.reason === 'NotFound' && status.details?.name)) {
+    return new ApiError(404, NOT_SERVED, `${what}: the API server does not serve this resource (is its CustomResourceDefinition installed and Established, or is the server still starting?)`, status);
+  }
+  return new ApiError(code, status?.reason ?? String(code), `${what}: ${status?.message ?? (text.slice(0, 200) || code)}`, status);
 }
 
 const MERGE_PATCH = 'application/merge-patch+json';
@@ -182,8 +202,7 @@ export class KubeClient {
       parsed = undefined;
     }
     if (response.statusCode >= 200 && response.statusCode < 300) return parsed as T;
-    const status = parsed && typeof parsed === 'object' ? (parsed as KubeStatus) : undefined;
-    throw new ApiError(response.statusCode, status?.reason ?? String(response.statusCode), `${method} ${url.pathname}: ${status?.message ?? (text.slice(0, 200) || response.statusCode)}`, status);
+    throw errorFromResponse(`${method} ${url.pathname}`, response.statusCode, parsed, text);
   }
 
   /** The object, or undefined when it does not exist. */
@@ -265,7 +284,13 @@ export class KubeClient {
     }
     if (response.statusCode !== 200) {
       const text = await response.body.text();
-      throw new ApiError(response.statusCode, String(response.statusCode), `watch ${kind.plural}: ${text.slice(0, 200)}`);
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        parsed = undefined;
+      }
+      throw errorFromResponse(`watch ${kind.plural}`, response.statusCode, parsed, text);
     }
     let buffered = '';
     for await (const chunk of response.body) {

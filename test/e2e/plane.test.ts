@@ -161,11 +161,25 @@ test('API server restart during a burst of 200 creations: every object converges
   await cluster.cp.restartApiServer();
   await creating;
 
-  await eventually(async () => (await kube.list(Pod, { namespace })).items.length === names.length, 120_000, '200 pods');
+  // Should this ever time out, say where the missing objects are stuck.
+  const diagnose = async () => {
+    const pods = new Set((await kube.list(Pod, { namespace })).items.map((pod) => pod.metadata.name));
+    const ics = (await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace })).items;
+    const behind = ics.filter((ic) => !pods.has(`${ic.metadata.name}-immortalpod`) || ic.status?.startTimes !== 1);
+    return JSON.stringify({
+      objects: ics.length,
+      pods: pods.size,
+      behind: behind.slice(0, 5).map((ic) => ({ name: ic.metadata.name, resourceVersion: ic.metadata.resourceVersion, status: ic.status })),
+      source: plane.source.stats(),
+      broker: plane.broker.stats(),
+      instances: plane.activator.instances(immortalContainer.name),
+    });
+  };
+  await eventually(async () => (await kube.list(Pod, { namespace })).items.length === names.length, 120_000, '200 pods', diagnose);
   const ics = await eventually(async () => {
     const list = await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace });
     return list.items.every((ic) => ic.status?.startTimes === 1) ? list : undefined;
-  }, 60_000, 'every startTimes 1');
+  }, 60_000, 'every startTimes 1', diagnose);
   assert.equal(ics.items.length, names.length);
   const stats = plane.source.stats();
   assert.ok(stats.watchRestarts + stats.relists > restartsBefore, `the source noticed the broken watch: ${JSON.stringify(stats)}`);

@@ -358,7 +358,7 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
   test('a kind the API server does not serve makes start() fail with one clear line', async () => {
     const missing: ResourceKind = { group: 'example.opfn.dev', version: 'v1', kind: 'Missing', plural: 'missings', namespaced: true };
     const source = new ApiServerSource({ kube, log: capturingLogger().log, sink: async () => {}, sources: [{ name: 'broken', mode: 'Reference', resources: [{ kind: missing }] }] });
-    await assert.rejects(source.start(), /source broken: listing missings failed: 404\b.*is the CustomResourceDefinition installed\?/);
+    await assert.rejects(source.start(), /source broken: listing missings failed: 404 NotServed\b.*is its CustomResourceDefinition installed/);
     await source.stop();
   });
 

@@ -65,8 +65,11 @@ export async function deliver(url: string, event: CloudEvent<unknown>): Promise<
   return { status: response.status, body };
 }
 
-/** Polls until `check` returns a truthy value (returned) or fails with the last error after `timeoutMs`. */
-export async function eventually<T>(check: () => Promise<T | undefined | false>, timeoutMs = 15_000, what = 'condition'): Promise<T> {
+/**
+ * Polls until `check` returns a truthy value (returned) or fails with the last error after
+ * `timeoutMs`; `diagnose` adds the state of the system at that moment to the failure.
+ */
+export async function eventually<T>(check: () => Promise<T | undefined | false>, timeoutMs = 15_000, what = 'condition', diagnose?: () => Promise<string>): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   while (Date.now() < deadline) {
@@ -78,5 +81,6 @@ export async function eventually<T>(check: () => Promise<T | undefined | false>,
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  throw new Error(`timed out waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
+  const state = diagnose ? `\n${await diagnose().catch((error: unknown) => `(no diagnosis: ${String(error)})`)}` : '';
+  throw new Error(`timed out waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}${state}`);
 }
