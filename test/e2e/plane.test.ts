@@ -25,6 +25,9 @@ let plane: EventPlane;
 let brokerUrl: string;
 const stateDir = mkdtempSync(join(tmpdir(), 'opfn-e2e-'));
 const scaleEvents: { from: number; to: number; reason: string }[] = [];
+/** Function processes the activator reported ready, and the crashes it reported. */
+const readyPids: number[] = [];
+const crashes: { pid: number; msg: string }[] = [];
 
 const newIc = (namespace: string, name: string, image = 'nginx:latest'): ImmortalContainer => ({
   apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace }, spec: { image },
@@ -56,7 +59,10 @@ before(async () => {
     write(chunk, _encoding, done) {
       for (const line of chunk.toString().split('\n').filter(Boolean)) {
         const entry = JSON.parse(line);
-        if (entry.component === 'activator' && 'from' in entry && 'to' in entry) scaleEvents.push(entry);
+        if (entry.component !== 'activator') continue;
+        if ('from' in entry && 'to' in entry) scaleEvents.push(entry);
+        if (/ ready$/.test(entry.msg)) readyPids.push(entry.pid);
+        if (/ crashed /.test(entry.msg)) crashes.push(entry);
       }
       done();
     },
@@ -183,4 +189,43 @@ test('API server restart during a burst of 200 creations: every object converges
   assert.equal(ics.items.length, names.length);
   const stats = plane.source.stats();
   assert.ok(stats.watchRestarts + stats.relists > restartsBefore, `the source noticed the broken watch: ${JSON.stringify(stats)}`);
+});
+
+test('a function process killed in the middle of a burst: its in-flight events are retried and every object converges', async () => {
+  const namespace = 'crash';
+  assert.equal((await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: namespace } })).status, 201);
+  const retriedBefore = plane.broker.stats()[immortalContainer.name].retried;
+  const names = Array.from({ length: 200 }, (_, i) => `crash-${i}`);
+  const creating = (async () => {
+    for (let i = 0; i < names.length; i += 10) await Promise.all(names.slice(i, i + 10).map((name) => createWithRetry(newIc(namespace, name))));
+  })();
+  const running = () => readyPids.filter((pid) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+  // Kill while the function works through the burst: it has created pods, and the broker has
+  // deliveries open (checked and killed in one synchronous step, so they are still open).
+  await eventually(async () => (await kube.list(Pod, { namespace })).items.length > 0, 30_000, 'the first pods of the burst');
+  const killed = await eventually(async () => {
+    if (plane.broker.stats()[immortalContainer.name].inFlight < 3) return undefined;
+    const pids = running();
+    for (const pid of pids) process.kill(pid, 'SIGKILL');
+    return pids;
+  }, 30_000, 'deliveries in flight');
+  assert.ok(killed.length > 0, 'a function process was running');
+  await creating;
+
+  await eventually(async () => (await kube.list(Pod, { namespace })).items.length === names.length, 60_000, `${names.length} pods`);
+  await eventually(async () => {
+    const list = await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace });
+    return list.items.length === names.length && list.items.every((ic) => ic.status?.startTimes === 1);
+  }, 30_000, 'every startTimes 1');
+  assert.deepEqual(crashes.map((crash) => crash.pid).filter((pid) => killed.includes(pid)).sort(), [...killed].sort(), `the activator reported every killed process as crashed: ${JSON.stringify(crashes)}`);
+  // The activator answers 502 for requests the crash cut off (before it sees the exit), so the
+  // broker's retries are where they show.
+  assert.ok(plane.broker.stats()[immortalContainer.name].retried > retriedBefore, 'the broker retried the events the crash cut off');
 });
