@@ -76,6 +76,8 @@ before(async () => {
     stateDir,
     idleTimeoutMs: 1500,
     resyncIntervalMs: 0,
+    // The functions' warnings (retries, crashes) reach the test output; their info lines would bury them.
+    env: { LOG_LEVEL: 'warn' },
     delivery: { retry: 12, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S' },
   });
   assert.equal(plane.activator.instances(immortalContainer.name), 0, 'every function starts at zero instances');
@@ -154,24 +156,20 @@ test('a function that fails for a while (500: its permissions revoked) is retrie
   await eventually(async () => (await startTimes(key)) === 1, 10_000, 'startTimes 1');
 });
 
-test('API server restart during a burst of 200 creations: every object converges, nothing lost', async () => {
-  const namespace = 'burst';
-  const created = await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: namespace } });
-  assert.equal(created.status, 201);
-  const restartsBefore = plane.source.stats().watchRestarts + plane.source.stats().relists;
-  const names = Array.from({ length: 200 }, (_, i) => `burst-${i}`);
-  const creating = (async () => {
-    for (let i = 0; i < names.length; i += 10) await Promise.all(names.slice(i, i + 10).map((name) => createWithRetry(newIc(namespace, name))));
-  })();
-  await new Promise((resolve) => setTimeout(resolve, 300));
-  await cluster.cp.restartApiServer();
-  await creating;
+/** Creates `count` ImmortalContainers in a new namespace, 10 at a time; resolves when all exist. */
+async function createBurst(namespace: string, count: number): Promise<string[]> {
+  assert.equal((await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: namespace } })).status, 201);
+  const names = Array.from({ length: count }, (_, i) => `${namespace}-${i}`);
+  for (let i = 0; i < names.length; i += 10) await Promise.all(names.slice(i, i + 10).map((name) => createWithRetry(newIc(namespace, name))));
+  return names;
+}
 
-  // Should this ever time out, say where the missing objects are stuck.
+/** Waits until every ImmortalContainer of `namespace` has its pod and `accepts` its status; on timeout, says where they are stuck. */
+async function awaitConvergence(namespace: string, count: number, accepts: (ic: ImmortalContainer) => boolean, timeoutMs: number): Promise<void> {
   const diagnose = async () => {
     const pods = new Set((await kube.list(Pod, { namespace })).items.map((pod) => pod.metadata.name));
     const ics = (await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace })).items;
-    const behind = ics.filter((ic) => !pods.has(`${ic.metadata.name}-immortalpod`) || ic.status?.startTimes !== 1);
+    const behind = ics.filter((ic) => !pods.has(`${ic.metadata.name}-immortalpod`) || !accepts(ic));
     return JSON.stringify({
       objects: ics.length,
       pods: pods.size,
@@ -181,24 +179,33 @@ test('API server restart during a burst of 200 creations: every object converges
       instances: plane.activator.instances(immortalContainer.name),
     });
   };
-  await eventually(async () => (await kube.list(Pod, { namespace })).items.length === names.length, 120_000, '200 pods', diagnose);
-  const ics = await eventually(async () => {
+  await eventually(async () => (await kube.list(Pod, { namespace })).items.length === count, timeoutMs, `${count} pods`, diagnose);
+  await eventually(async () => {
     const list = await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace });
-    return list.items.every((ic) => ic.status?.startTimes === 1) ? list : undefined;
-  }, 60_000, 'every startTimes 1', diagnose);
-  assert.equal(ics.items.length, names.length);
+    return list.items.length === count && list.items.every(accepts);
+  }, timeoutMs / 2, 'every status', diagnose);
+}
+
+test('API server restart during a burst of 200 creations: every object converges, nothing lost', async () => {
+  const restartsBefore = plane.source.stats().watchRestarts + plane.source.stats().relists;
+  const creating = createBurst('burst', 200);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  await cluster.cp.restartApiServer();
+  await creating;
+
+  // Converged: the status names the pod and counts it. Not necessarily `startTimes: 1`: for a
+  // pod whose owner it has not seen yet, the controller-manager's garbage collector GETs the owner,
+  // and a restarting API server answers 404 for custom resources for a moment; the collector then
+  // deletes the pod and the function rightly recreates and counts it. (Exact counting is the
+  // subject of the race test, and of the crash test below.)
+  await awaitConvergence('burst', 200, (ic) => ic.status?.currentPod === `${ic.metadata.name}-immortalpod` && (ic.status.startTimes ?? 0) >= 1 && ic.status.observedGeneration === ic.metadata.generation, 120_000);
   const stats = plane.source.stats();
   assert.ok(stats.watchRestarts + stats.relists > restartsBefore, `the source noticed the broken watch: ${JSON.stringify(stats)}`);
 });
 
 test('a function process killed in the middle of a burst: its in-flight events are retried and every object converges', async () => {
-  const namespace = 'crash';
-  assert.equal((await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: namespace } })).status, 201);
   const retriedBefore = plane.broker.stats()[immortalContainer.name].retried;
-  const names = Array.from({ length: 200 }, (_, i) => `crash-${i}`);
-  const creating = (async () => {
-    for (let i = 0; i < names.length; i += 10) await Promise.all(names.slice(i, i + 10).map((name) => createWithRetry(newIc(namespace, name))));
-  })();
+  const creating = createBurst('crash', 200);
   const running = () => readyPids.filter((pid) => {
     try {
       process.kill(pid, 0);
@@ -209,7 +216,7 @@ test('a function process killed in the middle of a burst: its in-flight events a
   });
   // Kill while the function works through the burst: it has created pods, and the broker has
   // deliveries open (checked and killed in one synchronous step, so they are still open).
-  await eventually(async () => (await kube.list(Pod, { namespace })).items.length > 0, 30_000, 'the first pods of the burst');
+  await eventually(async () => (await kube.list(Pod, { namespace: 'crash' })).items.length > 0, 30_000, 'the first pods of the burst');
   const killed = await eventually(async () => {
     if (plane.broker.stats()[immortalContainer.name].inFlight < 3) return undefined;
     const pids = running();
@@ -219,11 +226,7 @@ test('a function process killed in the middle of a burst: its in-flight events a
   assert.ok(killed.length > 0, 'a function process was running');
   await creating;
 
-  await eventually(async () => (await kube.list(Pod, { namespace })).items.length === names.length, 60_000, `${names.length} pods`);
-  await eventually(async () => {
-    const list = await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace });
-    return list.items.length === names.length && list.items.every((ic) => ic.status?.startTimes === 1);
-  }, 30_000, 'every startTimes 1');
+  await awaitConvergence('crash', 200, (ic) => ic.status?.startTimes === 1, 60_000);
   assert.deepEqual(crashes.map((crash) => crash.pid).filter((pid) => killed.includes(pid)).sort(), [...killed].sort(), `the activator reported every killed process as crashed: ${JSON.stringify(crashes)}`);
   // The activator answers 502 for requests the crash cut off (before it sees the exit), so the
   // broker's retries are where they show.
