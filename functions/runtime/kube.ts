@@ -113,8 +113,18 @@ export interface RequestObserver {
   (verb: string, resource: string, code: number, seconds: number): void;
 }
 
-/** The ApiError for a non-2xx answer; `parsed` is the body as JSON, when it was JSON. */
-function errorFromResponse(what: string, code: number, parsed: unknown, text: string): ApiError {
+/** The body as JSON; undefined when it is empty or not JSON. */
+function parseJson(text: string): unknown {
+  try {
+    return text ? JSON.parse(text) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The ApiError for a non-2xx answer with body `text`. */
+function errorFromResponse(what: string, code: number, text: string): ApiError {
+  const parsed = parseJson(text);
   const status = parsed && typeof parsed === 'object' ? (parsed as KubeStatus) : undefined;
   // An object that does not exist comes back as a Status naming it; anything else is about the path.
   if (code === 404 && !(status?.reason === 'NotFound' && status.details?.name)) {
@@ -195,14 +205,8 @@ export class KubeClient {
     }
     const text = await response.body.text();
     this.#observe(verb, options.resource ?? '', response.statusCode, (performance.now() - started) / 1000);
-    let parsed: unknown;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      parsed = undefined;
-    }
-    if (response.statusCode >= 200 && response.statusCode < 300) return parsed as T;
-    throw errorFromResponse(`${method} ${url.pathname}`, response.statusCode, parsed, text);
+    if (response.statusCode >= 200 && response.statusCode < 300) return parseJson(text) as T;
+    throw errorFromResponse(`${method} ${url.pathname}`, response.statusCode, text);
   }
 
   /** The object, or undefined when it does not exist. */
@@ -283,14 +287,7 @@ export class KubeClient {
       throw new ApiError(0, code, `watch ${kind.plural}: Kubernetes API unreachable (${code})`);
     }
     if (response.statusCode !== 200) {
-      const text = await response.body.text();
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        parsed = undefined;
-      }
-      throw errorFromResponse(`watch ${kind.plural}`, response.statusCode, parsed, text);
+      throw errorFromResponse(`watch ${kind.plural}`, response.statusCode, await response.body.text());
     }
     let buffered = '';
     for await (const chunk of response.body) {
