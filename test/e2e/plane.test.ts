@@ -157,11 +157,10 @@ test('a function that fails for a while (500: its permissions revoked) is retrie
 });
 
 /** Creates `count` ImmortalContainers in a new namespace, 10 at a time; resolves when all exist. */
-async function createBurst(namespace: string, count: number): Promise<string[]> {
+async function createBurst(namespace: string, count: number): Promise<void> {
   assert.equal((await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: namespace } })).status, 201);
   const names = Array.from({ length: count }, (_, i) => `${namespace}-${i}`);
   for (let i = 0; i < names.length; i += 10) await Promise.all(names.slice(i, i + 10).map((name) => createWithRetry(newIc(namespace, name))));
-  return names;
 }
 
 /** Waits until every ImmortalContainer of `namespace` has its pod and `accepts` its status; on timeout, says where they are stuck. */
@@ -218,12 +217,11 @@ test('a function process killed in the middle of a burst: its in-flight events a
   // deliveries open (checked and killed in one synchronous step, so they are still open).
   await eventually(async () => (await kube.list(Pod, { namespace: 'crash' })).items.length > 0, 30_000, 'the first pods of the burst');
   const killed = await eventually(async () => {
-    if (plane.broker.stats()[immortalContainer.name].inFlight < 3) return undefined;
     const pids = running();
+    if (pids.length === 0 || plane.broker.stats()[immortalContainer.name].inFlight < 3) return undefined;
     for (const pid of pids) process.kill(pid, 'SIGKILL');
     return pids;
-  }, 30_000, 'deliveries in flight');
-  assert.ok(killed.length > 0, 'a function process was running');
+  }, 30_000, 'deliveries in flight to a running function');
   await creating;
 
   await awaitConvergence('crash', 200, (ic) => ic.status?.startTimes === 1, 60_000);
