@@ -16,7 +16,7 @@
 // Usage: node bench/cold-start.ts [--runs N]   (default 7)
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { freePort, killOnExit, stopProcess } from '../test/cluster/control-plane.ts';
+import { freePort, killOnExit, stopProcess } from '../cluster/control-plane.ts';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';

@@ -69,7 +69,7 @@ cluster
         process.exit(1);
       } catch { /* stale state file: that process is gone */ }
     }
-    const { startControlPlane } = await import('../test/cluster/control-plane.ts');
+    const { startControlPlane } = await import('../cluster/control-plane.ts');
     const { applyCrds } = await import('../eventing/crds.ts');
     const { KubeClient } = await import('../functions/runtime/kube.ts');
     try {

@@ -5,7 +5,7 @@ import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { loadAllFunctions, loadFunction } from '../functions/index.ts';
 import { KubeClient } from '../functions/runtime/kube.ts';
-import { startControlPlane, type ControlPlane } from '../test/cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
 import { applyCrds, readManifestFile } from './crds.ts';
 import { bundledFunctions, EventPlane, triggersFromManifests } from './plane.ts';
 

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
-import { provisionBinaries, startControlPlane } from '../cluster/control-plane.ts';
+import { provisionBinaries, startControlPlane } from '../../cluster/control-plane.ts';
 
 const run = promisify(execFile);
 

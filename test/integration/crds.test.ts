@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ApiException, KubeConfig, KubernetesObjectApi, loadAllYaml, type KubernetesObject } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
-import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
 
 const CRD_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'crds');
 const EXAMPLES_DIR = join(CRD_DIR, 'examples');

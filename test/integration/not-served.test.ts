@@ -11,7 +11,7 @@ import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
 import { Pod } from '../../functions/runtime/kinds.ts';
 import { ApiError, isNotFound, NOT_SERVED, type KubeClient } from '../../functions/runtime/kube.ts';
-import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
 import { deliver, kubeFor, serveFunction, type RunningFunction } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { CloudEvent } from 'cloudevents';
 import { pino, type Logger } from 'pino';
-import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
 import { ConfigMap, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, KubeClient, type WatchEvent } from '../../functions/runtime/kube.ts';
 import { ApiServerSource, type SourceOptions, type SourceSpec } from '../../eventing/source.ts';

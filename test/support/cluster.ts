@@ -8,7 +8,7 @@ import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts
 import { KubeClient } from '../../functions/runtime/kube.ts';
 import { createMetrics, type FunctionMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost, OUTCOME_HEADER, type FunctionHost } from '../../functions/runtime/server.ts';
-import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
 
 export const quietLog = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
 

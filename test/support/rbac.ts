@@ -2,7 +2,7 @@
 // proves the declared rules are enough (and, by probing, that they are not more).
 import { rbacObjects, serviceAccountName } from '../../eventing/rbac.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import type { ControlPlane } from '../cluster/control-plane.ts';
+import type { ControlPlane } from '../../cluster/control-plane.ts';
 
 const PATHS: Record<string, string> = {
   ServiceAccount: '/api/v1/namespaces/{ns}/serviceaccounts',
