@@ -1,0 +1,176 @@
+// Client-side "kubectl apply" for children: a 3-way merge of what the hook asked for last time
+// (the last-applied annotation), what it asks for now, and what the object looks like now, so
+// fields set by others (defaults, other controllers, people) survive and fields the hook stopped
+// setting go away.
+//
+// Upstream: metacontroller pkg/dynamic/apply/apply.go (Merge, mergeObject, mergeArray,
+// mergeListMap, detectListMapKey with knownMergeKeys, SetLastApplied/GetLastApplied) and
+// pkg/controller/common/manage_children.go (ApplyUpdate: the hook's object never carries the
+// annotation itself, read-only ObjectMeta system fields and .status are reverted to the
+// observed ones so they never cause a diff, then the annotation records the new desired object;
+// the create path records the annotation before the ownerReference is added).
+import type { KubeObject } from '../runtime/kinds.ts';
+import { jsonEqual } from '../runtime/reconciler.ts';
+
+export const LAST_APPLIED_ANNOTATION = 'metacontroller.k8s.io/last-applied-configuration';
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type JsonObject = { [key: string]: Json };
+
+/** Read-only, system-populated ObjectMeta fields (objectMetaSystemFields upstream). */
+const SYSTEM_FIELDS = ['selfLink', 'uid', 'resourceVersion', 'generation', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'managedFields'];
+
+/** Field names guessed as list-map keys, highest precedence first. */
+const KNOWN_MERGE_KEYS = ['containerPort', 'port', 'mountPath', 'name', 'uid', 'ip', 'path'];
+
+export type ApplyResult = { ok: true; object: KubeObject; changed: boolean } | { ok: false; reason: string };
+
+/**
+ * The object to PUT for an existing child (ApplyUpdate upstream) and whether it differs from the
+ * observed one at all; `changed: false` means no write and, for Recreate, no recreate.
+ */
+export function applyUpdate(observed: KubeObject, desired: KubeObject): ApplyResult {
+  const lastApplied = lastAppliedOf(observed);
+  if (!lastApplied.ok) return lastApplied;
+  const update = withoutLastApplied(desired);
+  let merged: JsonObject;
+  try {
+    merged = merge('', structuredClone(observed) as unknown as Json, lastApplied.value, update as unknown as Json) as JsonObject;
+  } catch (error) {
+    return { ok: false, reason: `can't merge desired changes: ${(error as Error).message}` };
+  }
+  for (const field of SYSTEM_FIELDS) revert(merged, observed as unknown as JsonObject, ['metadata', field]);
+  revert(merged, observed as unknown as JsonObject, ['status']);
+  const object = withLastApplied(merged as unknown as KubeObject, update);
+  return { ok: true, object, changed: !jsonEqual(object, observed) };
+}
+
+/** The object to POST for a missing child: the annotation records the hook's object as given. */
+export function forCreate(desired: KubeObject): KubeObject {
+  return withLastApplied(structuredClone(desired), desired);
+}
+
+/** Merge(observed, lastApplied, desired) upstream: a copy of observed with the desired changes. */
+export function threeWayMerge(observed: JsonObject, lastApplied: JsonObject | null, desired: JsonObject): JsonObject {
+  return merge('', structuredClone(observed), lastApplied, desired) as JsonObject;
+}
+
+export function lastAppliedOf(object: KubeObject): { ok: true; value: JsonObject | null } | { ok: false; reason: string } {
+  const text = object.metadata.annotations?.[LAST_APPLIED_ANNOTATION];
+  if (!text) return { ok: true, value: null };
+  try {
+    const value = JSON.parse(text) as Json;
+    if (value !== null && (typeof value !== 'object' || Array.isArray(value))) throw new Error('not a JSON object');
+    return { ok: true, value: value as JsonObject | null };
+  } catch (error) {
+    return { ok: false, reason: `can't unmarshal "${LAST_APPLIED_ANNOTATION}" annotation: ${(error as Error).message}` };
+  }
+}
+
+function withLastApplied(object: KubeObject, applied: KubeObject): KubeObject {
+  const annotations = { ...(object.metadata?.annotations ?? {}), [LAST_APPLIED_ANNOTATION]: JSON.stringify(applied) };
+  return { ...object, metadata: { ...object.metadata, annotations } };
+}
+
+/** nullifyLastAppliedAnnotation: the hook cannot smuggle in its own idea of the last applied object. */
+function withoutLastApplied(object: KubeObject): KubeObject {
+  const annotations = object.metadata?.annotations;
+  if (!annotations || !Object.hasOwn(annotations, LAST_APPLIED_ANNOTATION)) return object;
+  const { [LAST_APPLIED_ANNOTATION]: _dropped, ...rest } = annotations;
+  return { ...object, metadata: { ...object.metadata, annotations: rest } };
+}
+
+const isObject = (value: unknown): value is JsonObject => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/** The diff from lastApplied to desired, applied to destination; returns the new destination value. */
+function merge(path: string, destination: Json | undefined, lastApplied: Json | undefined, desired: Json | undefined): Json | undefined {
+  if (isObject(destination)) {
+    if (lastApplied != null && !isObject(lastApplied)) throw new Error(`lastApplied${path}: expecting an object, got ${typeName(lastApplied)}`);
+    if (desired != null && !isObject(desired)) throw new Error(`desired${path}: expecting an object, got ${typeName(desired)}`);
+    return mergeObject(path, destination, lastApplied ?? null, desired ?? null);
+  }
+  if (Array.isArray(destination)) {
+    if (lastApplied != null && !Array.isArray(lastApplied)) throw new Error(`lastApplied${path}: expecting a list, got ${typeName(lastApplied)}`);
+    if (desired != null && !Array.isArray(desired)) throw new Error(`desired${path}: expecting a list, got ${typeName(desired)}`);
+    return mergeArray(path, destination, lastApplied ?? null, desired ?? null);
+  }
+  // A scalar, null or missing destination simply takes the desired value.
+  return structuredClone(desired);
+}
+
+function mergeObject(path: string, destination: JsonObject, lastApplied: JsonObject | null, desired: JsonObject | null): JsonObject {
+  // Fields we set last time and no longer set are removed; fields nobody asked us for stay.
+  for (const key of Object.keys(lastApplied ?? {})) {
+    if (!desired || !Object.hasOwn(desired, key)) delete destination[key];
+  }
+  for (const [key, value] of Object.entries(desired ?? {})) {
+    const merged = merge(`${path}[${key}]`, destination[key], lastApplied?.[key], value);
+    destination[key] = merged === undefined ? null : merged;
+  }
+  return destination;
+}
+
+function mergeArray(path: string, destination: Json[], lastApplied: Json[] | null, desired: Json[] | null): Json {
+  const mergeKey = detectListMapKey(destination, lastApplied ?? [], desired ?? []);
+  // An ordinary list is replaced as a whole.
+  if (!mergeKey) return structuredClone(desired);
+  const destMap = listMap(mergeKey, destination);
+  mergeObject(path, destMap, listMap(mergeKey, lastApplied ?? []), listMap(mergeKey, desired ?? []));
+  // Keep the existing order, then append what is new in desired's order.
+  const result: Json[] = [];
+  const added = new Set<string>();
+  for (const item of [...destination, ...(desired ?? [])]) {
+    const key = mergeKeyString((item as JsonObject)[mergeKey]);
+    if (added.has(key) || !Object.hasOwn(destMap, key)) continue;
+    result.push(destMap[key]!);
+    added.add(key);
+  }
+  return result;
+}
+
+function listMap(mergeKey: string, list: Json[]): JsonObject {
+  const map: JsonObject = {};
+  for (const item of list) map[mergeKeyString((item as JsonObject)[mergeKey])] = item;
+  return map;
+}
+
+/** Go's fmt %v of a merge key value: strings as they are, other scalars printed. */
+const mergeKeyString = (value: Json | undefined): string => (typeof value === 'string' ? value : value === null || value === undefined ? '<nil>' : String(value));
+
+/** A list of objects sharing one of the known merge keys is treated as a map keyed by it. */
+function detectListMapKey(...lists: Json[][]): string {
+  let common: Set<string> | undefined;
+  for (const list of lists) {
+    for (const item of list) {
+      if (!isObject(item)) return '';
+      if (!common) {
+        common = new Set(Object.keys(item));
+        continue;
+      }
+      for (const key of common) if (!Object.hasOwn(item, key)) common.delete(key);
+    }
+  }
+  return KNOWN_MERGE_KEYS.find((key) => common?.has(key)) ?? '';
+}
+
+/** revertField: the field as observed, or absent if it was absent. */
+function revert(target: JsonObject, original: JsonObject, path: string[]): void {
+  let source: Json | undefined = original;
+  for (const key of path) source = isObject(source) ? source[key] : undefined;
+  const parentPath = path.slice(0, -1);
+  const leaf = path[path.length - 1]!;
+  if (source !== undefined) {
+    let cursor = target;
+    for (const key of parentPath) {
+      if (!isObject(cursor[key])) cursor[key] = {};
+      cursor = cursor[key] as JsonObject;
+    }
+    cursor[leaf] = structuredClone(source);
+    return;
+  }
+  let cursor: Json | undefined = target;
+  for (const key of parentPath) cursor = isObject(cursor) ? cursor[key] : undefined;
+  if (isObject(cursor)) delete cursor[leaf];
+}
+
+const typeName = (value: Json): string => (Array.isArray(value) ? 'list' : typeof value);
