@@ -150,3 +150,6 @@ export function groupVersionKindKey(apiVersion: string, kind: string): string {
 
 /** Group and kind, version ignored: how upstream keys update strategies (claimMapKey). */
 export const groupKindKey = (apiVersion: string, kind: string): string => `${kind}.${parseApiVersion(apiVersion).group}`;
+
+/** A hook cannot serve this request (bad parent, say): serve-hook.ts answers 400 with the message. */
+export class HookRequestError extends Error {}
