@@ -74,6 +74,8 @@ export interface CallOptions {
   /** Connection pooling; by default one keep-alive agent per protocol for the whole process. */
   agent?: http.Agent;
   now?: () => Date;
+  /** Larger answers are refused (default MAX_RESPONSE_BYTES). */
+  maxResponseBytes?: number;
 }
 
 const agents = { 'http:': new http.Agent({ keepAlive: true }), 'https:': new https.Agent({ keepAlive: true }) };
@@ -119,10 +121,11 @@ export function postJson(target: HookTarget, payload: unknown, options: CallOpti
       }
       const chunks: Buffer[] = [];
       let size = 0;
+      const limit = options.maxResponseBytes ?? MAX_RESPONSE_BYTES;
       response.on('data', (chunk: Buffer) => {
         size += chunk.length;
-        if (size > MAX_RESPONSE_BYTES) {
-          finish(syncError('too-large', `hook answer from ${target.url} is larger than ${MAX_RESPONSE_BYTES} bytes`));
+        if (size > limit) {
+          finish(syncError('too-large', `hook answer from ${target.url} is larger than ${limit} bytes`));
           request.destroy();
           return;
         }

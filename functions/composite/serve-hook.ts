@@ -22,6 +22,8 @@ export interface HookServerOptions {
   /** Loopback by default: a local plane must not expose hooks beyond this machine. */
   host?: string;
   onError?: (error: unknown, path: string) => void;
+  /** Larger request bodies get 413 (default MAX_REQUEST_BYTES). */
+  maxRequestBytes?: number;
 }
 
 export interface HookServer {
@@ -64,8 +66,9 @@ async function handle(options: HookServerOptions, request: http.IncomingMessage,
   const type = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
   if (type !== 'application/json') return reply(response, 415, { error: `expected Content-Type application/json, got "${request.headers['content-type'] ?? ''}"` });
 
-  const body = await readLimited(request);
-  if (body === undefined) return reply(response, 413, { error: `request body larger than ${MAX_REQUEST_BYTES} bytes` }, { Connection: 'close' });
+  const limit = options.maxRequestBytes ?? MAX_REQUEST_BYTES;
+  const body = await readLimited(request, limit);
+  if (body === undefined) return reply(response, 413, { error: `request body larger than ${limit} bytes` }, { Connection: 'close' });
   let decoded: unknown;
   try {
     decoded = JSON.parse(body);
@@ -82,13 +85,13 @@ async function handle(options: HookServerOptions, request: http.IncomingMessage,
 }
 
 /** The body as text, or undefined when it exceeds the limit (the rest is not read). */
-function readLimited(request: http.IncomingMessage): Promise<string | undefined> {
+function readLimited(request: http.IncomingMessage, limit: number): Promise<string | undefined> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
     request.on('data', (chunk: Buffer) => {
       size += chunk.length;
-      if (size > MAX_REQUEST_BYTES) {
+      if (size > limit) {
         request.pause();
         resolve(undefined);
         return;

@@ -1,0 +1,197 @@
+// The webhook client against real HTTP servers on loopback (functions/composite/hook-client.ts).
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import { callCompositeHook, DEFAULT_TIMEOUT_MS, postJson, retryAfterSeconds, webhookTarget, webhookTimeoutMs, type HookFailure } from '../../../functions/composite/hook-client.ts';
+
+interface Seen {
+  method?: string;
+  url?: string;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+/** A hook whose behaviour each test sets; records what it received. */
+let behaviour: (request: http.IncomingMessage, response: http.ServerResponse, body: string) => void = () => {};
+const seen: Seen[] = [];
+let server: http.Server;
+let base: string;
+
+before(async () => {
+  server = http.createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const body = Buffer.concat(chunks).toString('utf8');
+      seen.push({ method: request.method, url: request.url, headers: request.headers, body });
+      behaviour(request, response, body);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+after(async () => {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+});
+
+const answer = (status: number, body: string, headers: Record<string, string> = {}) => (_: http.IncomingMessage, response: http.ServerResponse) => {
+  response.writeHead(status, { 'Content-Type': 'application/json', ...headers });
+  response.end(body);
+};
+const call = (webhook: { url?: string; timeout?: string } = {}, request: unknown = { parent: { metadata: { name: 'p' } } }) =>
+  callCompositeHook({ webhook: { url: `${base}/sync`, ...webhook }, version: 'v1', strict: false, hookType: 'sync', request });
+const failureOf = (result: { ok: boolean; failure?: HookFailure }): HookFailure => {
+  assert.equal(result.ok, false);
+  return result.failure!;
+};
+
+describe('hook client', () => {
+  test('POSTs the JSON request with exactly Content-Type application/json and a Content-Length', async () => {
+    behaviour = answer(200, '{"status":{"ok":true},"children":[]}');
+    seen.length = 0;
+    const payload = { parent: { metadata: { name: 'p', labels: { ü: 'ñ' } } } };
+    const result = await call({}, payload);
+    assert.ok(result.ok);
+    assert.deepEqual(result.value.status, { ok: true });
+    const [request] = seen;
+    assert.equal(request?.method, 'POST');
+    assert.equal(request?.url, '/sync');
+    assert.equal(request?.headers['content-type'], 'application/json');
+    assert.equal(request?.headers['content-length'], String(Buffer.byteLength(request!.body)));
+    assert.equal(request?.headers['transfer-encoding'], undefined);
+    assert.deepEqual(JSON.parse(request!.body), payload);
+  });
+
+  test("the answer's content type is not checked (upstream reads any 200 body as JSON)", async () => {
+    behaviour = answer(200, '{"children":[]}', { 'Content-Type': 'text/plain' });
+    assert.ok((await call()).ok);
+  });
+
+  test('500 is a SyncError carrying the status and body', async () => {
+    behaviour = answer(500, 'database on fire');
+    const failure = failureOf(await call());
+    assert.deepEqual([failure.type, 'cause' in failure && failure.cause], ['SyncError', 'status']);
+    assert.equal(failure.reason, 'unsupported status code: 500 body: database on fire');
+  });
+
+  test('only 200 is success: 201 and 204 are SyncErrors too', async () => {
+    for (const status of [201, 204]) {
+      behaviour = answer(status, status === 204 ? '' : '{}');
+      assert.match(failureOf(await call()).reason, new RegExp(`unsupported status code: ${status}`));
+    }
+  });
+
+  test('a hook slower than the webhook timeout is a SyncError (timeout)', async () => {
+    behaviour = () => {}; // never answers
+    const started = Date.now();
+    const failure = failureOf(await call({ timeout: '200ms' }));
+    assert.equal('cause' in failure && failure.cause, 'timeout');
+    assert.match(failure.reason, /timed out after 200 ms/);
+    assert.ok(Date.now() - started < 5000);
+  });
+
+  test('a body that stalls after the headers still hits the timeout', async () => {
+    behaviour = (_, response) => {
+      response.writeHead(200, { 'Content-Type': 'application/json' });
+      response.write('{"children":');
+    };
+    const failure = failureOf(await call({ timeout: '200ms' }));
+    assert.equal('cause' in failure && failure.cause, 'timeout');
+  });
+
+  test('malformed JSON in a 200 is a SyncError (malformed) with the decoder message', async () => {
+    behaviour = answer(200, '{"children": [');
+    const failure = failureOf(await call());
+    assert.equal('cause' in failure && failure.cause, 'malformed');
+    assert.match(failure.reason, /can't unmarshal webhookResponse \(version: v1, type: sync\): malformed JSON/);
+  });
+
+  test('a schema-violating 200 is a SyncError (malformed)', async () => {
+    behaviour = answer(200, '{"children": {"not": "a list"}}');
+    assert.match(failureOf(await call()).reason, /"children" must be a list/);
+  });
+
+  test('429 with Retry-After seconds is TooManyRequests with that delay, not a SyncError', async () => {
+    behaviour = answer(429, 'slow down', { 'Retry-After': '7' });
+    const failure = failureOf(await call());
+    assert.deepEqual([failure.type, failure.type === 'TooManyRequests' && failure.retryAfterSeconds], ['TooManyRequests', 7]);
+  });
+
+  test('429 with an HTTP date waits until then; without a usable header, 0', async () => {
+    const inNineSeconds = new Date(Date.now() + 8_500).toUTCString();
+    behaviour = answer(429, '', { 'Retry-After': inNineSeconds });
+    const dated = failureOf(await call());
+    assert.ok(dated.type === 'TooManyRequests' && dated.retryAfterSeconds >= 8 && dated.retryAfterSeconds <= 9, JSON.stringify(dated));
+    behaviour = answer(429, '');
+    const bare = failureOf(await call());
+    assert.equal(bare.type === 'TooManyRequests' && bare.retryAfterSeconds, 0);
+  });
+
+  test('an unreachable hook is a SyncError (unreachable)', async () => {
+    const closed = http.createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const failure = failureOf(await callCompositeHook({ webhook: { url: `http://127.0.0.1:${port}/sync` }, version: 'v1', strict: false, hookType: 'sync', request: {} }));
+    assert.equal('cause' in failure && failure.cause, 'unreachable');
+    assert.match(failure.reason, /ECONNREFUSED/);
+  });
+
+  test('bad webhook configuration is a SyncError (config)', async () => {
+    for (const webhook of [{}, { service: { name: 's', namespace: 'n' } }, { service: { name: '', namespace: 'n' }, path: '/x' }, { url: 'ftp://x/y' }, { url: 'not a url' }]) {
+      const failure = failureOf(await callCompositeHook({ webhook, version: 'v1', strict: false, hookType: 'sync', request: {} }));
+      assert.equal('cause' in failure && failure.cause, 'config', JSON.stringify(webhook));
+    }
+  });
+
+  test('many calls in parallel each get their own answer', async () => {
+    behaviour = (_, response, body) => answer(200, JSON.stringify({ status: { echo: JSON.parse(body).n } }))(_, response);
+    const results = await Promise.all(Array.from({ length: 50 }, (_, n) => callCompositeHook({ webhook: { url: `${base}/sync` }, version: 'v1', strict: false, hookType: 'sync', request: { n } })));
+    results.forEach((result, n) => assert.deepEqual(result.ok && result.value.status, { echo: n }));
+  });
+
+  test('an answer over the size limit is refused, not buffered', async () => {
+    behaviour = answer(200, JSON.stringify({ status: { big: 'x'.repeat(10_000) } }));
+    const result = await postJson({ url: `${base}/sync`, timeoutMs: 1000 }, {}, { maxResponseBytes: 1000 });
+    const failure = failureOf(result);
+    assert.equal('cause' in failure && failure.cause, 'too-large');
+  });
+
+  test('postJson returns the raw 200 body', async () => {
+    behaviour = answer(200, '{"relatedResources":[]}');
+    const result = await postJson({ url: `${base}/customize`, timeoutMs: 1000 }, {});
+    assert.deepEqual(result, { ok: true, value: '{"relatedResources":[]}' });
+  });
+});
+
+describe('webhook configuration', () => {
+  test('url overrides service and path', () => {
+    const target = webhookTarget({ url: 'http://a/b', service: { name: 's', namespace: 'n' }, path: '/p' });
+    assert.deepEqual(target, { ok: true, value: { url: 'http://a/b', timeoutMs: DEFAULT_TIMEOUT_MS } });
+  });
+
+  test('service → <protocol>://<name>.<namespace>:<port><path>, port 80 and http by default', () => {
+    assert.deepEqual(webhookTarget({ service: { name: 'hook', namespace: 'ops' }, path: '/sync' }), { ok: true, value: { url: 'http://hook.ops:80/sync', timeoutMs: DEFAULT_TIMEOUT_MS } });
+    const custom = webhookTarget({ service: { name: 'hook', namespace: 'ops', port: 8443, protocol: 'https' }, path: '/s', timeout: '2s' });
+    assert.deepEqual(custom, { ok: true, value: { url: 'https://hook.ops:8443/s', timeoutMs: 2000 } });
+  });
+
+  test('timeouts are Go durations; absent, zero or invalid mean 10 s', () => {
+    assert.equal(webhookTimeoutMs('1m30s'), 90_000);
+    assert.equal(webhookTimeoutMs('1.5s'), 1500);
+    assert.equal(webhookTimeoutMs('500ms'), 500);
+    assert.equal(webhookTimeoutMs('1h'), 3_600_000);
+    for (const value of [undefined, '', '0s', '10', 'ten seconds', '-1s']) assert.equal(webhookTimeoutMs(value), DEFAULT_TIMEOUT_MS, String(value));
+  });
+
+  test('Retry-After: integer, HTTP date rounded up, anything else 0', () => {
+    const now = new Date('2026-01-01T00:00:00Z');
+    assert.equal(retryAfterSeconds('120', now), 120);
+    assert.equal(retryAfterSeconds('Thu, 01 Jan 2026 00:00:10 GMT', now), 10);
+    assert.equal(retryAfterSeconds('1.5', now), 0);
+    assert.equal(retryAfterSeconds('soon', now), 0);
+    assert.equal(retryAfterSeconds(undefined, now), 0);
+  });
+});
