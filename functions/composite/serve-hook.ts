@@ -77,7 +77,10 @@ async function handle(options: HookServerOptions, request: http.IncomingMessage,
   }
   if (typeof decoded !== 'object' || decoded === null || Array.isArray(decoded)) return reply(response, 400, { error: 'the hook request must be a JSON object' });
   try {
-    reply(response, 200, await hook(decoded as never));
+    const answer = await hook(decoded as never);
+    // `null` would read as "no children" upstream and delete them all: a missing answer is a bug.
+    if (answer === undefined || answer === null) throw new Error(`the hook at ${path} returned no answer`);
+    reply(response, 200, answer);
   } catch (error) {
     if (error instanceof HookRequestError) return reply(response, 400, { error: error.message });
     throw error;

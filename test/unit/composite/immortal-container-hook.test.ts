@@ -162,6 +162,16 @@ describe('serving hooks over HTTP', () => {
     }
   });
 
+  test('a hook that returns nothing answers 500, never a null that would delete every child', async () => {
+    const empty = await serveHooks({ hooks: { '/sync': () => undefined } });
+    try {
+      const result = await callCompositeHook({ webhook: { url: `${empty.url}/sync` }, version: 'v1', strict: false, hookType: 'sync', request: {} });
+      assert.ok(!result.ok && result.failure.reason.startsWith('unsupported status code: 500'), JSON.stringify(result));
+    } finally {
+      await empty.close();
+    }
+  });
+
   test('GET on a hook is 405; health endpoints answer', async () => {
     const get = (path: string) => fetch(`${server.url}${path}`).then((response) => response.status);
     assert.equal(await get('/sync'), 405);
