@@ -113,6 +113,7 @@ export function desiredChildren(input: DesiredChildrenInput): Checked<KubeObject
     const nameProblem = objectNameProblem(child.metadata.name);
     if (nameProblem) return { ok: false, reason: `desired child ${what}: metadata.name ${nameProblem}` };
     const namespace = child.metadata.namespace ?? '';
+    if (typeof namespace !== 'string') return { ok: false, reason: `desired child ${what}: metadata.namespace must be a string` };
     if (rule.namespaced && namespace === '') return { ok: false, reason: `desired child ${what}: a namespaced ${rule.kind} needs a namespace (the parent is cluster-scoped)` };
     if (!rule.namespaced && namespace !== '') return { ok: false, reason: `desired child ${what}: ${rule.kind} is cluster-scoped and cannot have a namespace` };
     if (namespace && !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(namespace)) return { ok: false, reason: `desired child ${what}: metadata.namespace is not a valid namespace name` };

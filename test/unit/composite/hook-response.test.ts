@@ -112,6 +112,10 @@ describe('desiredChildren', () => {
       assert.match(reasonOf(result), /metadata.name/, JSON.stringify(name));
     }
     assert.equal(objectNameProblem('system:controller'), undefined);
+    const numeric = desiredChildren({ parent, children: [pod('a', { namespace: 5 as never })], childRules: [pods], selector: everything, generateSelector: false });
+    assert.match(reasonOf(numeric), /metadata.namespace must be a string/);
+    const badNamespace = desiredChildren({ parent, children: [pod('a', { namespace: '..' })], childRules: [pods], selector: everything, generateSelector: false });
+    assert.match(reasonOf(badNamespace), /not a valid namespace name/);
   });
 
   test('scope: a namespaced child of a cluster-scoped parent needs a namespace; a cluster-scoped child has none', () => {
