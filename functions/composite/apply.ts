@@ -33,12 +33,7 @@ export function applyUpdate(observed: KubeObject, desired: KubeObject): ApplyRes
   const lastApplied = lastAppliedOf(observed);
   if (!lastApplied.ok) return lastApplied;
   const update = withoutLastApplied(desired);
-  let merged: JsonObject;
-  try {
-    merged = merge('', structuredClone(observed) as unknown as Json, lastApplied.value, update as unknown as Json) as JsonObject;
-  } catch (error) {
-    return { ok: false, reason: `can't merge desired changes: ${(error as Error).message}` };
-  }
+  const merged = merge(structuredClone(observed) as unknown as Json, lastApplied.value, update as unknown as Json) as JsonObject;
   for (const field of SYSTEM_FIELDS) revert(merged, observed as unknown as JsonObject, ['metadata', field]);
   revert(merged, observed as unknown as JsonObject, ['status']);
   const object = withLastApplied(merged as unknown as KubeObject, update);
@@ -52,7 +47,7 @@ export function forCreate(desired: KubeObject): KubeObject {
 
 /** Merge(observed, lastApplied, desired) upstream: a copy of observed with the desired changes. */
 export function threeWayMerge(observed: JsonObject, lastApplied: JsonObject | null, desired: JsonObject): JsonObject {
-  return merge('', structuredClone(observed), lastApplied, desired) as JsonObject;
+  return merge(structuredClone(observed), lastApplied, desired) as JsonObject;
 }
 
 export function lastAppliedOf(object: KubeObject): { ok: true; value: JsonObject | null } | { ok: false; reason: string } {
@@ -82,40 +77,44 @@ function withoutLastApplied(object: KubeObject): KubeObject {
 
 const isObject = (value: unknown): value is JsonObject => typeof value === 'object' && value !== null && !Array.isArray(value);
 
-/** The diff from lastApplied to desired, applied to destination; returns the new destination value. */
-function merge(path: string, destination: Json | undefined, lastApplied: Json | undefined, desired: Json | undefined): Json | undefined {
+/**
+ * The diff from lastApplied to desired, applied to destination; returns the new destination value.
+ *
+ * A lastApplied or desired value whose type differs from the destination's counts as null, as
+ * upstream: its type check (`desVal, ok := desired.(map[string]interface{}); if !ok && desVal !=
+ * nil`) can never fire, because a failed assertion yields a nil map. So a scalar asked for where the
+ * object holds a map removes the keys we had set there and leaves the rest, and a map asked for
+ * where the object holds an ordinary list sets the field to null.
+ */
+function merge(destination: Json | undefined, lastApplied: Json | undefined, desired: Json | undefined): Json | undefined {
   if (isObject(destination)) {
-    if (lastApplied != null && !isObject(lastApplied)) throw new Error(`lastApplied${path}: expecting an object, got ${typeName(lastApplied)}`);
-    if (desired != null && !isObject(desired)) throw new Error(`desired${path}: expecting an object, got ${typeName(desired)}`);
-    return mergeObject(path, destination, lastApplied ?? null, desired ?? null);
+    return mergeObject(destination, isObject(lastApplied) ? lastApplied : null, isObject(desired) ? desired : null);
   }
   if (Array.isArray(destination)) {
-    if (lastApplied != null && !Array.isArray(lastApplied)) throw new Error(`lastApplied${path}: expecting a list, got ${typeName(lastApplied)}`);
-    if (desired != null && !Array.isArray(desired)) throw new Error(`desired${path}: expecting a list, got ${typeName(desired)}`);
-    return mergeArray(path, destination, lastApplied ?? null, desired ?? null);
+    return mergeArray(destination, Array.isArray(lastApplied) ? lastApplied : null, Array.isArray(desired) ? desired : null);
   }
   // A scalar, null or missing destination simply takes the desired value.
   return structuredClone(desired);
 }
 
-function mergeObject(path: string, destination: JsonObject, lastApplied: JsonObject | null, desired: JsonObject | null): JsonObject {
+function mergeObject(destination: JsonObject, lastApplied: JsonObject | null, desired: JsonObject | null): JsonObject {
   // Fields we set last time and no longer set are removed; fields nobody asked us for stay.
   for (const key of Object.keys(lastApplied ?? {})) {
     if (!desired || !Object.hasOwn(desired, key)) delete destination[key];
   }
   for (const [key, value] of Object.entries(desired ?? {})) {
-    const merged = merge(`${path}[${key}]`, destination[key], lastApplied?.[key], value);
+    const merged = merge(destination[key], lastApplied?.[key], value);
     destination[key] = merged === undefined ? null : merged;
   }
   return destination;
 }
 
-function mergeArray(path: string, destination: Json[], lastApplied: Json[] | null, desired: Json[] | null): Json {
+function mergeArray(destination: Json[], lastApplied: Json[] | null, desired: Json[] | null): Json {
   const mergeKey = detectListMapKey(destination, lastApplied ?? [], desired ?? []);
   // An ordinary list is replaced as a whole.
   if (!mergeKey) return structuredClone(desired);
   const destMap = listMap(mergeKey, destination);
-  mergeObject(path, destMap, listMap(mergeKey, lastApplied ?? []), listMap(mergeKey, desired ?? []));
+  mergeObject(destMap, listMap(mergeKey, lastApplied ?? []), listMap(mergeKey, desired ?? []));
   // Keep the existing order, then append what is new in desired's order.
   const result: Json[] = [];
   const added = new Set<string>();
@@ -172,5 +171,3 @@ function revert(target: JsonObject, original: JsonObject, path: string[]): void 
   for (const key of parentPath) cursor = isObject(cursor) ? cursor[key] : undefined;
   if (isObject(cursor)) delete cursor[leaf];
 }
-
-const typeName = (value: Json): string => (Array.isArray(value) ? 'list' : typeof value);

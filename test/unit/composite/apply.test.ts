@@ -61,8 +61,13 @@ describe('threeWayMerge (upstream TestMerge cases)', () => {
     assert.deepEqual(merge('{"o":{"ours":1,"theirs":2}}', '{"o":{"ours":1}}', '{"o":null}'), { o: { theirs: 2 } });
   });
 
-  test('a scalar where the observed object has a map is an error naming the path', () => {
-    assert.throws(() => merge('{"spec":{"a":{"b":1}}}', '{}', '{"spec":{"a":"x"}}'), /desired\[spec\]\[a\]: expecting an object, got string/);
+  test("a type change counts as null, as upstream's never-firing type check makes it", () => {
+    // A scalar where the object holds a map: our keys there go, others' stay, no error.
+    assert.deepEqual(merge('{"spec":{"a":{"ours":1,"theirs":2}}}', '{"spec":{"a":{"ours":1}}}', '{"spec":{"a":"x"}}'), { spec: { a: { theirs: 2 } } });
+    // A map where the object holds an ordinary list: the field becomes null.
+    assert.deepEqual(merge('{"list":[1,2]}', '{}', '{"list":{"k":"v"}}'), { list: null });
+    // A scalar destination takes whatever is desired.
+    assert.deepEqual(merge('{"a":"x"}', '{}', '{"a":{"k":1}}'), { a: { k: 1 } });
   });
 
   test('does not modify its inputs', () => {
