@@ -15,12 +15,25 @@
 // rules, or whose name/namespace is not a valid object name, rejects the whole answer.
 // Upstream would try the write and fail that one child at the API server.
 import type { KubeObject } from '../runtime/kinds.ts';
+import { firstDuplicateKey } from './duplicate-keys.ts';
 import { describeKey, CONTROLLER_UID_LABEL, type Selector } from './selector.ts';
 import type { CompositeHookResponse, HookVersion, ResolvedResource, Webhook } from './types.ts';
 
 export type Checked<T> = { ok: true; value: T } | { ok: false; reason: string };
 
 const RESPONSE_FIELDS = new Set(['status', 'children', 'resyncAfterSeconds', 'finalized']);
+/** Children are decoded leniently upstream (unstructured.UnmarshalJSON), even in strict mode. */
+const CHILDREN_ONLY: ReadonlySet<string> = new Set(['children']);
+
+/** The strict-mode complaint about a duplicated key, if any (shared with related.ts). */
+export function strictDuplicate(body: string, unchecked: ReadonlySet<string> = new Set()): string | undefined {
+  try {
+    const path = firstDuplicateKey(body, unchecked);
+    return path ? `strict validation failed: duplicate field "${path}"` : undefined;
+  } catch {
+    return 'strict validation failed: JSON nested too deeply';
+  }
+}
 
 /** v2 hooks default to strict decoding, v1 hooks to loose (responseUnmarshallMode upstream). */
 export function isStrict(version: HookVersion, webhook: Webhook | undefined): boolean {
@@ -48,6 +61,8 @@ export function parseHookResponse(body: string, options: { version: HookVersion;
   if (options.strict) {
     const unknown = Object.keys(fields).filter((key) => !RESPONSE_FIELDS.has(key));
     if (unknown.length > 0) return fail(`strict validation failed: unknown field${unknown.length > 1 ? 's' : ''} ${unknown.map((key) => `"${key}"`).join(', ')}`);
+    const duplicate = strictDuplicate(body, CHILDREN_ONLY);
+    if (duplicate) return fail(duplicate);
   }
   const { status, children, resyncAfterSeconds, finalized } = fields;
   if (status !== undefined && status !== null) {

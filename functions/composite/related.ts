@@ -7,7 +7,7 @@
 // caches the answer per parent uid and generation) and customize/api/v1/hooks.go
 // (CustomizeHookResponse {relatedResources}); decoding as in pkg/hooks/webhook.go.
 import type { KubeObject } from '../runtime/kinds.ts';
-import type { Checked } from './hook-response.ts';
+import { strictDuplicate, type Checked } from './hook-response.ts';
 import { compileSelector } from './selector.ts';
 import type { CustomizeHookResponse, HookVersion, LabelSelector, RelatedResourceRule, ResolvedResource } from './types.ts';
 
@@ -29,6 +29,8 @@ export function parseCustomizeResponse(body: string, options: { version: HookVer
   if (options.strict) {
     const unknown = Object.keys(fields).filter((key) => key !== 'relatedResources');
     if (unknown.length > 0) return fail(`strict validation failed: unknown field "${unknown[0]}"`);
+    const duplicate = strictDuplicate(body);
+    if (duplicate) return fail(duplicate);
   }
   const rules = fields.relatedResources ?? [];
   if (!Array.isArray(rules)) return fail('"relatedResources" must be a list');

@@ -59,6 +59,18 @@ describe('parseHookResponse', () => {
     assert.match(reasonOf(parseHookResponse(body, strict)), /strict validation failed: unknown fields "Children", "extra"/);
   });
 
+  test('duplicate keys: refused when strict (top level and status), ignored inside children and when loose', () => {
+    const topLevel = '{"status":{},"status":{"a":1}}';
+    assert.ok(parseHookResponse(topLevel, loose).ok);
+    assert.match(reasonOf(parseHookResponse(topLevel, strict)), /strict validation failed: duplicate field "status"/);
+    assert.match(reasonOf(parseHookResponse('{"status":{"c":[{"x":1,"y":{"k":1,"k":2}}]}}', strict)), /duplicate field "status.c\[0\].y.k"/);
+    const inChild = '{"children":[{"apiVersion":"v1","kind":"Pod","kind":"Pod","metadata":{"name":"a"}}]}';
+    assert.ok(parseHookResponse(inChild, strict).ok);
+    assert.ok(parseHookResponse('{"status":{"a":"\\\"quoted\\\"","b":{}},"children":[]}', strict).ok);
+    const deep = `{"status":${'{"a":'.repeat(20000)}1${'}'.repeat(20000)}}`;
+    assert.match(reasonOf(parseHookResponse(deep, strict)), /nested too deeply|malformed JSON/);
+  });
+
   test('v2 hooks default to strict, v1 to loose; responseUnMarshallMode wins', () => {
     assert.equal(isStrict('v1', undefined), false);
     assert.equal(isStrict('v2', {}), true);

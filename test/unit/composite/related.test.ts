@@ -34,6 +34,9 @@ describe('parseCustomizeResponse', () => {
     assert.ok(parseCustomizeResponse(body, { version: 'v1', strict: false }).ok);
     assert.match(reasonOf(parseCustomizeResponse(body, { version: 'v2', strict: true })), /unknown field "relatedResources\[0\].labelSelector.matchLabel"/);
     assert.match(reasonOf(parseCustomizeResponse('{"related":[]}', { version: 'v2', strict: true })), /unknown field "related"/);
+    const duplicate = '{"relatedResources":[{"apiVersion":"v1","resource":"a","resource":"b"}]}';
+    assert.match(reasonOf(parseCustomizeResponse(duplicate, { version: 'v2', strict: true })), /duplicate field "relatedResources\[0\].resource"/);
+    assert.ok(parseCustomizeResponse(duplicate, { version: 'v1', strict: false }).ok);
   });
 });
 
