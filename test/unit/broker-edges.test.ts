@@ -19,7 +19,7 @@ interface Received {
 }
 
 const servers: Server[] = [];
-async function subscriber(handler: (req: Received, res: ServerResponse, n: number) => void | Promise<void>): Promise<{ url: string; requests: Received[] }> {
+async function subscriber(handler: (req: Received, res: ServerResponse, n: number) => unknown): Promise<{ url: string; requests: Received[] }> {
   const requests: Received[] = [];
   const server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
