@@ -137,7 +137,7 @@ current-context: c
     assert.equal(error.code, 1);
     const lines = (error.stderr ?? '').trim().split('\n');
     assert.equal(lines.length, 1, `one line: ${error.stderr}`);
-    assert.match(lines[0]!, /configured cluster .*unreachable-kubeconfig.* does not answer: https:\/\/127\.0\.0\.1:1.*--local/);
+    assert.match(lines[0]!, /configured cluster .*unreachable-kubeconfig.* does not answer: .*https:\/\/127\.0\.0\.1:1.*--local/);
     return true;
   });
 });
