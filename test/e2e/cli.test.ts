@@ -186,7 +186,8 @@ test('opfn dead-letters list, replay (through a broker ingress) and clear', asyn
 });
 
 test('Ctrl-C during a burst under opfn dev: intake stops, deliveries finish, nothing is dead-lettered or called a crash', async () => {
-  const { child: dev, match } = await startOpfn(['dev', '--local', '--idle', '30'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { LOG_LEVEL: 'info' });
+  // Resync pings every half second: one refused while the plane stops must not become an unhandled rejection.
+  const { child: dev, match } = await startOpfn(['dev', '--local', '--idle', '30', '--resync', '0.5'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { LOG_LEVEL: 'info' });
   let output = '';
   dev.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   dev.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
