@@ -82,9 +82,11 @@ export interface ReconcileContext {
   http: HttpClient;
   now(): Date;
   /**
-   * The object of the reconciled key as a Resource-mode event carried it, when the event was
-   * about this very object: possibly stale or forged. Use it only to decide to do LESS (skip a
-   * read, find nothing to do); everything written must come from a fresh read.
+   * The object a Resource-mode event carried, when the event maps to this one key: the
+   * reconciled object itself, or the owned/watched object that maps to it (check `hint.kind`);
+   * with `apiVersion` and `kind` set. Possibly stale or forged: use it only to decide to do LESS
+   * (skip a read, find nothing to do); everything written must come from a fresh read. Absent
+   * for resyncs, fan-outs and coalesced follow-up runs.
    */
   hint?: KubeObject;
 }

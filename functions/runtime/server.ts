@@ -180,7 +180,9 @@ export class FunctionHost {
         if (skip) return { status: 200, body: { ignored: skip } };
         keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog)).map((key) => kindKey(reconciled, key));
         if (keys.length === 0) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns no ${reconciled.kind}` } };
-        if (event.object && sameKind(reconciled, event.ref.apiVersion, event.ref.kind)) hint = event.object;
+        // The body is a hint for the one object it maps to (its own key, or its owner's); a
+        // delete's body is the object's last state, not its present one.
+        if (event.object && event.action !== 'delete' && keys.length === 1) hint = { apiVersion: event.ref.apiVersion, kind: event.ref.kind, ...event.object };
       }
     } catch (error) {
       const status = statusForError(error);
@@ -244,7 +246,6 @@ export class FunctionHost {
     const { metrics, now } = this.#options;
     const id = kindKeyString(key);
     const log = parentLog.child({ key: id });
-    const ownHint = hint && hint.metadata.name === key.name && (hint.metadata.namespace ?? '') === key.namespace ? hint : undefined;
     return this.#queue.run(id, async (followUp) => {
       const started = performance.now();
       const observe = (result: string) => {
@@ -253,12 +254,12 @@ export class FunctionHost {
         metrics.reconcileSeconds.observe({ result }, seconds);
         return seconds;
       };
-      const ctx = this.#context(log, followUp ? undefined : ownHint);
+      const ctx = this.#context(log, followUp ? undefined : hint);
       try {
         const result = await this.#reconcileWithFinalizer(key, ctx);
         const requeue = result?.requeueAfterSeconds;
         const seconds = observe(requeue !== undefined ? 'requeue' : 'success');
-        if (ctx.hint) this.#seen.remember(key, ctx.hint);
+        if (ctx.hint && sameKind(key.kind, ctx.hint.apiVersion, ctx.hint.kind)) this.#seen.remember(key, ctx.hint);
         log.debug({ ms: Math.round(seconds * 1000), requeueAfterSeconds: requeue }, 'reconciled');
         return { type: 'done', requeueAt: requeue !== undefined && requeue >= 0 ? now().getTime() + requeue * 1000 : undefined };
       } catch (error) {
