@@ -187,8 +187,6 @@ export class FunctionHost {
     return answerFor(this.#options.declaration.name, keys, results, this.#options.now());
   }
 
-
-
   /**
    * One reconcile of one key, coalesced with the other requests for it (workqueue.ts); returns
    * the failure, if any, instead of throwing. `hint` is the event's body for this object (trusted
