@@ -2,7 +2,7 @@
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { Pod, type ObjectKey } from '../runtime/kinds.ts';
 import { ApiError } from '../runtime/kube.ts';
-import { createIfAbsent, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import { createIfAbsent, isControlledBy, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import type { RestartBackoff } from './backoff.ts';
 import { desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, type ImmortalContainer, type PodObject } from './desired.ts';
 
@@ -25,10 +25,11 @@ export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, ev
   // An event about our pod carried its body: if that pod needs nothing and the status already
   // says so, this event costs one read. The body is only trusted to do less: anything to do
   // reads the pod afresh below.
-  if (hint?.kind === 'Pod' && hint.metadata.name === podKey.name && hint.metadata.namespace === key.namespace) {
-    const hinted = hint as PodObject;
-    if (podAction(owner, hinted, now()).type === 'keep' && jsonEqual(nextStatus(owner, owner, hinted), owner.status)) return;
-  }
+  const podHint = hint?.kind === 'Pod' && hint.metadata.name === podKey.name && hint.metadata.namespace === key.namespace ? (hint as PodObject) : undefined;
+  if (podHint && podAction(owner, podHint, now()).type === 'keep' && jsonEqual(nextStatus(owner, owner, podHint), owner.status)) return;
+  // Our pod, as it was created, not yet counted: the reconcile that created it is writing the
+  // status now (or fails, and its event is delivered again). Another instance would only race it.
+  if (podHint && isControlledBy(podHint, owner) && !podHint.metadata.deletionTimestamp && (podHint.status?.phase ?? 'Pending') === 'Pending' && !owner.status?.countedPods?.includes(podHint.metadata.uid ?? '')) return;
 
   // An event about the ImmortalContainer itself whose fresh read shows its current generation
   // already carried out with a healthy pod tells nothing new about the pod: changes of the pod
@@ -57,7 +58,9 @@ export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, ev
     }
   };
 
-  if (!owner.status?.currentPod) {
+  // A pod event says a pod exists (the status may not say so yet: another instance's write is
+  // on its way): read it rather than try a create bound to fail. The hint only picks the order.
+  if (!owner.status?.currentPod && !podHint) {
     pod = await create();
   } else {
     // A fresh read: "nothing to do" is a decision no conditional write would check.
