@@ -2,13 +2,19 @@
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { Pod, type ObjectKey } from '../runtime/kinds.ts';
 import { ApiError } from '../runtime/kube.ts';
-import { createIfAbsent, isControlledBy, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import { createIfAbsent, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import type { RestartBackoff } from './backoff.ts';
 import { desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, type ImmortalContainer, type PodObject } from './desired.ts';
 
 /** The Ready condition's current reason and message: a problem already reported is not reported again. */
 const reported = (owner: ImmortalContainer, reason: string, message: string) =>
   owner.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === message) ?? false;
+
+/** A pod of the ImmortalContainer `key` names, as created: Pending (or no phase yet), not being deleted. */
+const asCreated = (pod: PodObject, key: ObjectKey): boolean =>
+  pod.metadata.name === `${key.name}-immortalpod` && pod.metadata.namespace === key.namespace && !pod.metadata.deletionTimestamp
+  && (pod.status?.phase ?? 'Pending') === 'Pending'
+  && (pod.metadata.ownerReferences?.some((owner) => owner.controller && owner.kind === ImmortalContainerKind.kind && owner.name === key.name) ?? false);
 
 /** The status says the current generation was carried out and its pod was healthy then. */
 const settled = (owner: ImmortalContainer, podName: string): boolean => {
@@ -17,6 +23,11 @@ const settled = (owner: ImmortalContainer, podName: string): boolean => {
 };
 
 export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, events, now, hint }: ReconcileContext): Promise<ReconcileResult | void> {
+  // An event about our pod as it was created (not started, not going): the reconcile that
+  // created it writes the status (or fails, and its own event is delivered again), and any
+  // change of the ImmortalContainer since comes as its own event. Nothing to do, no request.
+  if (hint?.kind === 'Pod' && asCreated(hint as PodObject, key)) return;
+
   const owner = await kube.get<ImmortalContainer>(ImmortalContainerKind, key);
   // Gone, or going: the garbage collector removes the pod through its ownerReference.
   if (!owner || owner.metadata.deletionTimestamp) return;
@@ -27,9 +38,6 @@ export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, ev
   // reads the pod afresh below.
   const podHint = hint?.kind === 'Pod' && hint.metadata.name === podKey.name && hint.metadata.namespace === key.namespace ? (hint as PodObject) : undefined;
   if (podHint && podAction(owner, podHint, now()).type === 'keep' && jsonEqual(nextStatus(owner, owner, podHint), owner.status)) return;
-  // Our pod, as it was created, not yet counted: the reconcile that created it is writing the
-  // status now (or fails, and its event is delivered again). Another instance would only race it.
-  if (podHint && isControlledBy(podHint, owner) && !podHint.metadata.deletionTimestamp && (podHint.status?.phase ?? 'Pending') === 'Pending' && !owner.status?.countedPods?.includes(podHint.metadata.uid ?? '')) return;
 
   // An event about the ImmortalContainer itself whose fresh read shows its current generation
   // already carried out with a healthy pod tells nothing new about the pod: changes of the pod
