@@ -1,0 +1,48 @@
+// CopyratorRule: copy matching ConfigMaps or Secrets from a source namespace into every active
+// namespace, keep the copies up to date, remove them when no longer wanted (seed: flant/examples
+// copyrator, with every defect of the original fixed; see DESIGN.md "Seed operators").
+//
+// Secrets are optional: with COPYRATOR_SECRETS=false (read when the declaration is loaded, so the
+// generated RBAC and sources follow it) the function neither watches nor may touch any Secret,
+// and a secret rule reports Ready=False/SecretsDisabled.
+import { defineFunction, type FunctionDeclaration, type PolicyRule, type WatchedKind } from '../runtime/declaration.ts';
+import { ConfigMap, Namespace, Secret } from '../runtime/kinds.ts';
+import { CopyratorRuleKind, FINALIZER, type RuleType } from './desired.ts';
+import { allRules, rulesForChange } from './mapping.ts';
+import { finalizeCopies, reconcileCopyratorRule } from './reconcile.ts';
+
+const COPY_VERBS = ['get', 'list', 'create', 'update', 'delete'];
+
+export function copyratorFunction(options: { secrets: boolean }): FunctionDeclaration {
+  const ruleTypes: RuleType[] = options.secrets ? ['configmap', 'secret'] : ['configmap'];
+  const watches: WatchedKind[] = [
+    { kind: Namespace, keysFor: allRules },
+    // No label selector can be used for sources: a ConfigMap that loses its label must still
+    // wake its rule, and ApiServerSource sends only the new object.
+    { kind: ConfigMap, keysFor: rulesForChange('configmap') },
+  ];
+  const rbac: PolicyRule[] = [
+    // patch: the runtime adds and removes the rule's finalizer.
+    { apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['get', 'list', 'patch'] },
+    { apiGroups: ['flant.com'], resources: ['copyrators/status'], verbs: ['update'] },
+    { apiGroups: [''], resources: ['namespaces'], verbs: ['list'] },
+    { apiGroups: [''], resources: ['configmaps'], verbs: COPY_VERBS },
+  ];
+  if (options.secrets) {
+    // Secrets in Reference mode: their contents never travel through the event plane.
+    watches.push({ kind: Secret, mode: 'Reference', keysFor: rulesForChange('secret') });
+    rbac.push({ apiGroups: [''], resources: ['secrets'], verbs: COPY_VERBS });
+  }
+  rbac.push({ apiGroups: [''], resources: ['events'], verbs: ['create'] });
+  return defineFunction({
+    name: 'copyrator',
+    description: 'Copies the ConfigMaps or Secrets a CopyratorRule selects from its source namespace into every active namespace and keeps the copies in step.',
+    reconciles: CopyratorRuleKind,
+    watches,
+    rbac,
+    finalizer: { name: FINALIZER, finalize: (rule, ctx) => finalizeCopies(rule, ruleTypes, ctx.kube, ctx.log) },
+    reconcile: reconcileCopyratorRule(ruleTypes),
+  });
+}
+
+export default copyratorFunction({ secrets: process.env.COPYRATOR_SECRETS !== 'false' });
