@@ -7,8 +7,6 @@
 // Rates change once per ECB working day, so one request per refresh serves every ExchangeRate:
 // the client always asks for every supported currency at once, and a per-process cache keyed by
 // the refresh slot makes all reconciles of one slot share that single request.
-import { TransientError } from '../runtime/errors.ts';
-
 /** The currencies the CRD's enum allows. */
 export const CURRENCIES = ['CAD', 'CHF', 'GBP', 'JPY', 'PLN', 'USD'] as const;
 export type Currency = (typeof CURRENCIES)[number];
@@ -23,15 +21,21 @@ export interface Quote {
 }
 
 export interface RateProvider {
-  /** Rates for EUR → every supported currency. Throws ProviderError (transient) when it cannot. */
+  /** Rates for EUR → every supported currency. Throws ProviderError when it cannot. */
   latest(): Promise<Quote>;
 }
 
-/** The provider could not be asked or answered badly; carries the provider's own words. */
-export class ProviderError extends TransientError {
+/**
+ * The provider could not be asked or answered badly; carries the provider's own words. Reconcile
+ * turns it into Ready=False (the last good rate stays) and a retry after `retryAfterSeconds`.
+ */
+export class ProviderError extends Error {
+  readonly retryAfterSeconds?: number;
+
   constructor(message: string, options: { retryAfterSeconds?: number } = {}) {
-    super(message, options);
+    super(message);
     this.name = 'ProviderError';
+    this.retryAfterSeconds = options.retryAfterSeconds;
   }
 }
 
