@@ -9,7 +9,7 @@ import { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import { PING_TYPE } from '../functions/runtime/events.ts';
-import type { KubeObject } from '../functions/runtime/kinds.ts';
+import type { KubeObject, ResourceKind } from '../functions/runtime/kinds.ts';
 import type { KubeClient } from '../functions/runtime/kube.ts';
 import { Activator } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger } from './broker.ts';
@@ -28,7 +28,13 @@ export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
     ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel })),
     ...declaration.watches.map((watched) => ({ kind: watched.kind, labelSelector: watched.labelSelector })),
   ];
-  if (related.length) sources.push({ name: `${declaration.name}-related`, mode: 'Resource', resources: related, extensions });
+  // Secret contents never travel through the event plane (DESIGN.md): Secrets are watched in
+  // Reference mode, in a source of their own; the function reads what it needs.
+  const isSecret = (resource: { kind: ResourceKind }) => resource.kind.group === '' && resource.kind.kind === 'Secret';
+  const resources = related.filter((resource) => !isSecret(resource));
+  const secrets = related.filter(isSecret);
+  if (resources.length) sources.push({ name: `${declaration.name}-related`, mode: 'Resource', resources, extensions });
+  if (secrets.length) sources.push({ name: `${declaration.name}-secrets`, mode: 'Reference', resources: secrets, extensions });
   return sources;
 }
 

@@ -29,8 +29,8 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
     { apiGroups: [''], resources: ['configmaps'], verbs: COPY_VERBS },
   ];
   if (options.secrets) {
-    // Secrets in Reference mode: their contents never travel through the event plane.
-    watches.push({ kind: Secret, mode: 'Reference', keysFor: rulesForChange('secret') });
+    // The plane watches Secrets in Reference mode (sourcesFor): contents never travel in events.
+    watches.push({ kind: Secret, keysFor: rulesForChange('secret') });
     rbac.push({ apiGroups: [''], resources: ['secrets'], verbs: COPY_VERBS });
   }
   rbac.push({ apiGroups: [''], resources: ['events'], verbs: ['create'] });
