@@ -6,9 +6,9 @@
 // failures. Copies live in other namespaces, where an ownerReference cannot point (the garbage
 // collector treats a cross-namespace owner as absent and deletes the dependent), so a copy is
 // marked as the rule's by labels (for listing) and annotations (the exact rule and source).
-import { createHash } from 'node:crypto';
 import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
-import { ConfigMap, Secret } from '../runtime/kinds.ts';
+import { ConfigMap, isValidNamespace, Secret } from '../runtime/kinds.ts';
+import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
 
 export const CopyratorRuleKind: ResourceKind = {
@@ -19,7 +19,11 @@ export const CopyratorRuleKind: ResourceKind = {
   namespaced: true,
 };
 
-/** Labels every copy carries: which rule made it (its name in label form, see ruleLabelValue). */
+/**
+ * Labels every copy carries: which rule made it (its name through ownerLabelValue: a stable hash
+ * form when longer than a label value). Listing by label is a pre-selection; the rule annotation
+ * decides what is ours.
+ */
 export const RULE_NAMESPACE_LABEL = 'copyrator.flant.com/rule-namespace';
 export const RULE_NAME_LABEL = 'copyrator.flant.com/rule';
 /** Annotations every copy carries: the exact rule (`<ns>/<name>`) and source (`<ns>/<name>`). */
@@ -68,28 +72,18 @@ export const kindOf = (ruleType: RuleType): ResourceKind => (ruleType === 'secre
 
 const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
 const LABEL_NAME = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
-const NAMESPACE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
-
-/**
- * A rule name as a label value: the name itself when it fits (63 characters), else a stable hash.
- * Listing by label is only a pre-selection: the rule annotation decides what is ours.
- */
-export function ruleLabelValue(name: string): string {
-  if (name.length <= 63) return name;
-  return `h-${createHash('sha256').update(name).digest('hex').slice(0, 40)}`;
-}
 
 export const ruleRef = (rule: KubeObject): string => `${rule.metadata.namespace}/${rule.metadata.name}`;
 
 /** The label selector listing this rule's copies in every namespace. */
 export const copiesSelector = (rule: KubeObject): string =>
-  `${RULE_NAMESPACE_LABEL}=${rule.metadata.namespace},${RULE_NAME_LABEL}=${ruleLabelValue(rule.metadata.name!)}`;
+  `${RULE_NAMESPACE_LABEL}=${rule.metadata.namespace},${RULE_NAME_LABEL}=${ownerLabelValue(rule.metadata.name!)}`;
 
 /** Why a rule cannot be acted on, or undefined when it is well-formed. */
 export function ruleProblem(rule: CopyratorRule, secretsEnabled: boolean): ConditionInput | undefined {
   const invalid = (message: string): ConditionInput => ({ type: 'Ready', status: 'False', reason: 'InvalidRule', message });
   if (rule.ruleType !== 'configmap' && rule.ruleType !== 'secret') return invalid(`ruleType must be configmap or secret, not ${JSON.stringify(rule.ruleType)}`);
-  if (typeof rule.namespace !== 'string' || !NAMESPACE.test(rule.namespace)) return invalid(`namespace ${JSON.stringify(rule.namespace)} is not a valid namespace name`);
+  if (!isValidNamespace(rule.namespace)) return invalid(`namespace ${JSON.stringify(rule.namespace)} is not a valid namespace name`);
   const selector = rule.selector ?? {};
   if (typeof selector !== 'object' || Array.isArray(selector)) return invalid('selector must be a map of label names to values');
   for (const [name, value] of Object.entries(selector)) {
@@ -128,7 +122,7 @@ export function desiredCopy(rule: CopyratorRule, source: CopyableObject, namespa
     metadata: {
       name: source.metadata.name,
       namespace,
-      labels: { ...source.metadata.labels, [RULE_NAMESPACE_LABEL]: rule.metadata.namespace!, [RULE_NAME_LABEL]: ruleLabelValue(rule.metadata.name!) },
+      labels: { ...source.metadata.labels, [RULE_NAMESPACE_LABEL]: rule.metadata.namespace!, [RULE_NAME_LABEL]: ownerLabelValue(rule.metadata.name!) },
       annotations: { [RULE_ANNOTATION]: ruleRef(rule), [SOURCE_ANNOTATION]: `${source.metadata.namespace}/${source.metadata.name}` },
     },
   };

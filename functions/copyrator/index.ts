@@ -7,8 +7,9 @@
 // and a secret rule reports Ready=False/SecretsDisabled.
 import { defineFunction, type FunctionDeclaration, type PolicyRule, type WatchedKind } from '../runtime/declaration.ts';
 import { ConfigMap, Namespace, Secret } from '../runtime/kinds.ts';
+import { allOf } from '../runtime/mappers.ts';
 import { CopyratorRuleKind, FINALIZER, type RuleType } from './desired.ts';
-import { allRules, rulesForChange } from './mapping.ts';
+import { rulesForChange } from './mapping.ts';
 import { finalizeCopies, reconcileCopyratorRule } from './reconcile.ts';
 
 const COPY_VERBS = ['get', 'list', 'create', 'update', 'delete'];
@@ -16,14 +17,14 @@ const COPY_VERBS = ['get', 'list', 'create', 'update', 'delete'];
 export function copyratorFunction(options: { secrets: boolean }): FunctionDeclaration {
   const ruleTypes: RuleType[] = options.secrets ? ['configmap', 'secret'] : ['configmap'];
   const watches: WatchedKind[] = [
-    { kind: Namespace, keysFor: allRules },
+    { kind: Namespace, keysFor: allOf(CopyratorRuleKind) },
     // No label selector can be used for sources: a ConfigMap that loses its label must still
     // wake its rule, and ApiServerSource sends only the new object.
     { kind: ConfigMap, keysFor: rulesForChange('configmap') },
   ];
   const rbac: PolicyRule[] = [
-    // patch: the runtime adds and removes the rule's finalizer.
-    { apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['get', 'list', 'patch'] },
+    // update: the runtime adds and removes the rule's finalizer.
+    { apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['get', 'list', 'update'] },
     { apiGroups: ['flant.com'], resources: ['copyrators/status'], verbs: ['update'] },
     { apiGroups: [''], resources: ['namespaces'], verbs: ['list'] },
     { apiGroups: [''], resources: ['configmaps'], verbs: COPY_VERBS },

@@ -8,11 +8,8 @@
 //     source namespace holds a Secret of that name (it may have been one of their copies).
 // A forged event can only cause reconciles of rules that exist; reconcile re-reads everything.
 import type { MapperContext, WatchedChange } from '../runtime/declaration.ts';
-import type { KubeObject, ObjectKey } from '../runtime/kinds.ts';
+import { isValidName, isValidNamespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts';
 import { CopyratorRuleKind, kindOf, RULE_ANNOTATION, type CopyratorRule, type RuleType } from './desired.ts';
-
-const NAME = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-const NAMESPACE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 
 /** The rule a copy's annotation names, when it names one validly (it reaches a URL). */
 export function ruleKeyOfCopy(object: KubeObject | undefined): ObjectKey | undefined {
@@ -20,7 +17,7 @@ export function ruleKeyOfCopy(object: KubeObject | undefined): ObjectKey | undef
   if (typeof value !== 'string') return undefined;
   const slash = value.indexOf('/');
   const key = { namespace: value.slice(0, slash), name: value.slice(slash + 1) };
-  return slash > 0 && NAMESPACE.test(key.namespace) && NAME.test(key.name) ? key : undefined;
+  return slash > 0 && isValidNamespace(key.namespace) && isValidName(key.name) ? key : undefined;
 }
 
 const keyOfRule = (rule: KubeObject): ObjectKey => ({ namespace: rule.metadata.namespace!, name: rule.metadata.name! });
@@ -39,15 +36,10 @@ export function rulesForChange(ruleType: RuleType) {
     }
     if (!change.object && change.deleted) {
       for (const rule of rules) {
-        if (rule.namespace === change.key.namespace || typeof rule.namespace !== 'string' || !NAMESPACE.test(rule.namespace)) continue;
+        if (rule.namespace === change.key.namespace || !isValidNamespace(rule.namespace)) continue;
         if (await kube.get(kind, { namespace: rule.namespace, name: change.key.name })) keys.push(keyOfRule(rule));
       }
     }
     return keys;
   };
-}
-
-/** Every rule: a namespace that appears (or becomes Active) needs copies from all of them. */
-export async function allRules(_change: WatchedChange, { kube }: MapperContext): Promise<ObjectKey[]> {
-  return (await kube.list(CopyratorRuleKind)).items.map(keyOfRule);
 }

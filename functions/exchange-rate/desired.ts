@@ -6,8 +6,8 @@
 // in status (nextRefreshAt) and reconcile answers "again after D"; an early reconcile is a cheap
 // no-op. Refreshes fall on multiples of the interval (wall clock), so every ExchangeRate is due at
 // the same moment and one provider request per process serves them all.
-import { createHash } from 'node:crypto';
 import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
+import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { controllerReference, isControlledBy, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
 import type { Quote } from './provider.ts';
 
@@ -50,9 +50,6 @@ export interface RateValues {
   base: string;
   date: string;
 }
-
-export const ownerLabelValue = (name: string): string =>
-  name.length <= 63 ? name : `h-${createHash('sha256').update(name).digest('hex').slice(0, 40)}`;
 
 /** Deterministic: the ExchangeRate's own name (valid and unique per namespace by construction). */
 export const configMapNameFor = (rate: ExchangeRate): string => rate.metadata.name!;

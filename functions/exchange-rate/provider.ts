@@ -7,6 +7,7 @@
 // Rates change once per ECB working day, so one request per refresh serves every ExchangeRate:
 // the client always asks for every supported currency at once, and a per-process cache keyed by
 // the refresh slot makes all reconciles of one slot share that single request.
+import type { HttpClient } from '../runtime/http.ts';
 /** The currencies the CRD's enum allows. */
 export const CURRENCIES = ['CAD', 'CHF', 'GBP', 'JPY', 'PLN', 'USD'] as const;
 export type Currency = (typeof CURRENCIES)[number];
@@ -39,11 +40,13 @@ export class ProviderError extends Error {
   }
 }
 
-/** One outbound GET, with a timeout; the reconcile context's HTTP client fits this shape. */
-export type HttpGet = (url: string, options: { headers: Record<string, string>; timeoutMs: number }) => Promise<{ status: number; headers: Headers | Record<string, string>; body: string }>;
+/** One outbound GET with a timeout; throws when no answer arrived (the message says why). */
+export type HttpGet = (url: string, options: { headers: Record<string, string>; timeoutMs: number }) => Promise<{ status: number; headers: Headers; body: string }>;
 
-export const fetchGet: HttpGet = async (url, { headers, timeoutMs }) => {
-  const response = await fetch(url, { headers, signal: AbortSignal.timeout(timeoutMs), redirect: 'error' });
+/** The reconcile context's HTTP client (a timeout on every request) as an HttpGet. */
+export const httpGet = (http: HttpClient): HttpGet => async (url, { headers, timeoutMs }) => {
+  // A redirect would carry the API key elsewhere; the provider's base URL is configured exactly.
+  const response = await http.fetch(url, { headers, timeoutMs, redirect: 'error' });
   return { status: response.status, headers: response.headers, body: await response.text() };
 };
 
@@ -55,11 +58,8 @@ export interface FrankfurterOptions {
   attempts: number;
   /** First backoff; doubles per attempt, with jitter. */
   backoffMs: number;
-  get?: HttpGet;
+  get: HttpGet;
 }
-
-const headerOf = (headers: Headers | Record<string, string>, name: string): string | undefined =>
-  headers instanceof Headers ? (headers.get(name) ?? undefined) : headers[name] ?? headers[name.toLowerCase()];
 
 /** Retry-After as seconds (delta-seconds or an HTTP date), when present and sane. */
 function retryAfterSeconds(value: string | undefined, now = Date.now()): number | undefined {
@@ -102,19 +102,17 @@ function describeFailure(status: number, body: string): string {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export function frankfurter(options: FrankfurterOptions): RateProvider {
-  const get = options.get ?? fetchGet;
+  const { get } = options;
   const url = `${options.baseUrl.replace(/\/+$/, '')}/v1/latest?from=${BASE_CURRENCY}&to=${CURRENCIES.join(',')}`;
   const once = async (): Promise<Quote> => {
     let answer: Awaited<ReturnType<HttpGet>>;
     try {
       answer = await get(url, { headers: { accept: 'application/json', ...options.headers }, timeoutMs: options.timeoutMs });
     } catch (error) {
-      const name = (error as Error).name;
-      const why = name === 'TimeoutError' || name === 'AbortError' ? `no answer within ${options.timeoutMs} ms` : ((error as { cause?: Error }).cause?.message ?? (error as Error).message);
-      throw new ProviderError(`provider ${options.baseUrl} unreachable: ${why}`);
+      throw new ProviderError(`provider ${options.baseUrl} unreachable: ${(error as Error).message}`);
     }
     if (answer.status === 200) return parseQuote(answer.body);
-    throw new ProviderError(describeFailure(answer.status, answer.body), { retryAfterSeconds: retryAfterSeconds(headerOf(answer.headers, 'retry-after')) });
+    throw new ProviderError(describeFailure(answer.status, answer.body), { retryAfterSeconds: retryAfterSeconds(answer.headers.get('retry-after') ?? undefined) });
   };
   return {
     async latest() {

@@ -20,7 +20,7 @@ import {
   type RateConfigMap,
   type RateValues,
 } from './desired.ts';
-import { fetchGet, frankfurter, ProviderError, SlotCache, type HttpGet } from './provider.ts';
+import { frankfurter, httpGet, ProviderError, SlotCache, type HttpGet } from './provider.ts';
 
 const PROVIDER_ATTEMPTS = 3;
 const PROVIDER_BACKOFF_MS = 500;
@@ -61,7 +61,7 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
     const slot = slotOf(now, config.refreshSeconds);
     let retryAfter = config.retrySeconds;
     try {
-      const result = fromQuote(rate, await slotCacheFor(config, fetchGet).latest(slot));
+      const result = fromQuote(rate, await slotCacheFor(config, httpGet(ctx.http)).latest(slot));
       if ('values' in result) fetched = result.values;
       else problem = result.problem;
     } catch (error) {

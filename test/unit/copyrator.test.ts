@@ -14,7 +14,6 @@ import {
   RULE_ANNOTATION,
   RULE_NAME_LABEL,
   RULE_NAMESPACE_LABEL,
-  ruleLabelValue,
   ruleProblem,
   selectorString,
   SOURCE_ANNOTATION,
@@ -25,6 +24,7 @@ import {
   type CopyratorRule,
 } from '../../functions/copyrator/desired.ts';
 import { ruleKeyOfCopy } from '../../functions/copyrator/mapping.ts';
+import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 
 const rule = (overrides: Partial<CopyratorRule> = {}): CopyratorRule => ({
@@ -104,10 +104,10 @@ describe('a copy', () => {
 
   test('of a rule with a 253-character name is labelled with a stable hash and named exactly by annotation', () => {
     const long = 'r'.repeat(253);
-    const value = ruleLabelValue(long);
+    const value = ownerLabelValue(long);
     assert.ok(value.length <= 63 && /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(value), value);
-    assert.equal(ruleLabelValue(long), value, 'stable');
-    assert.notEqual(ruleLabelValue(`${'r'.repeat(252)}s`), value);
+    assert.equal(ownerLabelValue(long), value, 'stable');
+    assert.notEqual(ownerLabelValue(`${'r'.repeat(252)}s`), value);
     const longRule = rule({ metadata: { name: long, namespace: 'default', uid: 'u' } });
     assert.equal(copiesSelector(longRule), `${RULE_NAMESPACE_LABEL}=default,${RULE_NAME_LABEL}=${value}`);
     assert.equal(desiredCopy(longRule, source('s'), 'a').metadata.annotations?.[RULE_ANNOTATION], `default/${long}`);
@@ -176,7 +176,7 @@ describe('rule validation', () => {
   });
 
   test('selectors that would change the meaning of a label selector are refused', () => {
-    for (const selector of [{ 'a,b': 'c' }, { a: 'x,y' }, { a: 'x=y' }, { '': 'x' }, { a: 'v'.repeat(64) }, { 'a!': 'b' }]) {
+    for (const selector of [{ 'a,b': 'c' }, { a: 'x,y' }, { a: 'x=y' }, { '': 'x' }, { a: 'v'.repeat(64) }, { 'a!': 'b' }] as Record<string, string>[]) {
       assert.equal(ruleProblem(rule({ selector }), true)?.reason, 'InvalidRule', JSON.stringify(selector));
     }
     assert.equal(ruleProblem(rule({ namespace: 'Bad_NS' }), true)?.reason, 'InvalidRule');

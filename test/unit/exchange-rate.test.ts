@@ -15,7 +15,8 @@ import {
   valuesFor,
   type ExchangeRate,
 } from '../../functions/exchange-rate/desired.ts';
-import { CURRENCIES, frankfurter, parseQuote, ProviderError, SlotCache, type RateProvider } from '../../functions/exchange-rate/provider.ts';
+import { CURRENCIES, frankfurter, httpGet, parseQuote, ProviderError, SlotCache, type RateProvider } from '../../functions/exchange-rate/provider.ts';
+import { httpClient } from '../../functions/runtime/http.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
 
 const rate = (overrides: { currency?: string; generation?: number; status?: ExchangeRate['status']; labels?: Record<string, string> } = {}): ExchangeRate => ({
@@ -131,7 +132,7 @@ describe('the Frankfurter client against the stand-in', () => {
   after(() => standIn.close());
 
   const client = (overrides: { timeoutMs?: number; attempts?: number; headers?: Record<string, string> } = {}) =>
-    frankfurter({ baseUrl: standIn.url, headers: overrides.headers ?? {}, timeoutMs: overrides.timeoutMs ?? 2000, attempts: overrides.attempts ?? 1, backoffMs: 10 });
+    frankfurter({ baseUrl: standIn.url, headers: overrides.headers ?? {}, timeoutMs: overrides.timeoutMs ?? 2000, attempts: overrides.attempts ?? 1, backoffMs: 10, get: httpGet(httpClient()) });
 
   test('one request for every supported currency, with the configured headers; rates as the JSON prints them', async () => {
     standIn.mode = { type: 'rates' };
@@ -182,7 +183,7 @@ describe('the Frankfurter client against the stand-in', () => {
   });
 
   test('an unreachable provider is an error naming it', async () => {
-    await assert.rejects(frankfurter({ baseUrl: 'http://127.0.0.1:1', headers: {}, timeoutMs: 1000, attempts: 1, backoffMs: 1 }).latest(), /provider http:\/\/127.0.0.1:1 unreachable/);
+    await assert.rejects(frankfurter({ baseUrl: 'http://127.0.0.1:1', headers: {}, timeoutMs: 1000, attempts: 1, backoffMs: 1, get: httpGet(httpClient()) }).latest(), /provider http:\/\/127.0.0.1:1 unreachable/);
   });
 });
 
