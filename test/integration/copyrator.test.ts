@@ -163,8 +163,8 @@ describe('conflicts', () => {
     assert.equal(status.conflictCount, 1);
     assert.deepEqual(status.conflicts?.map((c) => [c.namespace, c.name, c.reason]), [['team-a', 'app-config', 'NotManaged']]);
     assert.deepEqual([ready({ status } as CopyratorRule)?.status, ready({ status } as CopyratorRule)?.reason], ['False', 'CopyConflicts']);
-    const events = await kube.list(CoreEvent, { namespace: 'src-conflict', fieldSelector: 'involvedObject.name=share' });
-    assert.ok(events.items.some((e) => e.reason === 'CopyConflict'), 'a CopyConflict Event was recorded');
+    // Events are posted off the critical path: they may land just after the answer.
+    await eventually(async () => (await kube.list(CoreEvent, { namespace: 'src-conflict', fieldSelector: 'involvedObject.name=share' })).items.some((e) => e.reason === 'CopyConflict'), 10_000, 'a CopyConflict Event');
   });
 
   test('two overlapping rules: the first keeps its copies, the second reports them', async () => {
