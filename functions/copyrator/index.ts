@@ -22,9 +22,9 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
     // wake its rule, and ApiServerSource sends only the new object.
     { kind: ConfigMap, keysFor: rulesForChange('configmap') },
   ];
+  // What reconcile and the mappers do themselves; reading rules, their finalizer and Events
+  // follow from the declaration (functions/runtime/rbac.ts).
   const rbac: PolicyRule[] = [
-    // update: the runtime adds and removes the rule's finalizer.
-    { apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['get', 'list', 'update'] },
     { apiGroups: ['flant.com'], resources: ['copyrators/status'], verbs: ['update'] },
     { apiGroups: [''], resources: ['namespaces'], verbs: ['list'] },
     { apiGroups: [''], resources: ['configmaps'], verbs: COPY_VERBS },
@@ -34,7 +34,6 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
     watches.push({ kind: Secret, keysFor: rulesForChange('secret') });
     rbac.push({ apiGroups: [''], resources: ['secrets'], verbs: COPY_VERBS });
   }
-  rbac.push({ apiGroups: [''], resources: ['events'], verbs: ['create'] });
   return defineFunction({
     name: 'copyrator',
     description: 'Copies the ConfigMaps or Secrets a CopyratorRule selects from its source namespace into every active namespace and keeps the copies in step.',

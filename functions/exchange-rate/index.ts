@@ -13,14 +13,12 @@ export default defineFunction({
   reconciles: ExchangeRateKind,
   owns: [{ kind: ConfigMap, ownerNameLabel: OWNER_LABEL }],
   config: CONFIG,
+  // What reconcile itself does; reading ExchangeRates and ConfigMaps, Events, and update on
+  // exchangerates/finalizers (the ConfigMap's blockOwnerDeletion) follow from the declaration
+  // (functions/runtime/rbac.ts).
   rbac: [
-    { apiGroups: ['operators.brennerm.github.io'], resources: ['exchangerates'], verbs: ['get', 'list'] },
     { apiGroups: ['operators.brennerm.github.io'], resources: ['exchangerates/status'], verbs: ['update'] },
-    // blockOwnerDeletion on the ConfigMap's ownerReference needs this where the
-    // OwnerReferencesPermissionEnforcement admission plugin is on.
-    { apiGroups: ['operators.brennerm.github.io'], resources: ['exchangerates/finalizers'], verbs: ['update'] },
-    { apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'create', 'update'] },
-    { apiGroups: [''], resources: ['events'], verbs: ['create'] },
+    { apiGroups: [''], resources: ['configmaps'], verbs: ['create', 'update'] },
   ],
   reconcile: reconcileExchangeRate,
 });
