@@ -100,6 +100,10 @@ export function ruleProblem(rule: CopyratorRule, secretsEnabled: boolean): Condi
 export const selectorString = (selector: Record<string, string>): string =>
   Object.entries(selector ?? {}).map(([name, value]) => `${name}=${value}`).join(',');
 
+/** Does an object with these labels match the rule's selector (every label, exact value)? */
+export const matchesSelector = (selector: Record<string, string>, labels: Record<string, string> | undefined): boolean =>
+  Object.entries(selector ?? {}).every(([name, value]) => labels?.[name] === value);
+
 /** A copy made by some rule (never copied again: otherwise rules would copy each other's copies). */
 export const isCopy = (object: KubeObject): boolean => object.metadata.annotations?.[RULE_ANNOTATION] !== undefined;
 

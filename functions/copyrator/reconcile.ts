@@ -55,8 +55,14 @@ async function apply(kube: KubeClient, rule: CopyratorRule, ruleType: RuleType, 
       await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
       return 'deleted';
     case 'update':
-      await kube.replace(kind, updatedCopy(action.desired, action.existing));
-      return 'updated';
+      try {
+        await kube.replace(kind, updatedCopy(action.desired, action.existing));
+        return 'updated';
+      } catch (error) {
+        // Changed since we listed it (another replica, a hand edit): judge it again from a fresh read.
+        if (!isConflict(error)) throw error;
+        return createCopy(kube, rule, ruleType, action.desired);
+      }
     case 'replace':
       await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
       return createCopy(kube, rule, ruleType, action.desired);

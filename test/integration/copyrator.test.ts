@@ -108,6 +108,16 @@ describe('the seed example rule', () => {
     assert.equal((await getCm('team-a', 'shared-settings'))!.metadata.resourceVersion, copy.metadata.resourceVersion);
   });
 
+  test("the echo of the rule's own write wakes nothing; a copy that differs wakes the rule", async () => {
+    const written = (await getCm('team-a', 'shared-settings'))!;
+    // The runtime skips the version it wrote itself; another replica's write has another version.
+    const copy = { ...written, metadata: { ...written.metadata, resourceVersion: '1' } };
+    const echo = await send(ConfigMap, copy, 'update');
+    assert.match(JSON.stringify(echo.body), /concerns no CopyratorRule/);
+    const differs = await send(ConfigMap, { ...copy, data: { mode: 'stale' } }, 'update');
+    assert.doesNotMatch(JSON.stringify(differs.body), /ignored/);
+  });
+
   test('a namespace created later gets the copies', async () => {
     const namespace = await createNamespace('late-comer');
     await send(Namespace, namespace, 'add');
