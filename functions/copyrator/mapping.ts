@@ -7,6 +7,7 @@
 //     what its source makes of it (a hand edit). A copy that is exactly as the rule would write
 //     it wakes nothing: that is the echo of the rule's own write. The event body may make the
 //     function do less, never write; the latest event of an object carries its latest state;
+//   - a copy whose rule no longer exists wakes that (missing) rule, whose reconcile removes it;
 //   - a Secret deleted in Reference mode arrives without a body: it wakes the secret rules whose
 //     source namespace holds a Secret of that name (it may have been one of their copies).
 // A forged event can only cause reconciles of rules that exist; reconcile re-reads everything.
@@ -61,6 +62,9 @@ export function rulesForChange(ruleType: RuleType) {
     const ownerKey = ruleKeyOfCopy(object);
     const owner = ownerKey && allRules.find((rule) => ruleRef(rule) === `${ownerKey.namespace}/${ownerKey.name}`);
     if (owner && !(await isEcho(kube, owner, { ...object!, kind: kind.kind }, change.deleted))) keys.push(keyOfRule(owner));
+    // A copy whose rule is gone (a replica's write that lost the race with the rule's finalizer):
+    // reconciling the missing rule removes it.
+    if (ownerKey && !owner && !change.deleted) keys.push(ownerKey);
     if (!change.object && change.deleted) {
       for (const rule of rules) {
         if (rule.namespace === change.key.namespace || !isValidNamespace(rule.namespace)) continue;

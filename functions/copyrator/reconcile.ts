@@ -5,8 +5,9 @@
 // and status name objects, never their data.
 import type { ReconcileContext } from '../runtime/declaration.ts';
 import { Namespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts';
-import { ApiError, isAlreadyExists, isConflict, type KubeClient } from '../runtime/kube.ts';
+import { ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
 import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import { TransientError } from '../runtime/errors.ts';
 import {
   conflictFor,
   CopyratorRuleKind,
@@ -59,8 +60,8 @@ async function apply(kube: KubeClient, rule: CopyratorRule, ruleType: RuleType, 
         await kube.replace(kind, updatedCopy(action.desired, action.existing));
         return 'updated';
       } catch (error) {
-        // Changed since we listed it (another replica, a hand edit): judge it again from a fresh read.
-        if (!isConflict(error)) throw error;
+        // Changed or deleted since we listed it (another replica, a hand edit): judge it again from a fresh read.
+        if (!isConflict(error) && !isNotFound(error)) throw error;
         return createCopy(kube, rule, ruleType, action.desired);
       }
     case 'replace':
@@ -136,8 +137,13 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
   const secretsEnabled = ruleTypes.includes('secret');
   return async (key: ObjectKey, { kube, log, events }: ReconcileContext): Promise<void> => {
     const rule = await kube.get<CopyratorRule>(CopyratorRuleKind, key);
-    // Gone: its finalizer already removed the copies. Going: the runtime runs finalizeCopies.
-    if (!rule || rule.metadata.deletionTimestamp) return;
+    // Going: the runtime runs finalizeCopies instead. Gone: its finalizer removed the copies, but
+    // a replica that read the rule just before may have written one after; remove such orphans.
+    if (!rule) {
+      if (!(await finalizeCopies({ metadata: { namespace: key.namespace, name: key.name } }, ruleTypes, kube, log))) throw new TransientError(`some copies of the deleted rule ${key.namespace}/${key.name} could not be removed yet`);
+      return;
+    }
+    if (rule.metadata.deletionTimestamp) return;
 
     const problem: ConditionInput | undefined = ruleProblem(rule, secretsEnabled);
     if (problem) {
