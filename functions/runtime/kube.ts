@@ -6,7 +6,10 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { KubeConfig, RequestContext, HttpMethod } from '@kubernetes/client-node';
 import { request, type Dispatcher } from 'undici';
-import { collectionPath, kindKeyString, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+import { OwnWrites } from './own-writes.ts';
+
+export { OwnWrites } from './own-writes.ts';
 
 /**
  * client-node 2.0.1 builds a new undici Agent for every request when the cluster has TLS
@@ -108,35 +111,6 @@ export interface ObjectList<T> {
 
 /** Page size of lists: big enough for few round trips, small enough to bound each answer. */
 export const LIST_PAGE_SIZE = 500;
-
-/**
- * The resourceVersions this process itself last wrote, per object: an event whose object has
- * one of them is the echo of our own write and needs no reconcile. Bounded; oldest forgotten.
- */
-export class OwnWrites {
-  readonly #versions = new Map<string, string>();
-  readonly #limit: number;
-
-  constructor(limit = 10_000) {
-    this.#limit = limit;
-  }
-
-  record(kind: ResourceKind, object: KubeObject | undefined): void {
-    const version = object?.metadata?.resourceVersion;
-    if (!version || !object.metadata.name) return;
-    const id = kindKeyString({ kind, namespace: object.metadata.namespace ?? '', name: object.metadata.name });
-    this.#versions.delete(id);
-    this.#versions.set(id, version);
-    if (this.#versions.size > this.#limit) this.#versions.delete(this.#versions.keys().next().value!);
-  }
-
-  /** True when `object` is exactly the version this process wrote last. */
-  isOwn(kind: ResourceKind, object: KubeObject): boolean {
-    const version = object.metadata.resourceVersion;
-    if (!version || !object.metadata.name) return false;
-    return this.#versions.get(kindKeyString({ kind, namespace: object.metadata.namespace ?? '', name: object.metadata.name })) === version;
-  }
-}
 
 /** Authentication headers and connection pool, prepared once per identity. */
 interface PreparedAuth {
