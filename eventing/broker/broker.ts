@@ -75,7 +75,9 @@ export class Broker {
   constructor(options: BrokerOptions) {
     if (options === null || typeof options !== 'object') throw new Error('Broker: options are required ({ triggers, deadLetterFile, log })');
     if (!options.log || typeof options.log.warn !== 'function') throw new Error('Broker: options.log must be a pino Logger');
-    this.#log = typeof options.log.child === 'function' ? options.log.child({ component: 'broker' }) : options.log;
+    // One `component` key per line: add it only when the given logger does not carry one yet.
+    const bound = typeof options.log.bindings === 'function' ? options.log.bindings() : {};
+    this.#log = typeof options.log.child === 'function' && bound.component === undefined ? options.log.child({ component: 'broker' }) : options.log;
     if (typeof options.deadLetterFile !== 'string' || options.deadLetterFile.trim() === '') {
       throw new Error('Broker: options.deadLetterFile must be a file path (dead-lettered events are appended there as JSON lines)');
     }

@@ -185,3 +185,74 @@ export class DeadLetterSink {
     return last;
   }
 }
+
+/** Knative's error extensions and the broker's TTL: taken off a letter before it is sent again. */
+const DELIVERY_ATTRIBUTES = ['knativeerrordest', 'knativeerrorcode', 'knativeerrordata', 'knativebrokerttl'];
+
+/** The event as it was before its failed delivery (error extensions and TTL removed). */
+export function originalEvent(letter: CloudEventV1<unknown>): CloudEventV1<unknown> {
+  const out: Record<string, unknown> = { ...letter };
+  for (const name of DELIVERY_ATTRIBUTES) delete out[name];
+  return out as unknown as CloudEventV1<unknown>;
+}
+
+export interface ReplayResult {
+  replayed: number;
+  /** Letters the broker did not accept; they are written back to the file. */
+  failed: Array<{ id: string; reason: string }>;
+}
+
+/**
+ * Re-publishes every letter through a broker's ingress (structured mode). The file is moved
+ * aside first, so letters the broker writes meanwhile (a replay that fails again) land in a new
+ * file and are never lost; letters the ingress refuses are appended back.
+ */
+export async function replayDeadLetterFile(path: string, brokerUrl: string): Promise<ReplayResult> {
+  const aside = `${path}.replaying-${process.pid}`;
+  const moved: string[] = [];
+  for (const file of [`${path}.1`, path]) {
+    const target = `${aside}${file === path ? '' : '.1'}`;
+    try {
+      await rename(file, target);
+      moved.push(target);
+    } catch {
+      // no such file
+    }
+  }
+  const result: ReplayResult = { replayed: 0, failed: [] };
+  const rest: string[] = [];
+  for (const file of moved) {
+    const text = await readFile(file, 'utf8');
+    for (const line of text.split('\n')) {
+      if (line.trim() === '') continue;
+      let letter: CloudEventV1<unknown>;
+      try {
+        letter = JSON.parse(line) as CloudEventV1<unknown>;
+      } catch (err) {
+        result.failed.push({ id: '?', reason: `unparsable line kept: ${(err as Error).message}` });
+        rest.push(line);
+        continue;
+      }
+      const reason = await post(brokerUrl, toStructuredJson(originalEvent(letter)));
+      if (reason === undefined) result.replayed++;
+      else {
+        result.failed.push({ id: String(letter.id), reason });
+        rest.push(line);
+      }
+    }
+  }
+  for (const line of rest) await appendJsonLine(path, line);
+  for (const file of moved) await rm(file, { force: true });
+  return result;
+}
+
+async function post(url: string, body: string): Promise<string | undefined> {
+  try {
+    const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/cloudevents+json' }, body });
+    const text = await response.text();
+    return response.status >= 200 && response.status < 300 ? undefined : `${response.status} ${text.trim()}`;
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+    return `broker ${url} unreachable (${cause?.code ?? cause?.message ?? (err as Error).message})`;
+  }
+}
