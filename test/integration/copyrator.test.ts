@@ -215,6 +215,25 @@ describe('rule changes and deletion', () => {
     assert.equal(await getCm('src-two', 'two-red').then((cm) => cm?.metadata.annotations?.[RULE_ANNOTATION]), undefined, 'the original is untouched');
   });
 
+  test('a rule whose type changes removes the copies of the former type', async () => {
+    await kube.create(Secret, { metadata: { name: 'two-red', namespace: 'src-two', labels: { color: 'red' } }, stringData: { k: 'v' } });
+    await ruleEvent(await kube.mergePatch(CopyratorRuleKind, { namespace: 'default', name: 'colors' }, { ruleType: 'secret' }));
+    assert.equal(await getCm('team-a', 'two-red'), undefined, 'the ConfigMap copy is gone');
+    assert.ok(await kube.get(Secret, { namespace: 'team-a', name: 'two-red' }), 'the Secret copy is there');
+    await ruleEvent(await kube.mergePatch(CopyratorRuleKind, { namespace: 'default', name: 'colors' }, { ruleType: 'configmap' }));
+    assert.equal(await kube.get(Secret, { namespace: 'team-a', name: 'two-red' }), undefined);
+    assert.ok(await getCm('team-a', 'two-red'));
+  });
+
+  test('a copy left behind by a rule that no longer exists is removed when its event arrives', async () => {
+    const orphan = await kube.create(ConfigMap, {
+      metadata: { name: 'orphan', namespace: 'team-a', labels: { 'copyrator.flant.com/rule-namespace': 'default', 'copyrator.flant.com/rule': 'vanished' }, annotations: { [RULE_ANNOTATION]: 'default/vanished', [SOURCE_ANNOTATION]: 'default/orphan' } },
+      data: { stale: 'yes' },
+    });
+    await send(ConfigMap, orphan, 'add');
+    assert.equal(await getCm('team-a', 'orphan'), undefined);
+  });
+
   test('a deleted rule removes all its copies everywhere, then goes', async () => {
     const key = { namespace: 'default', name: 'colors' };
     assert.ok((await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=colors' })).items.length > 3);
