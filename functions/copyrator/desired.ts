@@ -107,9 +107,15 @@ export const matchesSelector = (selector: Record<string, string>, labels: Record
 /** A copy made by some rule (never copied again: otherwise rules would copy each other's copies). */
 export const isCopy = (object: KubeObject): boolean => object.metadata.annotations?.[RULE_ANNOTATION] !== undefined;
 
+/**
+ * A service-account token belongs to its namespace's ServiceAccount: a copy elsewhere would be
+ * deleted by the token controller at once and made again, forever.
+ */
+const SERVICE_ACCOUNT_TOKEN = 'kubernetes.io/service-account-token';
+
 /** The source objects a rule copies: matching, in the source namespace, not copies themselves, not being deleted. */
 export const sourcesOf = (listed: CopyableObject[]): CopyableObject[] =>
-  listed.filter((object) => !isCopy(object) && !object.metadata.deletionTimestamp);
+  listed.filter((object) => !isCopy(object) && !object.metadata.deletionTimestamp && object.type !== SERVICE_ACCOUNT_TOKEN);
 
 /** The namespaces copies go to: Active ones other than the source namespace. */
 export const targetNamespaces = (rule: CopyratorRule, namespaces: KubeObject[]): string[] =>

@@ -14,7 +14,7 @@
 import type { MapperContext, WatchedChange } from '../runtime/declaration.ts';
 import { isValidName, isValidNamespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts';
 import type { KubeClient } from '../runtime/kube.ts';
-import { copyUpToDate, CopyratorRuleKind, desiredCopy, isCopy, kindOf, matchesSelector, ruleRef, RULE_ANNOTATION, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
+import { copyUpToDate, CopyratorRuleKind, desiredCopy, kindOf, sourcesOf, matchesSelector, ruleRef, RULE_ANNOTATION, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
 
 /** The `<namespace>/<name>` an annotation names, when it names a valid key (it reaches a URL). */
 function keyIn(value: unknown): ObjectKey | undefined {
@@ -34,7 +34,7 @@ async function sourceOf(kube: KubeClient, rule: CopyratorRule, copy: CopyableObj
   const sourceKey = keyIn(copy.metadata.annotations?.[SOURCE_ANNOTATION]);
   if (!sourceKey || sourceKey.namespace !== rule.namespace || sourceKey.name !== copy.metadata.name) return undefined;
   const source = await kube.get<CopyableObject>(kindOf(rule.ruleType), sourceKey);
-  if (!source || source.metadata.deletionTimestamp || isCopy(source) || !matchesSelector(rule.selector, source.metadata.labels)) return undefined;
+  if (!source || sourcesOf([source]).length === 0 || !matchesSelector(rule.selector, source.metadata.labels)) return undefined;
   return source;
 }
 

@@ -143,6 +143,17 @@ describe('the seed example rule', () => {
     assert.equal(restored.metadata.labels?.extra, undefined);
   });
 
+  test('a ConfigMap change outside every source namespace costs one rule LIST and no reconcile', async () => {
+    const requests = async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0);
+    const reconciles = async () => (await fn.metrics.reconciles.get()).values.reduce((sum, value) => sum + value.value, 0);
+    const unrelated = await kube.create(ConfigMap, configMap('team-b', 'unrelated', { app: 'x' }));
+    const [beforeRequests, beforeReconciles] = [await requests(), await reconciles()];
+    const answer = await send(ConfigMap, unrelated, 'update');
+    assert.match(JSON.stringify(answer.body), /concerns no CopyratorRule/);
+    assert.equal(await requests() - beforeRequests, 1, 'one LIST of CopyratorRules');
+    assert.equal(await reconciles() - beforeReconciles, 0);
+  });
+
   test('a source that loses its label loses its copies; a deleted source too', async () => {
     const unlabelled = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'default', name: 'shared-binary' }, { metadata: { labels: { copyrator: null } } });
     await send(ConfigMap, unlabelled, 'update');

@@ -95,11 +95,12 @@ describe('a copy', () => {
     assert.deepEqual(copies.map((copy) => `${copy.metadata.namespace}/${copy.metadata.name}`), ['a/x', 'a/y', 'd/x', 'd/y']);
   });
 
-  test('is never itself a source, nor is an object being deleted', () => {
+  test('is never itself a source, nor is an object being deleted or a service-account token', () => {
     const copyInSource = stored(desiredCopy(rule({ metadata: { name: 'other', namespace: 'x', uid: 'o' } }), source('z'), 'default'));
     const deleting = source('gone');
     deleting.metadata.deletionTimestamp = '2026-01-01T00:00:00Z';
-    assert.deepEqual(sourcesOf([source('a'), copyInSource, deleting]).map((object) => object.metadata.name), ['a']);
+    const token = { ...source('token'), kind: 'Secret', type: 'kubernetes.io/service-account-token' };
+    assert.deepEqual(sourcesOf([source('a'), copyInSource, deleting, token]).map((object) => object.metadata.name), ['a']);
   });
 
   test('of a rule with a 253-character name is labelled with a stable hash and named exactly by annotation', () => {
