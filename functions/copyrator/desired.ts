@@ -231,6 +231,18 @@ export interface CopyTally {
   failed: number;
 }
 
+/**
+ * Conflicts not reported before (worth a Warning Event): those missing from the listed ones,
+ * unless the total is unchanged and the list is full (the rest cannot be told apart then).
+ */
+export function newConflicts(status: CopyratorRuleStatus | undefined, conflicts: Conflict[]): Conflict[] {
+  const listed = status?.conflicts ?? [];
+  const known = new Set(listed.map((conflict) => `${conflict.namespace}/${conflict.name}`));
+  const fresh = conflicts.filter((conflict) => !known.has(`${conflict.namespace}/${conflict.name}`));
+  const listFull = listed.length >= MAX_LISTED_CONFLICTS;
+  return listFull && status?.conflictCount === conflicts.length && fresh.length <= conflicts.length - listed.length ? [] : fresh;
+}
+
 export function nextStatus(current: CopyratorRule, actedOn: CopyratorRule, tally: CopyTally | undefined, problem?: ConditionInput): CopyratorRuleStatus | undefined {
   // Deleted and recreated under the same name since we read it: that object is someone else's reconcile.
   if (current.metadata.uid !== actedOn.metadata.uid) return undefined;

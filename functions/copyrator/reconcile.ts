@@ -15,6 +15,7 @@ import {
   desiredCopies,
   isManagedBy,
   kindOf,
+  newConflicts,
   nextStatus,
   planCopies,
   ruleProblem,
@@ -159,8 +160,7 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
       log.info({ created, updated, deleted, copies: tally.copies, matched: tally.matched }, 'copies converged');
       await events.normal(rule, CopyratorRuleKind, 'CopiesChanged', message);
     }
-    const previous = new Set((rule.status?.conflicts ?? []).map((conflict) => `${conflict.namespace}/${conflict.name}`));
-    const fresh = tally.conflicts.filter((conflict) => !previous.has(`${conflict.namespace}/${conflict.name}`));
+    const fresh = newConflicts(rule.status, tally.conflicts);
     if (fresh.length) await events.warning(rule, CopyratorRuleKind, 'CopyConflict', fresh.slice(0, 3).map((conflict) => conflict.message).join('; ') + (fresh.length > 3 ? `; and ${fresh.length - 3} more` : ''));
     await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, tally), rule);
     // Written status first, so it shows progress; the failed writes are retried with the event.

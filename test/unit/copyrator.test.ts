@@ -9,6 +9,7 @@ import {
   desiredCopy,
   isManagedBy,
   MAX_LISTED_CONFLICTS,
+  newConflicts,
   nextStatus,
   planCopies,
   RULE_ANNOTATION,
@@ -201,6 +202,16 @@ describe('status', () => {
     assert.equal(status.observedGeneration, 3);
     const ready = status.conditions!.find((condition) => condition.type === 'Ready')!;
     assert.deepEqual([ready.status, ready.reason], ['False', 'CopyConflicts']);
+  });
+
+  test('a conflict is reported as new once; with a full list, an unchanged total is nothing new', () => {
+    const conflict = (i: number) => ({ namespace: `ns-${String(i).padStart(2, '0')}`, name: 'x', reason: 'NotManaged' as const, message: 'm' });
+    assert.deepEqual(newConflicts(undefined, [conflict(1)]), [conflict(1)]);
+    assert.deepEqual(newConflicts({ conflicts: [conflict(1)], conflictCount: 1 }, [conflict(1), conflict(2)]), [conflict(2)]);
+    const many = Array.from({ length: 30 }, (_, i) => conflict(i));
+    const status = nextStatus(rule(), rule(), { matched: 1, copies: 0, conflicts: many, failed: 0 })!;
+    assert.deepEqual(newConflicts(status, many), []);
+    assert.equal(newConflicts(status, [...many, conflict(40)]).length > 0, true, 'a new total is news');
   });
 
   test('Ready=True when every copy is in place; nothing is written for an object replaced meanwhile', () => {
