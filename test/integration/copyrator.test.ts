@@ -258,6 +258,32 @@ describe('rule changes and deletion', () => {
   });
 });
 
+describe('long names', () => {
+  test('a rule with a 253-character name copies, labels its copies in hash form, and cleans up', async () => {
+    const name = `${'long-rule.'.repeat(25)}end`;
+    assert.equal(name.length, 253);
+    await createNamespace('src-long');
+    const sourceName = `${'s'.repeat(62)}x`;
+    await kube.create(ConfigMap, configMap('src-long', sourceName, { long: 'yes' }));
+    const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-long', name, 'src-long', { long: 'yes' }));
+    await ruleEvent(rule, 'add');
+    const copy = (await getCm('team-a', sourceName))!;
+    assert.equal(copy.metadata.annotations?.[RULE_ANNOTATION], `src-long/${name}`);
+    assert.ok(copy.metadata.labels!['copyrator.flant.com/rule'].length <= 63);
+    assert.equal((await getRule({ namespace: 'src-long', name }))!.status?.conditions?.find((c) => c.type === 'Ready')?.status, 'True');
+
+    // The copy's own events still find the rule (through the annotation), so a hand deletion heals.
+    await kube.delete(ConfigMap, { namespace: 'team-a', name: sourceName });
+    await send(ConfigMap, copy, 'delete');
+    assert.ok(await getCm('team-a', sourceName));
+
+    await kube.delete(CopyratorRuleKind, { namespace: 'src-long', name });
+    await ruleEvent((await getRule({ namespace: 'src-long', name }))!);
+    assert.equal(await getCm('team-a', sourceName), undefined);
+    await eventually(async () => (await getRule({ namespace: 'src-long', name })) === undefined, 10_000, 'the rule to be gone');
+  });
+});
+
 describe('Secrets', () => {
   const VALUE = 'hunter2-s3cr3t-value';
   test('a secret rule copies data and type; nothing of the value reaches status or Events', async () => {
