@@ -5,6 +5,8 @@ import type { FunctionDeclaration } from './runtime/declaration.ts';
 
 export const functionModules: Record<string, string> = {
   'immortal-container': './immortal-container/index.ts',
+  copyrator: './copyrator/index.ts',
+  'exchange-rate': './exchange-rate/index.ts',
 };
 
 export const functionNames = Object.keys(functionModules);

@@ -7,7 +7,7 @@ import { applyCrds } from '../../eventing/crds.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
 import { createMetrics, type FunctionMetrics } from '../../functions/runtime/metrics.ts';
-import { createFunctionHost, OUTCOME_HEADER, type FunctionHost } from '../../functions/runtime/server.ts';
+import { createFunctionHost, OUTCOME_HEADER, type FunctionHost, type FunctionHostOptions } from '../../functions/runtime/server.ts';
 import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
 
 export const quietLog = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
@@ -36,10 +36,13 @@ export interface RunningFunction {
   close(): Promise<void>;
 }
 
-/** Serves a function on a free loopback port, authenticated by the given kubeconfig. */
-export async function serveFunction(declaration: FunctionDeclaration, kubeconfigPath: string): Promise<RunningFunction> {
+/**
+ * Serves a function on a free loopback port, authenticated by the given kubeconfig; `overrides`
+ * sets what the environment would (config, a clock, a logger).
+ */
+export async function serveFunction(declaration: FunctionDeclaration, kubeconfigPath: string, overrides: Partial<FunctionHostOptions> = {}): Promise<RunningFunction> {
   const metrics = createMetrics(declaration.name);
-  const host = createFunctionHost(declaration, { kubeconfigPath, log: quietLog, metrics });
+  const host = createFunctionHost(declaration, { kubeconfigPath, log: quietLog, metrics, ...overrides });
   const server = host.app.listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;

@@ -1,0 +1,112 @@
+// CopyratorRule convergence through the local plane vs direct writes of the same copies, side by
+// side in one run against a real control plane:
+//   npx node bench/copyrator.ts [--namespaces 50] [--configmaps 20] [--bundled]
+//   create   a rule is created → every copy exists (namespaces × configmaps)
+//   update   every source changes → every copy carries the change
+//   delete   the rule is deleted → every copy is gone (its finalizer)
+//   direct   the same copies created, updated, deleted straight through the API, 16 at a time
+//            (the concurrency one rule's reconcile writes with)
+// The function runs under its generated least-privilege identity; events counts what the source
+// emitted to the broker during each phase.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { pino } from 'pino';
+import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
+import copyrator from '../functions/copyrator/index.ts';
+import { CopyratorRuleKind, desiredCopy, type CopyableObject, type CopyratorRule } from '../functions/copyrator/desired.ts';
+import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
+import { startTestCluster } from '../test/support/cluster.ts';
+import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
+
+const { values } = parseArgs({ options: { namespaces: { type: 'string', default: '50' }, configmaps: { type: 'string', default: '20' }, bundled: { type: 'boolean', default: false } } });
+const namespaceCount = Number(values.namespaces);
+const configMapCount = Number(values.configmaps);
+const WRITE_CONCURRENCY = 16;
+
+const bundled = values.bundled ? await bundledFunctions(mkdtempSync(join(tmpdir(), 'opfn-bench-dist-'))) : undefined;
+const cluster = await startTestCluster();
+const { kube } = cluster;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function inParallel<T>(items: T[], work: (item: T) => Promise<unknown>): Promise<void> {
+  const queue = [...items];
+  await Promise.all(Array.from({ length: WRITE_CONCURRENCY }, async () => {
+    for (let item = queue.shift(); item !== undefined; item = queue.shift()) await work(item);
+  }));
+}
+
+// Targets: the bench's own namespaces; the control plane's kube-* and default get copies too and
+// are counted in `expected`.
+const SOURCE = 'bench-src';
+const targets = Array.from({ length: namespaceCount }, (_, i) => `bench-${i}`);
+await inParallel([SOURCE, ...targets], (name) => kube.create(Namespace, { metadata: { name } }));
+const sourceName = (i: number) => `settings-${i}`;
+const source = (i: number, version: string): CopyableObject => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: sourceName(i), namespace: SOURCE, labels: { copyrator: 'bench' } }, data: { version, payload: 'x'.repeat(512) } });
+await inParallel(Array.from({ length: configMapCount }, (_, i) => i), (i) => kube.create(ConfigMap, source(i, 'v1')));
+const activeNamespaces = (await kube.list(Namespace)).items.map((ns) => ns.metadata.name!).filter((name) => name !== SOURCE);
+const expected = activeNamespaces.length * configMapCount;
+
+const plane = new EventPlane({
+  functions: [copyrator],
+  kube,
+  kubeconfigPath: await kubeconfigWithDeclaredRbac(cluster.cp, copyrator),
+  log: pino({ level: 'silent' }),
+  stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
+  idleTimeoutMs: 30_000,
+  resyncIntervalMs: 0,
+  env: { LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'warn', ...bundled?.env },
+  command: bundled?.command,
+});
+await plane.start();
+// Measure a warm function: the source's initial adds (every ConfigMap and Namespace) start it;
+// let them drain first. A cold start is bench/cold-start.ts's subject.
+while (plane.activator.instances(copyrator.name) === 0) await sleep(50);
+await sleep(2000);
+
+const copies = async (version?: string) =>
+  (await kube.list<CopyableObject>(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=bench' })).items.filter((cm) => !version || cm.data?.version === version).length;
+async function until(check: () => Promise<boolean>): Promise<void> {
+  while (!(await check())) await sleep(100);
+}
+async function phase(run: () => Promise<unknown>, done: () => Promise<boolean>): Promise<{ seconds: number; events: number }> {
+  const emitted = plane.source.stats().emitted;
+  const started = performance.now();
+  await run();
+  await until(done);
+  return { seconds: (performance.now() - started) / 1000, events: plane.source.stats().emitted - emitted };
+}
+
+const rule: CopyratorRule = { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'bench', namespace: SOURCE }, ruleType: 'configmap', selector: { copyrator: 'bench' }, namespace: SOURCE };
+const viaPlane = {
+  create: await phase(() => kube.create(CopyratorRuleKind, rule), async () => (await copies('v1')) === expected),
+  update: await phase(
+    () => inParallel(Array.from({ length: configMapCount }, (_, i) => i), (i) => kube.mergePatch(ConfigMap, { namespace: SOURCE, name: sourceName(i) }, { data: { version: 'v2' } })),
+    async () => (await copies('v2')) === expected,
+  ),
+  delete: await phase(() => kube.delete(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }), async () => (await copies()) === 0 && !(await kube.get(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }))),
+};
+await plane.stop();
+
+// The same copies, written directly.
+const stored: CopyratorRule = { ...rule, metadata: { ...rule.metadata, uid: 'bench' } };
+const all = activeNamespaces.flatMap((namespace) => Array.from({ length: configMapCount }, (_, i) => desiredCopy(stored, source(i, 'v1'), namespace)));
+const timed = async (run: () => Promise<unknown>) => {
+  const started = performance.now();
+  await run();
+  return (performance.now() - started) / 1000;
+};
+const direct = {
+  create: await timed(() => inParallel(all, (copy) => kube.create(ConfigMap, copy))),
+  update: await timed(() => inParallel(all, (copy) => kube.mergePatch(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }, { data: { version: 'v2' } }))),
+  delete: await timed(() => inParallel(all, (copy) => kube.delete(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }))),
+};
+await cluster.stop();
+
+console.log(`CopyratorRule: ${configMapCount} ConfigMaps × ${activeNamespaces.length} namespaces (${namespaceCount} + the control plane's own) = ${expected} copies${values.bundled ? ' (function bundled)' : ''}`);
+console.log('phase    through the plane                 direct writes (16 at a time)   plane / direct');
+for (const name of ['create', 'update', 'delete'] as const) {
+  const p = viaPlane[name];
+  console.log(`${name.padEnd(8)} ${p.seconds.toFixed(2).padStart(6)} s  ${String(p.events).padStart(5)} events  ${(expected / p.seconds).toFixed(0).padStart(5)} copies/s   ${direct[name].toFixed(2).padStart(6)} s  ${(expected / direct[name]).toFixed(0).padStart(5)} copies/s   ${(p.seconds / direct[name]).toFixed(1).padStart(5)}x`);
+}

@@ -1,0 +1,270 @@
+// CopyratorRule's desired state, computed without any API call: which copies should exist, what
+// to do about the copies and same-named objects that do exist, and what the status should say.
+//
+// Upstream rule (Metacontroller, pkg/controller/common/manage_children.go): delete the children
+// that exist but are no longer wanted, create or update the wanted ones, keep going past single
+// failures. Copies live in other namespaces, where an ownerReference cannot point (the garbage
+// collector treats a cross-namespace owner as absent and deletes the dependent), so a copy is
+// marked as the rule's by labels (for listing) and annotations (the exact rule and source).
+import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
+import { ConfigMap, isValidNamespace, Secret } from '../runtime/kinds.ts';
+import { ownerLabelValue } from '../runtime/owner-labels.ts';
+import { jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
+
+export const CopyratorRuleKind: ResourceKind = {
+  group: 'flant.com',
+  version: 'v1',
+  kind: 'CopyratorRule',
+  plural: 'copyrators',
+  namespaced: true,
+};
+
+/**
+ * Labels every copy carries: which rule made it (its name through ownerLabelValue: a stable hash
+ * form when longer than a label value). Listing by label is a pre-selection; the rule annotation
+ * decides what is ours.
+ */
+export const RULE_NAMESPACE_LABEL = 'copyrator.flant.com/rule-namespace';
+export const RULE_NAME_LABEL = 'copyrator.flant.com/rule';
+/** Annotations every copy carries: the exact rule (`<ns>/<name>`) and source (`<ns>/<name>`). */
+export const RULE_ANNOTATION = 'copyrator.flant.com/rule';
+export const SOURCE_ANNOTATION = 'copyrator.flant.com/source';
+/** Held on each rule until all its copies are gone. */
+export const FINALIZER = 'copyrator.flant.com/cleanup';
+/** How many conflicts the status lists; `conflictCount` has the total. */
+export const MAX_LISTED_CONFLICTS = 20;
+
+export type RuleType = 'configmap' | 'secret';
+
+export interface Conflict {
+  namespace: string;
+  name: string;
+  reason: 'NotManaged' | 'OtherRule' | 'Invalid';
+  message: string;
+}
+
+export interface CopyratorRuleStatus {
+  observedGeneration?: number;
+  /** Source objects matching the selector. */
+  matched?: number;
+  /** Copies in place (created, updated or already right). */
+  copies?: number;
+  conflictCount?: number;
+  conflicts?: Conflict[];
+  conditions?: Condition[];
+}
+
+export interface CopyratorRule extends KubeObject {
+  ruleType: RuleType;
+  selector: Record<string, string>;
+  namespace: string;
+  status?: CopyratorRuleStatus;
+}
+
+/** A ConfigMap or a Secret: the fields a copy carries over. */
+export interface CopyableObject extends KubeObject {
+  data?: Record<string, string>;
+  binaryData?: Record<string, string>;
+  type?: string;
+}
+
+export const kindOf = (ruleType: RuleType): ResourceKind => (ruleType === 'secret' ? Secret : ConfigMap);
+
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+const LABEL_NAME = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+
+export const ruleRef = (rule: KubeObject): string => `${rule.metadata.namespace}/${rule.metadata.name}`;
+
+/** The label selector listing this rule's copies in every namespace. */
+export const copiesSelector = (rule: KubeObject): string =>
+  `${RULE_NAMESPACE_LABEL}=${rule.metadata.namespace},${RULE_NAME_LABEL}=${ownerLabelValue(rule.metadata.name!)}`;
+
+/** Why a rule cannot be acted on, or undefined when it is well-formed. */
+export function ruleProblem(rule: CopyratorRule, secretsEnabled: boolean): ConditionInput | undefined {
+  const invalid = (message: string): ConditionInput => ({ type: 'Ready', status: 'False', reason: 'InvalidRule', message });
+  if (rule.ruleType !== 'configmap' && rule.ruleType !== 'secret') return invalid(`ruleType must be configmap or secret, not ${JSON.stringify(rule.ruleType)}`);
+  if (!isValidNamespace(rule.namespace)) return invalid(`namespace ${JSON.stringify(rule.namespace)} is not a valid namespace name`);
+  const selector = rule.selector ?? {};
+  if (typeof selector !== 'object' || Array.isArray(selector)) return invalid('selector must be a map of label names to values');
+  for (const [name, value] of Object.entries(selector)) {
+    if (!LABEL_NAME.test(name)) return invalid(`selector label name ${JSON.stringify(name)} is not a valid label name`);
+    if (typeof value !== 'string' || value.length > 63 || !LABEL_VALUE.test(value)) return invalid(`selector value ${JSON.stringify(value)} of ${name} is not a valid label value`);
+  }
+  if (rule.ruleType === 'secret' && !secretsEnabled) {
+    return { type: 'Ready', status: 'False', reason: 'SecretsDisabled', message: 'this copyrator was deployed without access to Secrets (COPYRATOR_SECRETS=false)' };
+  }
+  return undefined;
+}
+
+/** `a=1,b=2` (validated by ruleProblem first). */
+export const selectorString = (selector: Record<string, string>): string =>
+  Object.entries(selector ?? {}).map(([name, value]) => `${name}=${value}`).join(',');
+
+/** Does an object with these labels match the rule's selector (every label, exact value)? */
+export const matchesSelector = (selector: Record<string, string>, labels: Record<string, string> | undefined): boolean =>
+  Object.entries(selector ?? {}).every(([name, value]) => labels?.[name] === value);
+
+/** A copy made by some rule (never copied again: otherwise rules would copy each other's copies). */
+export const isCopy = (object: KubeObject): boolean => object.metadata.annotations?.[RULE_ANNOTATION] !== undefined;
+
+/**
+ * A service-account token belongs to its namespace's ServiceAccount: a copy elsewhere would be
+ * deleted by the token controller at once and made again, forever.
+ */
+const SERVICE_ACCOUNT_TOKEN = 'kubernetes.io/service-account-token';
+
+/** The source objects a rule copies: matching, in the source namespace, not copies themselves, not being deleted. */
+export const sourcesOf = (listed: CopyableObject[]): CopyableObject[] =>
+  listed.filter((object) => !isCopy(object) && !object.metadata.deletionTimestamp && object.type !== SERVICE_ACCOUNT_TOKEN);
+
+/** The namespaces copies go to: Active ones other than the source namespace. */
+export const targetNamespaces = (rule: CopyratorRule, namespaces: KubeObject[]): string[] =>
+  namespaces
+    .filter((namespace) => (namespace as { status?: { phase?: string } }).status?.phase === 'Active' && !namespace.metadata.deletionTimestamp)
+    .map((namespace) => namespace.metadata.name!)
+    .filter((name) => name !== rule.namespace);
+
+/** One copy of `source` in `namespace`: content and labels of the source, never its server fields. */
+export function desiredCopy(rule: CopyratorRule, source: CopyableObject, namespace: string): CopyableObject {
+  const copy: CopyableObject = {
+    apiVersion: 'v1',
+    kind: kindOf(rule.ruleType).kind,
+    metadata: {
+      name: source.metadata.name,
+      namespace,
+      labels: { ...source.metadata.labels, [RULE_NAMESPACE_LABEL]: rule.metadata.namespace!, [RULE_NAME_LABEL]: ownerLabelValue(rule.metadata.name!) },
+      annotations: { [RULE_ANNOTATION]: ruleRef(rule), [SOURCE_ANNOTATION]: `${source.metadata.namespace}/${source.metadata.name}` },
+    },
+  };
+  if (source.data !== undefined) copy.data = source.data;
+  if (source.binaryData !== undefined) copy.binaryData = source.binaryData;
+  if (rule.ruleType === 'secret' && source.type !== undefined) copy.type = source.type;
+  return copy;
+}
+
+export function desiredCopies(rule: CopyratorRule, sources: CopyableObject[], namespaces: string[]): CopyableObject[] {
+  return namespaces.flatMap((namespace) => sources.map((source) => desiredCopy(rule, source, namespace)));
+}
+
+const copyKey = (object: KubeObject): string => `${object.metadata.namespace}/${object.metadata.name}`;
+
+/** The parts of a copy the rule decides; anything else (server fields) is ignored when comparing. */
+const content = (object: CopyableObject) => ({
+  labels: object.metadata.labels ?? {},
+  annotations: object.metadata.annotations ?? {},
+  data: object.data ?? {},
+  binaryData: object.binaryData ?? {},
+  type: object.type,
+});
+
+/** True when `existing` already is what `desired` describes. Secrets' type defaults to Opaque. */
+export function copyUpToDate(existing: CopyableObject, desired: CopyableObject): boolean {
+  const a = content(existing);
+  const b = content(desired);
+  if (desired.kind === 'Secret') {
+    a.type ??= 'Opaque';
+    b.type ??= 'Opaque';
+  }
+  return jsonEqual(a, b);
+}
+
+/** Is this object a copy made by this very rule? */
+export const isManagedBy = (object: KubeObject, rule: KubeObject): boolean => object.metadata.annotations?.[RULE_ANNOTATION] === ruleRef(rule);
+
+export type CopyAction =
+  | { type: 'create'; desired: CopyableObject }
+  | { type: 'update'; desired: CopyableObject; existing: CopyableObject }
+  /** A Secret's type cannot change in place: delete, then create. */
+  | { type: 'replace'; desired: CopyableObject; existing: CopyableObject }
+  | { type: 'delete'; existing: CopyableObject }
+  | { type: 'keep'; existing: CopyableObject };
+
+/**
+ * What to do, given the wanted copies and the rule's copies found by its label (`observed`, already
+ * narrowed to this rule by isManagedBy). A wanted copy with no observed counterpart is created;
+ * the create itself finds out (409) whether a foreign object holds the name.
+ */
+export function planCopies(desired: CopyableObject[], observed: CopyableObject[]): CopyAction[] {
+  const existing = new Map(observed.map((object) => [copyKey(object), object]));
+  const wanted = new Set<string>();
+  const actions: CopyAction[] = [];
+  for (const copy of desired) {
+    const key = copyKey(copy);
+    wanted.add(key);
+    const found = existing.get(key);
+    if (!found || found.metadata.deletionTimestamp) actions.push({ type: 'create', desired: copy });
+    else actions.push(updateAction(copy, found));
+  }
+  for (const object of observed) {
+    if (!wanted.has(copyKey(object)) && !object.metadata.deletionTimestamp) actions.push({ type: 'delete', existing: object });
+  }
+  return actions;
+}
+
+/** For a same-named object that exists: keep it, update it, or (a Secret of another type) replace it. */
+export function updateAction(desired: CopyableObject, existing: CopyableObject): CopyAction {
+  if (copyUpToDate(existing, desired)) return { type: 'keep', existing };
+  if (desired.kind === 'Secret' && (existing.type ?? 'Opaque') !== (desired.type ?? 'Opaque')) return { type: 'replace', desired, existing };
+  return { type: 'update', desired, existing };
+}
+
+/** The object to PUT for an update: the desired copy at the existing resourceVersion. */
+export const updatedCopy = (desired: CopyableObject, existing: CopyableObject): CopyableObject => ({
+  ...desired,
+  metadata: { ...desired.metadata, resourceVersion: existing.metadata.resourceVersion },
+});
+
+/** A same-named object that is not this rule's copy: whose it is, in words. */
+export function conflictFor(rule: KubeObject, existing: KubeObject): Conflict {
+  const other = existing.metadata.annotations?.[RULE_ANNOTATION];
+  const where = `${existing.metadata.namespace}/${existing.metadata.name}`;
+  return other
+    ? { namespace: existing.metadata.namespace!, name: existing.metadata.name!, reason: 'OtherRule', message: `${where} is the copy of rule ${other}, which made it first` }
+    : { namespace: existing.metadata.namespace!, name: existing.metadata.name!, reason: 'NotManaged', message: `${where} exists and is not a copy; it is left alone` };
+}
+
+export interface CopyTally {
+  matched: number;
+  copies: number;
+  conflicts: Conflict[];
+  /** Writes that failed for another reason (retried by the next delivery). */
+  failed: number;
+}
+
+/**
+ * Conflicts not reported before (worth a Warning Event): those missing from the listed ones,
+ * unless the total is unchanged and the list is full (the rest cannot be told apart then).
+ */
+export function newConflicts(status: CopyratorRuleStatus | undefined, conflicts: Conflict[]): Conflict[] {
+  const listed = status?.conflicts ?? [];
+  const known = new Set(listed.map((conflict) => `${conflict.namespace}/${conflict.name}`));
+  const fresh = conflicts.filter((conflict) => !known.has(`${conflict.namespace}/${conflict.name}`));
+  const listFull = listed.length >= MAX_LISTED_CONFLICTS;
+  return listFull && status?.conflictCount === conflicts.length && fresh.length <= conflicts.length - listed.length ? [] : fresh;
+}
+
+export function nextStatus(current: CopyratorRule, actedOn: CopyratorRule, tally: CopyTally | undefined, problem?: ConditionInput): CopyratorRuleStatus | undefined {
+  // Deleted and recreated under the same name since we read it: that object is someone else's reconcile.
+  if (current.metadata.uid !== actedOn.metadata.uid) return undefined;
+  const status = current.status ?? {};
+  const generation = actedOn.metadata.generation ?? 0;
+  const conflicts = [...(tally?.conflicts ?? [])].sort((a, b) => copyKey({ metadata: a }).localeCompare(copyKey({ metadata: b })));
+  const condition = problem ?? readyCondition(tally!);
+  return {
+    ...status,
+    observedGeneration: generation,
+    matched: tally?.matched ?? 0,
+    copies: tally?.copies ?? 0,
+    conflictCount: conflicts.length,
+    conflicts: conflicts.slice(0, MAX_LISTED_CONFLICTS),
+    conditions: setCondition(status.conditions, { ...condition, observedGeneration: generation }),
+  };
+}
+
+function readyCondition(tally: CopyTally): ConditionInput {
+  if (tally.conflicts.length) {
+    return { type: 'Ready', status: 'False', reason: 'CopyConflicts', message: `${tally.copies} copies in place; ${tally.conflicts.length} names held by objects this rule does not manage (see status.conflicts)` };
+  }
+  if (tally.failed) return { type: 'Ready', status: 'False', reason: 'CopiesFailing', message: `${tally.copies} copies in place; ${tally.failed} writes failed and are being retried` };
+  return { type: 'Ready', status: 'True', reason: 'CopiesInPlace', message: `${tally.copies} copies of ${tally.matched} matching objects in place` };
+}

@@ -1,0 +1,48 @@
+// CopyratorRule: copy matching ConfigMaps or Secrets from a source namespace into every active
+// namespace, keep the copies up to date, remove them when no longer wanted (seed: flant/examples
+// copyrator, with every defect of the original fixed; see DESIGN.md "Seed operators").
+//
+// Secrets are optional: with COPYRATOR_SECRETS=false (read when the declaration is loaded, so the
+// generated RBAC and sources follow it) the function neither watches nor may touch any Secret,
+// and a secret rule reports Ready=False/SecretsDisabled.
+import { defineFunction, type FunctionDeclaration, type PolicyRule, type WatchedKind } from '../runtime/declaration.ts';
+import { ConfigMap, Namespace, Secret } from '../runtime/kinds.ts';
+import { allOf } from '../runtime/mappers.ts';
+import { CopyratorRuleKind, FINALIZER, type RuleType } from './desired.ts';
+import { rulesForChange } from './mapping.ts';
+import { finalizeCopies, reconcileCopyratorRule } from './reconcile.ts';
+
+const COPY_VERBS = ['get', 'list', 'create', 'update', 'delete'];
+
+export function copyratorFunction(options: { secrets: boolean }): FunctionDeclaration {
+  const ruleTypes: RuleType[] = options.secrets ? ['configmap', 'secret'] : ['configmap'];
+  const watches: WatchedKind[] = [
+    { kind: Namespace, keysFor: allOf(CopyratorRuleKind) },
+    // No label selector can be used for sources: a ConfigMap that loses its label must still
+    // wake its rule, and ApiServerSource sends only the new object.
+    { kind: ConfigMap, keysFor: rulesForChange('configmap') },
+  ];
+  // What reconcile and the mappers do themselves; reading rules, their finalizer and Events
+  // follow from the declaration (functions/runtime/rbac.ts).
+  const rbac: PolicyRule[] = [
+    { apiGroups: ['flant.com'], resources: ['copyrators/status'], verbs: ['update'] },
+    { apiGroups: [''], resources: ['namespaces'], verbs: ['list'] },
+    { apiGroups: [''], resources: ['configmaps'], verbs: COPY_VERBS },
+  ];
+  if (options.secrets) {
+    // The plane watches Secrets in Reference mode (sourcesFor): contents never travel in events.
+    watches.push({ kind: Secret, keysFor: rulesForChange('secret') });
+    rbac.push({ apiGroups: [''], resources: ['secrets'], verbs: COPY_VERBS });
+  }
+  return defineFunction({
+    name: 'copyrator',
+    description: 'Copies the ConfigMaps or Secrets a CopyratorRule selects from its source namespace into every active namespace and keeps the copies in step.',
+    reconciles: CopyratorRuleKind,
+    watches,
+    rbac,
+    finalizer: { name: FINALIZER, finalize: (rule, ctx) => finalizeCopies(rule, ruleTypes, ctx.kube, ctx.log) },
+    reconcile: reconcileCopyratorRule(ruleTypes),
+  });
+}
+
+export default copyratorFunction({ secrets: process.env.COPYRATOR_SECRETS !== 'false' });

@@ -1,0 +1,76 @@
+// Which CopyratorRules a change of a ConfigMap or Secret concerns (controller-runtime's
+// EnqueueRequestsFromMapFunc, pkg/handler/enqueue_mapped.go). ApiServerSource sends only the new
+// object, so a mapper cannot rely on a label still being there: a source that lost its selector
+// label must still wake its rule. Hence:
+//   - any object in a rule's source namespace wakes that rule (added, changed, unlabelled, deleted);
+//   - a copy (rule annotation) wakes the rule that made it when it was deleted or differs from
+//     what its source makes of it (a hand edit). A copy that is exactly as the rule would write
+//     it wakes nothing: that is the echo of the rule's own write. The event body may make the
+//     function do less, never write; the latest event of an object carries its latest state;
+//   - a copy whose rule no longer exists wakes that (missing) rule, whose reconcile removes it;
+//   - a Secret deleted in Reference mode arrives without a body: it wakes the secret rules whose
+//     source namespace holds a Secret of that name (it may have been one of their copies).
+// A forged event can only cause reconciles of rules that exist; reconcile re-reads everything.
+import type { MapperContext, WatchedChange } from '../runtime/declaration.ts';
+import { isValidName, isValidNamespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts';
+import type { KubeClient } from '../runtime/kube.ts';
+import { copyUpToDate, CopyratorRuleKind, desiredCopy, kindOf, sourcesOf, matchesSelector, ruleRef, RULE_ANNOTATION, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
+
+/** The `<namespace>/<name>` an annotation names, when it names a valid key (it reaches a URL). */
+function keyIn(value: unknown): ObjectKey | undefined {
+  if (typeof value !== 'string') return undefined;
+  const slash = value.indexOf('/');
+  const key = { namespace: value.slice(0, slash), name: value.slice(slash + 1) };
+  return slash > 0 && isValidNamespace(key.namespace) && isValidName(key.name) ? key : undefined;
+}
+
+/** The rule a copy's annotation names. */
+export const ruleKeyOfCopy = (object: KubeObject | undefined): ObjectKey | undefined => keyIn(object?.metadata.annotations?.[RULE_ANNOTATION]);
+
+const keyOfRule = (rule: KubeObject): ObjectKey => ({ namespace: rule.metadata.namespace!, name: rule.metadata.name! });
+
+/** The source `rule` copies into this copy right now, if any. (One read: the source.) */
+async function sourceOf(kube: KubeClient, rule: CopyratorRule, copy: CopyableObject): Promise<CopyableObject | undefined> {
+  const sourceKey = keyIn(copy.metadata.annotations?.[SOURCE_ANNOTATION]);
+  if (!sourceKey || sourceKey.namespace !== rule.namespace || sourceKey.name !== copy.metadata.name) return undefined;
+  const source = await kube.get<CopyableObject>(kindOf(rule.ruleType), sourceKey);
+  if (!source || sourcesOf([source]).length === 0 || !matchesSelector(rule.selector, source.metadata.labels)) return undefined;
+  return source;
+}
+
+/**
+ * Is this change of a copy the echo of its rule's own work? A copy deleted while its rule is
+ * being deleted or while it has no source; a copy exactly as the rule would write it.
+ */
+async function isEcho(kube: KubeClient, rule: CopyratorRule, copy: CopyableObject, deleted: boolean): Promise<boolean> {
+  if (rule.metadata.deletionTimestamp) return deleted;
+  if (kindOf(rule.ruleType).kind !== (copy.kind ?? kindOf(rule.ruleType).kind)) return false;
+  const source = await sourceOf(kube, rule, copy);
+  if (deleted) return !source;
+  return source !== undefined && copyUpToDate(copy, desiredCopy(rule, source, copy.metadata.namespace!));
+}
+
+export function rulesForChange(ruleType: RuleType) {
+  const kind = kindOf(ruleType);
+  return async (change: WatchedChange, { kube }: MapperContext): Promise<ObjectKey[]> => {
+    // Reference mode (Secrets) carries no body: read the object unless the event says it is gone.
+    const object = (change.object ?? (change.deleted ? undefined : await kube.get(kind, change.key))) as CopyableObject | undefined;
+    const allRules = (await kube.list<CopyratorRule>(CopyratorRuleKind)).items;
+    const rules = allRules.filter((rule) => rule.ruleType === ruleType);
+    const keys = rules.filter((rule) => rule.namespace === change.key.namespace).map(keyOfRule);
+
+    const ownerKey = ruleKeyOfCopy(object);
+    const owner = ownerKey && allRules.find((rule) => ruleRef(rule) === `${ownerKey.namespace}/${ownerKey.name}`);
+    if (owner && !(await isEcho(kube, owner, { ...object!, kind: kind.kind }, change.deleted))) keys.push(keyOfRule(owner));
+    // A copy whose rule is gone (a replica's write that lost the race with the rule's finalizer):
+    // reconciling the missing rule removes it.
+    if (ownerKey && !owner && !change.deleted) keys.push(ownerKey);
+    if (!change.object && change.deleted) {
+      for (const rule of rules) {
+        if (rule.namespace === change.key.namespace || !isValidNamespace(rule.namespace)) continue;
+        if (await kube.get(kind, { namespace: rule.namespace, name: change.key.name })) keys.push(keyOfRule(rule));
+      }
+    }
+    return keys;
+  };
+}

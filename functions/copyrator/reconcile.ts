@@ -1,0 +1,190 @@
+// CopyratorRule reconcile: reads the rule, its sources, the namespaces and its copies, carries
+// out planCopies, writes status. Clean-up on deletion runs under the rule's finalizer.
+//
+// Secret contents never leave this file in any form but the API writes themselves: logs, Events
+// and status name objects, never their data.
+import type { ReconcileContext } from '../runtime/declaration.ts';
+import { Namespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts';
+import { ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
+import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import { TransientError } from '../runtime/errors.ts';
+import {
+  conflictFor,
+  CopyratorRuleKind,
+  copiesSelector,
+  desiredCopies,
+  isManagedBy,
+  kindOf,
+  newConflicts,
+  nextStatus,
+  planCopies,
+  ruleProblem,
+  selectorString,
+  sourcesOf,
+  targetNamespaces,
+  updateAction,
+  updatedCopy,
+  type Conflict,
+  type CopyableObject,
+  type CopyAction,
+  type CopyratorRule,
+  type CopyTally,
+  type RuleType,
+} from './desired.ts';
+
+/** Writes in flight at once for one rule: enough to hide API latency, few enough to stay polite. */
+const WRITE_CONCURRENCY = 16;
+
+async function forEachLimited<T>(items: T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
+  const queue = [...items];
+  const worker = async () => {
+    for (let item = queue.shift(); item !== undefined; item = queue.shift()) await work(item);
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, queue.length) }, worker));
+}
+
+type Outcome = 'created' | 'updated' | 'deleted' | 'unchanged' | { conflict: Conflict };
+
+/** Carries out one action; a same-named object that is not our copy is reported, never touched. */
+async function apply(kube: KubeClient, rule: CopyratorRule, ruleType: RuleType, action: CopyAction): Promise<Outcome> {
+  const kind = kindOf(ruleType);
+  const keyOf = (object: KubeObject): ObjectKey => ({ namespace: object.metadata.namespace!, name: object.metadata.name! });
+  switch (action.type) {
+    case 'keep':
+      return 'unchanged';
+    case 'delete':
+      // The uid precondition: never delete an object that replaced the copy we judged.
+      await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
+      return 'deleted';
+    case 'update':
+      try {
+        await kube.replace(kind, updatedCopy(action.desired, action.existing));
+        return 'updated';
+      } catch (error) {
+        // Changed or deleted since we listed it (another replica, a hand edit): judge it again from a fresh read.
+        if (!isConflict(error) && !isNotFound(error)) throw error;
+        return createCopy(kube, rule, ruleType, action.desired);
+      }
+    case 'replace':
+      await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
+      return createCopy(kube, rule, ruleType, action.desired);
+    case 'create':
+      return createCopy(kube, rule, ruleType, action.desired);
+  }
+}
+
+async function createCopy(kube: KubeClient, rule: CopyratorRule, ruleType: RuleType, desired: CopyableObject): Promise<Outcome> {
+  const kind = kindOf(ruleType);
+  try {
+    await kube.create(kind, desired);
+    return 'created';
+  } catch (error) {
+    if (error instanceof ApiError && error.code === 422) {
+      return { conflict: { namespace: desired.metadata.namespace!, name: desired.metadata.name!, reason: 'Invalid', message: error.status?.message ?? error.message } };
+    }
+    if (!isAlreadyExists(error)) throw error;
+  }
+  // The name is taken: by our copy that lost its labels, by another rule's copy, or by a foreign object.
+  const existing = await kube.get<CopyableObject>(kind, { namespace: desired.metadata.namespace!, name: desired.metadata.name! });
+  if (!existing) throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} vanished between create and read; will retry`);
+  if (!isManagedBy(existing, rule)) return { conflict: conflictFor(rule, existing) };
+  const action = updateAction(desired, existing);
+  if (action.type === 'keep') return 'unchanged';
+  if (action.type === 'replace') throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} has another Secret type; will replace on retry`);
+  await kube.replace(kind, updatedCopy(desired, existing));
+  return 'updated';
+}
+
+/** Brings the rule's copies to the desired set; returns what is in place. Throws only on reads. */
+async function converge(kube: KubeClient, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown }> {
+  const kind = kindOf(rule.ruleType);
+  // Copies of the kind the rule no longer copies (its ruleType changed) are removed as well.
+  const formerTypes = ruleTypes.filter((ruleType) => ruleType !== rule.ruleType);
+  const [listed, namespaces, observed, ...former] = await Promise.all([
+    kube.list<CopyableObject>(kind, { namespace: rule.namespace, labelSelector: selectorString(rule.selector) || undefined }),
+    kube.list(Namespace),
+    kube.list<CopyableObject>(kind, { labelSelector: copiesSelector(rule) }),
+    ...formerTypes.map((ruleType) => kube.list<CopyableObject>(kindOf(ruleType), { labelSelector: copiesSelector(rule) })),
+  ]);
+  const sources = sourcesOf(listed.items);
+  const desired = desiredCopies(rule, sources, targetNamespaces(rule, namespaces.items));
+  const ours = observed.items.filter((object) => isManagedBy(object, rule));
+  const actions: [RuleType, CopyAction][] = [
+    ...planCopies(desired, ours).map((action): [RuleType, CopyAction] => [rule.ruleType, action]),
+    ...former.flatMap((list, index) => list.items.filter((object) => isManagedBy(object, rule)).map((existing): [RuleType, CopyAction] => [formerTypes[index], { type: 'delete', existing }])),
+  ];
+  const counts: Record<string, number> = { created: 0, updated: 0, deleted: 0, unchanged: 0 };
+  const conflicts: Conflict[] = [];
+  let failed = 0;
+  let firstError: unknown;
+  await forEachLimited(actions, WRITE_CONCURRENCY, async ([ruleType, action]) => {
+    try {
+      const outcome = await apply(kube, rule, ruleType, action);
+      if (typeof outcome === 'string') counts[outcome]++;
+      else conflicts.push(outcome.conflict);
+    } catch (error) {
+      // Keep going: one failed write must not block the others (manage_children.go does the same).
+      failed++;
+      firstError ??= error;
+      const target = 'desired' in action ? action.desired : action.existing;
+      log.warn({ err: (error as Error).message, action: action.type, namespace: target.metadata.namespace, name: target.metadata.name }, 'copy write failed');
+    }
+  });
+  const copies = counts.created + counts.updated + counts.unchanged;
+  return { matched: sources.length, copies, conflicts, failed, counts, firstError };
+}
+
+export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
+  const secretsEnabled = ruleTypes.includes('secret');
+  return async (key: ObjectKey, { kube, log, events }: ReconcileContext): Promise<void> => {
+    const rule = await kube.get<CopyratorRule>(CopyratorRuleKind, key);
+    // Going: the runtime runs finalizeCopies instead. Gone: its finalizer removed the copies, but
+    // a replica that read the rule just before may have written one after; remove such orphans.
+    if (!rule) {
+      if (!(await finalizeCopies({ metadata: { namespace: key.namespace, name: key.name } }, ruleTypes, kube, log))) throw new TransientError(`some copies of the deleted rule ${key.namespace}/${key.name} could not be removed yet`);
+      return;
+    }
+    if (rule.metadata.deletionTimestamp) return;
+
+    const problem: ConditionInput | undefined = ruleProblem(rule, secretsEnabled);
+    if (problem) {
+      await events.warning(rule, CopyratorRuleKind, problem.reason, problem.message);
+      await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, undefined, problem), rule);
+      return;
+    }
+
+    const tally = await converge(kube, rule, ruleTypes, log);
+    const { created, updated, deleted } = tally.counts;
+    if (created || updated || deleted) {
+      const message = `copies: ${created} created, ${updated} updated, ${deleted} deleted; ${tally.copies} in place`;
+      log.info({ created, updated, deleted, copies: tally.copies, matched: tally.matched }, 'copies converged');
+      await events.normal(rule, CopyratorRuleKind, 'CopiesChanged', message);
+    }
+    const fresh = newConflicts(rule.status, tally.conflicts);
+    if (fresh.length) await events.warning(rule, CopyratorRuleKind, 'CopyConflict', fresh.slice(0, 3).map((conflict) => conflict.message).join('; ') + (fresh.length > 3 ? `; and ${fresh.length - 3} more` : ''));
+    await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, tally), rule);
+    // Written status first, so it shows progress; the failed writes are retried with the event.
+    if (tally.firstError) throw tally.firstError;
+  };
+}
+
+/**
+ * Removes every copy of a rule being deleted (found by label, confirmed by annotation). True when
+ * none is left, so the runtime may remove the finalizer; a conflict on delete means try again.
+ */
+export async function finalizeCopies(rule: KubeObject, ruleTypes: RuleType[], kube: KubeClient, log: ReconcileContext['log']): Promise<boolean> {
+  // Every kind the function copies: the rule's ruleType may have changed since the copies were made.
+  const lists = await Promise.all(ruleTypes.map((ruleType) => kube.list<CopyableObject>(kindOf(ruleType), { labelSelector: copiesSelector(rule) })));
+  const copies = lists.flatMap((list, index) => list.items.filter((object) => isManagedBy(object, rule)).map((copy) => ({ copy, kind: kindOf(ruleTypes[index]) })));
+  let failed = 0;
+  await forEachLimited(copies, WRITE_CONCURRENCY, async ({ copy, kind }) => {
+    try {
+      await kube.delete(kind, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }, { uid: copy.metadata.uid });
+    } catch (error) {
+      if (!isConflict(error)) log.warn({ err: (error as Error).message, namespace: copy.metadata.namespace, name: copy.metadata.name }, 'could not delete copy');
+      failed++;
+    }
+  });
+  if (copies.length) log.info({ deleted: copies.length - failed, failed }, 'rule deleted: removed its copies');
+  return failed === 0;
+}

@@ -1,0 +1,150 @@
+// ExchangeRate's desired state, computed without any API call: when a refresh is due, the
+// ConfigMap that should exist, what to do about the one that does, and the status.
+//
+// Upstream rule (kopf.timer(interval=…), kopf/_core/intents/handlers.py TimerHandler): a declared
+// interval drives the refresh. A function that scales to zero keeps no timer: the due time lives
+// in status (nextRefreshAt) and reconcile answers "again after D"; an early reconcile is a cheap
+// no-op. Refreshes fall on multiples of the interval (wall clock), so every ExchangeRate is due at
+// the same moment and one provider request per process serves them all.
+import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
+import { ownerLabelValue } from '../runtime/owner-labels.ts';
+import { controllerReference, isControlledBy, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
+import type { Quote } from './provider.ts';
+
+export const ExchangeRateKind: ResourceKind = {
+  group: 'operators.brennerm.github.io',
+  version: 'v1',
+  kind: 'ExchangeRate',
+  plural: 'exchangerates',
+  namespaced: true,
+};
+
+/** Label on each ConfigMap: the ExchangeRate's name (hashed when too long for a label value). */
+export const OWNER_LABEL = 'operators.brennerm.github.io/exchangerate';
+
+export interface ExchangeRateStatus {
+  rate?: string;
+  currency?: string;
+  base?: string;
+  /** The provider's date of the rate. */
+  date?: string;
+  configMap?: string;
+  lastUpdated?: string;
+  nextRefreshAt?: string;
+  observedGeneration?: number;
+  conditions?: Condition[];
+}
+
+export interface ExchangeRate extends KubeObject {
+  spec: { currency: string };
+  status?: ExchangeRateStatus;
+}
+
+export interface RateConfigMap extends KubeObject {
+  data?: Record<string, string>;
+}
+
+/** What the ConfigMap holds. */
+export interface RateValues {
+  rate: string;
+  base: string;
+  date: string;
+}
+
+/** Deterministic: the ExchangeRate's own name (valid and unique per namespace by construction). */
+export const configMapNameFor = (rate: ExchangeRate): string => rate.metadata.name!;
+
+const rfc3339 = (date: Date): string => date.toISOString().replace(/\.\d+Z$/, 'Z');
+
+/** The refresh slot `now` falls in: slots are multiples of the interval since the epoch. */
+export const slotOf = (now: Date, intervalSeconds: number): number => Math.floor(now.getTime() / 1000 / intervalSeconds);
+export const slotEnd = (slot: number, intervalSeconds: number): Date => new Date((slot + 1) * intervalSeconds * 1000);
+
+/** A refresh is due when there is no rate for the current spec yet, or its time has come. */
+export function refreshDue(rate: ExchangeRate, now: Date): boolean {
+  const status = rate.status ?? {};
+  if (!status.rate || status.currency !== rate.spec.currency) return true;
+  if ((status.observedGeneration ?? 0) !== (rate.metadata.generation ?? 0)) return true;
+  return !status.nextRefreshAt || now.getTime() >= Date.parse(status.nextRefreshAt);
+}
+
+/** The values the ConfigMap should hold: freshly fetched ones, else the last good ones in status. */
+export function valuesFor(rate: ExchangeRate, fetched: RateValues | undefined): RateValues | undefined {
+  if (fetched) return fetched;
+  const status = rate.status ?? {};
+  if (status.rate && status.currency === rate.spec.currency) return { rate: status.rate, base: status.base ?? 'EUR', date: status.date ?? '' };
+  return undefined;
+}
+
+export type QuoteResult = { values: RateValues } | { problem: ConditionInput };
+
+/** This ExchangeRate's values from a provider quote, or why there are none. */
+export function fromQuote(rate: ExchangeRate, quote: Quote): QuoteResult {
+  const value = quote.rates[rate.spec.currency];
+  if (value === undefined) {
+    return { problem: { type: 'Ready', status: 'False', reason: 'CurrencyNotQuoted', message: `the provider's answer of ${quote.date} has no rate for ${rate.spec.currency}; keeping the last rate` } };
+  }
+  return { values: { rate: value, base: quote.base, date: quote.date } };
+}
+
+export function desiredConfigMap(rate: ExchangeRate, values: RateValues): RateConfigMap {
+  return {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: {
+      name: configMapNameFor(rate),
+      namespace: rate.metadata.namespace,
+      // As the seed's kopf.adopt did: the owner's labels, plus ours for routing.
+      labels: { ...rate.metadata.labels, [OWNER_LABEL]: ownerLabelValue(rate.metadata.name!) },
+      ownerReferences: [controllerReference(rate, ExchangeRateKind)],
+    },
+    data: { rate: values.rate, base: values.base, date: values.date },
+  };
+}
+
+export type ConfigMapAction =
+  | { type: 'create'; desired: RateConfigMap }
+  | { type: 'update'; desired: RateConfigMap }
+  | { type: 'keep' }
+  /** Someone else's ConfigMap holds the name: never touch what is not ours. */
+  | { type: 'blocked'; message: string };
+
+export function configMapAction(rate: ExchangeRate, existing: RateConfigMap | undefined, values: RateValues): ConfigMapAction {
+  const desired = desiredConfigMap(rate, values);
+  if (!existing) return { type: 'create', desired };
+  if (!isControlledBy(existing, rate)) return { type: 'blocked', message: `ConfigMap ${existing.metadata.name} exists and is not controlled by this ExchangeRate; delete or rename it` };
+  const same = jsonEqual(existing.data ?? {}, desired.data) && jsonEqual(existing.metadata.labels ?? {}, desired.metadata.labels);
+  if (same) return { type: 'keep' };
+  return { type: 'update', desired: { ...desired, metadata: { ...existing.metadata, labels: desired.metadata.labels } } };
+}
+
+export interface RefreshOutcome {
+  /** Fresh values, when this reconcile fetched them. */
+  fetched?: RateValues;
+  /** The fetch (or the ConfigMap) failed: Ready=False with the provider's words. */
+  problem?: ConditionInput;
+  now: Date;
+  /** When to refresh next: the slot's end after a fetch, soon after a failure. */
+  nextRefreshAt: Date;
+}
+
+export function nextStatus(current: ExchangeRate, actedOn: ExchangeRate, outcome: RefreshOutcome): ExchangeRateStatus | undefined {
+  if (current.metadata.uid !== actedOn.metadata.uid) return undefined;
+  const status = current.status ?? {};
+  const generation = actedOn.metadata.generation ?? 0;
+  const fetched = outcome.fetched;
+  const condition: ConditionInput = outcome.problem ?? {
+    type: 'Ready',
+    status: 'True',
+    reason: 'RateCurrent',
+    message: `1 ${fetched?.base ?? status.base ?? 'EUR'} = ${fetched?.rate ?? status.rate} ${actedOn.spec.currency} (provider date ${fetched?.date ?? status.date})`,
+  };
+  return {
+    ...status,
+    ...(fetched ? { rate: fetched.rate, base: fetched.base, date: fetched.date, currency: actedOn.spec.currency, lastUpdated: rfc3339(outcome.now) } : {}),
+    configMap: configMapNameFor(actedOn),
+    nextRefreshAt: rfc3339(outcome.nextRefreshAt),
+    observedGeneration: generation,
+    conditions: setCondition(status.conditions, { ...condition, observedGeneration: generation }, outcome.now),
+  };
+}

@@ -1,0 +1,115 @@
+// ExchangeRate reconcile: refresh the rate when due (one shared provider request per refresh
+// slot), keep the ConfigMap equal to the last good rate, write status, ask to be called again at
+// the next refresh.
+import type { ReconcileContext } from '../runtime/declaration.ts';
+import { ConfigMap, type ObjectKey } from '../runtime/kinds.ts';
+import { ApiError } from '../runtime/kube.ts';
+import { createIfAbsent, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import { ConfigError, parseConfig, type ProviderConfig } from './config.ts';
+import {
+  configMapAction,
+  configMapNameFor,
+  ExchangeRateKind,
+  fromQuote,
+  nextStatus,
+  refreshDue,
+  slotEnd,
+  slotOf,
+  valuesFor,
+  type ExchangeRate,
+  type RateConfigMap,
+  type RateValues,
+} from './desired.ts';
+import { frankfurter, httpGet, ProviderError, SlotCache, type HttpGet } from './provider.ts';
+
+const PROVIDER_ATTEMPTS = 3;
+const PROVIDER_BACKOFF_MS = 500;
+
+/** One provider (and its slot cache) per process and configuration. */
+let shared: { key: string; cache: SlotCache } | undefined;
+
+function slotCacheFor(config: ProviderConfig, get: HttpGet): SlotCache {
+  const key = JSON.stringify([config.baseUrl, config.headers, config.timeoutMs]);
+  if (shared?.key !== key) {
+    const provider = frankfurter({ ...config, attempts: PROVIDER_ATTEMPTS, backoffMs: PROVIDER_BACKOFF_MS, get });
+    shared = { key, cache: new SlotCache(provider) };
+  }
+  return shared.cache;
+}
+
+export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContext): Promise<{ requeueAfterSeconds: number } | void> {
+  const { kube, log, events } = ctx;
+  const rate = await kube.get<ExchangeRate>(ExchangeRateKind, key);
+  // Gone, or going: the garbage collector removes the ConfigMap through its ownerReference.
+  if (!rate || rate.metadata.deletionTimestamp) return;
+  const now = ctx.now();
+
+  let config: ProviderConfig;
+  try {
+    config = parseConfig(ctx.config);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    const problem: ConditionInput = { type: 'Ready', status: 'False', reason: 'ConfigInvalid', message: error.message };
+    await updateStatus<ExchangeRate>(kube, ExchangeRateKind, key, (current) => nextStatus(current, rate, { problem, now, nextRefreshAt: now }), rate);
+    return;
+  }
+
+  let fetched: RateValues | undefined;
+  let problem: ConditionInput | undefined;
+  let nextRefreshAt: Date;
+  if (refreshDue(rate, now)) {
+    const slot = slotOf(now, config.refreshSeconds);
+    let retryAfter = config.retrySeconds;
+    try {
+      const result = fromQuote(rate, await slotCacheFor(config, httpGet(ctx.http)).latest(slot));
+      if ('values' in result) fetched = result.values;
+      else problem = result.problem;
+    } catch (error) {
+      if (!(error instanceof ProviderError)) throw error;
+      problem = { type: 'Ready', status: 'False', reason: 'ProviderError', message: `${error.message}; keeping the last rate` };
+      retryAfter = error.retryAfterSeconds ?? retryAfter;
+    }
+    // After a failure, ask again soon (when the provider said, if it did), else at the slot's end.
+    nextRefreshAt = problem ? new Date(now.getTime() + Math.min(config.refreshSeconds, retryAfter) * 1000) : slotEnd(slot, config.refreshSeconds);
+    if (problem) {
+      log.warn({ reason: problem.reason }, problem.message);
+      if (problem.reason !== rate.status?.conditions?.find((condition) => condition.type === 'Ready')?.reason) await events.warning(rate, ExchangeRateKind, problem.reason, problem.message);
+    }
+  } else {
+    nextRefreshAt = new Date(Date.parse(rate.status!.nextRefreshAt!));
+  }
+
+  const values = valuesFor(rate, fetched);
+  if (values) problem = (await ensureConfigMap(ctx, rate, values)) ?? problem;
+  await updateStatus<ExchangeRate>(kube, ExchangeRateKind, key, (current) => nextStatus(current, rate, { fetched, problem, now, nextRefreshAt }), rate);
+  return { requeueAfterSeconds: Math.max(1, Math.ceil((nextRefreshAt.getTime() - now.getTime()) / 1000)) };
+}
+
+/** Creates or corrects the ConfigMap; returns a problem when a foreign object holds its name. */
+async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: ExchangeRate, values: RateValues): Promise<ConditionInput | undefined> {
+  const cmKey = { namespace: rate.metadata.namespace!, name: configMapNameFor(rate) };
+  const existing = await kube.get<RateConfigMap>(ConfigMap, cmKey);
+  const action = configMapAction(rate, existing, values);
+  switch (action.type) {
+    case 'keep':
+      return undefined;
+    case 'blocked':
+      await events.warning(rate, ExchangeRateKind, 'ConfigMapNameTaken', action.message);
+      return { type: 'Ready', status: 'False', reason: 'ConfigMapNameTaken', message: action.message };
+    case 'create': {
+      const { created } = await createIfAbsent(kube, ConfigMap, action.desired);
+      // Lost a race with another replica: its write carries the same values, or the next reconcile fixes it.
+      if (created) log.info({ configMap: cmKey.name, rate: values.rate }, 'created ConfigMap');
+      return undefined;
+    }
+    case 'update':
+      try {
+        await kube.replace(ConfigMap, action.desired);
+      } catch (error) {
+        // 409: changed under us; its update event brings the next reconcile.
+        if (!(error instanceof ApiError) || error.code !== 409) throw error;
+      }
+      log.info({ configMap: cmKey.name, rate: values.rate }, 'updated ConfigMap');
+      return undefined;
+  }
+}

@@ -1,0 +1,335 @@
+// CopyratorRule against a real API server, the function running as its own ServiceAccount with
+// exactly the RBAC its declaration generates. Events are delivered by hand, as the plane would
+// send them (rules in Reference mode; ConfigMaps and Namespaces in Resource mode; Secrets in
+// Reference mode); test/e2e/functions.test.ts runs the same through the whole plane.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
+import { readManifests, CRD_DIR } from '../../eventing/crds.ts';
+import { join } from 'node:path';
+import copyrator, { copyratorFunction } from '../../functions/copyrator/index.ts';
+import { CopyratorRuleKind, FINALIZER, RULE_ANNOTATION, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
+import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
+import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+
+let cluster: TestCluster;
+let kube: KubeClient;
+let fn: RunningFunction;
+let functionKube: KubeClient;
+
+const event = (kind: ResourceKind, object: KubeObject, action: ChangeAction, mode: SourceMode = 'Resource') =>
+  apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode });
+
+async function send(kind: ResourceKind, object: KubeObject, action: ChangeAction, mode: SourceMode = 'Resource') {
+  const answer = await deliver(fn.url, event(kind, object, action, mode));
+  assert.equal(answer.status, 200, `${action} ${kind.kind} ${object.metadata.namespace}/${object.metadata.name}: ${JSON.stringify(answer.body)}`);
+  return answer;
+}
+
+const ruleEvent = (rule: KubeObject, action: ChangeAction = 'update') => send(CopyratorRuleKind, rule, action, 'Reference');
+
+async function createNamespace(name: string): Promise<KubeObject> {
+  try {
+    return await kube.create(Namespace, { metadata: { name } });
+  } catch (error) {
+    if (error instanceof ApiError && error.code === 409) return (await kube.get(Namespace, { namespace: '', name }))!;
+    throw error;
+  }
+}
+
+const configMap = (namespace: string, name: string, labels: Record<string, string>, data: Record<string, string> = { greeting: 'hello' }): CopyableObject => ({
+  apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace, labels }, data,
+});
+
+const newRule = (namespace: string, name: string, source: string, selector: Record<string, string>, ruleType: 'configmap' | 'secret' = 'configmap'): CopyratorRule => ({
+  apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name, namespace }, ruleType, selector, namespace: source,
+});
+
+const getRule = (key: ObjectKey) => kube.get<CopyratorRule>(CopyratorRuleKind, key);
+const getCm = (namespace: string, name: string) => kube.get<CopyableObject>(ConfigMap, { namespace, name });
+const activeNamespaces = async () => (await kube.list(Namespace)).items.filter((ns) => (ns.status as { phase?: string })?.phase === 'Active').map((ns) => ns.metadata.name!);
+const ready = (rule: CopyratorRule | undefined) => rule?.status?.conditions?.find((condition) => condition.type === 'Ready');
+
+before(async () => {
+  cluster = await startTestCluster();
+  kube = cluster.kube;
+  const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, copyrator);
+  functionKube = kubeFor(kubeconfig);
+  fn = await serveFunction(copyrator, kubeconfig);
+  for (const name of ['team-a', 'team-b']) await createNamespace(name);
+});
+
+after(async () => {
+  await fn?.close();
+  await cluster?.stop();
+});
+
+describe('the seed example rule', () => {
+  const key = { namespace: 'default', name: 'main-rule' };
+  let rule: CopyratorRule;
+
+  test('copies every matching ConfigMap of the source namespace into every other active namespace', async () => {
+    await kube.create(ConfigMap, configMap('default', 'shared-settings', { copyrator: 'true', tier: 'web' }, { mode: 'blue' }));
+    await kube.create(ConfigMap, { ...configMap('default', 'shared-binary', { copyrator: 'true' }), binaryData: { blob: 'AAECAw==' } });
+    await kube.create(ConfigMap, configMap('default', 'private', { copyrator: 'false' }));
+    const example = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === 'CopyratorRule') as CopyratorRule;
+    rule = await kube.create<CopyratorRule>(CopyratorRuleKind, example, 'default');
+    await ruleEvent(rule, 'add');
+
+    const targets = (await activeNamespaces()).filter((ns) => ns !== 'default');
+    assert.ok(targets.includes('team-a') && targets.includes('kube-system'));
+    for (const namespace of targets) {
+      const copy = await getCm(namespace, 'shared-settings');
+      assert.ok(copy, `copy in ${namespace}`);
+      assert.deepEqual(copy.data, { mode: 'blue' });
+      assert.equal(copy.metadata.labels?.tier, 'web', 'source labels are kept');
+      assert.equal(copy.metadata.labels?.copyrator, 'true');
+      assert.equal(copy.metadata.annotations?.[RULE_ANNOTATION], 'default/main-rule');
+      assert.equal(copy.metadata.annotations?.[SOURCE_ANNOTATION], 'default/shared-settings');
+      assert.equal(copy.metadata.ownerReferences, undefined, 'no ownerReference across namespaces');
+      assert.deepEqual((await getCm(namespace, 'shared-binary'))?.binaryData, { blob: 'AAECAw==' });
+      assert.equal(await getCm(namespace, 'private'), undefined);
+    }
+    const current = (await getRule(key))!;
+    assert.ok(current.metadata.finalizers?.includes(FINALIZER), 'the rule holds the clean-up finalizer');
+    assert.equal(current.status?.matched, 2);
+    assert.equal(current.status?.copies, targets.length * 2);
+    assert.equal(current.status?.observedGeneration, current.metadata.generation);
+    assert.deepEqual([ready(current)?.status, ready(current)?.reason], ['True', 'CopiesInPlace']);
+  });
+
+  test('a redelivered event writes nothing', async () => {
+    const before = (await getRule(key))!;
+    const copy = (await getCm('team-a', 'shared-settings'))!;
+    await ruleEvent(before);
+    assert.equal((await getRule(key))!.metadata.resourceVersion, before.metadata.resourceVersion);
+    assert.equal((await getCm('team-a', 'shared-settings'))!.metadata.resourceVersion, copy.metadata.resourceVersion);
+  });
+
+  test("the echo of the rule's own write wakes nothing; a copy that differs wakes the rule", async () => {
+    const written = (await getCm('team-a', 'shared-settings'))!;
+    // The runtime skips the version it wrote itself; another replica's write has another version.
+    const copy = { ...written, metadata: { ...written.metadata, resourceVersion: '1' } };
+    const echo = await send(ConfigMap, copy, 'update');
+    assert.match(JSON.stringify(echo.body), /concerns no CopyratorRule/);
+    const differs = await send(ConfigMap, { ...copy, data: { mode: 'stale' } }, 'update');
+    assert.doesNotMatch(JSON.stringify(differs.body), /ignored/);
+  });
+
+  test('a namespace created later gets the copies', async () => {
+    const namespace = await createNamespace('late-comer');
+    await send(Namespace, namespace, 'add');
+    assert.deepEqual((await getCm('late-comer', 'shared-settings'))?.data, { mode: 'blue' });
+  });
+
+  test('a source update reaches every copy', async () => {
+    const source = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'default', name: 'shared-settings' }, { data: { mode: 'green' } });
+    await send(ConfigMap, source, 'update');
+    for (const namespace of ['team-a', 'team-b', 'late-comer', 'kube-system']) assert.deepEqual((await getCm(namespace, 'shared-settings'))?.data, { mode: 'green' }, namespace);
+  });
+
+  test('a copy deleted by hand comes back; one edited by hand is restored', async () => {
+    const copy = (await getCm('team-a', 'shared-settings'))!;
+    await kube.delete(ConfigMap, { namespace: 'team-a', name: 'shared-settings' });
+    await send(ConfigMap, copy, 'delete');
+    assert.deepEqual((await getCm('team-a', 'shared-settings'))?.data, { mode: 'green' });
+
+    const edited = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'team-b', name: 'shared-settings' }, { data: { mode: 'hacked' }, metadata: { labels: { extra: 'by-hand' } } });
+    await send(ConfigMap, edited, 'update');
+    const restored = (await getCm('team-b', 'shared-settings'))!;
+    assert.deepEqual(restored.data, { mode: 'green' });
+    assert.equal(restored.metadata.labels?.extra, undefined);
+  });
+
+  test('a ConfigMap change outside every source namespace costs one rule LIST and no reconcile', async () => {
+    const requests = async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0);
+    const reconciles = async () => (await fn.metrics.reconciles.get()).values.reduce((sum, value) => sum + value.value, 0);
+    const unrelated = await kube.create(ConfigMap, configMap('team-b', 'unrelated', { app: 'x' }));
+    const [beforeRequests, beforeReconciles] = [await requests(), await reconciles()];
+    const answer = await send(ConfigMap, unrelated, 'update');
+    assert.match(JSON.stringify(answer.body), /concerns no CopyratorRule/);
+    assert.equal(await requests() - beforeRequests, 1, 'one LIST of CopyratorRules');
+    assert.equal(await reconciles() - beforeReconciles, 0);
+  });
+
+  test('a source that loses its label loses its copies; a deleted source too', async () => {
+    const unlabelled = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'default', name: 'shared-binary' }, { metadata: { labels: { copyrator: null } } });
+    await send(ConfigMap, unlabelled, 'update');
+    for (const namespace of ['team-a', 'late-comer']) assert.equal(await getCm(namespace, 'shared-binary'), undefined, namespace);
+    assert.ok(await getCm('team-a', 'shared-settings'), 'the other copies stay');
+
+    const source = (await getCm('default', 'shared-settings'))!;
+    await kube.delete(ConfigMap, { namespace: 'default', name: 'shared-settings' });
+    await send(ConfigMap, source, 'delete');
+    for (const namespace of ['team-a', 'team-b', 'late-comer']) assert.equal(await getCm(namespace, 'shared-settings'), undefined, namespace);
+    const status = (await getRule(key))!.status!;
+    assert.deepEqual([status.matched, status.copies], [0, 0]);
+  });
+});
+
+describe('conflicts', () => {
+  test('an object of the same name that is not a copy is left alone and reported', async () => {
+    await createNamespace('src-conflict');
+    await kube.create(ConfigMap, configMap('team-a', 'app-config', { mine: 'yes' }, { owner: 'team-a' }));
+    await kube.create(ConfigMap, configMap('src-conflict', 'app-config', { share: 'yes' }, { owner: 'platform' }));
+    const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-conflict', 'share', 'src-conflict', { share: 'yes' }));
+    await ruleEvent(rule, 'add');
+    const foreign = (await getCm('team-a', 'app-config'))!;
+    assert.deepEqual(foreign.data, { owner: 'team-a' }, 'never touched');
+    assert.equal(foreign.metadata.annotations?.[RULE_ANNOTATION], undefined);
+    assert.deepEqual((await getCm('team-b', 'app-config'))?.data, { owner: 'platform' }, 'copied elsewhere');
+    const status = (await getRule({ namespace: 'src-conflict', name: 'share' }))!.status!;
+    assert.equal(status.conflictCount, 1);
+    assert.deepEqual(status.conflicts?.map((c) => [c.namespace, c.name, c.reason]), [['team-a', 'app-config', 'NotManaged']]);
+    assert.deepEqual([ready({ status } as CopyratorRule)?.status, ready({ status } as CopyratorRule)?.reason], ['False', 'CopyConflicts']);
+    // Events are posted off the critical path: they may land just after the answer.
+    await eventually(async () => (await kube.list(CoreEvent, { namespace: 'src-conflict', fieldSelector: 'involvedObject.name=share' })).items.some((e) => e.reason === 'CopyConflict'), 10_000, 'a CopyConflict Event');
+  });
+
+  test('two overlapping rules: the first keeps its copies, the second reports them', async () => {
+    const second = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('team-b', 'share-again', 'src-conflict', { share: 'yes' }));
+    await ruleEvent(second, 'add');
+    const copy = (await getCm('team-b', 'app-config'))!;
+    assert.equal(copy.metadata.annotations?.[RULE_ANNOTATION], 'src-conflict/share', 'still the first rule\'s copy');
+    const status = (await getRule({ namespace: 'team-b', name: 'share-again' }))!.status!;
+    assert.equal(status.copies, 0);
+    assert.ok(status.conflicts?.some((c) => c.namespace === 'team-b' && c.reason === 'OtherRule'), JSON.stringify(status.conflicts));
+    assert.ok(status.conflicts?.some((c) => c.namespace === 'team-a' && c.reason === 'NotManaged'));
+    // The first rule, reconciled again, still finds everything in place.
+    await ruleEvent((await getRule({ namespace: 'src-conflict', name: 'share' }))!);
+    assert.equal((await getRule({ namespace: 'src-conflict', name: 'share' }))!.status!.conflictCount, 1);
+  });
+});
+
+describe('rule changes and deletion', () => {
+  test('a changed selector and source namespace converge to the new set', async () => {
+    await createNamespace('src-one');
+    await createNamespace('src-two');
+    await kube.create(ConfigMap, configMap('src-one', 'one-red', { color: 'red' }));
+    await kube.create(ConfigMap, configMap('src-one', 'one-blue', { color: 'blue' }));
+    await kube.create(ConfigMap, configMap('src-two', 'two-red', { color: 'red' }));
+    const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('default', 'colors', 'src-one', { color: 'red' }));
+    await ruleEvent(rule, 'add');
+    assert.ok(await getCm('team-a', 'one-red'));
+    assert.equal(await getCm('team-a', 'one-blue'), undefined);
+
+    await ruleEvent(await kube.mergePatch(CopyratorRuleKind, { namespace: 'default', name: 'colors' }, { selector: { color: 'blue' } }));
+    assert.equal(await getCm('team-a', 'one-red'), undefined);
+    assert.ok(await getCm('team-a', 'one-blue'));
+
+    await ruleEvent(await kube.mergePatch(CopyratorRuleKind, { namespace: 'default', name: 'colors' }, { namespace: 'src-two', selector: { color: 'red' } }));
+    assert.equal(await getCm('team-a', 'one-blue'), undefined);
+    assert.ok(await getCm('team-a', 'two-red'));
+    assert.ok(await getCm('src-one', 'two-red'), 'the old source namespace is now a target');
+    assert.equal(await getCm('src-two', 'two-red').then((cm) => cm?.metadata.annotations?.[RULE_ANNOTATION]), undefined, 'the original is untouched');
+  });
+
+  test('a rule whose type changes removes the copies of the former type', async () => {
+    await kube.create(Secret, { metadata: { name: 'two-red', namespace: 'src-two', labels: { color: 'red' } }, stringData: { k: 'v' } });
+    await ruleEvent(await kube.mergePatch(CopyratorRuleKind, { namespace: 'default', name: 'colors' }, { ruleType: 'secret' }));
+    assert.equal(await getCm('team-a', 'two-red'), undefined, 'the ConfigMap copy is gone');
+    assert.ok(await kube.get(Secret, { namespace: 'team-a', name: 'two-red' }), 'the Secret copy is there');
+    await ruleEvent(await kube.mergePatch(CopyratorRuleKind, { namespace: 'default', name: 'colors' }, { ruleType: 'configmap' }));
+    assert.equal(await kube.get(Secret, { namespace: 'team-a', name: 'two-red' }), undefined);
+    assert.ok(await getCm('team-a', 'two-red'));
+  });
+
+  test('a copy left behind by a rule that no longer exists is removed when its event arrives', async () => {
+    const orphan = await kube.create(ConfigMap, {
+      metadata: { name: 'orphan', namespace: 'team-a', labels: { 'copyrator.flant.com/rule-namespace': 'default', 'copyrator.flant.com/rule': 'vanished' }, annotations: { [RULE_ANNOTATION]: 'default/vanished', [SOURCE_ANNOTATION]: 'default/orphan' } },
+      data: { stale: 'yes' },
+    });
+    await send(ConfigMap, orphan, 'add');
+    assert.equal(await getCm('team-a', 'orphan'), undefined);
+  });
+
+  test('a deleted rule removes all its copies everywhere, then goes', async () => {
+    const key = { namespace: 'default', name: 'colors' };
+    assert.ok((await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=colors' })).items.length > 3);
+    await kube.delete(CopyratorRuleKind, key);
+    const deleting = (await getRule(key))!;
+    assert.ok(deleting.metadata.deletionTimestamp, 'held by the finalizer');
+    await ruleEvent(deleting);
+    assert.equal((await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=colors' })).items.length, 0);
+    await eventually(async () => (await getRule(key)) === undefined, 10_000, 'the rule to be gone');
+    assert.ok(await getCm('src-two', 'two-red'), 'the source stays');
+  });
+});
+
+describe('long names', () => {
+  test('a rule with a 253-character name copies, labels its copies in hash form, and cleans up', async () => {
+    const name = `${'long-rule.'.repeat(25)}end`;
+    assert.equal(name.length, 253);
+    await createNamespace('src-long');
+    const sourceName = `${'s'.repeat(62)}x`;
+    await kube.create(ConfigMap, configMap('src-long', sourceName, { long: 'yes' }));
+    const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-long', name, 'src-long', { long: 'yes' }));
+    await ruleEvent(rule, 'add');
+    const copy = (await getCm('team-a', sourceName))!;
+    assert.equal(copy.metadata.annotations?.[RULE_ANNOTATION], `src-long/${name}`);
+    assert.ok(copy.metadata.labels!['copyrator.flant.com/rule'].length <= 63);
+    assert.equal((await getRule({ namespace: 'src-long', name }))!.status?.conditions?.find((c) => c.type === 'Ready')?.status, 'True');
+
+    // The copy's own events still find the rule (through the annotation), so a hand deletion heals.
+    await kube.delete(ConfigMap, { namespace: 'team-a', name: sourceName });
+    await send(ConfigMap, copy, 'delete');
+    assert.ok(await getCm('team-a', sourceName));
+
+    await kube.delete(CopyratorRuleKind, { namespace: 'src-long', name });
+    await ruleEvent((await getRule({ namespace: 'src-long', name }))!);
+    assert.equal(await getCm('team-a', sourceName), undefined);
+    await eventually(async () => (await getRule({ namespace: 'src-long', name })) === undefined, 10_000, 'the rule to be gone');
+  });
+});
+
+describe('Secrets', () => {
+  const VALUE = 'hunter2-s3cr3t-value';
+  test('a secret rule copies data and type; nothing of the value reaches status or Events', async () => {
+    await createNamespace('vault');
+    await kube.create(Secret, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'registry', namespace: 'vault', labels: { distribute: 'yes' } }, type: 'kubernetes.io/basic-auth', stringData: { username: 'bot', password: VALUE } });
+    const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('vault', 'secrets', 'vault', { distribute: 'yes' }, 'secret'));
+    await ruleEvent(rule, 'add');
+    const copy = (await kube.get<CopyableObject>(Secret, { namespace: 'team-a', name: 'registry' }))!;
+    assert.equal(copy.type, 'kubernetes.io/basic-auth');
+    assert.equal(Buffer.from(copy.data!.password, 'base64').toString(), VALUE);
+
+    // Reference mode, as the plane sends Secret events: a hand-deleted copy comes back.
+    await kube.delete(Secret, { namespace: 'team-b', name: 'registry' });
+    await send(Secret, copy, 'delete', 'Reference');
+    assert.ok(await kube.get(Secret, { namespace: 'team-b', name: 'registry' }));
+
+    const encoded = Buffer.from(VALUE).toString('base64');
+    const written = JSON.stringify([await getRule({ namespace: 'vault', name: 'secrets' }), await kube.list(CoreEvent, { namespace: 'vault' })]);
+    assert.ok(!written.includes(VALUE) && !written.includes(encoded), 'no Secret value in status or Events');
+  });
+
+  test('without Secrets (COPYRATOR_SECRETS=false) the function may not touch any and says so', async () => {
+    const noSecrets = copyratorFunction({ secrets: false });
+    assert.ok(!noSecrets.rbac.some((rule) => rule.resources.includes('secrets')));
+    assert.ok(!noSecrets.watches.some((watched) => watched.kind.kind === 'Secret'));
+    assert.equal(noSecrets.name, copyrator.name);
+  });
+});
+
+describe('least privilege and forged events', () => {
+  test('the generated role allows what reconcile needs and nothing more', async () => {
+    await assert.rejects(functionKube.list(Pod, { namespace: 'default' }), (error: ApiError) => error.code === 403);
+    await assert.rejects(functionKube.create(Namespace, { metadata: { name: 'not-allowed' } }), (error: ApiError) => error.code === 403);
+    await assert.rejects(functionKube.mergePatch(Namespace, { namespace: '', name: 'team-a' }, { metadata: { labels: { x: 'y' } } }), (error: ApiError) => error.code === 403);
+  });
+
+  test('a forged copy event naming a rule that does not exist writes nothing', async () => {
+    const forged = { ...configMap('team-a', 'forged', {}), metadata: { name: 'forged', namespace: 'team-a', annotations: { [RULE_ANNOTATION]: 'default/ghost-rule' } } };
+    await send(ConfigMap, forged, 'update');
+    assert.equal(await getCm('team-a', 'forged'), undefined);
+    assert.equal(await getRule({ namespace: 'default', name: 'ghost-rule' }), undefined);
+  });
+
+  test('a forged source event cannot make copies of content that is not in the API', async () => {
+    const fake = configMap('default', 'injected', { copyrator: 'true' }, { evil: 'payload' });
+    await send(ConfigMap, fake, 'add');
+    assert.equal(await getCm('team-a', 'injected'), undefined);
+  });
+});

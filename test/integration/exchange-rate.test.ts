@@ -1,0 +1,231 @@
+// ExchangeRate against a real API server and the loopback Frankfurter stand-in, the function
+// running as its own ServiceAccount with exactly the RBAC its declaration generates. The
+// function's clock is the test's: a refresh slot (an hour) passes by moving it.
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { CloudEvent } from 'cloudevents';
+import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
+import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
+import exchangeRate from '../../functions/exchange-rate/index.ts';
+import { ExchangeRateKind, OWNER_LABEL, type ExchangeRate, type RateConfigMap } from '../../functions/exchange-rate/desired.ts';
+import { resolveConfig } from '../../functions/runtime/config.ts';
+import { PING_TYPE } from '../../functions/runtime/events.ts';
+import { ConfigMap, Namespace, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
+import { deliver, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
+import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+
+let cluster: TestCluster;
+let kube: KubeClient;
+let functionKube: KubeClient;
+let fn: RunningFunction;
+let standIn: StandInProvider;
+/** The function's clock: ten past an hour, so a whole refresh slot lies ahead. */
+let clock = Date.parse('2026-11-23T10:10:00Z');
+const HOUR = 3600_000;
+
+const send = async (kind: ResourceKind, object: KubeObject, action: ChangeAction, mode: SourceMode) => {
+  const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode }));
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  return answer;
+};
+const touch = (rate: KubeObject, action: ChangeAction = 'update') => send(ExchangeRateKind, rate, action, 'Reference');
+const resync = async () => {
+  const answer = await deliver(fn.url, new CloudEvent({ type: PING_TYPE, source: '/apis/v1/namespaces/default/pingsources/exchange-rate-resync', data: {} }));
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+};
+
+const getRate = (key: ObjectKey) => kube.get<ExchangeRate>(ExchangeRateKind, key);
+const getCm = (key: ObjectKey) => kube.get<RateConfigMap>(ConfigMap, key);
+const ready = (rate: ExchangeRate | undefined) => rate?.status?.conditions?.find((condition) => condition.type === 'Ready');
+const newRate = (namespace: string, name: string, currency: string, labels?: Record<string, string>): ExchangeRate => ({
+  apiVersion: 'operators.brennerm.github.io/v1', kind: 'ExchangeRate', metadata: { name, namespace, ...(labels ? { labels } : {}) }, spec: { currency },
+});
+
+before(async () => {
+  [cluster, standIn] = await Promise.all([startTestCluster(), startRateProvider()]);
+  kube = cluster.kube;
+  const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, exchangeRate);
+  functionKube = kubeFor(kubeconfig);
+  const config = resolveConfig(exchangeRate.name, exchangeRate.config, {
+    EXCHANGE_RATE_PROVIDER_URL: standIn.url,
+    EXCHANGE_RATE_API_KEY: 'test-api-key',
+    EXCHANGE_RATE_API_KEY_HEADER: 'X-Api-Key',
+    EXCHANGE_RATE_TIMEOUT_MS: '400',
+    EXCHANGE_RATE_RETRY_SECONDS: '30',
+  });
+  fn = await serveFunction(exchangeRate, kubeconfig, { config, now: () => new Date(clock) });
+  await kube.create(Namespace, { metadata: { name: 'many' } });
+});
+
+after(async () => {
+  await fn?.close();
+  await standIn?.close();
+  await cluster?.stop();
+});
+
+describe('the seed example', () => {
+  const key = { namespace: 'default', name: 'exchange-rate-usd' };
+
+  test("creating it makes a ConfigMap with the stand-in's rate, owned by it, with its labels", async () => {
+    const example = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === 'ExchangeRate') as ExchangeRate;
+    const created = await kube.create<ExchangeRate>(ExchangeRateKind, { ...example, metadata: { ...example.metadata, labels: { team: 'treasury' } } }, 'default');
+    const before = standIn.requests.length;
+    await touch(created, 'add');
+    assert.equal(standIn.requests.length - before, 1);
+    assert.equal(standIn.requests.at(-1)!.headers['x-api-key'], 'test-api-key', 'the API key is sent');
+
+    const cm = (await getCm(key))!;
+    assert.deepEqual(cm.data, { rate: '1.0523', base: 'EUR', date: '2026-11-20' });
+    assert.equal(cm.metadata.labels?.team, 'treasury');
+    assert.equal(cm.metadata.labels?.[OWNER_LABEL], 'exchange-rate-usd');
+    const [owner] = cm.metadata.ownerReferences!;
+    assert.deepEqual([owner.kind, owner.name, owner.uid, owner.controller], ['ExchangeRate', key.name, created.metadata.uid, true]);
+
+    const status = (await getRate(key))!.status!;
+    assert.equal(status.rate, '1.0523');
+    assert.equal(status.configMap, key.name);
+    assert.equal(status.nextRefreshAt, '2026-11-23T11:00:00Z', 'refreshes fall on the hour');
+    assert.equal(status.observedGeneration, 1);
+    assert.deepEqual([ready((await getRate(key))!)?.status, ready((await getRate(key))!)?.reason], ['True', 'RateCurrent']);
+  });
+
+  test('a deleted or edited ConfigMap comes back from status, without asking the provider', async () => {
+    const before = standIn.requests.length;
+    const cm = (await getCm(key))!;
+    await kube.delete(ConfigMap, key);
+    await send(ConfigMap, cm, 'delete', 'Resource');
+    assert.equal((await getCm(key))?.data?.rate, '1.0523');
+
+    const edited = await kube.mergePatch<RateConfigMap>(ConfigMap, key, { data: { rate: '0' } });
+    await send(ConfigMap, edited, 'update', 'Resource');
+    assert.equal((await getCm(key))?.data?.rate, '1.0523');
+    assert.equal(standIn.requests.length, before);
+  });
+
+  test('an early reconcile changes nothing', async () => {
+    const before = (await getRate(key))!;
+    await touch(before);
+    assert.equal((await getRate(key))!.metadata.resourceVersion, before.metadata.resourceVersion);
+  });
+
+  test('the provider changes the rate: the next refresh updates it', async () => {
+    standIn.rates.USD = 1.0611;
+    standIn.date = '2026-11-23';
+    await touch((await getRate(key))!);
+    assert.equal((await getCm(key))?.data?.rate, '1.0523', 'not due yet');
+    clock += HOUR;
+    await touch((await getRate(key))!);
+    assert.deepEqual((await getCm(key))?.data, { rate: '1.0611', base: 'EUR', date: '2026-11-23' });
+    assert.equal((await getRate(key))!.status!.nextRefreshAt, '2026-11-23T12:00:00Z');
+  });
+
+  test('a spec change refreshes at once', async () => {
+    const before = standIn.requests.length;
+    await touch(await kube.mergePatch(ExchangeRateKind, key, { spec: { currency: 'CHF' } }));
+    assert.equal((await getCm(key))?.data?.rate, '0.93');
+    assert.equal(standIn.requests.length, before, 'the refresh slot already holds every currency');
+    await touch(await kube.mergePatch(ExchangeRateKind, key, { spec: { currency: 'USD' } }));
+  });
+});
+
+describe('provider failures', () => {
+  const key = { namespace: 'default', name: 'exchange-rate-usd' };
+  const failingRefresh = async (mode: StandInProvider['mode']) => {
+    standIn.mode = mode;
+    clock += HOUR;
+    await touch((await getRate(key))!);
+    return (await getRate(key))!;
+  };
+
+  test('provider down: Ready=False with its error, the old rate kept; recovery when it is back', async () => {
+    const rate = await failingRefresh({ type: 'error', status: 503, body: '{"message":"maintenance"}' });
+    assert.deepEqual([ready(rate)?.status, ready(rate)?.reason], ['False', 'ProviderError']);
+    assert.match(ready(rate)!.message, /provider answered 503: maintenance/);
+    assert.equal(rate.status!.rate, '1.0611');
+    assert.equal((await getCm(key))?.data?.rate, '1.0611');
+    assert.equal(Date.parse(rate.status!.nextRefreshAt!), clock + 30_000, 'asks again after EXCHANGE_RATE_RETRY_SECONDS');
+
+    standIn.mode = { type: 'rates' };
+    standIn.rates.USD = 1.07;
+    clock += 31_000;
+    await touch((await getRate(key))!);
+    const recovered = (await getRate(key))!;
+    assert.deepEqual([ready(recovered)?.status, recovered.status!.rate], ['True', '1.07']);
+    assert.equal((await getCm(key))?.data?.rate, '1.07');
+  });
+
+  test('a slow answer past the timeout, and malformed JSON, are reported the same way', async () => {
+    const slow = await failingRefresh({ type: 'slow', delayMs: 5000 });
+    assert.match(ready(slow)!.message, /no answer within 400 ms/);
+    assert.equal(slow.status!.rate, '1.07');
+    const malformed = await failingRefresh({ type: 'malformed' });
+    assert.match(ready(malformed)!.message, /malformed JSON/);
+    assert.equal((await getCm(key))?.data?.rate, '1.07');
+    standIn.mode = { type: 'rates' };
+  });
+
+  test('a currency missing from rates fails that ExchangeRate only', async () => {
+    delete standIn.rates.PLN;
+    clock += HOUR;
+    const pln = await kube.create<ExchangeRate>(ExchangeRateKind, newRate('default', 'zloty', 'PLN'));
+    await touch(pln, 'add');
+    await touch((await getRate(key))!);
+    assert.deepEqual([ready(await getRate({ namespace: 'default', name: 'zloty' }))?.reason, await getCm({ namespace: 'default', name: 'zloty' })], ['CurrencyNotQuoted', undefined]);
+    assert.equal(ready(await getRate(key))?.status, 'True');
+    standIn.rates.PLN = 4.3;
+  });
+});
+
+describe('schema and privileges', () => {
+  test('an invalid currency is refused by the schema', async () => {
+    for (const currency of ['EUR', 'usd', 'XYZ', '']) {
+      await assert.rejects(kube.create(ExchangeRateKind, newRate('default', `bad-${currency.toLowerCase() || 'empty'}`, currency)), (error: ApiError) => error.code === 422, currency);
+    }
+  });
+
+  test('the generated role allows what reconcile needs and nothing more', async () => {
+    await assert.rejects(functionKube.list(Secret, { namespace: 'default' }), (error: ApiError) => error.code === 403);
+    await assert.rejects(functionKube.delete(ConfigMap, { namespace: 'default', name: 'exchange-rate-usd' }), (error: ApiError) => error.code === 403);
+    await assert.rejects(functionKube.mergePatch(ExchangeRateKind, { namespace: 'default', name: 'exchange-rate-usd' }, { spec: { currency: 'GBP' } }), (error: ApiError) => error.code === 403);
+  });
+
+  test('an event for an ExchangeRate that does not exist writes nothing and asks no provider', async () => {
+    const before = standIn.requests.length;
+    await touch(newRate('default', 'ghost', 'USD'), 'add');
+    assert.equal(await getCm({ namespace: 'default', name: 'ghost' }), undefined);
+    assert.equal(standIn.requests.length, before);
+  });
+
+  test('a ConfigMap of the same name that is not ours is left alone and reported', async () => {
+    await kube.create(ConfigMap, { metadata: { name: 'squatted', namespace: 'default' }, data: { rate: 'mine' } });
+    await touch(await kube.create(ExchangeRateKind, newRate('default', 'squatted', 'GBP')), 'add');
+    assert.equal((await getCm({ namespace: 'default', name: 'squatted' }))?.data?.rate, 'mine');
+    assert.equal(ready(await getRate({ namespace: 'default', name: 'squatted' }))?.reason, 'ConfigMapNameTaken');
+  });
+});
+
+describe('scale', () => {
+  test('100 ExchangeRates cost one provider request per refresh', async () => {
+    const currencies = ['CAD', 'CHF', 'GBP', 'JPY', 'PLN', 'USD'];
+    await Promise.all(Array.from({ length: 100 }, (_, i) => kube.create(ExchangeRateKind, newRate('many', `rate-${i}`, currencies[i % currencies.length]))));
+    clock += HOUR;
+    let before = standIn.requests.length;
+    await resync();
+    assert.equal(standIn.requests.length - before, 1, 'first refresh of all 100');
+    const rates = (await kube.list<ExchangeRate>(ExchangeRateKind, { namespace: 'many' })).items;
+    assert.equal(rates.filter((rate) => ready(rate)?.status === 'True').length, 100);
+    assert.equal((await kube.list(ConfigMap, { namespace: 'many' })).items.filter((cm) => cm.metadata.labels?.[OWNER_LABEL]).length, 100);
+
+    standIn.rates.JPY = 170.25;
+    before = standIn.requests.length;
+    await resync();
+    assert.equal(standIn.requests.length, before, 'not due within the slot: no request');
+    clock += HOUR;
+    await resync();
+    assert.equal(standIn.requests.length - before, 1, 'the next refresh of all 100: one request');
+    assert.equal((await getCm({ namespace: 'many', name: 'rate-3' }))?.data?.rate, '170.25');
+  });
+});

@@ -1,0 +1,223 @@
+// CopyratorRule's desired state and event mapping, computed without any API call.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import {
+  conflictFor,
+  copiesSelector,
+  copyUpToDate,
+  desiredCopies,
+  desiredCopy,
+  isManagedBy,
+  MAX_LISTED_CONFLICTS,
+  newConflicts,
+  nextStatus,
+  planCopies,
+  RULE_ANNOTATION,
+  RULE_NAME_LABEL,
+  RULE_NAMESPACE_LABEL,
+  ruleProblem,
+  selectorString,
+  SOURCE_ANNOTATION,
+  sourcesOf,
+  targetNamespaces,
+  updateAction,
+  type CopyableObject,
+  type CopyratorRule,
+} from '../../functions/copyrator/desired.ts';
+import { ruleKeyOfCopy } from '../../functions/copyrator/mapping.ts';
+import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
+import type { KubeObject } from '../../functions/runtime/kinds.ts';
+
+const rule = (overrides: Partial<CopyratorRule> = {}): CopyratorRule => ({
+  apiVersion: 'flant.com/v1',
+  kind: 'CopyratorRule',
+  metadata: { name: 'main-rule', namespace: 'default', uid: 'rule-uid', generation: 3 },
+  ruleType: 'configmap',
+  selector: { copyrator: 'true' },
+  namespace: 'default',
+  ...overrides,
+});
+
+const source = (name: string, extra: Partial<CopyableObject> = {}): CopyableObject => ({
+  apiVersion: 'v1',
+  kind: 'ConfigMap',
+  metadata: {
+    name,
+    namespace: 'default',
+    uid: `uid-${name}`,
+    resourceVersion: '42',
+    creationTimestamp: '2026-01-01T00:00:00Z',
+    managedFields: [{ manager: 'kubectl' }],
+    ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: 'p', uid: 'u' }],
+    labels: { copyrator: 'true', app: 'web' },
+    annotations: { note: 'not copied' },
+  } as KubeObject['metadata'],
+  data: { key: 'value' },
+  ...extra,
+});
+
+const namespace = (name: string, phase = 'Active', deleting = false): KubeObject => ({
+  metadata: { name, ...(deleting ? { deletionTimestamp: '2026-01-01T00:00:00Z' } : {}) },
+  status: { phase },
+});
+
+/** The copy as the API server returns it: the desired object plus server fields. */
+const stored = (copy: CopyableObject, uid = 'copy-uid'): CopyableObject => ({ ...structuredClone(copy), metadata: { ...structuredClone(copy.metadata), uid, resourceVersion: '7' } });
+
+describe('a copy', () => {
+  test('keeps data, binaryData and labels, marks rule and source, and has no server fields', () => {
+    const copy = desiredCopy(rule(), source('settings', { binaryData: { blob: 'AAEC' } }), 'team-a');
+    assert.deepEqual(copy, {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: {
+        name: 'settings',
+        namespace: 'team-a',
+        labels: { copyrator: 'true', app: 'web', [RULE_NAMESPACE_LABEL]: 'default', [RULE_NAME_LABEL]: 'main-rule' },
+        annotations: { [RULE_ANNOTATION]: 'default/main-rule', [SOURCE_ANNOTATION]: 'default/settings' },
+      },
+      data: { key: 'value' },
+      binaryData: { blob: 'AAEC' },
+    });
+  });
+
+  test('of a Secret keeps its type', () => {
+    const secret = { ...source('creds'), kind: 'Secret', type: 'kubernetes.io/dockerconfigjson', data: { '.dockerconfigjson': 'e30=' } };
+    const copy = desiredCopy(rule({ ruleType: 'secret' }), secret, 'team-a');
+    assert.equal(copy.kind, 'Secret');
+    assert.equal(copy.type, 'kubernetes.io/dockerconfigjson');
+    assert.deepEqual(copy.data, { '.dockerconfigjson': 'e30=' });
+  });
+
+  test('goes to every Active namespace but the source, none being deleted', () => {
+    const namespaces = [namespace('default'), namespace('a'), namespace('b', 'Terminating'), namespace('c', 'Active', true), namespace('d')];
+    assert.deepEqual(targetNamespaces(rule(), namespaces), ['a', 'd']);
+    const copies = desiredCopies(rule(), [source('x'), source('y')], ['a', 'd']);
+    assert.deepEqual(copies.map((copy) => `${copy.metadata.namespace}/${copy.metadata.name}`), ['a/x', 'a/y', 'd/x', 'd/y']);
+  });
+
+  test('is never itself a source, nor is an object being deleted or a service-account token', () => {
+    const copyInSource = stored(desiredCopy(rule({ metadata: { name: 'other', namespace: 'x', uid: 'o' } }), source('z'), 'default'));
+    const deleting = source('gone');
+    deleting.metadata.deletionTimestamp = '2026-01-01T00:00:00Z';
+    const token = { ...source('token'), kind: 'Secret', type: 'kubernetes.io/service-account-token' };
+    assert.deepEqual(sourcesOf([source('a'), copyInSource, deleting, token]).map((object) => object.metadata.name), ['a']);
+  });
+
+  test('of a rule with a 253-character name is labelled with a stable hash and named exactly by annotation', () => {
+    const long = 'r'.repeat(253);
+    const value = ownerLabelValue(long);
+    assert.ok(value.length <= 63 && /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(value), value);
+    assert.equal(ownerLabelValue(long), value, 'stable');
+    assert.notEqual(ownerLabelValue(`${'r'.repeat(252)}s`), value);
+    const longRule = rule({ metadata: { name: long, namespace: 'default', uid: 'u' } });
+    assert.equal(copiesSelector(longRule), `${RULE_NAMESPACE_LABEL}=default,${RULE_NAME_LABEL}=${value}`);
+    assert.equal(desiredCopy(longRule, source('s'), 'a').metadata.annotations?.[RULE_ANNOTATION], `default/${long}`);
+  });
+});
+
+describe('planCopies', () => {
+  const r = rule();
+  test('creates the missing, updates the changed, keeps the right, deletes the unwanted', () => {
+    const wanted = desiredCopies(r, [source('keep'), source('change'), source('new')], ['a']);
+    const changedByHand = stored(wanted[1]);
+    changedByHand.data = { key: 'edited by hand' };
+    const orphan = stored(desiredCopy(r, source('gone'), 'a'));
+    const observed = [stored(wanted[0]), changedByHand, orphan];
+    const plan = planCopies(wanted, observed).map((action) => `${action.type} ${'desired' in action ? action.desired.metadata.name : action.existing.metadata.name}`);
+    assert.deepEqual(plan, ['keep keep', 'update change', 'create new', 'delete gone']);
+  });
+
+  test('a copy being deleted is created again rather than updated', () => {
+    const [wanted] = desiredCopies(r, [source('x')], ['a']);
+    const dying = stored(wanted);
+    dying.metadata.deletionTimestamp = '2026-01-01T00:00:00Z';
+    assert.deepEqual(planCopies([wanted], [dying]).map((action) => action.type), ['create']);
+  });
+
+  test('ignores server fields when comparing; a label added by hand is an edit', () => {
+    const [wanted] = desiredCopies(r, [source('x')], ['a']);
+    assert.ok(copyUpToDate(stored(wanted), wanted));
+    const relabelled = stored(wanted);
+    relabelled.metadata.labels = { ...relabelled.metadata.labels, extra: 'hand' };
+    assert.equal(copyUpToDate(relabelled, wanted), false);
+  });
+
+  test('a Secret whose type changed is replaced (type is immutable), an Opaque default is no change', () => {
+    const secretRule = rule({ ruleType: 'secret' });
+    const wanted = desiredCopy(secretRule, { ...source('s'), kind: 'Secret', type: 'kubernetes.io/tls' }, 'a');
+    assert.equal(updateAction(wanted, { ...stored(wanted), type: 'Opaque' }).type, 'replace');
+    const untyped = desiredCopy(secretRule, { ...source('t'), kind: 'Secret' }, 'a');
+    assert.equal(updateAction(untyped, { ...stored(untyped), type: 'Opaque' }).type, 'keep');
+  });
+});
+
+describe('ownership', () => {
+  test('a copy is managed by exactly the rule its annotation names', () => {
+    const copy = stored(desiredCopy(rule(), source('x'), 'a'));
+    assert.ok(isManagedBy(copy, rule()));
+    assert.equal(isManagedBy(copy, rule({ metadata: { name: 'main-rule', namespace: 'other', uid: 'u' } })), false);
+    assert.equal(conflictFor(rule({ metadata: { name: 'second', namespace: 'default', uid: 'u2' } }), copy).reason, 'OtherRule');
+    assert.equal(conflictFor(rule(), { metadata: { name: 'x', namespace: 'a' } }).reason, 'NotManaged');
+  });
+
+  test('the mapper takes the rule from a copy only when the annotation names a valid key', () => {
+    const annotated = (value: string): KubeObject => ({ metadata: { name: 'x', namespace: 'a', annotations: { [RULE_ANNOTATION]: value } } });
+    assert.deepEqual(ruleKeyOfCopy(annotated('default/main-rule')), { namespace: 'default', name: 'main-rule' });
+    for (const bad of ['default/..', '../x', 'noslash', '/x', 'default/', 'UPPER/x', `${'n'.repeat(64)}/x`, 'a/b/c']) {
+      assert.equal(ruleKeyOfCopy(annotated(bad)), undefined, bad);
+    }
+    assert.equal(ruleKeyOfCopy({ metadata: { name: 'x' } }), undefined);
+  });
+});
+
+describe('rule validation', () => {
+  test('a well-formed rule has no problem; its selector becomes a label selector', () => {
+    assert.equal(ruleProblem(rule(), true), undefined);
+    assert.equal(selectorString({ copyrator: 'true', 'app.kubernetes.io/name': 'web' }), 'copyrator=true,app.kubernetes.io/name=web');
+  });
+
+  test('selectors that would change the meaning of a label selector are refused', () => {
+    for (const selector of [{ 'a,b': 'c' }, { a: 'x,y' }, { a: 'x=y' }, { '': 'x' }, { a: 'v'.repeat(64) }, { 'a!': 'b' }] as Record<string, string>[]) {
+      assert.equal(ruleProblem(rule({ selector }), true)?.reason, 'InvalidRule', JSON.stringify(selector));
+    }
+    assert.equal(ruleProblem(rule({ namespace: 'Bad_NS' }), true)?.reason, 'InvalidRule');
+  });
+
+  test('a secret rule is refused when the function runs without Secrets', () => {
+    assert.equal(ruleProblem(rule({ ruleType: 'secret' }), false)?.reason, 'SecretsDisabled');
+    assert.equal(ruleProblem(rule({ ruleType: 'secret' }), true), undefined);
+  });
+});
+
+describe('status', () => {
+  test('counts, a bounded sorted conflict list, observedGeneration and Ready', () => {
+    const conflicts = Array.from({ length: 25 }, (_, i) => ({ namespace: `ns-${String(i).padStart(2, '0')}`, name: 'x', reason: 'NotManaged' as const, message: 'm' })).reverse();
+    const status = nextStatus(rule(), rule(), { matched: 2, copies: 10, conflicts, failed: 0 })!;
+    assert.equal(status.matched, 2);
+    assert.equal(status.copies, 10);
+    assert.equal(status.conflictCount, 25);
+    assert.equal(status.conflicts!.length, MAX_LISTED_CONFLICTS);
+    assert.equal(status.conflicts![0].namespace, 'ns-00');
+    assert.equal(status.observedGeneration, 3);
+    const ready = status.conditions!.find((condition) => condition.type === 'Ready')!;
+    assert.deepEqual([ready.status, ready.reason], ['False', 'CopyConflicts']);
+  });
+
+  test('a conflict is reported as new once; with a full list, an unchanged total is nothing new', () => {
+    const conflict = (i: number) => ({ namespace: `ns-${String(i).padStart(2, '0')}`, name: 'x', reason: 'NotManaged' as const, message: 'm' });
+    assert.deepEqual(newConflicts(undefined, [conflict(1)]), [conflict(1)]);
+    assert.deepEqual(newConflicts({ conflicts: [conflict(1)], conflictCount: 1 }, [conflict(1), conflict(2)]), [conflict(2)]);
+    const many = Array.from({ length: 30 }, (_, i) => conflict(i));
+    const status = nextStatus(rule(), rule(), { matched: 1, copies: 0, conflicts: many, failed: 0 })!;
+    assert.deepEqual(newConflicts(status, many), []);
+    assert.equal(newConflicts(status, [...many, conflict(40)]).length > 0, true, 'a new total is news');
+  });
+
+  test('Ready=True when every copy is in place; nothing is written for an object replaced meanwhile', () => {
+    const status = nextStatus(rule(), rule(), { matched: 1, copies: 3, conflicts: [], failed: 0 })!;
+    const ready = status.conditions!.find((condition) => condition.type === 'Ready')!;
+    assert.deepEqual([ready.status, ready.reason], ['True', 'CopiesInPlace']);
+    assert.equal(nextStatus(rule({ metadata: { name: 'main-rule', namespace: 'default', uid: 'new-uid' } }), rule(), { matched: 0, copies: 0, conflicts: [], failed: 0 }), undefined);
+  });
+});
