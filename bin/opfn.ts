@@ -168,4 +168,26 @@ program
     }
   });
 
+program
+  .command('manifests')
+  .description('generate the Knative objects (CRDs, Broker, per function: ServiceAccount + role, Service, Trigger, PingSource, ApiServerSources) from the declarations; --out writes a folder for `kubectl apply -k`')
+  .option('-o, --out <dir>', 'write one file per function and kustomization.yaml into <dir> (default: print one YAML stream)')
+  .option('--image <image>', 'container image of the functions (built from the Dockerfile)')
+  .option('-n, --namespace <namespace>', 'run the functions in this namespace only (Roles instead of ClusterRoles; sources watch only it)')
+  .option('--broker-class <class>', 'Knative Broker class: MTChannelBasedBroker (default) or Kafka (durable; needs Knative\'s Kafka broker)')
+  .option('--replace <function=target...>', 'send a function\'s events to a URL or another Knative Service instead (its Trigger\'s subscriber); repeatable')
+  .option('--target <target>', 'knative, or openfaas (a stack.yml)', 'knative')
+  .action(async (options: { out?: string; image?: string; namespace?: string; brokerClass?: string; replace?: string[]; target: string }) => {
+    const { runManifests } = await import('../eventing/manifests/cli.ts');
+    const { loadAllFunctions } = await import('../functions/index.ts');
+    try {
+      if (options.target !== 'knative' && options.target !== 'openfaas') throw new Error(`--target must be knative or openfaas, not "${options.target}"`);
+      const written = runManifests({ ...options, target: options.target }, await loadAllFunctions(), (text) => process.stdout.write(text));
+      if (written.length) say(`wrote ${written.join(', ')}`);
+    } catch (error) {
+      say(`opfn manifests: ${(error as Error).message}`);
+      process.exit(1);
+    }
+  });
+
 await program.parseAsync();
