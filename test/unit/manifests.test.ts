@@ -3,6 +3,7 @@
 // local plane runs them, least-privilege identities, autoscaling on the revision template, a
 // --replace that changes one subscriber and nothing else.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -201,4 +202,25 @@ test('label selectors as list/watch take them become LabelSelector objects', () 
   assert.deepEqual(parseLabelSelector('a=b, c!=d,!e'), { matchLabels: { a: 'b' }, matchExpressions: [{ key: 'c', operator: 'NotIn', values: ['d'] }, { key: 'e', operator: 'DoesNotExist' }] });
   assert.deepEqual(parseLabelSelector('tier in (web, api),x notin (y)'), { matchExpressions: [{ key: 'tier', operator: 'In', values: ['web', 'api'] }, { key: 'x', operator: 'NotIn', values: ['y'] }] });
   assert.throws(() => parseLabelSelector('a=b=c'), /cannot read/);
+});
+
+describe('the opfn manifests command', () => {
+  const opfn = (...args: string[]) => spawnSync(process.execPath, [join(ROOT, 'bin', 'opfn.ts'), 'manifests', ...args], { encoding: 'utf8', cwd: ROOT });
+
+  test('without --out: one YAML stream of every object, ready for kubectl apply -f -', () => {
+    const run = opfn();
+    assert.equal(run.status, 0, run.stderr);
+    const objects = parseAllDocuments(run.stdout).map((d) => d.toJS() as KubeObject);
+    assert.deepEqual(objects, generateManifests(functions, DEFAULT_OPTIONS).flatMap((file) => file.objects));
+  });
+
+  test('a bad option: exit 1 and one line saying what is wrong', () => {
+    for (const [args, reason] of [[['--replace', 'nope=x'], /no function "nope"/], [['--target', 'helm'], /--target must be knative or openfaas/], [['--namespace', 'Bad_NS'], /not a namespace name/]] as const) {
+      const run = opfn(...args);
+      assert.equal(run.status, 1);
+      assert.equal(run.stdout, '');
+      assert.equal(run.stderr.trim().split('\n').length, 1, run.stderr);
+      assert.match(run.stderr, reason);
+    }
+  });
 });
