@@ -41,6 +41,15 @@ export function parseLabelSelector(text: string): LabelSelector {
   return selector;
 }
 
+/** A LabelSelector object as the string list/watch take (the inverse of parseLabelSelector). */
+export function formatLabelSelector(selector: LabelSelector): string {
+  return [
+    ...Object.entries(selector.matchLabels ?? {}).map(([key, value]) => `${key}=${value}`),
+    ...(selector.matchExpressions ?? []).map(({ key, operator, values = [] }) =>
+      operator === 'Exists' ? key : operator === 'DoesNotExist' ? `!${key}` : `${key} ${operator === 'In' ? 'in' : 'notin'} (${values.join(',')})`),
+  ].join(',');
+}
+
 /** One ApiServerSource object from a plane SourceSpec. */
 export function apiServerSource(declaration: FunctionDeclaration, source: SourceSpec, options: ManifestOptions): KubeObject {
   return {
