@@ -1,13 +1,16 @@
-// The Knative CRDs the LOCAL control plane gets, so the generated Service, Broker, Trigger,
-// PingSource and ApiServerSource objects can live in its API server (kubectl get/apply/edit).
+// Knative CRDs: the real ones of Knative 1.0.0 (the release line that installs on Kubernetes
+// 1.20, the local control plane's version) for validating the generated manifests (server-side
+// dry run, test/integration/knative-dry-run.test.ts), found in a `shared/knative-crds` folder
+// next to the checkout or in KNATIVE_CRDS_DIR; and stand-ins for the LOCAL control plane.
 //
-// Decision: the real CRDs of Knative 1.0.0 (the release line that installs on Kubernetes 1.20,
-// the local control plane's version) when a `shared/knative-crds` folder is next to the checkout
-// (or KNATIVE_CRDS_DIR names one): objects are then validated exactly as a cluster would. Else
-// the stand-ins below: one version each, spec and status kept as given, the same Ready/Reason
-// columns; they are labelled as stand-ins. Neither is ever installed on a cluster that has the
-// kinds already (a real Knative): installKnativeCrds leaves existing CRDs alone, and `opfn dev`
-// calls it only for a control plane it started itself.
+// Decision: the local plane always installs the stand-ins below, not the real 1.0.0 CRDs. They
+// keep spec and status as given (the controllers in this folder check what they use and say so
+// in status), so the plane runs the current Knative API: 1.0.0's ApiServerSource schema would
+// silently prune `namespaceSelector` (added later, knative/eventing#6665), turning every
+// generated source into one that watches its own namespace only. Same Ready/Reason columns as
+// Knative's; labelled as stand-ins. They are never installed on a cluster that has the kinds
+// (a real Knative): installKnativeCrds leaves existing CRDs alone, and `opfn dev` calls it only
+// for a control plane it started itself.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -65,15 +68,10 @@ export function standInCrds(): KubeObject[] {
   }));
 }
 
-/**
- * Installs the Knative CRDs (real ones when found, else the stand-ins) that are not there yet,
- * and waits until they are served. Returns where they came from.
- */
-export async function installKnativeCrds(kube: KubeClient): Promise<string> {
-  const dir = knativeCrdDir();
-  const crds = dir ? knativeCrds(dir) : standInCrds();
+/** Installs the stand-in CRDs whose kinds the API server does not have yet, and waits until they are served; returns how many. */
+export async function installKnativeCrds(kube: KubeClient): Promise<number> {
   const missing: KubeObject[] = [];
-  for (const crd of crds) {
+  for (const crd of standInCrds()) {
     const existing = await kube.request('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${crd.metadata.name}`).catch(() => undefined);
     if (!existing) missing.push(crd);
   }
@@ -82,5 +80,5 @@ export async function installKnativeCrds(kube: KubeClient): Promise<string> {
   } catch (error) {
     if (!isAlreadyExists(error)) throw error;
   }
-  return dir ? `Knative 1.0.0 CRDs from ${dir}` : 'stand-in Knative CRDs (no shared/knative-crds folder)';
+  return missing.length;
 }
