@@ -9,25 +9,21 @@
 // alone go into a ClusterRole with its binding.
 import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/declaration.ts';
 import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
+import { mergeRules, rulesFor } from '../../functions/runtime/rbac.ts';
 import type { SourceSpec } from '../source.ts';
 import { labels, RBAC_API, type ManifestOptions } from './options.ts';
 
 export const serviceAccountName = (declaration: FunctionDeclaration): string => `opfn-${declaration.name}`;
 
-/**
- * The rules a function's identity holds.
- * TODO(runtime merge): use rulesFor(declaration) from functions/runtime/rbac.ts (declared rules
- * plus the implied ones such as `<parent>/finalizers`) once that branch is merged.
- */
-export function functionRules(declaration: FunctionDeclaration): PolicyRule[] {
-  return declaration.rbac;
-}
+/** The rules a function's identity holds: declared plus implied (`<parent>/finalizers`, Events…). */
+export const functionRules = (declaration: FunctionDeclaration): PolicyRule[] => rulesFor(declaration);
 
-/** get/list/watch on every kind a source sends, one rule per API group. */
+/**
+ * get/list/watch on exactly the kinds one source sends. Narrower than sourceRulesFor (every kind
+ * of the function): each source has its own ServiceAccount.
+ */
 export function sourceRules(source: SourceSpec): PolicyRule[] {
-  const byGroup = new Map<string, Set<string>>();
-  for (const { kind } of source.resources) byGroup.set(kind.group, (byGroup.get(kind.group) ?? new Set()).add(kind.plural));
-  return [...byGroup].map(([group, plurals]) => ({ apiGroups: [group], resources: [...plurals].sort(), verbs: ['get', 'list', 'watch'] }));
+  return mergeRules(source.resources.map(({ kind }) => ({ apiGroups: [kind.group], resources: [kind.plural], verbs: ['get', 'list', 'watch'] })));
 }
 
 // Built-in cluster-scoped resources a rule may name; kinds a declaration names say so themselves.

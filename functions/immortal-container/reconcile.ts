@@ -1,51 +1,86 @@
 // ImmortalContainer reconcile: reads the object and its pod, acts on the difference, writes status.
-import type { ReconcileContext } from '../runtime/declaration.ts';
+import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { Pod, type ObjectKey } from '../runtime/kinds.ts';
 import { ApiError } from '../runtime/kube.ts';
-import { createIfAbsent, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import { createIfAbsent, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import type { RestartBackoff } from './backoff.ts';
 import { desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, type ImmortalContainer, type PodObject } from './desired.ts';
 
-export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, events }: ReconcileContext): Promise<void> {
+/** The Ready condition's current reason and message: a problem already reported is not reported again. */
+const reported = (owner: ImmortalContainer, reason: string, message: string) =>
+  owner.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === message) ?? false;
+
+export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, events, now, hint }: ReconcileContext): Promise<ReconcileResult | void> {
   const owner = await kube.get<ImmortalContainer>(ImmortalContainerKind, key);
   // Gone, or going: the garbage collector removes the pod through its ownerReference.
   if (!owner || owner.metadata.deletionTimestamp) return;
 
   const podKey = { namespace: key.namespace, name: podNameFor(owner) };
-  let pod = await kube.get<PodObject>(Pod, podKey);
+  // An event about our pod carried its body: if that pod needs nothing and the status already
+  // says so, this event costs one read. The body is only trusted to do less: anything to do
+  // reads the pod afresh below.
+  if (hint?.kind === 'Pod' && hint.metadata.name === podKey.name && hint.metadata.namespace === key.namespace) {
+    const hinted = hint as PodObject;
+    if (podAction(owner, hinted, now()).type === 'keep' && jsonEqual(nextStatus(owner, owner, hinted), owner.status)) return;
+  }
+
+  // Create first, read only when it exists: a new object costs no read of a pod that cannot be
+  // there yet. Invalid objects (422) are reported in the status, since retrying cannot help.
+  let pod: PodObject | undefined;
   let problem: ConditionInput | undefined;
-  let action = podAction(owner, pod);
+  let backoff: RestartBackoff | undefined;
+  let result: ReconcileResult | undefined;
+  const create = async () => {
+    try {
+      const created = await createIfAbsent(kube, Pod, desiredPod(owner));
+      if (created.created) {
+        log.info({ pod: podKey.name, image: owner.spec.image }, 'created pod');
+        events.normal(owner, ImmortalContainerKind, 'PodCreated', `created pod ${podKey.name} with image ${owner.spec.image}`);
+      }
+      return created.object;
+    } catch (error) {
+      if (!(error instanceof ApiError) || error.code !== 422) throw error;
+      problem = { type: 'Ready', status: 'False', reason: 'PodInvalid', message: error.status?.message ?? error.message };
+      if (!reported(owner, problem.reason, problem.message)) events.warning(owner, ImmortalContainerKind, 'PodInvalid', problem.message);
+      return undefined;
+    }
+  };
+
+  if (!owner.status?.currentPod) {
+    pod = await create();
+  } else {
+    // A fresh read: "nothing to do" is a decision no conditional write would check.
+    pod = await kube.get<PodObject>(Pod, podKey);
+  }
+  let action = podAction(owner, pod, now());
+
+  if (action.type === 'backoff') {
+    backoff = action.backoff;
+    problem = { type: 'Ready', status: 'False', reason: 'BackOff', message: action.message };
+    if (owner.status?.restartBackoff?.failedPod !== backoff.failedPod) events.warning(owner, ImmortalContainerKind, 'BackOff', action.message);
+    result = { requeueAfterSeconds: action.seconds };
+  }
 
   if (action.type === 'replace') {
+    backoff = action.backoff;
     // The uid precondition makes sure we delete the pod we judged, not one another replica
     // created a moment ago.
     await kube.delete(Pod, podKey, { uid: pod!.metadata.uid });
     log.info({ reason: action.reason }, action.message);
-    await events.normal(owner, ImmortalContainerKind, action.reason, action.message);
+    events.normal(owner, ImmortalContainerKind, action.reason, action.message);
     // An unscheduled pod vanishes at once; a running one terminates first and its delete
     // event brings us back.
     pod = await kube.get<PodObject>(Pod, podKey);
     action = pod ? { type: 'wait', message: `pod ${podKey.name} is terminating` } : { type: 'create' };
   }
 
-  if (action.type === 'create') {
-    try {
-      const result = await createIfAbsent(kube, Pod, desiredPod(owner));
-      pod = result.object;
-      if (result.created) {
-        log.info({ pod: podKey.name, image: owner.spec.image }, 'created pod');
-        await events.normal(owner, ImmortalContainerKind, 'PodCreated', `created pod ${podKey.name} with image ${owner.spec.image}`);
-      }
-    } catch (error) {
-      // The API server refused the pod as invalid (e.g. a name too long for the label):
-      // retrying cannot help, so say so in the status instead.
-      if (!(error instanceof ApiError) || error.code !== 422) throw error;
-      problem = { type: 'Ready', status: 'False', reason: 'PodInvalid', message: error.status?.message ?? error.message };
-      await events.warning(owner, ImmortalContainerKind, 'PodInvalid', problem.message);
-    }
+  if (action.type === 'create' && !problem) {
+    pod = await create();
   } else if (action.type === 'blocked') {
     problem = { type: 'Ready', status: 'False', reason: 'PodNameTaken', message: action.message };
-    await events.warning(owner, ImmortalContainerKind, 'PodNameTaken', action.message);
+    if (!reported(owner, problem.reason, problem.message)) events.warning(owner, ImmortalContainerKind, 'PodNameTaken', action.message);
   }
 
-  await updateStatus<ImmortalContainer>(kube, ImmortalContainerKind, key, (current) => nextStatus(current, owner, pod, problem), owner);
+  await updateStatus<ImmortalContainer>(kube, ImmortalContainerKind, key, (current) => nextStatus(current, owner, pod, problem, backoff), owner);
+  return result;
 }

@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { KubeConfig, RequestContext, HttpMethod } from '@kubernetes/client-node';
 import { request, type Dispatcher } from 'undici';
-import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+import { collectionPath, kindKeyString, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 
 /**
  * client-node 2.0.1 builds a new undici Agent for every request when the cluster has TLS
@@ -97,12 +97,60 @@ export interface ListOptions {
   namespace?: string;
   labelSelector?: string;
   fieldSelector?: string;
+  /** Objects per page (the API server's `limit`); the pages are followed with `continue`. */
+  limit?: number;
 }
 
 export interface ObjectList<T> {
   items: T[];
-  metadata: { resourceVersion?: string };
+  metadata: { resourceVersion?: string; continue?: string };
 }
+
+/** Page size of lists: big enough for few round trips, small enough to bound each answer. */
+export const LIST_PAGE_SIZE = 500;
+
+/**
+ * The resourceVersions this process itself last wrote, per object: an event whose object has
+ * one of them is the echo of our own write and needs no reconcile. Bounded; oldest forgotten.
+ */
+export class OwnWrites {
+  readonly #versions = new Map<string, string>();
+  readonly #limit: number;
+
+  constructor(limit = 10_000) {
+    this.#limit = limit;
+  }
+
+  record(kind: ResourceKind, object: KubeObject | undefined): void {
+    const version = object?.metadata?.resourceVersion;
+    if (!version || !object.metadata.name) return;
+    const id = kindKeyString({ kind, namespace: object.metadata.namespace ?? '', name: object.metadata.name });
+    this.#versions.delete(id);
+    this.#versions.set(id, version);
+    if (this.#versions.size > this.#limit) this.#versions.delete(this.#versions.keys().next().value!);
+  }
+
+  /** True when `object` is exactly the version this process wrote last. */
+  isOwn(kind: ResourceKind, object: KubeObject): boolean {
+    const version = object.metadata.resourceVersion;
+    if (!version || !object.metadata.name) return false;
+    return this.#versions.get(kindKeyString({ kind, namespace: object.metadata.namespace ?? '', name: object.metadata.name })) === version;
+  }
+}
+
+/** Authentication headers and connection pool, prepared once per identity. */
+interface PreparedAuth {
+  headers: Record<string, string>;
+  dispatcher: Dispatcher | undefined;
+  preparedAt: number;
+}
+
+/**
+ * How long prepared authentication is reused. client-node re-reads a token file after 60 s (as
+ * client-go does), and exec plugins cache their credential until it expires; a 401 prepares
+ * again at once.
+ */
+const AUTH_REUSE_MS = 60_000;
 
 export interface WatchEvent<T = KubeObject> {
   type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
@@ -142,6 +190,9 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 export class KubeClient {
   readonly config: KubeConfig;
   readonly #observe: RequestObserver;
+  /** What this client wrote (create, replace, patch), to recognise the echoes of our own writes. */
+  readonly ownWrites = new OwnWrites();
+  #auth?: Promise<PreparedAuth>;
 
   constructor(config: KubeConfig, observe: RequestObserver = () => {}) {
     this.config = config;
@@ -181,10 +232,32 @@ export class KubeClient {
     }
   }
 
-  async #send<T>(method: string, url: URL, options: { body?: unknown; contentType?: string; resource?: string }): Promise<T> {
-    const context = new RequestContext(url.toString(), method as HttpMethod);
-    await this.config.applySecurityAuthentication(context);
-    const headers: Record<string, string> = { ...context.getHeaders(), accept: 'application/json' };
+  /**
+   * Headers and dispatcher for this client's identity. client-node's applySecurityAuthentication
+   * reads certificate files and rebuilds TLS options on every call; doing it once per identity
+   * (again after AUTH_REUSE_MS, or after a 401) saves that work on every request.
+   */
+  #authentication(renew = false): Promise<PreparedAuth> {
+    const current = this.#auth;
+    if (!renew && current) {
+      // A failed preparation is not kept.
+      return current.then((auth) => (Date.now() - auth.preparedAt < AUTH_REUSE_MS ? auth : this.#authentication(true)));
+    }
+    const prepared = (async () => {
+      const context = new RequestContext(this.server || 'https://localhost', HttpMethod.GET);
+      await this.config.applySecurityAuthentication(context);
+      return { headers: context.getHeaders(), dispatcher: context.getDispatcher() as Dispatcher | undefined, preparedAt: Date.now() };
+    })();
+    this.#auth = prepared;
+    prepared.catch(() => {
+      if (this.#auth === prepared) this.#auth = undefined;
+    });
+    return prepared;
+  }
+
+  async #send<T>(method: string, url: URL, options: { body?: unknown; contentType?: string; resource?: string }, renewedAuth = false): Promise<T> {
+    const auth = await this.#authentication(renewedAuth);
+    const headers: Record<string, string> = { ...auth.headers, accept: 'application/json' };
     if (options.body !== undefined) headers['content-type'] = options.contentType ?? 'application/json';
     const started = performance.now();
     const verb = method.toLowerCase();
@@ -194,7 +267,7 @@ export class KubeClient {
         method: method as Dispatcher.HttpMethod,
         headers,
         body: options.body === undefined ? undefined : JSON.stringify(options.body),
-        dispatcher: context.getDispatcher() as Dispatcher | undefined,
+        dispatcher: auth.dispatcher,
         headersTimeout: 30_000,
         bodyTimeout: 60_000,
       });
@@ -206,39 +279,68 @@ export class KubeClient {
     const text = await response.body.text();
     this.#observe(verb, options.resource ?? '', response.statusCode, (performance.now() - started) / 1000);
     if (response.statusCode >= 200 && response.statusCode < 300) return parseJson(text) as T;
+    // A rotated or expired credential: prepare authentication again and try once more.
+    if (response.statusCode === 401 && !renewedAuth) return this.#send<T>(method, url, options, true);
     throw errorFromResponse(`${method} ${url.pathname}`, response.statusCode, text);
   }
 
-  /** The object, or undefined when it does not exist. */
-  async get<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey): Promise<T | undefined> {
+  /**
+   * The object, or undefined when it does not exist. `cached: true` reads from the API server's
+   * watch cache (resourceVersion=0): cheaper, possibly a little stale; only for reads that a
+   * conditional write (resourceVersion or uid precondition, create → 409) checks anyway.
+   */
+  async get<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, options: { cached?: boolean } = {}): Promise<T | undefined> {
     try {
-      return await this.request<T>('GET', objectPath(kind, key), { resource: kind.plural });
+      return await this.request<T>('GET', objectPath(kind, key), { resource: kind.plural, query: { resourceVersion: options.cached ? '0' : undefined } });
     } catch (error) {
       if (isNotFound(error)) return undefined;
       throw error;
     }
   }
 
-  list<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): Promise<ObjectList<T>> {
-    return this.request<ObjectList<T>>('GET', collectionPath(kind, options.namespace), {
-      resource: kind.plural,
-      query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector },
-    });
+  /** Every page of a list, one at a time (`limit`/`continue`), so no answer grows with the cluster. */
+  async *pages<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): AsyncGenerator<ObjectList<T>> {
+    let token: string | undefined;
+    do {
+      const page = await this.request<ObjectList<T>>('GET', collectionPath(kind, options.namespace), {
+        resource: kind.plural,
+        query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector, limit: String(options.limit ?? LIST_PAGE_SIZE), continue: token },
+      });
+      yield page;
+      token = page.metadata?.continue || undefined;
+    } while (token);
   }
 
-  create<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, namespace = object.metadata.namespace ?? ''): Promise<T> {
-    return this.request<T>('POST', collectionPath(kind, namespace), { body: object, resource: kind.plural });
+  /** The whole list, read page by page; `metadata.resourceVersion` is the first page's (the list's snapshot). */
+  async list<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): Promise<ObjectList<T>> {
+    const items: T[] = [];
+    let resourceVersion: string | undefined;
+    for await (const page of this.pages<T>(kind, options)) {
+      resourceVersion ??= page.metadata?.resourceVersion;
+      items.push(...page.items);
+    }
+    return { items, metadata: { resourceVersion } };
+  }
+
+  async create<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, namespace = object.metadata.namespace ?? ''): Promise<T> {
+    const created = await this.request<T>('POST', collectionPath(kind, namespace), { body: object, resource: kind.plural });
+    this.ownWrites.record(kind, created);
+    return created;
   }
 
   /** PUT: optimistic concurrency through metadata.resourceVersion (409 Conflict when stale). */
-  replace<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, subresource?: string): Promise<T> {
+  async replace<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, subresource?: string): Promise<T> {
     const key = { namespace: object.metadata.namespace ?? '', name: object.metadata.name ?? '' };
-    return this.request<T>('PUT', objectPath(kind, key, subresource), { body: object, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+    const replaced = await this.request<T>('PUT', objectPath(kind, key, subresource), { body: object, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+    this.ownWrites.record(kind, replaced);
+    return replaced;
   }
 
   /** JSON merge patch (RFC 7386); the content type is explicit, client-node would send a JSON patch. */
-  mergePatch<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, patch: unknown, subresource?: string): Promise<T> {
-    return this.request<T>('PATCH', objectPath(kind, key, subresource), { body: patch, contentType: MERGE_PATCH, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+  async mergePatch<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, patch: unknown, subresource?: string): Promise<T> {
+    const patched = await this.request<T>('PATCH', objectPath(kind, key, subresource), { body: patch, contentType: MERGE_PATCH, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+    this.ownWrites.record(kind, patched);
+    return patched;
   }
 
   /**

@@ -10,7 +10,7 @@ import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 import { loadAllFunctions } from '../../functions/index.ts';
-import { defineFunction, type FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import { defineFunction, type FunctionDeclaration, type PolicyRule } from '../../functions/runtime/declaration.ts';
 import { Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
 import { manifestFiles, manifestOptions } from '../../eventing/manifests/cli.ts';
 import { functionObjects, generateManifests, renderManifests } from '../../eventing/manifests/index.ts';
@@ -158,7 +158,9 @@ describe('options', () => {
     assert.deepEqual(validateManifests(objects), []);
     const role = objects.find((o) => o.kind === 'Role' && o.metadata.name === 'opfn-ns-watcher')!;
     assert.equal(role.metadata.namespace, 'team-a');
-    assert.deepEqual(role.rules, [{ apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list'] }]);
+    // Everything but the cluster-scoped namespaces rule (the implied rules included).
+    assert.deepEqual(role.rules, functionRules(watcher).filter((rule) => !rule.resources.includes('namespaces')));
+    assert.ok((role.rules as PolicyRule[]).some((rule) => rule.resources.includes('configmaps')));
     const clusterRole = objects.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'opfn-ns-watcher')!;
     assert.deepEqual(clusterRole.rules, [{ apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list'] }]);
     for (const source of byKind(objects, 'ApiServerSource')) assert.equal(spec(source).namespaceSelector, undefined);
