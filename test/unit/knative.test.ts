@@ -138,7 +138,7 @@ describe('PingSources', () => {
     assert.equal(pingPlan(object, brokers).verdict.conditions.at(-1)?.reason, 'TimezoneUnsupported');
     (object.spec as any).timezone = 'UTC';
     (object.spec as any).schedule = '61 * * * *';
-    assert.match(pingPlan(object, brokers).verdict.conditions.at(-1)?.message ?? '', /minute "61" is outside 0-59/);
+    assert.match(pingPlan(object, brokers).verdict.conditions.at(-1)?.message ?? '', /invalid minute field "61"/);
   });
 
   test('cron: next fire times', () => {
@@ -151,7 +151,10 @@ describe('PingSources', () => {
     assert.equal(at('0 0 29 2 *', '2026-03-01T00:00:00Z'), '2028-02-29T00:00:00.000Z');
     assert.equal(at('0 0 1 * 0', '2026-11-23T00:00:00Z'), '2026-11-29T00:00:00.000Z', 'either day field when both are restricted');
     assert.equal(at('15,45 * * * 7', '2026-11-22T10:20:00Z'), '2026-11-22T10:45:00.000Z', '7 is Sunday');
-    for (const bad of ['* * * *', '60 * * * *', '*/0 * * * *', 'a * * * *', '5-1 * * * *']) assert.throws(() => parseSchedule(bad), /schedule/);
+    assert.equal(at('0 12 * jan-mar mon', '2026-11-23T00:00:00Z'), '2027-01-04T12:00:00.000Z', 'names');
+    assert.equal(at('@every 90s', '2026-11-23T00:00:00Z'), '2026-11-23T00:01:30.000Z');
+    assert.equal(at('CRON_TZ=UTC 0 0 * * *', '2026-11-23T01:00:00Z'), '2026-11-24T00:00:00.000Z');
+    for (const bad of ['* * * *', '60 * * * *', '*/0 * * * *', 'a * * * *', '5-1 * * * *', 'CRON_TZ=Europe/Zurich 0 0 * * *']) assert.throws(() => parseSchedule(bad), /schedule/);
   });
 });
 
