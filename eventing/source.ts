@@ -11,17 +11,20 @@
 // - one list+watch loop per (source, resource); ADDED → add, MODIFIED → update, DELETED → delete
 //   (Resource mode: the object, its last state for delete); BOOKMARK only moves the
 //   resourceVersion on;
-// - the initial list emits `add` for every existing object;
-// - a watch that ends normally resumes from the last resourceVersion; 410 Gone or any failure
-//   re-lists with backoff and jitter and emits what changed meanwhile (add / update / delete,
-//   against the last known state of every object, kept per loop);
+// - the initial list emits `add` for every existing object; lists are paginated (limit/continue,
+//   pages of LIST_PAGE_SIZE as client-go's pager);
+// - a watch that ends, or fails (dropped connection, API server restart, an error), resumes from
+//   the last resourceVersion (bookmarks move it on) with backoff and jitter; only 410 Gone (the
+//   server no longer has that version) re-lists, as client-go's reflector does, and the re-list
+//   emits what changed meanwhile (add / update / delete, against the last known state of every
+//   object, kept per loop);
 // - a periodic resync emits `update` for every known object;
 // - the sink is retried with backoff until it accepts (an event is never dropped; a retry sends
 //   the same event, same id); events of one object are delivered one at a time, in order, while
 //   different objects are delivered concurrently up to a bound that pushes back on the watch.
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
-import { keyOf, keyString, type KubeObject, type ResourceKind } from '../functions/runtime/kinds.ts';
+import { collectionPath, keyOf, keyString, type KubeObject, type ResourceKind } from '../functions/runtime/kinds.ts';
 import { ApiError, NOT_SERVED, type KubeClient, type WatchEvent } from '../functions/runtime/kube.ts';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from './apiserver-events.ts';
 
@@ -51,12 +54,14 @@ export interface SourceOptions {
   watchTimeoutSeconds?: number;
   /** Events accepted from the watches but not yet accepted by the sink beyond which the watches wait; default 256. */
   maxPendingEvents?: number;
+  /** Objects per LIST page (limit); default 500, as client-go's pager. */
+  listPageSize?: number;
 }
 
 export interface SourceStats {
   /** Events the sink accepted. */
   emitted: number;
-  /** Lists after the initial one (after a 410 Gone or a failure). */
+  /** Lists after the initial one (only after 410 Gone). */
   relists: number;
   /** Watches started after one ended, whatever the reason. */
   watchRestarts: number;
@@ -75,6 +80,28 @@ const BACKOFF_INITIAL_MS = 200;
 const BACKOFF_MAX_MS = 30_000;
 /** A watch that ends normally this fast without a single event is treated as a failure (as client-go does). */
 const SHORT_WATCH_MS = 1000;
+/** client-go's pager default page size. */
+export const LIST_PAGE_SIZE = 500;
+
+/** Every object of the kind, page by page (limit/continue); the resourceVersion of the snapshot. */
+async function listAll(kube: KubeClient, kind: ResourceKind, labelSelector: string | undefined, pageSize: number, signal: AbortSignal): Promise<{ items: KubeObject[]; resourceVersion?: string }> {
+  const items: KubeObject[] = [];
+  let token: string | undefined;
+  let resourceVersion: string | undefined;
+  do {
+    const page = await abortable(
+      kube.request<{ items: KubeObject[]; metadata: { resourceVersion?: string; continue?: string } }>('GET', collectionPath(kind), {
+        resource: kind.plural,
+        query: { labelSelector, limit: String(pageSize), continue: token },
+      }),
+      signal,
+    );
+    items.push(...page.items);
+    resourceVersion = page.metadata.resourceVersion;
+    token = page.metadata.continue || undefined;
+  } while (token);
+  return { items, resourceVersion };
+}
 
 /** Between half and all of `ms`, so loops that failed together do not retry together. */
 const jitter = (ms: number): number => Math.round(ms * (0.5 + Math.random() * 0.5));
@@ -226,6 +253,7 @@ interface LoopContext {
   delivery: Delivery;
   signal: AbortSignal;
   watchTimeoutSeconds: number;
+  listPageSize: number;
   counters: Counters;
 }
 
@@ -267,10 +295,10 @@ class ResourceLoop {
     while (!signal.aborted) {
       try {
         if (needsList) {
-          const list = await abortable(kube.list(kind, { labelSelector }), signal);
+          const list = await listAll(kube, kind, labelSelector, this.#ctx.listPageSize, signal);
           if (this.#listed) counters.relists++;
           const deliveries = await this.#applyList(list.items);
-          this.#resourceVersion = list.metadata.resourceVersion;
+          this.#resourceVersion = list.resourceVersion;
           needsList = false;
           if (!this.#listed) {
             this.#listed = true;
@@ -302,17 +330,21 @@ class ResourceLoop {
         counters.lastError = `${this.#label}: ${reason}`;
         if (!this.#listed && error instanceof ApiError && error.code !== 0 && (!error.transient || error.reason === NOT_SERVED)) {
           // Forbidden, not served (CRD missing), Invalid (bad selector): a user has to act. Once
-          // listed, a kind that is not served is the API server restarting: re-list until it is.
+          // listed, a kind that is not served is the API server restarting: retry until it is.
           const hint = error.code === 403 ? ' (does the identity in the kubeconfig have list/watch on it?)' : '';
           this.#ready.reject(new Error(`source ${this.#spec.name}: listing ${kind.plural}${labelSelector ? ` with labelSelector "${labelSelector}"` : ''} failed: ${reason}${hint}`));
           return;
         }
-        needsList = true;
-        const retryInMs = jitter(delay);
-        const what = this.#listed ? 'watch' : 'initial list';
-        this.#log.warn({ reason, retryInMs, resourceVersion: this.#resourceVersion }, `${what} of ${kind.plural} failed (${reason}); re-listing in ${retryInMs} ms`);
+        // client-go's reflector: only "410 Gone" (the version is no longer served) needs a new
+        // list; anything else resumes the watch from the version already seen.
+        const gone = error instanceof ApiError && error.code === 410;
+        if (gone || this.#resourceVersion === undefined) needsList = true;
+        const retryInMs = gone ? 0 : jitter(delay);
+        const what = !this.#listed ? 'initial list' : needsList ? 'list' : 'watch';
+        const next = needsList ? 're-listing' : `resuming the watch from resourceVersion ${this.#resourceVersion}`;
+        this.#log.warn({ reason, retryInMs, resourceVersion: this.#resourceVersion }, `${what} of ${kind.plural} failed (${reason}); ${next} in ${retryInMs} ms`);
         await sleep(retryInMs, signal);
-        delay = Math.min(delay * 2, BACKOFF_MAX_MS);
+        if (!gone) delay = Math.min(delay * 2, BACKOFF_MAX_MS);
       }
     }
     if (!this.#listed) this.#ready.reject(new Error(`source ${this.#label} stopped before its initial list`));
@@ -431,6 +463,7 @@ export class ApiServerSource {
       delivery: this.#delivery,
       signal: this.#abort.signal,
       watchTimeoutSeconds: this.#options.watchTimeoutSeconds ?? DEFAULT_WATCH_TIMEOUT_SECONDS,
+      listPageSize: Math.max(1, this.#options.listPageSize ?? LIST_PAGE_SIZE),
       counters: this.#counters,
     };
     for (const spec of this.#options.sources) {

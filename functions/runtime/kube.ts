@@ -157,6 +157,27 @@ export interface WatchEvent<T = KubeObject> {
   object: T;
 }
 
+/**
+ * The non-empty lines of a byte stream, decoded as UTF-8 with a streaming decoder: a character
+ * whose bytes are split across two chunks is decoded once both have arrived (chunk.toString()
+ * would turn each half into U+FFFD).
+ */
+export async function* jsonLines(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<string> {
+  const decoder = new TextDecoder('utf-8');
+  let buffered = '';
+  for await (const chunk of chunks) {
+    buffered += decoder.decode(chunk, { stream: true });
+    let newline: number;
+    while ((newline = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, newline).trim();
+      buffered = buffered.slice(newline + 1);
+      if (line) yield line;
+    }
+  }
+  const rest = (buffered + decoder.decode()).trim();
+  if (rest) yield rest;
+}
+
 export interface RequestObserver {
   (verb: string, resource: string, code: number, seconds: number): void;
 }
@@ -391,21 +412,13 @@ export class KubeClient {
     if (response.statusCode !== 200) {
       throw errorFromResponse(`watch ${kind.plural}`, response.statusCode, await response.body.text());
     }
-    let buffered = '';
-    for await (const chunk of response.body) {
-      buffered += chunk.toString();
-      let newline: number;
-      while ((newline = buffered.indexOf('\n')) >= 0) {
-        const line = buffered.slice(0, newline).trim();
-        buffered = buffered.slice(newline + 1);
-        if (!line) continue;
-        const event = JSON.parse(line) as WatchEvent<T>;
-        if (event.type === 'ERROR') {
-          const status = event.object as unknown as KubeStatus;
-          throw new ApiError(status.code ?? 500, status.reason ?? 'WatchError', `watch ${kind.plural}: ${status.message ?? 'error'}`, status);
-        }
-        yield event;
+    for await (const line of jsonLines(response.body)) {
+      const event = JSON.parse(line) as WatchEvent<T>;
+      if (event.type === 'ERROR') {
+        const status = event.object as unknown as KubeStatus;
+        throw new ApiError(status.code ?? 500, status.reason ?? 'WatchError', `watch ${kind.plural}: ${status.message ?? 'error'}`, status);
       }
+      yield event;
     }
   }
 }

@@ -2,7 +2,7 @@
 // function served and invoked by hand.
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { freePort } from '../../cluster/control-plane.ts';
 import { tmpdir } from 'node:os';
@@ -103,7 +103,7 @@ kind: Trigger
 metadata: {name: audit-adds}
 spec:
   broker: default
-  filter: {attributes: {type: dev.knative.apiserver.ref.add, kind: ImmortalContainer}}
+  filter: {attributes: {type: dev.knative.apiserver.resource.add, kind: ImmortalContainer}}
   subscriber: {uri: "http://127.0.0.1:${(audit.address() as { port: number }).port}/"}
 `);
   const { child: dev, match } = await startOpfn(['dev', '--idle', '5', '--triggers', triggers], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { KUBECONFIG: join(stateDir, 'no-such-kubeconfig') });
@@ -113,7 +113,7 @@ spec:
     await kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'from-dev', namespace: 'default' }, spec: { image: 'nginx' } });
     await eventually(() => kube.get(Pod, { namespace: 'default', name: 'from-dev-immortalpod' }), 30_000, 'pod made by the operator under opfn dev');
     await eventually(async () => received.some((headers) => headers['ce-name'] === 'from-dev'), 10_000, 'the extra Trigger delivered the add event');
-    assert.ok(received.every((headers) => headers['ce-type'] === 'dev.knative.apiserver.ref.add' && headers['ce-kind'] === 'ImmortalContainer'), 'only what the filter selects');
+    assert.ok(received.every((headers) => headers['ce-type'] === 'dev.knative.apiserver.resource.add' && headers['ce-kind'] === 'ImmortalContainer'), 'only what the filter selects (the primary kind comes in Resource mode)');
   } finally {
     dev.kill('SIGINT');
     assert.equal(await exited(dev), 0, 'Ctrl-C stops cleanly');
@@ -122,4 +122,95 @@ spec:
   assert.equal(existsSync(kubeconfig), false, 'the local control plane was stopped and removed');
   const leftovers = await promisify(execFile)('pgrep', ['-f', dirname(kubeconfig)]).then((r) => r.stdout.trim(), () => '');
   assert.equal(leftovers, '', 'no process of the plane or the control plane is left');
+});
+
+test('opfn dev with a configured cluster that does not answer fails with the reason and the --local hint', async () => {
+  const kubeconfig = join(stateDir, 'unreachable-kubeconfig');
+  writeFileSync(kubeconfig, `apiVersion: v1
+kind: Config
+clusters: [{name: gone, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: gone, user: u}}]
+current-context: c
+`);
+  await assert.rejects(promisify(execFile)(process.execPath, [OPFN, 'dev'], { env: { ...env, KUBECONFIG: kubeconfig } }), (error: Error & { stderr?: string; code?: number }) => {
+    assert.equal(error.code, 1);
+    const lines = (error.stderr ?? '').trim().split('\n');
+    assert.equal(lines.length, 1, `one line: ${error.stderr}`);
+    assert.match(lines[0]!, /configured cluster .*unreachable-kubeconfig.* does not answer: https:\/\/127\.0\.0\.1:1.*--local/);
+    return true;
+  });
+});
+
+test('opfn invoke names the URL and the cause when nothing answers', async () => {
+  const port = await freePort();
+  await assert.rejects(opfn('invoke', 'immortal-container', '--name', 'x', '--url', `http://127.0.0.1:${port}/`), (error: Error & { stderr?: string }) => {
+    assert.match(error.stderr ?? '', new RegExp(`nothing answers at http://127\\.0\\.0\\.1:${port}/ \\(ECONNREFUSED\\)`));
+    return true;
+  });
+});
+
+test('opfn dead-letters list, replay (through a broker ingress) and clear', async () => {
+  const { Broker } = await import('../../eventing/broker.ts');
+  const { pino } = await import('pino');
+  const received: string[] = [];
+  const subscriber = createHttpServer((req, res) => {
+    received.push(String(req.headers['ce-id']));
+    req.resume();
+    res.writeHead(202).end();
+  }).listen(0, '127.0.0.1');
+  await new Promise((resolve) => subscriber.once('listening', resolve));
+  const dir = mkdtempSync(join(tmpdir(), 'opfn-dl-'));
+  const file = join(dir, 'dead-letters.jsonl');
+  const letter = (id: string) => JSON.stringify({ specversion: '1.0', id, source: '/s', type: 'dev.knative.apiserver.resource.update', subject: `/apis/v1/namespaces/default/configmaps/${id}`, datacontenttype: 'application/json', data: { a: 1 }, knativeerrordest: 'http://x/', knativeerrorcode: 503, knativeerrordata: Buffer.from('overloaded').toString('base64'), knativebrokerttl: 254 });
+  writeFileSync(file, `${letter('dl-1')}\n${letter('dl-2')}\n`, { mode: 0o600 });
+  const broker = new Broker({ deadLetterFile: join(dir, 'broker-dl.jsonl'), log: pino({ level: 'silent' }), triggers: [{ name: 'all', subscriber: `http://127.0.0.1:${(subscriber.address() as { port: number }).port}/` }] });
+  const brokerUrl = await broker.listen();
+  try {
+    const listed = await opfn('dead-letters', 'list', '--file', file);
+    assert.match(listed.stdout, /^dl-1 {2}dev\.knative\.apiserver\.resource\.update {2}\/apis\/v1\/namespaces\/default\/configmaps\/dl-1 {2}503 {2}overloaded$/m);
+    assert.match(listed.stderr, /2 dead letter\(s\)/);
+    const replayed = await opfn('dead-letters', 'replay', '--file', file, '--broker', brokerUrl);
+    assert.match(replayed.stderr, /2 dead letter\(s\) replayed/);
+    await broker.idle();
+    assert.deepEqual(received.sort(), ['dl-1', 'dl-2']);
+    assert.equal(existsSync(file), false, 'replayed letters leave the file');
+    writeFileSync(file, `${letter('dl-3')}\n`);
+    assert.match((await opfn('dead-letters', 'clear', '--file', file)).stderr, /1 dead letter\(s\) removed/);
+    assert.equal(existsSync(file), false);
+    await assert.rejects(opfn('dead-letters', 'replay', '--file', file), /no running plane found/);
+  } finally {
+    await broker.close();
+    subscriber.close();
+  }
+});
+
+test('Ctrl-C during a burst under opfn dev: intake stops, deliveries finish, nothing is dead-lettered or called a crash', async () => {
+  const { child: dev, match } = await startOpfn(['dev', '--local', '--idle', '30'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { LOG_LEVEL: 'info' });
+  let output = '';
+  dev.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  dev.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const kubeconfig = match[1];
+  const kube = kubeFor(kubeconfig);
+  const names = Array.from({ length: 60 }, (_, i) => `burst-${i}`);
+  let created = 0;
+  const creating = Promise.all(
+    Array.from({ length: 6 }, async (_, w) => {
+      for (let i = w; i < names.length; i += 6) {
+        await kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: names[i]!, namespace: 'default' }, spec: { image: 'nginx' } }).catch(() => undefined);
+        created++;
+      }
+    }),
+  );
+  await eventually(async () => created >= 30 && (await kube.get(Pod, { namespace: 'default', name: 'burst-0-immortalpod' })), 60_000, 'the burst under way');
+  dev.kill('SIGINT');
+  const code = await exited(dev);
+  await creating;
+  assert.equal(code, 0, `Ctrl-C stops cleanly:\n${output.slice(-3000)}`);
+  assert.doesNotMatch(output, /crashed/, 'a function that exits on shutdown is not a crash');
+  assert.doesNotMatch(output, /unhandled|Unhandled/);
+  const deadLetters = join(stateDir, 'dead-letters.jsonl');
+  const letters = existsSync(deadLetters) ? readFileSync(deadLetters, 'utf8').trim() : '';
+  assert.equal(letters, '', `nothing dead-lettered by the shutdown:\n${letters.slice(0, 2000)}`);
+  assert.match(output, /immortal-container: \d+ requests \(\d+ direct\), up to \d+ instance/, 'the plane reports what the functions served');
 });
