@@ -6,6 +6,7 @@
 // Ready=False "RestartRequired" until `opfn dev` restarts). The generated dead-letter sink
 // (event_display) is not run locally: the broker's dead-letter file stands in for it.
 import type { Scaling } from '../../functions/runtime/declaration.ts';
+import { capacityAtMaxScale } from '../activator/decider.ts';
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { DEAD_LETTER_SERVICE } from '../manifests/options.ts';
@@ -33,7 +34,8 @@ export function scalingFromService(service: KubeObject): Scaling {
   return { minScale: number('min-scale', 0), maxScale: number('max-scale', 0), target: number('target', 0), containerConcurrency: template(service).spec?.containerConcurrency ?? 0 };
 }
 
-export type Address = { url: string } | { standIn: 'dead-letters' } | { reason: string; message: string };
+/** A URL (with the function's capacity at full scale, which bounds its Trigger's deliveries), the dead-letter stand-in, or why neither. */
+export type Address = { url: string; maxInFlight?: number } | { standIn: 'dead-letters' } | { reason: string; message: string };
 
 export interface LocalFunctions {
   /** The activator's URL for a function, or undefined when it does not run it. */
@@ -67,7 +69,12 @@ export class ServiceDirectory {
       return { reason: 'NotRunLocally', message: 'the local plane runs only Services of this project\'s image (a container with env FUNCTION)' };
     }
     const url = this.#functions.urlFor(fn);
-    return url ? { url } : { reason: 'UnknownFunction', message: `the local plane does not run function "${fn}"` };
+    if (!url) return { reason: 'UnknownFunction', message: `the local plane does not run function "${fn}"` };
+    try {
+      return { url, maxInFlight: capacityAtMaxScale(scalingFromService(service)) };
+    } catch {
+      return { url };
+    }
   }
 
   verdict(service: KubeObject): Verdict {

@@ -71,6 +71,8 @@ export function brokerTriggerFor(object: KubeObject, resolvers: Resolvers): { tr
     ...(spec.filter ? { filter: spec.filter } : {}),
     ...(spec.filters ? { filters: spec.filters } : {}),
     subscriber: (subscriber as { url: string }).url,
+    // As the plane's own triggers: deliveries bounded by the function's capacity at full scale.
+    ...((subscriber as { maxInFlight?: number }).maxInFlight ? { maxInFlight: (subscriber as { maxInFlight: number }).maxInFlight } : {}),
     ...(spec.delivery ? { delivery: { ...delivery, ...(deadLetterSink ? { deadLetterSink } : {}) } } : {}),
   };
   return { trigger, verdict: { conditions: [...conditions, ready()], fields: { subscriberUri: trigger.subscriber } } };

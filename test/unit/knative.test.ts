@@ -35,6 +35,7 @@ describe('Trigger objects → broker routes', () => {
       name: `${NS}/${declaration.name}`,
       filter: { attributes: { opfnfunction: declaration.name } },
       subscriber: FUNCTION_URL,
+      maxInFlight: declaration.scaling.maxScale * (declaration.scaling.containerConcurrency || declaration.scaling.target || 100),
       // The generated dead-letter Service is the broker's own dead-letter file locally.
       delivery: { retry: 10, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S' },
     });
