@@ -4,12 +4,11 @@
 // re-resolves the objects that name them, as Knative's trackers do.
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { isAlreadyExists, type KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube.ts';
 import type { Broker } from '../broker.ts';
 import { ApiServerSourceController } from './api-server-sources.ts';
 import { BrokerDirectory } from './brokers.ts';
-import { ApiServerSource, Broker as BrokerKind, KnativeService, PingSource, resourceKindOf, Trigger } from './kinds.ts';
+import { ApiServerSource, Broker as BrokerKind, KnativeService, PingSource, Trigger } from './kinds.ts';
 import { PingSourceController } from './ping-sources.ts';
 import { ServiceDirectory, type LocalFunctions } from './services.ts';
 import { TriggerController } from './triggers.ts';
@@ -87,19 +86,5 @@ export class KnativeControllers {
       apply: (object) => run(async () => { await controller.apply(object); await then?.(); }),
       remove: (object) => run(async () => { await controller.remove(object); await then?.(); }),
     };
-  }
-}
-
-/** Creates each object, or replaces it when it exists (kubectl apply without the merge): the generated objects win. */
-export async function applyObjects(kube: KubeClient, objects: KubeObject[]): Promise<void> {
-  for (const object of objects) {
-    const kind = resourceKindOf(object);
-    try {
-      await kube.create(kind, object);
-    } catch (error) {
-      if (!isAlreadyExists(error)) throw new Error(`${object.kind} ${object.metadata.name}: ${(error as Error).message}`);
-      const existing = await kube.get(kind, { namespace: object.metadata.namespace ?? '', name: object.metadata.name! });
-      await kube.replace(kind, { ...object, metadata: { ...object.metadata, resourceVersion: existing?.metadata.resourceVersion } });
-    }
   }
 }

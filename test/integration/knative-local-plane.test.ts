@@ -1,8 +1,10 @@
 // The local plane runs the generated Knative objects: they are applied to a real API server
-// (with the Knative CRDs), the controllers of eventing/knative/ turn them into the broker's
-// routes and local sources (each source authenticated as its own generated ServiceAccount), and
-// report readiness as Knative does. A Trigger's subscriber is patched to a second implementation
-// while everything runs: the next event reaches it; patched back, the function gets them again.
+// (stand-in Knative CRDs, as `opfn dev` does on its own control plane), and the EventPlane runs
+// them (`knativeObjects`): the controllers of eventing/knative/ turn them into the broker's routes
+// and local sources (each source authenticated as its own generated ServiceAccount; the function
+// process runs as its own) and report readiness as Knative does. A Trigger's subscriber is
+// patched to a second implementation while the plane runs: the next event reaches it; patched
+// back, the function gets them again.
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -10,25 +12,22 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Broker } from '../../eventing/broker.ts';
-import { KnativeControllers, applyObjects } from '../../eventing/knative/controllers.ts';
-import { installKnativeCrds } from '../../eventing/knative/crds.ts';
 import { ApiServerSource, KnativeService, PingSource, Trigger } from '../../eventing/knative/kinds.ts';
-import { generateManifests } from '../../eventing/manifests/index.ts';
+import { applyGeneratedObjects } from '../../eventing/knative/local.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
+import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
+import { EventPlane } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
-import { eventually, quietLog, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
-import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
+import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 
 const NS = DEFAULT_OPTIONS.namespace;
 const say = (line: string) => console.log(`# ${line}`);
 let cluster: TestCluster;
-let fn: RunningFunction;
-let broker: Broker;
-let controllers: KnativeControllers;
+let plane: EventPlane;
+let functionUrl: string;
 let other: { server: Server; url: string; events: { name: string; type: string }[] };
 const stateDir = mkdtempSync(join(tmpdir(), 'opfn-knative-'));
 
@@ -43,7 +42,8 @@ const readyReason = async (kind: ResourceKind, name: string) => {
 
 before(async () => {
   cluster = await startTestCluster();
-  say(`${await installKnativeCrds(cluster.kube)} stand-in Knative CRDs installed`);
+  const { objects, crdsInstalled } = await applyGeneratedObjects(cluster.kube, [immortalContainer]);
+  say(`${crdsInstalled} stand-in Knative CRDs installed; ${objects.length} generated objects applied`);
   const events: { name: string; type: string }[] = [];
   const server = createServer((req, res) => {
     req.resume().on('end', () => {
@@ -53,27 +53,23 @@ before(async () => {
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   other = { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, events };
-  broker = new Broker({ triggers: [], deadLetterFile: join(stateDir, 'dead-letters.jsonl'), log: quietLog });
-  const brokerUrl = await broker.listen(0, '127.0.0.1');
-  // Everything `opfn manifests` generates, applied as `kubectl apply -k deploy/` would.
-  await applyObjects(cluster.kube, generateManifests([immortalContainer], DEFAULT_OPTIONS).flatMap((file) => file.objects).filter((o) => o.kind !== 'CustomResourceDefinition'));
-  // The function runs as its generated ServiceAccount, with exactly its generated role.
-  fn = await serveFunction(immortalContainer, await cluster.cp.serviceAccountKubeconfig(NS, serviceAccountName(immortalContainer)));
-  controllers = new KnativeControllers({
+  plane = new EventPlane({
+    functions: [immortalContainer],
     kube: cluster.kube,
-    broker,
-    brokerUrl,
-    functions: { urlFor: (name) => (name === immortalContainer.name ? fn.url : undefined), scalingOf: (name) => (name === immortalContainer.name ? immortalContainer.scaling : undefined) },
+    // The function process runs as its generated ServiceAccount, with exactly its generated role.
+    kubeconfigPath: await cluster.cp.serviceAccountKubeconfig(NS, serviceAccountName(immortalContainer)),
     log: quietLog,
-    clientFor: async (namespace, account) => KubeClient.fromFile(await cluster.cp.serviceAccountKubeconfig(namespace, account)),
+    stateDir,
+    idleTimeoutMs: 60_000,
+    env: { LOG_LEVEL: 'warn' },
+    knativeObjects: { clientFor: async (namespace, account) => KubeClient.fromFile(await cluster.cp.serviceAccountKubeconfig(namespace, account)) },
   });
-  await controllers.start();
+  await plane.start();
+  functionUrl = plane.activator.urlFor(immortalContainer.name);
 });
 
 after(async () => {
-  await controllers?.stop();
-  await broker?.close();
-  await fn?.close();
+  await plane?.stop({ drainTimeoutMs: 1000 });
   other?.server.close();
   await cluster?.stop();
   rmSync(stateDir, { recursive: true, force: true });
@@ -98,7 +94,7 @@ describe('the generated objects run on the local plane', () => {
       say(`${kind.kind.padEnd(15)} ${name.padEnd(28)} Ready=${want}`);
     }
     const trigger = (await conditionOf(Trigger, immortalContainer.name)).object as KubeObject & { status: { subscriberUri: string } };
-    assert.equal(trigger.status.subscriberUri, fn.url);
+    assert.equal(trigger.status.subscriberUri, functionUrl);
   });
 
   test('an ImmortalContainer created now reaches the function through source, broker and Trigger', async () => {
@@ -118,8 +114,8 @@ describe('the generated objects run on the local plane', () => {
 
     const received = other.events.length;
     await patchSubscriber({ ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: immortalContainer.name } });
-    await eventually(async () => ((await conditionOf(Trigger, immortalContainer.name)).object?.status as { subscriberUri?: string })?.subscriberUri === fn.url, 20_000, 'Trigger subscriberUri = the function again');
-    say(`kubectl patch trigger ${immortalContainer.name} back to ref Service ${immortalContainer.name} → status.subscriberUri ${fn.url}`);
+    await eventually(async () => ((await conditionOf(Trigger, immortalContainer.name)).object?.status as { subscriberUri?: string })?.subscriberUri === functionUrl, 20_000, 'Trigger subscriberUri = the function again');
+    say(`kubectl patch trigger ${immortalContainer.name} back to ref Service ${immortalContainer.name} → status.subscriberUri ${functionUrl}`);
     await createImmortal('after-swap');
     await eventually(() => podExists('after-swap'), 20_000, 'pod of after-swap');
     say('kubectl apply ImmortalContainer after-swap → pod after-swap-immortalpod created by the function');
