@@ -58,13 +58,16 @@ program
   .option('--no-bundle', 'run the functions from their TypeScript sources instead of esbuild bundles (edits apply at the next cold start)')
   .option('-t, --triggers <file...>', 'YAML files of Knative Triggers (spec.subscriber.uri) to add to the broker, e.g. to route a kind to another implementation')
   .option('--local', 'always start a new local control plane, even when a cluster is configured')
+  .option('--replace <function=url...>', 'send a function\'s events to another implementation at this URL instead (as opfn manifests --replace); repeatable')
   .option('--log-format <format>', 'json | pretty (default: pretty on a terminal, json when piped)', logFormatOption)
-  .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[]; bundle: boolean; local?: boolean; logFormat?: 'json' | 'pretty' }) => {
+  .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[]; bundle: boolean; local?: boolean; replace?: string[]; logFormat?: 'json' | 'pretty' }) => {
     const { runDev } = await import('../eventing/dev.ts');
     const { createLogger, logFormat } = await import('../functions/runtime/log.ts');
     const format = options.logFormat ?? logFormat();
     try {
+      const { parseReplacements } = await import('../eventing/manifests/cli.ts');
       const running = await runDev({
+        replace: parseReplacements(options.replace ?? [], functionNames, true),
         functions: options.functions,
         triggerFiles: options.triggers,
         bundle: options.bundle,

@@ -18,7 +18,7 @@ import { formatLabelSelector, type LabelSelector } from '../manifests/sources.ts
 import { ApiServerSource as LocalSource, type SourceSpec } from '../source.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { ApiServerSource } from './kinds.ts';
-import { notReady, ready, writeStatus, type Verdict } from './status.ts';
+import { cleared, notReady, ready, writeStatus, type Verdict } from './status.ts';
 
 interface SourceObjectSpec {
   mode?: 'Reference' | 'Resource';
@@ -56,7 +56,7 @@ export class KindResolver {
 export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolver, 'resolve'>, brokers: Pick<BrokerDirectory, 'has'>): Promise<{ spec?: SourceSpec; onlyNamespace?: string; verdict?: Verdict }> {
   const spec = (object.spec ?? {}) as SourceObjectSpec;
   const namespace = object.metadata.namespace ?? '';
-  const fail = (type: string, reason: string, message: string) => ({ verdict: { conditions: [{ type, status: 'False' as const, reason, message }, notReady(reason, message)] } });
+  const fail = (type: string, reason: string, message: string) => ({ verdict: { conditions: [{ type, status: 'False' as const, reason, message }, notReady(reason, message)], fields: cleared('sinkUri') } });
   const ref = spec.sink?.ref;
   if (ref?.kind !== 'Broker' || !ref.name) return fail('SinkProvided', 'NotFound', 'locally an ApiServerSource can only send to a Broker');
   if (!brokers.has(ref.namespace ?? namespace, ref.name)) return fail('SinkProvided', 'NotFound', `Broker "${ref.name}" does not exist`);
@@ -125,7 +125,7 @@ export class ApiServerSourceController {
       } catch (error) {
         const message = (error as Error).message;
         const forbidden = /forbidden|403/i.test(message);
-        await writeStatus(kube, ApiServerSource, object, { conditions: [{ type: 'SufficientPermissions', status: forbidden ? 'False' : 'Unknown', reason: forbidden ? 'Forbidden' : 'Unknown', message }, notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message)] });
+        await writeStatus(kube, ApiServerSource, object, { conditions: [{ type: 'SufficientPermissions', status: forbidden ? 'False' : 'Unknown', reason: forbidden ? 'Forbidden' : 'Unknown', message }, notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message)], fields: cleared('sinkUri') });
         return;
       }
       this.#running.set(key, { source, fingerprint });

@@ -47,22 +47,22 @@ const READY_COLUMNS = [column('Ready', ".status.conditions[?(@.type=='Ready')].s
 
 /** Minimal CRDs for the five Knative kinds the plane runs (used when the real ones are absent). */
 export function standInCrds(): KubeObject[] {
-  const kinds: [group: string, kind: string, plural: string, extra: { name: string; type: string; jsonPath: string }[]][] = [
-    ['serving.knative.dev', 'Service', 'services', [column('URL', '.status.url')]],
-    ['eventing.knative.dev', 'Broker', 'brokers', [column('URL', '.status.address.url')]],
-    ['eventing.knative.dev', 'Trigger', 'triggers', [column('Broker', '.spec.broker'), column('Subscriber_URI', '.status.subscriberUri')]],
-    ['sources.knative.dev', 'PingSource', 'pingsources', [column('Sink', '.status.sinkUri'), column('Schedule', '.spec.schedule')]],
-    ['sources.knative.dev', 'ApiServerSource', 'apiserversources', [column('Sink', '.status.sinkUri')]],
+  const kinds: [group: string, kind: string, plural: string, shortNames: string[], extra: { name: string; type: string; jsonPath: string }[]][] = [
+    ['serving.knative.dev', 'Service', 'services', ['kservice', 'ksvc'], [column('URL', '.status.url')]],
+    ['eventing.knative.dev', 'Broker', 'brokers', [], [column('URL', '.status.address.url')]],
+    ['eventing.knative.dev', 'Trigger', 'triggers', [], [column('Broker', '.spec.broker'), column('Subscriber_URI', '.status.subscriberUri')]],
+    ['sources.knative.dev', 'PingSource', 'pingsources', [], [column('Sink', '.status.sinkUri'), column('Schedule', '.spec.schedule')]],
+    ['sources.knative.dev', 'ApiServerSource', 'apiserversources', [], [column('Sink', '.status.sinkUri')]],
   ];
   const open = { type: 'object', 'x-kubernetes-preserve-unknown-fields': true };
-  return kinds.map(([group, kind, plural, extra]) => ({
+  return kinds.map(([group, kind, plural, shortNames, extra]) => ({
     apiVersion: 'apiextensions.k8s.io/v1',
     kind: 'CustomResourceDefinition',
     metadata: { name: `${plural}.${group}`, labels: { [STAND_IN_LABEL]: 'true' } },
     spec: {
       group,
       scope: 'Namespaced',
-      names: { kind, plural, singular: kind.toLowerCase(), listKind: `${kind}List`, categories: ['all', 'knative'] },
+      names: { kind, plural, singular: kind.toLowerCase(), listKind: `${kind}List`, categories: ['all', 'knative'], ...(shortNames.length ? { shortNames } : {}) },
       versions: [{ name: 'v1', served: true, storage: true, subresources: { status: {} }, additionalPrinterColumns: [...extra, ...READY_COLUMNS], schema: { openAPIV3Schema: { type: 'object', properties: { spec: open, status: open } } } }],
     },
   }));

@@ -12,7 +12,7 @@ import type { KubeClient } from '../../functions/runtime/kube.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { nextFire, parseSchedule, type Schedule } from './cron.ts';
 import { PingSource } from './kinds.ts';
-import { notReady, ready, writeStatus, type Verdict } from './status.ts';
+import { cleared, notReady, ready, writeStatus, type Verdict } from './status.ts';
 
 interface PingSpec {
   schedule?: string;
@@ -46,14 +46,14 @@ export function pingPlan(object: KubeObject, brokers: Pick<BrokerDirectory, 'has
   const spec = (object.spec ?? {}) as PingSpec;
   const namespace = object.metadata.namespace ?? '';
   const ref = spec.sink?.ref;
-  if (ref?.kind !== 'Broker' || !ref.name) return { verdict: { conditions: [{ type: 'SinkProvided', status: 'False', reason: 'NotFound', message: 'locally a PingSource can only send to a Broker' }, notReady('NotFound', 'locally a PingSource can only send to a Broker')] } };
-  if (!brokers.has(ref.namespace ?? namespace, ref.name)) return { verdict: { conditions: [{ type: 'SinkProvided', status: 'False', reason: 'NotFound', message: `Broker "${ref.name}" does not exist` }, notReady('NotFound', `Broker "${ref.name}" does not exist`)] } };
-  if (spec.timezone && spec.timezone !== 'UTC' && spec.timezone !== 'Etc/UTC') return { verdict: { conditions: [notReady('TimezoneUnsupported', `the local plane evaluates schedules in UTC, not ${spec.timezone}`)] } };
+  if (ref?.kind !== 'Broker' || !ref.name) return { verdict: { conditions: [{ type: 'SinkProvided', status: 'False', reason: 'NotFound', message: 'locally a PingSource can only send to a Broker' }, notReady('NotFound', 'locally a PingSource can only send to a Broker')], fields: cleared('sinkUri') } };
+  if (!brokers.has(ref.namespace ?? namespace, ref.name)) return { verdict: { conditions: [{ type: 'SinkProvided', status: 'False', reason: 'NotFound', message: `Broker "${ref.name}" does not exist` }, notReady('NotFound', `Broker "${ref.name}" does not exist`)], fields: cleared('sinkUri') } };
+  if (spec.timezone && spec.timezone !== 'UTC' && spec.timezone !== 'Etc/UTC') return { verdict: { conditions: [notReady('TimezoneUnsupported', `the local plane evaluates schedules in UTC, not ${spec.timezone}`)], fields: cleared('sinkUri') } };
   try {
     const schedule = parseSchedule(spec.schedule ?? '* * * * *');
     return { schedule, verdict: { conditions: [{ type: 'SinkProvided', status: 'True', reason: 'SinkProvided' }, { type: 'Deployed', status: 'True', reason: 'Deployed' }, ready()], fields: { sinkUri: brokers.url } } };
   } catch (error) {
-    return { verdict: { conditions: [notReady('InvalidSchedule', (error as Error).message)] } };
+    return { verdict: { conditions: [notReady('InvalidSchedule', (error as Error).message)], fields: cleared('sinkUri') } };
   }
 }
 

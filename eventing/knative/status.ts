@@ -23,6 +23,9 @@ export interface Verdict {
 export const ready = (reason = 'Ready', message?: string): Condition => ({ type: 'Ready', status: 'True', reason, ...(message ? { message } : {}) });
 export const notReady = (reason: string, message: string): Condition => ({ type: 'Ready', status: 'False', reason, message });
 
+/** Verdict fields of an object that is not Ready: the address it had is removed (merge patch null). */
+export const cleared = (...fields: string[]): Record<string, null> => Object.fromEntries(fields.map((field) => [field, null]));
+
 /** The status to write: the verdict's conditions with transition times kept where the status did not flip. */
 export function nextStatus(object: KubeObject, verdict: Verdict, now: string): Record<string, unknown> {
   const previous = ((object.status as { conditions?: Condition[] } | undefined)?.conditions ?? []);
@@ -33,10 +36,13 @@ export function nextStatus(object: KubeObject, verdict: Verdict, now: string): R
   return { ...verdict.fields, observedGeneration: object.metadata.generation, conditions };
 }
 
-/** True when writing `status` would change nothing a reader sees (so a status write does not feed itself). */
+/**
+ * True when writing `status` would change nothing a reader sees (so a status write does not feed
+ * itself). A field set to null (removed by the merge patch) equals an absent one.
+ */
 export function sameStatus(object: KubeObject, status: Record<string, unknown>): boolean {
   const current = (object.status ?? {}) as Record<string, unknown>;
-  return JSON.stringify(status) === JSON.stringify(Object.fromEntries(Object.keys(status).map((key) => [key, current[key]])));
+  return Object.keys(status).every((key) => JSON.stringify(status[key] ?? null) === JSON.stringify(current[key] ?? null));
 }
 
 /** Writes the status subresource unless nothing changed; an object deleted meanwhile is no error. */

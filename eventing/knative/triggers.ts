@@ -13,7 +13,7 @@ import type { Broker, DeliverySpec, Trigger } from '../broker.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { Trigger as TriggerKind } from './kinds.ts';
 import type { Address, ServiceDirectory } from './services.ts';
-import { notReady, ready, writeStatus, type Condition, type Verdict } from './status.ts';
+import { cleared, notReady, ready, writeStatus, type Condition, type Verdict } from './status.ts';
 
 type Destination = { ref?: { apiVersion?: string; kind?: string; name?: string; namespace?: string }; uri?: string };
 interface TriggerSpec {
@@ -64,7 +64,7 @@ export function brokerTriggerFor(object: KubeObject, resolvers: Resolvers): { tr
   }
 
   const failure = conditions.find((condition) => condition.status === 'False');
-  if (failure) return { verdict: { conditions: [...conditions, notReady(failure.reason!, failure.message!)] } };
+  if (failure) return { verdict: { conditions: [...conditions, notReady(failure.reason!, failure.message!)], fields: cleared('subscriberUri') } };
   const { deadLetterSink: _, ...delivery } = spec.delivery ?? {};
   const trigger: Trigger = {
     name: keyString(keyOf(object)),
@@ -103,7 +103,7 @@ export class TriggerController {
         this.#routes.set(key, JSON.stringify(trigger));
       } catch (error) {
         this.#unroute(key);
-        await writeStatus(this.#kube, TriggerKind, object, { conditions: [notReady('Invalid', (error as Error).message)] });
+        await writeStatus(this.#kube, TriggerKind, object, { conditions: [notReady('Invalid', (error as Error).message)], fields: cleared('subscriberUri') });
         return;
       }
     } else {

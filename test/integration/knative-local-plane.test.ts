@@ -127,6 +127,7 @@ describe('the generated objects run on the local plane', () => {
     await eventually(async () => (await readyReason(Trigger, immortalContainer.name)) === 'False ServiceNotFound', 20_000, 'Ready False ServiceNotFound', () => readyReason(Trigger, immortalContainer.name));
     const { condition } = await conditionOf(Trigger, immortalContainer.name, 'SubscriberResolved');
     assert.match(condition?.message ?? '', /no-such-service does not exist/);
+    assert.equal(((await conditionOf(Trigger, immortalContainer.name)).object?.status as { subscriberUri?: string }).subscriberUri, undefined, 'no subscriberUri while unresolved');
     await patchSubscriber({ ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: immortalContainer.name } });
     await eventually(async () => (await readyReason(Trigger, immortalContainer.name)) === 'True Ready', 20_000, 'Ready again');
   });
