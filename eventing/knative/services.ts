@@ -1,9 +1,9 @@
 // Knative Services on the local plane. A Service whose container sets FUNCTION=<name> (as
 // `opfn manifests` generates it) is that function, run by the scale-from-zero activator from the
-// same image entry; its address is the activator's URL for it. The revision template's
-// autoscaling annotations and containerConcurrency are the function's scaling (read when the
-// plane starts: the activator's functions are fixed for its lifetime, so a later change reports
-// Ready=False "RestartRequired" until `opfn dev` restarts). The generated dead-letter sink
+// same image entry; its address is the activator's URL for it, and its Trigger's deliveries are
+// bounded by the capacity its annotations give. The activator runs each function with its
+// declaration's scaling, which the generated annotations equal; a Service edited to another
+// scaling reports Ready=False "ScalingNotApplied" rather than pretend. The generated dead-letter sink
 // (event_display) is not run locally: the broker's dead-letter file stands in for it.
 import type { Scaling } from '../../functions/runtime/declaration.ts';
 import { capacityAtMaxScale } from '../activator/decider.ts';
@@ -90,7 +90,7 @@ export class ServiceDirectory {
     }
     const running = this.#functions.scalingOf(fn);
     if (running && JSON.stringify(running) !== JSON.stringify(scaling)) {
-      return { conditions: [notReady('RestartRequired', `the activator runs ${fn} with ${JSON.stringify(running)}; restart opfn dev to apply ${JSON.stringify(scaling)}`)], fields: { url: address.url, address: { url: address.url } } };
+      return { conditions: [notReady('ScalingNotApplied', `the local activator runs ${fn} with its declaration's scaling ${JSON.stringify(running)}, not ${JSON.stringify(scaling)}; change the declaration to change it locally (a cluster applies the annotations)`)], fields: { url: address.url, address: { url: address.url } } };
     }
     return { conditions: [ready()], fields: { url: address.url, address: { url: address.url } } };
   }

@@ -113,10 +113,10 @@ describe('Services', () => {
     assert.deepEqual(scalingFromService(service), declaration.scaling);
   });
 
-  test('a scaling different from what the activator runs says RestartRequired; a bad annotation says so', () => {
+  test('a scaling different from what the activator runs says ScalingNotApplied; a bad annotation says so', () => {
     const service = find('Service');
     (service.spec as any).template.metadata.annotations['autoscaling.knative.dev/max-scale'] = '9';
-    assert.equal(services.verdict(service).conditions.at(-1)?.reason, 'RestartRequired');
+    assert.equal(services.verdict(service).conditions.at(-1)?.reason, 'ScalingNotApplied');
     (service.spec as any).template.metadata.annotations['autoscaling.knative.dev/max-scale'] = 'lots';
     assert.equal(services.verdict(service).conditions.at(-1)?.reason, 'InvalidAnnotation');
   });
