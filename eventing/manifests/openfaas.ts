@@ -19,7 +19,8 @@ export function openfaasStack(declarations: FunctionDeclaration[], options: Pick
     // The image is built by the project's Dockerfile, not by faas-cli templates.
     skip_build: true,
     readonly_root_filesystem: true,
-    environment: { FUNCTION: declaration.name, exec_timeout: `${TIMEOUT_SECONDS}s`, read_timeout: `${TIMEOUT_SECONDS}s`, write_timeout: `${TIMEOUT_SECONDS}s` },
+    // Secret parameters are left out: OpenFaaS mounts secrets as files, the runtime reads the environment.
+    environment: { FUNCTION: declaration.name, ...Object.fromEntries(declaration.config.filter((p) => !p.secret && p.default !== undefined).map((p) => [p.name, p.default])), exec_timeout: `${TIMEOUT_SECONDS}s`, read_timeout: `${TIMEOUT_SECONDS}s`, write_timeout: `${TIMEOUT_SECONDS}s` },
     labels: {
       'com.openfaas.scale.min': String(Math.max(declaration.scaling.minScale, 0)),
       ...(declaration.scaling.maxScale > 0 ? { 'com.openfaas.scale.max': String(declaration.scaling.maxScale) } : {}),

@@ -27,6 +27,26 @@ export const TIMEOUT_SECONDS = 300;
 export const READINESS_PATH = '/health/readiness';
 export const LIVENESS_PATH = '/health/liveness';
 
+/** The Secret a function's secret configuration comes from (one key per parameter). */
+export const configSecretName = (declaration: FunctionDeclaration): string => `opfn-${declaration.name}-config`;
+
+/**
+ * The container's environment: FUNCTION, then the declared configuration with its defaults
+ * (change them in the generated file or with kustomize); secret parameters come from the
+ * function's config Secret (valueFrom.secretKeyRef, optional when the parameter has a default),
+ * so no secret ever sits in a manifest.
+ */
+export function environment(declaration: FunctionDeclaration): Record<string, unknown>[] {
+  const required = declaration.config.filter((parameter) => !parameter.secret && parameter.default === undefined);
+  if (required.length) throw new Error(`function ${declaration.name}: config ${required.map((p) => p.name).join(', ')} has no default; give it one (or make it secret) so the generated Service can set it`);
+  return [
+    { name: 'FUNCTION', value: declaration.name },
+    ...declaration.config.map((parameter) => (parameter.secret
+      ? { name: parameter.name, valueFrom: { secretKeyRef: { name: configSecretName(declaration), key: parameter.name, optional: parameter.default !== undefined } } }
+      : { name: parameter.name, value: parameter.default })),
+  ];
+}
+
 /** The revision template's autoscaling annotations, from the declaration's scaling. */
 export function autoscalingAnnotations(declaration: FunctionDeclaration): Record<string, string> {
   const { scaling } = declaration;
@@ -55,7 +75,7 @@ export function knativeService(declaration: FunctionDeclaration, options: Manife
           containers: [{
             name: 'function',
             image: options.image,
-            env: [{ name: 'FUNCTION', value: declaration.name }],
+            env: environment(declaration),
             ports: [{ name: 'http1', containerPort: CONTAINER_PORT }],
             readinessProbe: { httpGet: { path: READINESS_PATH }, periodSeconds: 1 },
             livenessProbe: { httpGet: { path: LIVENESS_PATH }, periodSeconds: 10, failureThreshold: 3 },

@@ -226,3 +226,24 @@ describe('the opfn manifests command', () => {
     }
   });
 });
+
+test('declared configuration reaches the Service: defaults as values, secrets through secretKeyRef, none in the manifest', () => {
+  const configured = defineFunction({
+    name: 'configured', description: 'test', reconciles: functions[0].reconciles, rbac: [],
+    config: [
+      { name: 'PROVIDER_URL', description: 'x', default: 'https://example.com' },
+      { name: 'API_KEY', description: 'x', default: '', secret: true },
+      { name: 'TOKEN', description: 'x', secret: true },
+    ],
+    reconcile: async () => {},
+  });
+  const service = functionObjects(configured, DEFAULT_OPTIONS).find((o) => o.kind === 'Service')!;
+  assert.deepEqual(spec(service).template.spec.containers[0].env, [
+    { name: 'FUNCTION', value: 'configured' },
+    { name: 'PROVIDER_URL', value: 'https://example.com' },
+    { name: 'API_KEY', valueFrom: { secretKeyRef: { name: 'opfn-configured-config', key: 'API_KEY', optional: true } } },
+    { name: 'TOKEN', valueFrom: { secretKeyRef: { name: 'opfn-configured-config', key: 'TOKEN', optional: false } } },
+  ]);
+  const required = defineFunction({ name: 'needs-value', description: 'test', reconciles: functions[0].reconciles, rbac: [], config: [{ name: 'REQUIRED', description: 'x' }], reconcile: async () => {} });
+  assert.throws(() => functionObjects(required, DEFAULT_OPTIONS), /config REQUIRED has no default/);
+});
