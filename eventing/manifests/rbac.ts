@@ -55,9 +55,12 @@ export function splitByScope(rules: PolicyRule[], clusterScoped: Set<string>): {
 export function identity(name: string, rules: PolicyRule[], clusterScoped: Set<string>, options: Pick<ManifestOptions, 'scope' | 'namespace'>, objectLabels: Record<string, string>): KubeObject[] {
   const { namespace } = options;
   const subjects = [{ kind: 'ServiceAccount', name, namespace }];
+  // Cluster-level names are shared by the whole cluster: a namespaced install qualifies them with
+  // its namespace, so installs in two namespaces (or one cluster-wide) never take each other's.
+  const clusterName = options.scope === 'cluster' ? name : `${namespace}:${name}`;
   const clusterWide = (clusterRules: PolicyRule[]): KubeObject[] => [
-    { apiVersion: RBAC_API, kind: 'ClusterRole', metadata: { name, labels: objectLabels }, rules: clusterRules },
-    { apiVersion: RBAC_API, kind: 'ClusterRoleBinding', metadata: { name, labels: objectLabels }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name }, subjects },
+    { apiVersion: RBAC_API, kind: 'ClusterRole', metadata: { name: clusterName, labels: objectLabels }, rules: clusterRules },
+    { apiVersion: RBAC_API, kind: 'ClusterRoleBinding', metadata: { name: clusterName, labels: objectLabels }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: clusterName }, subjects },
   ];
   const objects: KubeObject[] = [{ apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name, namespace, labels: objectLabels } }];
   if (options.scope === 'cluster') return [...objects, ...clusterWide(rules)];

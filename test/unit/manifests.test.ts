@@ -161,7 +161,8 @@ describe('options', () => {
     // Everything but the cluster-scoped namespaces rule (the implied rules included).
     assert.deepEqual(role.rules, functionRules(watcher).filter((rule) => !rule.resources.includes('namespaces')));
     assert.ok((role.rules as PolicyRule[]).some((rule) => rule.resources.includes('configmaps')));
-    const clusterRole = objects.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'opfn-ns-watcher')!;
+    // Named after the namespace: another namespaced install of the same function keeps its own.
+    const clusterRole = objects.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'team-a:opfn-ns-watcher')!;
     assert.deepEqual(clusterRole.rules, [{ apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list'] }]);
     for (const source of byKind(objects, 'ApiServerSource')) assert.equal(spec(source).namespaceSelector, undefined);
     for (const object of objects) if (!['ClusterRole', 'ClusterRoleBinding', 'CustomResourceDefinition'].includes(object.kind!)) assert.equal(object.metadata.namespace, 'team-a', `${object.kind} ${object.metadata.name}`);
