@@ -105,6 +105,8 @@ export interface PlaneOptions {
   kube: KubeClient;
   /** Kubeconfig file the function processes use. */
   kubeconfigPath: string;
+  /** Per function, a kubeconfig of its own identity (its generated ServiceAccount) instead. */
+  functionKubeconfigs?: Record<string, string>;
   log: Logger;
   /** Folder for the dead-letter file. */
   stateDir: string;
@@ -164,7 +166,7 @@ export class EventPlane {
       functions: functions.map((declaration) => ({
         name: declaration.name,
         ...command(declaration),
-        env: { KUBECONFIG: options.kubeconfigPath, ...options.env },
+        env: { KUBECONFIG: options.functionKubeconfigs?.[declaration.name] ?? options.kubeconfigPath, ...options.env },
         scaling: declaration.scaling,
         timeoutSeconds: timeoutSecondsOf(declaration),
       })),
