@@ -65,7 +65,8 @@ export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfig
       new Promise((_, reject) => setTimeout(() => reject(new Error('no answer within 3s')), 3000).unref()),
     ]);
   } catch (error) {
-    return { reason: `${kube.server}: ${(error as Error).message}` };
+    const message = (error as Error).message;
+    return { reason: message.includes(kube.server) ? message : `${kube.server}: ${message}` };
   }
   const kubeconfigPath = process.env.KUBECONFIG?.split(':').find((file) => existsSync(file)) ?? resolve(process.env.HOME ?? '.', '.kube/config');
   return { kube, kubeconfigPath };

@@ -1,6 +1,7 @@
 // The local activator: what Knative Serving's activator + autoscaler + queue-proxy do for a
 // revision, done for function processes on this machine. This file routes requests and holds
-// the per-function state; the pieces live beside it: decider.ts (how many instances), lb-policy.ts
+// the per-function state; the pieces live beside it: handler.ts (which function), throttler.ts
+// (bounded wait for a slot), decider.ts (how many instances), lb-policy.ts
 // (which instance), instance.ts (one process's state machine), supervisor.ts (spawn, probe, stop),
 // proxy.ts (forwarding with the request timeout), child-output.ts.
 //
@@ -25,9 +26,11 @@ import type { Scaling } from '../../functions/runtime/declaration.ts';
 import type { Lease } from '../broker/dispatcher.ts';
 import { desiredScale, effectiveTarget } from './decider.ts';
 import { Instance } from './instance.ts';
+import { routeOf } from './handler.ts';
 import { pick } from './lb-policy.ts';
 import { proxy, sendError } from './proxy.ts';
 import { formatDuration, InstanceSupervisor, type ExitInfo } from './supervisor.ts';
+import { ActivatorError, Throttler } from './throttler.ts';
 
 export type { Scaling };
 
@@ -73,25 +76,12 @@ export interface FunctionStats {
 /** Knative Serving's revision-timeout-seconds default. */
 export const DEFAULT_TIMEOUT_SECONDS = 300;
 
-class ActivatorError extends Error {
-  status: number;
-  constructor(status: number, message: string) {
-    super(message);
-    this.status = status;
-  }
-}
-
-interface Waiter {
-  resolve: (inst: Instance) => void;
-  reject: (err: ActivatorError) => void;
-}
-
 interface FunctionState {
   spec: FunctionProcessSpec;
   target: number;
   timeoutMs: number;
   instances: Instance[];
-  queue: Waiter[];
+  queue: Throttler<Instance>;
   seq: number;
   /** Consecutive failed starts: back-off for restarts that no request asked for. */
   failures: number;
@@ -141,7 +131,7 @@ export class Activator {
         target: effectiveTarget(s),
         timeoutMs: timeoutSeconds * 1000,
         instances: [],
-        queue: [],
+        queue: new Throttler<Instance>(spec.name, this.#maxQueue),
         seq: 0,
         failures: 0,
         stats: { peakInstances: 0, started: 0, proxied: 0, direct: 0 },
@@ -204,7 +194,7 @@ export class Activator {
   lease(subscriber: string): Lease | undefined {
     if (this.#closed || !this.#base || !subscriber.startsWith(`${this.#base}/`)) return undefined;
     const fn = this.#fns.get(subscriber.slice(this.#base.length + 1));
-    if (!fn || fn.queue.length > 0) return undefined;
+    if (!fn || fn.queue.waiting > 0) return undefined;
     const inst = pick(fn.instances, fn.spec.scaling.containerConcurrency, fn.target);
     if (!inst) return undefined;
     this.#take(inst);
@@ -255,25 +245,13 @@ export class Activator {
       sendError(res, 503, 'activator is shutting down');
       return;
     }
-    let raw = req.url ?? '/';
-    if (!raw.startsWith('/')) {
-      try {
-        const u = new URL(raw); // absolute-form request target
-        raw = u.pathname + u.search;
-      } catch {
-        sendError(res, 400, `bad request target "${raw.slice(0, 200)}"`);
-        return;
-      }
-    }
-    const m = /^\/([^/?#]*)([^#]*)/.exec(raw);
-    const name = m?.[1] ?? '';
-    const fn = this.#fns.get(name);
-    if (!fn) {
-      sendError(res, 404, name ? `no function named "${name}" (known: ${[...this.#fns.keys()].join(', ')})` : 'request path must start with a function name');
+    const route = routeOf(req.url ?? '/', this.#fns);
+    if ('status' in route) {
+      sendError(res, route.status, route.message);
       return;
     }
-    let path = m?.[2] ?? '';
-    if (!path.startsWith('/')) path = `/${path}`;
+    const { name, path } = route;
+    const fn = this.#fns.get(name)!;
     let inst: Instance;
     try {
       inst = await this.#acquire(fn, res);
@@ -308,21 +286,9 @@ export class Activator {
       this.#scale(fn);
       return Promise.resolve(inst);
     }
-    if (fn.queue.length >= this.#maxQueue) {
-      return Promise.reject(new ActivatorError(503, `pending request queue full (${this.#maxQueue} requests buffered for "${fn.spec.name}")`));
-    }
-    return new Promise<Instance>((resolve, reject) => {
-      const waiter: Waiter = { resolve, reject };
-      fn.queue.push(waiter);
-      res.once('close', () => {
-        const i = fn.queue.indexOf(waiter);
-        if (i >= 0) {
-          fn.queue.splice(i, 1); // client went away while buffered
-          reject(new ActivatorError(499, 'client closed the request'));
-        }
-      });
-      this.#scale(fn);
-    });
+    const waiting = fn.queue.wait(res);
+    this.#scale(fn);
+    return waiting;
   }
 
   #take(inst: Instance): void {
@@ -353,17 +319,11 @@ export class Activator {
 
   /** Hands buffered requests to instances with room. */
   #dispatch(fn: FunctionState): void {
-    while (fn.queue.length > 0) {
+    fn.queue.hand(() => {
       const inst = pick(fn.instances, fn.spec.scaling.containerConcurrency, fn.target);
-      if (!inst) return;
-      const waiter = fn.queue.shift()!;
-      this.#take(inst);
-      waiter.resolve(inst);
-    }
-  }
-
-  #rejectQueue(fn: FunctionState, status: number, message: string): void {
-    for (const w of fn.queue.splice(0)) w.reject(new ActivatorError(status, message));
+      if (inst) this.#take(inst);
+      return inst;
+    });
   }
 
   // ---- scaling ----------------------------------------------------------------------------
@@ -380,11 +340,11 @@ export class Activator {
   #scale(fn: FunctionState, afterBackoff = false): void {
     if (this.#closed) return;
     const live = this.#live(fn);
-    let demand = fn.queue.length;
+    let demand = fn.queue.waiting;
     for (const i of fn.instances) demand += i.inFlight;
     const { want, reason } = desiredScale(demand, fn.spec.scaling, live);
     if (want <= live) return;
-    const coldStartForRequests = live === 0 && fn.queue.length > 0;
+    const coldStartForRequests = live === 0 && fn.queue.waiting > 0;
     if (fn.failures > 0 && !afterBackoff && !coldStartForRequests) {
       // The last start failed: further starts back off (100 ms doubling, at most 10 s) like a
       // crash loop. A request arriving when nothing runs still starts one at once (the broker's
@@ -408,7 +368,7 @@ export class Activator {
     inst.idleTimer = setTimeout(() => {
       inst.idleTimer = undefined;
       const fn = this.#byInstance.get(inst)!;
-      if (inst.state !== 'ready' || inst.inFlight > 0 || fn.queue.length > 0) return;
+      if (inst.state !== 'ready' || inst.inFlight > 0 || fn.queue.waiting > 0) return;
       if (this.#live(fn) <= fn.spec.scaling.minScale) return;
       this.#stop(inst, `idle ${formatDuration(this.#idleTimeoutMs)}`);
     }, this.#idleTimeoutMs);
@@ -451,7 +411,7 @@ export class Activator {
     }
     this.#log.error({ fn: fn.spec.name, instance: inst.n, pid: inst.pid, reason }, `function ${fn.spec.name}#${inst.n} failed to start: ${reason}`);
     // Nothing else will serve the buffered requests: fail them (503, the broker retries).
-    if (this.#live(fn) === 0) this.#rejectQueue(fn, 503, `function "${fn.spec.name}" ${reason}`);
+    if (this.#live(fn) === 0) fn.queue.rejectAll(503, `function "${fn.spec.name}" ${reason}`);
     this.#scale(fn);
     // Requests held for this instance (soft target) may now go to the ready ones.
     this.#dispatch(fn);
@@ -498,7 +458,7 @@ export class Activator {
     for (const fn of this.#fns.values()) {
       if (fn.retryTimer) clearTimeout(fn.retryTimer);
       fn.retryTimer = undefined;
-      this.#rejectQueue(fn, 503, 'activator is shutting down');
+      fn.queue.rejectAll(503, 'activator is shutting down');
       for (const inst of [...fn.instances]) {
         count++;
         stops.push(this.#supervisor.stop(inst));

@@ -137,7 +137,7 @@ current-context: c
     assert.equal(error.code, 1);
     const lines = (error.stderr ?? '').trim().split('\n');
     assert.equal(lines.length, 1, `one line: ${error.stderr}`);
-    assert.match(lines[0]!, /configured cluster .*unreachable-kubeconfig.* does not answer: https:\/\/127\.0\.0\.1:1.*--local/);
+    assert.match(lines[0]!, /configured cluster .*unreachable-kubeconfig.* does not answer: .*https:\/\/127\.0\.0\.1:1.*--local/);
     return true;
   });
 });
@@ -186,7 +186,8 @@ test('opfn dead-letters list, replay (through a broker ingress) and clear', asyn
 });
 
 test('Ctrl-C during a burst under opfn dev: intake stops, deliveries finish, nothing is dead-lettered or called a crash', async () => {
-  const { child: dev, match } = await startOpfn(['dev', '--local', '--idle', '30'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { LOG_LEVEL: 'info' });
+  // Resync pings every half second: one refused while the plane stops must not become an unhandled rejection.
+  const { child: dev, match } = await startOpfn(['dev', '--local', '--idle', '30', '--resync', '0.5'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { LOG_LEVEL: 'info' });
   let output = '';
   dev.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   dev.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -213,4 +214,23 @@ test('Ctrl-C during a burst under opfn dev: intake stops, deliveries finish, not
   const letters = existsSync(deadLetters) ? readFileSync(deadLetters, 'utf8').trim() : '';
   assert.equal(letters, '', `nothing dead-lettered by the shutdown:\n${letters.slice(0, 2000)}`);
   assert.match(output, /immortal-container: \d+ requests \(\d+ direct\), up to \d+ instance/, 'the plane reports what the functions served');
+});
+
+test('a second Ctrl-C forces the exit at once and leaves no process behind', async () => {
+  const { child: dev, match } = await startOpfn(['dev', '--local'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/);
+  let output = '';
+  dev.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const kubeconfig = match[1];
+  // A function instance is running (its process must not outlive the forced exit).
+  await kubeFor(kubeconfig).create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'forced', namespace: 'default' }, spec: { image: 'nginx' } });
+  await eventually(() => kubeFor(kubeconfig).get(Pod, { namespace: 'default', name: 'forced-immortalpod' }), 30_000, 'the function ran');
+  dev.kill('SIGINT');
+  await eventually(async () => /stopping/.test(output), 10_000, 'the first Ctrl-C is acknowledged');
+  dev.kill('SIGINT');
+  assert.equal(await exited(dev), 130, output);
+  assert.match(output, /again: exiting now/);
+  await eventually(async () => {
+    const pgrep = (pattern: string) => promisify(execFile)('pgrep', ['-f', pattern]).then((r) => r.stdout.trim(), () => '');
+    return (await pgrep(dirname(kubeconfig))) === '' && (await pgrep(join(stateDir, 'dist'))) === '';
+  }, 15_000, 'no control-plane or function process left');
 });

@@ -9,6 +9,7 @@ import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { pino } from 'pino';
 import { Activator, canTransition, capacityAtMaxScale, desiredScale, pick, type FunctionProcessSpec } from '../../eventing/activator.ts';
+import { routeOf } from '../../eventing/activator/handler.ts';
 
 const CHILD = `
 import http from 'node:http';
@@ -133,5 +134,14 @@ describe('activator pure pieces', () => {
     assert.ok(canTransition('ready', 'suspect') && canTransition('suspect', 'ready'));
     assert.ok(!canTransition('stopping', 'ready'));
     assert.ok(!canTransition('exited', 'starting'));
+  });
+
+  test('handler: routes /<function>/<path>, absolute-form targets too; 404 and 400 with reasons', () => {
+    const known = new Set(['fn', 'other']);
+    assert.deepEqual(routeOf('/fn/a/b?x=1', known), { name: 'fn', path: '/a/b?x=1' });
+    assert.deepEqual(routeOf('/fn', known), { name: 'fn', path: '/' });
+    assert.deepEqual(routeOf('http://h:1/other/z', known), { name: 'other', path: '/z' });
+    assert.deepEqual(routeOf('/nope/x', known), { status: 404, message: 'no function named "nope" (known: fn, other)' });
+    assert.equal((routeOf('::bad', known) as { status: number }).status, 400);
   });
 });
