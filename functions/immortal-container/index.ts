@@ -16,5 +16,8 @@ export default defineFunction({
     { apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers/status'], verbs: ['update'] },
     { apiGroups: [''], resources: ['pods'], verbs: ['create', 'delete'] },
   ],
+  // Acts on spec.image and status only: an update that leaves the generation observed is the
+  // status's own change (ours or another instance's) and needs no reconcile.
+  readsMetadata: false,
   reconcile: reconcileImmortalContainer,
 });

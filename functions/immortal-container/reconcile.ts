@@ -10,6 +10,12 @@ import { desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, t
 const reported = (owner: ImmortalContainer, reason: string, message: string) =>
   owner.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === message) ?? false;
 
+/** The status says the current generation was carried out and its pod was healthy then. */
+const settled = (owner: ImmortalContainer, podName: string): boolean => {
+  const ready = owner.status?.conditions?.find((condition) => condition.type === 'Ready');
+  return owner.status?.observedGeneration === owner.metadata.generation && owner.status?.currentPod === podName && (ready?.reason === 'PodRunning' || ready?.reason === 'PodPending');
+};
+
 export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, events, now, hint }: ReconcileContext): Promise<ReconcileResult | void> {
   const owner = await kube.get<ImmortalContainer>(ImmortalContainerKind, key);
   // Gone, or going: the garbage collector removes the pod through its ownerReference.
@@ -23,6 +29,11 @@ export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, ev
     const hinted = hint as PodObject;
     if (podAction(owner, hinted, now()).type === 'keep' && jsonEqual(nextStatus(owner, owner, hinted), owner.status)) return;
   }
+
+  // An event about the ImmortalContainer itself whose fresh read shows its current generation
+  // already carried out with a healthy pod tells nothing new about the pod: changes of the pod
+  // come as the pod's own events, and the resync (no hint) reads everything. One read.
+  if (hint?.kind === ImmortalContainerKind.kind && settled(owner, podKey.name)) return;
 
   // Create first, read only when it exists: a new object costs no read of a pod that cannot be
   // there yet. Invalid objects (422) are reported in the status, since retrying cannot help.

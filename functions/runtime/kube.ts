@@ -2,11 +2,14 @@
 // (kubeconfig, in-cluster service account, exec plugins), and a small REST layer over undici
 // that addresses kinds from their declarations, so no discovery call is ever made.
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { KubeConfig, RequestContext, HttpMethod } from '@kubernetes/client-node';
 import { request, type Dispatcher } from 'undici';
-import { collectionPath, kindKeyString, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+import { OwnWrites } from './own-writes.ts';
+
+export { OwnWrites } from './own-writes.ts';
 
 /**
  * client-node 2.0.1 builds a new undici Agent for every request when the cluster has TLS
@@ -109,48 +112,32 @@ export interface ObjectList<T> {
 /** Page size of lists: big enough for few round trips, small enough to bound each answer. */
 export const LIST_PAGE_SIZE = 500;
 
-/**
- * The resourceVersions this process itself last wrote, per object: an event whose object has
- * one of them is the echo of our own write and needs no reconcile. Bounded; oldest forgotten.
- */
-export class OwnWrites {
-  readonly #versions = new Map<string, string>();
-  readonly #limit: number;
-
-  constructor(limit = 10_000) {
-    this.#limit = limit;
-  }
-
-  record(kind: ResourceKind, object: KubeObject | undefined): void {
-    const version = object?.metadata?.resourceVersion;
-    if (!version || !object.metadata.name) return;
-    const id = kindKeyString({ kind, namespace: object.metadata.namespace ?? '', name: object.metadata.name });
-    this.#versions.delete(id);
-    this.#versions.set(id, version);
-    if (this.#versions.size > this.#limit) this.#versions.delete(this.#versions.keys().next().value!);
-  }
-
-  /** True when `object` is exactly the version this process wrote last. */
-  isOwn(kind: ResourceKind, object: KubeObject): boolean {
-    const version = object.metadata.resourceVersion;
-    if (!version || !object.metadata.name) return false;
-    return this.#versions.get(kindKeyString({ kind, namespace: object.metadata.namespace ?? '', name: object.metadata.name })) === version;
-  }
-}
-
 /** Authentication headers and connection pool, prepared once per identity. */
 interface PreparedAuth {
   headers: Record<string, string>;
   dispatcher: Dispatcher | undefined;
   preparedAt: number;
+  /** A service-account token file (in-cluster config): read here, re-read when it changes. */
+  tokenFile?: string;
+  tokenModified?: number;
+  checkedAt: number;
 }
 
 /**
- * How long prepared authentication is reused. client-node re-reads a token file after 60 s (as
- * client-go does), and exec plugins cache their credential until it expires; a 401 prepares
- * again at once.
+ * How long prepared authentication is reused at most. Exec plugins cache their credential until
+ * it expires; a token file is watched (below), and a 401 prepares again at once.
  */
 const AUTH_REUSE_MS = 60_000;
+/** How often a token file's modification time is looked at (a stat, not a read). */
+const TOKEN_FILE_CHECK_MS = 1000;
+
+const modifiedAt = (file: string): number | undefined => {
+  try {
+    return statSync(file).mtimeMs;
+  } catch {
+    return undefined;
+  }
+};
 
 export interface WatchEvent<T = KubeObject> {
   type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
@@ -256,20 +243,42 @@ export class KubeClient {
   /**
    * Headers and dispatcher for this client's identity. client-node's applySecurityAuthentication
    * reads certificate files and rebuilds TLS options on every call; doing it once per identity
-   * (again after AUTH_REUSE_MS, or after a 401) saves that work on every request.
+   * (again when the token file changes, after AUTH_REUSE_MS, or after a 401) saves that work on
+   * every request.
    */
   #authentication(renew = false): Promise<PreparedAuth> {
     const current = this.#auth;
-    if (!renew && current) {
-      // A failed preparation is not kept.
-      return current.then((auth) => (Date.now() - auth.preparedAt < AUTH_REUSE_MS ? auth : this.#authentication(true)));
+    if (!current || renew) return this.#prepare(current);
+    return current.then((auth) => (this.#stillGood(auth) ? auth : this.#prepare(current)));
+  }
+
+  #stillGood(auth: PreparedAuth): boolean {
+    const now = Date.now();
+    if (now - auth.preparedAt >= AUTH_REUSE_MS) return false;
+    if (auth.tokenFile && now - auth.checkedAt >= TOKEN_FILE_CHECK_MS) {
+      auth.checkedAt = now;
+      return modifiedAt(auth.tokenFile) === auth.tokenModified;
     }
+    return true;
+  }
+
+  /** Prepares again, unless a concurrent request already replaced `stale`. */
+  #prepare(stale: Promise<PreparedAuth> | undefined): Promise<PreparedAuth> {
+    if (this.#auth && this.#auth !== stale) return this.#auth;
     const prepared = (async () => {
       const context = new RequestContext(this.server || 'https://localhost', HttpMethod.GET);
       await this.config.applySecurityAuthentication(context);
-      return { headers: context.getHeaders(), dispatcher: context.getDispatcher() as Dispatcher | undefined, preparedAt: Date.now() };
+      const headers = context.getHeaders();
+      // client-node caches a token file's contents for 60 s; read it here so a rotated token
+      // is used as soon as the file changes.
+      const tokenFile = (this.config.getCurrentUser()?.authProvider as { config?: { tokenFile?: string } } | undefined)?.config?.tokenFile;
+      const tokenModified = tokenFile ? modifiedAt(tokenFile) : undefined;
+      if (tokenFile) headers.Authorization = `Bearer ${readFileSync(tokenFile, 'utf8').trim()}`;
+      const now = Date.now();
+      return { headers, dispatcher: context.getDispatcher() as Dispatcher | undefined, preparedAt: now, tokenFile, tokenModified, checkedAt: now };
     })();
     this.#auth = prepared;
+    // A failed preparation is not kept.
     prepared.catch(() => {
       if (this.#auth === prepared) this.#auth = undefined;
     });

@@ -14,11 +14,12 @@ export interface ReplyEvent {
   body: string;
 }
 
-/** Longest key string (group/Kind:namespace/name) times the key limit stays under 400 KiB. */
-export { MAX_KEYS_PER_EVENT };
-
 const rfc3339 = (date: Date): string => date.toISOString().replace(/\.\d+Z$/, 'Z');
 
+/**
+ * The reply event for `keys` (1 to MAX_KEYS_PER_EVENT; each key string is at most about 330
+ * bytes, so a reply stays well under the broker's body limit).
+ */
 export function reconcileReply(functionName: string, keys: string[], notBefore?: Date): ReplyEvent {
   if (keys.length === 0 || keys.length > MAX_KEYS_PER_EVENT) throw new Error(`a reconcile reply carries 1 to ${MAX_KEYS_PER_EVENT} keys, not ${keys.length}`);
   const headers: Record<string, string> = {

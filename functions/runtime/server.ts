@@ -13,17 +13,17 @@ import type { Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { resolveConfig } from './config.ts';
-import type { FunctionDeclaration, ReconcileContext, ReconcileResult } from './declaration.ts';
+import type { FunctionDeclaration, ReconcileContext } from './declaration.ts';
 import { BadKeyError, statusForError, TerminalError, TransientError } from './errors.ts';
-import { BadEventError, decodeCloudEvent, interpretEvent, MAX_KEYS_PER_EVENT, type FunctionEvent } from './events.ts';
+import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from './events.ts';
 import { httpClient, type HttpClient } from './http.ts';
 import { keyOf, kindKey, kindKeyString, parseKindKey, sameKind, type KindKey, type KubeObject } from './kinds.ts';
 import { ApiError, KubeClient } from './kube.ts';
 import { createLogger } from './log.ts';
 import { createMetrics, type FunctionMetrics } from './metrics.ts';
-import { ensureFinalizer, removeFinalizer } from './reconciler.ts';
+import { reconcileWithFinalizer } from './finalizing.ts';
 import { EventSink } from './recorder.ts';
-import { reconcileReply, type ReplyEvent } from './reply.ts';
+import { answerFor, type KeyResult, type Outcome } from './answers.ts';
 import { keysForEvent, uniqueKeys } from './routing.ts';
 import { SeenObjects, skipReason } from './skips.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
@@ -43,14 +43,7 @@ export interface FunctionHostOptions {
   now?: () => Date;
 }
 
-export interface Outcome {
-  status: number;
-  body: Record<string, unknown>;
-  /** A reply CloudEvent for the broker (2xx only): keys still to reconcile. */
-  reply?: ReplyEvent;
-  /** Seconds, for a Retry-After header on a 503. */
-  retryAfterSeconds?: number;
-}
+export type { Outcome } from './answers.ts';
 
 /** Response header carrying what a delivery did, in counts (never keys: headers are limited to 16 KiB). */
 export const OUTCOME_HEADER = 'x-opfn-outcome';
@@ -60,17 +53,8 @@ const asciiJson = (value: unknown): string => JSON.stringify(value).replace(/[^\
 export const DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024;
 /** A reconcile event this early is delivered by a broker that does not hold replies (Knative): dropped. */
 const NOT_BEFORE_TOLERANCE_MS = 1000;
-/** A finalize that answered "not yet" is tried again after this long. */
-const FINALIZE_AGAIN_SECONDS = 10;
 /** How long a draining process waits for its Kubernetes Events to be written. */
 const EVENT_FLUSH_DEADLINE_MS = 5000;
-/** Failures listed in a 5xx body: enough to debug, bounded whatever the number of keys. */
-const LISTED_FAILURES = 5;
-
-/** The result of one key. */
-type KeyResult =
-  | { type: 'done'; requeueAt?: number }
-  | { type: 'failed'; status: number; error: string; retryAfterSeconds?: number };
 
 export class FunctionHost {
   readonly app: express.Express;
@@ -200,41 +184,7 @@ export class FunctionHost {
       for (let index = next++; index < keys.length; index = next++) results[index] = await this.reconcileKey(keys[index], log, hint);
     };
     await Promise.all(Array.from({ length: Math.min(this.#options.resyncConcurrency, keys.length) }, worker));
-    return this.#answer(keys, results);
-  }
-
-  #answer(keys: KindKey[], results: KeyResult[]): Outcome {
-    const { declaration, now } = this.#options;
-    const failed: { key: KindKey; result: Extract<KeyResult, { type: 'failed' }> }[] = [];
-    const requeued: { key: KindKey; at: number }[] = [];
-    keys.forEach((key, index) => {
-      const result = results[index];
-      if (result.type === 'failed') failed.push({ key, result });
-      else if (result.requeueAt !== undefined) requeued.push({ key, at: result.requeueAt });
-    });
-    const counts = { reconciled: keys.length - failed.length, failed: failed.length, requeued: requeued.length };
-    const listed = failed.slice(0, LISTED_FAILURES).map(({ key, result }) => ({ key: kindKeyString(key), error: result.error }));
-    const retryable = failed.filter(({ result }) => result.status >= 500);
-    // Keys that can never succeed (400) are not worth a reply: they are reported and dropped.
-    if (failed.length === keys.length && keys.length > 0) {
-      const status = retryable.length === 0 ? 400 : retryable.every(({ result }) => result.status === 503) ? 503 : 500;
-      const retryAfter = Math.min(...retryable.map(({ result }) => result.retryAfterSeconds ?? Infinity));
-      return { status, body: { error: listed[0].error, ...counts, failures: listed }, retryAfterSeconds: Number.isFinite(retryAfter) ? retryAfter : undefined };
-    }
-    // More failures than a reply may carry: the whole event is retried (truthful, if costly).
-    if (retryable.length > MAX_KEYS_PER_EVENT) return { status: 503, body: { error: `${retryable.length} keys failed, more than a reply can carry; first: ${listed[0].error}`, ...counts, failures: listed } };
-    if (retryable.length > 0) {
-      // Keys that asked to come back later ride along when there is room (early is harmless).
-      const again = [...retryable.map(({ key }) => key), ...requeued.map(({ key }) => key)].slice(0, MAX_KEYS_PER_EVENT);
-      return { status: 200, body: { ...counts, retrying: retryable.length, failures: listed }, reply: reconcileReply(declaration.name, again.map(kindKeyString)) };
-    }
-    if (requeued.length > 0) {
-      // One reply, due when the earliest key is; later ones find they are early and ask again.
-      // Beyond the limit a requeue is dropped: the function keeps its due time, the resync catches up.
-      const soonest = requeued.sort((a, b) => a.at - b.at).slice(0, MAX_KEYS_PER_EVENT);
-      return { status: 200, body: counts, reply: reconcileReply(declaration.name, soonest.map(({ key }) => kindKeyString(key)), new Date(Math.max(soonest[0].at, now().getTime()))) };
-    }
-    return { status: 200, body: counts };
+    return answerFor(this.#options.declaration.name, keys, results, this.#options.now());
   }
 
   /**
@@ -256,7 +206,7 @@ export class FunctionHost {
       };
       const ctx = this.#context(log, followUp ? undefined : hint);
       try {
-        const result = await this.#reconcileWithFinalizer(key, ctx);
+        const result = await reconcileWithFinalizer(this.#options.declaration, key, ctx);
         const requeue = result?.requeueAfterSeconds;
         const seconds = observe(requeue !== undefined ? 'requeue' : 'success');
         if (ctx.hint && sameKind(key.kind, ctx.hint.apiVersion, ctx.hint.kind)) this.#seen.remember(key, ctx.hint);
@@ -285,28 +235,7 @@ export class FunctionHost {
     return { kube, log, events: this.#events.recorder(log), config, http, now, hint };
   }
 
-  /**
-   * The declared finalizer, driven around reconcile: added before reconcile to an object that is
-   * not being deleted; on deletion `finalize` runs instead and the finalizer goes once it is done.
-   */
-  async #reconcileWithFinalizer(key: KindKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
-    const { declaration, kube } = this.#options;
-    const finalizer = declaration.finalizer;
-    if (!finalizer) return declaration.reconcile(key, ctx);
-    const object = await kube.get(key.kind, key);
-    if (!object) return declaration.reconcile(key, { ...ctx, hint: undefined });
-    const has = object.metadata.finalizers?.includes(finalizer.name) ?? false;
-    if (object.metadata.deletionTimestamp) {
-      // Being deleted without our finalizer: nothing of ours is left to clean up.
-      if (!has) return undefined;
-      if (!(await finalizer.finalize(object, ctx))) return { requeueAfterSeconds: FINALIZE_AGAIN_SECONDS };
-      await removeFinalizer(kube, key.kind, object, finalizer.name);
-      return undefined;
-    }
-    const current = has ? object : await ensureFinalizer(kube, key.kind, object, finalizer.name);
-    // A fresh read: as good a hint as any event body.
-    return declaration.reconcile(key, { ...ctx, hint: current ?? object });
-  }
+
 
   /** Stops taking events (readiness turns 503) and resolves when in-flight ones are answered and recorded Events written. */
   drain(): Promise<void> {

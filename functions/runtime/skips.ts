@@ -5,8 +5,10 @@
 //   echo         the object is exactly the version this process itself just wrote (its own pod
 //                create, its own status write): the reconcile that wrote it knew all of it.
 //   status only  an update of the reconciled kind whose generation equals
-//                status.observedGeneration and whose metadata (labels, annotations, finalizers,
-//                owners) is what this process last reconciled: only the status changed.
+//                status.observedGeneration, not being deleted, with the declared finalizer in
+//                place; for a function that reads the object's labels or annotations
+//                (`readsMetadata`, the default) also with the metadata this process last
+//                reconciled: only the status changed.
 // Deletes are never skipped: a re-list's synthesized delete may carry the last version we wrote.
 import type { FunctionDeclaration } from './declaration.ts';
 import type { FunctionEvent } from './events.ts';
@@ -61,6 +63,6 @@ export function skipReason(declaration: FunctionDeclaration, event: Extract<Func
   const finalizer = declaration.finalizer?.name;
   if (finalizer && !object.metadata.finalizers?.includes(finalizer)) return undefined;
   const key = { kind, namespace: kind.namespaced ? event.ref.namespace : '', name: event.ref.name };
-  if (!seen.same(key, object)) return undefined;
+  if (declaration.readsMetadata && !seen.same(key, object)) return undefined;
   return `${what}: only its status changed (generation ${generation} observed)`;
 }

@@ -190,6 +190,19 @@ describe('the seed walkthrough', () => {
     assert.deepEqual([ready?.status, ready?.reason], ['False', 'PodNameTaken']);
   });
 
+  test('an ImmortalContainer whose pod the API server refuses is reported once, not on every reconcile', async () => {
+    // 70 characters: a valid name, but too long for the pod's controller label (63).
+    const name = `invalid-${'p'.repeat(62)}`;
+    const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image: 'nginx' } });
+    for (let i = 0; i < 3; i++) assert.equal((await deliver(fn.url, event(ImmortalContainerKind, ic, 'add'))).status, 200);
+    await fn.host.flushEvents();
+    const ready = (await getIc({ namespace: 'default', name }))!.status!.conditions?.find((c) => c.type === 'Ready');
+    assert.equal(ready?.reason, 'PodInvalid');
+    const warnings = (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.filter((e) => e.reason === 'PodInvalid');
+    assert.equal(warnings.length, 1);
+    assert.equal(warnings[0].count, 1, 'posted once');
+  });
+
   test('an ImmortalContainer being deleted gets no new pod', async () => {
     const icKey = { namespace: 'default', name: 'doomed' };
     const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'doomed', namespace: 'default', finalizers: ['test.operator-functions.dev/hold'] }, spec: { image: 'nginx' } });

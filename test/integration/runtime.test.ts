@@ -285,6 +285,16 @@ describe('the lean path', () => {
       }
       assert.equal(await fn.requests(), created, 'no request for the echoes');
 
+      // No-op events cost one read: the add redelivered (a retrying sender, or a source's re-list),
+      // and a pod event whose body shows nothing to do.
+      const beforeNoOps = await fn.requests();
+      assert.equal((await post(fn.url, event(ImmortalContainerKind, ic, 'add'))).status, 200);
+      assert.equal(await fn.requests(), beforeNoOps + 1, 'redelivered add: one read');
+      const relabelled = await kube.mergePatch(Pod, { namespace: 'default', name: 'lean-immortalpod' }, { metadata: { labels: { seen: 'yes' } } });
+      assert.equal((await post(fn.url, event(Pod, relabelled, 'update'))).status, 200);
+      assert.equal(await fn.requests(), beforeNoOps + 2, 'no-op pod event: one read');
+      assert.equal((await kube.get(ImmortalContainerKind, { namespace: 'default', name: 'lean' }))!.metadata.resourceVersion, written.metadata.resourceVersion, 'and no write');
+
       // Someone else's status-only change, after this process reconciled the object once.
       assert.equal((await post(fn.url, event(ImmortalContainerKind, written, 'add'))).status, 200);
       const afterReconcile = await fn.requests();

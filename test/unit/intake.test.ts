@@ -239,6 +239,11 @@ describe('bodies and names that reach a URL', () => {
     assert.match(answer.json.error, new RegExp(`larger than ${MAX_BODY} bytes`));
   });
 
+  test('a 20 MB POST gets 413 too: the body is drained, the connection is not reset', async () => {
+    const answer = await post(`${fn.url}/`, binaryHeaders(), 'x'.repeat(20 * 1024 * 1024));
+    assert.equal(answer.status, 413, answer.text);
+  });
+
   test('a Resource-mode event for a 1.5 MiB object is taken (answered 503 only because the API is unreachable)', async () => {
     const big = { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', metadata: { name: 'web', namespace: 'default', annotations: { big: 'é'.repeat(750 * 1024) } }, spec: { image: 'nginx' } };
     const answer = await post(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.knative.apiserver.resource.add' }), JSON.stringify(big));

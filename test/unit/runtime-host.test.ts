@@ -134,6 +134,26 @@ describe('answers', () => {
   });
 });
 
+describe('Kubernetes Events on shutdown', () => {
+  test('drain() waits until the Events recorded by finished reconciles have been written (or given up)', async () => {
+    const posts: number[] = [];
+    const config = new ConnectionReusingKubeConfig();
+    config.loadFromOptions({
+      clusters: [{ name: 'nowhere', server: 'https://127.0.0.1:1', skipTLSVerify: true }],
+      users: [{ name: 'someone', token: 't' }],
+      contexts: [{ name: 'nowhere', cluster: 'nowhere', user: 'someone' }],
+      currentContext: 'nowhere',
+    });
+    const kube = new KubeClient(config, (verb, resource) => { if (verb === 'post' && resource === 'events') posts.push(Date.now()); });
+    const declaration = defineFunction({ name: 'widgets', description: 'test', reconciles: Widget, rbac: [], reconcile: async () => { throw new TerminalError('spec is nonsense', { reason: 'InvalidSpec' }); } });
+    const host = createFunctionHost(declaration, { kube, log: quietLog, metrics: createMetrics('widgets') });
+    assert.equal((await receive(host as ReturnType<typeof hostFor>, widgetEvent('a'))).status, 200, 'answered before the Event is written');
+    assert.equal(posts.length, 0, 'the Event is written off the critical path');
+    await host.drain();
+    assert.equal(posts.length, 4, 'the write (and its retries) happened before drain resolved');
+  });
+});
+
 describe('building blocks', () => {
   test('config: defaults, environment, a missing required value names itself, an undeclared name throws', () => {
     const parameters = [
