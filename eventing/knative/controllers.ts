@@ -1,18 +1,25 @@
-// The generated Knative objects, run by the local plane: watch loops (watch-loop.ts) over the
-// five kinds feed one controller each, and every change is handled one at a time, so a Trigger
-// resolved while a Service appears sees a consistent picture. A Broker or Service change
-// re-resolves the objects that name them, as Knative's trackers do.
+// The generated Knative objects, run by the local plane: the plane's own ApiServerSource (Resource
+// mode, so each event carries the object; list+watch as client-go's reflector, see source.ts)
+// watches the five kinds and feeds one controller each. Every change is handled one at a time,
+// so a Trigger resolved while a Service appears sees a consistent picture; a Broker or Service
+// change re-resolves the objects that name them, as Knative's trackers do.
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
+import { apiVersionOf, type KubeObject } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import type { Broker } from '../broker.ts';
+import { ApiServerSource as LocalSource } from '../source.ts';
 import { ApiServerSourceController } from './api-server-sources.ts';
 import { BrokerDirectory } from './brokers.ts';
 import { ApiServerSource, Broker as BrokerKind, KnativeService, PingSource, Trigger } from './kinds.ts';
 import { PingSourceController } from './ping-sources.ts';
 import { ServiceDirectory, type LocalFunctions } from './services.ts';
 import { TriggerController } from './triggers.ts';
-import { watchObjects, type ObjectHandlers } from './watch-loop.ts';
+
+export interface ObjectHandlers {
+  apply(object: KubeObject): Promise<void>;
+  remove(object: KubeObject): Promise<void>;
+}
 
 export interface KnativeControllerOptions {
   kube: KubeClient;
@@ -26,8 +33,7 @@ export interface KnativeControllerOptions {
 
 export class KnativeControllers {
   readonly #options: KnativeControllerOptions;
-  readonly #abort = new AbortController();
-  readonly #loops: Promise<void>[] = [];
+  #watcher?: LocalSource;
   #serial: Promise<void> = Promise.resolve();
   readonly brokers: BrokerDirectory;
   readonly services: ServiceDirectory;
@@ -57,19 +63,26 @@ export class KnativeControllers {
       [PingSource, this.#serialized(this.pings)],
       [ApiServerSource, this.#serialized(this.sources)],
     ];
-    const listed: Promise<void>[] = [];
-    for (const [kind, handlers] of watched) {
-      const loop = watchObjects(kube, kind, handlers, log.child({ component: 'knative', kind: kind.kind }), this.#abort.signal);
-      this.#loops.push(loop.done);
-      listed.push(loop.listed);
-    }
-    await Promise.all(listed);
+    const handlers = new Map(watched.map(([kind, handler]) => [`${apiVersionOf(kind)} ${kind.kind}`, handler]));
+    this.#watcher = new LocalSource({
+      kube,
+      sources: [{ name: 'knative-objects', mode: 'Resource', resources: watched.map(([kind]) => ({ kind })) }],
+      sink: async (event) => {
+        const ext = event as unknown as { apiversion: string; kind: string };
+        const handler = handlers.get(`${ext.apiversion} ${ext.kind}`);
+        if (!handler) return;
+        const object = event.data as KubeObject;
+        await (event.type.endsWith('.delete') ? handler.remove(object) : handler.apply(object));
+      },
+      log: log.child({ component: 'knative' }),
+      resyncIntervalMs: 0,
+    });
+    await this.#watcher.start();
     await this.#serial;
   }
 
   async stop(): Promise<void> {
-    this.#abort.abort();
-    await Promise.allSettled(this.#loops);
+    await this.#watcher?.stop();
     await this.#serial;
     this.pings.stop();
     await this.sources.stop();
@@ -82,9 +95,16 @@ export class KnativeControllers {
       this.#serial = next.catch(() => {});
       return next;
     };
-    return {
-      apply: (object) => run(async () => { await controller.apply(object); await then?.(); }),
-      remove: (object) => run(async () => { await controller.remove(object); await then?.(); }),
-    };
+    // A failure is logged, never thrown back at the watcher: it would send the same event again.
+    const log = this.#options.log.child({ component: 'knative' });
+    const guarded = (what: 'apply' | 'remove') => (object: KubeObject) => run(async () => {
+      try {
+        await controller[what](object);
+        await then?.();
+      } catch (error) {
+        log.warn({ object: `${object.metadata.namespace}/${object.metadata.name}`, reason: (error as Error).message }, `${what} ${object.metadata.namespace}/${object.metadata.name}: ${(error as Error).message}`);
+      }
+    });
+    return { apply: guarded('apply'), remove: guarded('remove') };
   }
 }
