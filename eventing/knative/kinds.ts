@@ -1,7 +1,7 @@
 // The kinds `opfn manifests` generates, addressable without discovery (as functions/runtime/
 // kinds.ts does for the functions' own kinds): the Knative kinds the local plane watches and the
 // tests dry-run, and the built-in kinds of a deployment's identities.
-import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
+import { Namespace, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 
 const kind = (group: string, version: string, name: string, plural: string, namespaced = true): ResourceKind => ({ group, version, kind: name, plural, namespaced });
 
@@ -12,7 +12,7 @@ export const PingSource = kind('sources.knative.dev', 'v1', 'PingSource', 'pings
 export const ApiServerSource = kind('sources.knative.dev', 'v1', 'ApiServerSource', 'apiserversources');
 
 const BUILT_IN: ResourceKind[] = [
-  kind('', 'v1', 'Namespace', 'namespaces', false),
+  Namespace,
   kind('', 'v1', 'ServiceAccount', 'serviceaccounts'),
   kind('rbac.authorization.k8s.io', 'v1', 'ClusterRole', 'clusterroles', false),
   kind('rbac.authorization.k8s.io', 'v1', 'ClusterRoleBinding', 'clusterrolebindings', false),
