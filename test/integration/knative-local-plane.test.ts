@@ -132,6 +132,21 @@ describe('the generated objects run on the local plane', () => {
     await eventually(async () => (await readyReason(Trigger, immortalContainer.name)) === 'True Ready', 20_000, 'Ready again');
   });
 
+  test('a PingSource and a Trigger created with kubectl: pings arrive on schedule; deleted, they stop', async () => {
+    const broker = { ref: { apiVersion: 'eventing.knative.dev/v1', kind: 'Broker', name: DEFAULT_OPTIONS.brokerName } };
+    await cluster.kube.create(Trigger, { apiVersion: 'eventing.knative.dev/v1', kind: 'Trigger', metadata: { name: 'pinged', namespace: NS }, spec: { broker: DEFAULT_OPTIONS.brokerName, filter: { attributes: { opfnfunction: 'pinged' } }, subscriber: { uri: other.url } } });
+    await cluster.kube.create(PingSource, { apiVersion: 'sources.knative.dev/v1', kind: 'PingSource', metadata: { name: 'fast-ping', namespace: NS }, spec: { schedule: '@every 1s', contentType: 'application/json', data: '{}', ceOverrides: { extensions: { opfnfunction: 'pinged' } }, sink: broker } });
+    const pings = () => other.events.filter((e) => e.type === 'dev.knative.sources.ping').length;
+    await eventually(async () => pings() >= 2, 20_000, 'two pings at the other implementation');
+    say(`PingSource fast-ping (@every 1s) + Trigger pinged created: ${pings()} pings received`);
+    await cluster.kube.delete(PingSource, { namespace: NS, name: 'fast-ping' });
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const after = pings();
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    assert.equal(pings(), after, 'no ping after the PingSource was deleted');
+    await cluster.kube.delete(Trigger, { namespace: NS, name: 'pinged' });
+  });
+
   test('an ApiServerSource whose ServiceAccount may not list its kind is not Ready: InsufficientPermissions', async () => {
     await cluster.kube.create(ApiServerSource, {
       apiVersion: 'sources.knative.dev/v1', kind: 'ApiServerSource', metadata: { name: 'secrets-without-rights', namespace: NS },
