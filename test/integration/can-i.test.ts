@@ -92,7 +92,7 @@ function matrix(title: string, cells: (Cell & { allowed: boolean })[]): string {
     rows.set(row, byNamespace);
   }
   const width = Math.max(...[...rows.keys()].map((row) => row.length));
-  return [`# can-i ${title}`, ...[...rows].map(([row, byNamespace]) => `#   ${row.padEnd(width)}  ${[...byNamespace].map(([ns, verbs]) => `${ns}: ${verbs.length ? verbs.join(',') : '·'}`).join('   ')}`)].join('\n');
+  return [`# can-i ${title} (asked: ${VERBS.join(' ')} on each row; escalate on roles and clusterroles, bind on rolebindings and clusterroles, impersonate on serviceaccounts and users; listed: what is allowed, · nothing)`, ...[...rows].map(([row, byNamespace]) => `#   ${row.padEnd(width)}  ${[...byNamespace].map(([ns, verbs]) => `${ns}: ${verbs.length ? verbs.join(',') : '·'}`).join('   ')}`)].join('\n');
 }
 
 let cp: ControlPlane;
