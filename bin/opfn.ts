@@ -18,15 +18,22 @@ const seconds = (value: string): number => {
   return parsed;
 };
 
-/** Runs until Ctrl-C / SIGTERM, then stops cleanly once; a second Ctrl-C forces the exit. */
+/**
+ * Runs until Ctrl-C / SIGTERM, then stops cleanly once; a second Ctrl-C forces the exit. Under
+ * `npm start` one Ctrl-C arrives twice (the terminal signals the process group and npm forwards
+ * it), so a signal within a second of the first counts as the same one.
+ */
 function untilSignal(stop: () => Promise<void>): void {
   let stopping = false;
+  let firstAt = 0;
   const handler = async (signal: string) => {
     if (stopping) {
+      if (performance.now() - firstAt < 1000) return;
       say(`${signal} again: exiting now (deliveries still running are cut; child processes are killed)`);
       process.exit(130);
     }
     stopping = true;
+    firstAt = performance.now();
     say(`${signal}: stopping (intake first, then waiting for deliveries in flight; Ctrl-C again to force)...`);
     try {
       await stop();
