@@ -10,6 +10,12 @@ import { desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, t
 const reported = (owner: ImmortalContainer, reason: string, message: string) =>
   owner.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === message) ?? false;
 
+/** A pod of the ImmortalContainer `key` names, as created: Pending (or no phase yet), not being deleted. */
+const asCreated = (pod: PodObject, key: ObjectKey): boolean =>
+  pod.metadata.name === `${key.name}-immortalpod` && pod.metadata.namespace === key.namespace && !pod.metadata.deletionTimestamp
+  && (pod.status?.phase ?? 'Pending') === 'Pending'
+  && (pod.metadata.ownerReferences?.some((owner) => owner.controller && owner.kind === ImmortalContainerKind.kind && owner.name === key.name) ?? false);
+
 /** The status says the current generation was carried out and its pod was healthy then. */
 const settled = (owner: ImmortalContainer, podName: string): boolean => {
   const ready = owner.status?.conditions?.find((condition) => condition.type === 'Ready');
@@ -17,6 +23,11 @@ const settled = (owner: ImmortalContainer, podName: string): boolean => {
 };
 
 export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, events, now, hint }: ReconcileContext): Promise<ReconcileResult | void> {
+  // An event about our pod as it was created (not started, not going): the reconcile that
+  // created it writes the status (or fails, and its own event is delivered again), and any
+  // change of the ImmortalContainer since comes as its own event. Nothing to do, no request.
+  if (hint?.kind === 'Pod' && asCreated(hint as PodObject, key)) return;
+
   const owner = await kube.get<ImmortalContainer>(ImmortalContainerKind, key);
   // Gone, or going: the garbage collector removes the pod through its ownerReference.
   if (!owner || owner.metadata.deletionTimestamp) return;
@@ -25,10 +36,8 @@ export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, ev
   // An event about our pod carried its body: if that pod needs nothing and the status already
   // says so, this event costs one read. The body is only trusted to do less: anything to do
   // reads the pod afresh below.
-  if (hint?.kind === 'Pod' && hint.metadata.name === podKey.name && hint.metadata.namespace === key.namespace) {
-    const hinted = hint as PodObject;
-    if (podAction(owner, hinted, now()).type === 'keep' && jsonEqual(nextStatus(owner, owner, hinted), owner.status)) return;
-  }
+  const podHint = hint?.kind === 'Pod' && hint.metadata.name === podKey.name && hint.metadata.namespace === key.namespace ? (hint as PodObject) : undefined;
+  if (podHint && podAction(owner, podHint, now()).type === 'keep' && jsonEqual(nextStatus(owner, owner, podHint), owner.status)) return;
 
   // An event about the ImmortalContainer itself whose fresh read shows its current generation
   // already carried out with a healthy pod tells nothing new about the pod: changes of the pod
@@ -57,7 +66,9 @@ export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, ev
     }
   };
 
-  if (!owner.status?.currentPod) {
+  // A pod event says a pod exists (the status may not say so yet: another instance's write is
+  // on its way): read it rather than try a create bound to fail. The hint only picks the order.
+  if (!owner.status?.currentPod && !podHint) {
     pod = await create();
   } else {
     // A fresh read: "nothing to do" is a decision no conditional write would check.

@@ -292,13 +292,18 @@ describe('the lean path', () => {
       assert.equal(await fn.requests(), beforeNoOps + 1, 'redelivered add: one read');
       const relabelled = await kube.mergePatch(Pod, { namespace: 'default', name: 'lean-immortalpod' }, { metadata: { labels: { seen: 'yes' } } });
       assert.equal((await post(fn.url, event(Pod, relabelled, 'update'))).status, 200);
-      assert.equal(await fn.requests(), beforeNoOps + 2, 'no-op pod event: one read');
-      assert.equal((await kube.get(ImmortalContainerKind, { namespace: 'default', name: 'lean' }))!.metadata.resourceVersion, written.metadata.resourceVersion, 'and no write');
+      assert.equal(await fn.requests(), beforeNoOps + 1, 'a pod event showing our pod as created (Pending): no request');
+      const running = await kube.replace(Pod, { ...relabelled, status: { phase: 'Running' } }, 'status');
+      assert.equal((await post(fn.url, event(Pod, running, 'update'))).status, 200);
+      assert.equal((await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'lean' }))!.status?.conditions?.find((c) => c.type === 'Ready')?.reason, 'PodRunning', 'a real change is acted on');
+      const settledAt = await fn.requests();
+      assert.equal((await post(fn.url, event(Pod, running, 'update'))).status, 200);
+      assert.equal(await fn.requests(), settledAt + 1, 'the same Running pod again: one read');
 
-      // Someone else's status-only change, after this process reconciled the object once.
-      assert.equal((await post(fn.url, event(ImmortalContainerKind, written, 'add'))).status, 200);
+      // Someone else's status-only change.
+      const current = (await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'lean' }))!;
       const afterReconcile = await fn.requests();
-      const touched = await kube.replace<ImmortalContainer>(ImmortalContainerKind, { ...written, status: { ...written.status, conditions: [] } }, 'status');
+      const touched = await kube.replace<ImmortalContainer>(ImmortalContainerKind, { ...current, status: { ...current.status, conditions: [] } }, 'status');
       const statusOnly = await post(fn.url, event(ImmortalContainerKind, touched, 'update'));
       assert.match(statusOnly.outcome.ignored, /only its status changed/);
       assert.equal(await fn.requests(), afterReconcile);
