@@ -8,7 +8,7 @@ import { nextFire, parseSchedule } from '../../eventing/knative/cron.ts';
 import { pingEvent, pingPlan } from '../../eventing/knative/ping-sources.ts';
 import { functionOf, scalingFromService, ServiceDirectory } from '../../eventing/knative/services.ts';
 import { nextStatus, sameStatus } from '../../eventing/knative/status.ts';
-import { brokerTriggerFor, type Resolvers } from '../../eventing/knative/triggers.ts';
+import { brokerTriggerFor, TriggerController, type Resolvers } from '../../eventing/knative/triggers.ts';
 import { deadLetterSink } from '../../eventing/manifests/broker.ts';
 import { functionObjects } from '../../eventing/manifests/index.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
@@ -170,5 +170,46 @@ describe('status conditions', () => {
     assert.ok(!sameStatus(object, flipped));
     // A field removed by the merge patch (null) equals an absent one: no endless rewrite.
     assert.ok(sameStatus(object, { ...same, subscriberUri: null }));
+  });
+});
+
+describe('TriggerController', () => {
+  const setup = () => {
+    const patches: { name: string; status: any }[] = [];
+    const kube = { mergePatch: async (_kind: unknown, key: { name: string }, patch: { status: unknown }) => { patches.push({ name: key.name, status: patch.status }); return {}; } } as unknown as KubeClient;
+    const routes = new Map<string, string>();
+    const calls: string[] = [];
+    const broker = {
+      addTrigger: (trigger: { name: string; subscriber: string; filter?: { attributes: Record<string, string> } }) => {
+        calls.push(`add ${trigger.name}`);
+        if (Object.keys(trigger.filter?.attributes ?? {}).some((name) => !/^[a-z][a-z0-9]*$/.test(name))) throw new Error(`trigger ${trigger.name}: invalid filter`);
+        routes.set(trigger.name, trigger.subscriber);
+      },
+      removeTrigger: (name: string) => { calls.push(`remove ${name}`); routes.delete(name); },
+    };
+    return { patches, routes, calls, controller: new TriggerController(kube, broker, resolvers) };
+  };
+
+  test('a route per Trigger; an unchanged Trigger is not re-added; a delete removes the route', async () => {
+    const { routes, calls, patches, controller } = setup();
+    const object = find('Trigger');
+    await controller.apply(object);
+    await controller.apply(object);
+    assert.deepEqual(calls, [`add ${NS}/${declaration.name}`]);
+    assert.equal(routes.get(`${NS}/${declaration.name}`), FUNCTION_URL);
+    assert.equal(patches[0].status.conditions.at(-1).status, 'True');
+    await controller.remove(object);
+    assert.equal(routes.size, 0);
+  });
+
+  test('a Trigger the broker refuses: no route, Ready=False Invalid with the broker\'s reason, no subscriberUri', async () => {
+    const { routes, patches, controller } = setup();
+    const object = find('Trigger');
+    (object.spec as any).filter = { attributes: { 'Bad-Name': 'x' } };
+    await controller.apply(object);
+    assert.equal(routes.size, 0);
+    const status = patches.at(-1)!.status;
+    assert.deepEqual([status.conditions.at(-1).reason, status.subscriberUri], ['Invalid', null]);
+    assert.match(status.conditions.at(-1).message, /invalid filter/);
   });
 });
