@@ -23,10 +23,16 @@ WORKDIR /app
 # bundles, filled below so the first start of a new instance skips compiling it.
 ENV NODE_ENV=production NODE_COMPILE_CACHE=/app/.cache PORT=8080
 COPY --from=build /app/dist ./dist
-RUN mkdir -p /app/.cache && chown node:node /app/.cache
-USER node
+RUN mkdir -p /app/.cache && chown 1000:1000 /app/.cache
+# The `node` user of the base image, by number: Kubernetes can only verify runAsNonRoot for a
+# numeric USER, and the generated Knative Service runs as this very UID (runAsUser 1000, see
+# eventing/manifests/service.ts). It must be the same UID that fills the cache below: Node keeps
+# its compile cache in a folder named after the UID (…-1000), so a pod under another UID finds
+# no cache and, with a read-only root file system, cannot write one (it still starts, slower).
+USER 1000:1000
 # Starts each function once (no cluster needed) and stops it; Node writes the cache on exit.
-# Cache files are created 0600: make them readable in case the pod runs under another UID.
+# At run time the cache is only read (readOnlyRootFilesystem: Node skips writing an unchanged
+# cache and ignores a folder it cannot write). Cache files are created 0600: make them readable.
 RUN node dist/warm-cache.mjs && chmod -R a+rX /app/.cache
 EXPOSE 8080
 ENTRYPOINT ["node", "dist/main.mjs"]

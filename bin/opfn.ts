@@ -65,13 +65,16 @@ program
   .option('--no-bundle', 'run the functions from their TypeScript sources instead of esbuild bundles (edits apply at the next cold start)')
   .option('-t, --triggers <file...>', 'YAML files of Knative Triggers (spec.subscriber.uri) to add to the broker, e.g. to route a kind to another implementation')
   .option('--local', 'always start a new local control plane, even when a cluster is configured')
+  .option('--replace <function=url...>', 'send a function\'s events to another implementation at this URL instead (as opfn manifests --replace); repeatable')
   .option('--log-format <format>', 'json | pretty (default: pretty on a terminal, json when piped)', logFormatOption)
-  .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[]; bundle: boolean; local?: boolean; logFormat?: 'json' | 'pretty' }) => {
+  .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[]; bundle: boolean; local?: boolean; replace?: string[]; logFormat?: 'json' | 'pretty' }) => {
     const { runDev } = await import('../eventing/dev.ts');
     const { createLogger, logFormat } = await import('../functions/runtime/log.ts');
     const format = options.logFormat ?? logFormat();
     try {
+      const { parseReplacements } = await import('../eventing/manifests/cli.ts');
       const running = await runDev({
+        replace: parseReplacements(options.replace ?? [], functionNames, true),
         functions: options.functions,
         triggerFiles: options.triggers,
         bundle: options.bundle,
@@ -262,6 +265,28 @@ program
       await serve(await loadFunction(name));
     } catch (error) {
       say(`opfn serve: ${(error as Error).message}`);
+      process.exit(1);
+    }
+  });
+
+program
+  .command('manifests')
+  .description('generate the Knative objects (CRDs, Broker, per function: ServiceAccount + role, Service, Trigger, PingSource, ApiServerSources) from the declarations; --out writes a folder for `kubectl apply -k`')
+  .option('-o, --out <dir>', 'write one file per function and kustomization.yaml into <dir> (default: print one YAML stream)')
+  .option('--image <image>', 'container image of the functions (built from the Dockerfile)')
+  .option('-n, --namespace <namespace>', 'run the functions in this namespace only (Roles instead of ClusterRoles; sources watch only it)')
+  .option('--broker-class <class>', 'Knative Broker class: MTChannelBasedBroker (default) or Kafka (durable; needs Knative\'s Kafka broker)')
+  .option('--replace <function=target...>', 'send a function\'s events to a URL or another Knative Service instead (its Trigger\'s subscriber); repeatable')
+  .option('--target <target>', 'knative, or openfaas (a stack.yml)', 'knative')
+  .action(async (options: { out?: string; image?: string; namespace?: string; brokerClass?: string; replace?: string[]; target: string }) => {
+    const { runManifests } = await import('../eventing/manifests/cli.ts');
+    const { loadAllFunctions } = await import('../functions/index.ts');
+    try {
+      if (options.target !== 'knative' && options.target !== 'openfaas') throw new Error(`--target must be knative or openfaas, not "${options.target}"`);
+      const written = runManifests({ ...options, target: options.target }, await loadAllFunctions(), (text) => process.stdout.write(text));
+      if (written.length) say(`wrote ${written.join(', ')}`);
+    } catch (error) {
+      say(`opfn manifests: ${(error as Error).message}`);
       process.exit(1);
     }
   });

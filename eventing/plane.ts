@@ -17,6 +17,7 @@ import type { KubeObject, ResourceKind } from '../functions/runtime/kinds.ts';
 import type { KubeClient } from '../functions/runtime/kube.ts';
 import { Activator, capacityAtMaxScale, type FunctionStats } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
+import { KnativeControllers } from './knative/controllers.ts';
 import { ApiServerSource, type SourceSpec, type SourceStats } from './source.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -104,6 +105,8 @@ export interface PlaneOptions {
   kube: KubeClient;
   /** Kubeconfig file the function processes use. */
   kubeconfigPath: string;
+  /** Per function, a kubeconfig of its own identity (its generated ServiceAccount) instead. */
+  functionKubeconfigs?: Record<string, string>;
   log: Logger;
   /** Folder for the dead-letter file. */
   stateDir: string;
@@ -120,6 +123,16 @@ export interface PlaneOptions {
   triggers?: Trigger[];
   /** Send to a function instance with room directly (Knative's activator leaves the data path); default true. */
   directDelivery?: boolean;
+  /** Function name → URL its events go to instead of the function (as `opfn manifests --replace`). */
+  replace?: Record<string, string>;
+  /**
+   * Run the Knative objects that live in the API server (Brokers, Services, Triggers,
+   * ApiServerSources, PingSources: eventing/knative/) instead of deriving sources, triggers and
+   * pings from the declarations; `kubectl patch trigger …` then takes effect live. For a local
+   * control plane holding the generated objects (eventing/knative/local.ts). `clientFor` gives
+   * each source its ServiceAccount's identity.
+   */
+  knativeObjects?: { clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient> };
 }
 
 export interface PlaneStats {
@@ -136,6 +149,8 @@ export class EventPlane {
   readonly activator: Activator;
   readonly broker: Broker;
   readonly source: ApiServerSource;
+  /** The controllers running the Knative objects (with `knativeObjects`). */
+  knative?: KnativeControllers;
   readonly #options: PlaneOptions;
   readonly #log: Logger;
   #pingTimer?: NodeJS.Timeout;
@@ -151,7 +166,7 @@ export class EventPlane {
       functions: functions.map((declaration) => ({
         name: declaration.name,
         ...command(declaration),
-        env: { KUBECONFIG: options.kubeconfigPath, ...options.env },
+        env: { KUBECONFIG: options.functionKubeconfigs?.[declaration.name] ?? options.kubeconfigPath, ...options.env },
         scaling: declaration.scaling,
         timeoutSeconds: timeoutSecondsOf(declaration),
       })),
@@ -165,7 +180,7 @@ export class EventPlane {
     });
     this.source = new ApiServerSource({
       kube: options.kube,
-      sources: functions.flatMap(sourcesFor),
+      sources: options.knativeObjects ? [] : functions.flatMap(sourcesFor),
       sink: (event) => this.broker.publish(event),
       log: log.child({ component: 'source' }),
       // The resync ping already reconciles every object of every function from one list; the
@@ -178,12 +193,15 @@ export class EventPlane {
   /** Starts activator and broker first, so the source's initial add events find their way. */
   async start(): Promise<{ activatorUrl: string; brokerUrl: string }> {
     const activatorUrl = await this.activator.listen(0, '127.0.0.1');
-    for (const declaration of this.#options.functions) this.broker.addTrigger(triggerFor(declaration, this.activator.urlFor(declaration.name)));
+    const { knativeObjects, replace = {} } = this.#options;
+    if (!knativeObjects) for (const declaration of this.#options.functions) this.broker.addTrigger(triggerFor(declaration, replace[declaration.name] ?? this.activator.urlFor(declaration.name)));
     for (const trigger of this.#options.triggers ?? []) this.broker.addTrigger(trigger);
     const brokerUrl = await this.broker.listen(0, '127.0.0.1');
     await this.activator.start();
+    if (knativeObjects) await this.#startKnative(brokerUrl, knativeObjects.clientFor);
     await this.source.start();
-    const every = this.#options.resyncIntervalMs ?? 0;
+    // With Knative objects, each function's PingSource sends its resync.
+    const every = knativeObjects ? 0 : this.#options.resyncIntervalMs ?? 0;
     if (every > 0) {
       this.#pingTimer = setInterval(() => {
         for (const declaration of this.#options.functions) {
@@ -203,9 +221,26 @@ export class EventPlane {
    */
   async stop(options: { drainTimeoutMs?: number } = {}): Promise<void> {
     clearInterval(this.#pingTimer);
+    await this.knative?.stop();
     await this.source.stop();
     await this.broker.close({ drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_MS });
     await this.activator.close();
+  }
+
+  async #startKnative(brokerUrl: string, clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>): Promise<void> {
+    const declarations = new Map(this.#options.functions.map((declaration) => [declaration.name, declaration]));
+    this.knative = new KnativeControllers({
+      kube: this.#options.kube,
+      broker: this.broker,
+      brokerUrl,
+      functions: {
+        urlFor: (name) => (declarations.has(name) ? this.activator.urlFor(name) : undefined),
+        scalingOf: (name) => declarations.get(name)?.scaling,
+      },
+      log: this.#options.log,
+      clientFor,
+    });
+    await this.knative.start();
   }
 
   stats(): PlaneStats {

@@ -5,7 +5,7 @@
 // not produce, a source folder the bundles need but the build stage does not copy), this fails.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { freePort } from '../../cluster/control-plane.ts';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, posix, resolve } from 'node:path';
@@ -17,6 +17,8 @@ import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '.
 import { Pod } from '../../functions/runtime/kinds.ts';
 import { deliver, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
+import { knativeService } from '../../eventing/manifests/service.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -31,9 +33,12 @@ interface Stage {
   env: Record<string, string>;
   copies: Copy[];
   runs: string[];
+  /** The USER in effect for each RUN (undefined: root). */
+  runUsers: (string | undefined)[];
   entrypoint?: string[];
   cmd?: string[];
   user?: string;
+  expose: number[];
 }
 
 /** Splits on whitespace, keeping "quoted strings" together (quotes removed). */
@@ -51,7 +56,7 @@ function parseDockerfile(text: string): Stage[] {
     const instruction = keyword.toUpperCase();
     if (instruction === 'FROM') {
       const [base, as, name] = words(rest).filter((word) => !word.startsWith('--'));
-      stages.push({ base, name: as?.toUpperCase() === 'AS' ? name : undefined, workdir: '/', env: {}, copies: [], runs: [] });
+      stages.push({ base, name: as?.toUpperCase() === 'AS' ? name : undefined, workdir: '/', env: {}, copies: [], runs: [], runUsers: [], expose: [] });
       return;
     }
     const stage = stages.at(-1);
@@ -76,7 +81,8 @@ function parseDockerfile(text: string): Stage[] {
         stage.copies.push({ from, sources: paths.slice(0, -1), dest: paths.at(-1)!, line: index + 1 });
         break;
       }
-      case 'RUN': stage.runs.push(rest); break;
+      case 'RUN': stage.runs.push(rest); stage.runUsers.push(stage.user); break;
+      case 'EXPOSE': stage.expose.push(...words(rest).map((port) => Number.parseInt(port, 10))); break;
       case 'ENTRYPOINT': stage.entrypoint = execForm(); stage.cmd = undefined; break;
       case 'CMD': stage.cmd = execForm(); break;
       case 'USER': stage.user = rest; break;
@@ -153,9 +159,18 @@ function imageCommand(): { file: string; args: string[] } {
   return { file: process.execPath, args };
 }
 
-function startImage(env: Record<string, string | undefined>): { child: ChildProcess; output: () => { stdout: string; stderr: string }; exited: Promise<number | null> } {
+/** Root may run the image's steps as the image's USER, as Docker and the kubelet do; anyone else runs them as themselves. */
+const isRoot = process.getuid?.() === 0;
+function runAs(user: string | undefined): { uid?: number; gid?: number } {
+  if (!user || !isRoot) return {};
+  const [, uid, gid] = /^(\d+)(?::(\d+))?$/.exec(user) ?? [];
+  assert.ok(uid, `USER ${user}: give a numeric uid:gid (Kubernetes verifies runAsNonRoot only for a numeric USER)`);
+  return { uid: Number(uid), gid: Number(gid ?? uid) };
+}
+
+function startImage(env: Record<string, string | undefined>, as: { uid?: number; gid?: number } = {}): { child: ChildProcess; output: () => { stdout: string; stderr: string }; exited: Promise<number | null> } {
   const { file, args } = imageCommand();
-  const child = spawn(file, args, { cwd: join(image, runtime.workdir), env: imageEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(file, args, { cwd: join(image, runtime.workdir), env: imageEnv(env), stdio: ['ignore', 'pipe', 'pipe'], ...as });
   children.add(child);
   let stdout = '';
   let stderr = '';
@@ -231,7 +246,8 @@ describe('the Dockerfile', () => {
     const metafiles = JSON.parse(readFileSync(metafile, 'utf8')) as Record<string, { inputs: Record<string, unknown> }>;
     const sources = new Set(['bin/build.ts']);
     for (const meta of Object.values(metafiles)) {
-      for (const input of Object.keys(meta.inputs)) if (!input.startsWith('node_modules/') && !input.startsWith('<')) sources.add(input);
+      for (const input of Object.keys(meta.inputs)) // A worktree's node_modules may be a symlink elsewhere (../…/node_modules/…).
+      if (!input.split('/').includes('node_modules') && !input.startsWith('<')) sources.add(input);
     }
     assert.ok(sources.size > 5, `the metafile lists the sources (${[...sources].join(', ')})`);
     const missing = [...sources].filter((path) => !covered(path) || ignored(path));
@@ -250,18 +266,25 @@ describe('the Dockerfile', () => {
       }
     }
     mkdirSync(join(image, 'home'), { recursive: true });
-    // RUN lines of the runtime stage, the parts that matter outside Docker: mkdir and node;
-    // chown/chmod only adjust ownership for the image's user.
-    for (const run of runtime.runs) {
+    // RUN lines of the runtime stage, as the USER in effect (when this test runs as root):
+    // mkdir, node, and chown/chmod on paths of the image.
+    if (isRoot) chmodSync(scratch, 0o755);
+    runtime.runs.forEach((run, index) => {
+      const as = runAs(runtime.runUsers[index]);
       for (const part of run.split('&&').map((segment) => words(segment.trim()))) {
         const [program, ...args] = part;
         if (program === 'mkdir') for (const path of args.filter((arg) => !arg.startsWith('-'))) mkdirSync(imagePath(path), { recursive: true });
         else if (program === 'node') {
-          const result = spawnSync(process.execPath, args, { cwd: join(image, runtime.workdir), env: imageEnv({}), encoding: 'utf8', timeout: 60_000 });
+          const result = spawnSync(process.execPath, args, { cwd: join(image, runtime.workdir), env: imageEnv({}), encoding: 'utf8', timeout: 60_000, ...as });
           assert.equal(result.status, 0, `RUN node ${args.join(' ')} failed:\n${result.stdout}${result.stderr}`);
-        } else assert.ok(program === 'chown' || program === 'chmod', `RUN ${program} in the runtime stage: teach test/integration/bundle.test.ts what it means outside Docker`);
+        } else if (program === 'chown' || program === 'chmod') {
+          // Only root may give files away; chmod applies to one's own files.
+          if (program === 'chown' && !isRoot) continue;
+          const result = spawnSync(program, args.map((arg) => (arg.startsWith('/') ? imagePath(arg) : arg)), { encoding: 'utf8', ...(program === 'chmod' ? as : {}) });
+          assert.equal(result.status, 0, `RUN ${part.join(' ')} failed: ${result.stderr}`);
+        } else assert.fail(`RUN ${program} in the runtime stage: teach test/integration/bundle.test.ts what it means outside Docker`);
       }
-    }
+    });
     const cache = imageEnv({}).NODE_COMPILE_CACHE!;
     const cached = existsSync(cache) ? readdirSync(cache, { recursive: true, withFileTypes: true }).filter((entry) => entry.isFile()) : [];
     assert.ok(cached.length > 0, `the warm-up left compile cache entries in ${cache}`);
@@ -269,6 +292,74 @@ describe('the Dockerfile', () => {
     assert.ok(runtime.user && runtime.user !== 'root' && runtime.user !== '0', 'the runtime stage runs as a non-root USER');
     assert.equal(runtime.env.NODE_ENV, 'production');
     assert.ok(runtime.env.NODE_COMPILE_CACHE, 'NODE_COMPILE_CACHE is set');
+  });
+});
+
+/** Every file of the image's file system with its size, for the report and the read-only check. */
+function imageFiles(): { path: string; bytes: number; mtimeMs: number }[] {
+  return readdirSync(image, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => {
+      const path = join(entry.parentPath, entry.name);
+      const stat = statSync(path);
+      return { path: posix.join('/', path.slice(image.length + 1)), bytes: stat.size, mtimeMs: stat.mtimeMs };
+    })
+    .sort((a, b) => a.path.localeCompare(b.path));
+}
+
+describe('the image and the generated Knative Service agree', () => {
+  const container = (knativeService(immortalContainer, DEFAULT_OPTIONS).spec as any).template.spec.containers[0];
+
+  test('the image\'s contents (files and sizes)', () => {
+    const files = imageFiles();
+    const total = files.reduce((sum, file) => sum + file.bytes, 0);
+    console.log([`# image contents on top of ${runtime.base} (${files.length} files, ${(total / 1024).toFixed(1)} KiB):`, ...files.map((file) => `#   ${(file.bytes / 1024).toFixed(1).padStart(8)} KiB  ${file.path}`)].join('\n'));
+    assert.ok(!files.some((file) => file.path.includes('/node_modules/') || file.path.endsWith('.ts')), 'no node_modules and no TypeScript sources in the image');
+    assert.ok(files.some((file) => file.path === posix.join(runtime.workdir, 'dist', 'main.mjs')));
+  });
+
+  test('port, user and environment: the Service runs the image as its Dockerfile says', () => {
+    assert.deepEqual(runtime.expose, [container.ports[0].containerPort], 'EXPOSE = the Service\'s containerPort');
+    assert.equal(Number(runtime.env.PORT), container.ports[0].containerPort, 'PORT = the containerPort (Knative sets PORT to it)');
+    const [uid, gid] = (runtime.user ?? '').split(':').map(Number);
+    assert.equal(uid, container.securityContext.runAsUser, 'USER = the Service\'s runAsUser');
+    assert.equal(gid, container.securityContext.runAsGroup, 'USER group = the Service\'s runAsGroup');
+    assert.ok(uid > 0 && container.securityContext.runAsNonRoot);
+    assert.deepEqual(container.env.map((e: { name: string }) => e.name), ['FUNCTION'], 'the entry needs only FUNCTION (and the PORT Knative sets)');
+    // Node names its compile-cache folder after the UID: the cache is only found by the UID that filled it.
+    const expectedUid = isRoot ? uid : process.getuid!();
+    const folders = readdirSync(imageEnv({}).NODE_COMPILE_CACHE!);
+    assert.ok(folders.some((folder) => folder.endsWith(`-${expectedUid}`)), `the warm-up filled the cache for UID ${expectedUid} (folders: ${folders.join(', ')})`);
+  });
+
+  test('read-only root file system, as the Service runs it: starts, answers its probes, reads the compile cache, writes nothing', async () => {
+    const as = runAs(runtime.user);
+    const kubeconfig = join(scratch, 'unreachable.kubeconfig');
+    // Only lets the function start: nothing contacts this address before an event arrives.
+    writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: "https://127.0.0.1:9"}}]\nusers: [{name: x, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\ncurrent-context: x\n', { mode: 0o644 });
+    const before = imageFiles();
+    assert.equal(spawnSync('chmod', ['-R', 'a-w', image]).status, 0);
+    try {
+      const port = await freePort();
+      const running = startImage({ FUNCTION: immortalContainer.name, KUBECONFIG: kubeconfig, PORT: String(port), NODE_DEBUG_NATIVE: 'COMPILE_CACHE' }, as);
+      const base = `http://127.0.0.1:${port}`;
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        assert.equal(running.child.exitCode, null, `the function exited: ${running.output().stderr}${running.output().stdout}`);
+        const readiness = await fetch(`${base}${container.readinessProbe.httpGet.path}`).then((r) => r.status, () => 0);
+        if (readiness === 200) break;
+        assert.ok(Date.now() < deadline, `not ready after 20 s: ${running.output().stdout}${running.output().stderr}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      assert.equal((await fetch(`${base}${container.livenessProbe.httpGet.path}`)).status, 200, 'liveness probe path');
+      running.child.kill('SIGTERM');
+      assert.equal(await running.exited, 0, 'drains and exits 0 on SIGTERM');
+      const debug = running.output().stderr;
+      assert.match(debug, new RegExp(`V8 code cache for ESM \\S*/${immortalContainer.name}\\.mjs was accepted`), `the bundle was compiled from the cache:\n${debug}`);
+    } finally {
+      spawnSync('chmod', ['-R', 'u+w', image]);
+    }
+    assert.deepEqual(imageFiles(), before, 'nothing in the image was written or changed');
   });
 });
 

@@ -1,0 +1,158 @@
+// Knative ApiServerSources (sources.knative.dev/v1) on the local plane: each object runs as its
+// own local ApiServerSource (eventing/source.ts) with the spec's resources, label selectors,
+// mode and ceOverrides, sending to the broker; an update restarts it with the new spec (its
+// initial list then emits `add` for what exists, which level-triggered functions treat as a
+// resync), a delete stops it.
+//
+// As Knative's adapter does (knative/eventing pkg/adapter/apiserver): it authenticates as
+// `spec.serviceAccountName` when the plane can issue that account a token (the local control
+// plane can), so a source missing list/watch on a kind fails here as on a cluster; a source
+// without `namespaceSelector` sends only the events of its own namespace (cluster-scoped kinds
+// pass), `namespaceSelector: {}` every namespace. Conditions: SinkProvided,
+// SufficientPermissions, Deployed, Ready (apiserver_lifecycle.go); `status.sinkUri`.
+import type { CloudEvent } from 'cloudevents';
+import type { Logger } from 'pino';
+import { keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import type { KubeClient } from '../../functions/runtime/kube.ts';
+import { formatLabelSelector, type LabelSelector } from '../manifests/sources.ts';
+import { ApiServerSource as LocalSource, type SourceSpec } from '../source.ts';
+import type { BrokerDirectory } from './brokers.ts';
+import { ApiServerSource } from './kinds.ts';
+import { cleared, notReady, ready, writeStatus, type Verdict } from './status.ts';
+
+interface SourceObjectSpec {
+  mode?: 'Reference' | 'Resource';
+  resources?: { apiVersion?: string; kind?: string; selector?: LabelSelector }[];
+  namespaceSelector?: LabelSelector;
+  owner?: unknown;
+  serviceAccountName?: string;
+  ceOverrides?: { extensions?: Record<string, string> };
+  sink?: { ref?: { kind?: string; name?: string; namespace?: string }; uri?: string };
+}
+
+/** Finds plural and scope of a kind, as a RESTMapper does (one discovery call per API version, cached). */
+export class KindResolver {
+  readonly #kube: KubeClient;
+  readonly #versions = new Map<string, Promise<{ name: string; kind: string; namespaced: boolean }[]>>();
+
+  constructor(kube: KubeClient) {
+    this.#kube = kube;
+  }
+
+  async resolve(apiVersion: string, kind: string): Promise<ResourceKind | undefined> {
+    const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+    let resources = this.#versions.get(apiVersion);
+    if (!resources) {
+      resources = this.#kube.request<{ resources: { name: string; kind: string; namespaced: boolean }[] }>('GET', group ? `/apis/${group}/${version}` : `/api/${version}`).then((list) => list.resources);
+      this.#versions.set(apiVersion, resources);
+      resources.catch(() => this.#versions.delete(apiVersion));
+    }
+    const found = (await resources.catch(() => [])).find((resource) => resource.kind === kind && !resource.name.includes('/'));
+    return found && { group, version, kind, plural: found.name, namespaced: found.namespaced };
+  }
+}
+
+/** The local source for an ApiServerSource object, or the conditions saying why there is none. */
+export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolver, 'resolve'>, brokers: Pick<BrokerDirectory, 'has'>): Promise<{ spec?: SourceSpec; onlyNamespace?: string; verdict?: Verdict }> {
+  const spec = (object.spec ?? {}) as SourceObjectSpec;
+  const namespace = object.metadata.namespace ?? '';
+  const fail = (type: string, reason: string, message: string) => ({ verdict: { conditions: [{ type, status: 'False' as const, reason, message }, notReady(reason, message)], fields: cleared('sinkUri') } });
+  const ref = spec.sink?.ref;
+  if (ref?.kind !== 'Broker' || !ref.name) return fail('SinkProvided', 'NotFound', 'locally an ApiServerSource can only send to a Broker');
+  if (!brokers.has(ref.namespace ?? namespace, ref.name)) return fail('SinkProvided', 'NotFound', `Broker "${ref.name}" does not exist`);
+  if (spec.owner) return fail('Deployed', 'OwnerFilterUnsupported', 'the local source does not implement spec.owner');
+  const selector = spec.namespaceSelector;
+  if (selector && (Object.keys(selector.matchLabels ?? {}).length || selector.matchExpressions?.length)) return fail('Deployed', 'NamespaceSelectorUnsupported', 'locally only an empty namespaceSelector (every namespace) or none (this namespace) is supported');
+  const resources = [];
+  for (const resource of spec.resources ?? []) {
+    const kind = resource.apiVersion && resource.kind ? await kinds.resolve(resource.apiVersion, resource.kind) : undefined;
+    if (!kind) return fail('Deployed', 'UnknownKind', `${resource.apiVersion ?? '?'} ${resource.kind ?? '?'} is not served by the API server`);
+    resources.push({ kind, ...(resource.selector ? { labelSelector: formatLabelSelector(resource.selector) } : {}) });
+  }
+  if (!resources.length) return fail('Deployed', 'NoResources', 'spec.resources is empty');
+  return {
+    spec: { name: keyString(keyOf(object)), mode: spec.mode ?? 'Reference', resources, ...(spec.ceOverrides?.extensions ? { extensions: spec.ceOverrides.extensions } : {}) },
+    ...(selector ? {} : { onlyNamespace: namespace }),
+  };
+}
+
+export interface SourceControllerOptions {
+  kube: KubeClient;
+  brokers: Pick<BrokerDirectory, 'has' | 'url'>;
+  publish: (event: CloudEvent<unknown>) => Promise<void>;
+  log: Logger;
+  /** A client authenticated as a ServiceAccount (undefined: the plane's own client is used). */
+  clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>;
+}
+
+export class ApiServerSourceController {
+  readonly #running = new Map<string, { source: LocalSource; fingerprint: string }>();
+  readonly #objects = new Map<string, KubeObject>();
+  readonly #options: SourceControllerOptions;
+  readonly #kinds: KindResolver;
+
+  constructor(options: SourceControllerOptions) {
+    this.#options = options;
+    this.#kinds = new KindResolver(options.kube);
+  }
+
+  async apply(object: KubeObject): Promise<void> {
+    const key = keyString(keyOf(object));
+    this.#objects.set(key, object);
+    const { kube, brokers, log } = this.#options;
+    const planned = await localSourceFor(object, this.#kinds, brokers);
+    if (!planned.spec) {
+      await this.#stop(key);
+      await writeStatus(kube, ApiServerSource, object, planned.verdict!);
+      return;
+    }
+    const account = (object.spec as SourceObjectSpec).serviceAccountName;
+    const fingerprint = JSON.stringify([planned, account]);
+    if (this.#running.get(key)?.fingerprint !== fingerprint) {
+      await this.#stop(key);
+      const namespace = object.metadata.namespace ?? '';
+      const client = account && this.#options.clientFor ? await this.#options.clientFor(namespace, account) : kube;
+      const only = planned.onlyNamespace;
+      const source = new LocalSource({
+        kube: client,
+        sources: [planned.spec],
+        sink: (event) => (only === undefined || !event.namespace || event.namespace === only ? this.#options.publish(event) : Promise.resolve()),
+        log: log.child({ apiserversource: key }),
+        resyncIntervalMs: 0,
+      });
+      try {
+        await source.start();
+      } catch (error) {
+        const message = (error as Error).message;
+        const forbidden = /forbidden|403/i.test(message);
+        await writeStatus(kube, ApiServerSource, object, { conditions: [{ type: 'SufficientPermissions', status: forbidden ? 'False' : 'Unknown', reason: forbidden ? 'Forbidden' : 'Unknown', message }, notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message)], fields: cleared('sinkUri') });
+        return;
+      }
+      this.#running.set(key, { source, fingerprint });
+    }
+    await writeStatus(kube, ApiServerSource, object, {
+      conditions: [{ type: 'SinkProvided', status: 'True', reason: 'SinkProvided' }, { type: 'SufficientPermissions', status: 'True', reason: 'SufficientPermissions' }, { type: 'Deployed', status: 'True', reason: 'Deployed' }, ready()],
+      fields: { sinkUri: brokers.url },
+    });
+  }
+
+  async remove(object: KubeObject): Promise<void> {
+    const key = keyString(keyOf(object));
+    this.#objects.delete(key);
+    await this.#stop(key);
+  }
+
+  async refresh(): Promise<void> {
+    for (const object of [...this.#objects.values()]) await this.apply(object);
+  }
+
+  async stop(): Promise<void> {
+    for (const key of [...this.#running.keys()]) await this.#stop(key);
+  }
+
+  async #stop(key: string): Promise<void> {
+    const running = this.#running.get(key);
+    this.#running.delete(key);
+    await running?.source.stop();
+  }
+}

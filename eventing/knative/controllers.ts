@@ -1,0 +1,110 @@
+// The generated Knative objects, run by the local plane: the plane's own ApiServerSource (Resource
+// mode, so each event carries the object; list+watch as client-go's reflector, see source.ts)
+// watches the five kinds and feeds one controller each. Every change is handled one at a time,
+// so a Trigger resolved while a Service appears sees a consistent picture; a Broker or Service
+// change re-resolves the objects that name them, as Knative's trackers do.
+import type { CloudEvent } from 'cloudevents';
+import type { Logger } from 'pino';
+import { apiVersionOf, type KubeObject } from '../../functions/runtime/kinds.ts';
+import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { Broker } from '../broker.ts';
+import { ApiServerSource as LocalSource } from '../source.ts';
+import { ApiServerSourceController } from './api-server-sources.ts';
+import { BrokerDirectory } from './brokers.ts';
+import { ApiServerSource, Broker as BrokerKind, KnativeService, PingSource, Trigger } from './kinds.ts';
+import { PingSourceController } from './ping-sources.ts';
+import { ServiceDirectory, type LocalFunctions } from './services.ts';
+import { TriggerController } from './triggers.ts';
+
+export interface ObjectHandlers {
+  apply(object: KubeObject): Promise<void>;
+  remove(object: KubeObject): Promise<void>;
+}
+
+export interface KnativeControllerOptions {
+  kube: KubeClient;
+  broker: Pick<Broker, 'addTrigger' | 'removeTrigger' | 'publish'>;
+  brokerUrl: string;
+  functions: LocalFunctions;
+  log: Logger;
+  /** A client authenticated as a ServiceAccount, for ApiServerSources (default: `kube`). */
+  clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>;
+}
+
+export class KnativeControllers {
+  readonly #options: KnativeControllerOptions;
+  #watcher?: LocalSource;
+  #serial: Promise<void> = Promise.resolve();
+  readonly brokers: BrokerDirectory;
+  readonly services: ServiceDirectory;
+  readonly triggers: TriggerController;
+  readonly pings: PingSourceController;
+  readonly sources: ApiServerSourceController;
+
+  constructor(options: KnativeControllerOptions) {
+    this.#options = options;
+    const { kube, broker, brokerUrl, functions, log } = options;
+    const publish = (event: CloudEvent<unknown>) => broker.publish(event);
+    this.brokers = new BrokerDirectory(kube, brokerUrl);
+    this.services = new ServiceDirectory(kube, functions);
+    this.triggers = new TriggerController(kube, broker, { brokers: this.brokers, services: this.services });
+    this.pings = new PingSourceController(kube, this.brokers, publish, log.child({ component: 'pingsource' }));
+    this.sources = new ApiServerSourceController({ kube, brokers: this.brokers, publish, log: log.child({ component: 'source' }), clientFor: options.clientFor });
+  }
+
+  /** Starts watching; resolves once every kind was listed and its objects applied. */
+  async start(): Promise<void> {
+    const { kube, log } = this.#options;
+    const afterBrokers = async () => { await this.triggers.refresh(); await this.pings.refresh(); await this.sources.refresh(); };
+    const watched: [typeof Trigger, ObjectHandlers][] = [
+      [BrokerKind, this.#serialized(this.brokers, afterBrokers)],
+      [KnativeService, this.#serialized(this.services, () => this.triggers.refresh())],
+      [Trigger, this.#serialized(this.triggers)],
+      [PingSource, this.#serialized(this.pings)],
+      [ApiServerSource, this.#serialized(this.sources)],
+    ];
+    const handlers = new Map(watched.map(([kind, handler]) => [`${apiVersionOf(kind)} ${kind.kind}`, handler]));
+    this.#watcher = new LocalSource({
+      kube,
+      sources: [{ name: 'knative-objects', mode: 'Resource', resources: watched.map(([kind]) => ({ kind })) }],
+      sink: async (event) => {
+        const ext = event as unknown as { apiversion: string; kind: string };
+        const handler = handlers.get(`${ext.apiversion} ${ext.kind}`);
+        if (!handler) return;
+        const object = event.data as KubeObject;
+        await (event.type.endsWith('.delete') ? handler.remove(object) : handler.apply(object));
+      },
+      log: log.child({ component: 'knative' }),
+      resyncIntervalMs: 0,
+    });
+    await this.#watcher.start();
+    await this.#serial;
+  }
+
+  async stop(): Promise<void> {
+    await this.#watcher?.stop();
+    await this.#serial;
+    this.pings.stop();
+    await this.sources.stop();
+  }
+
+  /** Handlers that run one at a time across all kinds, `then` after each change. */
+  #serialized(controller: ObjectHandlers, then?: () => Promise<void>): ObjectHandlers {
+    const run = (work: () => Promise<void>) => {
+      const next = this.#serial.then(work);
+      this.#serial = next.catch(() => {});
+      return next;
+    };
+    // A failure is logged, never thrown back at the watcher: it would send the same event again.
+    const log = this.#options.log.child({ component: 'knative' });
+    const guarded = (what: 'apply' | 'remove') => (object: KubeObject) => run(async () => {
+      try {
+        await controller[what](object);
+        await then?.();
+      } catch (error) {
+        log.warn({ object: `${object.metadata.namespace}/${object.metadata.name}`, reason: (error as Error).message }, `${what} ${object.metadata.namespace}/${object.metadata.name}: ${(error as Error).message}`);
+      }
+    });
+    return { apply: guarded('apply'), remove: guarded('remove') };
+  }
+}

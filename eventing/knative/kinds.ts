@@ -1,0 +1,31 @@
+// The kinds `opfn manifests` generates, addressable without discovery (as functions/runtime/
+// kinds.ts does for the functions' own kinds): the Knative kinds the local plane watches and the
+// tests dry-run, and the built-in kinds of a deployment's identities.
+import { Namespace, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+
+const kind = (group: string, version: string, name: string, plural: string, namespaced = true): ResourceKind => ({ group, version, kind: name, plural, namespaced });
+
+export const KnativeService = kind('serving.knative.dev', 'v1', 'Service', 'services');
+export const Trigger = kind('eventing.knative.dev', 'v1', 'Trigger', 'triggers');
+export const Broker = kind('eventing.knative.dev', 'v1', 'Broker', 'brokers');
+export const PingSource = kind('sources.knative.dev', 'v1', 'PingSource', 'pingsources');
+export const ApiServerSource = kind('sources.knative.dev', 'v1', 'ApiServerSource', 'apiserversources');
+
+const BUILT_IN: ResourceKind[] = [
+  Namespace,
+  kind('', 'v1', 'ServiceAccount', 'serviceaccounts'),
+  kind('rbac.authorization.k8s.io', 'v1', 'ClusterRole', 'clusterroles', false),
+  kind('rbac.authorization.k8s.io', 'v1', 'ClusterRoleBinding', 'clusterrolebindings', false),
+  kind('rbac.authorization.k8s.io', 'v1', 'Role', 'roles'),
+  kind('rbac.authorization.k8s.io', 'v1', 'RoleBinding', 'rolebindings'),
+  kind('apiextensions.k8s.io', 'v1', 'CustomResourceDefinition', 'customresourcedefinitions', false),
+];
+
+const ALL = [...BUILT_IN, KnativeService, Trigger, Broker, PingSource, ApiServerSource];
+
+/** The ResourceKind of a generated object (by apiVersion and kind). */
+export function resourceKindOf(object: KubeObject): ResourceKind {
+  const found = ALL.find((k) => (k.group ? `${k.group}/${k.version}` : k.version) === object.apiVersion && k.kind === object.kind);
+  if (!found) throw new Error(`${object.apiVersion} ${object.kind} is not a kind opfn manifests generates`);
+  return found;
+}

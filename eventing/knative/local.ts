@@ -1,0 +1,36 @@
+// Puts a deployment's generated objects into the LOCAL control plane (`opfn dev` with a control
+// plane it started), so the plane runs exactly what `opfn manifests` would install on a cluster
+// and `kubectl get/edit/patch` works on them: the stand-in Knative CRDs, then every generated
+// object but the CRDs (eventing/crds.ts installed those), created or replaced.
+import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { isAlreadyExists, type KubeClient } from '../../functions/runtime/kube.ts';
+import { generateManifests } from '../manifests/index.ts';
+import { DEFAULT_OPTIONS } from '../manifests/options.ts';
+import { validateManifests } from '../manifests/validate.ts';
+import { installKnativeCrds } from './crds.ts';
+import { resourceKindOf } from './kinds.ts';
+
+/** Creates each object, or replaces it when it exists (kubectl apply without the merge): the generated objects win. */
+export async function applyObjects(kube: KubeClient, objects: KubeObject[]): Promise<void> {
+  for (const object of objects) {
+    const kind = resourceKindOf(object);
+    try {
+      await kube.create(kind, object);
+    } catch (error) {
+      if (!isAlreadyExists(error)) throw new Error(`${object.kind} ${object.metadata.name}: ${(error as Error).message}`);
+      const existing = await kube.get(kind, { namespace: object.metadata.namespace ?? '', name: object.metadata.name! });
+      await kube.replace(kind, { ...object, metadata: { ...object.metadata, resourceVersion: existing?.metadata.resourceVersion } });
+    }
+  }
+}
+
+/** Installs the stand-in Knative CRDs and applies the generated objects of `functions` (with `replace` as `opfn manifests --replace`). */
+export async function applyGeneratedObjects(kube: KubeClient, functions: FunctionDeclaration[], replace: Record<string, string> = {}): Promise<{ objects: KubeObject[]; crdsInstalled: number }> {
+  const crdsInstalled = await installKnativeCrds(kube);
+  const objects = generateManifests(functions, { ...DEFAULT_OPTIONS, replace }).flatMap((file) => file.objects).filter((object) => object.kind !== 'CustomResourceDefinition');
+  const problems = validateManifests(objects, new Set(Object.values(replace).filter((target) => !target.includes('://'))));
+  if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);
+  await applyObjects(kube, objects);
+  return { objects, crdsInstalled };
+}

@@ -1,0 +1,118 @@
+// Knative PingSources (sources.knative.dev/v1) on the local plane: each one sends its event to
+// the broker on its schedule (cron.ts), as Knative's mt-ping adapter does: type
+// `dev.knative.sources.ping`, source `/apis/v1/namespaces/<ns>/pingsources/<name>`, the spec's
+// `data` with its `contentType`, and the `ceOverrides` extensions (the function tag its Trigger
+// filters on). A changed schedule takes effect at once; a deleted PingSource stops.
+import { randomUUID } from 'node:crypto';
+import { CloudEvent } from 'cloudevents';
+import type { Logger } from 'pino';
+import { PING_TYPE } from '../../functions/runtime/events.ts';
+import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
+import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { BrokerDirectory } from './brokers.ts';
+import { nextFire, parseSchedule, type Schedule } from './cron.ts';
+import { PingSource } from './kinds.ts';
+import { cleared, notReady, ready, writeStatus, type Verdict } from './status.ts';
+
+interface PingSpec {
+  schedule?: string;
+  timezone?: string;
+  contentType?: string;
+  data?: string;
+  ceOverrides?: { extensions?: Record<string, string> };
+  sink?: { ref?: { kind?: string; name?: string; namespace?: string }; uri?: string };
+}
+
+/** The event a PingSource sends. */
+export function pingEvent(object: KubeObject): CloudEvent<unknown> {
+  const spec = (object.spec ?? {}) as PingSpec;
+  const contentType = spec.contentType ?? 'application/json';
+  let data: unknown = spec.data ?? '';
+  if (/json/.test(contentType) && typeof data === 'string' && data) {
+    try { data = JSON.parse(data); } catch { /* sent as the text it is */ }
+  }
+  return new CloudEvent<unknown>({
+    id: randomUUID(),
+    type: PING_TYPE,
+    source: `/apis/v1/namespaces/${object.metadata.namespace}/pingsources/${object.metadata.name}`,
+    datacontenttype: contentType,
+    ...spec.ceOverrides?.extensions,
+    data,
+  });
+}
+
+/** The schedule of a PingSource, or why it cannot run locally. */
+export function pingPlan(object: KubeObject, brokers: Pick<BrokerDirectory, 'has' | 'url'>): { schedule?: Schedule; verdict: Verdict } {
+  const spec = (object.spec ?? {}) as PingSpec;
+  const namespace = object.metadata.namespace ?? '';
+  const ref = spec.sink?.ref;
+  if (ref?.kind !== 'Broker' || !ref.name) return { verdict: { conditions: [{ type: 'SinkProvided', status: 'False', reason: 'NotFound', message: 'locally a PingSource can only send to a Broker' }, notReady('NotFound', 'locally a PingSource can only send to a Broker')], fields: cleared('sinkUri') } };
+  if (!brokers.has(ref.namespace ?? namespace, ref.name)) return { verdict: { conditions: [{ type: 'SinkProvided', status: 'False', reason: 'NotFound', message: `Broker "${ref.name}" does not exist` }, notReady('NotFound', `Broker "${ref.name}" does not exist`)], fields: cleared('sinkUri') } };
+  if (spec.timezone && spec.timezone !== 'UTC' && spec.timezone !== 'Etc/UTC') return { verdict: { conditions: [notReady('TimezoneUnsupported', `the local plane evaluates schedules in UTC, not ${spec.timezone}`)], fields: cleared('sinkUri') } };
+  try {
+    const schedule = parseSchedule(spec.schedule ?? '* * * * *');
+    return { schedule, verdict: { conditions: [{ type: 'SinkProvided', status: 'True', reason: 'SinkProvided' }, { type: 'Deployed', status: 'True', reason: 'Deployed' }, ready()], fields: { sinkUri: brokers.url } } };
+  } catch (error) {
+    return { verdict: { conditions: [notReady('InvalidSchedule', (error as Error).message)], fields: cleared('sinkUri') } };
+  }
+}
+
+export class PingSourceController {
+  readonly #timers = new Map<string, NodeJS.Timeout>();
+  readonly #sources = new Map<string, KubeObject>();
+  readonly #kube: KubeClient;
+  readonly #brokers: Pick<BrokerDirectory, 'has' | 'url'>;
+  readonly #publish: (event: CloudEvent<unknown>) => Promise<void>;
+  readonly #log: Logger;
+
+  constructor(kube: KubeClient, brokers: Pick<BrokerDirectory, 'has' | 'url'>, publish: (event: CloudEvent<unknown>) => Promise<void>, log: Logger) {
+    this.#kube = kube;
+    this.#brokers = brokers;
+    this.#publish = publish;
+    this.#log = log;
+  }
+
+  async apply(object: KubeObject): Promise<void> {
+    const key = keyString(keyOf(object));
+    this.#sources.set(key, object);
+    this.#stopTimer(key);
+    const { schedule, verdict } = pingPlan(object, this.#brokers);
+    if (schedule) this.#arm(key, schedule);
+    await writeStatus(this.#kube, PingSource, object, verdict);
+  }
+
+  async remove(object: KubeObject): Promise<void> {
+    const key = keyString(keyOf(object));
+    this.#sources.delete(key);
+    this.#stopTimer(key);
+  }
+
+  async refresh(): Promise<void> {
+    for (const object of [...this.#sources.values()]) await this.apply(object);
+  }
+
+  stop(): void {
+    for (const key of [...this.#timers.keys()]) this.#stopTimer(key);
+  }
+
+  #arm(key: string, schedule: Schedule): void {
+    const at = nextFire(schedule, new Date());
+    // setTimeout holds at most about 24.8 days; a later fire re-arms on the way.
+    const wait = Math.min(at.getTime() - Date.now(), 2 ** 31 - 1);
+    const timer = setTimeout(() => {
+      const object = this.#sources.get(key);
+      if (!object) return;
+      if (Date.now() >= at.getTime()) {
+        this.#publish(pingEvent(object)).catch((error: unknown) => this.#log.warn({ pingsource: key, reason: (error as Error).message }, `ping of ${key} not accepted by the broker`));
+      }
+      this.#arm(key, schedule);
+    }, Math.max(wait, 0));
+    timer.unref();
+    this.#timers.set(key, timer);
+  }
+
+  #stopTimer(key: string): void {
+    clearTimeout(this.#timers.get(key));
+    this.#timers.delete(key);
+  }
+}

@@ -1,0 +1,57 @@
+// Readiness reported the way Knative reports it (knative.dev/pkg apis/condition_set.go): a
+// `status.conditions` list with a `Ready` condition (True / False / Unknown, a CamelCase reason,
+// a message), dependent conditions beside it, `observedGeneration`, and `lastTransitionTime` that
+// moves only when a condition's status flips. `kubectl get triggers,apiserversources` prints the
+// Ready and Reason columns from it (the CRDs' additionalPrinterColumns).
+import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
+import { isNotFound, type KubeClient } from '../../functions/runtime/kube.ts';
+
+export interface Condition {
+  type: string;
+  status: 'True' | 'False' | 'Unknown';
+  reason?: string;
+  message?: string;
+  lastTransitionTime?: string;
+}
+
+/** What a controller concluded about one object: its conditions (Ready last) and extra status fields. */
+export interface Verdict {
+  conditions: Condition[];
+  fields?: Record<string, unknown>;
+}
+
+export const ready = (reason = 'Ready', message?: string): Condition => ({ type: 'Ready', status: 'True', reason, ...(message ? { message } : {}) });
+export const notReady = (reason: string, message: string): Condition => ({ type: 'Ready', status: 'False', reason, message });
+
+/** Verdict fields of an object that is not Ready: the address it had is removed (merge patch null). */
+export const cleared = (...fields: string[]): Record<string, null> => Object.fromEntries(fields.map((field) => [field, null]));
+
+/** The status to write: the verdict's conditions with transition times kept where the status did not flip. */
+export function nextStatus(object: KubeObject, verdict: Verdict, now: string): Record<string, unknown> {
+  const previous = ((object.status as { conditions?: Condition[] } | undefined)?.conditions ?? []);
+  const conditions = verdict.conditions.map((condition) => {
+    const before = previous.find((c) => c.type === condition.type);
+    return { ...condition, lastTransitionTime: before && before.status === condition.status ? before.lastTransitionTime ?? now : now };
+  });
+  return { ...verdict.fields, observedGeneration: object.metadata.generation, conditions };
+}
+
+/**
+ * True when writing `status` would change nothing a reader sees (so a status write does not feed
+ * itself). A field set to null (removed by the merge patch) equals an absent one.
+ */
+export function sameStatus(object: KubeObject, status: Record<string, unknown>): boolean {
+  const current = (object.status ?? {}) as Record<string, unknown>;
+  return Object.keys(status).every((key) => JSON.stringify(status[key] ?? null) === JSON.stringify(current[key] ?? null));
+}
+
+/** Writes the status subresource unless nothing changed; an object deleted meanwhile is no error. */
+export async function writeStatus(kube: KubeClient, kind: ResourceKind, object: KubeObject, verdict: Verdict): Promise<void> {
+  const status = nextStatus(object, verdict, new Date().toISOString());
+  if (sameStatus(object, status)) return;
+  try {
+    await kube.mergePatch(kind, { namespace: object.metadata.namespace ?? '', name: object.metadata.name! }, { status }, 'status');
+  } catch (error) {
+    if (!isNotFound(error)) throw error;
+  }
+}

@@ -1,0 +1,63 @@
+// What `opfn manifests` can be told, and the names and labels every generated object shares.
+// Names are derived here once, so a Trigger's subscriber, a source's ServiceAccount and the
+// checks in validate.ts all agree on them.
+import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import type { DeliverySpec } from '../delivery.ts';
+
+export interface ManifestOptions {
+  /** Container image of every function (one image, the function chosen by FUNCTION). */
+  image: string;
+  /**
+   * Where the objects live. In 'cluster' scope the functions act in every namespace (ClusterRoles,
+   * sources watching all namespaces); in 'namespace' scope only in this one (Roles).
+   */
+  namespace: string;
+  scope: 'cluster' | 'namespace';
+  brokerName: string;
+  /** Knative Broker class: MTChannelBasedBroker (default, in-memory channel unless configured) or Kafka. */
+  brokerClass: string;
+  /** Function name → URL or Knative Service name its Trigger sends to instead (`--replace`). */
+  replace: Record<string, string>;
+  /** Delivery of every Trigger (retries, backoff); the dead-letter sink is always the generated one. */
+  delivery: Required<Pick<DeliverySpec, 'retry' | 'backoffPolicy' | 'backoffDelay'>>;
+  /** Image of the dead-letter sink (Knative's event_display logs each dead letter it receives). */
+  deadLetterImage: string;
+}
+
+export const DEFAULT_NAMESPACE = 'operator-functions';
+export const KAFKA_BROKER_CLASS = 'Kafka';
+export const DEFAULT_BROKER_CLASS = 'MTChannelBasedBroker';
+
+export const DEFAULT_OPTIONS: ManifestOptions = {
+  image: 'operator-functions:latest',
+  namespace: DEFAULT_NAMESPACE,
+  scope: 'cluster',
+  brokerName: 'operator-functions',
+  brokerClass: DEFAULT_BROKER_CLASS,
+  replace: {},
+  // Knative's own defaults (retry 10, exponential from 0.2 s: about 3.5 min before dead letter).
+  delivery: { retry: 10, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S' },
+  deadLetterImage: 'gcr.io/knative-releases/knative.dev/eventing/cmd/event_display',
+};
+
+export const PART_OF = { 'app.kubernetes.io/part-of': 'operator-functions' };
+export const FUNCTION_LABEL = 'operator-functions.dev/function';
+
+export function labels(component: string, declaration?: FunctionDeclaration): Record<string, string> {
+  return { ...PART_OF, 'app.kubernetes.io/component': component, ...(declaration ? { [FUNCTION_LABEL]: declaration.name } : {}) };
+}
+
+/** The Knative Service of the dead-letter sink. */
+export const DEAD_LETTER_SERVICE = 'opfn-dead-letters';
+/** A function's PingSource, named as resyncEvent() in plane.ts names its source. */
+export const pingSourceName = (declaration: FunctionDeclaration): string => `${declaration.name}-resync`;
+/** The ServiceAccount an ApiServerSource's adapter runs as. */
+export const sourceServiceAccountName = (sourceName: string): string => `opfn-${sourceName}-source`;
+
+export const KNATIVE_SERVICE_API = 'serving.knative.dev/v1';
+export const EVENTING_API = 'eventing.knative.dev/v1';
+export const SOURCES_API = 'sources.knative.dev/v1';
+export const RBAC_API = 'rbac.authorization.k8s.io/v1';
+
+export const brokerRef = (options: ManifestOptions) => ({ ref: { apiVersion: EVENTING_API, kind: 'Broker', name: options.brokerName } });
+export const serviceRef = (name: string) => ({ ref: { apiVersion: KNATIVE_SERVICE_API, kind: 'Service', name } });

@@ -1,0 +1,81 @@
+// The ApiServerSources of a function, generated from the very specs the local plane runs
+// (`sourcesFor` in eventing/plane.ts), so what runs locally and what a cluster runs cannot drift.
+//
+// Knative's ApiServerSource (sources.knative.dev/v1, knative/eventing pkg/apis/sources/v1
+// apiserver_types.go): `resources[]` of {apiVersion, kind, selector (metav1.LabelSelector)},
+// `mode` Reference|Resource, `serviceAccountName` the adapter runs as, `ceOverrides.extensions`
+// added to every event, `sink`. A source in namespace N watches namespaced kinds in N only,
+// unless `namespaceSelector` (added by knative/eventing#6665) selects more: in 'cluster' scope
+// the generated sources carry an empty one (every namespace).
+import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import { apiVersionOf, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { sourcesFor } from '../plane.ts';
+import type { SourceSpec } from '../source.ts';
+import { brokerRef, labels, sourceServiceAccountName, SOURCES_API, type ManifestOptions } from './options.ts';
+import { clusterScopedResources, identity, sourceRules } from './rbac.ts';
+
+export interface LabelSelector {
+  matchLabels?: Record<string, string>;
+  matchExpressions?: { key: string; operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist'; values?: string[] }[];
+}
+
+/**
+ * A label selector string as list/watch take it (`app`, `!app`, `app=x`, `app!=x`,
+ * `app in (x,y)`, `app notin (x,y)`, comma-separated) as the LabelSelector object of a manifest.
+ */
+export function parseLabelSelector(text: string): LabelSelector {
+  const selector: LabelSelector = {};
+  // Commas inside "in (a,b)" do not separate requirements.
+  const requirements = text.match(/[^,(]+(\([^)]*\))?/g)?.map((part) => part.trim()).filter(Boolean) ?? [];
+  for (const requirement of requirements) {
+    let match: RegExpExecArray | null;
+    const expression = (key: string, operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist', values?: string[]) =>
+      (selector.matchExpressions ??= []).push(values ? { key, operator, values } : { key, operator });
+    if ((match = /^([^\s=!]+)\s*(?:==|=)\s*([^\s=!]*)$/.exec(requirement))) (selector.matchLabels ??= {})[match[1]] = match[2];
+    else if ((match = /^([^\s=!]+)\s*!=\s*([^\s=!]*)$/.exec(requirement))) expression(match[1], 'NotIn', [match[2]]);
+    else if ((match = /^([^\s=!]+)\s+(in|notin)\s*\(([^)]*)\)$/.exec(requirement))) expression(match[1], match[2] === 'in' ? 'In' : 'NotIn', match[3].split(',').map((value) => value.trim()));
+    else if ((match = /^!\s*([^\s=!]+)$/.exec(requirement))) expression(match[1], 'DoesNotExist');
+    else if ((match = /^([^\s=!()]+)$/.exec(requirement))) expression(match[1], 'Exists');
+    else throw new Error(`label selector "${text}": cannot read "${requirement}"`);
+  }
+  return selector;
+}
+
+/** A LabelSelector object as the string list/watch take (the inverse of parseLabelSelector). */
+export function formatLabelSelector(selector: LabelSelector): string {
+  return [
+    ...Object.entries(selector.matchLabels ?? {}).map(([key, value]) => `${key}=${value}`),
+    ...(selector.matchExpressions ?? []).map(({ key, operator, values = [] }) =>
+      operator === 'Exists' ? key : operator === 'DoesNotExist' ? `!${key}` : `${key} ${operator === 'In' ? 'in' : 'notin'} (${values.join(',')})`),
+  ].join(',');
+}
+
+/** One ApiServerSource object from a plane SourceSpec. */
+export function apiServerSource(declaration: FunctionDeclaration, source: SourceSpec, options: ManifestOptions): KubeObject {
+  return {
+    apiVersion: SOURCES_API,
+    kind: 'ApiServerSource',
+    metadata: { name: source.name, namespace: options.namespace, labels: labels('source', declaration) },
+    spec: {
+      mode: source.mode,
+      resources: source.resources.map((resource) => ({
+        apiVersion: apiVersionOf(resource.kind),
+        kind: resource.kind.kind,
+        ...(resource.labelSelector ? { selector: parseLabelSelector(resource.labelSelector) } : {}),
+      })),
+      ...(options.scope === 'cluster' ? { namespaceSelector: {} } : {}),
+      serviceAccountName: sourceServiceAccountName(source.name),
+      ...(source.extensions ? { ceOverrides: { extensions: source.extensions } } : {}),
+      sink: brokerRef(options),
+    },
+  };
+}
+
+/** Every source of the function, each followed by its own identity (get/list/watch on what it sends). */
+export function sourceObjects(declaration: FunctionDeclaration, options: ManifestOptions): KubeObject[] {
+  const clusterScoped = clusterScopedResources(declaration);
+  return sourcesFor(declaration).flatMap((source) => [
+    ...identity(sourceServiceAccountName(source.name), sourceRules(source), clusterScoped, options, labels('source', declaration)),
+    apiServerSource(declaration, source, options),
+  ]);
+}

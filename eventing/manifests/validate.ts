@@ -1,0 +1,96 @@
+// What the Knative CRD schemas cannot check (they are partial: Trigger and ApiServerSource specs
+// keep unknown fields, annotations are free-form), checked on the generated objects before they
+// are written: a dry run would accept these mistakes and a cluster would run them wrongly.
+//
+// - Autoscaling annotations on the Service's own metadata are rejected by Knative's webhook;
+//   they belong on the revision template (knative/serving pkg/apis/serving/v1
+//   service_validation.go).
+// - CloudEvent attribute names (Trigger filters, ceOverrides extensions) are lower-case letters
+//   and digits, at most 20 characters (CloudEvents 1.0 spec, "Attribute Naming Convention").
+// - Every Trigger subscriber and dead-letter sink names a generated Knative Service (or a target
+//   given with --replace), every source's sink the generated Broker, and every ServiceAccount a
+//   Service, source or binding names exists; a Role binding names a generated role.
+// - Names Knative derives others from fit: a Service's first revision `<name>-00001` must be a
+//   DNS-1035 label (63 characters).
+import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { AUTOSCALING } from './service.ts';
+
+const ATTRIBUTE_NAME = /^[a-z0-9]{1,20}$/;
+const DNS_1035_LABEL = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
+
+type Ref = { ref?: { apiVersion?: string; kind?: string; name?: string; namespace?: string }; uri?: string };
+const spec = (object: KubeObject) => (object.spec ?? {}) as Record<string, any>;
+const id = (object: KubeObject) => `${object.kind} ${object.metadata.namespace ? `${object.metadata.namespace}/` : ''}${object.metadata.name}`;
+
+/**
+ * Problems in a set of generated objects (empty when sound). `external` names Knative Services
+ * that are not generated but may be referred to (the targets of --replace).
+ */
+export function validateManifests(objects: KubeObject[], external: Set<string> = new Set()): string[] {
+  const problems: string[] = [];
+  const named = (kind: string, namespace: string | undefined, name: string | undefined) =>
+    objects.some((object) => object.kind === kind && object.metadata.name === name && (object.metadata.namespace ?? '') === (namespace ?? ''));
+  const checkRef = (owner: KubeObject, what: string, target: Ref | undefined, kind: 'Service' | 'Broker') => {
+    if (!target) return problems.push(`${id(owner)}: ${what} is missing`);
+    if (target.uri !== undefined) {
+      if (kind === 'Broker' || !/^[a-z][a-z0-9+.-]*:\/\/./i.test(target.uri)) problems.push(`${id(owner)}: ${what} uri "${target.uri}" is not ${kind === 'Broker' ? 'allowed (the sink is the Broker)' : 'an absolute URL'}`);
+      return;
+    }
+    const ref = target.ref;
+    const namespace = ref?.namespace ?? owner.metadata.namespace;
+    if (ref?.kind !== kind) return problems.push(`${id(owner)}: ${what} refers to a ${ref?.kind ?? 'nothing'}, not a ${kind}`);
+    if (!named(kind, namespace, ref.name) && !(kind === 'Service' && external.has(ref.name!))) problems.push(`${id(owner)}: ${what} ${kind} ${namespace}/${ref.name} is not generated`);
+  };
+  const checkServiceAccount = (owner: KubeObject, name: string | undefined, namespace = owner.metadata.namespace) => {
+    if (name && !named('ServiceAccount', namespace, name)) problems.push(`${id(owner)}: ServiceAccount ${namespace}/${name} is not generated`);
+  };
+  const checkAttributes = (owner: KubeObject, what: string, names: string[]) => {
+    for (const name of names) if (!ATTRIBUTE_NAME.test(name)) problems.push(`${id(owner)}: ${what} "${name}" is not a CloudEvent attribute name ([a-z0-9], 1-20 characters)`);
+  };
+
+  for (const object of objects) {
+    const { metadata } = object;
+    switch (object.kind) {
+      case 'Service': {
+        if (object.apiVersion !== 'serving.knative.dev/v1') break;
+        const onService = Object.keys(metadata.annotations ?? {}).filter((key) => key.startsWith(`${AUTOSCALING}/`));
+        if (onService.length) problems.push(`${id(object)}: autoscaling annotations on the Service's metadata (${onService.join(', ')}) belong on spec.template.metadata.annotations`);
+        const revision = `${metadata.name}-00001`;
+        if (revision.length > 63 || !DNS_1035_LABEL.test(revision)) problems.push(`${id(object)}: its revision name ${revision} is not a DNS-1035 label of at most 63 characters`);
+        checkServiceAccount(object, spec(object).template?.spec?.serviceAccountName);
+        break;
+      }
+      case 'Trigger': {
+        checkAttributes(object, 'filter attribute', Object.keys(spec(object).filter?.attributes ?? {}));
+        checkRef(object, 'subscriber', spec(object).subscriber, 'Service');
+        if (spec(object).delivery?.deadLetterSink) checkRef(object, 'deadLetterSink', spec(object).delivery.deadLetterSink, 'Service');
+        if (!named('Broker', metadata.namespace, spec(object).broker)) problems.push(`${id(object)}: Broker ${spec(object).broker} is not generated`);
+        break;
+      }
+      case 'Broker':
+        if (spec(object).delivery?.deadLetterSink) checkRef(object, 'deadLetterSink', spec(object).delivery.deadLetterSink, 'Service');
+        break;
+      case 'ApiServerSource':
+      case 'PingSource':
+        checkAttributes(object, 'ceOverrides extension', Object.keys(spec(object).ceOverrides?.extensions ?? {}));
+        checkRef(object, 'sink', spec(object).sink, 'Broker');
+        if (object.kind === 'ApiServerSource') {
+          if (!spec(object).serviceAccountName) problems.push(`${id(object)}: no serviceAccountName (the adapter would run as "default")`);
+          checkServiceAccount(object, spec(object).serviceAccountName);
+        }
+        break;
+      case 'RoleBinding':
+      case 'ClusterRoleBinding': {
+        const roleRef = object.roleRef as { kind: string; name: string };
+        if (!named(roleRef.kind, roleRef.kind === 'Role' ? metadata.namespace : undefined, roleRef.name)) problems.push(`${id(object)}: ${roleRef.kind} ${roleRef.name} is not generated`);
+        for (const subject of (object.subjects ?? []) as { kind: string; name: string; namespace?: string }[]) {
+          if (subject.kind === 'ServiceAccount') checkServiceAccount(object, subject.name, subject.namespace);
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return problems;
+}

@@ -1,0 +1,184 @@
+// The local plane runs the generated Knative objects: they are applied to a real API server
+// (stand-in Knative CRDs, as `opfn dev` does on its own control plane), and the EventPlane runs
+// them (`knativeObjects`): the controllers of eventing/knative/ turn them into the broker's routes
+// and local sources (each source authenticated as its own generated ServiceAccount; the function
+// process runs as its own) and report readiness as Knative does. A Trigger's subscriber is
+// patched to a second implementation while the plane runs: the next event reaches it; patched
+// back, the function gets them again.
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { ApiServerSource, KnativeService, PingSource, Trigger } from '../../eventing/knative/kinds.ts';
+import { applyGeneratedObjects } from '../../eventing/knative/local.ts';
+import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
+import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
+import { EventPlane } from '../../eventing/plane.ts';
+import immortalContainer from '../../functions/immortal-container/index.ts';
+import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
+import { Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { KubeClient } from '../../functions/runtime/kube.ts';
+import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
+
+const NS = DEFAULT_OPTIONS.namespace;
+const say = (line: string) => console.log(`# ${line}`);
+let cluster: TestCluster;
+let plane: EventPlane;
+let functionUrl: string;
+let other: { server: Server; url: string; events: { name: string; type: string }[] };
+const stateDir = mkdtempSync(join(tmpdir(), 'opfn-knative-'));
+
+const conditionOf = async (kind: ResourceKind, name: string, type = 'Ready') => {
+  const object = await cluster.kube.get<KubeObject & { status?: { conditions?: { type: string; status: string; reason?: string; message?: string }[] } }>(kind, { namespace: NS, name });
+  return { object, condition: object?.status?.conditions?.find((c) => c.type === type) };
+};
+const readyReason = async (kind: ResourceKind, name: string) => {
+  const { condition } = await conditionOf(kind, name);
+  return condition ? `${condition.status} ${condition.reason}` : 'none';
+};
+
+before(async () => {
+  cluster = await startTestCluster();
+  const { objects, crdsInstalled } = await applyGeneratedObjects(cluster.kube, [immortalContainer]);
+  say(`${crdsInstalled} stand-in Knative CRDs installed; ${objects.length} generated objects applied`);
+  const events: { name: string; type: string }[] = [];
+  const server = createServer((req, res) => {
+    req.resume().on('end', () => {
+      events.push({ name: String(req.headers['ce-name'] ?? ''), type: String(req.headers['ce-type'] ?? '') });
+      res.writeHead(200).end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  other = { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, events };
+  plane = new EventPlane({
+    functions: [immortalContainer],
+    kube: cluster.kube,
+    // The function process runs as its generated ServiceAccount, with exactly its generated role.
+    kubeconfigPath: await cluster.cp.serviceAccountKubeconfig(NS, serviceAccountName(immortalContainer)),
+    log: quietLog,
+    stateDir,
+    idleTimeoutMs: 60_000,
+    env: { LOG_LEVEL: 'warn' },
+    knativeObjects: { clientFor: async (namespace, account) => KubeClient.fromFile(await cluster.cp.serviceAccountKubeconfig(namespace, account)) },
+  });
+  await plane.start();
+  functionUrl = plane.activator.urlFor(immortalContainer.name);
+});
+
+after(async () => {
+  await plane?.stop({ drainTimeoutMs: 1000 });
+  other?.server.close();
+  await cluster?.stop();
+  rmSync(stateDir, { recursive: true, force: true });
+});
+
+const createImmortal = (name: string) => cluster.kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image: 'nginx:1.27' } });
+const podExists = async (name: string) => Boolean(await cluster.kube.get(Pod, { namespace: 'default', name: `${name}-immortalpod` }));
+const patchSubscriber = (subscriber: unknown) => cluster.kube.mergePatch(Trigger, { namespace: NS, name: immortalContainer.name }, { spec: { subscriber: { ref: null, uri: null, ...(subscriber as object) } } });
+
+describe('the generated objects run on the local plane', () => {
+  test('every object reports Ready as Knative does', async () => {
+    const expected: [ResourceKind, string, string][] = [
+      [KnativeService, immortalContainer.name, 'True Ready'],
+      [KnativeService, 'opfn-dead-letters', 'True DeadLetterFile'],
+      [Trigger, immortalContainer.name, 'True Ready'],
+      [PingSource, `${immortalContainer.name}-resync`, 'True Ready'],
+      [ApiServerSource, `${immortalContainer.name}-objects`, 'True Ready'],
+      [ApiServerSource, `${immortalContainer.name}-related`, 'True Ready'],
+    ];
+    for (const [kind, name, want] of expected) {
+      await eventually(async () => (await readyReason(kind, name)) === want, 20_000, `${kind.kind} ${name} ${want}`, async () => readyReason(kind, name));
+      say(`${kind.kind.padEnd(15)} ${name.padEnd(28)} Ready=${want}`);
+    }
+    const trigger = (await conditionOf(Trigger, immortalContainer.name)).object as KubeObject & { status: { subscriberUri: string } };
+    assert.equal(trigger.status.subscriberUri, functionUrl);
+  });
+
+  test('an ImmortalContainer created now reaches the function through source, broker and Trigger', async () => {
+    await createImmortal('before-swap');
+    await eventually(() => podExists('before-swap'), 20_000, 'pod of before-swap');
+    say('kubectl apply ImmortalContainer before-swap → pod before-swap-immortalpod created by the function');
+  });
+
+  test('kubectl patch of the Trigger\'s subscriber: the next events reach the second implementation; patched back, the function again', async () => {
+    await patchSubscriber({ uri: other.url });
+    await eventually(async () => ((await conditionOf(Trigger, immortalContainer.name)).object?.status as { subscriberUri?: string })?.subscriberUri === other.url, 20_000, 'Trigger subscriberUri = the second implementation');
+    say(`kubectl patch trigger ${immortalContainer.name} --type merge -p '{"spec":{"subscriber":{"uri":"${other.url}"}}}' → status.subscriberUri ${other.url}`);
+    await createImmortal('during-swap');
+    await eventually(async () => other.events.find((e) => e.name === 'during-swap'), 20_000, 'the second implementation received during-swap');
+    say(`kubectl apply ImmortalContainer during-swap → the second implementation received ${other.events.filter((e) => e.name === 'during-swap').map((e) => e.type).join(', ')}`);
+    assert.equal(await podExists('during-swap'), false, 'the function did not get it');
+
+    const received = other.events.length;
+    await patchSubscriber({ ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: immortalContainer.name } });
+    await eventually(async () => ((await conditionOf(Trigger, immortalContainer.name)).object?.status as { subscriberUri?: string })?.subscriberUri === functionUrl, 20_000, 'Trigger subscriberUri = the function again');
+    say(`kubectl patch trigger ${immortalContainer.name} back to ref Service ${immortalContainer.name} → status.subscriberUri ${functionUrl}`);
+    await createImmortal('after-swap');
+    await eventually(() => podExists('after-swap'), 20_000, 'pod of after-swap');
+    say('kubectl apply ImmortalContainer after-swap → pod after-swap-immortalpod created by the function');
+    assert.ok(!other.events.slice(received).some((e) => e.name === 'after-swap'), 'the second implementation got nothing of after-swap');
+  });
+
+  test('a Trigger naming a Service that does not exist is not Ready, with the reason', async () => {
+    await patchSubscriber({ ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: 'no-such-service' } });
+    await eventually(async () => (await readyReason(Trigger, immortalContainer.name)) === 'False ServiceNotFound', 20_000, 'Ready False ServiceNotFound', () => readyReason(Trigger, immortalContainer.name));
+    const { condition } = await conditionOf(Trigger, immortalContainer.name, 'SubscriberResolved');
+    assert.match(condition?.message ?? '', /no-such-service does not exist/);
+    assert.equal(((await conditionOf(Trigger, immortalContainer.name)).object?.status as { subscriberUri?: string }).subscriberUri, undefined, 'no subscriberUri while unresolved');
+    await patchSubscriber({ ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: immortalContainer.name } });
+    await eventually(async () => (await readyReason(Trigger, immortalContainer.name)) === 'True Ready', 20_000, 'Ready again');
+  });
+
+  test('a PingSource and a Trigger created with kubectl: pings arrive on schedule; deleted, they stop', async () => {
+    const broker = { ref: { apiVersion: 'eventing.knative.dev/v1', kind: 'Broker', name: DEFAULT_OPTIONS.brokerName } };
+    await cluster.kube.create(Trigger, { apiVersion: 'eventing.knative.dev/v1', kind: 'Trigger', metadata: { name: 'pinged', namespace: NS }, spec: { broker: DEFAULT_OPTIONS.brokerName, filter: { attributes: { opfnfunction: 'pinged' } }, subscriber: { uri: other.url } } });
+    await cluster.kube.create(PingSource, { apiVersion: 'sources.knative.dev/v1', kind: 'PingSource', metadata: { name: 'fast-ping', namespace: NS }, spec: { schedule: '@every 1s', contentType: 'application/json', data: '{}', ceOverrides: { extensions: { opfnfunction: 'pinged' } }, sink: broker } });
+    const pings = () => other.events.filter((e) => e.type === 'dev.knative.sources.ping').length;
+    await eventually(async () => pings() >= 2, 20_000, 'two pings at the other implementation');
+    say(`PingSource fast-ping (@every 1s) + Trigger pinged created: ${pings()} pings received`);
+    await cluster.kube.delete(PingSource, { namespace: NS, name: 'fast-ping' });
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const after = pings();
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    assert.equal(pings(), after, 'no ping after the PingSource was deleted');
+    await cluster.kube.delete(Trigger, { namespace: NS, name: 'pinged' });
+  });
+
+  test('an ApiServerSource whose ServiceAccount may not list its kind is not Ready: InsufficientPermissions', async () => {
+    await cluster.kube.create(ApiServerSource, {
+      apiVersion: 'sources.knative.dev/v1', kind: 'ApiServerSource', metadata: { name: 'secrets-without-rights', namespace: NS },
+      spec: { mode: 'Reference', resources: [{ apiVersion: 'v1', kind: 'Secret' }], serviceAccountName: `opfn-${immortalContainer.name}-objects-source`, sink: { ref: { apiVersion: 'eventing.knative.dev/v1', kind: 'Broker', name: DEFAULT_OPTIONS.brokerName } } },
+    });
+    await eventually(async () => (await readyReason(ApiServerSource, 'secrets-without-rights')) === 'False InsufficientPermissions', 30_000, 'Ready False InsufficientPermissions', () => readyReason(ApiServerSource, 'secrets-without-rights'));
+    say(`ApiServerSource secrets-without-rights (as opfn-${immortalContainer.name}-objects-source) Ready=False InsufficientPermissions`);
+  });
+});
+
+describe('opfn dev on a control plane of its own', () => {
+  test('applies the generated objects and runs them; --replace sends a function\'s events to another implementation, the function never starts', async () => {
+    const { runDev } = await import('../../eventing/dev.ts');
+    const lines: string[] = [];
+    const devState = mkdtempSync(join(tmpdir(), 'opfn-dev-'));
+    const running = await runDev({ local: true, bundle: false, idleSeconds: 30, resyncSeconds: 300, stateDir: devState, log: quietLog, say: (line) => lines.push(line), env: { LOG_LEVEL: 'warn' }, replace: { [immortalContainer.name]: other.url } });
+    try {
+      assert.ok(lines.some((line) => /Knative objects generated by `opfn manifests` applied \(\d+\)/.test(line)), lines.join('\n'));
+      const kubeconfig = /export KUBECONFIG=(\S+)/.exec(lines.join('\n'))![1];
+      const kube = KubeClient.fromFile(kubeconfig);
+      const trigger = await eventually(async () => {
+        const object = await kube.get<KubeObject & { status?: { subscriberUri?: string } }>(Trigger, { namespace: NS, name: immortalContainer.name });
+        return object?.status?.subscriberUri === other.url && object;
+      }, 20_000, 'the generated Trigger, replaced, Ready with the other implementation');
+      assert.deepEqual((trigger.spec as { subscriber: unknown }).subscriber, { uri: other.url });
+      await kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'to-the-replacement', namespace: 'default' }, spec: { image: 'nginx:1.27' } });
+      await eventually(async () => other.events.some((e) => e.name === 'to-the-replacement'), 20_000, 'the replacement received the event');
+      assert.equal(running.plane.activator.instances(immortalContainer.name), 0, 'the replaced function was never started');
+      say(`opfn dev --local --replace ${immortalContainer.name}=${other.url}: the replacement received to-the-replacement; ${immortalContainer.name} has 0 instances`);
+    } finally {
+      await running.stop();
+      rmSync(devState, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,215 @@
+// The pure parts of eventing/knative/: Trigger and ApiServerSource objects turned into the local
+// plane's routes and sources (or the Knative-style reasons why not), Service addresses and
+// scaling, PingSource events and cron schedules, and status conditions.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { localSourceFor } from '../../eventing/knative/api-server-sources.ts';
+import { nextFire, parseSchedule } from '../../eventing/knative/cron.ts';
+import { pingEvent, pingPlan } from '../../eventing/knative/ping-sources.ts';
+import { functionOf, scalingFromService, ServiceDirectory } from '../../eventing/knative/services.ts';
+import { nextStatus, sameStatus } from '../../eventing/knative/status.ts';
+import { brokerTriggerFor, TriggerController, type Resolvers } from '../../eventing/knative/triggers.ts';
+import { deadLetterSink } from '../../eventing/manifests/broker.ts';
+import { functionObjects } from '../../eventing/manifests/index.ts';
+import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
+import { formatLabelSelector, parseLabelSelector } from '../../eventing/manifests/sources.ts';
+import { loadAllFunctions } from '../../functions/index.ts';
+import { Pod, type KubeObject } from '../../functions/runtime/kinds.ts';
+import type { KubeClient } from '../../functions/runtime/kube.ts';
+
+const functions = await loadAllFunctions();
+const [declaration] = functions;
+const objects = functionObjects(declaration, DEFAULT_OPTIONS);
+const find = (kind: string, name = declaration.name) => structuredClone(objects.find((o) => o.kind === kind && o.metadata.name === name)!);
+const NS = DEFAULT_OPTIONS.namespace;
+const FUNCTION_URL = 'http://127.0.0.1:9999/immortal-container';
+const services = new ServiceDirectory({} as KubeClient, { urlFor: (name) => (name === declaration.name ? FUNCTION_URL : undefined), scalingOf: () => declaration.scaling });
+// Their status writes fail (no API server here); the directory knows them all the same.
+for (const service of [find('Service'), deadLetterSink(DEFAULT_OPTIONS)]) await services.apply(service).catch(() => {});
+const resolvers: Resolvers = { brokers: { has: (namespace, name) => namespace === NS && name === DEFAULT_OPTIONS.brokerName }, services };
+
+describe('Trigger objects → broker routes', () => {
+  test('the generated Trigger resolves to the function through its Service, filter and delivery kept', () => {
+    const { trigger, verdict } = brokerTriggerFor(find('Trigger'), resolvers);
+    assert.deepEqual(trigger, {
+      name: `${NS}/${declaration.name}`,
+      filter: { attributes: { opfnfunction: declaration.name } },
+      subscriber: FUNCTION_URL,
+      maxInFlight: declaration.scaling.maxScale * (declaration.scaling.containerConcurrency || declaration.scaling.target || 100),
+      // The generated dead-letter Service is the broker's own dead-letter file locally.
+      delivery: { retry: 10, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S' },
+    });
+    assert.deepEqual(verdict.conditions.map((c) => `${c.type}=${c.status}`), ['BrokerReady=True', 'SubscriberResolved=True', 'DeadLetterSinkResolved=True', 'Ready=True']);
+    assert.equal(verdict.fields?.subscriberUri, FUNCTION_URL);
+  });
+
+  test('a uri subscriber is used as given', () => {
+    const object = find('Trigger');
+    (object.spec as any).subscriber = { uri: 'http://other.example/x' };
+    assert.equal(brokerTriggerFor(object, resolvers).trigger?.subscriber, 'http://other.example/x');
+  });
+
+  const broken: [string, (spec: any) => void, string][] = [
+    ['a Service that does not exist', (spec) => { spec.subscriber.ref.name = 'ghost'; }, 'ServiceNotFound'],
+    ['a Broker that does not exist', (spec) => { spec.broker = 'elsewhere'; }, 'BrokerDoesNotExist'],
+    ['a reference to something other than a Knative Service', (spec) => { spec.subscriber = { ref: { apiVersion: 'v1', kind: 'Service', name: 'x' } }; }, 'UnsupportedReference'],
+    ['a non-http uri', (spec) => { spec.subscriber = { uri: 'kafka://topic' }; }, 'UnsupportedURI'],
+    ['a dead-letter sink that cannot be resolved', (spec) => { spec.delivery.deadLetterSink.ref.name = 'ghost'; }, 'ServiceNotFound'],
+  ];
+  for (const [what, mutate, reason] of broken) {
+    test(`${what}: no route, Ready=False ${reason}`, () => {
+      const object = find('Trigger');
+      mutate(object.spec);
+      const { trigger, verdict } = brokerTriggerFor(object, resolvers);
+      assert.equal(trigger, undefined);
+      const readyCondition = verdict.conditions.at(-1)!;
+      assert.deepEqual([readyCondition.type, readyCondition.status, readyCondition.reason], ['Ready', 'False', reason]);
+      assert.ok(readyCondition.message);
+    });
+  }
+});
+
+describe('ApiServerSource objects → local sources', () => {
+  const kinds = { resolve: async (apiVersion: string, kind: string) => (kind === Pod.kind && apiVersion === 'v1' ? Pod : kind === declaration.reconciles.kind ? declaration.reconciles : undefined) };
+  const brokers = resolvers.brokers;
+
+  test('the generated sources become the plane\'s SourceSpecs (selectors, mode, extensions), every namespace', async () => {
+    const related = await localSourceFor(find('ApiServerSource', `${declaration.name}-related`), kinds, brokers);
+    assert.deepEqual(related.spec, { name: `${NS}/${declaration.name}-related`, mode: 'Resource', resources: [{ kind: Pod, labelSelector: declaration.owns[0].ownerNameLabel }], extensions: { opfnfunction: declaration.name } });
+    assert.equal(related.onlyNamespace, undefined, 'namespaceSelector {} = every namespace');
+  });
+
+  test('without namespaceSelector a source sends only its own namespace\'s events', async () => {
+    const object = find('ApiServerSource', `${declaration.name}-objects`);
+    delete (object.spec as any).namespaceSelector;
+    assert.equal((await localSourceFor(object, kinds, brokers)).onlyNamespace, NS);
+  });
+
+  const broken: [string, (spec: any) => void, string][] = [
+    ['a kind the API server does not serve', (spec) => { spec.resources = [{ apiVersion: 'example.com/v1', kind: 'Nope' }]; }, 'UnknownKind'],
+    ['a sink that is not a Broker', (spec) => { spec.sink = { uri: 'http://x/' }; }, 'NotFound'],
+    ['a namespaceSelector with labels', (spec) => { spec.namespaceSelector = { matchLabels: { team: 'a' } }; }, 'NamespaceSelectorUnsupported'],
+    ['an owner filter', (spec) => { spec.owner = { apiVersion: 'v1', kind: 'Pod' }; }, 'OwnerFilterUnsupported'],
+  ];
+  for (const [what, mutate, reason] of broken) {
+    test(`${what}: not started, Ready=False ${reason}`, async () => {
+      const object = find('ApiServerSource', `${declaration.name}-objects`);
+      mutate(object.spec);
+      const planned = await localSourceFor(object, kinds, brokers);
+      assert.equal(planned.spec, undefined);
+      assert.equal(planned.verdict?.conditions.at(-1)?.reason, reason);
+    });
+  }
+
+  test('label selectors survive the round trip manifest → local source', () => {
+    for (const text of ['controller', 'a=b,!c', 'tier in (web,api),x notin (y)']) assert.deepEqual(parseLabelSelector(formatLabelSelector(parseLabelSelector(text))), parseLabelSelector(text));
+  });
+});
+
+describe('Services', () => {
+  test('FUNCTION and the revision template\'s scaling are read back as declared', () => {
+    const service = find('Service');
+    assert.equal(functionOf(service), declaration.name);
+    assert.deepEqual(scalingFromService(service), declaration.scaling);
+  });
+
+  test('a scaling different from what the activator runs says ScalingNotApplied; a bad annotation says so', () => {
+    const service = find('Service');
+    (service.spec as any).template.metadata.annotations['autoscaling.knative.dev/max-scale'] = '9';
+    assert.equal(services.verdict(service).conditions.at(-1)?.reason, 'ScalingNotApplied');
+    (service.spec as any).template.metadata.annotations['autoscaling.knative.dev/max-scale'] = 'lots';
+    assert.equal(services.verdict(service).conditions.at(-1)?.reason, 'InvalidAnnotation');
+  });
+});
+
+describe('PingSources', () => {
+  test('the event is the one the local plane\'s resync sends: type, source, data, function tag', () => {
+    const event = pingEvent(find('PingSource', `${declaration.name}-resync`));
+    assert.equal(event.type, 'dev.knative.sources.ping');
+    assert.equal(event.source, `/apis/v1/namespaces/${NS}/pingsources/${declaration.name}-resync`);
+    assert.deepEqual(event.data, {});
+    assert.equal((event as unknown as Record<string, string>).opfnfunction, declaration.name);
+  });
+
+  test('an unknown time zone or a bad schedule is not Ready, with the reason', () => {
+    const brokers = { has: resolvers.brokers.has, url: 'http://broker' };
+    const object = find('PingSource', `${declaration.name}-resync`);
+    assert.equal(pingPlan(object, brokers).verdict.conditions.at(-1)?.status, 'True');
+    (object.spec as any).timezone = 'Europe/Zurich';
+    assert.equal(pingPlan(object, brokers).verdict.conditions.at(-1)?.reason, 'TimezoneUnsupported');
+    (object.spec as any).timezone = 'UTC';
+    (object.spec as any).schedule = '61 * * * *';
+    assert.match(pingPlan(object, brokers).verdict.conditions.at(-1)?.message ?? '', /invalid minute field "61"/);
+  });
+
+  test('cron: next fire times', () => {
+    const at = (schedule: string, from: string) => nextFire(parseSchedule(schedule), new Date(from)).toISOString();
+    assert.equal(at('*/5 * * * *', '2026-11-23T04:47:30Z'), '2026-11-23T04:50:00.000Z');
+    assert.equal(at('*/5 * * * *', '2026-11-23T04:50:00Z'), '2026-11-23T04:55:00.000Z', 'strictly after');
+    assert.equal(at('0 * * * *', '2026-11-23T23:59:00Z'), '2026-11-24T00:00:00.000Z');
+    assert.equal(at('@daily', '2026-12-31T12:00:00Z'), '2027-01-01T00:00:00.000Z');
+    assert.equal(at('30 9 * * 1-5', '2026-11-21T10:00:00Z'), '2026-11-23T09:30:00.000Z', 'Saturday → Monday');
+    assert.equal(at('0 0 29 2 *', '2026-03-01T00:00:00Z'), '2028-02-29T00:00:00.000Z');
+    assert.equal(at('0 0 1 * 0', '2026-11-23T00:00:00Z'), '2026-11-29T00:00:00.000Z', 'either day field when both are restricted');
+    assert.equal(at('15,45 * * * 7', '2026-11-22T10:20:00Z'), '2026-11-22T10:45:00.000Z', '7 is Sunday');
+    assert.equal(at('0 12 * jan-mar mon', '2026-11-23T00:00:00Z'), '2027-01-04T12:00:00.000Z', 'names');
+    assert.equal(at('@every 90s', '2026-11-23T00:00:00Z'), '2026-11-23T00:01:30.000Z');
+    assert.equal(at('CRON_TZ=UTC 0 0 * * *', '2026-11-23T01:00:00Z'), '2026-11-24T00:00:00.000Z');
+    for (const bad of ['* * * *', '60 * * * *', '*/0 * * * *', 'a * * * *', '5-1 * * * *', 'CRON_TZ=Europe/Zurich 0 0 * * *']) assert.throws(() => parseSchedule(bad), /schedule/);
+  });
+});
+
+describe('status conditions', () => {
+  const object: KubeObject = { metadata: { name: 'x', generation: 3 }, status: { observedGeneration: 3, conditions: [{ type: 'Ready', status: 'True', reason: 'Ready', lastTransitionTime: '2026-01-01T00:00:00Z' }] } };
+  test('lastTransitionTime moves only when the status flips; an unchanged status is not written again', () => {
+    const same = nextStatus(object, { conditions: [{ type: 'Ready', status: 'True', reason: 'Ready' }] }, '2026-11-23T00:00:00Z');
+    assert.equal((same.conditions as any[])[0].lastTransitionTime, '2026-01-01T00:00:00Z');
+    assert.ok(sameStatus(object, same));
+    const flipped = nextStatus(object, { conditions: [{ type: 'Ready', status: 'False', reason: 'X', message: 'y' }] }, '2026-11-23T00:00:00Z');
+    assert.equal((flipped.conditions as any[])[0].lastTransitionTime, '2026-11-23T00:00:00Z');
+    assert.ok(!sameStatus(object, flipped));
+    // A field removed by the merge patch (null) equals an absent one: no endless rewrite.
+    assert.ok(sameStatus(object, { ...same, subscriberUri: null }));
+  });
+});
+
+describe('TriggerController', () => {
+  const setup = () => {
+    const patches: { name: string; status: any }[] = [];
+    const kube = { mergePatch: async (_kind: unknown, key: { name: string }, patch: { status: unknown }) => { patches.push({ name: key.name, status: patch.status }); return {}; } } as unknown as KubeClient;
+    const routes = new Map<string, string>();
+    const calls: string[] = [];
+    const broker = {
+      addTrigger: (trigger: { name: string; subscriber: string; filter?: { attributes: Record<string, string> } }) => {
+        calls.push(`add ${trigger.name}`);
+        if (Object.keys(trigger.filter?.attributes ?? {}).some((name) => !/^[a-z][a-z0-9]*$/.test(name))) throw new Error(`trigger ${trigger.name}: invalid filter`);
+        routes.set(trigger.name, trigger.subscriber);
+      },
+      removeTrigger: (name: string) => { calls.push(`remove ${name}`); routes.delete(name); },
+    };
+    return { patches, routes, calls, controller: new TriggerController(kube, broker, resolvers) };
+  };
+
+  test('a route per Trigger; an unchanged Trigger is not re-added; a delete removes the route', async () => {
+    const { routes, calls, patches, controller } = setup();
+    const object = find('Trigger');
+    await controller.apply(object);
+    await controller.apply(object);
+    assert.deepEqual(calls, [`add ${NS}/${declaration.name}`]);
+    assert.equal(routes.get(`${NS}/${declaration.name}`), FUNCTION_URL);
+    assert.equal(patches[0].status.conditions.at(-1).status, 'True');
+    await controller.remove(object);
+    assert.equal(routes.size, 0);
+  });
+
+  test('a Trigger the broker refuses: no route, Ready=False Invalid with the broker\'s reason, no subscriberUri', async () => {
+    const { routes, patches, controller } = setup();
+    const object = find('Trigger');
+    (object.spec as any).filter = { attributes: { 'Bad-Name': 'x' } };
+    await controller.apply(object);
+    assert.equal(routes.size, 0);
+    const status = patches.at(-1)!.status;
+    assert.deepEqual([status.conditions.at(-1).reason, status.subscriberUri], ['Invalid', null]);
+    assert.match(status.conditions.at(-1).message, /invalid filter/);
+  });
+});

@@ -1,0 +1,250 @@
+// `opfn manifests`: the committed deploy/ folder is exactly what the generator writes (one golden
+// test per function), and the generated objects say what the declarations say: sources as the
+// local plane runs them, least-privilege identities, autoscaling on the revision template, a
+// --replace that changes one subscriber and nothing else.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { parseAllDocuments } from 'yaml';
+import { loadAllFunctions } from '../../functions/index.ts';
+import { defineFunction, type FunctionDeclaration, type PolicyRule } from '../../functions/runtime/declaration.ts';
+import { Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { manifestFiles, manifestOptions } from '../../eventing/manifests/cli.ts';
+import { functionObjects, generateManifests, renderManifests } from '../../eventing/manifests/index.ts';
+import { openfaasStack } from '../../eventing/manifests/openfaas.ts';
+import { DEFAULT_OPTIONS, type ManifestOptions } from '../../eventing/manifests/options.ts';
+import { functionRules } from '../../eventing/manifests/rbac.ts';
+import { parseLabelSelector } from '../../eventing/manifests/sources.ts';
+import { validateManifests } from '../../eventing/manifests/validate.ts';
+import { sourcesFor } from '../../eventing/plane.ts';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const DEPLOY = join(ROOT, 'deploy');
+const REGENERATE = 'regenerate with: npx opfn manifests --out deploy && npx opfn manifests --target openfaas --out deploy/openfaas';
+const functions = await loadAllFunctions();
+const byKind = (objects: KubeObject[], kind: string) => objects.filter((object) => object.kind === kind);
+const spec = (object: KubeObject) => object.spec as Record<string, any>;
+
+describe('the committed deploy/ folder is the generator\'s output', () => {
+  const rendered = renderManifests(generateManifests(functions, DEFAULT_OPTIONS));
+  for (const name of Object.keys(rendered)) {
+    test(name, () => {
+      const path = join(DEPLOY, name);
+      assert.ok(existsSync(path), `deploy/${name} is missing; ${REGENERATE}`);
+      assert.equal(readFileSync(path, 'utf8'), rendered[name], `deploy/${name} differs from the generator; ${REGENERATE}`);
+    });
+  }
+  test('openfaas/stack.yml', () => {
+    assert.equal(readFileSync(join(DEPLOY, 'openfaas', 'stack.yml'), 'utf8'), openfaasStack(functions, DEFAULT_OPTIONS), `deploy/openfaas/stack.yml differs; ${REGENERATE}`);
+  });
+  test('every function has its file, and kustomization.yaml lists every file', () => {
+    for (const declaration of functions) assert.ok(`${declaration.name}.yaml` in rendered, declaration.name);
+    const kustomization = parseAllDocuments(rendered['kustomization.yaml'])[0].toJS() as { resources: string[] };
+    assert.deepEqual(kustomization.resources.sort(), Object.keys(rendered).filter((name) => name !== 'kustomization.yaml').sort());
+  });
+});
+
+for (const declaration of functions) {
+  describe(`objects of ${declaration.name}`, () => {
+    const objects = functionObjects(declaration, DEFAULT_OPTIONS);
+
+    test('counts and kinds', () => {
+      const sources = sourcesFor(declaration).length;
+      const counts = Object.fromEntries(['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'Service', 'Trigger', 'PingSource', 'ApiServerSource'].map((kind) => [kind, byKind(objects, kind).length]));
+      assert.deepEqual(counts, { ServiceAccount: 1 + sources, ClusterRole: 1 + sources, ClusterRoleBinding: 1 + sources, Service: 1, Trigger: 1, PingSource: 1, ApiServerSource: sources });
+      assert.equal(objects.length, 3 * (1 + sources) + 3 + sources);
+    });
+
+    test('the ApiServerSources are the plane\'s sources (names, modes, kinds, selectors, opfnfunction)', () => {
+      const generated = byKind(objects, 'ApiServerSource');
+      const planned = sourcesFor(declaration);
+      assert.deepEqual(generated.map((source) => source.metadata.name), planned.map((source) => source.name));
+      planned.forEach((source, index) => {
+        const s = spec(generated[index]);
+        assert.equal(s.mode, source.mode);
+        assert.deepEqual(s.resources.map((r: any) => `${r.apiVersion} ${r.kind}`), source.resources.map((r) => `${r.kind.group ? `${r.kind.group}/` : ''}${r.kind.version} ${r.kind.kind}`));
+        source.resources.forEach((r, i) => assert.deepEqual(s.resources[i].selector, r.labelSelector ? parseLabelSelector(r.labelSelector) : undefined));
+        assert.deepEqual(s.ceOverrides.extensions, { opfnfunction: declaration.name });
+        assert.deepEqual(s.sink.ref, { apiVersion: 'eventing.knative.dev/v1', kind: 'Broker', name: DEFAULT_OPTIONS.brokerName });
+        // Its own identity, allowed to read exactly what it sends.
+        const role = objects.find((o) => o.kind === 'ClusterRole' && o.metadata.name === s.serviceAccountName)!;
+        const granted = (role.rules as any[]).flatMap((rule) => rule.resources.map((resource: string) => `${rule.apiGroups[0]}/${resource}:${rule.verbs.join(',')}`)).sort();
+        assert.deepEqual(granted, source.resources.map((r) => `${r.kind.group}/${r.kind.plural}:get,list,watch`).sort());
+      });
+    });
+
+    test('the function\'s role is exactly its rules', () => {
+      const role = objects.find((o) => o.kind === 'ClusterRole' && o.metadata.name === `opfn-${declaration.name}`)!;
+      assert.deepEqual(role.rules, functionRules(declaration));
+    });
+
+    test('the Knative Service: image, FUNCTION, autoscaling on the revision template, cluster-local, probes, non-root read-only', () => {
+      const service = byKind(objects, 'Service')[0];
+      assert.equal(service.metadata.labels?.['networking.knative.dev/visibility'], 'cluster-local');
+      assert.equal(service.metadata.annotations, undefined, 'no annotations on the Service itself');
+      const template = spec(service).template;
+      assert.equal(template.metadata.annotations['autoscaling.knative.dev/min-scale'], String(declaration.scaling.minScale));
+      assert.equal(template.metadata.annotations['autoscaling.knative.dev/max-scale'], String(declaration.scaling.maxScale));
+      assert.equal(template.spec.containerConcurrency, declaration.scaling.containerConcurrency);
+      assert.equal(template.spec.timeoutSeconds, 300);
+      assert.equal(template.spec.serviceAccountName, `opfn-${declaration.name}`);
+      const [container] = template.spec.containers;
+      assert.equal(container.image, DEFAULT_OPTIONS.image);
+      assert.deepEqual(container.env.find((e: any) => e.name === 'FUNCTION'), { name: 'FUNCTION', value: declaration.name });
+      assert.equal(container.readinessProbe.httpGet.path, '/health/readiness');
+      assert.equal(container.livenessProbe.httpGet.path, '/health/liveness');
+      assert.equal(container.readinessProbe.httpGet.port, undefined, 'Knative probes the serving port');
+      assert.deepEqual(container.securityContext, { runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
+      assert.ok(container.resources.requests.memory && container.resources.limits.memory);
+    });
+
+    test('the Trigger and the PingSource', () => {
+      const trigger = byKind(objects, 'Trigger')[0];
+      assert.deepEqual(spec(trigger).filter, { attributes: { opfnfunction: declaration.name } });
+      assert.deepEqual(spec(trigger).subscriber, { ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: declaration.name } });
+      assert.deepEqual(spec(trigger).delivery, { retry: 10, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S', deadLetterSink: { ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: 'opfn-dead-letters' } } });
+      const ping = byKind(objects, 'PingSource')[0];
+      assert.equal(ping.metadata.name, `${declaration.name}-resync`);
+      assert.equal(spec(ping).schedule, declaration.resyncSchedule);
+      assert.deepEqual(spec(ping).ceOverrides.extensions, { opfnfunction: declaration.name });
+    });
+  });
+}
+
+describe('options', () => {
+  const all = (options: ManifestOptions) => generateManifests(functions, options).flatMap((file) => file.objects);
+  const [first] = functions;
+
+  test('the generated set passes the checks the CRD schemas cannot make', () => {
+    assert.deepEqual(validateManifests(all(DEFAULT_OPTIONS)), []);
+  });
+
+  test('--replace f=<URL> and f=<Service> change that Trigger\'s subscriber and nothing else', () => {
+    const before = all(DEFAULT_OPTIONS);
+    for (const [target, subscriber] of [['http://other.example:8080/x', { uri: 'http://other.example:8080/x' }], ['my-impl', { ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: 'my-impl' } }]] as const) {
+      const options = manifestOptions({ target: 'knative', replace: [`${first.name}=${target}`] }, functions);
+      const after = all(options);
+      assert.equal(after.length, before.length);
+      const changed = after.map((object, i) => [object, before[i]] as const).filter(([a, b]) => JSON.stringify(a) !== JSON.stringify(b));
+      assert.equal(changed.length, 1);
+      const [[trigger, original]] = changed;
+      assert.equal(trigger.kind, 'Trigger');
+      assert.deepEqual(spec(trigger).subscriber, subscriber);
+      assert.deepEqual({ ...spec(trigger), subscriber: undefined }, { ...spec(original), subscriber: undefined });
+      // A Service named by --replace is not generated, yet is a valid target.
+      assert.deepEqual(validateManifests(after, new Set(['my-impl'])), []);
+    }
+  });
+
+  test('--replace with an unknown function or a bad target fails with the reason', () => {
+    assert.throws(() => manifestOptions({ target: 'knative', replace: ['nope=x'] }, functions), /no function "nope"/);
+    assert.throws(() => manifestOptions({ target: 'knative', replace: [`${first.name}=Not A Name`] }, functions), /URL .* or a Knative Service name/);
+  });
+
+  test('--namespace: Roles in that namespace, no Namespace object, sources watch only it; cluster-scoped rules stay in a ClusterRole', () => {
+    const watcher: FunctionDeclaration = defineFunction({
+      name: 'ns-watcher', description: 'test', reconciles: first.reconciles,
+      watches: [{ kind: Namespace, keysFor: async () => [] }],
+      rbac: [{ apiGroups: [''], resources: ['configmaps', 'namespaces'], verbs: ['get', 'list'] }],
+      reconcile: async () => {},
+    });
+    const options = manifestOptions({ target: 'knative', namespace: 'team-a' }, [watcher]);
+    const files = generateManifests([watcher], options);
+    assert.ok(!files.some((file) => file.name === 'namespace.yaml'));
+    const objects = files.flatMap((file) => file.objects);
+    assert.deepEqual(validateManifests(objects), []);
+    const role = objects.find((o) => o.kind === 'Role' && o.metadata.name === 'opfn-ns-watcher')!;
+    assert.equal(role.metadata.namespace, 'team-a');
+    // Everything but the cluster-scoped namespaces rule (the implied rules included).
+    assert.deepEqual(role.rules, functionRules(watcher).filter((rule) => !rule.resources.includes('namespaces')));
+    assert.ok((role.rules as PolicyRule[]).some((rule) => rule.resources.includes('configmaps')));
+    // Named after the namespace: another namespaced install of the same function keeps its own.
+    const clusterRole = objects.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'team-a:opfn-ns-watcher')!;
+    assert.deepEqual(clusterRole.rules, [{ apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list'] }]);
+    for (const source of byKind(objects, 'ApiServerSource')) assert.equal(spec(source).namespaceSelector, undefined);
+    for (const object of objects) if (!['ClusterRole', 'ClusterRoleBinding', 'CustomResourceDefinition'].includes(object.kind!)) assert.equal(object.metadata.namespace, 'team-a', `${object.kind} ${object.metadata.name}`);
+  });
+
+  test('--broker-class Kafka names the class and the Kafka broker\'s config', () => {
+    const files = manifestFiles({ target: 'knative', brokerClass: 'Kafka' }, functions);
+    const broker = parseAllDocuments(files['broker.yaml']).map((d) => d.toJS()).find((o) => o.kind === 'Broker');
+    assert.equal(broker.metadata.annotations['eventing.knative.dev/broker.class'], 'Kafka');
+    assert.deepEqual(broker.spec.config, { apiVersion: 'v1', kind: 'ConfigMap', name: 'kafka-broker-config', namespace: 'knative-eventing' });
+  });
+});
+
+describe('validateManifests finds what a dry run would let through', () => {
+  const objects = () => structuredClone(generateManifests(functions, DEFAULT_OPTIONS).flatMap((file) => file.objects));
+  const find = (list: KubeObject[], kind: string) => list.find((o) => o.kind === kind && o.metadata.name === functions[0].name)!;
+  const cases: [string, (list: KubeObject[]) => void, RegExp][] = [
+    ['autoscaling annotations on the Service', (list) => { find(list, 'Service').metadata.annotations = { 'autoscaling.knative.dev/min-scale': '0' }; }, /belong on spec\.template\.metadata\.annotations/],
+    ['a filter attribute that is no CloudEvent attribute name', (list) => { spec(find(list, 'Trigger')).filter.attributes = { 'opfn-function': 'x' }; }, /not a CloudEvent attribute name/],
+    ['a filter attribute longer than 20 characters', (list) => { spec(find(list, 'Trigger')).filter.attributes = { abcdefghijklmnopqrstu: 'x' }; }, /not a CloudEvent attribute name/],
+    ['a subscriber Service that is not generated', (list) => { spec(find(list, 'Trigger')).subscriber.ref.name = 'elsewhere'; }, /subscriber Service .*elsewhere is not generated/],
+    ['a relative subscriber uri', (list) => { spec(find(list, 'Trigger')).subscriber = { uri: '/x' }; }, /not an absolute URL/],
+    ['a ServiceAccount that is not generated', (list) => { spec(find(list, 'Service')).template.spec.serviceAccountName = 'ghost'; }, /ServiceAccount .*ghost is not generated/],
+    ['a source without its own ServiceAccount', (list) => { delete spec(list.find((o) => o.kind === 'ApiServerSource')!).serviceAccountName; }, /no serviceAccountName/],
+    ['a source sink that is not the Broker', (list) => { spec(list.find((o) => o.kind === 'ApiServerSource')!).sink = { uri: 'http://x/' }; }, /sink uri/],
+    ['a Service name too long for its revision', (list) => { find(list, 'Service').metadata.name = 'x'.repeat(60); }, /revision name/],
+  ];
+  for (const [what, mutate, expected] of cases) {
+    test(what, () => {
+      const list = objects();
+      mutate(list);
+      const problems = validateManifests(list);
+      assert.ok(problems.some((problem) => expected.test(problem)), problems.join('\n'));
+    });
+  }
+});
+
+test('label selectors as list/watch take them become LabelSelector objects', () => {
+  assert.deepEqual(parseLabelSelector('controller'), { matchExpressions: [{ key: 'controller', operator: 'Exists' }] });
+  assert.deepEqual(parseLabelSelector('a=b, c!=d,!e'), { matchLabels: { a: 'b' }, matchExpressions: [{ key: 'c', operator: 'NotIn', values: ['d'] }, { key: 'e', operator: 'DoesNotExist' }] });
+  assert.deepEqual(parseLabelSelector('tier in (web, api),x notin (y)'), { matchExpressions: [{ key: 'tier', operator: 'In', values: ['web', 'api'] }, { key: 'x', operator: 'NotIn', values: ['y'] }] });
+  assert.throws(() => parseLabelSelector('a=b=c'), /cannot read/);
+});
+
+describe('the opfn manifests command', () => {
+  const opfn = (...args: string[]) => spawnSync(process.execPath, [join(ROOT, 'bin', 'opfn.ts'), 'manifests', ...args], { encoding: 'utf8', cwd: ROOT });
+
+  test('without --out: one YAML stream of every object, ready for kubectl apply -f -', () => {
+    const run = opfn();
+    assert.equal(run.status, 0, run.stderr);
+    const objects = parseAllDocuments(run.stdout).map((d) => d.toJS() as KubeObject);
+    assert.deepEqual(objects, generateManifests(functions, DEFAULT_OPTIONS).flatMap((file) => file.objects));
+  });
+
+  test('a bad option: exit 1 and one line saying what is wrong', () => {
+    for (const [args, reason] of [[['--replace', 'nope=x'], /no function "nope"/], [['--target', 'helm'], /--target must be knative or openfaas/], [['--namespace', 'Bad_NS'], /not a namespace name/]] as const) {
+      const run = opfn(...args);
+      assert.equal(run.status, 1);
+      assert.equal(run.stdout, '');
+      assert.equal(run.stderr.trim().split('\n').length, 1, run.stderr);
+      assert.match(run.stderr, reason);
+    }
+  });
+});
+
+test('declared configuration reaches the Service: defaults as values, secrets through secretKeyRef, none in the manifest', () => {
+  const configured = defineFunction({
+    name: 'configured', description: 'test', reconciles: functions[0].reconciles, rbac: [],
+    config: [
+      { name: 'PROVIDER_URL', description: 'x', default: 'https://example.com' },
+      { name: 'API_KEY', description: 'x', default: '', secret: true },
+      { name: 'TOKEN', description: 'x', secret: true },
+    ],
+    reconcile: async () => {},
+  });
+  const service = functionObjects(configured, DEFAULT_OPTIONS).find((o) => o.kind === 'Service')!;
+  assert.deepEqual(spec(service).template.spec.containers[0].env, [
+    { name: 'FUNCTION', value: 'configured' },
+    { name: 'PROVIDER_URL', value: 'https://example.com' },
+    { name: 'API_KEY', valueFrom: { secretKeyRef: { name: 'opfn-configured-config', key: 'API_KEY', optional: true } } },
+    { name: 'TOKEN', valueFrom: { secretKeyRef: { name: 'opfn-configured-config', key: 'TOKEN', optional: false } } },
+  ]);
+  const required = defineFunction({ name: 'needs-value', description: 'test', reconciles: functions[0].reconciles, rbac: [], config: [{ name: 'REQUIRED', description: 'x' }], reconcile: async () => {} });
+  assert.throws(() => functionObjects(required, DEFAULT_OPTIONS), /config REQUIRED has no default/);
+});
