@@ -4,6 +4,8 @@
 // served on loopback by serve-hook.ts, the function running as its own ServiceAccount with its
 // generated RBAC. Events are delivered to the function host directly, as the broker would.
 import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
@@ -15,11 +17,22 @@ import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
+import { CloudEvent, HTTP } from 'cloudevents';
 import { deliver, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 const MetaImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
 const SEED_HOOK_URL = 'http://immortalcontainer-controller.metacontroller/';
+/** The other ImmortalContainer CRD (crds/immortalcontainer.yaml): parents for the controllers below, told apart by label. */
+const PlainImmortalContainer: ResourceKind = { group: 'immortalcontainer.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
+const SCRIPTED_HOOK_URL = 'http://scripted.hooks.test/';
+
+/** A hook server whose answer each test scripts: (path, request) → [status, body, headers, delay ms]. */
+type Script = (path: string, request: any) => { status: number; body: string; headers?: Record<string, string>; delayMs?: number };
+let script: Script = () => ({ status: 500, body: 'no script' });
+const scriptedCalls: { path: string; request: any }[] = [];
+let scripted: Server;
+let scriptedUrl: string;
 
 let cluster: TestCluster;
 let kube: KubeClient;
@@ -50,8 +63,20 @@ before(async () => {
   cluster = await startTestCluster();
   kube = cluster.kube;
   hooks = await serveHooks({ hooks: { '/sync': sync } });
+  scripted = createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      scriptedCalls.push({ path: request.url ?? '', request: body });
+      const answer = script(request.url ?? '', body);
+      setTimeout(() => response.writeHead(answer.status, { 'content-type': 'application/json', ...answer.headers }).end(answer.body), answer.delayMs ?? 0);
+    });
+  });
+  await new Promise<void>((resolve) => scripted.listen(0, '127.0.0.1', resolve));
+  scriptedUrl = `http://127.0.0.1:${(scripted.address() as AddressInfo).port}/`;
   const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite);
-  fn = await serveFunction(composite, kubeconfig, { config: { COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/` } });
+  fn = await serveFunction(composite, kubeconfig, { config: { COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}` } });
   await kube.create(CompositeControllerKind, example('CompositeController'));
   await kube.create(MetaImmortalContainer, example('ImmortalContainer'), 'default');
 });
@@ -59,6 +84,8 @@ before(async () => {
 after(async () => {
   await fn?.close();
   await hooks?.close();
+  scripted?.closeAllConnections();
+  scripted?.close();
   await cluster?.stop();
 });
 
@@ -154,5 +181,152 @@ describe('kinds known only at run time', () => {
     await fn.host.flushEvents();
     const events = await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=no-hooks' });
     assert.ok(events.items.some((event) => event.reason === 'InvalidController' && /no hooks defined/.test(String(event.message))), JSON.stringify(events.items.map((event) => event.message)));
+  });
+});
+
+/** A CompositeController over the plain ImmortalContainer kind, for parents labelled `strategy=<name>`. */
+function controllerFor(name: string, method: string, hooks: Record<string, unknown>): KubeObject {
+  return {
+    apiVersion: 'metacontroller.k8s.io/v1alpha1',
+    kind: 'CompositeController',
+    metadata: { name },
+    spec: {
+      parentResource: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', resource: 'immortalcontainers', labelSelector: { matchLabels: { strategy: name } } },
+      childResources: [{ apiVersion: 'v1', resource: 'pods', updateStrategy: { method } }],
+      generateSelector: true,
+      hooks,
+    },
+  };
+}
+const seedSync = { sync: { webhook: { url: `${SEED_HOOK_URL}sync` } } };
+
+async function parentFor(name: string, strategy: string | undefined, image = 'nginx:1') {
+  return kube.create(PlainImmortalContainer, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default', labels: strategy ? { strategy } : {} }, spec: { image } }, 'default');
+}
+const podOf = (name: string) => kube.get<PodObject>(Pod, { namespace: 'default', name: `${name}-immortalpod` });
+const imageOf = (pod: PodObject | undefined) => pod?.spec?.containers?.[0]?.image;
+async function setImage(name: string, image: string) {
+  const parent = (await kube.get(PlainImmortalContainer, { namespace: 'default', name }))!;
+  await kube.replace(PlainImmortalContainer, { ...parent, spec: { image } });
+}
+async function warnings(name: string) {
+  await fn.host.flushEvents();
+  return (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.filter((event) => event.type === 'Warning');
+}
+
+describe('update strategies and the parent labelSelector', () => {
+  before(async () => {
+    await kube.create(CompositeControllerKind, controllerFor('in-place', 'InPlace', seedSync));
+    await kube.create(CompositeControllerKind, controllerFor('on-delete', 'OnDelete', seedSync));
+    await parentFor('ip', 'in-place');
+    await parentFor('od', 'on-delete');
+    await parentFor('excluded', undefined);
+    for (const name of ['in-place', 'on-delete']) assert.equal((await nudge(name)).status, 200);
+  });
+
+  test('a parent outside every labelSelector gets nothing', async () => {
+    assert.ok(await podOf('ip'));
+    assert.ok(await podOf('od'));
+    assert.equal(await podOf('excluded'), undefined);
+    const excluded = (await kube.get<Parent>(PlainImmortalContainer, { namespace: 'default', name: 'excluded' }))!;
+    assert.equal(excluded.status?.observedGeneration, undefined, 'no status written');
+  });
+
+  test('InPlace: an image change updates the same pod, and a label added by someone else survives', async () => {
+    const pod = (await podOf('ip'))!;
+    await kube.replace(Pod, { ...pod, metadata: { ...pod.metadata, labels: { ...pod.metadata.labels, 'added-by': 'someone' } } });
+    await setImage('ip', 'nginx:2');
+    assert.equal((await nudge('in-place')).status, 200);
+    const updated = (await podOf('ip'))!;
+    assert.equal(updated.metadata.uid, pod.metadata.uid, 'the same pod');
+    assert.equal(imageOf(updated), 'nginx:2');
+    assert.equal(updated.metadata.labels?.['added-by'], 'someone');
+  });
+
+  test('OnDelete: an image change leaves the pod alone until it is deleted; then it is created from the new spec', async () => {
+    const pod = (await podOf('od'))!;
+    await setImage('od', 'nginx:2');
+    assert.equal((await nudge('on-delete')).status, 200);
+    assert.equal(imageOf(await podOf('od')), 'nginx:1');
+    assert.equal((await podOf('od'))!.metadata.uid, pod.metadata.uid);
+    await kube.delete(Pod, keyOfPod('od'));
+    assert.equal((await nudge('on-delete')).status, 200);
+    assert.equal(imageOf(await podOf('od')), 'nginx:2');
+  });
+});
+const keyOfPod = (name: string) => ({ namespace: 'default', name: `${name}-immortalpod` });
+
+/** POSTs a CloudEvent and keeps the answer's headers (Retry-After). */
+async function nudgeWithHeaders(name: string) {
+  const { headers, body } = HTTP.binary(apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: { metadata: { name } }, action: 'update', mode: 'Reference' }) as CloudEvent<unknown>) as { headers: Record<string, string>; body: string };
+  const response = await fetch(fn.url, { method: 'POST', headers, body });
+  return { status: response.status, retryAfter: response.headers.get('retry-after'), text: await response.text() };
+}
+
+describe('hook failures: a Warning Event SyncError on the parent, retried; other controllers unaffected', () => {
+  before(async () => {
+    await kube.create(CompositeControllerKind, controllerFor('failing', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}sync`, timeout: '1s' } } }));
+    await parentFor('flaky', 'failing');
+  });
+
+  const cases: [string, Script, RegExp][] = [
+    ['500', () => ({ status: 500, body: 'boom' }), /Sync error: unsupported status code: 500 body: boom/],
+    ['a timeout', () => ({ status: 200, body: '{}', delayMs: 2500 }), /Sync error: .*timed out after 1000 ms/],
+    ['malformed JSON', () => ({ status: 200, body: '{"children": [' }), /Sync error: /],
+  ];
+  for (const [what, behaviour, message] of cases) {
+    test(`${what}: answered 503 (retried), SyncError Event, no child`, async () => {
+      script = behaviour;
+      const answer = await nudgeWithHeaders('failing');
+      assert.equal(answer.status, 503, answer.text);
+      const events = await warnings('flaky');
+      assert.ok(events.some((event) => event.reason === 'SyncError' && message.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+      assert.equal(await podOf('flaky'), undefined);
+      // The seed's controller, served by the same function, still syncs.
+      assert.equal((await nudge()).status, 200);
+    });
+  }
+
+  test('429 with Retry-After: retried after that long, without a SyncError Event', async () => {
+    script = () => ({ status: 429, body: '', headers: { 'retry-after': '7' } });
+    const before = (await warnings('flaky')).reduce((sum, event) => sum + Number(event.count ?? 1), 0);
+    const answer = await nudgeWithHeaders('failing');
+    assert.equal(answer.status, 503, answer.text);
+    assert.equal(answer.retryAfter, '7');
+    const after = (await warnings('flaky')).reduce((sum, event) => sum + Number(event.count ?? 1), 0);
+    assert.equal(after, before, 'no new Warning Event');
+  });
+
+  test('once the hook answers, the retry succeeds', async () => {
+    script = (_path, request) => ({ status: 200, body: JSON.stringify(sync(request)) });
+    assert.equal((await nudgeWithHeaders('failing')).status, 200);
+    assert.ok(await podOf('flaky'));
+  });
+});
+
+describe('finalize hook', () => {
+  let finalized = false;
+  before(async () => {
+    await kube.create(CompositeControllerKind, controllerFor('finalizing', 'InPlace', { ...seedSync, finalize: { webhook: { url: `${SCRIPTED_HOOK_URL}finalize` } } }));
+    await parentFor('last', 'finalizing');
+    script = (path, request) => (path === '/finalize' ? { status: 200, body: JSON.stringify({ status: { phase: 'finalizing' }, children: [], finalized }) } : { status: 404, body: '' });
+  });
+
+  test('the finalizer is added; deletion waits for finalized: true, then the finalizer goes and the parent with it', async () => {
+    assert.equal((await nudge('finalizing')).status, 200);
+    const key = { namespace: 'default', name: 'last' };
+    assert.deepEqual((await kube.get(PlainImmortalContainer, key))!.metadata.finalizers, ['metacontroller.io/compositecontroller-finalizing']);
+    assert.ok(await podOf('last'));
+    await kube.delete(PlainImmortalContainer, key);
+    scriptedCalls.length = 0;
+    assert.equal((await nudge('finalizing')).status, 200);
+    const waiting = (await kube.get(PlainImmortalContainer, key))!;
+    assert.ok(waiting?.metadata.deletionTimestamp, 'still there, being deleted');
+    assert.equal(scriptedCalls.at(-1)?.path, '/finalize');
+    assert.equal(scriptedCalls.at(-1)?.request.finalizing, true);
+    assert.equal(await podOf('last'), undefined, 'the finalize answer (no children) was applied');
+    finalized = true;
+    assert.equal((await nudge('finalizing')).status, 200);
+    assert.equal(await kube.get(PlainImmortalContainer, key), undefined, 'finalizer removed, parent gone');
   });
 });
