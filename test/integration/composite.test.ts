@@ -9,16 +9,16 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
-import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
+import { applyCrds, CRD_DIR, readManifests } from '../../eventing/crds.ts';
 import { sync } from '../../functions/composite/immortal-container-hook.ts';
 import { serveHooks, type HookServer } from '../../functions/composite/serve-hook.ts';
 import { LAST_APPLIED_ANNOTATION } from '../../functions/composite/apply.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
-import { CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { CloudEvent, HTTP } from 'cloudevents';
-import { deliver, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { deliver, eventually, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 const MetaImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
@@ -32,6 +32,20 @@ type Script = (path: string, request: any) => { status: number; body: string; he
 let script: Script = () => ({ status: 500, body: 'no script' });
 const scriptedCalls: { path: string; request: any }[] = [];
 let scripted: Server;
+
+/** A cluster-scoped kind of the test's own, applied while the function runs. */
+const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: false };
+const widgetCrd: KubeObject = {
+  apiVersion: 'apiextensions.k8s.io/v1',
+  kind: 'CustomResourceDefinition',
+  metadata: { name: 'widgets.example.com' },
+  spec: {
+    group: 'example.com',
+    scope: 'Cluster',
+    names: { kind: 'Widget', listKind: 'WidgetList', plural: 'widgets', singular: 'widget' },
+    versions: [{ name: 'v1', served: true, storage: true, subresources: { status: {} }, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
+  },
+};
 let scriptedUrl: string;
 
 let cluster: TestCluster;
@@ -157,16 +171,44 @@ describe("the seed's Metacontroller ImmortalContainer, manifests unchanged", () 
 });
 
 describe('kinds known only at run time', () => {
-  test('a CompositeController whose parent kind is not served yet is retried (503), not treated as gone', async () => {
+  test('a parent kind not served yet is retried (503), not treated as gone; once its CRD is applied the controller serves it: a cluster-scoped parent with children in two namespaces (v1 keys ns/name)', async () => {
     await kube.create(CompositeControllerKind, {
       apiVersion: 'metacontroller.k8s.io/v1alpha1',
       kind: 'CompositeController',
-      metadata: { name: 'not-yet' },
-      spec: { parentResource: { apiVersion: 'example.com/v1', resource: 'widgets' }, hooks: { sync: { webhook: { url: 'http://127.0.0.1:9/sync' } } } },
+      metadata: { name: 'widgets' },
+      spec: {
+        parentResource: { apiVersion: 'example.com/v1', resource: 'widgets' },
+        childResources: [{ apiVersion: 'v1', resource: 'configmaps' }],
+        generateSelector: true,
+        hooks: { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}widget-sync` } } },
+      },
     });
-    const answer = await nudge('not-yet');
+    const answer = await nudge('widgets');
     assert.equal(answer.status, 503, JSON.stringify(answer.body));
     assert.match(JSON.stringify(answer.body), /does not serve widgets in example\.com\/v1/);
+
+    await applyCrds(kube, [widgetCrd]);
+    for (const name of ['ns-a', 'ns-b']) await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
+    await kube.create(Widget, { apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'w1' }, spec: { namespaces: ['ns-a', 'ns-b'] } });
+    script = (_path, request) => ({
+      status: 200,
+      body: JSON.stringify({
+        status: { seen: Object.keys(request.children['ConfigMap.v1'] ?? {}) },
+        children: request.parent.spec.namespaces.map((namespace: string) => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: request.parent.metadata.name, namespace }, data: { from: 'widget' } })),
+      }),
+    });
+    // Discovery reads the group-version again on a miss (at most once a second): the broker's
+    // retries, played here, succeed once it is served.
+    await eventually(async () => (await nudge('widgets')).status === 200, 30_000, 'the widgets controller to sync once its CRD is served');
+    const widget = (await kube.get(Widget, { namespace: '', name: 'w1' }))!;
+    for (const namespace of ['ns-a', 'ns-b']) {
+      const child = await kube.get(ConfigMap, { namespace, name: 'w1' });
+      assert.ok(child, `ConfigMap ${namespace}/w1 exists`);
+      assert.equal(child.metadata.ownerReferences?.[0]?.uid, widget.metadata.uid);
+    }
+    assert.equal((await nudge('widgets')).status, 200);
+    assert.deepEqual(scriptedCalls.at(-1)?.request.children['ConfigMap.v1'] && Object.keys(scriptedCalls.at(-1)!.request.children['ConfigMap.v1']), ['ns-a/w1', 'ns-b/w1']);
+    assert.deepEqual((await kube.get<KubeObject & { status?: unknown }>(Widget, { namespace: '', name: 'w1' }))!.status, { seen: ['ns-a/w1', 'ns-b/w1'], observedGeneration: 1 });
   });
 
   test('a CompositeController without a sync hook is refused for good: a Warning Event, not retried', async () => {
@@ -328,5 +370,18 @@ describe('finalize hook', () => {
     finalized = true;
     assert.equal((await nudge('finalizing')).status, 200);
     assert.equal(await kube.get(PlainImmortalContainer, key), undefined, 'finalizer removed, parent gone');
+  });
+});
+
+describe('resync', () => {
+  test('a resync (PingSource) reaches every CompositeController: a deleted pod of the seed controller is back', async () => {
+    const pod = (await getPod())!;
+    await kube.delete(Pod, podKey);
+    const ping = new CloudEvent<unknown>({ specversion: '1.0', id: 'resync-1', type: 'dev.knative.sources.ping', source: '/apis/v1/namespaces/operator-functions/pingsources/composite-resync', data: {} });
+    const answer = await deliver(fn.url, ping);
+    // Other controllers' parents may fail (a reply names them); the seed's is synced.
+    assert.ok(answer.status === 200, JSON.stringify(answer.body));
+    const recreated = await getPod();
+    assert.ok(recreated && recreated.metadata.uid !== pod.metadata.uid, 'a new pod exists');
   });
 });
