@@ -12,18 +12,21 @@
 // spec.selector gets generateSelector's behaviour (children labelled controller-uid=<uid>)
 // instead of failing every sync (the seed's manifest is such a controller).
 import { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs } from '../composite/finalize.ts';
+import type { HookFailure } from '../composite/hook-client.ts';
 import { buildHookRequest } from '../composite/hook-request.ts';
 import type { UpdateStrategies } from '../composite/manage-children.ts';
 import { childSelector, type Selector } from '../composite/selector.ts';
 import { planSync } from '../composite/sync-plan.ts';
 import type { CompositeController, ResolvedResource } from '../composite/types.ts';
 import type { EventRecorder } from '../runtime/recorder.ts';
+import { discoveryFor } from '../runtime/discovery.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
 import { isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
 import { ensureFinalizer, removeFinalizer } from '../runtime/reconciler.ts';
 import { applyChildOperations, claimChildren } from './children.ts';
 import { callHook, type UrlRewrite } from './hooks.ts';
+import { relatedFor } from './related.ts';
 
 /** A controller with its kinds resolved: everything every parent's sync shares. */
 export interface ResolvedComposite {
@@ -77,6 +80,13 @@ export async function syncParent(composite: ResolvedComposite, listed: KubeObjec
     events.warning(parent!, parentKind, 'SyncError', `Sync error: ${reason}`);
     throw new ParentSyncError(`${parentKind.kind} ${describe(parent!)}: ${reason}`);
   };
+  // A 429 waits for Retry-After without an Event; every other failure is a SyncError.
+  const hookFailed = (failure: HookFailure): never => {
+    if (failure.type === 'TooManyRequests') {
+      throw new ParentSyncError(`${parentKind.kind} ${describe(parent!)}: ${failure.reason}`, { retryAfterSeconds: Math.max(1, failure.retryAfterSeconds) });
+    }
+    return fail(failure.reason);
+  };
   const effective = effectiveController(controller, parent);
   const selector = childSelector(effective.spec, parent);
   if (!selector.ok) return fail(selector.reason);
@@ -85,14 +95,21 @@ export async function syncParent(composite: ResolvedComposite, listed: KubeObjec
   const hookType = hookToCall(controller, parent, matches);
   if (hookType === 'none') return { resyncAfterSeconds: 0 };
   const hook = controller.spec.hooks![hookType]!;
-  const request = buildHookRequest({ controller, parent, version: hook.version ?? 'v1', childRules: composite.childRules, children: observed, finalizing: hookType === 'finalize' });
+  const customize = controller.spec.hooks?.customize;
+  const related = customize ? await relatedFor(customize, controller, parent, parentKind, { kube, discovery: discoveryFor(kube), hookUrls: env.hookUrls }) : undefined;
+  if (related && !related.ok) return hookFailed(related.failure);
+  const request = buildHookRequest({
+    controller,
+    parent,
+    version: hook.version ?? 'v1',
+    childRules: composite.childRules,
+    children: observed,
+    relatedRules: related?.value.rules,
+    related: related?.value.objects,
+    finalizing: hookType === 'finalize',
+  });
   const answer = await callHook(hook, hookType, request, env.hookUrls);
-  if (!answer.ok) {
-    if (answer.failure.type === 'TooManyRequests') {
-      throw new ParentSyncError(`${parentKind.kind} ${describe(parent)}: ${answer.failure.reason}`, { retryAfterSeconds: Math.max(1, answer.failure.retryAfterSeconds) });
-    }
-    return fail(answer.failure.reason);
-  }
+  if (!answer.ok) return hookFailed(answer.failure);
 
   const plan = planSync({
     controller: effective,

@@ -373,6 +373,37 @@ describe('finalize hook', () => {
   });
 });
 
+describe('customize hook (v2)', () => {
+  test('related objects from another namespace, chosen by name and by label, reach the sync hook keyed ns/name', async () => {
+    await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: 'shared-config' } });
+    await kube.create(ConfigMap, { metadata: { name: 'by-name', namespace: 'shared-config' }, data: {} });
+    await kube.create(ConfigMap, { metadata: { name: 'by-label', namespace: 'shared-config', labels: { share: 'yes' } }, data: {} });
+    await kube.create(ConfigMap, { metadata: { name: 'unrelated', namespace: 'shared-config' }, data: {} });
+    await kube.create(CompositeControllerKind, controllerFor('customized', 'InPlace', {
+      sync: { version: 'v2', webhook: { url: `${SCRIPTED_HOOK_URL}customized-sync` } },
+      customize: { version: 'v2', webhook: { url: `${SCRIPTED_HOOK_URL}customize` } },
+    }));
+    await parentFor('with-related', 'customized');
+    script = (path, request) => {
+      if (path === '/customize') {
+        return { status: 200, body: JSON.stringify({ relatedResources: [
+          { apiVersion: 'v1', resource: 'configmaps', namespace: 'shared-config', names: ['by-name'] },
+          { apiVersion: 'v1', resource: 'configmaps', namespace: 'shared-config', labelSelector: { matchLabels: { share: 'yes' } } },
+        ] }) };
+      }
+      // The status this CRD keeps is currentPod (a string): the hook reports what it was given there.
+      return { status: 200, body: JSON.stringify({ status: { currentPod: Object.keys(request.related['ConfigMap.v1'] ?? {}).join(',') }, children: [] }) };
+    };
+    scriptedCalls.length = 0;
+    assert.equal((await nudge('customized')).status, 200);
+    assert.deepEqual(scriptedCalls.map((call) => call.path), ['/customize', '/customized-sync']);
+    assert.equal(scriptedCalls[0]!.request.parent.metadata.name, 'with-related');
+    assert.deepEqual(Object.keys(scriptedCalls[1]!.request.related['ConfigMap.v1']), ['shared-config/by-label', 'shared-config/by-name']);
+    const parent = (await kube.get<Parent>(PlainImmortalContainer, { namespace: 'default', name: 'with-related' }))!;
+    assert.deepEqual(parent.status, { currentPod: 'shared-config/by-label,shared-config/by-name', observedGeneration: 1 });
+  });
+});
+
 describe('resync', () => {
   test('a resync (PingSource) reaches every CompositeController: a deleted pod of the seed controller is back', async () => {
     const pod = (await getPod())!;
