@@ -22,17 +22,40 @@ export interface ParentRef {
 /** List items carry no apiVersion/kind for built-in kinds; the hook request is keyed by them. */
 const typed = (kind: ResourceKind, object: KubeObject): KubeObject => ({ ...object, apiVersion: apiVersionOf(kind), kind: kind.kind });
 
+/** The objects of a child kind in a namespace (undefined: all), typed. */
+export type CandidateLists = (kind: ResourceKind, namespace: string | undefined) => Promise<KubeObject[]>;
+
+/**
+ * Lists shared by every parent of one sweep: each child kind is listed once per namespace (page
+ * by page), not once per parent, as upstream shares its informer cache. A list a little older
+ * than a parent's sync is safe: adoptions and releases are PUTs with the resourceVersion listed,
+ * creations of an existing name answer AlreadyExists, and the next sync sees the truth.
+ */
+export function sharedLists(kube: KubeClient): CandidateLists {
+  const lists = new Map<string, Promise<KubeObject[]>>();
+  return (kind, namespace) => {
+    const id = `${kind.group}/${kind.plural}/${namespace ?? '*'}`;
+    let list = lists.get(id);
+    if (!list) {
+      list = kube.list(kind, { namespace }).then((result) => result.items.map((item) => typed(kind, item)));
+      // A failed list is not kept: the next parent tries again.
+      list.catch(() => lists.delete(id));
+      lists.set(id, list);
+    }
+    return list;
+  };
+}
+
 /**
  * The parent's children of every child kind: owned ones still matching `selector`, plus orphans
- * adopted now. Children that stopped matching are released. Candidates are listed in the
- * parent's namespace, or in all namespaces for a cluster-scoped parent (page by page).
+ * adopted now. Children that stopped matching are released. Candidates are the child kind's
+ * objects in the parent's namespace, or in all namespaces for a cluster-scoped parent.
  */
-export async function claimChildren(kube: KubeClient, { parent, kind }: ParentRef, childKinds: ResourceKind[], selector: Selector): Promise<KubeObject[]> {
+export async function claimChildren(kube: KubeClient, { parent, kind }: ParentRef, childKinds: ResourceKind[], selector: Selector, listed: CandidateLists): Promise<KubeObject[]> {
   const observed: KubeObject[] = [];
   let parentRechecked: boolean | undefined;
   for (const childKind of childKinds) {
-    const namespace = kind.namespaced ? parent.metadata.namespace : undefined;
-    const candidates = (await kube.list(childKind, { namespace })).items.map((item) => typed(childKind, item));
+    const candidates = await listed(childKind, kind.namespaced ? parent.metadata.namespace : undefined);
     const plan = planClaim({ parent, parentApiVersion: apiVersionOf(kind), parentKind: kind.kind, parentNamespaced: kind.namespaced, selector, candidates });
     observed.push(...plan.claimed);
     for (const release of plan.release) await writeOwners(kube, childKind, release);

@@ -14,6 +14,7 @@ import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.t
 import { discoveryFor } from '../runtime/discovery.ts';
 import { TerminalError, TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
+import { sharedLists } from './children.ts';
 import { parseHookUrls } from './hooks.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { syncParent, type ResolvedComposite } from './sync-parent.ts';
@@ -33,12 +34,13 @@ export async function reconcileCompositeController(key: ObjectKey, ctx: Reconcil
 
   const failures: TransientError[] = [];
   let resyncAfterSeconds = 0;
+  const env = { kube: ctx.kube, events: ctx.events, hookUrls, listed: sharedLists(ctx.kube) };
   for await (const page of ctx.kube.pages(composite.parentKind)) {
     let next = 0;
     const worker = async () => {
       for (let index = next++; index < page.items.length; index = next++) {
         try {
-          const synced = await syncParent(composite, page.items[index]!, { kube: ctx.kube, events: ctx.events, hookUrls });
+          const synced = await syncParent(composite, page.items[index]!, env);
           if (synced.resyncAfterSeconds > 0) resyncAfterSeconds = resyncAfterSeconds ? Math.min(resyncAfterSeconds, synced.resyncAfterSeconds) : synced.resyncAfterSeconds;
         } catch (error) {
           const failure = error instanceof TransientError ? error : new TransientError((error as Error).message, { cause: error });

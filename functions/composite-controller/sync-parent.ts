@@ -24,7 +24,7 @@ import { TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
 import { isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
 import { ensureFinalizer, removeFinalizer } from '../runtime/reconciler.ts';
-import { applyChildOperations, claimChildren } from './children.ts';
+import { applyChildOperations, claimChildren, type CandidateLists } from './children.ts';
 import { callHook, type UrlRewrite } from './hooks.ts';
 import { relatedFor } from './related.ts';
 
@@ -42,6 +42,8 @@ export interface SyncEnvironment {
   kube: KubeClient;
   events: EventRecorder;
   hookUrls: UrlRewrite[];
+  /** The child lists of this sweep (children.ts sharedLists). */
+  listed: CandidateLists;
 }
 
 /** Sync this parent again after this many seconds (0: only on the next event or resync). */
@@ -91,7 +93,7 @@ export async function syncParent(composite: ResolvedComposite, listed: KubeObjec
   const selector = childSelector(effective.spec, parent);
   if (!selector.ok) return fail(selector.reason);
 
-  const observed = await claimChildren(kube, { parent, kind: parentKind }, composite.childKinds, selector.selector);
+  const observed = await claimChildren(kube, { parent, kind: parentKind }, composite.childKinds, selector.selector, env.listed);
   const hookType = hookToCall(controller, parent, matches);
   if (hookType === 'none') return { resyncAfterSeconds: 0 };
   const hook = controller.spec.hooks![hookType]!;
