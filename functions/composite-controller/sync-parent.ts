@@ -65,6 +65,19 @@ export function effectiveController(controller: CompositeController, parent: Kub
 export const AFTER_DELETE_SECONDS = 1;
 
 export async function syncParent(composite: ResolvedComposite, listed: KubeObject, env: SyncEnvironment): Promise<ParentSynced> {
+  try {
+    return await syncParentOnce(composite, listed, env);
+  } catch (error) {
+    if (error instanceof ParentSyncError) throw error;
+    // An API failure on the way (403 from narrower RBAC, an unreachable server, a discovery
+    // miss for a related kind) is a SyncError too, as upstream reports every error but a 429.
+    const message = (error as Error).message;
+    env.events.warning(listed, composite.parentKind, 'SyncError', `Sync error: ${message}`);
+    throw new ParentSyncError(`${composite.parentKind.kind} ${describe(listed)}: ${message}`, { cause: error, retryAfterSeconds: error instanceof TransientError ? error.retryAfterSeconds : undefined });
+  }
+}
+
+async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, env: SyncEnvironment): Promise<ParentSynced> {
   const { controller, parentKind } = composite;
   const { kube, events } = env;
   const name = finalizerName(controller);

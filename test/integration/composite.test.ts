@@ -402,6 +402,16 @@ describe('customize hook (v2)', () => {
     const parent = (await kube.get<Parent>(PlainImmortalContainer, { namespace: 'default', name: 'with-related' }))!;
     assert.deepEqual(parent.status, { currentPod: 'shared-config/by-label,shared-config/by-name', observedGeneration: 1 });
   });
+
+  test('a related kind that is not served: SyncError Event on the parent, retried', async () => {
+    script = (path, request) => (path === '/customize'
+      ? { status: 200, body: JSON.stringify({ relatedResources: [{ apiVersion: 'example.com/v1', resource: 'gadgets' }] }) }
+      : { status: 200, body: JSON.stringify({ status: {}, children: [] }) });
+    const answer = await nudge('customized');
+    assert.equal(answer.status, 503, JSON.stringify(answer.body));
+    const events = await warnings('with-related');
+    assert.ok(events.some((event) => event.reason === 'SyncError' && /does not serve gadgets in example\.com\/v1/.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+  });
 });
 
 describe('resync', () => {
