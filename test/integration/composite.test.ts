@@ -295,6 +295,30 @@ describe('update strategies and the parent labelSelector', () => {
     assert.equal((await nudge('on-delete')).status, 200);
     assert.equal(imageOf(await podOf('od')), 'nginx:2');
   });
+
+  test('a matching orphan is adopted, not replaced; a child whose label stops matching is released', async () => {
+    const parent = await parentFor('adopter', undefined);
+    const orphan = await kube.create<KubeObject>(Pod, { metadata: { name: 'adopter-immortalpod', namespace: 'default', labels: { 'controller-uid': parent.metadata.uid! } }, spec: { restartPolicy: 'OnFailure', containers: [{ name: 'acontainer', image: 'nginx:1' }] } });
+    const labelled = (await kube.get(PlainImmortalContainer, { namespace: 'default', name: 'adopter' }))!;
+    await kube.replace(PlainImmortalContainer, { ...labelled, metadata: { ...labelled.metadata, labels: { strategy: 'in-place' } } });
+    assert.equal((await nudge('in-place')).status, 200);
+    const adopted = (await podOf('adopter'))!;
+    assert.equal(adopted.metadata.uid, orphan.metadata.uid, 'the same pod');
+    assert.deepEqual(adopted.metadata.ownerReferences?.map((reference) => [reference.uid, reference.controller]), [[parent.metadata.uid, true]]);
+
+    await kube.replace(Pod, { ...adopted, metadata: { ...adopted.metadata, labels: { 'controller-uid': 'someone-else' } } });
+    assert.equal((await nudge('in-place')).status, 200);
+    const released = (await podOf('adopter'))!;
+    assert.equal(released.metadata.uid, orphan.metadata.uid);
+    assert.deepEqual(released.metadata.ownerReferences ?? [], [], 'no ownerReference left');
+  });
+
+  test('a CompositeController deleted while running stops being served', async () => {
+    await kube.delete(CompositeControllerKind, { namespace: '', name: 'on-delete' });
+    await kube.delete(Pod, keyOfPod('od'));
+    assert.equal((await nudge('on-delete')).status, 200);
+    assert.equal(await podOf('od'), undefined, 'nobody recreates the pod');
+  });
 });
 const keyOfPod = (name: string) => ({ namespace: 'default', name: `${name}-immortalpod` });
 
