@@ -6,6 +6,11 @@
 // Upstream: metacontroller pkg/controller/composite/controller.go (newParentController: the
 // controller is checked and its kinds resolved once; Start: resyncPeriodSeconds; every parent
 // is its own work item, so failures are independent).
+//
+// What brings a sweep (this slice): an event about the CompositeController, a resync, or the
+// requeue this returns (resyncPeriodSeconds, a hook's resyncAfterSeconds, or "again soon" after
+// deletes). Events about parents and children do not reach this function yet: the runtime
+// routes only kinds compiled into a declaration, and these are known at run time.
 import { checkController, resyncPeriodMs } from '../composite/controller-spec.ts';
 import { updateStrategies } from '../composite/manage-children.ts';
 import { parentFilter } from '../composite/selector.ts';

@@ -61,8 +61,12 @@ export function effectiveController(controller: CompositeController, parent: Kub
   return { ...controller, spec: { ...controller.spec, generateSelector: true } };
 }
 
-/** How soon a parent whose children were deleted (Recreate, finished pods) is synced again to create them. */
-export const AFTER_DELETE_SECONDS = 1;
+/**
+ * How soon a parent is synced again when this sync knows it left work: children it deleted
+ * (Recreate, finished pods) are to be created, or its status write met a newer parent. Upstream
+ * learns both from watch events, which do not reach this function yet (see reconcile.ts).
+ */
+export const AGAIN_SOON_SECONDS = 1;
 
 export async function syncParent(composite: ResolvedComposite, listed: KubeObject, env: SyncEnvironment): Promise<ParentSynced> {
   try {
@@ -145,17 +149,20 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
 
   const writes = await applyChildOperations(kube, composite.childKinds, plan.outcome.value.children);
   const status = plan.outcome.value.status;
+  let statusConflict = false;
   if (status.changed) {
     try {
       await kube.replace(parentKind, { ...parent, status: status.status }, 'status');
     } catch (error) {
-      // The parent changed or went away meanwhile: its own event brings the next sync.
-      if (!isNotFound(error) && !isConflict(error)) throw error;
+      // The parent changed (synced again soon) or went away meanwhile.
+      if (isConflict(error)) statusConflict = true;
+      else if (!isNotFound(error)) throw error;
     }
   }
   if (writes.errors.length > 0) return fail(writes.errors.join('; '));
   const resync = plan.resyncAfterSeconds;
-  return { resyncAfterSeconds: writes.deleted > 0 ? Math.min(resync || AFTER_DELETE_SECONDS, AFTER_DELETE_SECONDS) : resync };
+  const soon = writes.deleted > 0 || statusConflict;
+  return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync };
 }
 
 const describe = (object: KubeObject): string => (object.metadata.namespace ? `${object.metadata.namespace}/${object.metadata.name}` : `${object.metadata.name}`);

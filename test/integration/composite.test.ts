@@ -144,6 +144,9 @@ describe("the seed's Metacontroller ImmortalContainer, manifests unchanged", () 
     const answer = await nudge();
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     assert.equal(await getPod(), undefined, 'the finished pod was deleted');
+    // The answer asks for the controller again soon (a reply event the broker holds), so the
+    // pod comes back without waiting for the next resync.
+    assert.deepEqual(answer.body.keys, ['metacontroller.k8s.io/CompositeController:immortalcontainer-controller'], JSON.stringify(answer.body));
     assert.deepEqual((await getParent())!.status, { currentPod: '', observedGeneration: 1 });
     assert.equal((await nudge()).status, 200);
     const replaced = await getPod();
