@@ -6,8 +6,9 @@
 // resource), refreshed from the discovery API). Here a miss refreshes only that group-version,
 // once, and a kind that is still not served is a TransientError: a CRD applied together with
 // its CompositeController is served a moment later, so "not there yet" must be retried, never
-// read as "gone". Statically declared functions never call this (their kinds are compiled in).
-import { TransientError } from './errors.ts';
+// read as "gone". An apiVersion that cannot name any group-version is a TerminalError.
+// Statically declared functions never call this (their kinds are compiled in).
+import { TerminalError, TransientError } from './errors.ts';
 import type { ResourceKind } from './kinds.ts';
 import { ApiError, type KubeClient } from './kube.ts';
 
@@ -59,7 +60,7 @@ export class Discovery {
     const group = slash < 0 ? '' : apiVersion.slice(0, slash);
     const version = slash < 0 ? apiVersion : apiVersion.slice(slash + 1);
     if (!version || /[^A-Za-z0-9.-]/.test(group) || /[^A-Za-z0-9]/.test(version)) {
-      throw new TransientError(`"${apiVersion}" is not an apiVersion (group/version or a core version)`);
+      throw new TerminalError(`"${apiVersion}" is not an apiVersion (group/version, or a version of the core group)`, { reason: 'InvalidApiVersion' });
     }
     const path = group ? `/apis/${group}/${version}` : `/api/${version}`;
     let document: GroupVersionDocument | undefined;

@@ -214,6 +214,20 @@ describe('kinds known only at run time', () => {
     assert.deepEqual((await kube.get<KubeObject & { status?: unknown }>(Widget, { namespace: '', name: 'w1' }))!.status, { seen: ['ns-a/w1', 'ns-b/w1'], observedGeneration: 1 });
   });
 
+  test('an apiVersion that names no group-version is refused for good (Warning Event), not retried', async () => {
+    await kube.create(CompositeControllerKind, {
+      apiVersion: 'metacontroller.k8s.io/v1alpha1',
+      kind: 'CompositeController',
+      metadata: { name: 'bad-version' },
+      spec: { parentResource: { apiVersion: 'example.com/v1/extra', resource: 'widgets' }, hooks: { sync: { webhook: { url: 'http://127.0.0.1:9/sync' } } } },
+    });
+    const answer = await nudge('bad-version');
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    await fn.host.flushEvents();
+    const events = await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=bad-version' });
+    assert.ok(events.items.some((event) => event.reason === 'InvalidApiVersion'), JSON.stringify(events.items.map((event) => event.message)));
+  });
+
   test('a CompositeController without a sync hook is refused for good: a Warning Event, not retried', async () => {
     await kube.create(CompositeControllerKind, {
       apiVersion: 'metacontroller.k8s.io/v1alpha1',
