@@ -102,6 +102,13 @@ export class KnativeControllers {
     await this.#serial;
   }
 
+  /** The objects held in memory, counted by kind ("1 Broker, 2 Service, …"). */
+  describe(): string {
+    const counts = new Map<string, number>();
+    for (const object of this.#options.objects ?? []) counts.set(object.kind!, (counts.get(object.kind!) ?? 0) + 1);
+    return [...counts].map(([kind, count]) => `${count} ${kind}`).join(', ');
+  }
+
   async stop(): Promise<void> {
     await this.#watcher?.stop();
     await this.#serial;
