@@ -4,7 +4,8 @@
 // and local sources (each source authenticated as its own generated ServiceAccount; the function
 // process runs as its own) and report readiness as Knative does. A Trigger's subscriber is
 // patched to a second implementation while the plane runs: the next event reaches it; patched
-// back, the function gets them again.
+// back, the function gets them again. A Service's scaling edited with kubectl is applied to the
+// running function by the activator.
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -120,6 +121,40 @@ describe('the generated objects run on the local plane', () => {
     await eventually(() => podExists('after-swap'), 20_000, 'pod of after-swap');
     say('kubectl apply ImmortalContainer after-swap → pod after-swap-immortalpod created by the function');
     assert.ok(!other.events.slice(received).some((e) => e.name === 'after-swap'), 'the second implementation got nothing of after-swap');
+  });
+
+  test('kubectl patch of the Service\'s scaling, containerConcurrency and timeoutSeconds: the activator runs with them at once, Ready; an unusable one is refused with the reason', async () => {
+    const name = immortalContainer.name;
+    const patchService = (annotations: Record<string, string>, spec: Record<string, unknown> = {}) =>
+      cluster.kube.mergePatch(KnativeService, { namespace: NS, name }, { spec: { template: { metadata: { annotations }, spec } } });
+    const before = plane.activator.configurationOf(name);
+    assert.deepEqual(before.scaling, immortalContainer.scaling, 'started with the generated Service\'s scaling (the declaration\'s)');
+
+    await patchService({ 'autoscaling.knative.dev/min-scale': '1', 'autoscaling.knative.dev/max-scale': '2' }, { containerConcurrency: 7, timeoutSeconds: 45 });
+    await eventually(async () => plane.activator.configurationOf(name).scaling.minScale === 1, 20_000, 'the activator runs min-scale 1');
+    assert.deepEqual(plane.activator.configurationOf(name), { scaling: { ...immortalContainer.scaling, minScale: 1, maxScale: 2, containerConcurrency: 7 }, timeoutSeconds: 45 });
+    await eventually(async () => plane.activator.instances(name) >= 1, 20_000, 'min-scale 1 starts an instance without any event');
+    await eventually(async () => (await readyReason(KnativeService, name)) === 'True Ready', 20_000, 'the Service is Ready', () => readyReason(KnativeService, name));
+    say(`kubectl patch ksvc ${name} --type merge -p '{"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/min-scale":"1","autoscaling.knative.dev/max-scale":"2"}},"spec":{"containerConcurrency":7,"timeoutSeconds":45}}}}' → activator ${JSON.stringify(plane.activator.configurationOf(name))}, ${plane.activator.instances(name)} instance(s), Ready=True`);
+    // The Trigger's deliveries follow the new capacity (containerConcurrency × max-scale).
+    await createImmortal('after-scaling-edit');
+    await eventually(() => podExists('after-scaling-edit'), 20_000, 'pod of after-scaling-edit');
+
+    const configured = plane.activator.configurationOf(name);
+    await patchService({ 'autoscaling.knative.dev/min-scale': '3' });
+    await eventually(async () => (await readyReason(KnativeService, name)) === 'False InvalidScaling', 20_000, 'Ready False InvalidScaling', () => readyReason(KnativeService, name));
+    const { condition } = await conditionOf(KnativeService, name);
+    say(`kubectl patch ksvc ${name} … min-scale "3" (above max-scale 2) → Ready=False InvalidScaling: ${condition?.message}`);
+    assert.deepEqual(plane.activator.configurationOf(name), configured, 'the refused configuration was not applied');
+
+    const instances = plane.activator.instances(name);
+    const started = plane.activator.stats()[name].started;
+    await patchService({ 'autoscaling.knative.dev/min-scale': '0', 'autoscaling.knative.dev/max-scale': String(immortalContainer.scaling.maxScale) }, { containerConcurrency: immortalContainer.scaling.containerConcurrency, timeoutSeconds: 300 });
+    await eventually(async () => (await readyReason(KnativeService, name)) === 'True Ready', 20_000, 'Ready again');
+    assert.deepEqual(plane.activator.configurationOf(name), before, 'back to the generated scaling');
+    assert.equal(plane.activator.instances(name), instances, 'the running instance is not stopped by the edit (it goes when idle)');
+    assert.equal(plane.activator.stats()[name].started, started, 'and none was restarted for it');
+    say(`kubectl patch ksvc ${name} back to the generated scaling → Ready=True; ${instances} instance(s) kept running until idle`);
   });
 
   test('a Trigger naming a Service that does not exist is not Ready, with the reason', async () => {
