@@ -192,6 +192,39 @@ describe('the generated objects run on the local plane', () => {
   });
 });
 
+describe('opfn dev against a configured cluster', () => {
+  test('runs the generated objects in memory: nothing Knative is installed there, the function gets its events', async () => {
+    const { runDev } = await import('../../eventing/dev.ts');
+    // A cluster of its own, without Knative: only the plane in memory can make its function act.
+    const configured = await startTestCluster();
+    const knativeCrds = async () => (await configured.kube.request<{ items: KubeObject[] }>('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions')).items.map((crd) => crd.metadata.name!).filter((name) => name.endsWith('knative.dev'));
+    const lines: string[] = [];
+    const devState = mkdtempSync(join(tmpdir(), 'opfn-dev-'));
+    const previous = process.env.KUBECONFIG;
+    process.env.KUBECONFIG = configured.cp.kubeconfigPath;
+    let running: Awaited<ReturnType<typeof runDev>> | undefined;
+    try {
+      running = await runDev({ functions: [immortalContainer.name], bundle: false, idleSeconds: 30, resyncSeconds: 300, stateDir: devState, log: quietLog, say: (line) => lines.push(line), env: { LOG_LEVEL: 'warn' } });
+      const said = lines.join('\n');
+      assert.match(said, /Using the cluster at /);
+      assert.match(said, /run in memory \(nothing installed on the cluster\): 1 Broker, 2 Service, 1 Trigger, 1 PingSource, 2 ApiServerSource/, said);
+      assert.deepEqual(running.plane.status?.problems(), [], 'every object in memory is Ready');
+      assert.equal(running.plane.status?.ready(`Trigger ${NS}/${immortalContainer.name}`)?.status, 'True');
+      await configured.kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'from-configured-dev', namespace: 'default' }, spec: { image: 'nginx:1.27' } });
+      await eventually(() => configured.kube.get(Pod, { namespace: 'default', name: 'from-configured-dev-immortalpod' }), 30_000, 'pod of from-configured-dev');
+      await eventually(async () => running!.plane.stats().broker[immortalContainer.name].delivered > 0, 20_000, 'deliveries counted on the Trigger route named after the function', async () => JSON.stringify(running!.plane.stats().broker));
+      assert.deepEqual(await knativeCrds(), [], 'no Knative CRD installed on the configured cluster');
+      say(`opfn dev against a configured cluster: ${lines.find((line) => line.includes('in memory'))}`);
+    } finally {
+      await running?.stop();
+      if (previous === undefined) delete process.env.KUBECONFIG;
+      else process.env.KUBECONFIG = previous;
+      rmSync(devState, { recursive: true, force: true });
+      await configured.stop();
+    }
+  });
+});
+
 describe('opfn dev on a control plane of its own', () => {
   test('applies the generated objects and runs them; --replace sends a function\'s events to another implementation, the function never starts', async () => {
     const { runDev } = await import('../../eventing/dev.ts');
