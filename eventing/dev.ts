@@ -101,7 +101,9 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
         await plane.stop();
         const stats = plane.stats();
         for (const [name, fn] of Object.entries(stats.activator)) {
-          options.log.info({ component: 'plane', function: name, ...fn, ...stats.broker[name] }, `${name}: ${fn.proxied + fn.direct} requests (${fn.direct} direct), up to ${fn.peakInstances} instance(s)`);
+          // Routes are named after the function in memory, <namespace>/<name> for objects in the API server.
+          const route = stats.broker[name] ?? stats.broker[`${DEFAULT_OPTIONS.namespace}/${name}`];
+          options.log.info({ component: 'plane', function: name, ...fn, ...route }, `${name}: ${fn.proxied + fn.direct} requests (${fn.direct} direct), up to ${fn.peakInstances} instance(s)`);
         }
         await controlPlane?.stop();
       },
