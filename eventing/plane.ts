@@ -49,13 +49,13 @@ export function planeObjects(functions: FunctionDeclaration[], options: { delive
     replace: options.replace ?? {},
     delivery: { ...DEFAULT_OPTIONS.delivery, ...(retry !== undefined ? { retry } : {}), ...(backoffPolicy ? { backoffPolicy } : {}), ...(backoffDelay ? { backoffDelay } : {}) },
   };
-  const knative = new Set(['Service', 'Trigger', 'PingSource', 'ApiServerSource']);
+  const run = new Set(['Broker', 'Service', 'Trigger', 'PingSource', 'ApiServerSource']);
   const objects = [brokerObject(manifestOptions), deadLetterSink(manifestOptions), ...functions.flatMap((declaration) => functionObjects(declaration, manifestOptions))];
   const problems = validateManifests(objects, new Set(Object.values(manifestOptions.replace).filter((target) => !target.includes('://'))));
   if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);
   const every = options.resyncIntervalMs;
   return objects
-    .filter((object) => object.kind === 'Broker' || knative.has(object.kind ?? '') && !(object.kind === 'PingSource' && every === 0))
+    .filter((object) => run.has(object.kind ?? '') && !(object.kind === 'PingSource' && every === 0))
     .map((object) => (object.kind === 'PingSource' && every ? { ...object, spec: { ...(object.spec as object), schedule: `@every ${Math.round(every)}ms` } } : object));
 }
 
