@@ -76,10 +76,6 @@ export class StatusBoard implements StatusWriter {
     this.#verdicts.set(`${kind.kind} ${object.metadata.namespace ?? ''}/${object.metadata.name}`, verdict);
   }
 
-  forget(kind: ResourceKind, object: KubeObject): void {
-    this.#verdicts.delete(`${kind.kind} ${object.metadata.namespace ?? ''}/${object.metadata.name}`);
-  }
-
   /** The Ready condition of `Kind namespace/name`, if reported. */
   ready(key: string): Condition | undefined {
     return this.#verdicts.get(key)?.conditions.find((condition) => condition.type === 'Ready');
