@@ -3,9 +3,9 @@
 // mode, list+watch as client-go's reflector, watches the five kinds; status written to them), or
 // objects held in memory (a configured cluster, whose Knative, if any, is not the plane's: the
 // objects are applied once and their readiness kept on a StatusBoard). Either way the same
-// controllers turn each object into what runs: one controller per kind. Every change is handled one at a time,
-// so a Trigger resolved while a Service appears sees a consistent picture; a Broker or Service
-// change re-resolves the objects that name them, as Knative's trackers do.
+// controllers turn each object into what runs, one per kind. Every change is handled one at a
+// time, so a Trigger resolved while a Service appears sees a consistent picture; a Broker or
+// Service change re-resolves the objects that name them, as Knative's trackers do.
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import { apiVersionOf, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
