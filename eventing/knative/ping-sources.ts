@@ -8,11 +8,10 @@ import { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import { PING_TYPE } from '../../functions/runtime/events.ts';
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { nextFire, parseSchedule, type Schedule } from './cron.ts';
 import { PingSource } from './kinds.ts';
-import { cleared, notReady, ready, writeStatus, type Verdict } from './status.ts';
+import { cleared, notReady, ready, type StatusWriter, type Verdict } from './status.ts';
 
 interface PingSpec {
   schedule?: string;
@@ -60,13 +59,13 @@ export function pingPlan(object: KubeObject, brokers: Pick<BrokerDirectory, 'has
 export class PingSourceController {
   readonly #timers = new Map<string, NodeJS.Timeout>();
   readonly #sources = new Map<string, KubeObject>();
-  readonly #kube: KubeClient;
+  readonly #status: StatusWriter;
   readonly #brokers: Pick<BrokerDirectory, 'has' | 'url'>;
   readonly #publish: (event: CloudEvent<unknown>) => Promise<void>;
   readonly #log: Logger;
 
-  constructor(kube: KubeClient, brokers: Pick<BrokerDirectory, 'has' | 'url'>, publish: (event: CloudEvent<unknown>) => Promise<void>, log: Logger) {
-    this.#kube = kube;
+  constructor(status: StatusWriter, brokers: Pick<BrokerDirectory, 'has' | 'url'>, publish: (event: CloudEvent<unknown>) => Promise<void>, log: Logger) {
+    this.#status = status;
     this.#brokers = brokers;
     this.#publish = publish;
     this.#log = log;
@@ -78,7 +77,7 @@ export class PingSourceController {
     this.#stopTimer(key);
     const { schedule, verdict } = pingPlan(object, this.#brokers);
     if (schedule) this.#arm(key, schedule);
-    await writeStatus(this.#kube, PingSource, object, verdict);
+    await this.#status.write(PingSource, object, verdict);
   }
 
   async remove(object: KubeObject): Promise<void> {
