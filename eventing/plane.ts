@@ -18,7 +18,7 @@ import type { KubeClient } from '../functions/runtime/kube.ts';
 import { Activator, type FunctionStats } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
 import { KnativeControllers } from './knative/controllers.ts';
-import { pingEvent } from './knative/ping-sources.ts';
+import { pingEvent, withResyncInterval } from './knative/ping-sources.ts';
 import { configurationFromService, functionOf } from './knative/services.ts';
 import { StatusBoard } from './knative/status.ts';
 import { functionObjects } from './manifests/index.ts';
@@ -53,10 +53,7 @@ export function planeObjects(functions: FunctionDeclaration[], options: { delive
   const objects = [brokerObject(manifestOptions), deadLetterSink(manifestOptions), ...functions.flatMap((declaration) => functionObjects(declaration, manifestOptions))];
   const problems = validateManifests(objects, new Set(Object.values(manifestOptions.replace).filter((target) => !target.includes('://'))));
   if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);
-  const every = options.resyncIntervalMs;
-  return objects
-    .filter((object) => run.has(object.kind ?? '') && !(object.kind === 'PingSource' && every === 0))
-    .map((object) => (object.kind === 'PingSource' && every ? { ...object, spec: { ...(object.spec as object), schedule: `@every ${Math.round(every)}ms` } } : object));
+  return withResyncInterval(objects.filter((object) => run.has(object.kind ?? '')), options.resyncIntervalMs);
 }
 
 /**

@@ -23,6 +23,18 @@ interface PingSpec {
 }
 
 /** The event a PingSource sends. */
+/**
+ * The objects with every PingSource rescheduled to fire each `intervalMs` (0: PingSources left
+ * out), for local runs, tests and benchmarks that want a fast resync or none; undefined keeps the
+ * generated schedules.
+ */
+export function withResyncInterval(objects: KubeObject[], intervalMs: number | undefined): KubeObject[] {
+  if (intervalMs === undefined) return objects;
+  return objects
+    .filter((object) => !(object.kind === 'PingSource' && intervalMs === 0))
+    .map((object) => (object.kind === 'PingSource' ? { ...object, spec: { ...(object.spec as object), schedule: `@every ${Math.round(intervalMs)}ms` } } : object));
+}
+
 export function pingEvent(object: KubeObject): CloudEvent<unknown> {
   const spec = (object.spec ?? {}) as PingSpec;
   const contentType = spec.contentType ?? 'application/json';
