@@ -22,53 +22,24 @@ import immortalContainer from '../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
 import { deliver, serveFunction, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
+import { requestDifference, scrapeRequestTotals, type RequestCounts } from './apiserver-metrics.ts';
 
 /** Counters are incremented when the handler returns, a moment after the client has its answer. */
 const SETTLE_MS = 150;
 const CASES = ['scrape pair', 'create', 'no-op', 'recreate'] as const;
 type Case = (typeof CASES)[number];
-/** verb → count, and "VERB resource[/subresource]" → count. */
-interface Counts { byVerb: Record<string, number>; byResource: Record<string, number>; total: number }
+type Counts = RequestCounts;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-function parseRequestTotals(text: string): Map<string, { verb: string; resource: string; value: number }> {
-  const series = new Map<string, { verb: string; resource: string; value: number }>();
-  for (const line of text.split('\n')) {
-    if (!line.startsWith('apiserver_request_total{')) continue;
-    const labelsEnd = line.lastIndexOf('}');
-    const labels = Object.fromEntries([...line.slice('apiserver_request_total{'.length, labelsEnd).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((match) => [match[1], match[2]]));
-    const resource = labels.resource ? `${labels.resource}${labels.subresource ? `/${labels.subresource}` : ''}` : labels.subresource || '(other)';
-    series.set(line.slice(0, labelsEnd + 1), { verb: labels.verb ?? '?', resource, value: Number(line.slice(labelsEnd + 1).trim()) });
-  }
-  return series;
-}
-
-async function scrape(cluster: TestCluster): Promise<Map<string, { verb: string; resource: string; value: number }>> {
-  const answer = await cluster.cp.request('GET', '/metrics');
-  if (answer.status !== 200 || typeof answer.body !== 'string') throw new Error(`GET /metrics answered ${answer.status}`);
-  return parseRequestTotals(answer.body);
-}
-
-function difference(before: Awaited<ReturnType<typeof scrape>>, after: Awaited<ReturnType<typeof scrape>>): Counts {
-  const counts: Counts = { byVerb: {}, byResource: {}, total: 0 };
-  for (const [key, { verb, resource, value }] of after) {
-    const delta = value - (before.get(key)?.value ?? 0);
-    if (delta === 0) continue;
-    counts.byVerb[verb] = (counts.byVerb[verb] ?? 0) + delta;
-    counts.byResource[`${verb} ${resource}`] = (counts.byResource[`${verb} ${resource}`] ?? 0) + delta;
-    counts.total += delta;
-  }
-  return counts;
-}
 
 /** Requests the API server counted while `action` ran. */
 async function measure(cluster: TestCluster, action: () => Promise<void>): Promise<Counts> {
   await sleep(SETTLE_MS);
-  const before = await scrape(cluster);
+  const before = await scrapeRequestTotals(cluster.cp);
   await action();
   await sleep(SETTLE_MS);
-  return difference(before, await scrape(cluster));
+  // Non-resource paths (the /metrics scrape itself) stay in, under "(other)".
+  return requestDifference(before, await scrapeRequestTotals(cluster.cp), true);
 }
 
 /** The most common result of the repetitions and how many had it. */
