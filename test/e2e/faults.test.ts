@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before, test, type TestContext } from 'node:test';
 import { pino } from 'pino';
 import { EventPlane } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
@@ -84,8 +84,8 @@ function functionPids(): number[] {
   return pids;
 }
 
-/** Records every pod deletion in `namespace` (who else but the function deletes a pod here?). */
-function recordPodDeletions(namespace: string): { deleted: string[]; stop(): void } {
+/** Records every pod deletion in `namespace` (who else but the function deletes a pod here?) until the test ends. */
+function recordPodDeletions(t: TestContext, namespace: string): { deleted: string[] } {
   const abort = new AbortController();
   const deleted: string[] = [];
   const watcher = KubeClient.fromFile(cluster.cp.kubeconfigPath);
@@ -102,7 +102,8 @@ function recordPodDeletions(namespace: string): { deleted: string[]; stop(): voi
       }
     }
   })();
-  return { deleted, stop: () => abort.abort() };
+  t.after(() => abort.abort());
+  return { deleted };
 }
 
 /**
@@ -164,43 +165,41 @@ async function assertConverged(namespace: string, deletions: { deleted: string[]
   }
 }
 
-test(`kube-apiserver restarted during a burst of ${COUNT}: every object has one pod and startTimes exactly 1`, async () => {
-  const deletions = recordPodDeletions('restart');
+test(`kube-apiserver restarted during a burst of ${COUNT}: every object has one pod and startTimes exactly 1`, async (t) => {
+  const deletions = recordPodDeletions(t, 'restart');
   const restartsBefore = plane.source.stats().watchRestarts + plane.source.stats().relists;
   await burstWithFault('restart', () => cluster.cp.restartApiServer());
   await assertConverged('restart', deletions);
-  deletions.stop();
   const stats = plane.source.stats();
   assert.ok(stats.watchRestarts + stats.relists > restartsBefore, `the source noticed its broken watches: ${JSON.stringify(stats)}`);
   assert.deepEqual(deletions.deleted, [], 'no pod was deleted (by the garbage collector or anyone)');
 });
 
-test(`etcd frozen for 5 s during a burst of ${COUNT}: every object has one pod and startTimes exactly 1`, async () => {
-  const deletions = recordPodDeletions('etcd-pause');
+test(`etcd frozen for 5 s during a burst of ${COUNT}: every object has one pod and startTimes exactly 1`, async (t) => {
+  const deletions = recordPodDeletions(t, 'etcd-pause');
   await burstWithFault('etcd-pause', async () => {
     cluster.cp.pauseEtcd();
     await sleep(5000);
     cluster.cp.resumeEtcd();
   });
   await assertConverged('etcd-pause', deletions);
-  deletions.stop();
   assert.deepEqual(deletions.deleted, [], 'no pod was deleted');
 });
 
-test(`the source's watch connections reset during a burst of ${COUNT}: every object has one pod and startTimes exactly 1`, async () => {
-  const deletions = recordPodDeletions('watch-drop');
+test(`the source's watch connections reset during a burst of ${COUNT}: every object has one pod and startTimes exactly 1`, async (t) => {
+  const deletions = recordPodDeletions(t, 'watch-drop');
   const restartsBefore = plane.source.stats().watchRestarts + plane.source.stats().relists;
   const dropped = await burstWithFault('watch-drop', async () => proxy.dropAll());
-  assert.ok(dropped >= 2, `the source's connections (a watch per kind at least) were reset: ${dropped}`);
+  // undici speaks HTTP/2 to the API server when offered: every watch may share one connection.
+  assert.ok(dropped >= 1, `the source's connections were reset: ${dropped}`);
   await assertConverged('watch-drop', deletions);
-  deletions.stop();
   const stats = plane.source.stats();
   assert.ok(stats.watchRestarts + stats.relists > restartsBefore, `the source re-established its watches: ${JSON.stringify(stats)}`);
   assert.deepEqual(deletions.deleted, [], 'no pod was deleted');
 });
 
-test(`every function instance killed (SIGKILL) during a burst of ${COUNT}: every object has one pod and startTimes exactly 1`, async () => {
-  const deletions = recordPodDeletions('kill');
+test(`every function instance killed (SIGKILL) during a burst of ${COUNT}: every object has one pod and startTimes exactly 1`, async (t) => {
+  const deletions = recordPodDeletions(t, 'kill');
   const retriedBefore = plane.broker.stats()[immortalContainer.name].retried;
   const killed = await burstWithFault('kill', async () => {
     // Kill while deliveries are open, checked and killed in one synchronous step.
@@ -216,7 +215,6 @@ test(`every function instance killed (SIGKILL) during a burst of ${COUNT}: every
   });
   assert.ok(killed.length > 0, 'a function instance was running with deliveries in flight, and was killed');
   await assertConverged('kill', deletions);
-  deletions.stop();
   assert.ok(functionPids().every((pid) => !killed.includes(pid)), 'the killed instances are gone; new ones did the rest');
   assert.ok(plane.broker.stats()[immortalContainer.name].retried > retriedBefore, 'the deliveries the kill cut off were retried');
   assert.deepEqual(deletions.deleted, [], 'no pod was deleted');
