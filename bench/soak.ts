@@ -80,9 +80,10 @@ const errors: string[] = [];
 const log = pino({ level: 'warn' }, new Writable({
   write(chunk, _encoding, done) {
     for (const line of chunk.toString().split('\n').filter(Boolean)) {
-      let entry: { level?: number; msg?: string; component?: string };
+      let entry: Record<string, unknown>;
       try { entry = JSON.parse(line); } catch { entry = { msg: line }; }
-      const text = `${stamp()} ${entry.level && entry.level >= 50 ? 'ERROR' : 'WARN'} [${entry.component ?? '?'}] ${entry.msg ?? line}`;
+      const { level, time, pid, hostname, msg, component, ...details } = entry;
+      const text = `${stamp()} ${Number(level) >= 50 ? 'ERROR' : 'WARN'} [${String(component ?? '?')}] ${String(msg ?? line)} ${JSON.stringify(details).slice(0, 300)}`;
       errors.push(text);
       console.log(text);
     }
