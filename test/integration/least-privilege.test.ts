@@ -5,9 +5,12 @@
 // confirm the ones that matter most: Secrets, nodes, namespaces, RBAC objects, escalate, bind,
 // impersonate. The test fails when a generated role grants more than the declaration, or less.
 //
-// "The declaration" is the function's `rbac` plus the rules owning a kind implies where the
-// OwnerReferencesPermissionEnforcement admission plugin is on: `update` on
-// `<reconciled kind>/finalizers`, which a child's `blockOwnerDeletion: true` needs. Nothing else.
+// "The declaration" is the function's `rbac` plus the rules the runtime needs on its behalf,
+// restated here as the specification they must keep to (functions/runtime/rbac.ts derives them):
+// get, list on the reconciled kind; get on each owned kind; create, patch on core Events; update
+// on `<reconciled>/finalizers` when children are owned by reference (blockOwnerDeletion, which the
+// OwnerReferencesPermissionEnforcement admission plugin checks); update, patch on the reconciled
+// kind when the function declares a finalizer. Nothing else.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
@@ -37,11 +40,18 @@ const RESOURCES: [string, string, string | undefined, boolean][] = [
 /** Namespaces probed for namespaced resources: the function's own, another existing one, and one that does not exist yet. */
 const NAMESPACES = ['default', 'kube-system', 'someone-elses'];
 
-/** The rules the declaration implies: children with blockOwnerDeletion need update on the owner's finalizers. */
+/** The rules the declaration implies (see the top of the file). */
 function impliedRules(declaration: FunctionDeclaration): Rule[] {
-  if (!declaration.owns?.length) return [];
   const { group, plural } = declaration.reconciles;
-  return [{ apiGroups: [group], resources: [`${plural}/finalizers`], verbs: ['update'] }];
+  const owns = declaration.owns as { kind: { group: string; plural: string }; ownerLabels?: unknown }[];
+  const implied: Rule[] = [
+    { apiGroups: [group], resources: [plural], verbs: ['get', 'list'] },
+    { apiGroups: [''], resources: ['events'], verbs: ['create', 'patch'] },
+    ...owns.map((owned) => ({ apiGroups: [owned.kind.group], resources: [owned.kind.plural], verbs: ['get'] })),
+  ];
+  if (owns.some((owned) => !owned.ownerLabels)) implied.push({ apiGroups: [group], resources: [`${plural}/finalizers`], verbs: ['update'] });
+  if ((declaration as { finalizer?: unknown }).finalizer) implied.push({ apiGroups: [group], resources: [plural], verbs: ['update', 'patch'] });
+  return implied;
 }
 
 const matches = (rule: Rule, probe: Probe): boolean => {
