@@ -9,11 +9,11 @@
 // watch only when it ends.
 import type { ControlPlane } from '../cluster/control-plane.ts';
 
-export interface RequestSeries { verb: string; resource: string; value: number }
+export interface RequestSeries { verb: string; resource: string; code: string; value: number }
 export type RequestTotals = Map<string, RequestSeries>;
 
-/** verb → count, and "VERB resource[/subresource]" → count; `total` excludes non-resource paths. */
-export interface RequestCounts { byVerb: Record<string, number>; byResource: Record<string, number>; total: number }
+/** verb → count, "VERB resource[/subresource]" → count, and the same with the HTTP code where it is not 2xx; `total` excludes non-resource paths. */
+export interface RequestCounts { byVerb: Record<string, number>; byResource: Record<string, number>; failed: Record<string, number>; total: number }
 
 export function parseRequestTotals(text: string): RequestTotals {
   const series: RequestTotals = new Map();
@@ -23,7 +23,7 @@ export function parseRequestTotals(text: string): RequestTotals {
     const labels = Object.fromEntries([...line.slice('apiserver_request_total{'.length, labelsEnd).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((match) => [match[1], match[2]]));
     // /metrics, /readyz, /healthz…: the measurement and probes, not work on objects.
     const resource = labels.resource ? `${labels.resource}${labels.subresource ? `/${labels.subresource}` : ''}` : '';
-    series.set(line.slice(0, labelsEnd + 1), { verb: labels.verb ?? '?', resource, value: Number(line.slice(labelsEnd + 1).trim()) });
+    series.set(line.slice(0, labelsEnd + 1), { verb: labels.verb ?? '?', resource, code: labels.code ?? '', value: Number(line.slice(labelsEnd + 1).trim()) });
   }
   return series;
 }
@@ -36,13 +36,14 @@ export async function scrapeRequestTotals(cp: Pick<ControlPlane, 'request'>): Pr
 
 /** Requests on resources between two scrapes; `withNonResource` also keeps paths like /metrics under "(other)". */
 export function requestDifference(before: RequestTotals, after: RequestTotals, withNonResource = false): RequestCounts {
-  const counts: RequestCounts = { byVerb: {}, byResource: {}, total: 0 };
-  for (const [key, { verb, resource, value }] of after) {
+  const counts: RequestCounts = { byVerb: {}, byResource: {}, failed: {}, total: 0 };
+  for (const [key, { verb, resource, code, value }] of after) {
     const delta = value - (before.get(key)?.value ?? 0);
     if (delta === 0 || (!resource && !withNonResource)) continue;
     const label = `${verb} ${resource || '(other)'}`;
     counts.byVerb[verb] = (counts.byVerb[verb] ?? 0) + delta;
     counts.byResource[label] = (counts.byResource[label] ?? 0) + delta;
+    if (!code.startsWith('2')) counts.failed[`${label} ${code}`] = (counts.failed[`${label} ${code}`] ?? 0) + delta;
     counts.total += delta;
   }
   return counts;

@@ -259,10 +259,12 @@ async function main(): Promise<void> {
   for (const n of sizes) {
     for (const side of ['plane', 'direct']) {
       const r = results.find((result) => result.n === n && result.side === side)!;
-      console.log(`  N=${n} ${side.padEnd(6)} ${Object.entries(r.requests.byResource).sort().map(([key, count]) => `${key} ${(count / n).toFixed(2)}`).join(', ')}`);
+      const shown = Object.entries(r.requests.byResource).filter(([, count]) => count / n >= 0.005).sort();
+      const failed = Object.entries(r.requests.failed).sort();
+      console.log(`  N=${n} ${side.padEnd(6)} ${shown.map(([key, count]) => `${key} ${(count / n).toFixed(2)}`).join(', ')}${failed.length ? `; not 2xx: ${failed.map(([key, count]) => `${key} ×${count}`).join(', ')}` : ''}`);
     }
   }
-  console.log('note: kube-apiserver 1.20 counts a GET of one ImmortalContainer as LIST (kubernetes/kubernetes#95556).');
+  console.log('(below 0.005 per object not shown: the API server\'s own controllers)\nnote: kube-apiserver 1.20 counts a GET of one ImmortalContainer as LIST (kubernetes/kubernetes#95556).');
 
   const date = new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z');
   const dir = join(ROOT, 'bench/results');
