@@ -252,7 +252,9 @@ async function main(): Promise<void> {
       directRequestsPerObject: of('direct', (r) => r.requestsPerObject),
       maxInstances: of('plane', (r) => r.maxInstances ?? 0),
     };
-    console.log(`  N=${String(n).padEnd(5)} convergence ${row.convergenceRatio.toFixed(2)}× (${row.planeSeconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s)   requests/object ${row.planeRequestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${row.maxInstances}${row.maxInstances > 1 ? ' (scaled out)' : ''}`);
+    const activator = (results.find((r) => r.n === n && r.side === 'plane')?.activatorStats as Record<string, Record<string, number>> | undefined)?.[immortalContainer.name];
+    const routed = activator ? `; activator: ${Object.entries(activator).filter(([key]) => key !== 'instances').map(([key, value]) => `${key} ${value}`).join(', ')}` : '';
+    console.log(`  N=${String(n).padEnd(5)} convergence ${row.convergenceRatio.toFixed(2)}× (${row.planeSeconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s)   requests/object ${row.planeRequestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${row.maxInstances}${row.maxInstances > 1 ? ' (scaled out)' : ''}${routed}`);
     return row;
   });
   console.log('\nrequests per object by verb and resource (first repetition of each N):');
