@@ -14,7 +14,11 @@
 // and the background add. The function's own count
 // (opfn_kube_api_requests_total) is printed alongside as a cross-check.
 //
-// Usage: node bench/api-requests.ts [--reps N] [--controller-manager]   (default 5 repetitions)
+// Usage: npm run bench:api-requests -- [--reps N] [--label L] [--controller-manager]   (default 5 repetitions)
+// Writes bench/results/api-requests-<label>-<date>.json.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { CloudEvent } from 'cloudevents';
 import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
@@ -55,7 +59,7 @@ function mode(results: Counts[]): { counts: Counts; agree: number } {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { reps: { type: 'string', default: '5' }, 'controller-manager': { type: 'boolean', default: false } } });
+  const { values } = parseArgs({ options: { reps: { type: 'string', default: '5' }, label: { type: 'string', default: 'local' }, 'controller-manager': { type: 'boolean', default: false } } });
   const reps = Number(values.reps);
   if (!Number.isInteger(reps) || reps < 1) {
     console.error(`--reps must be a positive integer, got "${values.reps}"`);
@@ -142,6 +146,16 @@ async function main(): Promise<void> {
     'scope namespace (see kubernetes/kubernetes#95556); the function\'s own count shows these are single-object GETs.');
   const outliers = CASES.flatMap((name) => results.get(name)!.filter((counts) => counts.total !== chosen.get(name)!.counts.total).map((counts) => `${name}: ${counts.total} (${Object.entries(counts.byResource).map(([key, value]) => `${key} ×${value}`).join(', ')})`));
   if (outliers.length) console.log(`\nrepetitions that differ (other clients of the API server at the same moment):\n  ${outliers.join('\n  ')}`);
+
+  const dir = join(resolve(dirname(fileURLToPath(import.meta.url)), '..'), 'bench/results');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `api-requests-${values.label}-${new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z')}.json`);
+  writeFileSync(file, JSON.stringify({
+    benchmark: 'api-requests', label: values.label, date: new Date().toISOString(), command: `npm run bench:api-requests -- ${process.argv.slice(2).join(' ')}`.trim(),
+    chosen: Object.fromEntries(CASES.map((name) => [name, { ...chosen.get(name)!.counts, agree: `${chosen.get(name)!.agree}/${reps}` }])),
+    outliers,
+  }, null, 2) + '\n');
+  console.log(`results: ${file}`);
 }
 
 await main();
