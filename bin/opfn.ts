@@ -18,19 +18,39 @@ const seconds = (value: string): number => {
   return parsed;
 };
 
-/** Runs until Ctrl-C / SIGTERM, then stops cleanly once. */
+/**
+ * Runs until Ctrl-C / SIGTERM, then stops cleanly once; a second Ctrl-C forces the exit. Under
+ * `npm start` one Ctrl-C arrives twice (the terminal signals the process group and npm forwards
+ * it), so a signal within a second of the first counts as the same one.
+ */
 function untilSignal(stop: () => Promise<void>): void {
   let stopping = false;
+  let firstAt = 0;
   const handler = async (signal: string) => {
-    if (stopping) return;
+    if (stopping) {
+      if (performance.now() - firstAt < 1000) return;
+      say(`${signal} again: exiting now (deliveries still running are cut; child processes are killed)`);
+      process.exit(130);
+    }
     stopping = true;
-    say(`${signal}: stopping...`);
-    await stop();
+    firstAt = performance.now();
+    say(`${signal}: stopping (intake first, then waiting for deliveries in flight; Ctrl-C again to force)...`);
+    try {
+      await stop();
+    } catch (error) {
+      say(`stopping failed: ${(error as Error).message}`);
+      process.exit(1);
+    }
     process.exit(0);
   };
   process.on('SIGINT', () => void handler('SIGINT'));
   process.on('SIGTERM', () => void handler('SIGTERM'));
 }
+
+const logFormatOption = (value: string): 'json' | 'pretty' => {
+  if (value !== 'json' && value !== 'pretty') throw new InvalidArgumentError('must be json or pretty');
+  return value;
+};
 
 const program = new Command('opfn')
   .description('operator-functions: Kubernetes operators built from stateless reconcile functions that scale from zero')
@@ -38,17 +58,32 @@ const program = new Command('opfn')
 
 program
   .command('dev')
-  .description('install the CRDs and run every function on the local event plane (source, broker, scale-from-zero activator) against $KUBECONFIG, or a local control plane when no cluster answers')
+  .description('install the CRDs and run every function on the local event plane (source, broker, scale-from-zero activator) against the configured cluster ($KUBECONFIG, ~/.kube/config, in-cluster), or a new local control plane when none is configured')
   .option('-f, --functions <names>', `comma-separated functions to run (default: all of ${functionNames.join(', ')})`, (v) => v.split(',').filter(Boolean))
   .option('--idle <seconds>', 'idle time before a function scales to zero', seconds, 30)
   .option('--resync <seconds>', 'interval of the resync ping that reconciles every object (0 = off)', seconds, 300)
   .option('--no-bundle', 'run the functions from their TypeScript sources instead of esbuild bundles (edits apply at the next cold start)')
   .option('-t, --triggers <file...>', 'YAML files of Knative Triggers (spec.subscriber.uri) to add to the broker, e.g. to route a kind to another implementation')
-  .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[]; bundle: boolean }) => {
+  .option('--local', 'always start a new local control plane, even when a cluster is configured')
+  .option('--log-format <format>', 'json | pretty (default: pretty on a terminal, json when piped)', logFormatOption)
+  .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[]; bundle: boolean; local?: boolean; logFormat?: 'json' | 'pretty' }) => {
     const { runDev } = await import('../eventing/dev.ts');
-    const { createLogger } = await import('../functions/runtime/log.ts');
+    const { createLogger, logFormat } = await import('../functions/runtime/log.ts');
+    const format = options.logFormat ?? logFormat();
     try {
-      const running = await runDev({ functions: options.functions, triggerFiles: options.triggers, bundle: options.bundle, idleSeconds: options.idle, resyncSeconds: options.resync, stateDir: STATE_DIR, log: createLogger('opfn-dev'), say });
+      const running = await runDev({
+        functions: options.functions,
+        triggerFiles: options.triggers,
+        bundle: options.bundle,
+        idleSeconds: options.idle,
+        resyncSeconds: options.resync,
+        stateDir: STATE_DIR,
+        local: options.local,
+        // Function processes write to a pipe: tell them the format the terminal gets.
+        env: { LOG_FORMAT: format },
+        log: createLogger(undefined, process.env.LOG_LEVEL ?? 'info', format),
+        say,
+      });
       untilSignal(running.stop);
     } catch (error) {
       say(`opfn dev: ${(error as Error).message}`);
@@ -145,13 +180,76 @@ program
         event = apiServerSourceEvent({ server: 'opfn-invoke', kind: declaration.reconciles, object, action: options.action as ChangeAction, mode: options.resource ? 'Resource' : 'Reference' });
       }
       const message = HTTP.binary(event);
-      const response = await fetch(options.url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string });
+      const response = await fetch(options.url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string }).catch((error: Error & { cause?: { code?: string; message?: string } }) => {
+        const cause = error.cause?.code ?? error.cause?.message ?? error.message;
+        throw new Error(`nothing answers at ${options.url} (${cause}); start the function with \`opfn serve ${name}\` (PORT=8080) or pass --url`);
+      });
       console.log(`${response.status} ${(await response.text()) || response.headers.get('x-opfn-outcome') || ''}`);
       process.exit(response.ok ? 0 : 1);
     } catch (error) {
       say(`opfn invoke: ${(error as Error).message}`);
       process.exit(1);
     }
+  });
+
+const deadLetters = program
+  .command('dead-letters')
+  .description(`events the broker could not deliver (default file ${join(STATE_DIR, 'dead-letters.jsonl')}, 0600, rotated to .1 at 64 MiB)`);
+const deadLetterFile = (options: { file?: string }) => resolve(options.file ?? join(STATE_DIR, 'dead-letters.jsonl'));
+deadLetters
+  .command('list')
+  .description('one line per dead letter, oldest first: id, type, subject, status and reason')
+  .option('--file <path>', 'dead-letter file')
+  .option('--json', 'print the letters as JSON lines instead')
+  .action(async (options: { file?: string; json?: boolean }) => {
+    const { readDeadLetterFile } = await import('../eventing/broker.ts');
+    const file = deadLetterFile(options);
+    const entries = await readDeadLetterFile(file);
+    for (const entry of entries) {
+      if (!entry.letter) {
+        console.log(`${entry.file}:${entry.line}: unparsable line (${entry.error})`);
+        continue;
+      }
+      const l = entry.letter as Record<string, unknown>;
+      if (options.json) {
+        console.log(JSON.stringify(l));
+        continue;
+      }
+      const reason = typeof l.knativeerrordata === 'string' ? Buffer.from(l.knativeerrordata, 'base64').toString('utf8').replace(/\s+/g, ' ').slice(0, 120) : '';
+      console.log([l.id, l.type, l.subject ?? l.source, l.knativeerrorcode ?? '-', reason].join('  '));
+    }
+    say(`${entries.length} dead letter(s) in ${file}`);
+  });
+deadLetters
+  .command('replay')
+  .description('re-publish every dead letter through the broker ingress of the running `opfn dev` (or --broker); letters it refuses stay in the file')
+  .option('--file <path>', 'dead-letter file')
+  .option('--broker <url>', 'broker ingress URL (default: the one the running `opfn dev` wrote to its state folder)')
+  .action(async (options: { file?: string; broker?: string }) => {
+    const { replayDeadLetterFile } = await import('../eventing/broker.ts');
+    const { PLANE_STATE_FILE } = await import('../eventing/dev.ts');
+    let broker = options.broker;
+    if (!broker) {
+      try {
+        broker = (JSON.parse(readFileSync(join(STATE_DIR, PLANE_STATE_FILE), 'utf8')) as { brokerUrl: string }).brokerUrl;
+      } catch {
+        say(`opfn dead-letters replay: no running plane found in ${STATE_DIR} (start \`opfn dev\`), or pass --broker <url>`);
+        process.exit(1);
+      }
+    }
+    const result = await replayDeadLetterFile(deadLetterFile(options), broker);
+    for (const failed of result.failed) say(`not replayed: ${failed.id}: ${failed.reason}`);
+    say(`${result.replayed} dead letter(s) replayed through ${broker}${result.failed.length ? `; ${result.failed.length} kept in the file` : ''}`);
+    process.exit(result.failed.length ? 1 : 0);
+  });
+deadLetters
+  .command('clear')
+  .description('delete every dead letter (the file and its rotated .1)')
+  .option('--file <path>', 'dead-letter file')
+  .action(async (options: { file?: string }) => {
+    const { clearDeadLetterFile } = await import('../eventing/broker.ts');
+    const file = deadLetterFile(options);
+    say(`${await clearDeadLetterFile(file)} dead letter(s) removed from ${file}`);
   });
 
 program

@@ -210,6 +210,9 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     // Without a kubelet nothing mounts tokens; the ServiceAccount admission plugin would only make
     // pod creation in a brand-new namespace fail until its default ServiceAccount exists.
     '--disable-admission-plugins', 'ServiceAccount',
+    // As OpenShift and many hardened clusters run: setting blockOwnerDeletion on a child needs
+    // `update` on the owner's finalizers subresource, so tests catch a role that lacks it.
+    '--enable-admission-plugins', 'OwnerReferencesPermissionEnforcement',
     '--profiling=false', '--v', '0',
   ];
   let apiServer = startProcess(dir, 'kube-apiserver', join(binDir, 'kube-apiserver'), apiServerArgs);

@@ -11,8 +11,7 @@
 // - Retried: network errors/timeouts, 5xx, 404, 408, 409, 429. Not retried: other 4xx, 3xx.
 // - Dead-lettered events carry knativeerrordest (the URL that failed), knativeerrorcode (its
 //   HTTP status) and knativeerrordata (the response body, standard base64, cut to 1024 chars).
-import { appendFile, mkdir } from 'node:fs/promises';
-import { dirname, resolve as resolvePath } from 'node:path';
+import { resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CloudEventV1 } from 'cloudevents';
 
@@ -196,51 +195,6 @@ export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<Resol
   if (backoffDelayMs !== undefined) resolved.backoffDelayMs = backoffDelayMs;
   if (deadLetter !== undefined) resolved.deadLetter = deadLetter;
   return resolved;
-}
-
-/** JSON (structured-mode) form of an event, as written to dead-letter files. */
-export function toStructuredJson(event: CloudEventV1<unknown>): string {
-  const out: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(event)) {
-    if (value === undefined) continue;
-    if (key === 'data' && isBinaryLike(value)) {
-      if (event.data_base64 === undefined) out.data_base64 = Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64');
-      continue;
-    }
-    if (key === 'data' && event.data_base64 !== undefined) continue;
-    out[key] = isBinaryLike(value) ? Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64') : value;
-  }
-  return safeStringify(out);
-}
-
-function isBinaryLike(value: unknown): value is ArrayBufferView {
-  return ArrayBuffer.isView(value);
-}
-
-function safeStringify(value: unknown): string {
-  try {
-    return JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
-  } catch (err) {
-    return JSON.stringify({ unserializable: true, error: (err as Error).message });
-  }
-}
-
-const fileChains = new Map<string, Promise<void>>();
-
-/** Appends one JSON line; appends to the same file are serialized so lines never interleave. */
-export function appendJsonLine(path: string, line: string): Promise<void> {
-  const previous = fileChains.get(path) ?? Promise.resolve();
-  const next = previous
-    .catch(() => undefined)
-    .then(async () => {
-      await mkdir(dirname(path), { recursive: true });
-      await appendFile(path, line.endsWith('\n') ? line : `${line}\n`, 'utf8');
-    });
-  fileChains.set(path, next);
-  void next.finally(() => {
-    if (fileChains.get(path) === next) fileChains.delete(path);
-  }).catch(() => undefined);
-  return next;
 }
 
 function describe(value: unknown): string {

@@ -1,6 +1,9 @@
 // `opfn dev` / `npm start`: install the CRDs and run every function on the local event plane
-// against the current KUBECONFIG cluster, or against a local control plane when there is none.
-import { mkdirSync } from 'node:fs';
+// against the configured cluster (KUBECONFIG, ~/.kube/config or in-cluster), or against a new
+// local control plane when no cluster is configured at all (or with --local). A configured
+// cluster that does not answer is an error naming the reason, never a silent switch to another
+// cluster: a VPN blip must not point the operators somewhere else.
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { loadAllFunctions, loadFunction } from '../functions/index.ts';
@@ -21,9 +24,29 @@ export interface DevOptions {
   log: Logger;
   /** Where human-facing lines go (the KUBECONFIG line, what happens). */
   say: (line: string) => void;
+  /** Always start a new local control plane, whatever cluster is configured. */
+  local?: boolean;
+  /** Environment for the function processes (e.g. LOG_FORMAT, LOG_LEVEL). */
+  env?: Record<string, string>;
 }
 
-/** The cluster of KUBECONFIG (or ~/.kube/config) if it answers, else undefined with the reason. */
+/** Where the running plane writes its broker URL, for `opfn dead-letters replay`. */
+export const PLANE_STATE_FILE = 'plane.json';
+
+/** Which cluster configuration kubectl would use, if any (KUBECONFIG files that exist, ~/.kube/config, in-cluster). */
+export function configuredCluster(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const files = (env.KUBECONFIG ?? '').split(':').filter((file) => file.trim() !== '');
+  const existing = files.filter((file) => existsSync(file));
+  if (existing.length > 0) return `KUBECONFIG ${existing.join(':')}`;
+  if (files.length === 0) {
+    const home = resolve(env.HOME ?? env.USERPROFILE ?? '.', '.kube/config');
+    if (existsSync(home)) return home;
+  }
+  if (env.KUBERNETES_SERVICE_HOST) return 'in-cluster service account';
+  return undefined;
+}
+
+/** The cluster of KUBECONFIG (or ~/.kube/config) if it answers within 3 s, else the reason. */
 export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfigPath: string } | { reason: string }> {
   let kube: KubeClient;
   try {
@@ -37,32 +60,43 @@ export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfig
       new Promise((_, reject) => setTimeout(() => reject(new Error('no answer within 3s')), 3000).unref()),
     ]);
   } catch (error) {
-    return { reason: `${kube.server}: ${(error as Error).message}` };
+    const message = (error as Error).message;
+    return { reason: message.includes(kube.server) ? message : `${kube.server}: ${message}` };
   }
-  const kubeconfigPath = process.env.KUBECONFIG?.split(':')[0] ?? resolve(process.env.HOME ?? '.', '.kube/config');
+  const kubeconfigPath = process.env.KUBECONFIG?.split(':').find((file) => existsSync(file)) ?? resolve(process.env.HOME ?? '.', '.kube/config');
   return { kube, kubeconfigPath };
 }
 
-export async function runDev(options: DevOptions): Promise<{ stop(): Promise<void> }> {
+export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; stop(): Promise<void> }> {
   const { say } = options;
   mkdirSync(options.stateDir, { recursive: true });
   let controlPlane: ControlPlane | undefined;
-  let cluster = await reachableCluster();
-  if ('reason' in cluster) {
-    say(`No reachable cluster (${cluster.reason}); starting a local control plane (etcd + kube-apiserver + kube-controller-manager).`);
+  const configured = options.local ? undefined : configuredCluster();
+  let cluster: { kube: KubeClient; kubeconfigPath: string } | { reason: string };
+  if (configured) {
+    cluster = await reachableCluster();
+    if ('reason' in cluster) throw new Error(`the configured cluster (${configured}) does not answer: ${cluster.reason}. Fix the connection, or run with --local to use a new local control plane instead.`);
+    say(`Using the cluster at ${cluster.kube.server} (${configured}).`);
+  } else {
+    say(options.local ? 'Starting a local control plane (--local): etcd + kube-apiserver + kube-controller-manager.' : 'No cluster configured (no KUBECONFIG file, no ~/.kube/config, not in a pod); starting a local control plane (etcd + kube-apiserver + kube-controller-manager).');
     controlPlane = await startControlPlane({ progress: say });
     cluster = { kube: KubeClient.fromFile(controlPlane.kubeconfigPath), kubeconfigPath: controlPlane.kubeconfigPath };
     say(`Local control plane at ${controlPlane.server}. In another terminal:\n\n  export KUBECONFIG=${controlPlane.kubeconfigPath}\n`);
-  } else {
-    say(`Using the cluster at ${cluster.kube.server} (KUBECONFIG ${cluster.kubeconfigPath}).`);
   }
 
   try {
     const plane = await startPlane(cluster, options);
     if (controlPlane) say(`Try: kubectl apply -f crds/examples/immortalcontainer.yaml && kubectl get immortalcontainers,pods`);
+    const stateFile = join(options.stateDir, PLANE_STATE_FILE);
     return {
+      plane,
       stop: async () => {
+        rmSync(stateFile, { force: true });
         await plane.stop();
+        const stats = plane.stats();
+        for (const [name, fn] of Object.entries(stats.activator)) {
+          options.log.info({ component: 'plane', function: name, ...fn, ...stats.broker[name] }, `${name}: ${fn.proxied + fn.direct} requests (${fn.direct} direct), up to ${fn.peakInstances} instance(s)`);
+        }
         await controlPlane?.stop();
       },
     };
@@ -91,9 +125,11 @@ async function startPlane(cluster: { kube: KubeClient; kubeconfigPath: string },
     idleTimeoutMs: options.idleSeconds * 1000,
     resyncIntervalMs: options.resyncSeconds * 1000,
     triggers,
+    env: options.env,
     ...launch,
   });
   const { brokerUrl } = await plane.start();
+  writeFileSync(join(options.stateDir, PLANE_STATE_FILE), JSON.stringify({ pid: process.pid, brokerUrl }, null, 2));
   for (const trigger of triggers) say(`Trigger ${trigger.name} → ${trigger.subscriber}`);
   say(`Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, 'dead-letters.jsonl')}. Ctrl-C stops everything.`);
   return plane;

@@ -38,6 +38,12 @@ export interface Trigger {
   subscriber: string;
   /** Replaces the broker's delivery when set. */
   delivery?: DeliverySpec;
+  /**
+   * Local only (not a Knative Trigger field): deliveries in flight at once for this trigger. The
+   * plane sets it from the function's scaling (target or containerConcurrency × maxScale), so a
+   * burst can scale the function out; unset = the broker's maxInFlight.
+   */
+  maxInFlight?: number;
 }
 
 export type FilterResult = 'pass' | 'fail' | 'none';

@@ -1,7 +1,11 @@
 // The local event plane: what Knative Eventing and Serving do in a cluster, on one machine.
-// Each function declaration becomes two ApiServerSources (its own kind in Reference mode; owned
-// and watched kinds in Resource mode, so a delete still names the owner), a resync ping, a
-// Trigger on the broker, and a process behind the scale-from-zero activator.
+// Each function declaration becomes ApiServerSources (its own kind in Resource mode, so the
+// runtime can skip a status-only update by its body; owned and watched kinds in Resource mode, so
+// a delete still names the owner; Secrets always in Reference mode, because Secret contents must
+// never travel through the plane), a resync ping, a Trigger on the broker, and a process behind
+// the scale-from-zero activator. The broker sends straight to a function instance that has room
+// (the activator's lease) and bounds each trigger's deliveries by its function's capacity at
+// full scale, so a burst scales the function out.
 import { randomUUID } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -9,11 +13,11 @@ import { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import { PING_TYPE } from '../functions/runtime/events.ts';
-import type { KubeObject } from '../functions/runtime/kinds.ts';
+import type { KubeObject, ResourceKind } from '../functions/runtime/kinds.ts';
 import type { KubeClient } from '../functions/runtime/kube.ts';
-import { Activator } from './activator.ts';
-import { Broker, type DeliverySpec, type Trigger } from './broker.ts';
-import { ApiServerSource, type SourceSpec } from './source.ts';
+import { Activator, capacityAtMaxScale, type FunctionStats } from './activator.ts';
+import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
+import { ApiServerSource, type SourceSpec, type SourceStats } from './source.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -23,18 +27,36 @@ export const FUNCTION_EXTENSION = 'opfnfunction';
 /** The ApiServerSources of one function, exactly as the Knative manifests declare them. */
 export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
   const extensions = { [FUNCTION_EXTENSION]: declaration.name };
-  const sources: SourceSpec[] = [{ name: `${declaration.name}-objects`, mode: 'Reference', resources: [{ kind: declaration.reconciles }], extensions }];
+  const primary = declaration.reconciles;
+  const sources: SourceSpec[] = [{ name: `${declaration.name}-objects`, mode: isSecret(primary) ? 'Reference' : 'Resource', resources: [{ kind: primary }], extensions }];
   const related = [
     ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel })),
     ...declaration.watches.map((watched) => ({ kind: watched.kind, labelSelector: watched.labelSelector })),
   ];
-  if (related.length) sources.push({ name: `${declaration.name}-related`, mode: 'Resource', resources: related, extensions });
+  const resources = related.filter((r) => !isSecret(r.kind));
+  const secrets = related.filter((r) => isSecret(r.kind));
+  if (resources.length) sources.push({ name: `${declaration.name}-related`, mode: 'Resource', resources, extensions });
+  if (secrets.length) sources.push({ name: `${declaration.name}-secrets`, mode: 'Reference', resources: secrets, extensions });
   return sources;
+}
+
+/** Secrets are never watched in Resource mode: their data must not reach events, logs or dead letters. */
+export function isSecret(kind: ResourceKind): boolean {
+  return kind.group === '' && kind.kind === 'Secret';
 }
 
 /** The Trigger routing a function's events (its sources' and its resync pings) to it. */
 export function triggerFor(declaration: FunctionDeclaration, subscriber: string, delivery?: DeliverySpec): Trigger {
-  return { name: declaration.name, filter: { attributes: { [FUNCTION_EXTENSION]: declaration.name } }, subscriber, delivery };
+  const trigger: Trigger = { name: declaration.name, filter: { attributes: { [FUNCTION_EXTENSION]: declaration.name } }, subscriber, delivery };
+  const capacity = capacityAtMaxScale(declaration.scaling);
+  if (capacity !== undefined) trigger.maxInFlight = capacity;
+  return trigger;
+}
+
+/** The function's request timeout (Knative Serving timeoutSeconds) when its declaration sets one. */
+function timeoutSecondsOf(declaration: FunctionDeclaration): number | undefined {
+  const declared = declaration as FunctionDeclaration & { timeoutSeconds?: number; scaling: { timeoutSeconds?: number } };
+  return declared.timeoutSeconds ?? declared.scaling.timeoutSeconds;
 }
 
 /**
@@ -96,17 +118,31 @@ export interface PlaneOptions {
   env?: Record<string, string>;
   /** Triggers added by configuration, beside the ones derived from the declarations. */
   triggers?: Trigger[];
+  /** Send to a function instance with room directly (Knative's activator leaves the data path); default true. */
+  directDelivery?: boolean;
 }
+
+export interface PlaneStats {
+  source: SourceStats;
+  broker: Record<string, TriggerStats>;
+  heldReplies: number;
+  activator: Record<string, FunctionStats>;
+}
+
+/** How long `stop()` lets deliveries in flight finish by default. */
+export const DEFAULT_DRAIN_MS = 10_000;
 
 export class EventPlane {
   readonly activator: Activator;
   readonly broker: Broker;
   readonly source: ApiServerSource;
   readonly #options: PlaneOptions;
+  readonly #log: Logger;
   #pingTimer?: NodeJS.Timeout;
 
   constructor(options: PlaneOptions) {
     this.#options = options;
+    this.#log = options.log.child({ component: 'plane' });
     const { functions, log } = options;
     const command = options.command ?? ((declaration) => ({ command: process.execPath, args: [join(ROOT, 'functions/runtime/main.ts'), declaration.name] }));
     this.activator = new Activator({
@@ -117,6 +153,7 @@ export class EventPlane {
         ...command(declaration),
         env: { KUBECONFIG: options.kubeconfigPath, ...options.env },
         scaling: declaration.scaling,
+        timeoutSeconds: timeoutSecondsOf(declaration),
       })),
     });
     this.broker = new Broker({
@@ -124,6 +161,7 @@ export class EventPlane {
       delivery: options.delivery,
       deadLetterFile: join(options.stateDir, 'dead-letters.jsonl'),
       log: log.child({ component: 'broker' }),
+      route: options.directDelivery === false ? undefined : (subscriber) => this.activator.lease(subscriber),
     });
     this.source = new ApiServerSource({
       kube: options.kube,
@@ -148,17 +186,29 @@ export class EventPlane {
     const every = this.#options.resyncIntervalMs ?? 0;
     if (every > 0) {
       this.#pingTimer = setInterval(() => {
-        for (const declaration of this.#options.functions) void this.broker.publish(resyncEvent(declaration));
+        for (const declaration of this.#options.functions) {
+          // Refused while the plane stops: the ping is simply not sent (never an unhandled rejection).
+          this.broker.publish(resyncEvent(declaration)).catch((error: unknown) => this.#log.debug({ reason: (error as Error).message }, 'resync ping not accepted'));
+        }
       }, every);
       this.#pingTimer.unref();
     }
     return { activatorUrl, brokerUrl };
   }
 
-  async stop(): Promise<void> {
+  /**
+   * Stops intake first (source, pings), lets the broker deliver what it holds for up to
+   * `drainTimeoutMs` (what is still undelivered then is dead-lettered with the reason), then
+   * stops the function processes.
+   */
+  async stop(options: { drainTimeoutMs?: number } = {}): Promise<void> {
     clearInterval(this.#pingTimer);
     await this.source.stop();
-    await this.broker.close();
+    await this.broker.close({ drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_MS });
     await this.activator.close();
+  }
+
+  stats(): PlaneStats {
+    return { source: this.source.stats(), broker: this.broker.stats(), heldReplies: this.broker.heldReplies, activator: this.activator.stats() };
   }
 }

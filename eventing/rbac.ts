@@ -1,7 +1,9 @@
 // The RBAC objects of a function, generated from its declaration: a ServiceAccount, a ClusterRole
-// granting exactly the declared rules (functions act across namespaces), and the binding.
+// granting exactly the declared rules plus those the declaration implies (rulesFor in
+// functions/runtime/rbac.ts; functions act across namespaces), and the binding.
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import type { KubeObject } from '../functions/runtime/kinds.ts';
+import { rulesFor } from '../functions/runtime/rbac.ts';
 
 export const serviceAccountName = (declaration: FunctionDeclaration): string => `opfn-${declaration.name}`;
 
@@ -10,7 +12,7 @@ export function rbacObjects(declaration: FunctionDeclaration, namespace: string)
   const labels = { 'app.kubernetes.io/part-of': 'operator-functions', 'operator-functions.dev/function': declaration.name };
   return [
     { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name, namespace, labels } },
-    { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name, labels }, rules: declaration.rbac },
+    { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name, labels }, rules: rulesFor(declaration) },
     {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'ClusterRoleBinding',

@@ -2,6 +2,7 @@
 // what to do about the pod that does exist, and what the status should say.
 import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
 import { controllerReference, isControlledBy, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
+import { restartBackoff, secondsUntil, type RestartBackoff } from './backoff.ts';
 
 export const ImmortalContainerKind: ResourceKind = {
   group: 'immortalcontainer.flugel.it',
@@ -26,6 +27,8 @@ export interface ImmortalContainerStatus {
   countedPods?: string[];
   observedGeneration?: number;
   conditions?: Condition[];
+  /** CrashLoopBackOff-like back-off for a pod that keeps finishing (backoff.ts). */
+  restartBackoff?: RestartBackoff;
 }
 
 export interface ImmortalContainer extends KubeObject {
@@ -58,7 +61,9 @@ export function desiredPod(owner: ImmortalContainer): PodObject {
 export type PodAction =
   | { type: 'keep' }
   | { type: 'create' }
-  | { type: 'replace'; reason: 'PodFinished' | 'ImageChanged' | 'OwnerReplaced'; message: string }
+  | { type: 'replace'; reason: 'PodFinished' | 'ImageChanged' | 'OwnerReplaced'; message: string; backoff?: RestartBackoff }
+  /** A finished pod whose replacement must wait: reconcile again after `seconds`. */
+  | { type: 'backoff'; seconds: number; message: string; backoff: RestartBackoff }
   /** The pod is already going away; its delete event brings the next reconcile. */
   | { type: 'wait'; message: string }
   /** Someone else's pod holds the name: never touch what is not ours. */
@@ -66,7 +71,7 @@ export type PodAction =
 
 const imageOf = (pod: PodObject): string | undefined => pod.spec?.containers?.find((container) => container.name === CONTAINER_NAME)?.image;
 
-export function podAction(owner: ImmortalContainer, pod: PodObject | undefined): PodAction {
+export function podAction(owner: ImmortalContainer, pod: PodObject | undefined, now: Date = new Date()): PodAction {
   if (!pod) return { type: 'create' };
   const name = pod.metadata.name;
   if (pod.metadata.deletionTimestamp) return { type: 'wait', message: `pod ${name} is terminating` };
@@ -79,7 +84,12 @@ export function podAction(owner: ImmortalContainer, pod: PodObject | undefined):
   // A newer read than ours made this pod: acting on our stale spec would only flap.
   if (madeFor > (owner.metadata.generation ?? 0)) return { type: 'keep' };
   const phase = pod.status?.phase;
-  if (phase === 'Succeeded' || phase === 'Failed') return { type: 'replace', reason: 'PodFinished', message: `pod ${name} finished (phase ${phase}); starting it again` };
+  if (phase === 'Succeeded' || phase === 'Failed') {
+    const backoff = restartBackoff(owner.status?.restartBackoff, pod, now);
+    const seconds = secondsUntil(backoff, now);
+    if (seconds > 0) return { type: 'backoff', seconds, backoff, message: `back-off restarting pod ${name} (phase ${phase}, ${backoff.quickFailures} quick failures in a row); next start at ${backoff.notBefore}` };
+    return { type: 'replace', reason: 'PodFinished', message: `pod ${name} finished (phase ${phase}); starting it again`, backoff };
+  }
   if (imageOf(pod) !== owner.spec.image) return { type: 'replace', reason: 'ImageChanged', message: `image changed from ${imageOf(pod)} to ${owner.spec.image}` };
   return { type: 'keep' };
 }
@@ -90,7 +100,7 @@ export function podAction(owner: ImmortalContainer, pod: PodObject | undefined):
  * `countedPods`, and the status write is conditional on the resourceVersion it was computed from.
  * A creation is counted even if the replica that made it died before writing status.
  */
-export function nextStatus(current: ImmortalContainer, actedOn: ImmortalContainer, pod: PodObject | undefined, problem?: ConditionInput): ImmortalContainerStatus | undefined {
+export function nextStatus(current: ImmortalContainer, actedOn: ImmortalContainer, pod: PodObject | undefined, problem?: ConditionInput, backoff?: RestartBackoff): ImmortalContainerStatus | undefined {
   // Deleted and recreated under the same name since we read it: that object is someone else's reconcile.
   if (current.metadata.uid !== actedOn.metadata.uid) return undefined;
   const status = current.status ?? {};
@@ -110,6 +120,7 @@ export function nextStatus(current: ImmortalContainer, actedOn: ImmortalContaine
     countedPods,
     observedGeneration: generation,
     conditions: setCondition(status.conditions, { ...condition, observedGeneration: generation }),
+    ...(backoff ? { restartBackoff: backoff } : {}),
   };
 }
 

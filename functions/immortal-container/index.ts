@@ -9,11 +9,15 @@ export default defineFunction({
   description: 'Keeps one pod per ImmortalContainer running: recreates it when deleted or finished, replaces it when the image changes.',
   reconciles: ImmortalContainerKind,
   owns: [{ kind: Pod, ownerNameLabel: OWNER_LABEL }],
+  // What reconcile itself does; reading ImmortalContainers and pods, Events, and update on
+  // immortalcontainers/finalizers (the pods' blockOwnerDeletion) follow from the declaration
+  // (functions/runtime/rbac.ts).
   rbac: [
-    { apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers'], verbs: ['get', 'list', 'watch'] },
     { apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers/status'], verbs: ['update'] },
-    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'create', 'delete'] },
-    { apiGroups: [''], resources: ['events'], verbs: ['create'] },
+    { apiGroups: [''], resources: ['pods'], verbs: ['create', 'delete'] },
   ],
+  // Acts on spec.image and status only: an update that leaves the generation observed is the
+  // status's own change (ours or another instance's) and needs no reconcile.
+  readsMetadata: false,
   reconcile: reconcileImmortalContainer,
 });

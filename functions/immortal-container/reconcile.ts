@@ -1,51 +1,108 @@
 // ImmortalContainer reconcile: reads the object and its pod, acts on the difference, writes status.
-import type { ReconcileContext } from '../runtime/declaration.ts';
+import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { Pod, type ObjectKey } from '../runtime/kinds.ts';
 import { ApiError } from '../runtime/kube.ts';
-import { createIfAbsent, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import { createIfAbsent, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import type { RestartBackoff } from './backoff.ts';
 import { desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, type ImmortalContainer, type PodObject } from './desired.ts';
 
-export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, events }: ReconcileContext): Promise<void> {
+/** The Ready condition's current reason and message: a problem already reported is not reported again. */
+const reported = (owner: ImmortalContainer, reason: string, message: string) =>
+  owner.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === message) ?? false;
+
+/** A pod of the ImmortalContainer `key` names, as created: Pending (or no phase yet), not being deleted. */
+const asCreated = (pod: PodObject, key: ObjectKey): boolean =>
+  pod.metadata.name === `${key.name}-immortalpod` && pod.metadata.namespace === key.namespace && !pod.metadata.deletionTimestamp
+  && (pod.status?.phase ?? 'Pending') === 'Pending'
+  && (pod.metadata.ownerReferences?.some((owner) => owner.controller && owner.kind === ImmortalContainerKind.kind && owner.name === key.name) ?? false);
+
+/** The status says the current generation was carried out and its pod was healthy then. */
+const settled = (owner: ImmortalContainer, podName: string): boolean => {
+  const ready = owner.status?.conditions?.find((condition) => condition.type === 'Ready');
+  return owner.status?.observedGeneration === owner.metadata.generation && owner.status?.currentPod === podName && (ready?.reason === 'PodRunning' || ready?.reason === 'PodPending');
+};
+
+export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, events, now, hint }: ReconcileContext): Promise<ReconcileResult | void> {
+  // An event about our pod as it was created (not started, not going): the reconcile that
+  // created it writes the status (or fails, and its own event is delivered again), and any
+  // change of the ImmortalContainer since comes as its own event. Nothing to do, no request.
+  if (hint?.kind === 'Pod' && asCreated(hint as PodObject, key)) return;
+
   const owner = await kube.get<ImmortalContainer>(ImmortalContainerKind, key);
   // Gone, or going: the garbage collector removes the pod through its ownerReference.
   if (!owner || owner.metadata.deletionTimestamp) return;
 
   const podKey = { namespace: key.namespace, name: podNameFor(owner) };
-  let pod = await kube.get<PodObject>(Pod, podKey);
+  // An event about our pod carried its body: if that pod needs nothing and the status already
+  // says so, this event costs one read. The body is only trusted to do less: anything to do
+  // reads the pod afresh below.
+  const podHint = hint?.kind === 'Pod' && hint.metadata.name === podKey.name && hint.metadata.namespace === key.namespace ? (hint as PodObject) : undefined;
+  if (podHint && podAction(owner, podHint, now()).type === 'keep' && jsonEqual(nextStatus(owner, owner, podHint), owner.status)) return;
+
+  // An event about the ImmortalContainer itself whose fresh read shows its current generation
+  // already carried out with a healthy pod tells nothing new about the pod: changes of the pod
+  // come as the pod's own events, and the resync (no hint) reads everything. One read.
+  if (hint?.kind === ImmortalContainerKind.kind && settled(owner, podKey.name)) return;
+
+  // Create first, read only when it exists: a new object costs no read of a pod that cannot be
+  // there yet. Invalid objects (422) are reported in the status, since retrying cannot help.
+  let pod: PodObject | undefined;
   let problem: ConditionInput | undefined;
-  let action = podAction(owner, pod);
+  let backoff: RestartBackoff | undefined;
+  let result: ReconcileResult | undefined;
+  const create = async () => {
+    try {
+      const created = await createIfAbsent(kube, Pod, desiredPod(owner));
+      if (created.created) {
+        log.info({ pod: podKey.name, image: owner.spec.image }, 'created pod');
+        events.normal(owner, ImmortalContainerKind, 'PodCreated', `created pod ${podKey.name} with image ${owner.spec.image}`);
+      }
+      return created.object;
+    } catch (error) {
+      if (!(error instanceof ApiError) || error.code !== 422) throw error;
+      problem = { type: 'Ready', status: 'False', reason: 'PodInvalid', message: error.status?.message ?? error.message };
+      if (!reported(owner, problem.reason, problem.message)) events.warning(owner, ImmortalContainerKind, 'PodInvalid', problem.message);
+      return undefined;
+    }
+  };
+
+  // A pod event says a pod exists (the status may not say so yet: another instance's write is
+  // on its way): read it rather than try a create bound to fail. The hint only picks the order.
+  if (!owner.status?.currentPod && !podHint) {
+    pod = await create();
+  } else {
+    // A fresh read: "nothing to do" is a decision no conditional write would check.
+    pod = await kube.get<PodObject>(Pod, podKey);
+  }
+  let action = podAction(owner, pod, now());
+
+  if (action.type === 'backoff') {
+    backoff = action.backoff;
+    problem = { type: 'Ready', status: 'False', reason: 'BackOff', message: action.message };
+    if (owner.status?.restartBackoff?.failedPod !== backoff.failedPod) events.warning(owner, ImmortalContainerKind, 'BackOff', action.message);
+    result = { requeueAfterSeconds: action.seconds };
+  }
 
   if (action.type === 'replace') {
+    backoff = action.backoff;
     // The uid precondition makes sure we delete the pod we judged, not one another replica
     // created a moment ago.
     await kube.delete(Pod, podKey, { uid: pod!.metadata.uid });
     log.info({ reason: action.reason }, action.message);
-    await events.normal(owner, ImmortalContainerKind, action.reason, action.message);
+    events.normal(owner, ImmortalContainerKind, action.reason, action.message);
     // An unscheduled pod vanishes at once; a running one terminates first and its delete
     // event brings us back.
     pod = await kube.get<PodObject>(Pod, podKey);
     action = pod ? { type: 'wait', message: `pod ${podKey.name} is terminating` } : { type: 'create' };
   }
 
-  if (action.type === 'create') {
-    try {
-      const result = await createIfAbsent(kube, Pod, desiredPod(owner));
-      pod = result.object;
-      if (result.created) {
-        log.info({ pod: podKey.name, image: owner.spec.image }, 'created pod');
-        await events.normal(owner, ImmortalContainerKind, 'PodCreated', `created pod ${podKey.name} with image ${owner.spec.image}`);
-      }
-    } catch (error) {
-      // The API server refused the pod as invalid (e.g. a name too long for the label):
-      // retrying cannot help, so say so in the status instead.
-      if (!(error instanceof ApiError) || error.code !== 422) throw error;
-      problem = { type: 'Ready', status: 'False', reason: 'PodInvalid', message: error.status?.message ?? error.message };
-      await events.warning(owner, ImmortalContainerKind, 'PodInvalid', problem.message);
-    }
+  if (action.type === 'create' && !problem) {
+    pod = await create();
   } else if (action.type === 'blocked') {
     problem = { type: 'Ready', status: 'False', reason: 'PodNameTaken', message: action.message };
-    await events.warning(owner, ImmortalContainerKind, 'PodNameTaken', action.message);
+    if (!reported(owner, problem.reason, problem.message)) events.warning(owner, ImmortalContainerKind, 'PodNameTaken', action.message);
   }
 
-  await updateStatus<ImmortalContainer>(kube, ImmortalContainerKind, key, (current) => nextStatus(current, owner, pod, problem), owner);
+  await updateStatus<ImmortalContainer>(kube, ImmortalContainerKind, key, (current) => nextStatus(current, owner, pod, problem, backoff), owner);
+  return result;
 }

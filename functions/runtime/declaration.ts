@@ -3,8 +3,13 @@
 // adding a kind means adding one folder with one of these.
 import type { Logger } from 'pino';
 import type { KubeObject, ObjectKey, ResourceKind } from './kinds.ts';
+import { validateConfigDeclaration, type ConfigParameter } from './config.ts';
+import { cronProblem } from './cron.ts';
+import type { HttpClient } from './http.ts';
 import type { KubeClient } from './kube.ts';
-import type { EventRecorder } from './reconciler.ts';
+import type { EventRecorder } from './recorder.ts';
+
+export type { ConfigParameter } from './config.ts';
 
 /** One rule of an rbac.authorization.k8s.io/v1 (Cluster)Role. */
 export interface PolicyRule {
@@ -23,6 +28,14 @@ export interface OwnedKind {
    * an event to its owner even when the owned object is already gone.
    */
   ownerNameLabel?: string;
+  /**
+   * Labels on each owned object whose values are the owner's namespace and name: ownership
+   * across namespaces, where ownerReferences cannot point (the garbage collector would delete the
+   * child). Routing maps the child's event back to that owner; the source may select on the
+   * presence of the `namespace` label. Write the name with `ownerLabelValue(name)`: a name longer
+   * than a label value (63) becomes a stable hash form, which routing resolves by listing owners.
+   */
+  ownerLabels?: { namespace: string; name: string };
 }
 
 /** A change of a watched (not owned) object, as far as the event tells it. */
@@ -61,7 +74,37 @@ export interface Scaling {
 export interface ReconcileContext {
   kube: KubeClient;
   log: Logger;
+  /** Kubernetes Events, aggregated like client-go's recorder and posted off the critical path. */
   events: EventRecorder;
+  /** The declared `config`, resolved from the environment at start (defaults applied). */
+  config: Readonly<Record<string, string>>;
+  /** Outbound HTTP with a timeout on every request; retries are the caller's. */
+  http: HttpClient;
+  now(): Date;
+  /**
+   * The object a Resource-mode event carried, when the event maps to this one key: the
+   * reconciled object itself, or the owned/watched object that maps to it (check `hint.kind`);
+   * with `apiVersion` and `kind` set. Possibly stale or forged: use it only to decide to do LESS
+   * (skip a read, find nothing to do); everything written must come from a fresh read. Absent
+   * for resyncs, fan-outs and coalesced follow-up runs.
+   */
+  hint?: KubeObject;
+}
+
+/** "Reconcile this key again after D" (controller-runtime's Result.RequeueAfter). */
+export interface ReconcileResult {
+  requeueAfterSeconds?: number;
+}
+
+/**
+ * A finalizer the runtime drives: added to every reconciled object that is not being deleted
+ * (before reconcile is called); when the object has a deletionTimestamp, `finalize` runs instead
+ * of reconcile and the finalizer is removed once it resolves true (false or a throw: again later).
+ */
+export interface FinalizerDeclaration {
+  /** A qualified name, e.g. "copyrator.flant.com/cleanup". */
+  name: string;
+  finalize(object: KubeObject, ctx: ReconcileContext): Promise<boolean>;
 }
 
 export interface FunctionDeclaration {
@@ -78,11 +121,23 @@ export interface FunctionDeclaration {
   resyncSchedule: string;
   scaling: Scaling;
   /**
+   * Whether reconcile acts on the reconciled object's labels or annotations (e.g. copies them to
+   * children). Default true. When false, an update event whose body shows
+   * `metadata.generation == status.observedGeneration` (and no deletion, and the declared
+   * finalizer in place) is a status-only change and is skipped without any API call, in every
+   * instance; when true, only in an instance that last saw the same labels and annotations.
+   */
+  readsMetadata: boolean;
+  /** Configuration from the environment (secret ones from a Secret on Knative). */
+  config: ConfigParameter[];
+  finalizer?: FinalizerDeclaration;
+  /**
    * Bring the cluster to the desired state for one object, reading everything it needs afresh.
    * Must be idempotent and safe to run concurrently for the same key. Throws on transient
-   * failure (the event is redelivered); reports invalid objects in their status instead.
+   * failure (TransientError or any error: redelivered); TerminalError when retrying cannot
+   * help (recorded as a Warning Event; the function sets its own Ready=False condition).
    */
-  reconcile(key: ObjectKey, ctx: ReconcileContext): Promise<void>;
+  reconcile(key: ObjectKey, ctx: ReconcileContext): Promise<ReconcileResult | void>;
 }
 
 // Knative's default target (100). A reconcile mostly waits on the API, so one Node process
@@ -90,18 +145,27 @@ export interface FunctionDeclaration {
 // 200 objects and reached 79 events/s on 2 cores, target 100 reached 291 events/s.
 const DEFAULT_SCALING: Scaling = { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 };
 
-type DeclarationInput = Omit<FunctionDeclaration, 'owns' | 'watches' | 'resyncSchedule' | 'scaling'> &
-  Partial<Pick<FunctionDeclaration, 'owns' | 'watches' | 'resyncSchedule' | 'scaling'>>;
+type Defaulted = 'owns' | 'watches' | 'resyncSchedule' | 'scaling' | 'config' | 'readsMetadata';
+type DeclarationInput = Omit<FunctionDeclaration, Defaulted> & Partial<Omit<Pick<FunctionDeclaration, Defaulted>, 'scaling'>> & { scaling?: Partial<Scaling> };
 
 export function defineFunction(input: DeclarationInput): FunctionDeclaration {
   if (!/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/.test(input.name)) {
     throw new Error(`function name "${input.name}" must be a DNS-1123 label (lower-case letters, digits, '-')`);
   }
-  return {
+  const declaration: FunctionDeclaration = {
     owns: [],
     watches: [],
     resyncSchedule: '*/5 * * * *',
+    config: [],
+    readsMetadata: true,
     ...input,
     scaling: { ...DEFAULT_SCALING, ...input.scaling },
   };
+  const schedule = cronProblem(declaration.resyncSchedule);
+  if (schedule) throw new Error(`function ${input.name}: resyncSchedule "${declaration.resyncSchedule}" ${schedule}`);
+  validateConfigDeclaration(input.name, declaration.config);
+  if (declaration.finalizer && !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/.test(declaration.finalizer.name)) {
+    throw new Error(`function ${input.name}: finalizer "${declaration.finalizer.name}" must be a qualified name like "example.com/cleanup"`);
+  }
+  return declaration;
 }

@@ -2,10 +2,22 @@
 // an ApiServerSource change (Reference or Resource mode), a PingSource resync, or bad input.
 // The event is a doorbell: it names an object, and the function re-reads that object.
 import { HTTP, type CloudEvent, type CloudEventV1 } from 'cloudevents';
-import type { KubeObject } from './kinds.ts';
+import { isValidName, isValidNamespace, type KubeObject } from './kinds.ts';
 
 export const APISERVER_TYPE_PREFIX = 'dev.knative.apiserver.';
 export const PING_TYPE = 'dev.knative.sources.ping';
+/**
+ * A function's request to itself, carried in a reply CloudEvent that the broker routes back to
+ * it: reconcile these keys (the failed keys of a fan-out, or a requeue), not before
+ * `opfnnotbefore`. Data: `{"keys": ["<group>/<Kind>:<namespace>/<name>", …]}`.
+ */
+export const RECONCILE_TYPE = 'dev.opfn.reconcile';
+/** Extension naming the function an event is for (the Trigger filters on it). */
+export const FUNCTION_EXTENSION = 'opfnfunction';
+/** Extension holding the RFC 3339 time before which a reconcile event is not due. */
+export const NOT_BEFORE_EXTENSION = 'opfnnotbefore';
+/** Keys one reconcile event may carry: bounds the reply (about 300 bytes a key at most). */
+export const MAX_KEYS_PER_EVENT = 1000;
 
 /** Input that can never succeed: answered 400 and never retried (dead-lettered by the broker). */
 export class BadEventError extends Error {
@@ -24,14 +36,11 @@ export interface ObjectReference {
 
 export type FunctionEvent =
   | { type: 'change'; action: 'add' | 'update' | 'delete'; mode: 'ref' | 'resource'; ref: ObjectReference; object?: KubeObject; id: string }
-  | { type: 'resync'; id: string };
+  | { type: 'resync'; id: string }
+  /** Keys as sent (parsed against the function's kinds by the host); notBefore from opfnnotbefore. */
+  | { type: 'reconcile'; keys: string[]; notBefore?: Date; id: string };
 
 const APISERVER_TYPE = /^dev\.knative\.apiserver\.(ref|resource)\.(add|update|delete)$/;
-// DNS-1123 subdomain, what Kubernetes allows in object names: dot-separated labels, so "a..b"
-// and "a.-b" are not names.
-const NAME = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-// Namespaces are DNS-1123 labels: at most 63 characters and no dots.
-const NAMESPACE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const JSON_MEDIA_TYPE = /^application\/(?:[\w.-]+\+)?json\s*(?:;|$)/i;
 const STRUCTURED_JSON = /^application\/cloudevents\+json\s*(?:;|$)/;
 
@@ -111,6 +120,7 @@ const describe = (error: unknown): string => String((error as Error)?.message ??
 /** What a validated CloudEvent asks of a function; throws BadEventError when it cannot mean anything. */
 export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
   if (event.type === PING_TYPE) return { type: 'resync', id: event.id };
+  if (event.type === RECONCILE_TYPE) return interpretReconcile(event);
   const match = APISERVER_TYPE.exec(event.type);
   if (!match) throw new BadEventError(`unknown event type "${event.type}": expected ${APISERVER_TYPE_PREFIX}{ref,resource}.{add,update,delete} or ${PING_TYPE}`);
   const mode = match[1] as 'ref' | 'resource';
@@ -136,10 +146,34 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
     ? { apiVersion: str(event.apiversion ?? body.apiVersion), kind: str(event.kind ?? body.kind), namespace: str(event.namespace ?? body.namespace), name: str(event.name ?? body.name) }
     : { apiVersion: str(body.apiVersion ?? event.apiversion), kind: str(body.kind ?? event.kind), namespace: str(body.metadata?.namespace ?? event.namespace), name: str(body.metadata?.name ?? event.name) };
   if (!ref.apiVersion || !ref.kind) throw new BadEventError(`${event.type} event names no apiVersion/kind (extensions apiversion and kind, or the data)`);
-  if (!NAME.test(ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got "${ref.name}")`);
-  if (ref.namespace && !NAMESPACE.test(ref.namespace)) throw new BadEventError(`${event.type} event has an invalid namespace "${ref.namespace}"`);
+  if (!isValidName(ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got "${ref.name}")`);
+  if (ref.namespace && !isValidNamespace(ref.namespace)) throw new BadEventError(`${event.type} event has an invalid namespace "${ref.namespace}"`);
   if (mode === 'resource' && (typeof body.metadata !== 'object' || body.metadata === null)) throw new BadEventError(`${event.type} event data is not a Kubernetes object (no metadata)`);
   return { type: 'change', action, mode, ref, object: mode === 'resource' ? (body as KubeObject) : undefined, id: event.id };
+}
+
+function interpretReconcile(event: CloudEventV1<unknown>): FunctionEvent {
+  let data: unknown = event.data;
+  if (ArrayBuffer.isView(data)) data = Buffer.from(data as unknown as ArrayLike<number>).toString('utf8');
+  if (typeof data === 'string') {
+    try {
+      data = JSON.parse(data);
+    } catch {
+      throw new BadEventError(`${RECONCILE_TYPE} event data must be a JSON object {"keys": [...]}`);
+    }
+  }
+  const keys = (data as { keys?: unknown } | null)?.keys;
+  if (!Array.isArray(keys) || keys.length === 0 || !keys.every((key) => typeof key === 'string')) {
+    throw new BadEventError(`${RECONCILE_TYPE} event data must be {"keys": [...]} with at least one key string`);
+  }
+  if (keys.length > MAX_KEYS_PER_EVENT) throw new BadEventError(`${RECONCILE_TYPE} event carries ${keys.length} keys; at most ${MAX_KEYS_PER_EVENT} are accepted`);
+  const raw = event[NOT_BEFORE_EXTENSION];
+  let notBefore: Date | undefined;
+  if (raw !== undefined) {
+    notBefore = new Date(String(raw));
+    if (!/^\d{4}-\d{2}-\d{2}T/.test(String(raw)) || Number.isNaN(notBefore.getTime())) throw new BadEventError(`${NOT_BEFORE_EXTENSION} "${String(raw)}" is not an RFC 3339 time`);
+  }
+  return { type: 'reconcile', keys: keys as string[], notBefore, id: event.id };
 }
 
 const str = (value: unknown): string => (typeof value === 'string' ? value : '');

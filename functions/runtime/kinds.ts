@@ -18,6 +18,15 @@ export interface ObjectKey {
   name: string;
 }
 
+/**
+ * What the runtime queues, coalesces, replies about and reports: a key that names its kind, so
+ * one function can reconcile more than one kind without collisions. String form
+ * `<group>/<Kind>:<namespace>/<name>` (`<Kind>:…` for the core group, `…:<name>` when cluster-scoped).
+ */
+export interface KindKey extends ObjectKey {
+  kind: ResourceKind;
+}
+
 export interface OwnerReference {
   apiVersion: string;
   kind: string;
@@ -55,6 +64,62 @@ export const apiVersionOf = (kind: ResourceKind): string =>
 export const keyString = (key: ObjectKey): string =>
   key.namespace ? `${key.namespace}/${key.name}` : key.name;
 
+/** `<group>/<Kind>` (`<Kind>` for the core group): a kind's identity across versions. */
+export const groupKind = (kind: ResourceKind): string => (kind.group ? `${kind.group}/${kind.kind}` : kind.kind);
+
+export const kindKeyString = (key: KindKey): string => `${groupKind(key.kind)}:${keyString(key)}`;
+
+export const kindKey = (kind: ResourceKind, key: ObjectKey): KindKey => ({ kind, namespace: kind.namespaced ? key.namespace : '', name: key.name });
+
+/**
+ * The key a string names, when its kind is one of `kinds` and its namespace and name are valid;
+ * otherwise the reason it is not.
+ */
+export function parseKindKey(text: string, kinds: ResourceKind[]): KindKey | string {
+  const colon = text.lastIndexOf(':');
+  if (colon <= 0) return `"${text}" is not a key (<group>/<Kind>:<namespace>/<name>)`;
+  const kind = kinds.find((candidate) => groupKind(candidate) === text.slice(0, colon));
+  if (!kind) return `"${text.slice(0, colon)}" is not a kind this function reconciles`;
+  const rest = text.slice(colon + 1);
+  const slash = rest.indexOf('/');
+  const key = slash < 0 ? { namespace: '', name: rest } : { namespace: rest.slice(0, slash), name: rest.slice(slash + 1) };
+  const problem = keyProblem(kind, key);
+  return problem ?? kindKey(kind, key);
+}
+
+// DNS-1123 subdomain, what Kubernetes allows in object names: dot-separated labels, so "a..b",
+// "." and ".." are not names (and `new URL` would collapse the last two as path segments).
+const NAME = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+// Namespaces are DNS-1123 labels: at most 63 characters and no dots.
+const NAMESPACE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+
+export const isValidName = (name: unknown): name is string => typeof name === 'string' && NAME.test(name);
+export const isValidNamespace = (namespace: unknown): namespace is string => typeof namespace === 'string' && NAMESPACE.test(namespace);
+
+/** Why `key` cannot name an object of `kind`, as the API server would judge it; undefined when it can. */
+export function keyProblem(kind: ResourceKind, key: ObjectKey): string | undefined {
+  if (!isValidName(key.name)) return `invalid object name "${key.name}" (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253)`;
+  if (kind.namespaced && !isValidNamespace(key.namespace)) return `invalid namespace "${key.namespace}" (a DNS-1123 label: lower-case letters, digits and '-', at most 63)`;
+  return undefined;
+}
+
+/**
+ * A name or namespace that would change which URL is addressed: the API server's own rule for
+ * path segments (apimachinery's IsValidPathSegmentName). The last line of defence under every
+ * request; names from events, labels and mappers are held to the stricter rules above first.
+ */
+export class InvalidPathSegmentError extends Error {
+  constructor(what: string, value: string) {
+    super(`refusing to address ${what} "${value}": it is not a valid path segment ('.', '..', empty, or contains '/' or '%')`);
+    this.name = 'InvalidPathSegmentError';
+  }
+}
+
+function checkSegment(what: string, value: string): string {
+  if (value === '' || value === '.' || value === '..' || /[/%]/.test(value)) throw new InvalidPathSegmentError(what, value);
+  return encodeURIComponent(value);
+}
+
 export const keyOf = (object: KubeObject): ObjectKey => ({
   namespace: object.metadata.namespace ?? '',
   name: object.metadata.name ?? '',
@@ -63,12 +128,14 @@ export const keyOf = (object: KubeObject): ObjectKey => ({
 /** Collection URL path, across all namespaces when `namespace` is omitted. */
 export function collectionPath(kind: ResourceKind, namespace?: string): string {
   const root = kind.group ? `/apis/${kind.group}/${kind.version}` : `/api/${kind.version}`;
-  const scope = kind.namespaced && namespace ? `/namespaces/${encodeURIComponent(namespace)}` : '';
+  const scope = kind.namespaced && namespace ? `/namespaces/${checkSegment('namespace', namespace)}` : '';
   return `${root}${scope}/${kind.plural}`;
 }
 
+/** Throws InvalidPathSegmentError for a name or namespace that is not one path segment. */
 export function objectPath(kind: ResourceKind, key: ObjectKey, subresource?: string): string {
-  const base = `${collectionPath(kind, key.namespace)}/${encodeURIComponent(key.name)}`;
+  if (kind.namespaced && !key.namespace) throw new InvalidPathSegmentError('namespace', '');
+  const base = `${collectionPath(kind, key.namespace)}/${checkSegment('name', key.name)}`;
   return subresource ? `${base}/${subresource}` : base;
 }
 

@@ -2,11 +2,14 @@
 // (kubeconfig, in-cluster service account, exec plugins), and a small REST layer over undici
 // that addresses kinds from their declarations, so no discovery call is ever made.
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { KubeConfig, RequestContext, HttpMethod } from '@kubernetes/client-node';
 import { request, type Dispatcher } from 'undici';
 import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+import { OwnWrites } from './own-writes.ts';
+
+export { OwnWrites } from './own-writes.ts';
 
 /**
  * client-node 2.0.1 builds a new undici Agent for every request when the cluster has TLS
@@ -97,16 +100,69 @@ export interface ListOptions {
   namespace?: string;
   labelSelector?: string;
   fieldSelector?: string;
+  /** Objects per page (the API server's `limit`); the pages are followed with `continue`. */
+  limit?: number;
 }
 
 export interface ObjectList<T> {
   items: T[];
-  metadata: { resourceVersion?: string };
+  metadata: { resourceVersion?: string; continue?: string };
 }
+
+/** Page size of lists: big enough for few round trips, small enough to bound each answer. */
+export const LIST_PAGE_SIZE = 500;
+
+/** Authentication headers and connection pool, prepared once per identity. */
+interface PreparedAuth {
+  headers: Record<string, string>;
+  dispatcher: Dispatcher | undefined;
+  preparedAt: number;
+  /** A service-account token file (in-cluster config): read here, re-read when it changes. */
+  tokenFile?: string;
+  tokenModified?: number;
+  checkedAt: number;
+}
+
+/**
+ * How long prepared authentication is reused at most. Exec plugins cache their credential until
+ * it expires; a token file is watched (below), and a 401 prepares again at once.
+ */
+const AUTH_REUSE_MS = 60_000;
+/** How often a token file's modification time is looked at (a stat, not a read). */
+const TOKEN_FILE_CHECK_MS = 1000;
+
+const modifiedAt = (file: string): number | undefined => {
+  try {
+    return statSync(file).mtimeMs;
+  } catch {
+    return undefined;
+  }
+};
 
 export interface WatchEvent<T = KubeObject> {
   type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
   object: T;
+}
+
+/**
+ * The non-empty lines of a byte stream, decoded as UTF-8 with a streaming decoder: a character
+ * whose bytes are split across two chunks is decoded once both have arrived (chunk.toString()
+ * would turn each half into U+FFFD).
+ */
+export async function* jsonLines(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<string> {
+  const decoder = new TextDecoder('utf-8');
+  let buffered = '';
+  for await (const chunk of chunks) {
+    buffered += decoder.decode(chunk, { stream: true });
+    let newline: number;
+    while ((newline = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, newline).trim();
+      buffered = buffered.slice(newline + 1);
+      if (line) yield line;
+    }
+  }
+  const rest = (buffered + decoder.decode()).trim();
+  if (rest) yield rest;
 }
 
 export interface RequestObserver {
@@ -142,6 +198,9 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 export class KubeClient {
   readonly config: KubeConfig;
   readonly #observe: RequestObserver;
+  /** What this client wrote (create, replace, patch), to recognise the echoes of our own writes. */
+  readonly ownWrites = new OwnWrites();
+  #auth?: Promise<PreparedAuth>;
 
   constructor(config: KubeConfig, observe: RequestObserver = () => {}) {
     this.config = config;
@@ -181,10 +240,54 @@ export class KubeClient {
     }
   }
 
-  async #send<T>(method: string, url: URL, options: { body?: unknown; contentType?: string; resource?: string }): Promise<T> {
-    const context = new RequestContext(url.toString(), method as HttpMethod);
-    await this.config.applySecurityAuthentication(context);
-    const headers: Record<string, string> = { ...context.getHeaders(), accept: 'application/json' };
+  /**
+   * Headers and dispatcher for this client's identity. client-node's applySecurityAuthentication
+   * reads certificate files and rebuilds TLS options on every call; doing it once per identity
+   * (again when the token file changes, after AUTH_REUSE_MS, or after a 401) saves that work on
+   * every request.
+   */
+  #authentication(renew = false): Promise<PreparedAuth> {
+    const current = this.#auth;
+    if (!current || renew) return this.#prepare(current);
+    return current.then((auth) => (this.#stillGood(auth) ? auth : this.#prepare(current)));
+  }
+
+  #stillGood(auth: PreparedAuth): boolean {
+    const now = Date.now();
+    if (now - auth.preparedAt >= AUTH_REUSE_MS) return false;
+    if (auth.tokenFile && now - auth.checkedAt >= TOKEN_FILE_CHECK_MS) {
+      auth.checkedAt = now;
+      return modifiedAt(auth.tokenFile) === auth.tokenModified;
+    }
+    return true;
+  }
+
+  /** Prepares again, unless a concurrent request already replaced `stale`. */
+  #prepare(stale: Promise<PreparedAuth> | undefined): Promise<PreparedAuth> {
+    if (this.#auth && this.#auth !== stale) return this.#auth;
+    const prepared = (async () => {
+      const context = new RequestContext(this.server || 'https://localhost', HttpMethod.GET);
+      await this.config.applySecurityAuthentication(context);
+      const headers = context.getHeaders();
+      // client-node caches a token file's contents for 60 s; read it here so a rotated token
+      // is used as soon as the file changes.
+      const tokenFile = (this.config.getCurrentUser()?.authProvider as { config?: { tokenFile?: string } } | undefined)?.config?.tokenFile;
+      const tokenModified = tokenFile ? modifiedAt(tokenFile) : undefined;
+      if (tokenFile) headers.Authorization = `Bearer ${readFileSync(tokenFile, 'utf8').trim()}`;
+      const now = Date.now();
+      return { headers, dispatcher: context.getDispatcher() as Dispatcher | undefined, preparedAt: now, tokenFile, tokenModified, checkedAt: now };
+    })();
+    this.#auth = prepared;
+    // A failed preparation is not kept.
+    prepared.catch(() => {
+      if (this.#auth === prepared) this.#auth = undefined;
+    });
+    return prepared;
+  }
+
+  async #send<T>(method: string, url: URL, options: { body?: unknown; contentType?: string; resource?: string }, renewedAuth = false): Promise<T> {
+    const auth = await this.#authentication(renewedAuth);
+    const headers: Record<string, string> = { ...auth.headers, accept: 'application/json' };
     if (options.body !== undefined) headers['content-type'] = options.contentType ?? 'application/json';
     const started = performance.now();
     const verb = method.toLowerCase();
@@ -194,7 +297,7 @@ export class KubeClient {
         method: method as Dispatcher.HttpMethod,
         headers,
         body: options.body === undefined ? undefined : JSON.stringify(options.body),
-        dispatcher: context.getDispatcher() as Dispatcher | undefined,
+        dispatcher: auth.dispatcher,
         headersTimeout: 30_000,
         bodyTimeout: 60_000,
       });
@@ -206,39 +309,68 @@ export class KubeClient {
     const text = await response.body.text();
     this.#observe(verb, options.resource ?? '', response.statusCode, (performance.now() - started) / 1000);
     if (response.statusCode >= 200 && response.statusCode < 300) return parseJson(text) as T;
+    // A rotated or expired credential: prepare authentication again and try once more.
+    if (response.statusCode === 401 && !renewedAuth) return this.#send<T>(method, url, options, true);
     throw errorFromResponse(`${method} ${url.pathname}`, response.statusCode, text);
   }
 
-  /** The object, or undefined when it does not exist. */
-  async get<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey): Promise<T | undefined> {
+  /**
+   * The object, or undefined when it does not exist. `cached: true` reads from the API server's
+   * watch cache (resourceVersion=0): cheaper, possibly a little stale; only for reads that a
+   * conditional write (resourceVersion or uid precondition, create → 409) checks anyway.
+   */
+  async get<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, options: { cached?: boolean } = {}): Promise<T | undefined> {
     try {
-      return await this.request<T>('GET', objectPath(kind, key), { resource: kind.plural });
+      return await this.request<T>('GET', objectPath(kind, key), { resource: kind.plural, query: { resourceVersion: options.cached ? '0' : undefined } });
     } catch (error) {
       if (isNotFound(error)) return undefined;
       throw error;
     }
   }
 
-  list<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): Promise<ObjectList<T>> {
-    return this.request<ObjectList<T>>('GET', collectionPath(kind, options.namespace), {
-      resource: kind.plural,
-      query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector },
-    });
+  /** Every page of a list, one at a time (`limit`/`continue`), so no answer grows with the cluster. */
+  async *pages<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): AsyncGenerator<ObjectList<T>> {
+    let token: string | undefined;
+    do {
+      const page = await this.request<ObjectList<T>>('GET', collectionPath(kind, options.namespace), {
+        resource: kind.plural,
+        query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector, limit: String(options.limit ?? LIST_PAGE_SIZE), continue: token },
+      });
+      yield page;
+      token = page.metadata?.continue || undefined;
+    } while (token);
   }
 
-  create<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, namespace = object.metadata.namespace ?? ''): Promise<T> {
-    return this.request<T>('POST', collectionPath(kind, namespace), { body: object, resource: kind.plural });
+  /** The whole list, read page by page; `metadata.resourceVersion` is the first page's (the list's snapshot). */
+  async list<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): Promise<ObjectList<T>> {
+    const items: T[] = [];
+    let resourceVersion: string | undefined;
+    for await (const page of this.pages<T>(kind, options)) {
+      resourceVersion ??= page.metadata?.resourceVersion;
+      items.push(...page.items);
+    }
+    return { items, metadata: { resourceVersion } };
+  }
+
+  async create<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, namespace = object.metadata.namespace ?? ''): Promise<T> {
+    const created = await this.request<T>('POST', collectionPath(kind, namespace), { body: object, resource: kind.plural });
+    this.ownWrites.record(kind, created);
+    return created;
   }
 
   /** PUT: optimistic concurrency through metadata.resourceVersion (409 Conflict when stale). */
-  replace<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, subresource?: string): Promise<T> {
+  async replace<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, subresource?: string): Promise<T> {
     const key = { namespace: object.metadata.namespace ?? '', name: object.metadata.name ?? '' };
-    return this.request<T>('PUT', objectPath(kind, key, subresource), { body: object, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+    const replaced = await this.request<T>('PUT', objectPath(kind, key, subresource), { body: object, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+    this.ownWrites.record(kind, replaced);
+    return replaced;
   }
 
   /** JSON merge patch (RFC 7386); the content type is explicit, client-node would send a JSON patch. */
-  mergePatch<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, patch: unknown, subresource?: string): Promise<T> {
-    return this.request<T>('PATCH', objectPath(kind, key, subresource), { body: patch, contentType: MERGE_PATCH, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+  async mergePatch<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, patch: unknown, subresource?: string): Promise<T> {
+    const patched = await this.request<T>('PATCH', objectPath(kind, key, subresource), { body: patch, contentType: MERGE_PATCH, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+    this.ownWrites.record(kind, patched);
+    return patched;
   }
 
   /**
@@ -289,21 +421,13 @@ export class KubeClient {
     if (response.statusCode !== 200) {
       throw errorFromResponse(`watch ${kind.plural}`, response.statusCode, await response.body.text());
     }
-    let buffered = '';
-    for await (const chunk of response.body) {
-      buffered += chunk.toString();
-      let newline: number;
-      while ((newline = buffered.indexOf('\n')) >= 0) {
-        const line = buffered.slice(0, newline).trim();
-        buffered = buffered.slice(newline + 1);
-        if (!line) continue;
-        const event = JSON.parse(line) as WatchEvent<T>;
-        if (event.type === 'ERROR') {
-          const status = event.object as unknown as KubeStatus;
-          throw new ApiError(status.code ?? 500, status.reason ?? 'WatchError', `watch ${kind.plural}: ${status.message ?? 'error'}`, status);
-        }
-        yield event;
+    for await (const line of jsonLines(response.body)) {
+      const event = JSON.parse(line) as WatchEvent<T>;
+      if (event.type === 'ERROR') {
+        const status = event.object as unknown as KubeStatus;
+        throw new ApiError(status.code ?? 500, status.reason ?? 'WatchError', `watch ${kind.plural}: ${status.message ?? 'error'}`, status);
       }
+      yield event;
     }
   }
 }

@@ -1,9 +1,13 @@
-// Reconcile helpers every function uses: idempotent child creation, status writes with
-// optimistic concurrency, standard conditions, and Kubernetes Events on the reconciled object.
-import { randomBytes } from 'node:crypto';
-import type { Logger } from 'pino';
-import { apiVersionOf, CoreEvent, keyString, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
-import { isAlreadyExists, isConflict, type KubeClient } from './kube.ts';
+// Reconcile helpers every function uses: idempotent child creation (createIfAbsent, applyChild,
+// after controllerutil.CreateOrUpdate and its OperationResult words), status writes with
+// optimistic concurrency, standard conditions, and finalizers (controllerutil.AddFinalizer /
+// RemoveFinalizer; Metacontroller's finalizer Manager). Kubernetes Events are in recorder.ts.
+import { StatusConflictError } from './errors.ts';
+import { apiVersionOf, keyOf, keyString, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+import { isAlreadyExists, isConflict, isNotFound, type KubeClient } from './kube.ts';
+
+export { StatusConflictError } from './errors.ts';
+export type { EventRecorder } from './recorder.ts';
 
 /** metav1.Condition */
 export interface Condition {
@@ -62,15 +66,15 @@ export async function createIfAbsent<T extends KubeObject>(kube: KubeClient, kin
     return { created: true, object: await kube.create(kind, object) };
   } catch (error) {
     if (!isAlreadyExists(error)) throw error;
-    const existing = await kube.get<T>(kind, { namespace: object.metadata.namespace ?? '', name: object.metadata.name! });
+    // From the watch cache: whatever the caller does with it next is guarded (uid or
+    // resourceVersion precondition), so slightly stale is safe and cheaper.
+    const existing = await kube.get<T>(kind, { namespace: object.metadata.namespace ?? '', name: object.metadata.name! }, { cached: true });
     // Deleted again between our create and read: the delete event will bring us back.
     return { created: false, object: existing ?? object };
   }
 }
 
 const STATUS_CONFLICT_RETRIES = 8;
-
-export class StatusConflictError extends Error {}
 
 /**
  * Writes `.status` through the status subresource with optimistic concurrency: read, compute,
@@ -100,43 +104,96 @@ export async function updateStatus<T extends KubeObject & { status?: unknown }>(
   throw new StatusConflictError(`status of ${kind.kind} ${keyString(key)} kept changing under us (${STATUS_CONFLICT_RETRIES} conflicts); will retry`);
 }
 
-/** Records Kubernetes Events (kubectl describe shows them) on reconciled objects. */
-export interface EventRecorder {
-  normal(object: KubeObject, kind: ResourceKind, reason: string, message: string): Promise<void>;
-  warning(object: KubeObject, kind: ResourceKind, reason: string, message: string): Promise<void>;
+/** What applyChild did: "the child has been …" (controllerutil.OperationResult). */
+export type ApplyResult = 'created' | 'updated' | 'unchanged' | 'conflict';
+
+const SERVER_FIELDS = new Set(['apiVersion', 'kind', 'metadata', 'status']);
+const isEmpty = (value: unknown) => value === undefined || value === null || (typeof value === 'object' && Object.keys(value as object).length === 0);
+const sameField = (a: unknown, b: unknown) => (isEmpty(a) && isEmpty(b)) || jsonEqual(a, b);
+const subsetOf = (wanted: Record<string, string> | undefined, present: Record<string, string> | undefined) =>
+  Object.entries(wanted ?? {}).every(([name, value]) => present?.[name] === value);
+
+/**
+ * True when `existing` already has everything `desired` says: each top-level field of desired
+ * (besides metadata and status; an empty map equals an absent one) and desired's labels,
+ * annotations and ownerReferences (others' labels and annotations may stay).
+ */
+export function childMatches(existing: KubeObject, desired: KubeObject): boolean {
+  const fields = Object.keys(desired).filter((field) => !SERVER_FIELDS.has(field));
+  return fields.every((field) => sameField(existing[field], desired[field]))
+    && subsetOf(desired.metadata.labels, existing.metadata.labels)
+    && subsetOf(desired.metadata.annotations, existing.metadata.annotations)
+    && (desired.metadata.ownerReferences === undefined || jsonEqual(existing.metadata.ownerReferences, desired.metadata.ownerReferences));
 }
 
-/** Events are best effort: failing to record one never fails the reconcile it describes. */
-export function eventRecorder(kube: KubeClient, component: string, log: Logger): EventRecorder {
-  const record = async (object: KubeObject, kind: ResourceKind, type: 'Normal' | 'Warning', reason: string, message: string) => {
-    const namespace = object.metadata.namespace || 'default';
-    const now = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+/**
+ * Makes the child look as desired: create it; on AlreadyExists read it and, only if
+ * `isManaged(existing)` says it is ours, update it when it differs (PUT with the read
+ * resourceVersion; a conflict reads again). A foreign object of the same name is never touched:
+ * 'conflict'. The desired object's fields replace the existing ones; labels and annotations are
+ * merged (ours win), so what others added survives.
+ */
+export async function applyChild<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, desired: T, options: { isManaged(existing: T): boolean }): Promise<ApplyResult> {
+  try {
+    await kube.create(kind, desired);
+    return 'created';
+  } catch (error) {
+    if (!isAlreadyExists(error)) throw error;
+  }
+  const key = keyOf(desired);
+  // The first read may be stale (watch cache): the PUT's resourceVersion precondition checks it.
+  let existing = await kube.get<T>(kind, key, { cached: true });
+  for (let attempt = 0; attempt <= STATUS_CONFLICT_RETRIES; attempt++) {
+    // Deleted between our create and read: create again.
+    if (!existing) return applyChild(kube, kind, desired, options);
+    if (!options.isManaged(existing)) return 'conflict';
+    if (childMatches(existing, desired)) return 'unchanged';
+    const metadata = {
+      ...existing.metadata,
+      labels: { ...existing.metadata.labels, ...desired.metadata.labels },
+      annotations: { ...existing.metadata.annotations, ...desired.metadata.annotations },
+      ...(desired.metadata.ownerReferences ? { ownerReferences: desired.metadata.ownerReferences } : {}),
+    };
     try {
-      await kube.create(CoreEvent, {
-        metadata: { name: `${object.metadata.name}.${randomBytes(8).toString('hex')}`, namespace },
-        involvedObject: {
-          apiVersion: apiVersionOf(kind),
-          kind: kind.kind,
-          name: object.metadata.name,
-          namespace: object.metadata.namespace,
-          uid: object.metadata.uid,
-          resourceVersion: object.metadata.resourceVersion,
-        },
-        type,
-        reason,
-        message,
-        source: { component },
-        reportingComponent: component,
-        firstTimestamp: now,
-        lastTimestamp: now,
-        count: 1,
-      });
+      await kube.replace<T>(kind, { ...existing, ...desired, metadata });
+      return 'updated';
     } catch (error) {
-      log.warn({ err: (error as Error).message, reason }, 'could not record Kubernetes Event');
+      if (!isConflict(error)) throw error;
+      existing = await kube.get<T>(kind, key);
     }
-  };
-  return {
-    normal: (object, kind, reason, message) => record(object, kind, 'Normal', reason, message),
-    warning: (object, kind, reason, message) => record(object, kind, 'Warning', reason, message),
-  };
+  }
+  throw new StatusConflictError(`${kind.kind} ${keyString(key)} kept changing under us; will retry`);
+}
+
+/**
+ * Adds `finalizer` to the object (PUT with its resourceVersion; a conflict reads again) and
+ * returns the object as written; no write when it is already there. Undefined when the object
+ * is gone or being deleted (a finalizer cannot be added then).
+ */
+export async function ensureFinalizer<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, object: T, finalizer: string): Promise<T | undefined> {
+  return editFinalizers(kube, kind, object, (current) => (current.metadata.deletionTimestamp ? undefined : current.metadata.finalizers?.includes(finalizer) ? current.metadata.finalizers : [...(current.metadata.finalizers ?? []), finalizer]));
+}
+
+/** Removes `finalizer` from the object (PUT with its resourceVersion); undefined when the object is gone. */
+export async function removeFinalizer<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, object: T, finalizer: string): Promise<T | undefined> {
+  return editFinalizers(kube, kind, object, (current) => current.metadata.finalizers?.filter((name) => name !== finalizer) ?? []);
+}
+
+async function editFinalizers<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, object: T, next: (current: T) => string[] | undefined): Promise<T | undefined> {
+  const key = keyOf(object);
+  let current: T | undefined = object;
+  for (let attempt = 0; attempt <= STATUS_CONFLICT_RETRIES; attempt++) {
+    if (!current) return undefined;
+    const finalizers = next(current);
+    if (finalizers === undefined) return undefined;
+    if (jsonEqual(finalizers, current.metadata.finalizers ?? [])) return current;
+    try {
+      return await kube.replace<T>(kind, { ...current, metadata: { ...current.metadata, finalizers } });
+    } catch (error) {
+      if (isNotFound(error)) return undefined;
+      if (!isConflict(error)) throw error;
+      current = await kube.get<T>(kind, key);
+    }
+  }
+  throw new StatusConflictError(`finalizers of ${kind.kind} ${keyString(key)} kept changing under us; will retry`);
 }

@@ -1,72 +1,83 @@
 // The HTTP host every function runs in: CloudEvent intake answering by Knative delivery rules,
 // health and metrics endpoints, and graceful shutdown.
 //
-//   2xx  the work is done (or there was nothing to do for this function)
+//   2xx  the work is done (or there was nothing to do for this function); when part of a
+//        fan-out failed or a key asked to be reconciled later, the answer carries a reply
+//        CloudEvent naming those keys (reply.ts), so only they are tried again
 //   400  the request can never succeed (malformed or meaningless event): not retried
+//   413  the body is larger than any object the API server stores
 //   503  the API was unreachable, overloaded, or kept conflicting: retried with backoff
 //   500  reconcile failed otherwise: retried, then dead-lettered
+// Which error becomes which answer is decided in one place: statusForError (errors.ts).
 import type { Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
-import type { FunctionDeclaration } from './declaration.ts';
+import { resolveConfig } from './config.ts';
+import type { FunctionDeclaration, ReconcileContext } from './declaration.ts';
+import { BadKeyError, statusForError, TerminalError, TransientError } from './errors.ts';
 import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from './events.ts';
-import { keyString, type ObjectKey } from './kinds.ts';
+import { httpClient, type HttpClient } from './http.ts';
+import { keyOf, kindKey, kindKeyString, parseKindKey, sameKind, type KindKey, type KubeObject } from './kinds.ts';
 import { ApiError, KubeClient } from './kube.ts';
 import { createLogger } from './log.ts';
 import { createMetrics, type FunctionMetrics } from './metrics.ts';
-import { eventRecorder, StatusConflictError } from './reconciler.ts';
+import { reconcileWithFinalizer } from './finalizing.ts';
+import { EventSink } from './recorder.ts';
+import { answerFor, type KeyResult, type Outcome } from './answers.ts';
 import { keysForEvent, uniqueKeys } from './routing.ts';
+import { SeenObjects, skipReason } from './skips.ts';
+import { KeyedWorkQueue } from './workqueue.ts';
 
 export interface FunctionHostOptions {
   declaration: FunctionDeclaration;
   kube: KubeClient;
   log: Logger;
   metrics: FunctionMetrics;
-  /** Larger requests are refused with 400; a Resource-mode event for a big object fits easily. */
+  /** Larger requests are refused with 413; a Resource-mode event for the largest object the API server stores (about 1.5 MiB) fits. */
   maxBodyBytes?: number;
-  /** Keys reconciled at once during a resync. */
+  /** Keys reconciled at once during a fan-out (resync, mapper, reply). */
   resyncConcurrency?: number;
+  /** The declared config; resolved from the environment when omitted. */
+  config?: Readonly<Record<string, string>>;
+  http?: HttpClient;
+  now?: () => Date;
 }
 
-export interface Outcome {
-  status: number;
-  body: Record<string, unknown>;
-}
+export type { Outcome } from './answers.ts';
 
-/** Runs tasks for one key one after another, so replicas' races are the only races left. */
-class PerKeyQueue {
-  readonly #tails = new Map<string, Promise<unknown>>();
-
-  run<T>(key: string, task: () => Promise<T>): Promise<T> {
-    const previous = this.#tails.get(key) ?? Promise.resolve();
-    const result = previous.then(task, task);
-    const tail = result.catch(() => {});
-    this.#tails.set(key, tail);
-    tail.then(() => {
-      if (this.#tails.get(key) === tail) this.#tails.delete(key);
-    });
-    return result;
-  }
-}
-
-/** Response header carrying what a successful delivery did (reconciled keys, or why it was ignored). */
+/** Response header carrying what a delivery did, in counts (never keys: headers are limited to 16 KiB). */
 export const OUTCOME_HEADER = 'x-opfn-outcome';
 const asciiJson = (value: unknown): string => JSON.stringify(value).replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 
-const statusForError = (error: unknown): number =>
-  (error instanceof ApiError && error.transient) || error instanceof StatusConflictError ? 503 : 500;
+/** Objects up to the API server's limit (about 1.5 MiB) in a Resource-mode event, with room for JSON escaping. */
+export const DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024;
+/** A reconcile event this early is delivered by a broker that does not hold replies (Knative): dropped. */
+const NOT_BEFORE_TOLERANCE_MS = 1000;
+/** How long a draining process waits for its Kubernetes Events to be written. */
+const EVENT_FLUSH_DEADLINE_MS = 5000;
 
 export class FunctionHost {
   readonly app: express.Express;
-  readonly #options: Required<FunctionHostOptions>;
-  readonly #perKey = new PerKeyQueue();
+  readonly #options: Required<Omit<FunctionHostOptions, 'config'>> & { config: Readonly<Record<string, string>> };
+  readonly #queue = new KeyedWorkQueue();
+  readonly #seen = new SeenObjects();
+  readonly #events: EventSink;
   #inFlight = 0;
   #draining = false;
   #drained?: () => void;
   #drainedPromise?: Promise<void>;
 
   constructor(options: FunctionHostOptions) {
-    this.#options = { maxBodyBytes: 1024 * 1024, resyncConcurrency: 8, ...options };
+    const { declaration } = options;
+    this.#options = {
+      maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+      resyncConcurrency: 8,
+      http: httpClient(),
+      now: () => new Date(),
+      ...options,
+      config: options.config ?? resolveConfig(declaration.name, declaration.config),
+    };
+    this.#events = new EventSink(options.kube, declaration.name, options.log, this.#options.now);
     this.app = this.#buildApp();
   }
 
@@ -89,17 +100,24 @@ export class FunctionHost {
       });
       const outcome = await this.receive(req.headers, Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
       // A 2xx body that is not a CloudEvent counts as a failed delivery in Knative's broker (a
-      // CloudEvent body would be a reply event), so success has an empty body; the summary
-      // travels in a header for people debugging with `opfn invoke`.
-      if (outcome.status < 300) res.status(outcome.status).set(OUTCOME_HEADER, asciiJson(outcome.body)).end();
-      else res.status(outcome.status).json(outcome.body);
+      // CloudEvent body is a reply event), so success has an empty body or a reply; the summary
+      // travels in a header, as counts, for people debugging with `opfn invoke`.
+      if (outcome.status < 300) {
+        res.status(outcome.status).set(OUTCOME_HEADER, asciiJson(outcome.body));
+        if (outcome.reply) res.set(outcome.reply.headers).send(outcome.reply.body);
+        else res.end();
+      } else {
+        if (outcome.retryAfterSeconds) res.set('retry-after', String(Math.ceil(outcome.retryAfterSeconds)));
+        res.status(outcome.status).json(outcome.body);
+      }
     });
-    // Body parser failures (too large, bad encoding, aborted) are the sender's fault: 400.
+    // Body parser failures (too large, bad encoding, aborted) are the sender's fault.
     app.use((error: Error & { type?: string; status?: number }, _req: Request, res: Response, _next: NextFunction) => {
-      const reason = error.type === 'entity.too.large' ? `request body larger than ${maxBodyBytes} bytes` : `unreadable request body: ${error.message}`;
+      const tooLarge = error.type === 'entity.too.large';
+      const reason = tooLarge ? `request body larger than ${maxBodyBytes} bytes (the largest Kubernetes object fits; this is not an event this function can take)` : `unreadable request body: ${error.message}`;
       metrics.events.inc({ outcome: 'rejected' });
       log.warn({ reason }, 'rejected request');
-      res.status(error.status && error.status < 500 ? 400 : 500).json({ error: reason });
+      res.status(tooLarge ? 413 : error.status && error.status < 500 ? 400 : 500).json({ error: reason });
     });
     return app;
   }
@@ -118,75 +136,126 @@ export class FunctionHost {
       return { status: 400, body: { error: reason } };
     }
     const outcome = await this.handle(event);
-    metrics.events.inc({ outcome: outcome.status >= 300 ? 'retry' : outcome.body.ignored ? 'ignored' : 'done' });
+    metrics.events.inc({ outcome: outcome.status >= 500 ? 'retry' : outcome.status >= 400 ? 'rejected' : outcome.body.ignored ? 'ignored' : 'done' });
     return outcome;
   }
 
   /** Reconciles what the event concerns. Never throws. */
   async handle(event: FunctionEvent): Promise<Outcome> {
-    const { declaration, kube, log } = this.#options;
+    const { declaration, kube, log, now } = this.#options;
     const eventLog = log.child({ ceId: event.id });
-    let keys: ObjectKey[];
+    const reconciled = declaration.reconciles;
+    let keys: KindKey[];
+    let hint: KubeObject | undefined;
     try {
       if (event.type === 'resync') {
-        const list = await kube.list(declaration.reconciles);
-        keys = list.items.map((item) => ({ namespace: item.metadata.namespace ?? '', name: item.metadata.name ?? '' }));
+        keys = [];
+        for await (const page of kube.pages(reconciled)) keys.push(...page.items.map((item) => kindKey(reconciled, keyOf(item))));
+      } else if (event.type === 'reconcile') {
+        const parsed = event.keys.map((text) => parseKindKey(text, [reconciled]));
+        const bad = parsed.find((key): key is string => typeof key === 'string');
+        if (bad) return { status: 400, body: { error: `reconcile event: ${bad}` } };
+        if (event.notBefore && event.notBefore.getTime() > now().getTime() + NOT_BEFORE_TOLERANCE_MS) {
+          return { status: 200, body: { ignored: `not due until ${event.notBefore.toISOString()}; the function keeps its due time and its resync catches up` } };
+        }
+        keys = uniqueByString(parsed as KindKey[]);
       } else {
-        keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog));
-        if (keys.length === 0) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns no ${declaration.reconciles.kind}` } };
+        const skip = skipReason(declaration, event, kube.ownWrites, this.#seen);
+        if (skip) return { status: 200, body: { ignored: skip } };
+        keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog)).map((key) => kindKey(reconciled, key));
+        if (keys.length === 0) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns no ${reconciled.kind}` } };
+        // The body is a hint for the one object it maps to (its own key, or its owner's); a
+        // delete's body is the object's last state, not its present one.
+        if (event.object && event.action !== 'delete' && keys.length === 1) hint = { apiVersion: event.ref.apiVersion, kind: event.ref.kind, ...event.object };
       }
     } catch (error) {
-      eventLog.error({ err: (error as Error).message }, 'could not work out what the event concerns');
-      return { status: statusForError(error), body: { error: (error as Error).message } };
+      const status = statusForError(error);
+      eventLog[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, 'could not work out what the event concerns');
+      return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
     }
-
-    const failures: { key: string; error: string; status: number }[] = [];
-    const queue = [...keys];
-    const worker = async () => {
-      for (let key = queue.shift(); key; key = queue.shift()) {
-        const failure = await this.reconcileKey(key, eventLog);
-        if (failure) failures.push({ key: keyString(key), ...failure });
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(this.#options.resyncConcurrency, keys.length) }, worker));
-    const reconciled = keys.map(keyString);
-    if (failures.length === 0) return { status: 200, body: { reconciled } };
-    return { status: failures.every((failure) => failure.status === 503) ? 503 : 500, body: { reconciled, failed: failures } };
+    return this.#reconcileAll(keys, eventLog, hint);
   }
 
-  /** One reconcile of one key; returns the failure, if any, instead of throwing. */
-  async reconcileKey(key: ObjectKey, parentLog: Logger): Promise<{ error: string; status: number } | undefined> {
-    const { declaration, kube, metrics } = this.#options;
-    const log = parentLog.child({ key: keyString(key) });
-    return this.#perKey.run(keyString(key), async () => {
+  /** Reconciles the keys (a few at a time) and turns their results into one answer. */
+  async #reconcileAll(keys: KindKey[], log: Logger, hint?: KubeObject): Promise<Outcome> {
+    const results: KeyResult[] = new Array(keys.length);
+    let next = 0;
+    const worker = async () => {
+      for (let index = next++; index < keys.length; index = next++) results[index] = await this.reconcileKey(keys[index], log, hint);
+    };
+    await Promise.all(Array.from({ length: Math.min(this.#options.resyncConcurrency, keys.length) }, worker));
+    return answerFor(this.#options.declaration.name, keys, results, this.#options.now());
+  }
+
+  /**
+   * One reconcile of one key, coalesced with the other requests for it (workqueue.ts); returns
+   * the failure, if any, instead of throwing. `hint` is the event's body for this object (trusted
+   * only to do less; a shared follow-up run gets none).
+   */
+  reconcileKey(key: KindKey, parentLog: Logger, hint?: KubeObject): Promise<KeyResult> {
+    const { metrics, now } = this.#options;
+    const id = kindKeyString(key);
+    const log = parentLog.child({ key: id });
+    return this.#queue.run(id, async (followUp) => {
       const started = performance.now();
-      try {
-        await declaration.reconcile(key, { kube, log, events: eventRecorder(kube, declaration.name, log) });
+      const observe = (result: string) => {
         const seconds = (performance.now() - started) / 1000;
-        metrics.reconciles.inc({ result: 'success' });
-        metrics.reconcileSeconds.observe({ result: 'success' }, seconds);
-        log.debug({ ms: Math.round(seconds * 1000) }, 'reconciled');
-        return undefined;
+        metrics.reconciles.inc({ result });
+        metrics.reconcileSeconds.observe({ result }, seconds);
+        return seconds;
+      };
+      const ctx = this.#context(log, followUp ? undefined : hint);
+      try {
+        const result = await reconcileWithFinalizer(this.#options.declaration, key, ctx);
+        const requeue = result?.requeueAfterSeconds;
+        const seconds = observe(requeue !== undefined ? 'requeue' : 'success');
+        if (ctx.hint && sameKind(key.kind, ctx.hint.apiVersion, ctx.hint.kind)) this.#seen.remember(key, ctx.hint);
+        log.debug({ ms: Math.round(seconds * 1000), requeueAfterSeconds: requeue }, 'reconciled');
+        return { type: 'done', requeueAt: requeue !== undefined && requeue >= 0 ? now().getTime() + requeue * 1000 : undefined };
       } catch (error) {
-        metrics.reconciles.inc({ result: 'error' });
-        metrics.reconcileSeconds.observe({ result: 'error' }, (performance.now() - started) / 1000);
         const status = statusForError(error);
+        if (error instanceof TerminalError) {
+          observe('terminal');
+          log.warn({ err: error.message, reason: error.reason }, 'reconcile failed for good; not retried');
+          this.#events.record({ metadata: { name: key.name, namespace: key.namespace || undefined } }, key.kind, 'Warning', error.reason, error.message, log);
+          return { type: 'done' };
+        }
+        observe('error');
         // An API answer (e.g. 403 from missing RBAC) is explained by its message; only a
         // failure of our own code needs the stack.
-        const stack = error instanceof ApiError ? {} : { stack: (error as Error).stack };
-        log[status === 503 ? 'warn' : 'error']({ err: (error as Error).message, ...stack }, 'reconcile failed; the event will be retried');
-        return { error: (error as Error).message, status };
+        const expected = error instanceof ApiError || error instanceof TransientError || error instanceof BadKeyError;
+        log[status === 500 ? 'error' : 'warn']({ err: (error as Error).message, ...(expected ? {} : { stack: (error as Error).stack }) }, status === 400 ? 'key can never be reconciled' : 'reconcile failed; it will be retried');
+        return { type: 'failed', status, error: (error as Error).message, retryAfterSeconds: error instanceof TransientError ? error.retryAfterSeconds : undefined };
       }
     });
   }
 
-  /** Stops taking events (readiness turns 503) and resolves when in-flight ones are done. */
+  #context(log: Logger, hint: KubeObject | undefined): ReconcileContext {
+    const { kube, config, http, now } = this.#options;
+    return { kube, log, events: this.#events.recorder(log), config, http, now, hint };
+  }
+
+
+
+  /** Stops taking events (readiness turns 503) and resolves when in-flight ones are answered and recorded Events written. */
   drain(): Promise<void> {
     this.#draining = true;
     // Every caller waits for the same moment (a second SIGTERM must not orphan the first).
-    this.#drainedPromise ??= this.#inFlight === 0 ? Promise.resolve() : new Promise((resolve) => (this.#drained = resolve));
+    this.#drainedPromise ??= (this.#inFlight === 0 ? Promise.resolve() : new Promise<void>((resolve) => (this.#drained = resolve))).then(() =>
+      // Events are best effort: an unreachable API must not hold the exit for long.
+      Promise.race([this.#events.flush(), new Promise<void>((resolve) => setTimeout(resolve, EVENT_FLUSH_DEADLINE_MS).unref())]));
     return this.#drainedPromise;
   }
+
+  /** Resolves when every recorded Kubernetes Event has been written. */
+  flushEvents(): Promise<void> {
+    return this.#events.flush();
+  }
+}
+
+function uniqueByString(keys: KindKey[]): KindKey[] {
+  const seen = new Set<string>();
+  return keys.filter((key) => !seen.has(kindKeyString(key)) && Boolean(seen.add(kindKeyString(key))));
 }
 
 /**

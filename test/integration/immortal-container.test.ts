@@ -1,13 +1,16 @@
 // ImmortalContainer against a real API server, the function running as its own ServiceAccount
 // with exactly the RBAC its declaration generates.
 import assert from 'node:assert/strict';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { CloudEvent, HTTP } from 'cloudevents';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
-import { CoreEvent, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
-import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { createFunctionHost } from '../../functions/runtime/server.ts';
+import { deliver, eventually, kubeFor, quietLog, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { exampleImmortalContainer } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
@@ -21,6 +24,28 @@ const event = (kind: ResourceKind, object: KubeObject, action: ChangeAction, mod
 
 const getIc = (key: ObjectKey) => kube.get<ImmortalContainer>(ImmortalContainerKind, key);
 const podKeyOf = (key: ObjectKey) => ({ namespace: key.namespace, name: `${key.name}-immortalpod` });
+
+/** A function host with its own options (e.g. a clock), served on loopback. */
+async function serveWith(options: { now?: () => Date }) {
+  const host = createFunctionHost(immortalContainer, { kubeconfigPath: functionKubeconfig, log: quietLog, ...options });
+  const server = host.app.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  return {
+    host,
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** POSTs a CloudEvent (or raw headers and body) and keeps the answer's headers. */
+async function post(url: string, message: CloudEvent<unknown> | { headers: Record<string, string>; body: string }) {
+  const { headers, body } = message instanceof CloudEvent ? (HTTP.binary(message) as { headers: Record<string, string>; body: string }) : message;
+  const response = await fetch(url, { method: 'POST', headers, body });
+  return { status: response.status, headers: response.headers, text: await response.text() };
+}
 
 async function createNamespace(name: string) {
   const created = await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
@@ -86,22 +111,58 @@ describe('the seed walkthrough', () => {
     assert.equal((await getIc(key))!.status!.startTimes, 2);
   });
 
-  test('a pod that finished (phase Failed) is started again', async () => {
-    const pod = (await kube.get<PodObject>(Pod, podKeyOf(key)))!;
-    // Play the kubelet: report the container as failed.
-    await kube.replace(Pod, { ...pod, status: { ...pod.status, phase: 'Failed' } }, 'status');
-    const answer = await deliver(fn.url, event(Pod, pod, 'update', 'Reference'));
-    assert.equal(answer.status, 200, JSON.stringify(answer.body));
-    const replaced = await kube.get<PodObject>(Pod, podKeyOf(key));
-    assert.ok(replaced && replaced.metadata.uid !== pod.metadata.uid, 'the failed pod was replaced');
-    assert.notEqual(replaced.status?.phase, 'Failed');
-    assert.equal((await getIc(key))!.status!.startTimes, 3);
+  test('a pod that finished (phase Failed) is started again after a back-off, through a requeue reply', async () => {
+    // A second instance of the function with a clock the test moves.
+    let clock = new Date();
+    const timed = await serveWith({ now: () => clock });
+    try {
+      const pod = (await kube.get<PodObject>(Pod, podKeyOf(key)))!;
+      // Play the kubelet: report the container as failed.
+      const failed = await kube.replace(Pod, { ...pod, status: { ...pod.status, phase: 'Failed' } }, 'status');
+      const answer = await post(timed.url, event(Pod, failed, 'update', 'Resource'));
+      assert.equal(answer.status, 200, answer.text);
+      // The answer is a reply CloudEvent asking for this key again in 10 s.
+      assert.equal(answer.headers.get('ce-type'), 'dev.opfn.reconcile');
+      assert.equal(answer.headers.get('ce-opfnfunction'), 'immortal-container');
+      const due = Date.parse(answer.headers.get('ce-opfnnotbefore')!);
+      assert.ok(due - clock.getTime() >= 9_000 && due - clock.getTime() <= 11_000, `due in about 10 s: ${answer.headers.get('ce-opfnnotbefore')}`);
+      assert.deepEqual(JSON.parse(answer.text), { keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/example-immortalcontainer'] });
+      assert.deepEqual(JSON.parse(answer.headers.get('x-opfn-outcome')!), { reconciled: 1, failed: 0, requeued: 1 });
+      assert.equal((await kube.get<PodObject>(Pod, podKeyOf(key)))!.metadata.uid, pod.metadata.uid, 'not replaced during the back-off');
+      const waiting = (await getIc(key))!.status!;
+      assert.equal(waiting.restartBackoff?.failedPod, pod.metadata.uid);
+      assert.equal(waiting.conditions?.find((c) => c.type === 'Ready')?.reason, 'BackOff');
+
+      // More events about the failed pod during the back-off: no new pod, no new Event.
+      assert.equal((await post(timed.url, event(Pod, failed, 'update', 'Resource'))).status, 200);
+      const reply = { headers: Object.fromEntries([...answer.headers].filter(([name]) => name.startsWith('ce-') || name === 'content-type')), body: answer.text };
+      const early = await post(timed.url, reply);
+      assert.equal(early.status, 200);
+      assert.match(JSON.parse(early.headers.get('x-opfn-outcome')!).ignored, /not due until/);
+      await timed.host.flushEvents();
+      const backOffs = (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: `involvedObject.name=${key.name}` })).items.filter((e) => e.reason === 'BackOff');
+      assert.equal(backOffs.length, 1, 'one BackOff Event');
+      assert.equal(backOffs[0].count, 1, 'posted once, not once per reconcile');
+      assert.equal((await getIc(key))!.status!.startTimes, 2);
+
+      // Due: the reply, delivered back by the broker, replaces the pod.
+      clock = new Date(clock.getTime() + 10_000);
+      const again = await post(timed.url, reply);
+      assert.equal(again.status, 200, again.text);
+      const replaced = await kube.get<PodObject>(Pod, podKeyOf(key));
+      assert.ok(replaced && replaced.metadata.uid !== pod.metadata.uid, 'the failed pod was replaced');
+      assert.notEqual(replaced.status?.phase, 'Failed');
+      assert.equal((await getIc(key))!.status!.startTimes, 3);
+    } finally {
+      await timed.close();
+    }
   });
 
   test('a Running pod makes the ImmortalContainer Ready', async () => {
     const pod = (await kube.get<PodObject>(Pod, podKeyOf(key)))!;
-    await kube.replace(Pod, { ...pod, status: { ...pod.status, phase: 'Running' } }, 'status');
-    assert.equal((await deliver(fn.url, event(Pod, pod, 'update', 'Resource'))).status, 200);
+    // The source sends the pod as it is after the change.
+    const running = await kube.replace(Pod, { ...pod, status: { ...pod.status, phase: 'Running' } }, 'status');
+    assert.equal((await deliver(fn.url, event(Pod, running, 'update', 'Resource'))).status, 200);
     const ready = (await getIc(key))!.status!.conditions?.find((c) => c.type === 'Ready');
     assert.deepEqual([ready?.status, ready?.reason], ['True', 'PodRunning']);
   });
@@ -127,6 +188,19 @@ describe('the seed walkthrough', () => {
     assert.equal((await kube.get<PodObject>(Pod, podKeyOf(icKey)))?.spec?.containers?.[0].image, 'busybox');
     const ready = (await getIc(icKey))!.status!.conditions?.find((c) => c.type === 'Ready');
     assert.deepEqual([ready?.status, ready?.reason], ['False', 'PodNameTaken']);
+  });
+
+  test('an ImmortalContainer whose pod the API server refuses is reported once, not on every reconcile', async () => {
+    // 70 characters: a valid name, but too long for the pod's controller label (63).
+    const name = `invalid-${'p'.repeat(62)}`;
+    const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image: 'nginx' } });
+    for (let i = 0; i < 3; i++) assert.equal((await deliver(fn.url, event(ImmortalContainerKind, ic, 'add'))).status, 200);
+    await fn.host.flushEvents();
+    const ready = (await getIc({ namespace: 'default', name }))!.status!.conditions?.find((c) => c.type === 'Ready');
+    assert.equal(ready?.reason, 'PodInvalid');
+    const warnings = (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.filter((e) => e.reason === 'PodInvalid');
+    assert.equal(warnings.length, 1);
+    assert.equal(warnings[0].count, 1, 'posted once');
   });
 
   test('an ImmortalContainer being deleted gets no new pod', async () => {
@@ -169,15 +243,33 @@ describe('least privilege', () => {
   test('the function identity can do what it declared and nothing else', async () => {
     const asFunction = kubeFor(functionKubeconfig);
     await asFunction.list(ImmortalContainerKind);
-    await asFunction.list(Pod, { namespace: 'default' });
+    await asFunction.get(Pod, { namespace: 'default', name: 'honest-immortalpod' });
     for (const forbidden of [
       () => asFunction.list(Secret, { namespace: 'default' }),
+      () => asFunction.get(Secret, { namespace: 'kube-system', name: 'anything' }),
+      () => asFunction.list(Pod, { namespace: 'default' }),
+      () => asFunction.list(Pod),
+      () => asFunction.list(Namespace),
+      () => asFunction.create(ConfigMap, { metadata: { name: 'x', namespace: 'default' } }),
       () => asFunction.delete(ImmortalContainerKind, { namespace: 'default', name: 'honest' }),
       () => asFunction.mergePatch(ImmortalContainerKind, { namespace: 'default', name: 'honest' }, { spec: { image: 'x' } }),
       () => asFunction.mergePatch(Pod, { namespace: 'default', name: 'honest-immortalpod' }, { metadata: { labels: { x: 'y' } } }),
     ]) {
       await assert.rejects(forbidden, (error: unknown) => error instanceof ApiError && error.code === 403);
     }
+  });
+
+  test('OwnerReferencesPermissionEnforcement is on: without the implied finalizers rule the pod is refused', async () => {
+    // The same role minus `update` on immortalcontainers/finalizers, which rulesFor derives.
+    const lacking = { ...immortalContainer, name: 'ic-lacking-finalizers', owns: [] };
+    const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, { ...lacking, rbac: [...immortalContainer.rbac, { apiGroups: [''], resources: ['pods'], verbs: ['get'] }, { apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers'], verbs: ['get'] }] });
+    const ic = (await getIc({ namespace: 'default', name: 'honest' }))!;
+    const asLacking = kubeFor(kubeconfig);
+    const pod = { metadata: { name: 'blocked-owner-deletion', namespace: 'default', ownerReferences: [{ apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', name: 'honest', uid: ic.metadata.uid!, controller: true, blockOwnerDeletion: true }] }, spec: { containers: [{ name: 'c', image: 'nginx' }] } };
+    await assert.rejects(() => asLacking.create(Pod, pod), (error: unknown) => error instanceof ApiError && error.code === 403 && /blockOwnerDeletion|finalizers/.test(error.message));
+    // The generated role (with the implied rule) may.
+    await kubeFor(functionKubeconfig).create(Pod, pod);
+    await kube.delete(Pod, { namespace: 'default', name: 'blocked-owner-deletion' });
   });
 });
 
@@ -253,6 +345,7 @@ test('resync (PingSource) reconciles every object', async () => {
   const ping = new CloudEvent({ type: 'dev.knative.sources.ping', source: '/apis/v1/namespaces/default/pingsources/immortal-container-resync', data: {} });
   const answer = await deliver(fn.url, ping);
   assert.equal(answer.status, 200, JSON.stringify(answer.body));
-  assert.ok(answer.body.reconciled.length >= 200, 'every ImmortalContainer was reconciled');
+  assert.ok(answer.body.reconciled >= 200, 'every ImmortalContainer was reconciled');
+  assert.equal(answer.body.failed, 0);
   await eventually(() => kube.get(Pod, podKeyOf(key)), 5000, 'pod of the object whose event was missed');
 });

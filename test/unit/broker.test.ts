@@ -246,7 +246,7 @@ describe('Broker delivery', () => {
       assert.equal(h.prefer, 'reply');
       assert.equal(h['ce-knativebrokerttl'], undefined, 'Knative strips the TTL before delivery');
       assert.deepEqual(JSON.parse(req.body.toString('utf8')), e.data);
-      assert.deepEqual(broker.stats().pods, { queued: 0, inFlight: 0, delivered: 1, retried: 0, deadLettered: 0 });
+      assert.deepEqual(broker.stats().pods, { queued: 0, inFlight: 0, delivered: 1, retried: 0, deadLettered: 0, direct: 0, maxInFlight: 64 });
     } finally {
       await broker.close();
       await sub.close();
@@ -286,7 +286,7 @@ describe('Broker delivery', () => {
       const [a, b, c] = sub.requests.map((r) => r.at) as [number, number, number];
       assert.ok(b - a >= d - 2, `first wait ${b - a} ms should be >= ${d} ms`);
       assert.ok(c - b >= 2 * d - 2, `second wait ${c - b} ms should be >= ${2 * d} ms (exponential)`);
-      assert.deepEqual(broker.stats().t, { queued: 0, inFlight: 0, delivered: 1, retried: 2, deadLettered: 0 });
+      assert.deepEqual(broker.stats().t, { queued: 0, inFlight: 0, delivered: 1, retried: 2, deadLettered: 0, direct: 0, maxInFlight: 64 });
       assert.deepEqual(await readDeadLetters(deadLetterFile), []);
     } finally {
       await broker.close();
@@ -357,7 +357,7 @@ describe('Broker delivery', () => {
       assert.equal(letter.knativeerrorcode, 400);
       assert.equal(Buffer.from(String(letter.knativeerrordata), 'base64').toString('utf8'), 'spec.image is required');
       assert.equal(letter.knativebrokerttl, 255, 'dead letters keep the broker TTL, as on Knative');
-      assert.deepEqual(broker.stats().bad, { queued: 0, inFlight: 0, delivered: 0, retried: 0, deadLettered: 1 });
+      assert.deepEqual(broker.stats().bad, { queued: 0, inFlight: 0, delivered: 0, retried: 0, deadLettered: 1, direct: 0, maxInFlight: 64 });
       const warn = lines.find((l) => l.msg === 'event dead-lettered');
       assert.ok(warn, 'every dead-lettering is logged');
       assert.equal(warn.level, 40);
@@ -638,7 +638,7 @@ describe('Broker back-pressure', () => {
       await broker.idle();
       assert.equal(sub.requests.length, 40);
       assert.deepEqual(sub.requests.map((r) => r.headers['ce-id']), events.map((e) => e.id), 'FIFO order');
-      assert.deepEqual(broker.stats().blocked, { queued: 0, inFlight: 0, delivered: 40, retried: 0, deadLettered: 0 });
+      assert.deepEqual(broker.stats().blocked, { queued: 0, inFlight: 0, delivered: 40, retried: 0, deadLettered: 0, direct: 0, maxInFlight: 1 });
     } finally {
       release();
       await broker.close();
@@ -822,7 +822,7 @@ await broker.publish(ev('h2', 'Hang'));
 const waiting = broker.publish(ev('h3', 'Hang')).then(() => 'accepted', (e) => 'rejected: ' + e.message);
 await broker.publish(ev('f1', 'Fail'));
 await new Promise((r) => setTimeout(r, 300));
-await broker.close();
+await broker.close({ drainTimeoutMs: 300 });
 console.log(JSON.stringify({ waiting: await waiting }));
 `,
     );

@@ -15,6 +15,9 @@ import {
   type PodObject,
 } from '../../functions/immortal-container/desired.ts';
 import type { Condition } from '../../functions/runtime/reconciler.ts';
+import { backoffSeconds, restartBackoff, type RestartBackoff } from '../../functions/immortal-container/backoff.ts';
+
+const T0 = new Date('2025-03-01T12:00:00Z');
 
 const owner = (overrides: { generation?: number; uid?: string; image?: string; status?: ImmortalContainerStatus } = {}): ImmortalContainer => ({
   apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
@@ -107,11 +110,18 @@ describe('podAction', () => {
   });
 
   for (const phase of ['Succeeded', 'Failed']) {
-    test(`phase ${phase} → replace (PodFinished)`, () => {
-      const action = podAction(ic, podFor(ic, { phase }));
-      assert.equal(action.type, 'replace');
-      assert.equal((action as { reason: string }).reason, 'PodFinished');
-      assert.match((action as { message: string }).message, new RegExp(`phase ${phase}`));
+    test(`phase ${phase} → back off 10 s, then replace (PodFinished)`, () => {
+      const finished = podFor(ic, { phase });
+      const first = podAction(ic, finished, T0);
+      assert.equal(first.type, 'backoff');
+      assert.equal((first as { seconds: number }).seconds, 10);
+      assert.match((first as { message: string }).message, new RegExp(`phase ${phase}`));
+      // The decision is recorded in status; ten seconds later it is due.
+      const recorded = owner({ status: { restartBackoff: (first as { backoff: RestartBackoff }).backoff } });
+      const later = podAction(recorded, finished, new Date(T0.getTime() + 10_000));
+      assert.equal(later.type, 'replace');
+      assert.equal((later as { reason: string }).reason, 'PodFinished');
+      assert.match((later as { message: string }).message, new RegExp(`phase ${phase}`));
     });
   }
 
@@ -257,5 +267,51 @@ describe('nextStatus', () => {
     const ic = owner({ status: { startTimes: 1, countedPods: ['p1'], extra: 'kept' } as ImmortalContainerStatus });
     const status = nextStatus(ic, ic, podFor(ic, { uid: 'p1' })) as ImmortalContainerStatus & { extra?: string };
     assert.equal(status.extra, 'kept');
+  });
+});
+
+describe('restart back-off (CrashLoopBackOff)', () => {
+  const ic = owner();
+  const failed = (uid: string, extra: { startTime?: string; finishedAt?: string } = {}): PodObject => {
+    const pod = podFor(ic, { uid, phase: 'Failed' });
+    pod.status = { phase: 'Failed', ...(extra.startTime ? { startTime: extra.startTime } : {}), ...(extra.finishedAt ? { containerStatuses: [{ name: 'acontainer', state: { terminated: { finishedAt: extra.finishedAt } } }] } : {}) } as PodObject['status'];
+    return pod;
+  };
+
+  test('10 s doubling to 5 minutes', () => {
+    assert.deepEqual([1, 2, 3, 4, 5, 6, 7, 8].map(backoffSeconds), [10, 20, 40, 80, 160, 300, 300, 300]);
+  });
+
+  test('each quick failure of a new pod doubles the wait; the same pod decided twice changes nothing', () => {
+    let backoff: RestartBackoff | undefined;
+    const waits: number[] = [];
+    for (let i = 0; i < 7; i++) {
+      backoff = restartBackoff(backoff, failed(`p${i}`), T0);
+      waits.push((Date.parse(backoff.notBefore) - T0.getTime()) / 1000);
+      assert.deepEqual(restartBackoff(backoff, failed(`p${i}`), new Date(T0.getTime() + 99_000)), backoff, 'idempotent per pod');
+    }
+    assert.deepEqual(waits, [10, 20, 40, 80, 160, 300, 300]);
+  });
+
+  test('a pod that ran 10 minutes resets the back-off: its replacement starts at once', () => {
+    const previous: RestartBackoff = { quickFailures: 6, failedPod: 'old', notBefore: '2025-03-01T11:00:00Z' };
+    const ranLong = failed('long', { startTime: '2025-03-01T11:40:00Z', finishedAt: '2025-03-01T11:50:00Z' });
+    const reset = restartBackoff(previous, ranLong, T0);
+    assert.equal(reset.quickFailures, 0);
+    assert.equal(podAction(owner({ status: { restartBackoff: previous } }), ranLong, T0).type, 'replace');
+    const quick = failed('quick', { startTime: '2025-03-01T11:49:00Z', finishedAt: '2025-03-01T11:50:00Z' });
+    assert.equal(restartBackoff(previous, quick, T0).quickFailures, 7, 'ran 1 minute: not reset');
+  });
+
+  test('the wait counts from the container\'s finish time, not from when the function looked', () => {
+    const pod = failed('p', { finishedAt: '2025-03-01T11:59:55Z' });
+    const action = podAction(ic, pod, T0);
+    assert.equal(action.type, 'backoff');
+    assert.equal((action as { seconds: number }).seconds, 5);
+  });
+
+  test('nextStatus keeps the back-off it is given', () => {
+    const backoff: RestartBackoff = { quickFailures: 2, failedPod: 'p', notBefore: '2025-03-01T12:00:20Z' };
+    assert.deepEqual(nextStatus(ic, ic, failed('p'), undefined, backoff)?.restartBackoff, backoff);
   });
 });

@@ -9,14 +9,14 @@ import { CloudEvent, HTTP } from 'cloudevents';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { PING_TYPE } from '../../functions/runtime/events.ts';
-import { ConfigMap } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, Pod } from '../../functions/runtime/kinds.ts';
 import { ConnectionReusingKubeConfig, KubeClient, type RequestObserver } from '../../functions/runtime/kube.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost, type FunctionHost } from '../../functions/runtime/server.ts';
 import { deliver, quietLog } from '../support/cluster.ts';
 
 const UNREACHABLE_API = 'https://127.0.0.1:1';
-const MAX_BODY = 1024 * 1024;
+const MAX_BODY = 3 * 1024 * 1024;
 
 function unreachableKube(observe?: RequestObserver): KubeClient {
   const config = new ConnectionReusingKubeConfig();
@@ -107,7 +107,12 @@ const corpus: Malformed[] = [
   { name: 'data is a JSON array', headers: binaryHeaders(), body: JSON.stringify([refData]), reason: /data must be a JSON object/ },
   { name: 'data is a JSON string', headers: binaryHeaders(), body: JSON.stringify('web'), reason: /data must be a JSON object/ },
   { name: 'data is JSON null', headers: binaryHeaders(), body: 'null', reason: /data must be a JSON object/ },
-  { name: 'body larger than 1 MiB', headers: binaryHeaders(), body: JSON.stringify({ ...refData, padding: 'x'.repeat(MAX_BODY + 1) }), reason: new RegExp(`larger than ${MAX_BODY} bytes`) },
+  { name: 'reconcile event without keys', headers: binaryHeaders({ 'ce-type': 'dev.opfn.reconcile' }), body: JSON.stringify({}), reason: /dev\.opfn\.reconcile event data must be \{"keys": \[\.\.\.\]\}/ },
+  { name: 'reconcile event with an empty key list', headers: binaryHeaders({ 'ce-type': 'dev.opfn.reconcile' }), body: JSON.stringify({ keys: [] }), reason: /at least one key/ },
+  { name: 'reconcile event naming a dot-dot object', headers: binaryHeaders({ 'ce-type': 'dev.opfn.reconcile' }), body: JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/..'] }), reason: /invalid object name "\.\."/ },
+  { name: 'reconcile event naming a kind the function does not reconcile', headers: binaryHeaders({ 'ce-type': 'dev.opfn.reconcile' }), body: JSON.stringify({ keys: ['Secret:kube-system/x'] }), reason: /"Secret" is not a kind this function reconciles/ },
+  { name: 'reconcile event with an invalid opfnnotbefore', headers: binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': 'tomorrow' }), body: JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }), reason: /opfnnotbefore "tomorrow" is not an RFC 3339 time/ },
+  { name: 'reconcile event with too many keys', headers: binaryHeaders({ 'ce-type': 'dev.opfn.reconcile' }), body: JSON.stringify({ keys: Array.from({ length: 1001 }, (_, i) => `immortalcontainer.flugel.it/ImmortalContainer:default/k${i}`) }), reason: /carries 1001 keys; at most 1000/ },
   { name: 'structured event sent as text/plain', headers: { 'content-type': 'text/plain' }, body: JSON.stringify(structuredEvent()), reason: /not a CloudEvent.*application\/cloudevents\+json/ },
   { name: 'structured event with an unsupported format', headers: { 'content-type': 'application/cloudevents+xml' }, body: JSON.stringify(structuredEvent()), reason: /content type application\/cloudevents\+xml/ },
   { name: 'structured mode with invalid JSON', headers: STRUCTURED, body: '{"specversion": "1.0", "id": ', reason: /structured CloudEvent is not valid JSON/ },
@@ -217,6 +222,67 @@ describe('intake of malformed requests', () => {
     }
     assert.equal(await metricValue(fn.url, 'opfn_cloudevents_total', { function: 'immortal-container', outcome: 'ignored' }), 2);
     assert.equal(await metricValue(fn.url, 'opfn_kube_api_requests_total', { function: 'immortal-container' }), undefined, 'no API request for an ignored kind');
+  });
+});
+
+describe('bodies and names that reach a URL', () => {
+  let fn: Served;
+  let requests = 0;
+  before(async () => {
+    fn = await serve(() => requests++);
+  });
+  after(() => fn?.close());
+
+  test('a body larger than the limit is 413 with a reason, not 400 and not a reset', async () => {
+    const answer = await post(`${fn.url}/`, binaryHeaders(), JSON.stringify({ ...refData, padding: 'x'.repeat(MAX_BODY + 1) }));
+    assert.equal(answer.status, 413, answer.text);
+    assert.match(answer.json.error, new RegExp(`larger than ${MAX_BODY} bytes`));
+  });
+
+  test('a 20 MB POST gets 413 too: the body is drained, the connection is not reset', async () => {
+    const answer = await post(`${fn.url}/`, binaryHeaders(), 'x'.repeat(20 * 1024 * 1024));
+    assert.equal(answer.status, 413, answer.text);
+  });
+
+  test('a Resource-mode event for a 1.5 MiB object is taken (answered 503 only because the API is unreachable)', async () => {
+    const big = { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', metadata: { name: 'web', namespace: 'default', annotations: { big: 'é'.repeat(750 * 1024) } }, spec: { image: 'nginx' } };
+    const answer = await post(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.knative.apiserver.resource.add' }), JSON.stringify(big));
+    assert.equal(answer.status, 503, answer.text);
+  });
+
+  for (const owner of ['..', '.', '']) {
+    test(`a Resource-mode pod event whose controller owner is named "${owner}" is 400, with no API request`, async () => {
+      const before = requests;
+      const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x-immortalpod', namespace: 'default', uid: 'p', ownerReferences: [{ apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', name: owner, uid: 'o', controller: true }] } };
+      const answer = await deliver(`${fn.url}/`, apiServerSourceEvent({ server: UNREACHABLE_API, kind: Pod, object: pod, action: 'update', mode: 'Resource' }));
+      assert.equal(answer.status, 400, JSON.stringify(answer.body));
+      assert.match(answer.body.error, /controller ownerReference has an invalid object name/);
+      assert.equal(requests, before, 'no API request');
+    });
+  }
+
+  test('an owner-name label that is not a name is dropped with a warning (200, ignored), with no API request', async () => {
+    const before = requests;
+    const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x-immortalpod', namespace: 'default', uid: 'p', labels: { controller: '..' } } };
+    const answer = await deliver(`${fn.url}/`, apiServerSourceEvent({ server: UNREACHABLE_API, kind: Pod, object: pod, action: 'delete', mode: 'Resource' }));
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.match(answer.body.ignored, /concerns no ImmortalContainer/);
+    assert.equal(requests, before, 'no API request');
+  });
+
+  test('a reconcile event before its due time is answered 200 and dropped, with no API request', async () => {
+    const before = requests;
+    const due = new Date(Date.now() + 60_000).toISOString();
+    const answer = await post(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': due }), JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }));
+    assert.equal(answer.status, 200, answer.text);
+    assert.equal(answer.text, '');
+    assert.equal(requests, before);
+  });
+
+  test('a due reconcile event reconciles its keys (503 here: the API is unreachable)', async () => {
+    const answer = await post(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': new Date(Date.now() - 1000).toISOString() }), JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }));
+    assert.equal(answer.status, 503, answer.text);
+    assert.equal(answer.json.failed, 1);
   });
 });
 

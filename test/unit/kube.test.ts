@@ -55,3 +55,59 @@ current-context: x
   config.loadFromFile(join(dir, 'b'));
   assert.notEqual(await dispatcherOf(config), first);
 });
+
+test('authentication is prepared once, read again when the token file changes, and after a 401', async () => {
+  const { createServer } = await import('node:http');
+  const { KubeClient } = await import('../../functions/runtime/kube.ts');
+  const seen: string[] = [];
+  let refuse = '';
+  const server = createServer((req, res) => {
+    const token = String(req.headers.authorization);
+    seen.push(token);
+    res.writeHead(token === refuse ? 401 : 200, { 'content-type': 'application/json' });
+    res.end(token === refuse ? '{"kind":"Status","reason":"Unauthorized","code":401}' : '{"metadata":{"name":"default"}}');
+  }).listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  const dir = mkdtempSync(join(tmpdir(), 'opfn-token-'));
+  const tokenFile = join(dir, 'token');
+  writeFileSync(tokenFile, 'first\n');
+  const config = new ConnectionReusingKubeConfig();
+  config.loadFromOptions({
+    clusters: [{ name: 'c', server: `http://127.0.0.1:${(server.address() as { port: number }).port}`, skipTLSVerify: true }],
+    users: [{ name: 'u', authProvider: { name: 'tokenFile', config: { tokenFile } } }],
+    contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
+    currentContext: 'x',
+  });
+  let prepared = 0;
+  const apply = config.applySecurityAuthentication.bind(config);
+  config.applySecurityAuthentication = async (context) => {
+    prepared++;
+    return apply(context);
+  };
+  const kube = new KubeClient(config);
+  const Namespace = { group: '', version: 'v1', kind: 'Namespace', plural: 'namespaces', namespaced: false };
+  try {
+    for (let i = 0; i < 10; i++) await kube.get(Namespace, { namespace: '', name: 'default' });
+    assert.equal(prepared, 1, 'once for ten requests');
+    assert.deepEqual(new Set(seen), new Set(['Bearer first']));
+
+    // The kubelet rotates the projected token: the new file is used within a second.
+    writeFileSync(tokenFile, 'second\n');
+    const { utimesSync } = await import('node:fs');
+    utimesSync(tokenFile, new Date(), new Date(Date.now() + 5000));
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    await kube.get(Namespace, { namespace: '', name: 'default' });
+    assert.equal(seen.at(-1), 'Bearer second');
+
+    // Revoked: the server answers 401 for the current token; the client prepares again and retries once.
+    refuse = 'Bearer second';
+    writeFileSync(tokenFile, 'third\n');
+    utimesSync(tokenFile, new Date(), new Date(Date.now() + 10_000));
+    seen.length = 0;
+    await kube.get(Namespace, { namespace: '', name: 'default' });
+    assert.deepEqual(seen, ['Bearer second', 'Bearer third']);
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
+});

@@ -1,0 +1,258 @@
+// Where events go that could not be delivered: Knative's `deadLetterSink` (an HTTP sink that gets
+// the original event plus knativeerrordest/code/data, pkg/kncloudevents/attributes/
+// knative_error.go), retried with the trigger's delivery policy; locally also a JSON-lines file,
+// used when no sink is configured and as the fallback when the sink fails. The log line is the
+// last resort, so an event is never lost silently.
+//
+// The file may hold whole objects (Resource-mode events), so it is created 0600 and its size is
+// capped: when an append would take it past `maxBytes`, the file is rotated to `<file>.1` (the
+// previous `.1`, the oldest letters, is deleted, with a log line saying how many were dropped).
+// Recent failures are the ones worth replaying; refusing new letters would keep the stale ones.
+import { chmod, mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import type { CloudEventV1 } from 'cloudevents';
+import type { Logger } from 'pino';
+import { backoffDelayMs, isRetryableStatus, type ResolvedDelivery } from '../delivery.ts';
+import type { Dispatcher } from './dispatcher.ts';
+
+/** Default cap of the dead-letter file (the rotated `.1` may hold as much again). */
+export const DEFAULT_DEAD_LETTER_MAX_BYTES = 64 * 1024 * 1024;
+
+const JSON_TYPE = /^application\/(json|[a-z0-9.+-]*\+json)\s*(;|$)/i;
+
+/**
+ * JSON (structured-mode) form of an event, as written to dead-letter files. Binary data is
+ * data_base64, except data of a JSON content type, written as `data` so the file stays readable.
+ */
+export function toStructuredJson(event: CloudEventV1<unknown>): string {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(event)) {
+    if (value === undefined) continue;
+    if (key === 'data' && ArrayBuffer.isView(value)) {
+      if (event.data_base64 === undefined) out.data_base64 = Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64');
+      continue;
+    }
+    if (key === 'data' && event.data_base64 !== undefined) continue;
+    out[key] = ArrayBuffer.isView(value) ? Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64') : value;
+  }
+  if (typeof out.data_base64 === 'string' && JSON_TYPE.test(String(event.datacontenttype ?? ''))) {
+    try {
+      out.data = JSON.parse(Buffer.from(out.data_base64, 'base64').toString('utf8'));
+      delete out.data_base64;
+    } catch {
+      // not JSON after all: keep the bytes
+    }
+  }
+  try {
+    return JSON.stringify(out, (_key, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+  } catch (err) {
+    return JSON.stringify({ unserializable: true, error: (err as Error).message });
+  }
+}
+
+const fileChains = new Map<string, Promise<void>>();
+
+/** Runs `work` after every earlier call for `path` has settled, so appends never interleave. */
+function serialized(path: string, work: () => Promise<void>): Promise<void> {
+  const next = (fileChains.get(path) ?? Promise.resolve()).catch(() => undefined).then(work);
+  fileChains.set(path, next);
+  void next
+    .finally(() => {
+      if (fileChains.get(path) === next) fileChains.delete(path);
+    })
+    .catch(() => undefined);
+  return next;
+}
+
+/** Appends one line to a 0600 file, rotating it to `<path>.1` first when it would exceed `maxBytes`. */
+export function appendJsonLine(path: string, line: string, options: { maxBytes?: number; onRotate?: (dropped: number) => void } = {}): Promise<void> {
+  const text = line.endsWith('\n') ? line : `${line}\n`;
+  const maxBytes = options.maxBytes ?? DEFAULT_DEAD_LETTER_MAX_BYTES;
+  return serialized(path, async () => {
+    await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+    const size = await stat(path).then((s) => s.size, () => 0);
+    if (size > 0 && size + Buffer.byteLength(text) > maxBytes) {
+      const dropped = await countLines(`${path}.1`);
+      await rename(path, `${path}.1`);
+      options.onRotate?.(dropped);
+    }
+    const handle = await open(path, 'a', 0o600);
+    try {
+      // A file created earlier by another version may be world-readable.
+      await handle.chmod(0o600);
+      await handle.appendFile(text, 'utf8');
+    } finally {
+      await handle.close();
+    }
+  });
+}
+
+async function countLines(path: string): Promise<number> {
+  try {
+    const text = await readFile(path, 'utf8');
+    return text.split('\n').filter((l) => l.trim() !== '').length;
+  } catch {
+    return 0;
+  }
+}
+
+/** Every letter of the file and its rotated predecessor, oldest first; unparsable lines are reported, not dropped. */
+export async function readDeadLetterFile(path: string): Promise<Array<{ letter?: CloudEventV1<unknown>; line: number; file: string; error?: string }>> {
+  const out: Array<{ letter?: CloudEventV1<unknown>; line: number; file: string; error?: string }> = [];
+  for (const file of [`${path}.1`, path]) {
+    let text: string;
+    try {
+      text = await readFile(file, 'utf8');
+    } catch {
+      continue;
+    }
+    text.split('\n').forEach((raw, i) => {
+      if (raw.trim() === '') return;
+      try {
+        out.push({ letter: JSON.parse(raw) as CloudEventV1<unknown>, line: i + 1, file });
+      } catch (err) {
+        out.push({ line: i + 1, file, error: (err as Error).message });
+      }
+    });
+  }
+  return out;
+}
+
+/** Removes the file and its rotated predecessor; resolves to the number of letters removed. */
+export async function clearDeadLetterFile(path: string): Promise<number> {
+  let removed = 0;
+  await serialized(path, async () => {
+    removed = (await countLines(path)) + (await countLines(`${path}.1`));
+    await rm(path, { force: true });
+    await rm(`${path}.1`, { force: true });
+  });
+  return removed;
+}
+
+/** Makes an existing dead-letter file private (0600); a missing file is fine. */
+export async function restrictDeadLetterFile(path: string): Promise<void> {
+  await chmod(path, 0o600).catch(() => undefined);
+}
+
+export class DeadLetterSink {
+  readonly #file: string;
+  readonly #maxBytes: number;
+  readonly #dispatcher: Dispatcher;
+  readonly #log: Logger;
+
+  constructor(options: { file: string; maxBytes?: number; dispatcher: Dispatcher; log: Logger }) {
+    this.#file = options.file;
+    this.#maxBytes = options.maxBytes ?? DEFAULT_DEAD_LETTER_MAX_BYTES;
+    this.#dispatcher = options.dispatcher;
+    this.#log = options.log;
+  }
+
+  get file(): string {
+    return this.#file;
+  }
+
+  /** Sends `letter` to the HTTP sink (retried per `delivery`), falling back to the file. Never rejects. */
+  async toHttp(url: string, letter: CloudEventV1<unknown>, delivery: ResolvedDelivery, context: Record<string, unknown>): Promise<void> {
+    const error = await this.#sendToSink(url, letter, delivery);
+    if (error === undefined) return;
+    this.#log.error({ ...context, id: letter.id, sink: url, error, fallback: this.#file }, 'dead-letter sink failed; writing the event to the dead-letter file');
+    await this.toFile(letter, context);
+  }
+
+  /** Appends `letter` to the file (or `path`); when even that fails the event goes into the log. Never rejects. */
+  async toFile(letter: CloudEventV1<unknown>, context: Record<string, unknown>, path = this.#file): Promise<void> {
+    const line = toStructuredJson(letter);
+    try {
+      await appendJsonLine(path, line, {
+        maxBytes: this.#maxBytes,
+        onRotate: (dropped) => this.#log.warn({ file: path, maxBytes: this.#maxBytes, dropped }, `dead-letter file reached its size cap; rotated to ${path}.1 (${dropped} older letters deleted)`),
+      });
+    } catch (err) {
+      this.#log.error({ ...context, file: path, err, event: line }, 'cannot write the dead-letter file; the event is in this log line');
+    }
+  }
+
+  async #sendToSink(url: string, letter: CloudEventV1<unknown>, delivery: ResolvedDelivery): Promise<string | undefined> {
+    let last = 'not attempted';
+    for (let attempt = 0; attempt <= delivery.retry; attempt += 1) {
+      if (attempt > 0) await this.#dispatcher.sleep(backoffDelayMs(delivery, attempt));
+      const outcome = await this.#dispatcher.send(url, letter, delivery.timeoutMs, false);
+      if (outcome.kind === 'response' && outcome.status >= 200 && outcome.status < 300) return undefined;
+      const retryable = outcome.kind === 'error' ? outcome.retryable : isRetryableStatus(outcome.status);
+      last = outcome.kind === 'error' ? outcome.message : `sink answered ${outcome.status}`;
+      if (!retryable) break;
+    }
+    return last;
+  }
+}
+
+/** Knative's error extensions and the broker's TTL: taken off a letter before it is sent again. */
+const DELIVERY_ATTRIBUTES = ['knativeerrordest', 'knativeerrorcode', 'knativeerrordata', 'knativebrokerttl'];
+
+/** The event as it was before its failed delivery (error extensions and TTL removed). */
+export function originalEvent(letter: CloudEventV1<unknown>): CloudEventV1<unknown> {
+  const out: Record<string, unknown> = { ...letter };
+  for (const name of DELIVERY_ATTRIBUTES) delete out[name];
+  return out as unknown as CloudEventV1<unknown>;
+}
+
+export interface ReplayResult {
+  replayed: number;
+  /** Letters the broker did not accept; they are written back to the file. */
+  failed: Array<{ id: string; reason: string }>;
+}
+
+/**
+ * Re-publishes every letter through a broker's ingress (structured mode). The file is moved
+ * aside first, so letters the broker writes meanwhile (a replay that fails again) land in a new
+ * file and are never lost; letters the ingress refuses are appended back.
+ */
+export async function replayDeadLetterFile(path: string, brokerUrl: string): Promise<ReplayResult> {
+  const aside = `${path}.replaying-${process.pid}`;
+  const moved: string[] = [];
+  for (const file of [`${path}.1`, path]) {
+    const target = `${aside}${file === path ? '' : '.1'}`;
+    try {
+      await rename(file, target);
+      moved.push(target);
+    } catch {
+      // no such file
+    }
+  }
+  const result: ReplayResult = { replayed: 0, failed: [] };
+  const rest: string[] = [];
+  for (const file of moved) {
+    const text = await readFile(file, 'utf8');
+    for (const line of text.split('\n')) {
+      if (line.trim() === '') continue;
+      let letter: CloudEventV1<unknown>;
+      try {
+        letter = JSON.parse(line) as CloudEventV1<unknown>;
+      } catch (err) {
+        result.failed.push({ id: '?', reason: `unparsable line kept: ${(err as Error).message}` });
+        rest.push(line);
+        continue;
+      }
+      const reason = await post(brokerUrl, toStructuredJson(originalEvent(letter)));
+      if (reason === undefined) result.replayed++;
+      else {
+        result.failed.push({ id: String(letter.id), reason });
+        rest.push(line);
+      }
+    }
+  }
+  for (const line of rest) await appendJsonLine(path, line);
+  for (const file of moved) await rm(file, { force: true });
+  return result;
+}
+
+async function post(url: string, body: string): Promise<string | undefined> {
+  try {
+    const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/cloudevents+json' }, body });
+    const text = await response.text();
+    return response.status >= 200 && response.status < 300 ? undefined : `${response.status} ${text.trim()}`;
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+    return `broker ${url} unreachable (${cause?.code ?? cause?.message ?? (err as Error).message})`;
+  }
+}

@@ -1,0 +1,146 @@
+// One delivery attempt and its verdict, as knative/eventing pkg/kncloudevents/event_dispatcher.go
+// (SendEvent → DispatchInfo) and the broker filter's answer handling do:
+// - POST in binary mode with `Prefer: reply` over one keep-alive pool;
+// - `delivery.timeout` bounds each attempt (Knative sets no default; the function's own request
+//   timeout, Knative Serving's timeoutSeconds, bounds it on the way through the activator, and a
+//   direct lease carries that timeout too);
+// - 2xx with an empty body = done; 2xx with a CloudEvent = done with a reply; 2xx with another
+//   body = 502 as Knative's filter answers (retried); other statuses per SelectiveRetry.
+import type { CloudEventV1 } from 'cloudevents';
+import { Agent, request } from 'undici';
+import { isRetryableStatus, type DeliveryFailure } from '../delivery.ts';
+import { BodyTooLarge, describeNetworkError, flattenHeaders, looksLikeCloudEvent, parseMessage, readBody, toBinaryMessage } from './cloudevent-http.ts';
+
+export type SendOutcome =
+  | { kind: 'response'; status: number; headers: Record<string, string>; body: Buffer }
+  | { kind: 'error'; message: string; retryable: boolean; timedOut?: boolean };
+
+export type Verdict = { ok: true; reply?: CloudEventV1<unknown> } | { ok: false; retryable: boolean; failure: DeliveryFailure };
+
+/**
+ * A direct route to a subscriber, bypassing its front door: the activator hands one out when an
+ * instance of the function has room (Knative's activator leaves the data path the same way once
+ * capacity exists). `release` is called exactly once with how the attempt went.
+ */
+export interface Lease {
+  url: string;
+  /** The function's request timeout (Knative Serving timeoutSeconds); 0 = none. */
+  timeoutMs: number;
+  release(outcome: 'answered' | 'unreachable'): void;
+}
+
+/** Looks up a direct route for a subscriber URL; undefined = send to the URL itself. */
+export type DirectRoute = (subscriber: string) => Lease | undefined;
+
+export class Dispatcher {
+  readonly #agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, connections: 256 });
+  readonly #abort: AbortSignal;
+  readonly #maxResponseBytes: number;
+
+  /** `abort` cuts every attempt and wait in progress (the broker's deadline on close). */
+  constructor(options: { abort: AbortSignal; maxResponseBytes: number }) {
+    this.#abort = options.abort;
+    this.#maxResponseBytes = options.maxResponseBytes;
+  }
+
+  /** One POST in binary mode. Never rejects. */
+  async send(url: string, event: CloudEventV1<unknown>, timeoutMs: number, preferReply: boolean): Promise<SendOutcome> {
+    let message: { headers: Record<string, string>; body: string | Buffer };
+    try {
+      message = toBinaryMessage(event);
+    } catch (err) {
+      return { kind: 'error', message: `event cannot be encoded for HTTP: ${(err as Error).message}`, retryable: false };
+    }
+    if (preferReply) message.headers.prefer = 'reply';
+    const controller = new AbortController();
+    let timedOut = false;
+    const timer =
+      timeoutMs > 0
+        ? setTimeout(() => {
+            timedOut = true;
+            controller.abort();
+          }, timeoutMs)
+        : undefined;
+    const onAbort = (): void => controller.abort();
+    this.#abort.addEventListener('abort', onAbort, { once: true });
+    try {
+      const response = await request(url, { method: 'POST', headers: message.headers, body: message.body, dispatcher: this.#agent, signal: controller.signal });
+      const body = await readBody(response.body, this.#maxResponseBytes);
+      return { kind: 'response', status: response.statusCode, headers: flattenHeaders(response.headers), body };
+    } catch (err) {
+      if (timedOut) return { kind: 'error', message: `no answer within ${timeoutMs} ms (delivery timeout)`, retryable: true, timedOut: true };
+      if (this.#abort.aborted) return { kind: 'error', message: 'broker closed during delivery', retryable: false };
+      if (err instanceof BodyTooLarge) return { kind: 'error', message: `answer ${err.message}`, retryable: false };
+      const error = err as Error & { code?: string };
+      if (error.code === 'UND_ERR_INVALID_ARG' || error.name === 'InvalidArgumentError') {
+        return { kind: 'error', message: `event cannot be sent as HTTP: ${error.message}`, retryable: false };
+      }
+      return { kind: 'error', message: describeNetworkError(error), retryable: true };
+    } finally {
+      if (timer) clearTimeout(timer);
+      this.#abort.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Resolves after `ms`, or at once when the dispatcher is aborted. */
+  sleep(ms: number): Promise<void> {
+    const signal = this.#abort;
+    if (ms <= 0 || signal.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  async close(): Promise<void> {
+    try {
+      await this.#agent.close();
+    } catch {
+      await this.#agent.destroy().catch(() => undefined);
+    }
+  }
+}
+
+/** The broker filter's reading of one attempt. */
+export function judge(destination: string, outcome: SendOutcome): Verdict {
+  if (outcome.kind === 'error') {
+    return { ok: false, retryable: outcome.retryable, failure: { destination, body: `dispatch error: ${outcome.message}`, reason: outcome.message } };
+  }
+  const { status, headers, body } = outcome;
+  if (status >= 200 && status < 300) {
+    if (looksLikeCloudEvent(headers)) {
+      try {
+        return { ok: true, reply: parseMessage(headers, body) };
+      } catch (err) {
+        return {
+          ok: false,
+          retryable: true,
+          failure: { destination, status: 502, body, reason: `subscriber answered ${status} with an invalid CloudEvent (${(err as Error).message}); Knative's broker treats this as 502` },
+        };
+      }
+    }
+    if (body.length > 0) {
+      return {
+        ok: false,
+        retryable: true,
+        failure: {
+          destination,
+          status: 502,
+          body,
+          reason: `subscriber answered ${status} with a non-empty body that is not a CloudEvent; Knative's broker treats this as 502 — answer with an empty body (e.g. 202) or a CloudEvent reply`,
+        },
+      };
+    }
+    return { ok: true };
+  }
+  return {
+    ok: false,
+    retryable: isRetryableStatus(status),
+    failure: { destination, status, body, reason: `subscriber answered ${status}${isRetryableStatus(status) ? '' : ' (not retryable)'}` },
+  };
+}

@@ -1,0 +1,46 @@
+// Restarting a pod that keeps failing, the way the kubelet restarts a crashing container
+// (CrashLoopBackOff, pkg/kubelet/kuberuntime: initial back-off 10 s, doubled per failure, capped
+// at 5 minutes, reset once a container ran for 10 minutes). Without it a pod that fails at once
+// is recreated as fast as events flow. The state lives in the ImmortalContainer's status, so it
+// survives the function scaling to zero; the wait is a requeue (requeueAfterSeconds).
+import type { PodObject } from './desired.ts';
+import { CONTAINER_NAME } from './desired.ts';
+
+export const BACKOFF_INITIAL_SECONDS = 10;
+export const BACKOFF_MAX_SECONDS = 300;
+/** A pod that ran this long before finishing resets the back-off. */
+export const BACKOFF_RESET_SECONDS = 600;
+
+export interface RestartBackoff {
+  /** Finished pods in a row that ran less than BACKOFF_RESET_SECONDS. */
+  quickFailures: number;
+  /** UID of the finished pod this decision is about: deciding twice for one pod changes nothing. */
+  failedPod: string;
+  /** RFC 3339: the replacement is not created before this. */
+  notBefore: string;
+}
+
+const rfc3339 = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
+
+export const backoffSeconds = (quickFailures: number): number =>
+  quickFailures <= 0 ? 0 : Math.min(BACKOFF_INITIAL_SECONDS * 2 ** (quickFailures - 1), BACKOFF_MAX_SECONDS);
+
+/** When the pod finished: its container's termination time, else now (first seen finished). */
+function finishedAt(pod: PodObject, now: Date): number {
+  const statuses = (pod.status as { containerStatuses?: { name: string; state?: { terminated?: { finishedAt?: string } } }[] } | undefined)?.containerStatuses;
+  const finished = Date.parse(statuses?.find((status) => status.name === CONTAINER_NAME)?.state?.terminated?.finishedAt ?? '');
+  return Number.isNaN(finished) ? now.getTime() : Math.min(finished, now.getTime());
+}
+
+/** The back-off for a finished pod, given the previous one; idempotent per pod. */
+export function restartBackoff(previous: RestartBackoff | undefined, pod: PodObject, now: Date): RestartBackoff {
+  if (previous && previous.failedPod === pod.metadata.uid) return previous;
+  const finished = finishedAt(pod, now);
+  const started = Date.parse((pod.status as { startTime?: string } | undefined)?.startTime ?? '');
+  const ranLong = !Number.isNaN(started) && finished - started >= BACKOFF_RESET_SECONDS * 1000;
+  const quickFailures = ranLong ? 0 : (previous?.quickFailures ?? 0) + 1;
+  return { quickFailures, failedPod: pod.metadata.uid ?? '', notBefore: rfc3339(finished + backoffSeconds(quickFailures) * 1000) };
+}
+
+/** Seconds until the back-off allows a new pod (0 = now). */
+export const secondsUntil = (backoff: RestartBackoff, now: Date): number => Math.max(0, Math.ceil((Date.parse(backoff.notBefore) - now.getTime()) / 1000));

@@ -1,0 +1,42 @@
+// Ready-made mappers from a watched object's change to the keys to reconcile, named like
+// controller-runtime's handlers (pkg/handler: EnqueueRequestsFromMapFunc and friends).
+// ApiServerSource delivers only the new object (controller-runtime maps old and new), so a
+// mapper must not depend on a label still being there: a ConfigMap that lost its label must
+// still wake the rule that copied it. Lists are paginated inside KubeClient.
+import type { MapperContext, WatchedChange } from './declaration.ts';
+import { keyOf, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+
+export type Mapper = (change: WatchedChange, ctx: MapperContext) => Promise<ObjectKey[]>;
+
+/** Every object of `kind` (e.g. a new Namespace → every CopyratorRule). */
+export function allOf(kind: ResourceKind, options: { namespace?: string; labelSelector?: string } = {}): Mapper {
+  return async (_change, { kube }) => {
+    const keys: ObjectKey[] = [];
+    for await (const page of kube.pages(kind, options)) keys.push(...page.items.map(keyOf));
+    return keys;
+  };
+}
+
+/** The objects of `kind` that `predicate` accepts for this change (e.g. rules whose source namespace it is). */
+export function matching<T extends KubeObject = KubeObject>(kind: ResourceKind, predicate: (candidate: T, change: WatchedChange) => boolean, options: { namespace?: string; labelSelector?: string } = {}): Mapper {
+  return async (change, { kube }) => {
+    const keys: ObjectKey[] = [];
+    for await (const page of kube.pages<T>(kind, options)) keys.push(...page.items.filter((item) => predicate(item, change)).map(keyOf));
+    return keys;
+  };
+}
+
+/**
+ * The object a label on the changed object names (`namespaceLabel` for another namespace; else
+ * the changed object's own). Needs the object: in Reference mode without a body it reads it, and
+ * an object already gone maps to nothing (the resync catches up).
+ */
+export function byLabel(nameLabel: string, options: { namespaceLabel?: string; kind?: ResourceKind } = {}): Mapper {
+  return async (change, { kube }) => {
+    const object = change.object ?? (options.kind && !change.deleted ? await kube.get(options.kind, change.key) : undefined);
+    const name = object?.metadata.labels?.[nameLabel];
+    if (!name) return [];
+    const namespace = options.namespaceLabel ? object.metadata.labels?.[options.namespaceLabel] ?? '' : change.key.namespace;
+    return [{ namespace, name }];
+  };
+}

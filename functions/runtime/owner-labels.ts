@@ -1,0 +1,42 @@
+// Ownership by label, for children an ownerReference cannot name (another namespace) or for
+// finding a child's owner after the child is gone. A label value holds at most 63 characters
+// while a name may have 253, so a long name is written in a stable hash form that no name can
+// take (names have no '_'); routing resolves that form by listing the owners and comparing.
+import { createHash } from 'node:crypto';
+import { isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+import type { KubeClient } from './kube.ts';
+
+const LABEL_VALUE_MAX = 63;
+const HASH_CHARS = 16;
+
+/** The label value naming `name`: the name itself when it fits, else `<prefix>_<sha256 prefix>`. */
+export function ownerLabelValue(name: string): string {
+  if (name.length <= LABEL_VALUE_MAX) return name;
+  const hash = createHash('sha256').update(name).digest('hex').slice(0, HASH_CHARS);
+  return `${name.slice(0, LABEL_VALUE_MAX - HASH_CHARS - 1)}_${hash}`;
+}
+
+export const isHashedLabelValue = (value: string): boolean => value.includes('_');
+
+/**
+ * The owner key a child's labels name, or the reason they name none. A hashed name is resolved
+ * by listing `ownerKind` in the owner's namespace (the only API call; plain names need none).
+ */
+export async function ownerFromLabels(
+  child: KubeObject,
+  labels: { namespace?: string; name: string },
+  ownerKind: ResourceKind,
+  kube: KubeClient,
+): Promise<ObjectKey | string> {
+  const value = child.metadata.labels?.[labels.name];
+  if (!value) return `no ${labels.name} label`;
+  const namespace = labels.namespace ? child.metadata.labels?.[labels.namespace] ?? '' : child.metadata.namespace ?? '';
+  if (ownerKind.namespaced && !isValidNamespace(namespace)) return `owner namespace "${namespace}" is not a valid namespace`;
+  const scope = ownerKind.namespaced ? namespace : '';
+  if (!isHashedLabelValue(value)) return isValidName(value) ? { namespace: scope, name: value } : `owner name "${value}" is not a valid name`;
+  for await (const page of kube.pages(ownerKind, { namespace: scope || undefined })) {
+    const owner = page.items.find((item) => ownerLabelValue(item.metadata.name ?? '') === value);
+    if (owner) return { namespace: scope, name: owner.metadata.name! };
+  }
+  return `no ${ownerKind.kind} in ${scope || 'the cluster'} has a name that hashes to "${value}"`;
+}

@@ -1,0 +1,136 @@
+// Kubernetes Events, recorded as client-go's recorder does (tools/record/events_cache.go,
+// EventCorrelator/EventAggregator): an Event with the same involved object, type, reason and
+// message as one this process already posted is not posted again; the existing Event's `count`
+// and `lastTimestamp` are patched instead. The cache is per process and bounded (LRU, like
+// client-go's 4096 entries). Posting happens off the reconcile's critical path: recording only
+// queues; a background loop writes; `flush()` (called on SIGTERM) waits until the queue is empty.
+// Best effort throughout: a failed Event never fails the reconcile it describes.
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import { apiVersionOf, CoreEvent, type KubeObject, type ResourceKind } from './kinds.ts';
+import { isNotFound, type KubeClient } from './kube.ts';
+
+/** Records Kubernetes Events (kubectl describe shows them) on reconciled objects. */
+export interface EventRecorder {
+  normal(object: KubeObject, kind: ResourceKind, reason: string, message: string): void;
+  warning(object: KubeObject, kind: ResourceKind, reason: string, message: string): void;
+}
+
+interface Aggregate {
+  namespace: string;
+  /** Name of the Event object once posted. */
+  name?: string;
+  count: number;
+  firstTimestamp: string;
+  lastTimestamp: string;
+  /** Occurrences recorded but not yet written. */
+  pending: boolean;
+  /** A write is under way: a new occurrence waits for it (the first write names the Event). */
+  writing: boolean;
+  body: Record<string, unknown>;
+}
+
+const CACHE_SIZE = 4096;
+/** Writes at once; more would compete with reconciles for the API server. */
+const WRITERS = 2;
+
+const timestamp = (date: Date): string => date.toISOString().replace(/\.\d+Z$/, 'Z');
+
+export class EventSink {
+  readonly #kube: KubeClient;
+  readonly #component: string;
+  readonly #log: Logger;
+  readonly #now: () => Date;
+  /** Insertion order is recency: a touched entry is deleted and set again. */
+  readonly #cache = new Map<string, Aggregate>();
+  readonly #queue: Aggregate[] = [];
+  #writers = 0;
+  #idle: (() => void)[] = [];
+
+  constructor(kube: KubeClient, component: string, log: Logger, now: () => Date = () => new Date()) {
+    this.#kube = kube;
+    this.#component = component;
+    this.#log = log;
+    this.#now = now;
+  }
+
+  recorder(log: Logger = this.#log): EventRecorder {
+    return {
+      normal: (object, kind, reason, message) => this.record(object, kind, 'Normal', reason, message, log),
+      warning: (object, kind, reason, message) => this.record(object, kind, 'Warning', reason, message, log),
+    };
+  }
+
+  record(object: KubeObject, kind: ResourceKind, type: 'Normal' | 'Warning', reason: string, message: string, log: Logger = this.#log): void {
+    const involved = { apiVersion: apiVersionOf(kind), kind: kind.kind, name: object.metadata.name, namespace: object.metadata.namespace, uid: object.metadata.uid };
+    const key = JSON.stringify([involved.apiVersion, involved.kind, involved.namespace, involved.name, involved.uid, type, reason, message]);
+    const now = timestamp(this.#now());
+    let aggregate = this.#cache.get(key);
+    if (aggregate) {
+      this.#cache.delete(key);
+      aggregate.count++;
+      aggregate.lastTimestamp = now;
+    } else {
+      aggregate = {
+        namespace: object.metadata.namespace || 'default',
+        count: 1,
+        firstTimestamp: now,
+        lastTimestamp: now,
+        pending: false,
+        writing: false,
+        body: { involvedObject: { ...involved, resourceVersion: object.metadata.resourceVersion }, type, reason, message, source: { component: this.#component }, reportingComponent: this.#component },
+      };
+    }
+    this.#cache.set(key, aggregate);
+    if (this.#cache.size > CACHE_SIZE) this.#cache.delete(this.#cache.keys().next().value!);
+    log.debug({ reason, count: aggregate.count }, 'recording Kubernetes Event');
+    // Occurrences that arrive before the write are folded into it.
+    if (!aggregate.pending) {
+      aggregate.pending = true;
+      if (!aggregate.writing) this.#queue.push(aggregate);
+      this.#pump();
+    }
+  }
+
+  /** Resolves when every recorded Event has been written (or given up on). */
+  flush(): Promise<void> {
+    if (this.#queue.length === 0 && this.#writers === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#idle.push(resolve));
+  }
+
+  #pump(): void {
+    while (this.#writers < WRITERS && this.#queue.length > 0) {
+      const aggregate = this.#queue.shift()!;
+      this.#writers++;
+      aggregate.writing = true;
+      void this.#write(aggregate).finally(() => {
+        aggregate.writing = false;
+        if (aggregate.pending) this.#queue.push(aggregate);
+        this.#writers--;
+        this.#pump();
+        if (this.#writers === 0 && this.#queue.length === 0) for (const resolve of this.#idle.splice(0)) resolve();
+      });
+    }
+  }
+
+  async #write(aggregate: Aggregate): Promise<void> {
+    aggregate.pending = false;
+    const { count, lastTimestamp } = aggregate;
+    try {
+      if (aggregate.name) {
+        try {
+          await this.#kube.mergePatch(CoreEvent, { namespace: aggregate.namespace, name: aggregate.name }, { count, lastTimestamp });
+          return;
+        } catch (error) {
+          // Expired (Events live an hour by default): start a new one.
+          if (!isNotFound(error)) throw error;
+        }
+      }
+      const name = `${(aggregate.body.involvedObject as { name?: string }).name}.${randomBytes(8).toString('hex')}`;
+      await this.#kube.create(CoreEvent, { metadata: { name, namespace: aggregate.namespace }, ...aggregate.body, firstTimestamp: aggregate.firstTimestamp, lastTimestamp, count });
+      aggregate.name = name;
+    } catch (error) {
+      this.#log.warn({ err: (error as Error).message, reason: aggregate.body.reason }, 'could not record Kubernetes Event');
+    }
+  }
+}

@@ -1,0 +1,68 @@
+// Events that need no reconcile, decided from the event alone without an API call. An event
+// body may make a function do LESS, never write: a forged body can at most make it skip a
+// reconcile, which the resync repairs.
+//
+//   echo         the object is exactly the version this process itself just wrote (its own pod
+//                create, its own status write): the reconcile that wrote it knew all of it.
+//   status only  an update of the reconciled kind whose generation equals
+//                status.observedGeneration, not being deleted, with the declared finalizer in
+//                place; for a function that reads the object's labels or annotations
+//                (`readsMetadata`, the default) also with the metadata this process last
+//                reconciled: only the status changed.
+// Deletes are never skipped: a re-list's synthesized delete may carry the last version we wrote.
+import type { FunctionDeclaration } from './declaration.ts';
+import type { FunctionEvent } from './events.ts';
+import { kindKeyString, sameKind, type KindKey, type KubeObject, type ResourceKind } from './kinds.ts';
+import type { OwnWrites } from './kube.ts';
+
+/** What of an object's metadata a reconcile may have acted on, besides its spec. */
+export function metadataFingerprint(object: KubeObject): string {
+  const { labels, annotations, finalizers, ownerReferences, deletionTimestamp, uid } = object.metadata;
+  return JSON.stringify([uid, deletionTimestamp, labels, annotations, finalizers, ownerReferences]);
+}
+
+/** Fingerprints of the objects this process reconciled last, per key; bounded, oldest forgotten. */
+export class SeenObjects {
+  readonly #fingerprints = new Map<string, string>();
+  readonly #limit: number;
+
+  constructor(limit = 10_000) {
+    this.#limit = limit;
+  }
+
+  remember(key: KindKey, object: KubeObject): void {
+    const id = kindKeyString(key);
+    this.#fingerprints.delete(id);
+    this.#fingerprints.set(id, metadataFingerprint(object));
+    if (this.#fingerprints.size > this.#limit) this.#fingerprints.delete(this.#fingerprints.keys().next().value!);
+  }
+
+  same(key: KindKey, object: KubeObject): boolean {
+    return this.#fingerprints.get(kindKeyString(key)) === metadataFingerprint(object);
+  }
+}
+
+/** The kind of the event's object among those the function handles. */
+function kindOf(declaration: FunctionDeclaration, ref: { apiVersion: string; kind: string }): ResourceKind | undefined {
+  const kinds = [declaration.reconciles, ...declaration.owns.map((owned) => owned.kind), ...declaration.watches.map((watched) => watched.kind)];
+  return kinds.find((kind) => sameKind(kind, ref.apiVersion, ref.kind));
+}
+
+/** Why the event needs no reconcile, or undefined when it does. */
+export function skipReason(declaration: FunctionDeclaration, event: Extract<FunctionEvent, { type: 'change' }>, ownWrites: OwnWrites, seen: SeenObjects): string | undefined {
+  const object = event.object;
+  if (!object || event.action === 'delete') return undefined;
+  const kind = kindOf(declaration, event.ref);
+  if (!kind) return undefined;
+  const what = `${event.ref.kind} ${event.ref.namespace ? `${event.ref.namespace}/` : ''}${event.ref.name}`;
+  if (ownWrites.isOwn(kind, object)) return `${what} is at the version this function wrote (resourceVersion ${object.metadata.resourceVersion})`;
+  if (kind !== declaration.reconciles || event.action !== 'update') return undefined;
+  const generation = object.metadata.generation;
+  const observed = (object.status as { observedGeneration?: unknown } | undefined)?.observedGeneration;
+  if (generation === undefined || generation !== observed || object.metadata.deletionTimestamp) return undefined;
+  const finalizer = declaration.finalizer?.name;
+  if (finalizer && !object.metadata.finalizers?.includes(finalizer)) return undefined;
+  const key = { kind, namespace: kind.namespaced ? event.ref.namespace : '', name: event.ref.name };
+  if (declaration.readsMetadata && !seen.same(key, object)) return undefined;
+  return `${what}: only its status changed (generation ${generation} observed)`;
+}

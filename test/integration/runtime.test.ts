@@ -1,0 +1,326 @@
+// The runtime against a real API server: answers that stay small at 1500 objects, paginated
+// resyncs, failed keys retried on their own, the declared finalizer, applyChild, aggregated
+// Kubernetes Events, ownership across namespaces by label (hash form included), and the echoes
+// of the function's own writes costing no request.
+import assert from 'node:assert/strict';
+import type { AddressInfo } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import { CloudEvent, HTTP } from 'cloudevents';
+import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
+import immortalContainer from '../../functions/immortal-container/index.ts';
+import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
+import { defineFunction, type FunctionDeclaration, type ReconcileContext } from '../../functions/runtime/declaration.ts';
+import { TransientError } from '../../functions/runtime/errors.ts';
+import { ConfigMap, CoreEvent, Namespace, Pod, type KubeObject, type ObjectKey } from '../../functions/runtime/kinds.ts';
+import { KubeClient } from '../../functions/runtime/kube.ts';
+import { matching } from '../../functions/runtime/mappers.ts';
+import { createMetrics, type FunctionMetrics } from '../../functions/runtime/metrics.ts';
+import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
+import { applyChild } from '../../functions/runtime/reconciler.ts';
+import { EventSink } from '../../functions/runtime/recorder.ts';
+import { createFunctionHost, OUTCOME_HEADER } from '../../functions/runtime/server.ts';
+import { quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+
+let cluster: TestCluster;
+let kube: KubeClient;
+
+before(async () => {
+  cluster = await startTestCluster();
+  kube = cluster.kube;
+});
+after(async () => {
+  await cluster?.stop();
+});
+
+async function createNamespace(name: string) {
+  const created = await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
+  assert.ok(created.status === 201 || created.status === 409, `namespace ${name}: ${created.status}`);
+}
+
+/** Serves `declaration` on loopback with the given kubeconfig; every API request is counted. */
+async function serve(declaration: FunctionDeclaration, kubeconfigPath = cluster.cp.kubeconfigPath) {
+  const metrics = createMetrics(declaration.name);
+  const host = createFunctionHost(declaration, { kubeconfigPath, log: quietLog, metrics });
+  const server = host.app.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  return {
+    host,
+    metrics,
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`,
+    requests: async () => (await metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0),
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+async function post(url: string, message: CloudEvent<unknown> | { headers: Record<string, string>; body: string }) {
+  const { headers, body } = message instanceof CloudEvent ? (HTTP.binary(message) as { headers: Record<string, string>; body: string }) : message;
+  const response = await fetch(url, { method: 'POST', headers, body });
+  const text = await response.text();
+  const outcome = response.headers.get(OUTCOME_HEADER);
+  return { status: response.status, headers: response.headers, text, outcome: outcome ? JSON.parse(outcome) : undefined };
+}
+
+const ping = () => new CloudEvent<unknown>({ type: 'dev.knative.sources.ping', source: '/apis/v1/namespaces/default/pingsources/x', datacontenttype: 'application/json', data: {} });
+const replyOf = (answer: Awaited<ReturnType<typeof post>>) => ({ headers: Object.fromEntries([...answer.headers].filter(([name]) => name.startsWith('ce-') || name === 'content-type')), body: answer.text });
+const metricValue = async (metrics: FunctionMetrics, verb: string, resource: string) =>
+  (await metrics.apiRequests.get()).values.filter((v) => v.labels.verb === verb && v.labels.resource === resource).reduce((sum, v) => sum + v.value, 0);
+
+describe('fan-out at scale', () => {
+  const namespace = 'fanout';
+  const count = 1500;
+  const failing = new Set<string>();
+  const calls = new Map<string, number>();
+  const declaration = defineFunction({
+    name: 'configmap-fanout',
+    description: 'test: reconciles ConfigMaps, failing for the names in `failing`',
+    reconciles: ConfigMap,
+    rbac: [],
+    reconcile: async (key: ObjectKey) => {
+      if (key.namespace !== namespace) return;
+      calls.set(key.name, (calls.get(key.name) ?? 0) + 1);
+      if (failing.has(key.name)) throw new TransientError(`${key.name} is not ready`);
+    },
+  });
+  const name = (i: number) => `a-forty-character-long-configmap-name-${String(i).padStart(4, '0')}`;
+
+  before(async () => {
+    await createNamespace(namespace);
+    let next = 0;
+    await Promise.all(Array.from({ length: 32 }, async () => {
+      for (let i = next++; i < count; i = next++) await kube.create(ConfigMap, { metadata: { name: name(i), namespace } });
+    }));
+  });
+
+  test(`a resync of ${count} objects with 40-character names: 200, a small answer, paginated lists`, async () => {
+    const fn = await serve(declaration);
+    try {
+      const answer = await post(fn.url, ping());
+      assert.equal(answer.status, 200, answer.text);
+      assert.ok(answer.outcome.reconciled >= count, JSON.stringify(answer.outcome));
+      assert.equal(answer.outcome.failed, 0);
+      assert.ok(JSON.stringify(answer.outcome).length < 200, 'counts, not keys');
+      assert.ok(await metricValue(fn.metrics, 'get', 'configmaps') >= Math.ceil(count / 500), 'the list was read page by page');
+      assert.equal(calls.size, count);
+    } finally {
+      await fn.close();
+    }
+  });
+
+  test('one failing key is retried on its own: a reply names only it; the others are not redone', async () => {
+    calls.clear();
+    failing.add(name(7));
+    failing.add(name(1234));
+    const fn = await serve(declaration, await kubeconfigWithDeclaredRbac(cluster.cp, declaration));
+    try {
+      const answer = await post(fn.url, ping());
+      assert.equal(answer.status, 200, answer.text);
+      assert.equal(answer.headers.get('ce-type'), 'dev.opfn.reconcile');
+      assert.deepEqual(JSON.parse(answer.text).keys.sort(), [`ConfigMap:${namespace}/${name(7)}`, `ConfigMap:${namespace}/${name(1234)}`]);
+      assert.equal(answer.outcome.failed, 2);
+
+      // The broker routes the reply back: only the failed keys run; still failing → 503.
+      const retry = await post(fn.url, replyOf(answer));
+      assert.equal(retry.status, 503, retry.text);
+      assert.match(retry.text, /is not ready/);
+      failing.delete(name(7));
+      const partly = await post(fn.url, replyOf(answer));
+      assert.equal(partly.status, 200);
+      assert.deepEqual(JSON.parse(partly.text).keys, [`ConfigMap:${namespace}/${name(1234)}`], 'what still fails is replied again');
+      failing.clear();
+      const done = await post(fn.url, replyOf(partly));
+      assert.equal(done.status, 200);
+      assert.equal(done.text, '', 'nothing left: no reply');
+      assert.equal(calls.get(name(0)), 1, 'a key that succeeded ran once');
+      assert.equal(calls.get(name(7)), 3);
+      assert.equal(calls.get(name(1234)), 4);
+    } finally {
+      await fn.close();
+    }
+  });
+});
+
+describe('declared finalizer', () => {
+  const namespace = 'fin';
+  const finalized: string[] = [];
+  let ready = false;
+  const reconciled: string[] = [];
+  const declaration = defineFunction({
+    name: 'configmap-finalizer',
+    description: 'test: a finalizer on ConfigMaps in one namespace',
+    reconciles: ConfigMap,
+    rbac: [],
+    finalizer: {
+      name: 'example.com/cleanup',
+      finalize: async (object: KubeObject) => {
+        finalized.push(object.metadata.name!);
+        return ready;
+      },
+    },
+    reconcile: async (key: ObjectKey, ctx: ReconcileContext) => {
+      reconciled.push(`${key.name}:${ctx.hint?.metadata.finalizers?.join(',')}`);
+    },
+  });
+
+  test('added before reconcile, finalize on deletion (again later while it says no), removed when done', async () => {
+    await createNamespace(namespace);
+    const fn = await serve(declaration, await kubeconfigWithDeclaredRbac(cluster.cp, declaration));
+    try {
+      const cm = await kube.create(ConfigMap, { metadata: { name: 'guarded', namespace } });
+      const add = apiServerSourceEvent({ server: cluster.cp.server, kind: ConfigMap, object: cm, action: 'add', mode: 'Reference' });
+      assert.equal((await post(fn.url, add)).status, 200);
+      assert.deepEqual((await kube.get(ConfigMap, { namespace, name: 'guarded' }))!.metadata.finalizers, ['example.com/cleanup']);
+      assert.deepEqual(reconciled, ['guarded:example.com/cleanup'], 'reconcile ran after the finalizer was in place');
+
+      await kube.delete(ConfigMap, { namespace, name: 'guarded' });
+      const deleting = (await kube.get(ConfigMap, { namespace, name: 'guarded' }))!;
+      const update = apiServerSourceEvent({ server: cluster.cp.server, kind: ConfigMap, object: deleting, action: 'update', mode: 'Reference' });
+      const notYet = await post(fn.url, update);
+      assert.equal(notYet.status, 200);
+      assert.ok(notYet.headers.get('ce-opfnnotbefore'), 'finalize said "not yet": asked again later');
+      assert.ok(await kube.get(ConfigMap, { namespace, name: 'guarded' }), 'still held');
+      ready = true;
+      assert.equal((await post(fn.url, update)).status, 200);
+      assert.equal(await kube.get(ConfigMap, { namespace, name: 'guarded' }), undefined, 'finalizer removed, object gone');
+      assert.deepEqual(finalized, ['guarded', 'guarded']);
+      assert.equal(reconciled.length, 1, 'reconcile is not called for an object being finalized');
+    } finally {
+      await fn.close();
+    }
+  });
+});
+
+describe('helpers', () => {
+  test('applyChild: created, unchanged, updated, conflict with a foreign object (left alone)', async () => {
+    const desired = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'child', namespace: 'default', labels: { 'example.com/managed': 'yes' } }, data: { a: '1' } };
+    const isManaged = (existing: KubeObject) => existing.metadata.labels?.['example.com/managed'] === 'yes';
+    assert.equal(await applyChild(kube, ConfigMap, desired, { isManaged }), 'created');
+    assert.equal(await applyChild(kube, ConfigMap, desired, { isManaged }), 'unchanged');
+    await kube.mergePatch(ConfigMap, { namespace: 'default', name: 'child' }, { data: { a: 'edited by hand' }, metadata: { labels: { other: 'kept' } } });
+    assert.equal(await applyChild(kube, ConfigMap, desired, { isManaged }), 'updated');
+    const child = (await kube.get(ConfigMap, { namespace: 'default', name: 'child' }))!;
+    assert.deepEqual(child.data, { a: '1' });
+    assert.equal(child.metadata.labels?.other, 'kept', 'labels others added survive');
+    await kube.create(ConfigMap, { metadata: { name: 'foreign', namespace: 'default' }, data: { mine: 'yes' } });
+    assert.equal(await applyChild(kube, ConfigMap, { ...desired, metadata: { ...desired.metadata, name: 'foreign' } }, { isManaged }), 'conflict');
+    assert.deepEqual((await kube.get(ConfigMap, { namespace: 'default', name: 'foreign' }))!.data, { mine: 'yes' });
+  });
+
+  test('Kubernetes Events are aggregated: the same reason and message patch count and lastTimestamp of one Event', async () => {
+    let now = new Date('2025-06-01T10:00:00Z');
+    const sink = new EventSink(kube, 'test-recorder', quietLog, () => now);
+    const object = await kube.create(ConfigMap, { metadata: { name: 'noisy', namespace: 'default' } });
+    const recorder = sink.recorder();
+    for (let i = 0; i < 5; i++) {
+      recorder.warning(object, ConfigMap, 'Flapping', 'it keeps failing');
+      now = new Date(now.getTime() + 1000);
+      if (i === 2) await sink.flush();
+    }
+    recorder.normal(object, ConfigMap, 'Recovered', 'fine again');
+    await sink.flush();
+    const events = (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=noisy' })).items;
+    const flapping = events.filter((e) => e.reason === 'Flapping');
+    assert.equal(flapping.length, 1, 'one Event object');
+    assert.equal(flapping[0].count, 5);
+    assert.equal(flapping[0].firstTimestamp, '2025-06-01T10:00:00Z');
+    assert.equal(flapping[0].lastTimestamp, '2025-06-01T10:00:04Z');
+    assert.equal(events.filter((e) => e.reason === 'Recovered').length, 1);
+  });
+});
+
+describe('routing', () => {
+  test('ownerLabels map a child in another namespace to its owner, a 70-character owner name through the hash form', async () => {
+    await createNamespace('owners');
+    await createNamespace('copies');
+    const longName = `owner-${'x'.repeat(64)}`;
+    const reconciled: string[] = [];
+    const declaration = defineFunction({
+      name: 'cross-namespace',
+      description: 'test',
+      reconciles: ImmortalContainerKind,
+      owns: [{ kind: ConfigMap, ownerLabels: { namespace: 'example.com/owner-namespace', name: 'example.com/owner' } }],
+      watches: [{ kind: Namespace, keysFor: matching<ImmortalContainer>(ImmortalContainerKind, (ic) => ic.spec.image === 'wanted') }],
+      rbac: [{ apiGroups: [''], resources: ['namespaces'], verbs: ['get'] }],
+      reconcile: async (key) => void reconciled.push(`${key.namespace}/${key.name}`),
+    });
+    for (const [name, image] of [[longName, 'wanted'], ['short', 'other']]) {
+      await kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'owners' }, spec: { image } });
+    }
+    const fn = await serve(declaration, await kubeconfigWithDeclaredRbac(cluster.cp, declaration));
+    try {
+      const copy = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'copy', namespace: 'copies', labels: { 'example.com/owner-namespace': 'owners', 'example.com/owner': ownerLabelValue(longName) } } };
+      assert.equal((await post(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ConfigMap, object: copy, action: 'delete', mode: 'Resource' }))).status, 200);
+      assert.deepEqual(reconciled, [`owners/${longName}`]);
+      // A mapper result is validated like everything else; `matching` lists (paginated) and filters.
+      const namespaceAdded = apiServerSourceEvent({ server: cluster.cp.server, kind: Namespace, object: { metadata: { name: 'copies' } }, action: 'add', mode: 'Resource' });
+      assert.equal((await post(fn.url, namespaceAdded)).status, 200);
+      assert.deepEqual(reconciled, [`owners/${longName}`, `owners/${longName}`]);
+    } finally {
+      await fn.close();
+    }
+  });
+});
+
+describe('the lean path', () => {
+  test('echoes of the function\'s own writes (its pod, its status) and status-only updates cost no request', async () => {
+    const fn = await serve(immortalContainer, await kubeconfigWithDeclaredRbac(cluster.cp, immortalContainer));
+    try {
+      const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'lean', namespace: 'default' }, spec: { image: 'nginx' } });
+      const event = (kind: typeof Pod, object: KubeObject, action: 'add' | 'update') => apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode: 'Resource' });
+      const before = await fn.requests();
+      assert.equal((await post(fn.url, event(ImmortalContainerKind, ic, 'add'))).status, 200);
+      await fn.host.flushEvents();
+      const created = await fn.requests();
+      assert.equal(created - before, 4, 'get, create pod, Event, status');
+
+      const written = (await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'lean' }))!;
+      const pod = (await kube.get(Pod, { namespace: 'default', name: 'lean-immortalpod' }))!;
+      const echoes = [await post(fn.url, event(Pod, pod, 'add')), await post(fn.url, event(ImmortalContainerKind, written, 'update'))];
+      for (const echo of echoes) {
+        assert.equal(echo.status, 200);
+        assert.match(echo.outcome.ignored, /at the version this function wrote/);
+      }
+      assert.equal(await fn.requests(), created, 'no request for the echoes');
+
+      // No-op events cost one read: the add redelivered (a retrying sender, or a source's re-list),
+      // and a pod event whose body shows nothing to do.
+      const beforeNoOps = await fn.requests();
+      assert.equal((await post(fn.url, event(ImmortalContainerKind, ic, 'add'))).status, 200);
+      assert.equal(await fn.requests(), beforeNoOps + 1, 'redelivered add: one read');
+      const relabelled = await kube.mergePatch(Pod, { namespace: 'default', name: 'lean-immortalpod' }, { metadata: { labels: { seen: 'yes' } } });
+      assert.equal((await post(fn.url, event(Pod, relabelled, 'update'))).status, 200);
+      assert.equal(await fn.requests(), beforeNoOps + 1, 'a pod event showing our pod as created (Pending): no request');
+      const running = await kube.replace(Pod, { ...relabelled, status: { phase: 'Running' } }, 'status');
+      assert.equal((await post(fn.url, event(Pod, running, 'update'))).status, 200);
+      assert.equal((await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'lean' }))!.status?.conditions?.find((c) => c.type === 'Ready')?.reason, 'PodRunning', 'a real change is acted on');
+      const settledAt = await fn.requests();
+      assert.equal((await post(fn.url, event(Pod, running, 'update'))).status, 200);
+      assert.equal(await fn.requests(), settledAt + 1, 'the same Running pod again: one read');
+
+      // Someone else's status-only change.
+      const current = (await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'lean' }))!;
+      const afterReconcile = await fn.requests();
+      const touched = await kube.replace<ImmortalContainer>(ImmortalContainerKind, { ...current, status: { ...current.status, conditions: [] } }, 'status');
+      const statusOnly = await post(fn.url, event(ImmortalContainerKind, touched, 'update'));
+      assert.match(statusOnly.outcome.ignored, /only its status changed/);
+      assert.equal(await fn.requests(), afterReconcile);
+    } finally {
+      await fn.close();
+    }
+  });
+});
+
+test('authentication is prepared once, not per request', async () => {
+  const client = KubeClient.fromFile(cluster.cp.kubeconfigPath);
+  let prepared = 0;
+  const original = client.config.applySecurityAuthentication.bind(client.config);
+  client.config.applySecurityAuthentication = async (context) => {
+    prepared++;
+    return original(context);
+  };
+  for (let i = 0; i < 20; i++) await client.get(Namespace, { namespace: '', name: 'default' });
+  assert.equal(prepared, 1);
+});

@@ -1,0 +1,147 @@
+// Activator behaviour added for issue 7: the request timeout (Knative's timeoutSeconds → 504),
+// loopback binding (HOST), a clean exit that is not a crash, the warm path (lease), stats, and
+// the pure pieces (decider, lb-policy, instance state machine).
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { after, before, describe, test } from 'node:test';
+import { pino } from 'pino';
+import { Activator, canTransition, capacityAtMaxScale, desiredScale, pick, type FunctionProcessSpec } from '../../eventing/activator.ts';
+import { routeOf } from '../../eventing/activator/handler.ts';
+
+const CHILD = `
+import http from 'node:http';
+const server = http.createServer((req, res) => {
+  if (req.url === '/health/readiness') return res.writeHead(200).end('ok');
+  if (req.url === '/hang') return;
+  if (req.url === '/exit') { res.writeHead(200).end('bye'); setTimeout(() => process.exit(0), 50); return; }
+  if (req.url.startsWith('/slow')) { setTimeout(() => res.writeHead(200).end(JSON.stringify({ pid: process.pid })), 300); return; }
+  res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ pid: process.pid, host: process.env.HOST, bound: server.address().address }));
+});
+server.listen(Number(process.env.PORT), process.env.HOST);
+process.on('SIGTERM', () => server.close(() => process.exit(0)));
+`;
+
+let dir = '';
+let script = '';
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'activator-edges-'));
+  script = join(dir, 'child.mjs');
+  await writeFile(script, CHILD);
+});
+const open: Activator[] = [];
+after(async () => {
+  await Promise.all(open.map((a) => a.close()));
+  await rm(dir, { recursive: true, force: true });
+});
+
+function spec(name: string, extra: Partial<FunctionProcessSpec> = {}): FunctionProcessSpec {
+  return { name, command: process.execPath, args: [script], scaling: { minScale: 0, maxScale: 3, target: 1, containerConcurrency: 0 }, ...extra };
+}
+
+async function start(functions: FunctionProcessSpec[]) {
+  const lines: Array<Record<string, unknown>> = [];
+  const log = pino({ level: 'debug' }, { write: (l: string) => void lines.push(JSON.parse(l)) });
+  const out = new Writable({ write: (_c, _e, cb) => cb() });
+  const a = new Activator({ functions, log, childOutput: out });
+  open.push(a);
+  await a.listen();
+  return { a, lines };
+}
+
+describe('activator edges', () => {
+  test('a request past timeoutSeconds gets 504 with the reason, and its slot is freed', async () => {
+    const { a } = await start([spec('hung', { timeoutSeconds: 0.4, scaling: { minScale: 0, maxScale: 1, target: 1, containerConcurrency: 1 } })]);
+    const hung = await fetch(`${a.urlFor('hung')}/hang`);
+    assert.equal(hung.status, 504);
+    assert.match(await hung.text(), /did not answer within 0.4s/);
+    const next = await fetch(`${a.urlFor('hung')}/after`);
+    assert.equal(next.status, 200, 'containerConcurrency 1: the hung request no longer holds the only slot');
+  });
+
+  test('instances get HOST=127.0.0.1 and bind loopback', async () => {
+    const { a } = await start([spec('local')]);
+    const body = (await (await fetch(`${a.urlFor('local')}/who`)).json()) as { host: string; bound: string };
+    assert.equal(body.host, '127.0.0.1');
+    assert.equal(body.bound, '127.0.0.1');
+  });
+
+  test('an instance that exits 0 is logged as exited, not as a crash', async () => {
+    const { a, lines } = await start([spec('clean')]);
+    assert.equal((await fetch(`${a.urlFor('clean')}/exit`)).status, 200);
+    const deadline = Date.now() + 15_000;
+    while (a.instances('clean') > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(a.instances('clean'), 0);
+    assert.ok(lines.some((l) => /exited \(exit 0\)/.test(String(l.msg)) && l.level === 30), 'an info line for the clean exit');
+    assert.ok(!lines.some((l) => /crashed/.test(String(l.msg))), 'no crash line');
+  });
+
+  test('lease: a direct route to an instance with room, counted in stats; none without room or for unknown URLs', async () => {
+    const { a } = await start([spec('warm', { scaling: { minScale: 0, maxScale: 1, target: 1, containerConcurrency: 1 } })]);
+    const url = a.urlFor('warm');
+    assert.equal(a.lease(url), undefined, 'no instance yet: the request must go through the activator (cold start)');
+    assert.equal((await fetch(`${url}/first`)).status, 200);
+    const lease = a.lease(url);
+    assert.ok(lease, 'an instance with room');
+    assert.equal(a.lease(url), undefined, 'containerConcurrency 1: the leased slot is taken');
+    const direct = (await (await fetch(`${lease.url}direct`)).json()) as { pid: number };
+    lease.release('answered');
+    lease.release('answered'); // a second release is ignored
+    assert.ok(direct.pid > 0);
+    assert.ok(a.lease(url), 'room again after release');
+    assert.equal(a.lease(`${url}/sub/path`), undefined);
+    assert.equal(a.lease('http://127.0.0.1:1/warm'), undefined);
+    const stats = a.stats().warm;
+    assert.equal(stats?.direct, 2);
+    assert.equal(stats?.proxied, 1);
+    assert.equal(stats?.started, 1);
+  });
+
+  test('stats show how many instances a burst used', async () => {
+    const { a } = await start([spec('burst')]);
+    await Promise.all(Array.from({ length: 6 }, (_, i) => fetch(`${a.urlFor('burst')}/slow?${i}`)));
+    const stats = a.stats().burst;
+    assert.ok((stats?.peakInstances ?? 0) >= 2, `more than one instance for a burst over target 1 (peak ${stats?.peakInstances})`);
+    assert.ok((stats?.peakInstances ?? 0) <= 3, 'never beyond maxScale');
+  });
+});
+
+describe('activator pure pieces', () => {
+  test('decider: capacity at max scale and desired scale', () => {
+    assert.equal(capacityAtMaxScale({ minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 }), 400);
+    assert.equal(capacityAtMaxScale({ minScale: 0, maxScale: 4, target: 100, containerConcurrency: 10 }), 40);
+    assert.equal(capacityAtMaxScale({ minScale: 0, maxScale: 0, target: 100, containerConcurrency: 0 }), undefined);
+    assert.deepEqual(desiredScale(250, { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 }, 1), { want: 3, reason: 'concurrency 250 > target 100 x 1' });
+    assert.equal(desiredScale(0, { minScale: 2, maxScale: 4, target: 100, containerConcurrency: 0 }, 0).want, 2);
+    assert.equal(desiredScale(10_000, { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 }, 0).want, 4);
+  });
+
+  test('lb-policy: least loaded with room, ties to the oldest; hard and soft limits', () => {
+    const a = { state: 'ready', inFlight: 2 };
+    const b = { state: 'ready', inFlight: 1 };
+    const c = { state: 'ready', inFlight: 1 };
+    assert.equal(pick([a, b, c], 0, 10), b);
+    assert.equal(pick([a, b], 2, 10), b);
+    assert.equal(pick([{ state: 'ready', inFlight: 2 }], 2, 10), undefined, 'hard limit');
+    assert.ok(pick([{ state: 'ready', inFlight: 50 }], 0, 10), 'soft limit: over target when nothing else is coming');
+    assert.equal(pick([{ state: 'ready', inFlight: 10 }, { state: 'starting', inFlight: 0 }], 0, 10), undefined, 'soft limit held while capacity is on its way');
+  });
+
+  test('instance state machine: exited is final, stopping only exits', () => {
+    assert.ok(canTransition('starting', 'ready'));
+    assert.ok(canTransition('ready', 'suspect') && canTransition('suspect', 'ready'));
+    assert.ok(!canTransition('stopping', 'ready'));
+    assert.ok(!canTransition('exited', 'starting'));
+  });
+
+  test('handler: routes /<function>/<path>, absolute-form targets too; 404 and 400 with reasons', () => {
+    const known = new Set(['fn', 'other']);
+    assert.deepEqual(routeOf('/fn/a/b?x=1', known), { name: 'fn', path: '/a/b?x=1' });
+    assert.deepEqual(routeOf('/fn', known), { name: 'fn', path: '/' });
+    assert.deepEqual(routeOf('http://h:1/other/z', known), { name: 'other', path: '/z' });
+    assert.deepEqual(routeOf('/nope/x', known), { status: 404, message: 'no function named "nope" (known: fn, other)' });
+    assert.equal((routeOf('::bad', known) as { status: number }).status, 400);
+  });
+});

@@ -1,0 +1,220 @@
+// The function host's answers without a reachable API: per-key coalescing, requeue replies,
+// failed keys of a fan-out, error classes, and the pieces they are built from (workqueue,
+// config, cron, HTTP client, names).
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { describe, test } from 'node:test';
+import { CloudEvent, HTTP } from 'cloudevents';
+import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
+import { resolveConfig } from '../../functions/runtime/config.ts';
+import { cronProblem } from '../../functions/runtime/cron.ts';
+import { defineFunction, type ReconcileResult } from '../../functions/runtime/declaration.ts';
+import { statusForError, TerminalError, TransientError } from '../../functions/runtime/errors.ts';
+import { httpClient } from '../../functions/runtime/http.ts';
+import { ConfigMap, InvalidPathSegmentError, objectPath, parseKindKey, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
+import { createMetrics } from '../../functions/runtime/metrics.ts';
+import { isHashedLabelValue, ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
+import { createFunctionHost } from '../../functions/runtime/server.ts';
+import { KeyedWorkQueue } from '../../functions/runtime/workqueue.ts';
+import { quietLog } from '../support/cluster.ts';
+
+const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
+
+function unreachableKube(): KubeClient {
+  const config = new ConnectionReusingKubeConfig();
+  config.loadFromOptions({
+    clusters: [{ name: 'nowhere', server: 'https://127.0.0.1:1', skipTLSVerify: true }],
+    users: [{ name: 'someone', token: 't' }],
+    contexts: [{ name: 'nowhere', cluster: 'nowhere', user: 'someone' }],
+    currentContext: 'nowhere',
+  });
+  return new KubeClient(config);
+}
+
+/** A host whose reconcile is `reconcile`; events are handed to it directly (no HTTP). */
+function hostFor(reconcile: (key: ObjectKey) => Promise<ReconcileResult | void>, now = () => new Date('2025-05-01T00:00:00Z')) {
+  const declaration = defineFunction({ name: 'widgets', description: 'test', reconciles: Widget, rbac: [], reconcile });
+  return createFunctionHost(declaration, { kube: unreachableKube(), log: quietLog, metrics: createMetrics('widgets'), now });
+}
+
+const widgetEvent = (name: string) => apiServerSourceEvent({ server: 'https://x', kind: Widget, object: { metadata: { name, namespace: 'ns' } }, action: 'update', mode: 'Reference' });
+const reconcileEvent = (keys: string[], notBefore?: string) => new CloudEvent<unknown>({ type: 'dev.opfn.reconcile', source: '/opfn/functions/widgets', opfnfunction: 'widgets', ...(notBefore ? { opfnnotbefore: notBefore } : {}), datacontenttype: 'application/json', data: { keys } });
+const receive = (host: ReturnType<typeof hostFor>, event: CloudEvent<unknown>) => {
+  const message = HTTP.binary(event);
+  return host.receive(message.headers as Record<string, string>, Buffer.from(message.body as string));
+};
+const key = (name: string) => `example.com/Widget:ns/${name}`;
+
+describe('per-key coalescing', () => {
+  test('doorbells for a running key share one follow-up run; each is answered 200 after it', async () => {
+    let running = 0;
+    let maxRunning = 0;
+    let runs = 0;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const host = hostFor(async () => {
+      runs++;
+      running++;
+      maxRunning = Math.max(maxRunning, running);
+      if (runs === 1) await gate;
+      running--;
+    });
+    const first = receive(host, widgetEvent('a'));
+    await new Promise((resolve) => setImmediate(resolve));
+    const burst = Array.from({ length: 20 }, () => receive(host, widgetEvent('a')));
+    const other = await receive(host, widgetEvent('b'));
+    assert.equal(other.status, 200, 'another key is not held up');
+    release();
+    const answers = await Promise.all([first, ...burst]);
+    assert.deepEqual([...new Set(answers.map((a) => a.status))], [200]);
+    assert.equal(runs, 3, 'a: the first run and ONE follow-up for 20 doorbells; b: one');
+    assert.equal(maxRunning, 2, 'a and b at once, never a twice');
+  });
+
+  test('KeyedWorkQueue: a failed run does not block the key; the follow-up knows it is one', async () => {
+    const queue = new KeyedWorkQueue();
+    let fail!: (error: Error) => void;
+    const failing = queue.run('k', () => new Promise((_, reject) => (fail = reject)));
+    const followUps = [queue.run('k', async (followUp) => followUp), queue.run('k', async (followUp) => followUp)];
+    fail(new Error('boom'));
+    await assert.rejects(failing, /boom/);
+    assert.deepEqual(await Promise.all(followUps), [true, true]);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(queue.size, 0, 'idle keys are forgotten');
+  });
+});
+
+describe('answers', () => {
+  test('requeueAfterSeconds → 200 with a reply CloudEvent due then; counts in the outcome', async () => {
+    const host = hostFor(async () => ({ requeueAfterSeconds: 90 }));
+    const outcome = await receive(host, widgetEvent('a'));
+    assert.equal(outcome.status, 200);
+    assert.deepEqual(outcome.body, { reconciled: 1, failed: 0, requeued: 1 });
+    assert.equal(outcome.reply?.headers['ce-type'], 'dev.opfn.reconcile');
+    assert.equal(outcome.reply?.headers['ce-opfnfunction'], 'widgets');
+    assert.equal(outcome.reply?.headers['ce-opfnnotbefore'], '2025-05-01T00:01:30Z');
+    assert.deepEqual(JSON.parse(outcome.reply!.body), { keys: [key('a')] });
+  });
+
+  test('a fan-out with one failing key: 200 and a reply naming only that key; when only failing keys remain: 503', async () => {
+    const calls = new Map<string, number>();
+    const host = hostFor(async ({ name }) => {
+      calls.set(name, (calls.get(name) ?? 0) + 1);
+      if (name === 'bad') throw new TransientError('not yet', { retryAfterSeconds: 7 });
+    });
+    const keys = ['a', 'bad', 'c', 'd'].map(key);
+    const first = await receive(host, reconcileEvent(keys));
+    assert.equal(first.status, 200);
+    assert.deepEqual(JSON.parse(first.reply!.body), { keys: [key('bad')] });
+    assert.equal(first.reply!.headers['ce-opfnnotbefore'], undefined, 'retried by the broker at once (its backoff applies on failure)');
+    assert.deepEqual(first.body, { reconciled: 3, failed: 1, requeued: 0, retrying: 1, failures: [{ key: key('bad'), error: 'not yet' }] });
+    const retry = await receive(host, reconcileEvent([key('bad')]));
+    assert.equal(retry.status, 503, 'all its keys failed: the broker retries with backoff, then dead-letters with the reason');
+    assert.equal(retry.retryAfterSeconds, 7);
+    assert.match(String(retry.body.error), /not yet/);
+    assert.deepEqual(Object.fromEntries(calls), { a: 1, bad: 2, c: 1, d: 1 }, 'the keys that succeeded were not redone');
+  });
+
+  test('TerminalError is answered 200 (retrying cannot help); other errors by class', async () => {
+    assert.equal((await receive(hostFor(async () => { throw new TerminalError('spec is nonsense', { reason: 'InvalidSpec' }); }), widgetEvent('a'))).status, 200);
+    assert.equal((await receive(hostFor(async () => { throw new Error('bug'); }), widgetEvent('a'))).status, 500);
+    assert.equal(statusForError(new InvalidPathSegmentError('name', '..')), 400);
+    assert.equal(statusForError(new TransientError('later')), 503);
+  });
+
+  test('outcome stays small whatever the number of keys', async () => {
+    const host = hostFor(async ({ name }) => { if (name.endsWith('7')) throw new TransientError('x'.repeat(300)); });
+    const keys = Array.from({ length: 1000 }, (_, i) => key(`${'n'.repeat(50)}-${i}`));
+    const outcome = await receive(host, reconcileEvent(keys));
+    assert.equal(outcome.status, 200);
+    assert.ok(JSON.stringify(outcome.body).length < 4096, `outcome ${JSON.stringify(outcome.body).length} bytes`);
+    assert.equal(JSON.parse(outcome.reply!.body).keys.length, 100);
+  });
+});
+
+describe('Kubernetes Events on shutdown', () => {
+  test('drain() waits until the Events recorded by finished reconciles have been written (or given up)', async () => {
+    const posts: number[] = [];
+    const config = new ConnectionReusingKubeConfig();
+    config.loadFromOptions({
+      clusters: [{ name: 'nowhere', server: 'https://127.0.0.1:1', skipTLSVerify: true }],
+      users: [{ name: 'someone', token: 't' }],
+      contexts: [{ name: 'nowhere', cluster: 'nowhere', user: 'someone' }],
+      currentContext: 'nowhere',
+    });
+    const kube = new KubeClient(config, (verb, resource) => { if (verb === 'post' && resource === 'events') posts.push(Date.now()); });
+    const declaration = defineFunction({ name: 'widgets', description: 'test', reconciles: Widget, rbac: [], reconcile: async () => { throw new TerminalError('spec is nonsense', { reason: 'InvalidSpec' }); } });
+    const host = createFunctionHost(declaration, { kube, log: quietLog, metrics: createMetrics('widgets') });
+    assert.equal((await receive(host as ReturnType<typeof hostFor>, widgetEvent('a'))).status, 200, 'answered before the Event is written');
+    assert.equal(posts.length, 0, 'the Event is written off the critical path');
+    await host.drain();
+    assert.equal(posts.length, 4, 'the write (and its retries) happened before drain resolved');
+  });
+});
+
+describe('building blocks', () => {
+  test('config: defaults, environment, a missing required value names itself, an undeclared name throws', () => {
+    const parameters = [
+      { name: 'BASE_URL', description: 'provider', default: 'https://example.com' },
+      { name: 'API_KEY', description: 'provider key', secret: true },
+    ];
+    assert.throws(() => resolveConfig('fx', parameters, {}), /function fx needs configuration: set API_KEY \(provider key\)/);
+    const config = resolveConfig('fx', parameters, { API_KEY: 's3cret' });
+    assert.equal(config.BASE_URL, 'https://example.com');
+    assert.equal(config.API_KEY, 's3cret');
+    assert.throws(() => config.TYPO, /config "TYPO" is not declared by function fx/);
+    assert.throws(() => defineFunction({ name: 'fx', description: '', reconciles: Widget, rbac: [], reconcile: async () => {}, config: [{ name: 'bad-name', description: '' }] }), /environment variable name/);
+  });
+
+  test('cron: the resync schedule is validated at definition', () => {
+    for (const good of ['*/5 * * * *', '0 */2 * * 1-5', '15 3 1 jan,jul sun', '@hourly', '@every 30s', 'CRON_TZ=UTC 0 0 * * *']) assert.equal(cronProblem(good), undefined, good);
+    assert.match(cronProblem('* * * *')!, /expected 5 fields/);
+    assert.match(cronProblem('60 * * * *')!, /minute field "60"/);
+    assert.match(cronProblem('*/0 * * * *')!, /step "0"/);
+    assert.throws(() => defineFunction({ name: 'fx', description: '', reconciles: Widget, rbac: [], reconcile: async () => {}, resyncSchedule: 'every 5 minutes' }), /resyncSchedule "every 5 minutes" is not a cron expression/);
+  });
+
+  test('http: a timeout on every request becomes a TransientError naming the URL without its query', async () => {
+    const server = createServer((req, res) => {
+      if (req.url?.startsWith('/slow')) setTimeout(() => res.end('late'), 2000).unref();
+      else res.end('{"ok":true}');
+    }).listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      const http = httpClient({ timeoutMs: 200 });
+      assert.deepEqual(await (await http.fetch(`${base}/fast`)).json(), { ok: true });
+      await assert.rejects(http.fetch(`${base}/slow?apikey=secret`), (error: unknown) => error instanceof TransientError && /GET http:\/\/127\.0\.0\.1:\d+\/slow: no answer within 200 ms/.test(error.message) && !error.message.includes('secret'));
+      const closed = createServer().listen(0, '127.0.0.1');
+      await new Promise((resolve) => closed.once('listening', resolve));
+      const closedPort = (closed.address() as AddressInfo).port;
+      await new Promise((resolve) => closed.close(resolve));
+      await assert.rejects(http.fetch(`http://127.0.0.1:${closedPort}/x`), (error: unknown) => error instanceof TransientError && /ECONNREFUSED/.test(error.message));
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
+  test('objectPath refuses names that are not one path segment; parseKindKey validates as the API server would', () => {
+    for (const name of ['.', '..', '', 'a/b', '%2e%2e']) assert.throws(() => objectPath(ConfigMap, { namespace: 'default', name }), InvalidPathSegmentError, name);
+    assert.throws(() => objectPath(ConfigMap, { namespace: '..', name: 'x' }), InvalidPathSegmentError);
+    assert.equal(objectPath(ConfigMap, { namespace: 'default', name: 'a.b' }), '/api/v1/namespaces/default/configmaps/a.b');
+    assert.deepEqual(parseKindKey('ConfigMap:default/a.b', [ConfigMap]), { kind: ConfigMap, namespace: 'default', name: 'a.b' });
+    assert.match(String(parseKindKey('ConfigMap:default/..', [ConfigMap])), /invalid object name/);
+    assert.match(String(parseKindKey('ConfigMap:Default/a', [ConfigMap])), /invalid namespace/);
+  });
+
+  test('ownerLabelValue: names that fit are kept; longer ones get a stable 63-character hash form no name can take', () => {
+    assert.equal(ownerLabelValue('short'), 'short');
+    const long = `${'a'.repeat(60)}.example.com`;
+    const value = ownerLabelValue(long);
+    assert.equal(value.length, 63);
+    assert.equal(value, ownerLabelValue(long));
+    assert.notEqual(value, ownerLabelValue(`${long}x`));
+    assert.ok(isHashedLabelValue(value) && !isHashedLabelValue('short'));
+    assert.match(value, /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/, 'a valid label value');
+  });
+});

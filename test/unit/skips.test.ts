@@ -1,0 +1,43 @@
+// Events that need no reconcile, decided from the event alone: an event body may make a
+// function do less, never more.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { defineFunction } from '../../functions/runtime/declaration.ts';
+import type { FunctionEvent } from '../../functions/runtime/events.ts';
+import { Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { OwnWrites } from '../../functions/runtime/own-writes.ts';
+import { SeenObjects, skipReason } from '../../functions/runtime/skips.ts';
+
+const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
+const declare = (extra: object = {}) => defineFunction({ name: 'w', description: '', reconciles: Widget, owns: [{ kind: Pod }], rbac: [], reconcile: async () => {}, ...extra });
+const widget = (meta: Partial<KubeObject['metadata']> = {}, observedGeneration = 3): KubeObject => ({ apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'a', namespace: 'ns', uid: 'u', generation: 3, resourceVersion: '10', ...meta }, status: { observedGeneration } });
+const change = (object: KubeObject, action: 'add' | 'update' | 'delete' = 'update', kind = 'Widget', apiVersion = 'example.com/v1'): Extract<FunctionEvent, { type: 'change' }> =>
+  ({ type: 'change', action, mode: 'resource', ref: { apiVersion, kind, namespace: 'ns', name: object.metadata.name! }, object, id: '1' });
+
+test('the echo of our own write is skipped; a delete never is', () => {
+  const writes = new OwnWrites();
+  const pod: KubeObject = { metadata: { name: 'p', namespace: 'ns', resourceVersion: '7' } };
+  writes.record(Pod, pod);
+  const declaration = declare();
+  assert.match(skipReason(declaration, change(pod, 'add', 'Pod', 'v1'), writes, new SeenObjects())!, /at the version this function wrote/);
+  assert.equal(skipReason(declaration, change({ ...pod, metadata: { ...pod.metadata, resourceVersion: '8' } }, 'update', 'Pod', 'v1'), writes, new SeenObjects()), undefined);
+  assert.equal(skipReason(declaration, change(pod, 'delete', 'Pod', 'v1'), writes, new SeenObjects()), undefined);
+});
+
+test('status-only updates: generation observed, not deleting, finalizer in place; metadata as last seen when the function reads it', () => {
+  const seen = new SeenObjects();
+  const none = new OwnWrites();
+  const lean = declare({ readsMetadata: false });
+  assert.match(skipReason(lean, change(widget()), none, seen)!, /only its status changed/);
+  assert.equal(skipReason(lean, change(widget({}, 2)), none, seen), undefined, 'a new generation');
+  assert.equal(skipReason(lean, change(widget(), 'add'), none, seen), undefined, 'adds are reconciled');
+  assert.equal(skipReason(lean, change(widget({ deletionTimestamp: '2025-01-01T00:00:00Z' })), none, seen), undefined);
+  assert.equal(skipReason(declare({ readsMetadata: false, finalizer: { name: 'example.com/f', finalize: async () => true } }), change(widget()), none, seen), undefined, 'the finalizer is still to be added');
+
+  const careful = declare();
+  const key = { kind: Widget, namespace: 'ns', name: 'a' };
+  assert.equal(skipReason(careful, change(widget()), none, seen), undefined, 'never seen: labels may have changed');
+  seen.remember(key, widget({ labels: { team: 'a' } }));
+  assert.match(skipReason(careful, change(widget({ labels: { team: 'a' }, resourceVersion: '11' })), none, seen)!, /only its status changed/);
+  assert.equal(skipReason(careful, change(widget({ labels: { team: 'b' } })), none, seen), undefined, 'a label changed');
+});
