@@ -3,6 +3,8 @@
 // before and just after each delivery. Cases:
 //   create    a new ImmortalContainer, its add event (Reference mode)
 //   no-op     the same add event delivered again (a retrying sender), nothing to do
+//   own-status the update event of the function's own status write (Resource mode, as the
+//             source sends the reconciled kind): generation == observedGeneration, skippable
 //   recreate  its pod deleted, the pod's delete event (Resource mode, as the source sends for
 //             owned kinds)
 // The control plane runs without kube-controller-manager by default: its garbage collector
@@ -30,7 +32,7 @@ import { requestDifference, scrapeRequestTotals, type RequestCounts } from './ap
 
 /** Counters are incremented when the handler returns, a moment after the client has its answer. */
 const SETTLE_MS = 150;
-const CASES = ['scrape pair', 'create', 'no-op', 'recreate'] as const;
+const CASES = ['scrape pair', 'create', 'no-op', 'own-status', 'recreate'] as const;
 type Case = (typeof CASES)[number];
 type Counts = RequestCounts;
 
@@ -105,6 +107,9 @@ async function main(): Promise<void> {
       await run('create', () => deliverOk(added));
 
       await run('no-op', () => deliverOk(added));
+
+      const written = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name }))!;
+      await run('own-status', () => deliverOk(apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: written, action: 'update', mode: 'Resource' })));
 
       const pod = (await cluster.kube.get<PodObject>(Pod, podKey))!;
       await cluster.kube.delete(Pod, podKey);
