@@ -3,6 +3,8 @@
 // before and just after each delivery. Cases:
 //   create    a new ImmortalContainer, its add event (Reference mode)
 //   no-op     the same add event delivered again (a retrying sender), nothing to do
+//   own-status the update event of the function's own status write (Resource mode, as the
+//             source sends the reconciled kind): generation == observedGeneration, skippable
 //   recreate  its pod deleted, the pod's delete event (Resource mode, as the source sends for
 //             owned kinds)
 // The control plane runs without kube-controller-manager by default: its garbage collector
@@ -14,7 +16,11 @@
 // and the background add. The function's own count
 // (opfn_kube_api_requests_total) is printed alongside as a cross-check.
 //
-// Usage: node bench/api-requests.ts [--reps N] [--controller-manager]   (default 5 repetitions)
+// Usage: npm run bench:api-requests -- [--reps N] [--label L] [--controller-manager]   (default 5 repetitions)
+// Writes bench/results/api-requests-<label>-<date>.json.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { CloudEvent } from 'cloudevents';
 import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
@@ -22,53 +28,24 @@ import immortalContainer from '../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
 import { deliver, serveFunction, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
+import { requestDifference, scrapeRequestTotals, type RequestCounts } from './apiserver-metrics.ts';
 
 /** Counters are incremented when the handler returns, a moment after the client has its answer. */
 const SETTLE_MS = 150;
-const CASES = ['scrape pair', 'create', 'no-op', 'recreate'] as const;
+const CASES = ['scrape pair', 'create', 'no-op', 'own-status', 'recreate'] as const;
 type Case = (typeof CASES)[number];
-/** verb → count, and "VERB resource[/subresource]" → count. */
-interface Counts { byVerb: Record<string, number>; byResource: Record<string, number>; total: number }
+type Counts = RequestCounts;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-function parseRequestTotals(text: string): Map<string, { verb: string; resource: string; value: number }> {
-  const series = new Map<string, { verb: string; resource: string; value: number }>();
-  for (const line of text.split('\n')) {
-    if (!line.startsWith('apiserver_request_total{')) continue;
-    const labelsEnd = line.lastIndexOf('}');
-    const labels = Object.fromEntries([...line.slice('apiserver_request_total{'.length, labelsEnd).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((match) => [match[1], match[2]]));
-    const resource = labels.resource ? `${labels.resource}${labels.subresource ? `/${labels.subresource}` : ''}` : labels.subresource || '(other)';
-    series.set(line.slice(0, labelsEnd + 1), { verb: labels.verb ?? '?', resource, value: Number(line.slice(labelsEnd + 1).trim()) });
-  }
-  return series;
-}
-
-async function scrape(cluster: TestCluster): Promise<Map<string, { verb: string; resource: string; value: number }>> {
-  const answer = await cluster.cp.request('GET', '/metrics');
-  if (answer.status !== 200 || typeof answer.body !== 'string') throw new Error(`GET /metrics answered ${answer.status}`);
-  return parseRequestTotals(answer.body);
-}
-
-function difference(before: Awaited<ReturnType<typeof scrape>>, after: Awaited<ReturnType<typeof scrape>>): Counts {
-  const counts: Counts = { byVerb: {}, byResource: {}, total: 0 };
-  for (const [key, { verb, resource, value }] of after) {
-    const delta = value - (before.get(key)?.value ?? 0);
-    if (delta === 0) continue;
-    counts.byVerb[verb] = (counts.byVerb[verb] ?? 0) + delta;
-    counts.byResource[`${verb} ${resource}`] = (counts.byResource[`${verb} ${resource}`] ?? 0) + delta;
-    counts.total += delta;
-  }
-  return counts;
-}
 
 /** Requests the API server counted while `action` ran. */
 async function measure(cluster: TestCluster, action: () => Promise<void>): Promise<Counts> {
   await sleep(SETTLE_MS);
-  const before = await scrape(cluster);
+  const before = await scrapeRequestTotals(cluster.cp);
   await action();
   await sleep(SETTLE_MS);
-  return difference(before, await scrape(cluster));
+  // Non-resource paths (the /metrics scrape itself) stay in, under "(other)".
+  return requestDifference(before, await scrapeRequestTotals(cluster.cp), true);
 }
 
 /** The most common result of the repetitions and how many had it. */
@@ -84,7 +61,7 @@ function mode(results: Counts[]): { counts: Counts; agree: number } {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { reps: { type: 'string', default: '5' }, 'controller-manager': { type: 'boolean', default: false } } });
+  const { values } = parseArgs({ options: { reps: { type: 'string', default: '5' }, label: { type: 'string', default: 'local' }, 'controller-manager': { type: 'boolean', default: false } } });
   const reps = Number(values.reps);
   if (!Number.isInteger(reps) || reps < 1) {
     console.error(`--reps must be a positive integer, got "${values.reps}"`);
@@ -131,6 +108,9 @@ async function main(): Promise<void> {
 
       await run('no-op', () => deliverOk(added));
 
+      const written = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name }))!;
+      await run('own-status', () => deliverOk(apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: written, action: 'update', mode: 'Resource' })));
+
       const pod = (await cluster.kube.get<PodObject>(Pod, podKey))!;
       await cluster.kube.delete(Pod, podKey);
       await run('recreate', () => deliverOk(apiServerSourceEvent({ server: cluster.cp.server, kind: Pod, object: pod, action: 'delete', mode: 'Resource' })));
@@ -171,6 +151,16 @@ async function main(): Promise<void> {
     'scope namespace (see kubernetes/kubernetes#95556); the function\'s own count shows these are single-object GETs.');
   const outliers = CASES.flatMap((name) => results.get(name)!.filter((counts) => counts.total !== chosen.get(name)!.counts.total).map((counts) => `${name}: ${counts.total} (${Object.entries(counts.byResource).map(([key, value]) => `${key} ×${value}`).join(', ')})`));
   if (outliers.length) console.log(`\nrepetitions that differ (other clients of the API server at the same moment):\n  ${outliers.join('\n  ')}`);
+
+  const dir = join(resolve(dirname(fileURLToPath(import.meta.url)), '..'), 'bench/results');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `api-requests-${values.label}-${new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z')}.json`);
+  writeFileSync(file, JSON.stringify({
+    benchmark: 'api-requests', label: values.label, date: new Date().toISOString(), command: `npm run bench:api-requests -- ${process.argv.slice(2).join(' ')}`.trim(),
+    chosen: Object.fromEntries(CASES.map((name) => [name, { ...chosen.get(name)!.counts, agree: `${chosen.get(name)!.agree}/${reps}` }])),
+    outliers,
+  }, null, 2) + '\n');
+  console.log(`results: ${file}`);
 }
 
 await main();

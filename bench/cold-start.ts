@@ -10,12 +10,18 @@
 //   (b) bundled:                  node dist/immortal-container.mjs
 //   (c) bundled, compile cache:   NODE_COMPILE_CACHE=<warm dir> node dist/immortal-container.mjs
 //   (d) unbundled, compile cache: NODE_COMPILE_CACHE=<warm dir> node functions/runtime/main.ts …
-// (a) and (b) run with NODE_DISABLE_COMPILE_CACHE=1. A first, unmeasured round runs every
+//   (f) floor:                    a bare node:http server (node -e, answers 200), spawn → first
+//                                 response: what any Node process costs before doing anything
+// (a), (b) and (f) run with NODE_DISABLE_COMPILE_CACHE=1. A first, unmeasured round runs every
 // variant once: it fills the caches of (c) and (d) and warms the OS file cache for all.
+// After each run's first answer the process idles IDLE_MS and its resident set (VmRSS) is read:
+// a function at rest next to the bare server at rest. Goals: (c) ready ≤ 2× the floor, idle RSS
+// ≤ 1.5× the floor's.
 //
-// Usage: node bench/cold-start.ts [--runs N]   (default 7)
+// Usage: npm run bench:cold-start -- [--runs N] [--label L]   (default 7 runs)
+// Writes bench/results/cold-start-<label>-<date>.json.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { freePort, killOnExit, stopProcess } from '../cluster/control-plane.ts';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -31,6 +37,9 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const FUNCTION = 'immortal-container';
 const POLL_MS = 5;
 const RUN_TIMEOUT_MS = 30_000;
+const IDLE_MS = 1000;
+/** The floor: the least a Node HTTP server can do. */
+const BARE_SERVER = "require('node:http').createServer((req, res) => res.end('ok')).listen(Number(process.env.PORT), process.env.HOST)";
 
 interface Variant {
   id: string;
@@ -38,6 +47,8 @@ interface Variant {
   args: string[];
   /** Compile cache folder (warm after the first round); undefined = cache disabled. */
   cacheDir?: string;
+  /** The bare server: its first answer is the whole run. */
+  floor?: boolean;
 }
 
 interface Sample {
@@ -47,12 +58,20 @@ interface Sample {
   doneMs: number;
   /** the process's own `startupMs` (performance.now() when listening) */
   startupMs?: number;
+  /** resident set after the first answer and IDLE_MS at rest, KiB */
+  idleRssKiB: number;
+}
+
+function rssKiB(pid: number): number {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((candidate) => candidate.startsWith('VmRSS:'));
+  return Number(line?.split(/\s+/)[1] ?? NaN);
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** One cold start of `variant` reconciling a fresh ImmortalContainer named `name`. */
 async function coldStart(cluster: TestCluster, variant: Variant, name: string): Promise<Sample> {
+  if (variant.floor) return floorStart(variant);
   const ic = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
     apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer',
     metadata: { name, namespace: 'default' }, spec: { image: 'nginx:1.27' },
@@ -99,7 +118,36 @@ async function coldStart(cluster: TestCluster, variant: Variant, name: string): 
 
     const readyLine = stdout.split('\n').find((line) => line.includes('"startupMs"'));
     const startupMs = readyLine ? (JSON.parse(readyLine) as { startupMs?: number }).startupMs : undefined;
-    return { readyMs, doneMs, startupMs };
+    await sleep(IDLE_MS);
+    return { readyMs, doneMs, startupMs, idleRssKiB: rssKiB(child.pid!) };
+  } finally {
+    await stopProcess(child);
+  }
+}
+
+/** The floor: spawn a bare node:http server, poll it the same way until it answers. */
+async function floorStart(variant: Variant): Promise<Sample> {
+  const port = await freePort();
+  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), HOST: '127.0.0.1', NODE_DISABLE_COMPILE_CACHE: '1' };
+  delete env.NODE_COMPILE_CACHE;
+  const started = performance.now();
+  const child = killOnExit(spawn(process.execPath, variant.args, { cwd: ROOT, env, stdio: 'ignore' }));
+  try {
+    for (;;) {
+      if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${variant.label} exited (${child.exitCode ?? child.signalCode})`);
+      if (performance.now() - started > RUN_TIMEOUT_MS) throw new Error(`${variant.label} not answering after ${RUN_TIMEOUT_MS / 1000}s`);
+      try {
+        const response = await fetch(`http://127.0.0.1:${port}/`);
+        await response.arrayBuffer();
+        if (response.status === 200) break;
+      } catch {
+        // not listening yet
+      }
+      await sleep(POLL_MS);
+    }
+    const readyMs = performance.now() - started;
+    await sleep(IDLE_MS);
+    return { readyMs, doneMs: readyMs, idleRssKiB: rssKiB(child.pid!) };
   } finally {
     await stopProcess(child);
   }
@@ -113,7 +161,7 @@ const median = (values: number[]) => {
 const ms = (value: number | undefined) => (value === undefined || Number.isNaN(value) ? '-' : `${Math.round(value)}`);
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { runs: { type: 'string', default: '7' } } });
+  const { values } = parseArgs({ options: { runs: { type: 'string', default: '7' }, label: { type: 'string', default: 'local' } } });
   const runs = Number(values.runs);
   if (!Number.isInteger(runs) || runs < 1) {
     console.error(`--runs must be a positive integer, got "${values.runs}"`);
@@ -129,13 +177,14 @@ async function main(): Promise<void> {
     { id: 'b', label: '(b) bundled', args: [bundle.file] },
     { id: 'c', label: '(c) bundled + compile cache', args: [bundle.file], cacheDir: join(cacheRoot, 'bundled') },
     { id: 'd', label: '(d) unbundled + compile cache', args: ['functions/runtime/main.ts', FUNCTION], cacheDir: join(cacheRoot, 'unbundled') },
+    { id: 'f', label: '(f) floor: bare node:http', args: ['-e', BARE_SERVER], floor: true },
   ];
 
   const cluster = await startTestCluster();
   const samples = new Map<string, Sample[]>(variants.map((variant) => [variant.id, []]));
   try {
     const commands = variants.map((variant) =>
-      `  ${variant.label.padEnd(31)} ${variant.cacheDir ? `NODE_COMPILE_CACHE=${variant.cacheDir}` : 'NODE_DISABLE_COMPILE_CACHE=1'} ${process.execPath} ${variant.args.join(' ')}`);
+      `  ${variant.label.padEnd(31)} ${variant.cacheDir ? `NODE_COMPILE_CACHE=${variant.cacheDir}` : 'NODE_DISABLE_COMPILE_CACHE=1'} ${process.execPath} ${variant.args.map((arg) => (arg.includes(' ') ? JSON.stringify(arg) : arg)).join(' ')}`);
     console.log(`node ${process.version}, ${cpus().length} CPU(s) (${cpus()[0]?.model ?? 'unknown'}), load ${loadavg().map((load) => load.toFixed(2)).join(' ')}`);
     console.log(`bundle ${bundle.file}: ${(bundle.bytes / 1024).toFixed(0)} KiB`);
     console.log(`each run: KUBECONFIG=<admin> PORT=<free> HOST=127.0.0.1, cwd ${ROOT}`);
@@ -155,20 +204,47 @@ async function main(): Promise<void> {
 
   const baseline = median(samples.get('a')!.map((sample) => sample.doneMs));
   console.log(`\nspawn → first reconcile done (ms), ${runs} runs per variant, interleaved; ready = spawn → /health/readiness 200; startupMs = the process's own clock at listen`);
-  const header = ['variant', 'median', 'min', 'max', 'ready med', 'startupMs med', 'reconcile med', 'vs (a)'];
+  const floorReady = median(samples.get('f')!.map((sample) => sample.readyMs));
+  const floorRss = median(samples.get('f')!.map((sample) => sample.idleRssKiB));
+  const header = ['variant', 'median', 'min', 'max', 'ready med', 'startupMs med', 'reconcile med', 'vs (a)', 'ready / floor', 'idle RSS MiB', 'RSS / floor'];
   const rows = variants.map((variant) => {
     const list = samples.get(variant.id)!;
     const done = list.map((sample) => sample.doneMs);
     const ready = median(list.map((sample) => sample.readyMs));
     const startup = list.every((sample) => sample.startupMs !== undefined) ? median(list.map((sample) => sample.startupMs!)) : undefined;
     const reconcile = median(list.map((sample) => sample.doneMs - sample.readyMs));
-    return [variant.label, ms(median(done)), ms(Math.min(...done)), ms(Math.max(...done)), ms(ready), ms(startup), ms(reconcile), `${(median(done) / baseline).toFixed(2)}×`];
+    const rss = median(list.map((sample) => sample.idleRssKiB));
+    return [variant.label, ms(median(done)), ms(Math.min(...done)), ms(Math.max(...done)), ms(ready), ms(startup), ms(reconcile), `${(median(done) / baseline).toFixed(2)}×`, `${(ready / floorReady).toFixed(2)}×`, (rss / 1024).toFixed(1), `${(rss / floorRss).toFixed(2)}×`];
   });
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
   const line = (cells: string[]) => cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
   console.log(line(header));
   for (const row of rows) console.log(line(row));
   console.log(`\nraw spawn → done (ms):\n${variants.map((variant) => `  ${variant.id}: ${samples.get(variant.id)!.map((sample) => ms(sample.doneMs)).join(' ')}`).join('\n')}`);
+
+  const production = samples.get('c')!;
+  const summary = {
+    floorReadyMs: floorReady,
+    floorIdleRssKiB: floorRss,
+    bundledCachedReadyMs: median(production.map((sample) => sample.readyMs)),
+    bundledCachedDoneMs: median(production.map((sample) => sample.doneMs)),
+    bundledCachedIdleRssKiB: median(production.map((sample) => sample.idleRssKiB)),
+    readyVsFloor: median(production.map((sample) => sample.readyMs)) / floorReady,
+    doneVsFloor: median(production.map((sample) => sample.doneMs)) / floorReady,
+    idleRssVsFloor: median(production.map((sample) => sample.idleRssKiB)) / floorRss,
+  };
+  console.log(`\n(c) as the image runs it vs the bare node:http floor: ready ${summary.readyVsFloor.toFixed(2)}× (goal ≤ 2×), first reconcile done ${summary.doneVsFloor.toFixed(2)}×, idle RSS ${summary.idleRssVsFloor.toFixed(2)}× (goal ≤ 1.5×)`);
+  const date = new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z');
+  const dir = join(ROOT, 'bench/results');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `cold-start-${values.label}-${date}.json`);
+  writeFileSync(file, JSON.stringify({
+    benchmark: 'cold-start', label: values.label, date: new Date().toISOString(), command: `npm run bench:cold-start -- ${process.argv.slice(2).join(' ')}`.trim(),
+    environment: { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), bundleBytes: bundle.bytes, idleMs: IDLE_MS },
+    summary,
+    variants: Object.fromEntries(variants.map((variant) => [variant.id, { label: variant.label, samples: samples.get(variant.id) }])),
+  }, null, 2) + '\n');
+  console.log(`results: ${file}`);
 }
 
 await main();

@@ -1,98 +1,279 @@
-// Local plane latency and throughput, measured side by side in one run against a real
-// control plane:  npx node bench/plane.ts [--runs N] [--burst N]
-//   cold   create an ImmortalContainer while the function is at zero → its pod exists
-//   warm   the same with the function already running
-//   direct the same pod written straight to the API (the floor any operator sits on)
-//   burst  N ImmortalContainers at once → N pods, vs writing the N pods directly
-// --bundled runs the functions from their esbuild bundles with a compile cache, as the image does.
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+// ImmortalContainers converging through the local plane vs pooled direct writes doing the same
+// work, side by side in one run against one real control plane:
+//
+//   plane   the user creates N ImmortalContainers (32 at a time); the source, broker, activator
+//           and function (as `npm start` runs them: bundled, warm) create each pod and write
+//           its status
+//   direct  one writer does that work itself, 32 objects at a time: create the ImmortalContainer,
+//           create its pod (the function's own desiredPod: controller ownerReference), write the
+//           status the function would write (nextStatus) with one merge patch
+//
+// Both sides use the same client (KubeClient, which reuses connections: one pool per identity)
+// and detect completion the same way: a WATCH on the namespace sees every object converged
+// (status names its pod, startTimes 1). Requests per object are counted by the API server itself
+// (`apiserver_request_total`, bench/apiserver-metrics.ts) from before the user's first create to
+// the moment the whole system is quiet again, so every reconcile the burst causes counts, the
+// ones after convergence included. Between runs the objects are deleted and the plane stopped, so
+// the plane never sees the direct side's objects. kube-controller-manager is not started (its
+// garbage collector reads each new pod's owner, the same load for both sides); --controller-manager
+// keeps it in.
+//
+// Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--sources] [--controller-manager]
+// Writes bench/results/plane-<label>-<date>.json.
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
 import immortalContainer from '../functions/immortal-container/index.ts';
-import { desiredPod, ImmortalContainerKind, type ImmortalContainer } from '../functions/immortal-container/desired.ts';
+import { desiredPod, ImmortalContainerKind, nextStatus, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
-import { startTestCluster } from '../test/support/cluster.ts';
+import { KubeClient } from '../functions/runtime/kube.ts';
+import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
+import { awaitQuiet, requestDifference, scrapeRequestTotals, type RequestCounts } from './apiserver-metrics.ts';
+import { ConvergenceWatch } from './convergence.ts';
 
-const { values } = parseArgs({ options: { runs: { type: 'string', default: '5' }, burst: { type: 'string', default: '200' }, bundled: { type: 'boolean', default: false } } });
-const runs = Number(values.runs);
-const burst = Number(values.burst);
-
-const bundled = values.bundled ? await bundledFunctions(mkdtempSync(join(tmpdir(), 'opfn-bench-dist-'))) : undefined;
-const cluster = await startTestCluster();
-const { kube } = cluster;
-const idleTimeoutMs = 1000;
-const plane = new EventPlane({
-  functions: [immortalContainer],
-  kube,
-  kubeconfigPath: cluster.cp.kubeconfigPath,
-  log: pino({ level: 'silent' }),
-  stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
-  idleTimeoutMs,
-  resyncIntervalMs: 0,
-  env: { LOG_LEVEL: 'warn', ...bundled?.env },
-  command: bundled?.command,
-});
-await plane.start();
-
-const ic = (namespace: string, name: string): ImmortalContainer => ({ apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace }, spec: { image: 'nginx' } });
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const CONCURRENCY = 32;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-async function waitForPods(namespace: string, count: number): Promise<void> {
-  while ((await kube.list(Pod, { namespace })).items.length < count) await sleep(10);
-}
-async function namespace(name: string) {
-  await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
-}
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-const samples = { cold: [] as number[], warm: [] as number[], direct: [] as number[] };
-await namespace('latency');
-for (let run = 0; run < runs; run++) {
-  // Cold: wait until the activator has scaled the function to zero.
-  while (plane.activator.instances(immortalContainer.name) > 0) await sleep(50);
-  let started = performance.now();
-  await kube.create(ImmortalContainerKind, ic('latency', `cold-${run}`));
-  while (!(await kube.get(Pod, { namespace: 'latency', name: `cold-${run}-immortalpod` }))) await sleep(5);
-  samples.cold.push(performance.now() - started);
-
-  started = performance.now();
-  await kube.create(ImmortalContainerKind, ic('latency', `warm-${run}`));
-  while (!(await kube.get(Pod, { namespace: 'latency', name: `warm-${run}-immortalpod` }))) await sleep(5);
-  samples.warm.push(performance.now() - started);
-
-  const owner = await kube.create<ImmortalContainer>(ImmortalContainerKind, { ...ic('latency', `direct-${run}`), metadata: { name: `direct-${run}`, namespace: 'latency', labels: { bench: 'no-operator' } } });
-  started = performance.now();
-  await kube.create(Pod, { ...desiredPod(owner), metadata: { ...desiredPod(owner).metadata, name: `direct-${run}-pod`, labels: {} } });
-  samples.direct.push(performance.now() - started);
+interface RunResult {
+  side: 'plane' | 'direct';
+  n: number;
+  /** first create sent → the watch saw the last object converge */
+  convergedMs: number;
+  /** first create sent → the API server counted no new request for 1.5 s (minus those 1.5 s) */
+  quietMs: number;
+  requests: RequestCounts;
+  requestsPerObject: number;
+  /** objects with a pod count other than one, or startTimes other than 1, at the end */
+  anomalies: string[];
+  /** plane only: most function instances seen running at once (polled every 100 ms) */
+  maxInstances?: number;
+  /** plane only: events the source emitted */
+  events?: number;
+  /** plane only: the activator's own stats, when it offers them */
+  activatorStats?: unknown;
 }
 
-// Throughput: a burst through the plane vs the same pods written directly.
-await namespace('burst');
-await namespace('direct');
-let started = performance.now();
-const emittedBefore = plane.source.stats().emitted;
-for (let i = 0; i < burst; i += 32) await Promise.all(Array.from({ length: Math.min(32, burst - i) }, (_, j) => kube.create(ImmortalContainerKind, ic('burst', `b-${i + j}`))));
-await waitForPods('burst', burst);
-// Let the status updates the reconciles caused flow through as well, then count events.
-while (plane.broker.stats()[immortalContainer.name].queued + plane.broker.stats()[immortalContainer.name].inFlight > 0) await sleep(20);
-const planeSeconds = (performance.now() - started) / 1000;
-const events = plane.source.stats().emitted - emittedBefore;
+const newIc = (namespace: string, name: string): ImmortalContainer => ({
+  apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace }, spec: { image: 'nginx' },
+});
 
-started = performance.now();
-for (let i = 0; i < burst; i += 32) await Promise.all(Array.from({ length: Math.min(32, burst - i) }, (_, j) => kube.create(Pod, { metadata: { name: `d-${i + j}`, namespace: 'direct' }, spec: { containers: [{ name: 'acontainer', image: 'nginx' }] } })));
-const directSeconds = (performance.now() - started) / 1000;
+/** Runs `work(i)` for i < n with at most CONCURRENCY at once. */
+async function pooled(n: number, work: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(CONCURRENCY, n) }, async () => {
+    while (next < n) await work(next++);
+  }));
+}
 
-const row = (name: string, xs: number[]) => `${name.padEnd(34)} ${median(xs).toFixed(0).padStart(7)} ms   (min ${Math.min(...xs).toFixed(0)}, max ${Math.max(...xs).toFixed(0)}, n=${xs.length})`;
-console.log(`\nkubectl apply → pod created (medians, ${runs} runs, interleaved; functions ${values.bundled ? 'bundled, compile cache' : 'from TypeScript sources'})`);
-console.log(row('cold (function at zero)', samples.cold));
-console.log(row('warm (function running)', samples.warm));
-console.log(row('direct pod write (no operator)', samples.direct));
-console.log(`cold / warm = ${(median(samples.cold) / median(samples.warm)).toFixed(1)}x   warm / direct = ${(median(samples.warm) / median(samples.direct)).toFixed(1)}x`);
-console.log(`\nburst of ${burst} ImmortalContainers → ${burst} pods`);
-console.log(`through the plane: ${planeSeconds.toFixed(2)} s, ${events} events → ${(events / planeSeconds).toFixed(0)} events/s, ${(burst / planeSeconds).toFixed(0)} objects/s`);
-console.log(`direct pod writes: ${directSeconds.toFixed(2)} s → ${(burst / directSeconds).toFixed(0)} pods/s;  plane / direct = ${(planeSeconds / directSeconds).toFixed(1)}x`);
+async function createNamespace(cluster: TestCluster, name: string): Promise<void> {
+  const answer = await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
+  if (answer.status !== 201) throw new Error(`creating namespace ${name}: ${answer.status}`);
+}
 
-await plane.stop();
-await cluster.stop();
+/** Deletes every ImmortalContainer and pod of `namespace` (no garbage collector needed). */
+async function clean(cluster: TestCluster, namespace: string): Promise<void> {
+  await cluster.cp.request('DELETE', `/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/${namespace}/immortalcontainers`);
+  await cluster.cp.request('DELETE', `/api/v1/namespaces/${namespace}/pods`);
+}
+
+/** Exactly one pod and startTimes 1 per object, or the names that differ. */
+async function anomalies(kube: KubeClient, namespace: string, n: number): Promise<string[]> {
+  const ics = (await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace })).items;
+  const pods = (await kube.list<PodObject>(Pod, { namespace })).items;
+  const podsByOwner = new Map<string, number>();
+  for (const pod of pods) {
+    const owner = pod.metadata.ownerReferences?.find((reference) => reference.controller)?.name ?? '(none)';
+    podsByOwner.set(owner, (podsByOwner.get(owner) ?? 0) + 1);
+  }
+  const found = ics.filter((ic) => podsByOwner.get(ic.metadata.name!) !== 1 || ic.status?.startTimes !== 1)
+    .map((ic) => `${ic.metadata.name}: pods ${podsByOwner.get(ic.metadata.name!) ?? 0}, startTimes ${ic.status?.startTimes}`);
+  if (ics.length !== n) found.unshift(`${ics.length} objects instead of ${n}`);
+  if (pods.length !== n) found.unshift(`${pods.length} pods instead of ${n}`);
+  return found;
+}
+
+/**
+ * One measured run: `work` starts after the first scrape; convergence is seen by the watch;
+ * the counting ends when the API server is quiet.
+ */
+async function measure(cluster: TestCluster, watcher: KubeClient, namespace: string, n: number, work: () => Promise<void>): Promise<Pick<RunResult, 'convergedMs' | 'quietMs' | 'requests' | 'requestsPerObject'>> {
+  const watch = new ConvergenceWatch(watcher, namespace);
+  await sleep(300); // the watch is established (it sends nothing until the first object anyway)
+  const { totals: before } = await awaitQuiet(cluster.cp, { quietMs: 1000 });
+  const started = performance.now();
+  const working = work();
+  await watch.until(n, Math.max(120_000, n * 200));
+  const convergedMs = watch.lastAt - started;
+  await working;
+  const { totals: after, lastChangeAt } = await awaitQuiet(cluster.cp);
+  await watch.stop();
+  if (watch.overCounted.size) throw new Error(`startTimes above 1 seen on ${[...watch.overCounted].slice(0, 5).join(', ')}`);
+  const requests = requestDifference(before, after);
+  return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n };
+}
+
+async function runPlane(cluster: TestCluster, options: { n: number; rep: number; bundled?: Awaited<ReturnType<typeof bundledFunctions>>; writer: KubeClient; watcher: KubeClient }): Promise<RunResult> {
+  const { n, rep, writer, watcher } = options;
+  const namespace = `plane-${n}-${rep}`;
+  const warmNamespace = `warm-${n}-${rep}`;
+  await createNamespace(cluster, namespace);
+  await createNamespace(cluster, warmNamespace);
+  const plane = new EventPlane({
+    functions: [immortalContainer],
+    // The source has its own client (its own connections), as in its own process.
+    kube: KubeClient.fromFile(cluster.cp.kubeconfigPath),
+    kubeconfigPath: cluster.cp.kubeconfigPath,
+    log: pino({ level: 'silent' }),
+    stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
+    idleTimeoutMs: 60_000,
+    resyncIntervalMs: 0,
+    env: { LOG_LEVEL: 'warn', ...options.bundled?.env },
+    command: options.bundled?.command,
+  });
+  await plane.start();
+  let maxInstances = 0;
+  const poll = setInterval(() => (maxInstances = Math.max(maxInstances, plane.activator.instances(immortalContainer.name))), 100);
+  try {
+    // Warm: one object converged, so the run measures throughput, not a cold start (bench:cold-start).
+    const warm = new ConvergenceWatch(watcher, warmNamespace);
+    await writer.create(ImmortalContainerKind, newIc(warmNamespace, 'warm'));
+    await warm.until(1, 60_000);
+    await warm.stop();
+    maxInstances = 0;
+    const emittedBefore = plane.source.stats().emitted;
+    const measured = await measure(cluster, watcher, namespace, n, () => pooled(n, async (i) => {
+      await writer.create(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
+    }));
+    const activator = plane.activator as unknown as { stats?: () => unknown };
+    return {
+      side: 'plane', n, ...measured,
+      anomalies: await anomalies(writer, namespace, n),
+      maxInstances,
+      events: plane.source.stats().emitted - emittedBefore,
+      activatorStats: typeof activator.stats === 'function' ? activator.stats() : undefined,
+    };
+  } finally {
+    clearInterval(poll);
+    await plane.stop();
+    await clean(cluster, namespace);
+    await clean(cluster, warmNamespace);
+  }
+}
+
+async function runDirect(cluster: TestCluster, options: { n: number; rep: number; writer: KubeClient; watcher: KubeClient }): Promise<RunResult> {
+  const { n, rep, writer, watcher } = options;
+  const namespace = `direct-${n}-${rep}`;
+  await createNamespace(cluster, namespace);
+  try {
+    const measured = await measure(cluster, watcher, namespace, n, () => pooled(n, async (i) => {
+      const owner = await writer.create<ImmortalContainer>(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
+      const pod = await writer.create<PodObject>(Pod, desiredPod(owner));
+      await writer.mergePatch(ImmortalContainerKind, { namespace, name: owner.metadata.name! }, { status: nextStatus(owner, owner, pod) }, 'status');
+    }));
+    return { side: 'direct', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
+  } finally {
+    await clean(cluster, namespace);
+  }
+}
+
+function printTable(results: RunResult[]): void {
+  const header = ['N', 'side', 'converged s', 'quiet s', 'req/object', 'requests by verb', 'instances', 'anomalies'];
+  const rows = results.map((r) => [
+    String(r.n), r.side, (r.convergedMs / 1000).toFixed(2), (r.quietMs / 1000).toFixed(2), r.requestsPerObject.toFixed(2),
+    Object.entries(r.requests.byVerb).sort().map(([verb, count]) => `${verb} ${count}`).join(', '),
+    r.maxInstances === undefined ? '-' : String(r.maxInstances), String(r.anomalies.length),
+  ]);
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
+  const line = (cells: string[]) => cells.map((cell, column) => (column === 5 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
+  console.log(line(header));
+  for (const row of rows) console.log(line(row));
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: {
+    n: { type: 'string', default: '200,500' },
+    reps: { type: 'string', default: '1' },
+    label: { type: 'string', default: 'local' },
+    sources: { type: 'boolean', default: false },
+    'controller-manager': { type: 'boolean', default: false },
+  } });
+  const sizes = values.n.split(',').map(Number);
+  const reps = Number(values.reps);
+  if (sizes.some((n) => !Number.isInteger(n) || n < 1) || !Number.isInteger(reps) || reps < 1) {
+    console.error(`--n takes positive integers separated by commas (got "${values.n}"), --reps a positive integer (got "${values.reps}")`);
+    process.exit(2);
+  }
+  const bundled = values.sources ? undefined : await bundledFunctions(mkdtempSync(join(tmpdir(), 'opfn-bench-dist-')));
+  const cluster = await startTestCluster({ controllerManager: values['controller-manager'] });
+  const writer = KubeClient.fromFile(cluster.cp.kubeconfigPath);
+  const watcher = KubeClient.fromFile(cluster.cp.kubeconfigPath);
+  const results: RunResult[] = [];
+  const background: number[] = [];
+  try {
+    for (const n of sizes) {
+      for (let rep = 0; rep < reps; rep++) {
+        // What the API server does on its own, per second, measured over 3 idle seconds.
+        const idleBefore = await scrapeRequestTotals(cluster.cp);
+        await sleep(3000);
+        background.push(requestDifference(idleBefore, await scrapeRequestTotals(cluster.cp)).total / 3);
+        const order = rep % 2 === 0 ? ['plane', 'direct'] : ['direct', 'plane'];
+        for (const side of order) {
+          const result = side === 'plane'
+            ? await runPlane(cluster, { n, rep, bundled, writer, watcher })
+            : await runDirect(cluster, { n, rep, writer, watcher });
+          results.push(result);
+          process.stderr.write(`N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${result.anomalies.length ? `, ANOMALIES ${result.anomalies.slice(0, 3).join('; ')}` : ''}\n`);
+        }
+      }
+    }
+  } finally {
+    await cluster.stop();
+  }
+
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: values.sources ? 'TypeScript sources' : 'esbuild bundles + compile cache', controllerManager: values['controller-manager'], concurrency: CONCURRENCY, backgroundRequestsPerSecond: median(background) };
+  console.log(`\nImmortalContainers: plane vs pooled direct writes (${CONCURRENCY} at a time, one KubeClient pool), completion by watch; requests from apiserver_request_total over the whole run (user's creates included; background ≈ ${environment.backgroundRequestsPerSecond.toFixed(1)}/s)`);
+  console.log(`node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`);
+  printTable(results);
+  console.log('\nratios (plane / direct, medians of the repetitions):');
+  const summary = sizes.map((n) => {
+    const of = (side: string, pick: (r: RunResult) => number) => median(results.filter((r) => r.n === n && r.side === side).map(pick));
+    const row = {
+      n,
+      planeSeconds: of('plane', (r) => r.convergedMs) / 1000,
+      directSeconds: of('direct', (r) => r.convergedMs) / 1000,
+      convergenceRatio: of('plane', (r) => r.convergedMs) / of('direct', (r) => r.convergedMs),
+      planeRequestsPerObject: of('plane', (r) => r.requestsPerObject),
+      directRequestsPerObject: of('direct', (r) => r.requestsPerObject),
+      maxInstances: of('plane', (r) => r.maxInstances ?? 0),
+    };
+    const activator = (results.find((r) => r.n === n && r.side === 'plane')?.activatorStats as Record<string, Record<string, number>> | undefined)?.[immortalContainer.name];
+    const routed = activator ? `; activator: ${Object.entries(activator).filter(([key]) => key !== 'instances').map(([key, value]) => `${key} ${value}`).join(', ')}` : '';
+    console.log(`  N=${String(n).padEnd(5)} convergence ${row.convergenceRatio.toFixed(2)}× (${row.planeSeconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s)   requests/object ${row.planeRequestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${row.maxInstances}${row.maxInstances > 1 ? ' (scaled out)' : ''}${routed}`);
+    return row;
+  });
+  console.log('\nrequests per object by verb and resource (first repetition of each N):');
+  for (const n of sizes) {
+    for (const side of ['plane', 'direct']) {
+      const r = results.find((result) => result.n === n && result.side === side)!;
+      const shown = Object.entries(r.requests.byResource).filter(([, count]) => count / n >= 0.005).sort();
+      const failed = Object.entries(r.requests.failed).sort();
+      console.log(`  N=${n} ${side.padEnd(6)} ${shown.map(([key, count]) => `${key} ${(count / n).toFixed(2)}`).join(', ')}${failed.length ? `; not 2xx: ${failed.map(([key, count]) => `${key} ×${count}`).join(', ')}` : ''}`);
+    }
+  }
+  console.log('(below 0.005 per object not shown: the API server\'s own controllers)\nnote: kube-apiserver 1.20 counts a GET of one ImmortalContainer as LIST (kubernetes/kubernetes#95556).');
+
+  const date = new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z');
+  const dir = join(ROOT, 'bench/results');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `plane-${values.label}-${date}.json`);
+  writeFileSync(file, JSON.stringify({ benchmark: 'plane', label: values.label, date: new Date().toISOString(), command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(), environment, summary, runs: results }, null, 2) + '\n');
+  console.log(`\nresults: ${file}`);
+}
+
+await main();

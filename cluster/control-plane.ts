@@ -30,6 +30,9 @@ export interface ControlPlane {
   stop(options?: { keep?: boolean }): Promise<void>;
   /** Stops only kube-apiserver and starts it again on the same port (for failure tests). */
   restartApiServer(): Promise<void>;
+  /** Freezes etcd (SIGSTOP) until resumeEtcd (SIGCONT): a stalled disk or a long GC pause, for failure tests. */
+  pauseEtcd(): void;
+  resumeEtcd(): void;
 }
 
 export interface ControlPlaneOptions {
@@ -216,6 +219,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
   let controllerManager: ChildProcess | undefined;
 
   const stop = async (stopOptions: { keep?: boolean } = {}) => {
+    etcd.kill('SIGCONT'); // a frozen etcd would only die at SIGKILL, after the grace period
     await stopProcess(controllerManager);
     await stopProcess(apiServer);
     await stopProcess(etcd);
@@ -269,5 +273,8 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     await apiServerReady();
   };
 
-  return { server, kubeconfigPath, dir, serviceAccountKubeconfig, request, stop, restartApiServer };
+  const pauseEtcd = () => void etcd.kill('SIGSTOP');
+  const resumeEtcd = () => void etcd.kill('SIGCONT');
+
+  return { server, kubeconfigPath, dir, serviceAccountKubeconfig, request, stop, restartApiServer, pauseEtcd, resumeEtcd };
 }
