@@ -18,7 +18,8 @@ import type { KubeClient } from '../functions/runtime/kube.ts';
 import { Activator, capacityAtMaxScale, type FunctionStats } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
 import { KnativeControllers } from './knative/controllers.ts';
-import { ApiServerSource, type SourceSpec, type SourceStats } from './source.ts';
+import { ApiServerSource, type SourceResource, type SourceSpec, type SourceStats } from './source.ts';
+import type { PartitionRule } from './source/partition.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -29,9 +30,9 @@ export const FUNCTION_EXTENSION = 'opfnfunction';
 export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
   const extensions = { [FUNCTION_EXTENSION]: declaration.name };
   const primary = declaration.reconciles;
-  const sources: SourceSpec[] = [{ name: `${declaration.name}-objects`, mode: isSecret(primary) ? 'Reference' : 'Resource', resources: [{ kind: primary }], extensions }];
-  const related = [
-    ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel })),
+  const sources: SourceSpec[] = [{ name: `${declaration.name}-objects`, mode: isSecret(primary) ? 'Reference' : 'Resource', resources: [{ kind: primary, partition: { by: 'self' } }], extensions }];
+  const related: SourceResource[] = [
+    ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel, partition: ownerPartition(primary, owned) })),
     ...declaration.watches.map((watched) => ({ kind: watched.kind, labelSelector: watched.labelSelector })),
   ];
   const resources = related.filter((r) => !isSecret(r.kind));
@@ -39,6 +40,12 @@ export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
   if (resources.length) sources.push({ name: `${declaration.name}-related`, mode: 'Resource', resources, extensions });
   if (secrets.length) sources.push({ name: `${declaration.name}-secrets`, mode: 'Reference', resources: secrets, extensions });
   return sources;
+}
+
+/** Events of an owned kind are partitioned by their owner (eventing/source/partition.ts). */
+function ownerPartition(owner: ResourceKind, owned: FunctionDeclaration['owns'][number]): PartitionRule {
+  const labels = owned.ownerLabels ?? (owned.ownerNameLabel ? { name: owned.ownerNameLabel } : undefined);
+  return labels ? { by: 'owner', owner, labels } : { by: 'owner', owner };
 }
 
 /** Secrets are never watched in Resource mode: their data must not reach events, logs or dead letters. */
@@ -176,7 +183,7 @@ export class EventPlane {
       delivery: options.delivery,
       deadLetterFile: join(options.stateDir, 'dead-letters.jsonl'),
       log: log.child({ component: 'broker' }),
-      route: options.directDelivery === false ? undefined : (subscriber) => this.activator.lease(subscriber),
+      route: options.directDelivery === false ? undefined : (subscriber, partitionKey) => this.activator.lease(subscriber, partitionKey),
     });
     this.source = new ApiServerSource({
       kube: options.kube,

@@ -289,7 +289,7 @@ export class Broker {
         failure = { ...failure, destination: trigger.subscriber, reason: `broker closed before the event was delivered${failure ? ` (last failure: ${failure.reason})` : ''}` };
         break;
       }
-      const lease = this.#route?.(trigger.subscriber);
+      const lease = this.#route?.(trigger.subscriber, typeof outgoing.partitionkey === 'string' ? outgoing.partitionkey : undefined);
       if (lease) queue.stats.direct += 1;
       const timeoutMs = minTimeout(delivery.timeoutMs, lease?.timeoutMs ?? 0);
       const outcome = await this.#dispatcher.send(lease?.url ?? trigger.subscriber, outgoing, timeoutMs, true);
