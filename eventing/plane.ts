@@ -16,6 +16,7 @@ import { PING_TYPE } from '../functions/runtime/events.ts';
 import type { KubeObject, ResourceKind } from '../functions/runtime/kinds.ts';
 import type { KubeClient } from '../functions/runtime/kube.ts';
 import { Activator, capacityAtMaxScale, type FunctionStats } from './activator.ts';
+import { localScaling } from './activator/decider.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
 import { KnativeControllers } from './knative/controllers.ts';
 import { ApiServerSource, type SourceResource, type SourceSpec, type SourceStats } from './source.ts';
@@ -174,7 +175,7 @@ export class EventPlane {
         name: declaration.name,
         ...command(declaration),
         env: { KUBECONFIG: options.functionKubeconfigs?.[declaration.name] ?? options.kubeconfigPath, ...options.env },
-        scaling: declaration.scaling,
+        scaling: localScaling(declaration.scaling),
         timeoutSeconds: timeoutSecondsOf(declaration),
       })),
     });
@@ -201,7 +202,7 @@ export class EventPlane {
   async start(): Promise<{ activatorUrl: string; brokerUrl: string }> {
     const activatorUrl = await this.activator.listen(0, '127.0.0.1');
     const { knativeObjects, replace = {} } = this.#options;
-    if (!knativeObjects) for (const declaration of this.#options.functions) this.broker.addTrigger(triggerFor(declaration, replace[declaration.name] ?? this.activator.urlFor(declaration.name)));
+    if (!knativeObjects) for (const declaration of this.#options.functions) this.broker.addTrigger(triggerFor({ ...declaration, scaling: localScaling(declaration.scaling) }, replace[declaration.name] ?? this.activator.urlFor(declaration.name)));
     for (const trigger of this.#options.triggers ?? []) this.broker.addTrigger(trigger);
     const brokerUrl = await this.broker.listen(0, '127.0.0.1');
     await this.activator.start();
