@@ -61,13 +61,13 @@ program
   .description('install the CRDs and run every function on the local event plane (source, broker, scale-from-zero activator) against the configured cluster ($KUBECONFIG, ~/.kube/config, in-cluster), or a new local control plane when none is configured')
   .option('-f, --functions <names>', `comma-separated functions to run (default: all of ${functionNames.join(', ')})`, (v) => v.split(',').filter(Boolean))
   .option('--idle <seconds>', 'idle time before a function scales to zero', seconds, 30)
-  .option('--resync <seconds>', 'interval of the resync ping that reconciles every object (0 = off)', seconds, 300)
+  .option('--resync <seconds>', 'resync every object this often instead of on each PingSource\'s schedule (0 = never; default: the schedules, */5 * * * *)', seconds)
   .option('--no-bundle', 'run the functions from their TypeScript sources instead of esbuild bundles (edits apply at the next cold start)')
   .option('-t, --triggers <file...>', 'YAML files of Knative Triggers (spec.subscriber.uri) to add to the broker, e.g. to route a kind to another implementation')
   .option('--local', 'always start a new local control plane, even when a cluster is configured')
   .option('--replace <function=url...>', 'send a function\'s events to another implementation at this URL instead (as opfn manifests --replace); repeatable')
   .option('--log-format <format>', 'json | pretty (default: pretty on a terminal, json when piped)', logFormatOption)
-  .action(async (options: { functions?: string[]; idle: number; resync: number; triggers?: string[]; bundle: boolean; local?: boolean; replace?: string[]; logFormat?: 'json' | 'pretty' }) => {
+  .action(async (options: { functions?: string[]; idle: number; resync?: number; triggers?: string[]; bundle: boolean; local?: boolean; replace?: string[]; logFormat?: 'json' | 'pretty' }) => {
     const { runDev } = await import('../eventing/dev.ts');
     const { createLogger, logFormat } = await import('../functions/runtime/log.ts');
     const format = options.logFormat ?? logFormat();

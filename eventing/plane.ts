@@ -1,71 +1,59 @@
-// The local event plane: what Knative Eventing and Serving do in a cluster, on one machine.
-// Each function declaration becomes ApiServerSources (its own kind in Resource mode, so the
-// runtime can skip a status-only update by its body; owned and watched kinds in Resource mode, so
-// a delete still names the owner; Secrets always in Reference mode, because Secret contents must
-// never travel through the plane), a resync ping, a Trigger on the broker, and a process behind
-// the scale-from-zero activator. The broker sends straight to a function instance that has room
-// (the activator's lease) and bounds each trigger's deliveries by its function's capacity at
-// full scale, so a burst scales the function out.
-import { randomUUID } from 'node:crypto';
+// The local event plane: what Knative Eventing and Serving do in a cluster, on one machine. It
+// runs the Knative objects `opfn manifests` generates (eventing/knative/): each Trigger becomes a
+// route of the broker, each ApiServerSource a local source, each PingSource the function's
+// resync, each Knative Service a process behind the scale-from-zero activator with the Service's
+// scaling and timeout. Those objects live either in the API server (`knativeObjects`: the local
+// control plane, where `kubectl edit` takes effect live) or, against a configured cluster, in
+// memory (generated here, never installed: that cluster may have a real Knative). Nothing is
+// derived from a declaration on another path, so local and cluster cannot drift. The broker sends
+// straight to a function instance that has room (the activator's lease) and bounds each trigger's
+// deliveries by its function's capacity at full scale, so a burst scales the function out.
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { CloudEvent } from 'cloudevents';
+import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
-import { PING_TYPE } from '../functions/runtime/events.ts';
-import type { KubeObject, ResourceKind } from '../functions/runtime/kinds.ts';
+import type { KubeObject } from '../functions/runtime/kinds.ts';
 import type { KubeClient } from '../functions/runtime/kube.ts';
-import { Activator, capacityAtMaxScale, type FunctionStats } from './activator.ts';
-import { localScaling } from './activator/decider.ts';
+import { Activator, type FunctionStats } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
 import { KnativeControllers } from './knative/controllers.ts';
-import { ApiServerSource, type SourceResource, type SourceSpec, type SourceStats } from './source.ts';
-import type { PartitionRule } from './source/partition.ts';
+import { pingEvent, withResyncInterval } from './knative/ping-sources.ts';
+import { configurationFromService, functionOf } from './knative/services.ts';
+import { StatusBoard } from './knative/status.ts';
+import { functionObjects } from './manifests/index.ts';
+import { broker as brokerObject, deadLetterSink } from './manifests/broker.ts';
+import { DEFAULT_OPTIONS, type ManifestOptions } from './manifests/options.ts';
+import { pingSource } from './manifests/ping-source.ts';
+import { validateManifests } from './manifests/validate.ts';
+import { kindsOf } from './manifests/wiring.ts';
+import type { SourceStats } from './source.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-/** CloudEvent extension naming the function a source serves (ApiServerSource ceOverrides). */
-export const FUNCTION_EXTENSION = 'opfnfunction';
+// Where the declaration-level wiring lives now (the generator's building blocks); re-exported for
+// the code that imported it from here.
+export { FUNCTION_EXTENSION, isSecret, sourcesFor, triggerFor } from './manifests/wiring.ts';
 
-/** The ApiServerSources of one function, exactly as the Knative manifests declare them. */
-export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
-  const extensions = { [FUNCTION_EXTENSION]: declaration.name };
-  const primary = declaration.reconciles;
-  const sources: SourceSpec[] = [{ name: `${declaration.name}-objects`, mode: isSecret(primary) ? 'Reference' : 'Resource', resources: [{ kind: primary, partition: { by: 'self' } }], extensions }];
-  const related: SourceResource[] = [
-    ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel, partition: ownerPartition(primary, owned) })),
-    ...declaration.watches.map((watched) => ({ kind: watched.kind, labelSelector: watched.labelSelector })),
-  ];
-  const resources = related.filter((r) => !isSecret(r.kind));
-  const secrets = related.filter((r) => isSecret(r.kind));
-  if (resources.length) sources.push({ name: `${declaration.name}-related`, mode: 'Resource', resources, extensions });
-  if (secrets.length) sources.push({ name: `${declaration.name}-secrets`, mode: 'Reference', resources: secrets, extensions });
-  return sources;
-}
-
-/** Events of an owned kind are partitioned by their owner (eventing/source/partition.ts). */
-function ownerPartition(owner: ResourceKind, owned: FunctionDeclaration['owns'][number]): PartitionRule {
-  const labels = owned.ownerLabels ?? (owned.ownerNameLabel ? { name: owned.ownerNameLabel } : undefined);
-  return labels ? { by: 'owner', owner, labels } : { by: 'owner', owner };
-}
-
-/** Secrets are never watched in Resource mode: their data must not reach events, logs or dead letters. */
-export function isSecret(kind: ResourceKind): boolean {
-  return kind.group === '' && kind.kind === 'Secret';
-}
-
-/** The Trigger routing a function's events (its sources' and its resync pings) to it. */
-export function triggerFor(declaration: FunctionDeclaration, subscriber: string, delivery?: DeliverySpec): Trigger {
-  const trigger: Trigger = { name: declaration.name, filter: { attributes: { [FUNCTION_EXTENSION]: declaration.name } }, subscriber, delivery };
-  const capacity = capacityAtMaxScale(declaration.scaling);
-  if (capacity !== undefined) trigger.maxInFlight = capacity;
-  return trigger;
-}
-
-/** The function's request timeout (Knative Serving timeoutSeconds) when its declaration sets one. */
-function timeoutSecondsOf(declaration: FunctionDeclaration): number | undefined {
-  const declared = declaration as FunctionDeclaration & { timeoutSeconds?: number; scaling: { timeoutSeconds?: number } };
-  return declared.timeoutSeconds ?? declared.scaling.timeoutSeconds;
+/**
+ * The Knative objects the plane runs for `functions` when they do not live in an API server:
+ * what `opfn manifests` generates (Broker, dead-letter Service; per function its Service,
+ * Trigger, PingSource and ApiServerSources; identities and CRDs are the cluster's business), with
+ * the plane's delivery and `replace`. `resyncIntervalMs` replaces each PingSource's schedule
+ * (0: no PingSources), for tests and benchmarks that want no resync or a fast one.
+ */
+export function planeObjects(functions: FunctionDeclaration[], options: { delivery?: DeliverySpec; replace?: Record<string, string>; resyncIntervalMs?: number } = {}): KubeObject[] {
+  const { retry, backoffPolicy, backoffDelay } = options.delivery ?? {};
+  const manifestOptions: ManifestOptions = {
+    ...DEFAULT_OPTIONS,
+    replace: options.replace ?? {},
+    delivery: { ...DEFAULT_OPTIONS.delivery, ...(retry !== undefined ? { retry } : {}), ...(backoffPolicy ? { backoffPolicy } : {}), ...(backoffDelay ? { backoffDelay } : {}) },
+  };
+  const run = new Set(['Broker', 'Service', 'Trigger', 'PingSource', 'ApiServerSource']);
+  const objects = [brokerObject(manifestOptions), deadLetterSink(manifestOptions), ...functions.flatMap((declaration) => functionObjects(declaration, manifestOptions))];
+  const problems = validateManifests(objects, new Set(Object.values(manifestOptions.replace).filter((target) => !target.includes('://'))));
+  if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);
+  return withResyncInterval(objects.filter((object) => run.has(object.kind ?? '')), options.resyncIntervalMs);
 }
 
 /**
@@ -82,16 +70,9 @@ export function triggersFromManifests(objects: KubeObject[]): Trigger[] {
     });
 }
 
-/** A PingSource event, as Knative sends it on the function's resync schedule. */
-export function resyncEvent(declaration: FunctionDeclaration, namespace = 'default'): CloudEvent<unknown> {
-  return new CloudEvent<unknown>({
-    id: randomUUID(),
-    type: PING_TYPE,
-    source: `/apis/v1/namespaces/${namespace}/pingsources/${declaration.name}-resync`,
-    datacontenttype: 'application/json',
-    [FUNCTION_EXTENSION]: declaration.name,
-    data: {},
-  });
+/** The event of a function's generated PingSource (its resync), as the plane sends it. */
+export function resyncEvent(declaration: FunctionDeclaration): CloudEvent<unknown> {
+  return pingEvent(pingSource(declaration, DEFAULT_OPTIONS));
 }
 
 /**
@@ -120,23 +101,27 @@ export interface PlaneOptions {
   stateDir: string;
   /** Idle time after which a function scales to zero. */
   idleTimeoutMs?: number;
-  /** How often each function gets a resync ping, as its PingSource sends on Knative (0 = never). */
+  /**
+   * Objects in memory only: each function's resync every this many ms instead of its
+   * PingSource's schedule (0 = no resync). Default: the PingSource's schedule.
+   */
   resyncIntervalMs?: number;
+  /** Objects in memory only: the generated Triggers' retries and backoff (default Knative's). */
   delivery?: DeliverySpec;
   /** How to start a function process; default: its TypeScript entry under Node 24. */
   command?: (declaration: FunctionDeclaration) => { command: string; args: string[] };
   /** Extra environment for function processes (e.g. LOG_LEVEL). */
   env?: Record<string, string>;
-  /** Triggers added by configuration, beside the ones derived from the declarations. */
+  /** Triggers added by configuration, beside the generated ones. */
   triggers?: Trigger[];
   /** Send to a function instance with room directly (Knative's activator leaves the data path); default true. */
   directDelivery?: boolean;
-  /** Function name → URL its events go to instead of the function (as `opfn manifests --replace`). */
+  /** Objects in memory only: function name → URL its events go to instead of the function (as `opfn manifests --replace`). */
   replace?: Record<string, string>;
   /**
    * Run the Knative objects that live in the API server (Brokers, Services, Triggers,
-   * ApiServerSources, PingSources: eventing/knative/) instead of deriving sources, triggers and
-   * pings from the declarations; `kubectl patch trigger …` then takes effect live. For a local
+   * ApiServerSources, PingSources: eventing/knative/), status written to them, instead of the
+   * generated objects in memory; `kubectl patch trigger …` then takes effect live. For a local
    * control plane holding the generated objects (eventing/knative/local.ts). `clientFor` gives
    * each source its ServiceAccount's identity.
    */
@@ -156,28 +141,38 @@ export const DEFAULT_DRAIN_MS = 10_000;
 export class EventPlane {
   readonly activator: Activator;
   readonly broker: Broker;
-  readonly source: ApiServerSource;
-  /** The controllers running the Knative objects (with `knativeObjects`). */
+  /** The ApiServerSources' counters, summed. */
+  readonly source: { stats(): SourceStats };
+  /** The controllers running the Knative objects (once started). */
   knative?: KnativeControllers;
+  /** Readiness of the objects held in memory (without `knativeObjects`). */
+  readonly status?: StatusBoard;
   readonly #options: PlaneOptions;
-  readonly #log: Logger;
-  #pingTimer?: NodeJS.Timeout;
+  readonly #objects?: KubeObject[];
 
   constructor(options: PlaneOptions) {
     this.#options = options;
-    this.#log = options.log.child({ component: 'plane' });
     const { functions, log } = options;
     const command = options.command ?? ((declaration) => ({ command: process.execPath, args: [join(ROOT, 'functions/runtime/main.ts'), declaration.name] }));
+    // The activator starts each function as its generated Service says; with `knativeObjects`
+    // the Service in the API server then applies its own (ServiceDirectory → configure).
+    const generated = planeObjects(functions, options.knativeObjects ? {} : options);
+    if (!options.knativeObjects) {
+      this.#objects = generated;
+      this.status = new StatusBoard();
+    }
     this.activator = new Activator({
       log: log.child({ component: 'activator' }),
       idleTimeoutMs: options.idleTimeoutMs,
-      functions: functions.map((declaration) => ({
-        name: declaration.name,
-        ...command(declaration),
-        env: { KUBECONFIG: options.functionKubeconfigs?.[declaration.name] ?? options.kubeconfigPath, ...options.env },
-        scaling: localScaling(declaration.scaling),
-        timeoutSeconds: timeoutSecondsOf(declaration),
-      })),
+      functions: functions.map((declaration) => {
+        const service = generated.find((object) => object.kind === 'Service' && functionOf(object) === declaration.name)!;
+        return {
+          name: declaration.name,
+          ...command(declaration),
+          env: { KUBECONFIG: options.functionKubeconfigs?.[declaration.name] ?? options.kubeconfigPath, ...options.env },
+          ...configurationFromService(service),
+        };
+      }),
     });
     this.broker = new Broker({
       triggers: [],
@@ -186,69 +181,45 @@ export class EventPlane {
       log: log.child({ component: 'broker' }),
       route: options.directDelivery === false ? undefined : (subscriber, partitionKey) => this.activator.lease(subscriber, partitionKey),
     });
-    this.source = new ApiServerSource({
-      kube: options.kube,
-      sources: options.knativeObjects ? [] : functions.flatMap(sourcesFor),
-      sink: (event) => this.broker.publish(event),
-      log: log.child({ component: 'source' }),
-      // The resync ping already reconciles every object of every function from one list; the
-      // source's own periodic pass would reconcile each of them a second time. The source still
-      // re-lists after every watch failure, so events lost meanwhile are emitted all the same.
-      resyncIntervalMs: 0,
-    });
+    this.source = { stats: () => this.knative?.sources.stats() ?? { emitted: 0, relists: 0, watchRestarts: 0, pending: 0, sinkRetries: 0 } };
   }
 
-  /** Starts activator and broker first, so the source's initial add events find their way. */
+  /** Starts activator and broker first, so the sources' initial add events find their way. */
   async start(): Promise<{ activatorUrl: string; brokerUrl: string }> {
     const activatorUrl = await this.activator.listen(0, '127.0.0.1');
-    const { knativeObjects, replace = {} } = this.#options;
-    if (!knativeObjects) for (const declaration of this.#options.functions) this.broker.addTrigger(triggerFor({ ...declaration, scaling: localScaling(declaration.scaling) }, replace[declaration.name] ?? this.activator.urlFor(declaration.name)));
     for (const trigger of this.#options.triggers ?? []) this.broker.addTrigger(trigger);
     const brokerUrl = await this.broker.listen(0, '127.0.0.1');
     await this.activator.start();
-    if (knativeObjects) await this.#startKnative(brokerUrl, knativeObjects.clientFor);
-    await this.source.start();
-    // With Knative objects, each function's PingSource sends its resync.
-    const every = knativeObjects ? 0 : this.#options.resyncIntervalMs ?? 0;
-    if (every > 0) {
-      this.#pingTimer = setInterval(() => {
-        for (const declaration of this.#options.functions) {
-          // Refused while the plane stops: the ping is simply not sent (never an unhandled rejection).
-          this.broker.publish(resyncEvent(declaration)).catch((error: unknown) => this.#log.debug({ reason: (error as Error).message }, 'resync ping not accepted'));
-        }
-      }, every);
-      this.#pingTimer.unref();
+    const { functions, kube, log, knativeObjects } = this.#options;
+    this.knative = new KnativeControllers({
+      kube,
+      broker: this.broker,
+      brokerUrl,
+      functions: { urlFor: (name) => (functions.some((declaration) => declaration.name === name) ? this.activator.urlFor(name) : undefined), configure: (name, configuration) => this.activator.configure(name, configuration) },
+      log,
+      clientFor: knativeObjects?.clientFor,
+      // In memory: one namespace, the plane's own objects; routes (and their stats) by the function's name.
+      ...(this.#objects ? { objects: this.#objects, status: this.status, routeName: (trigger: KubeObject) => trigger.metadata.name!, knownKinds: functions.flatMap(kindsOf) } : {}),
+    });
+    await this.knative.start();
+    // Objects in memory have no status anyone could read: what is not Ready fails the start.
+    const problems = this.status?.problems() ?? [];
+    if (problems.length) {
+      await this.stop({ drainTimeoutMs: 0 });
+      throw new Error(`the plane cannot run its Knative objects:\n  ${problems.join('\n  ')}`);
     }
     return { activatorUrl, brokerUrl };
   }
 
   /**
-   * Stops intake first (source, pings), lets the broker deliver what it holds for up to
+   * Stops intake first (sources, pings), lets the broker deliver what it holds for up to
    * `drainTimeoutMs` (what is still undelivered then is dead-lettered with the reason), then
    * stops the function processes.
    */
   async stop(options: { drainTimeoutMs?: number } = {}): Promise<void> {
-    clearInterval(this.#pingTimer);
     await this.knative?.stop();
-    await this.source.stop();
     await this.broker.close({ drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_MS });
     await this.activator.close();
-  }
-
-  async #startKnative(brokerUrl: string, clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>): Promise<void> {
-    const declarations = new Map(this.#options.functions.map((declaration) => [declaration.name, declaration]));
-    this.knative = new KnativeControllers({
-      kube: this.#options.kube,
-      broker: this.broker,
-      brokerUrl,
-      functions: {
-        urlFor: (name) => (declarations.has(name) ? this.activator.urlFor(name) : undefined),
-        scalingOf: (name) => declarations.get(name)?.scaling,
-      },
-      log: this.#options.log,
-      clientFor,
-    });
-    await this.knative.start();
   }
 
   stats(): PlaneStats {

@@ -18,6 +18,8 @@
 //   scaling, and a buffered request always goes first.
 // - A child that dies: its in-flight requests get 502 (retried by the broker), it is removed and
 //   the next request (or a buffered one) starts a new instance.
+// - `configure()` changes a function's scaling and timeout while it runs (a Knative Service
+//   edited live): decisions and new requests follow the new values, running instances stay.
 import http from 'node:http';
 import type net from 'node:net';
 import type { Writable } from 'node:stream';
@@ -76,6 +78,22 @@ export interface FunctionStats {
 /** Knative Serving's revision-timeout-seconds default. */
 export const DEFAULT_TIMEOUT_SECONDS = 300;
 
+/** What a Knative Service's revision says about running a function: scaling and request timeout. */
+export interface FunctionConfiguration {
+  scaling: Scaling;
+  timeoutSeconds?: number;
+}
+
+/** Throws unless `scaling` and `timeoutSeconds` are usable; returns the timeout (default applied). */
+export function checkScaling(name: string, s: Scaling, timeoutSeconds = DEFAULT_TIMEOUT_SECONDS): number {
+  for (const k of ['minScale', 'maxScale', 'target', 'containerConcurrency'] as const) {
+    if (!Number.isInteger(s[k]) || s[k] < 0) throw new Error(`function "${name}": scaling.${k} must be a non-negative integer, got ${String(s[k])}`);
+  }
+  if (s.maxScale > 0 && s.maxScale < s.minScale) throw new Error(`function "${name}": scaling.maxScale (${s.maxScale}) is below minScale (${s.minScale})`);
+  if (!(timeoutSeconds >= 0)) throw new Error(`function "${name}": timeoutSeconds must be >= 0, got ${String(timeoutSeconds)}`);
+  return timeoutSeconds;
+}
+
 interface FunctionState {
   spec: FunctionProcessSpec;
   target: number;
@@ -119,16 +137,10 @@ export class Activator {
     for (const spec of options.functions) {
       if (!spec.name || spec.name.includes('/')) throw new Error(`function name "${spec.name}" must be non-empty and contain no "/"`);
       if (this.#fns.has(spec.name)) throw new Error(`function "${spec.name}" is declared twice`);
-      const s = spec.scaling;
-      for (const k of ['minScale', 'maxScale', 'target', 'containerConcurrency'] as const) {
-        if (!Number.isInteger(s[k]) || s[k] < 0) throw new Error(`function "${spec.name}": scaling.${k} must be a non-negative integer, got ${String(s[k])}`);
-      }
-      if (s.maxScale > 0 && s.maxScale < s.minScale) throw new Error(`function "${spec.name}": scaling.maxScale (${s.maxScale}) is below minScale (${s.minScale})`);
-      const timeoutSeconds = spec.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS;
-      if (!(timeoutSeconds >= 0)) throw new Error(`function "${spec.name}": timeoutSeconds must be >= 0, got ${String(spec.timeoutSeconds)}`);
+      const timeoutSeconds = checkScaling(spec.name, spec.scaling, spec.timeoutSeconds);
       this.#fns.set(spec.name, {
         spec,
-        target: effectiveTarget(s),
+        target: effectiveTarget(spec.scaling),
         timeoutMs: timeoutSeconds * 1000,
         instances: [],
         queue: new Throttler<Instance>(spec.name, this.#maxQueue),
@@ -185,6 +197,38 @@ export class Activator {
     const out: Record<string, FunctionStats> = {};
     for (const [name, fn] of this.#fns) out[name] = { instances: this.#live(fn), ...fn.stats };
     return out;
+  }
+
+  /** The scaling and request timeout a function runs with now. */
+  configurationOf(name: string): FunctionConfiguration {
+    const fn = this.#fn(name);
+    return { scaling: { ...fn.spec.scaling }, timeoutSeconds: fn.timeoutMs / 1000 };
+  }
+
+  /**
+   * Applies a new scaling and request timeout to a running function (a Knative Service edited
+   * live: Serving rolls a new revision; here the same processes carry on). New requests and
+   * every later decision follow the new values at once; no instance is stopped for it except
+   * idle ones above a lowered max-scale (busy ones stop when their last request is answered),
+   * and instances held only by a lowered min-scale fall back to the idle timeout. Throws on an
+   * invalid configuration, leaving the old one in force. Returns whether anything changed.
+   */
+  configure(name: string, next: FunctionConfiguration): boolean {
+    const fn = this.#fn(name);
+    const timeoutSeconds = checkScaling(name, next.scaling, next.timeoutSeconds);
+    const before = this.configurationOf(name);
+    const scaling = { minScale: next.scaling.minScale, maxScale: next.scaling.maxScale, target: next.scaling.target, containerConcurrency: next.scaling.containerConcurrency };
+    if (JSON.stringify(before) === JSON.stringify({ scaling, timeoutSeconds })) return false;
+    fn.spec = { ...fn.spec, scaling, timeoutSeconds };
+    fn.target = effectiveTarget(scaling);
+    fn.timeoutMs = timeoutSeconds * 1000;
+    this.#log.info({ fn: name, from: before, to: { scaling, timeoutSeconds } }, `${name} reconfigured: ${JSON.stringify(scaling)}, timeout ${timeoutSeconds}s`);
+    if (this.#closed) return true;
+    for (const inst of fn.instances) this.#armIdle(inst);
+    this.#trimToMaxScale(fn);
+    this.#scale(fn);
+    this.#dispatch(fn);
+    return true;
   }
 
   /**
@@ -303,7 +347,9 @@ export class Activator {
   #release(inst: Instance): void {
     inst.inFlight--;
     if (inst.state === 'ready') {
-      this.#dispatch(this.#byInstance.get(inst)!);
+      const fn = this.#byInstance.get(inst)!;
+      this.#dispatch(fn);
+      this.#trimToMaxScale(fn);
       this.#armIdle(inst);
     } else if (inst.state === 'stopping' && inst.inFlight === 0) {
       // Drained: drop the kept-alive connections so the child's server.close() completes now
@@ -361,6 +407,16 @@ export class Activator {
     this.#scaleEvent(fn, live, want, reason);
     for (let k = live; k < want; k++) this.#startInstance(fn);
     fn.stats.peakInstances = Math.max(fn.stats.peakInstances, this.#live(fn));
+  }
+
+  /** Stops idle instances beyond max-scale (after it was lowered), newest first. */
+  #trimToMaxScale(fn: FunctionState): void {
+    const max = fn.spec.scaling.maxScale;
+    if (max <= 0) return;
+    for (const inst of [...fn.instances].reverse()) {
+      if (this.#live(fn) <= max) return;
+      if (inst.state === 'ready' && inst.inFlight === 0) this.#stop(inst, `above max-scale ${max}`);
+    }
   }
 
   #armIdle(inst: Instance): void {

@@ -3,7 +3,6 @@
 // concurrency counts in-flight plus buffered requests and target is min(target,
 // containerConcurrency) when both are set (pkg/reconciler/autoscaling/resources/target.go),
 // clamped to [minScale, maxScale] (maxScale 0 = unbounded, as in Knative).
-import { availableParallelism } from 'node:os';
 import type { Scaling } from '../../functions/runtime/declaration.ts';
 
 /** Knative's container-concurrency-target-default. */
@@ -42,15 +41,3 @@ export function desiredScale(demand: number, scaling: Scaling, live: number): Sc
   return { want, reason };
 }
 
-/**
- * The scaling the local plane runs a function with: maxScale at most one instance per core but
- * one (left to the API server, etcd and the plane itself), never below minScale. On Knative each
- * instance brings its own CPU; here every instance shares this machine's cores, so one beyond them
- * adds a cold start and contention, not throughput (measured on 2 cores, 500 objects: 4 instances
- * used 3.1-4.3 CPU-s in the function processes, 1 instance 1.55 CPU-s for the same work).
- */
-export function localScaling(scaling: Scaling, cores = availableParallelism()): Scaling {
-  const cap = Math.max(1, cores - 1, scaling.minScale);
-  const maxScale = scaling.maxScale > 0 ? Math.min(scaling.maxScale, cap) : cap;
-  return maxScale === scaling.maxScale ? scaling : { ...scaling, maxScale };
-}

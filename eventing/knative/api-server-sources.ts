@@ -12,13 +12,13 @@
 // SufficientPermissions, Deployed, Ready (apiserver_lifecycle.go); `status.sinkUri`.
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
-import { keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { apiVersionOf, keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { formatLabelSelector, type LabelSelector } from '../manifests/sources.ts';
-import { ApiServerSource as LocalSource, type SourceSpec } from '../source.ts';
+import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { ApiServerSource } from './kinds.ts';
-import { cleared, notReady, ready, writeStatus, type Verdict } from './status.ts';
+import { cleared, notReady, ready, type StatusWriter, type Verdict } from './status.ts';
 
 interface SourceObjectSpec {
   mode?: 'Reference' | 'Resource';
@@ -34,12 +34,17 @@ interface SourceObjectSpec {
 export class KindResolver {
   readonly #kube: KubeClient;
   readonly #versions = new Map<string, Promise<{ name: string; kind: string; namespaced: boolean }[]>>();
+  readonly #known: ResourceKind[];
 
-  constructor(kube: KubeClient) {
+  /** `known`: kinds resolved without discovery (the functions' own, which the plane knows). */
+  constructor(kube: KubeClient, known: ResourceKind[] = []) {
     this.#kube = kube;
+    this.#known = known;
   }
 
   async resolve(apiVersion: string, kind: string): Promise<ResourceKind | undefined> {
+    const known = this.#known.find((k) => apiVersionOf(k) === apiVersion && k.kind === kind);
+    if (known) return known;
     const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
     let resources = this.#versions.get(apiVersion);
     if (!resources) {
@@ -81,6 +86,9 @@ export interface SourceControllerOptions {
   brokers: Pick<BrokerDirectory, 'has' | 'url'>;
   publish: (event: CloudEvent<unknown>) => Promise<void>;
   log: Logger;
+  status: StatusWriter;
+  /** Kinds known without discovery (see KindResolver). */
+  knownKinds?: ResourceKind[];
   /** A client authenticated as a ServiceAccount (undefined: the plane's own client is used). */
   clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>;
 }
@@ -90,20 +98,22 @@ export class ApiServerSourceController {
   readonly #objects = new Map<string, KubeObject>();
   readonly #options: SourceControllerOptions;
   readonly #kinds: KindResolver;
+  /** Counters of the sources stopped so far (an update restarts a source), so totals never go back. */
+  readonly #retired = { emitted: 0, relists: 0, watchRestarts: 0, sinkRetries: 0 };
 
   constructor(options: SourceControllerOptions) {
     this.#options = options;
-    this.#kinds = new KindResolver(options.kube);
+    this.#kinds = new KindResolver(options.kube, options.knownKinds);
   }
 
   async apply(object: KubeObject): Promise<void> {
     const key = keyString(keyOf(object));
     this.#objects.set(key, object);
-    const { kube, brokers, log } = this.#options;
+    const { kube, brokers, log, status } = this.#options;
     const planned = await localSourceFor(object, this.#kinds, brokers);
     if (!planned.spec) {
       await this.#stop(key);
-      await writeStatus(kube, ApiServerSource, object, planned.verdict!);
+      await status.write(ApiServerSource, object, planned.verdict!);
       return;
     }
     const account = (object.spec as SourceObjectSpec).serviceAccountName;
@@ -125,12 +135,12 @@ export class ApiServerSourceController {
       } catch (error) {
         const message = (error as Error).message;
         const forbidden = /forbidden|403/i.test(message);
-        await writeStatus(kube, ApiServerSource, object, { conditions: [{ type: 'SufficientPermissions', status: forbidden ? 'False' : 'Unknown', reason: forbidden ? 'Forbidden' : 'Unknown', message }, notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message)], fields: cleared('sinkUri') });
+        await status.write(ApiServerSource, object, { conditions: [{ type: 'SufficientPermissions', status: forbidden ? 'False' : 'Unknown', reason: forbidden ? 'Forbidden' : 'Unknown', message }, notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message)], fields: cleared('sinkUri') });
         return;
       }
       this.#running.set(key, { source, fingerprint });
     }
-    await writeStatus(kube, ApiServerSource, object, {
+    await status.write(ApiServerSource, object, {
       conditions: [{ type: 'SinkProvided', status: 'True', reason: 'SinkProvided' }, { type: 'SufficientPermissions', status: 'True', reason: 'SufficientPermissions' }, { type: 'Deployed', status: 'True', reason: 'Deployed' }, ready()],
       fields: { sinkUri: brokers.url },
     });
@@ -146,6 +156,21 @@ export class ApiServerSourceController {
     for (const object of [...this.#objects.values()]) await this.apply(object);
   }
 
+  /** The sources' counters, summed over running and stopped ones (the last error of any running one). */
+  stats(): SourceStats {
+    const total: SourceStats = { ...this.#retired, pending: 0 };
+    for (const { source } of this.#running.values()) {
+      const one = source.stats();
+      total.emitted += one.emitted;
+      total.relists += one.relists;
+      total.watchRestarts += one.watchRestarts;
+      total.pending += one.pending;
+      total.sinkRetries += one.sinkRetries;
+      if (one.lastError) total.lastError = one.lastError;
+    }
+    return total;
+  }
+
   async stop(): Promise<void> {
     for (const key of [...this.#running.keys()]) await this.#stop(key);
   }
@@ -153,6 +178,12 @@ export class ApiServerSourceController {
   async #stop(key: string): Promise<void> {
     const running = this.#running.get(key);
     this.#running.delete(key);
-    await running?.source.stop();
+    if (!running) return;
+    await running.source.stop();
+    const { emitted, relists, watchRestarts, sinkRetries } = running.source.stats();
+    this.#retired.emitted += emitted;
+    this.#retired.relists += relists;
+    this.#retired.watchRestarts += watchRestarts;
+    this.#retired.sinkRetries += sinkRetries;
   }
 }

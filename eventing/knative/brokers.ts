@@ -2,17 +2,16 @@
 // ingress URL is each one's address). A Trigger or source naming a Broker that does not exist is
 // not Ready, as on Knative ("BrokerDoesNotExist").
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { Broker } from './kinds.ts';
-import { ready, writeStatus } from './status.ts';
+import { ready, type StatusWriter } from './status.ts';
 
 export class BrokerDirectory {
   readonly #brokers = new Set<string>();
-  readonly #kube: KubeClient;
+  readonly #status: StatusWriter;
   readonly #ingressUrl: string;
 
-  constructor(kube: KubeClient, ingressUrl: string) {
-    this.#kube = kube;
+  constructor(status: StatusWriter, ingressUrl: string) {
+    this.#status = status;
     this.#ingressUrl = ingressUrl;
   }
 
@@ -26,7 +25,7 @@ export class BrokerDirectory {
 
   async apply(broker: KubeObject): Promise<void> {
     this.#brokers.add(keyString(keyOf(broker)));
-    await writeStatus(this.#kube, Broker, broker, { conditions: [ready('Ready', 'the local plane\'s broker')], fields: { address: { url: this.#ingressUrl } } });
+    await this.#status.write(Broker, broker, { conditions: [ready('Ready', 'the local plane\'s broker')], fields: { address: { url: this.#ingressUrl } } });
   }
 
   async remove(broker: KubeObject): Promise<void> {

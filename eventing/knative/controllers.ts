@@ -1,11 +1,14 @@
-// The generated Knative objects, run by the local plane: the plane's own ApiServerSource (Resource
-// mode, so each event carries the object; list+watch as client-go's reflector, see source.ts)
-// watches the five kinds and feeds one controller each. Every change is handled one at a time,
-// so a Trigger resolved while a Service appears sees a consistent picture; a Broker or Service
-// change re-resolves the objects that name them, as Knative's trackers do.
+// The generated Knative objects, run by the local plane, from one of two places: objects that
+// live in the API server (the local control plane: the plane's own ApiServerSource, Resource
+// mode, list+watch as client-go's reflector, watches the five kinds; status written to them), or
+// objects held in memory (a configured cluster, whose Knative, if any, is not the plane's: the
+// objects are applied once and their readiness kept on a StatusBoard). Either way the same
+// controllers turn each object into what runs, one per kind. Every change is handled one at a
+// time, so a Trigger resolved while a Service appears sees a consistent picture; a Broker or
+// Service change re-resolves the objects that name them, as Knative's trackers do.
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
-import { apiVersionOf, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { apiVersionOf, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import type { Broker } from '../broker.ts';
 import { ApiServerSource as LocalSource } from '../source.ts';
@@ -14,6 +17,7 @@ import { BrokerDirectory } from './brokers.ts';
 import { ApiServerSource, Broker as BrokerKind, KnativeService, PingSource, Trigger } from './kinds.ts';
 import { PingSourceController } from './ping-sources.ts';
 import { ServiceDirectory, type LocalFunctions } from './services.ts';
+import { apiServerStatus, type StatusWriter } from './status.ts';
 import { TriggerController } from './triggers.ts';
 
 export interface ObjectHandlers {
@@ -27,6 +31,14 @@ export interface KnativeControllerOptions {
   brokerUrl: string;
   functions: LocalFunctions;
   log: Logger;
+  /** Where readiness goes (default: the objects' status in the API server). */
+  status?: StatusWriter;
+  /** Run these objects, held in memory, instead of watching the API server's. */
+  objects?: KubeObject[];
+  /** Kinds the sources resolve without discovery. */
+  knownKinds?: ResourceKind[];
+  /** Broker route of a Trigger (default <namespace>/<name>). */
+  routeName?: (trigger: KubeObject) => string;
   /** A client authenticated as a ServiceAccount, for ApiServerSources (default: `kube`). */
   clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>;
 }
@@ -45,11 +57,12 @@ export class KnativeControllers {
     this.#options = options;
     const { kube, broker, brokerUrl, functions, log } = options;
     const publish = (event: CloudEvent<unknown>) => broker.publish(event);
-    this.brokers = new BrokerDirectory(kube, brokerUrl);
-    this.services = new ServiceDirectory(kube, functions);
-    this.triggers = new TriggerController(kube, broker, { brokers: this.brokers, services: this.services });
-    this.pings = new PingSourceController(kube, this.brokers, publish, log.child({ component: 'pingsource' }));
-    this.sources = new ApiServerSourceController({ kube, brokers: this.brokers, publish, log: log.child({ component: 'source' }), clientFor: options.clientFor });
+    const status = options.status ?? apiServerStatus(kube);
+    this.brokers = new BrokerDirectory(status, brokerUrl);
+    this.services = new ServiceDirectory(status, functions);
+    this.triggers = new TriggerController(status, broker, { brokers: this.brokers, services: this.services }, options.routeName);
+    this.pings = new PingSourceController(status, this.brokers, publish, log.child({ component: 'pingsource' }));
+    this.sources = new ApiServerSourceController({ kube, brokers: this.brokers, publish, log: log.child({ component: 'source' }), status, knownKinds: options.knownKinds, clientFor: options.clientFor });
   }
 
   /** Starts watching; resolves once every kind was listed and its objects applied. */
@@ -64,6 +77,14 @@ export class KnativeControllers {
       [ApiServerSource, this.#serialized(this.sources)],
     ];
     const handlers = new Map(watched.map(([kind, handler]) => [`${apiVersionOf(kind)} ${kind.kind}`, handler]));
+    if (this.#options.objects) {
+      // In memory: each kind in the order the watch would settle them (what an object names first).
+      for (const [kind, handler] of watched) {
+        for (const object of this.#options.objects) if (object.apiVersion === apiVersionOf(kind) && object.kind === kind.kind) void handler.apply(object);
+      }
+      await this.#serial;
+      return;
+    }
     this.#watcher = new LocalSource({
       kube,
       sources: [{ name: 'knative-objects', mode: 'Resource', resources: watched.map(([kind]) => ({ kind })) }],
@@ -79,6 +100,13 @@ export class KnativeControllers {
     });
     await this.#watcher.start();
     await this.#serial;
+  }
+
+  /** The objects held in memory, counted by kind ("1 Broker, 2 Service, …"). */
+  describe(): string {
+    const counts = new Map<string, number>();
+    for (const object of this.#options.objects ?? []) counts.set(object.kind!, (counts.get(object.kind!) ?? 0) + 1);
+    return [...counts].map(([kind, count]) => `${count} ${kind}`).join(', ');
   }
 
   async stop(): Promise<void> {

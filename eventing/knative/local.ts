@@ -9,6 +9,7 @@ import { generateManifests } from '../manifests/index.ts';
 import { DEFAULT_OPTIONS } from '../manifests/options.ts';
 import { validateManifests } from '../manifests/validate.ts';
 import { installKnativeCrds } from './crds.ts';
+import { withResyncInterval } from './ping-sources.ts';
 import { resourceKindOf } from './kinds.ts';
 
 /** Creates each object, or replaces it when it exists (kubectl apply without the merge): the generated objects win. */
@@ -26,9 +27,10 @@ export async function applyObjects(kube: KubeClient, objects: KubeObject[]): Pro
 }
 
 /** Installs the stand-in Knative CRDs and applies the generated objects of `functions` (with `replace` as `opfn manifests --replace`). */
-export async function applyGeneratedObjects(kube: KubeClient, functions: FunctionDeclaration[], replace: Record<string, string> = {}): Promise<{ objects: KubeObject[]; crdsInstalled: number }> {
+export async function applyGeneratedObjects(kube: KubeClient, functions: FunctionDeclaration[], replace: Record<string, string> = {}, resyncIntervalMs?: number): Promise<{ objects: KubeObject[]; crdsInstalled: number }> {
   const crdsInstalled = await installKnativeCrds(kube);
-  const objects = generateManifests(functions, { ...DEFAULT_OPTIONS, replace }).flatMap((file) => file.objects).filter((object) => object.kind !== 'CustomResourceDefinition');
+  const generated = generateManifests(functions, { ...DEFAULT_OPTIONS, replace }).flatMap((file) => file.objects).filter((object) => object.kind !== 'CustomResourceDefinition');
+  const objects = withResyncInterval(generated, resyncIntervalMs);
   const problems = validateManifests(objects, new Set(Object.values(replace).filter((target) => !target.includes('://'))));
   if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);
   await applyObjects(kube, objects);

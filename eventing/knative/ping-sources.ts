@@ -8,11 +8,10 @@ import { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import { PING_TYPE } from '../../functions/runtime/events.ts';
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { nextFire, parseSchedule, type Schedule } from './cron.ts';
 import { PingSource } from './kinds.ts';
-import { cleared, notReady, ready, writeStatus, type Verdict } from './status.ts';
+import { cleared, notReady, ready, type StatusWriter, type Verdict } from './status.ts';
 
 interface PingSpec {
   schedule?: string;
@@ -24,6 +23,18 @@ interface PingSpec {
 }
 
 /** The event a PingSource sends. */
+/**
+ * The objects with every PingSource rescheduled to fire each `intervalMs` (0: PingSources left
+ * out), for local runs, tests and benchmarks that want a fast resync or none; undefined keeps the
+ * generated schedules.
+ */
+export function withResyncInterval(objects: KubeObject[], intervalMs: number | undefined): KubeObject[] {
+  if (intervalMs === undefined) return objects;
+  return objects
+    .filter((object) => !(object.kind === 'PingSource' && intervalMs === 0))
+    .map((object) => (object.kind === 'PingSource' ? { ...object, spec: { ...(object.spec as object), schedule: `@every ${Math.round(intervalMs)}ms` } } : object));
+}
+
 export function pingEvent(object: KubeObject): CloudEvent<unknown> {
   const spec = (object.spec ?? {}) as PingSpec;
   const contentType = spec.contentType ?? 'application/json';
@@ -60,13 +71,13 @@ export function pingPlan(object: KubeObject, brokers: Pick<BrokerDirectory, 'has
 export class PingSourceController {
   readonly #timers = new Map<string, NodeJS.Timeout>();
   readonly #sources = new Map<string, KubeObject>();
-  readonly #kube: KubeClient;
+  readonly #status: StatusWriter;
   readonly #brokers: Pick<BrokerDirectory, 'has' | 'url'>;
   readonly #publish: (event: CloudEvent<unknown>) => Promise<void>;
   readonly #log: Logger;
 
-  constructor(kube: KubeClient, brokers: Pick<BrokerDirectory, 'has' | 'url'>, publish: (event: CloudEvent<unknown>) => Promise<void>, log: Logger) {
-    this.#kube = kube;
+  constructor(status: StatusWriter, brokers: Pick<BrokerDirectory, 'has' | 'url'>, publish: (event: CloudEvent<unknown>) => Promise<void>, log: Logger) {
+    this.#status = status;
     this.#brokers = brokers;
     this.#publish = publish;
     this.#log = log;
@@ -78,7 +89,7 @@ export class PingSourceController {
     this.#stopTimer(key);
     const { schedule, verdict } = pingPlan(object, this.#brokers);
     if (schedule) this.#arm(key, schedule);
-    await writeStatus(this.#kube, PingSource, object, verdict);
+    await this.#status.write(PingSource, object, verdict);
   }
 
   async remove(object: KubeObject): Promise<void> {

@@ -1,18 +1,19 @@
 // Knative Services on the local plane. A Service whose container sets FUNCTION=<name> (as
 // `opfn manifests` generates it) is that function, run by the scale-from-zero activator from the
 // same image entry; its address is the activator's URL for it, and its Trigger's deliveries are
-// bounded by the capacity its annotations give. The activator runs each function with its
-// declaration's scaling, which the generated annotations equal; a Service edited to another
-// scaling reports Ready=False "ScalingNotApplied" rather than pretend. The generated dead-letter sink
-// (event_display) is not run locally: the broker's dead-letter file stands in for it.
+// bounded by the capacity its annotations give. The activator runs the function with the
+// revision template's scaling (autoscaling annotations, containerConcurrency) and timeoutSeconds,
+// and a Service edited live is applied to the running function (Activator.configure), as Serving
+// rolls out a new revision. The generated dead-letter sink (event_display) is not run locally:
+// the broker's dead-letter file stands in for it.
 import type { Scaling } from '../../functions/runtime/declaration.ts';
+import { DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration } from '../activator/activator.ts';
 import { capacityAtMaxScale } from '../activator/decider.ts';
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { DEAD_LETTER_SERVICE } from '../manifests/options.ts';
 import { AUTOSCALING } from '../manifests/service.ts';
 import { KnativeService } from './kinds.ts';
-import { notReady, ready, writeStatus, type Verdict } from './status.ts';
+import { notReady, ready, type StatusWriter, type Verdict } from './status.ts';
 
 type Container = { env?: { name: string; value?: string }[] };
 const template = (service: KubeObject) => ((service.spec as { template?: { metadata?: { annotations?: Record<string, string> }; spec?: { containers?: Container[]; containerConcurrency?: number } } } | undefined)?.template ?? {});
@@ -34,24 +35,32 @@ export function scalingFromService(service: KubeObject): Scaling {
   return { minScale: number('min-scale', 0), maxScale: number('max-scale', 0), target: number('target', 0), containerConcurrency: template(service).spec?.containerConcurrency ?? 0 };
 }
 
+/** Scaling and request timeout of the revision template (Knative's default timeout where unset). */
+export function configurationFromService(service: KubeObject): FunctionConfiguration {
+  const timeoutSeconds = (template(service).spec as { timeoutSeconds?: unknown } | undefined)?.timeoutSeconds;
+  if (timeoutSeconds !== undefined && (typeof timeoutSeconds !== 'number' || !Number.isInteger(timeoutSeconds) || timeoutSeconds < 0)) throw new Error(`timeoutSeconds ${JSON.stringify(timeoutSeconds)} is not a whole number ≥ 0`);
+  return { scaling: scalingFromService(service), timeoutSeconds: timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS };
+}
+
 /** A URL (with the function's capacity at full scale, which bounds its Trigger's deliveries), the dead-letter stand-in, or why neither. */
 export type Address = { url: string; maxInFlight?: number } | { standIn: 'dead-letters' } | { reason: string; message: string };
 
+/** The activator, as far as Services need it. */
 export interface LocalFunctions {
   /** The activator's URL for a function, or undefined when it does not run it. */
   urlFor(name: string): string | undefined;
-  /** The scaling the activator runs the function with. */
-  scalingOf(name: string): Scaling | undefined;
+  /** Runs the function with this scaling and timeout from now on; throws when they are not usable. */
+  configure(name: string, configuration: FunctionConfiguration): void;
 }
 
-/** Keeps the Services of the local plane, answers where each one is, and reports their readiness. */
+/** Keeps the Services of the local plane, answers where each one is, applies their scaling, and reports their readiness. */
 export class ServiceDirectory {
   readonly #services = new Map<string, KubeObject>();
-  readonly #kube: KubeClient;
+  readonly #status: StatusWriter;
   readonly #functions: LocalFunctions;
 
-  constructor(kube: KubeClient, functions: LocalFunctions) {
-    this.#kube = kube;
+  constructor(status: StatusWriter, functions: LocalFunctions) {
+    this.#status = status;
     this.#functions = functions;
   }
 
@@ -59,10 +68,10 @@ export class ServiceDirectory {
   address(namespace: string, name: string): Address {
     const service = this.#services.get(`${namespace}/${name}`);
     if (!service) return { reason: 'ServiceNotFound', message: `Knative Service ${namespace}/${name} does not exist` };
-    return this.#verdictAddress(service);
+    return this.#address(service);
   }
 
-  #verdictAddress(service: KubeObject): Address {
+  #address(service: KubeObject): Address {
     const fn = functionOf(service);
     if (fn === undefined) {
       if (service.metadata.name === DEAD_LETTER_SERVICE) return { standIn: 'dead-letters' };
@@ -77,27 +86,32 @@ export class ServiceDirectory {
     }
   }
 
-  verdict(service: KubeObject): Verdict {
-    const address = this.#verdictAddress(service);
+  /**
+   * Applies the Service: its function now runs with the revision template's scaling and timeout
+   * (as Serving rolls out a new revision), and the verdict says so or why not (an invalid
+   * annotation or configuration leaves the function as it ran).
+   */
+  #run(service: KubeObject): Verdict {
+    const address = this.#address(service);
     if ('standIn' in address) return { conditions: [ready('DeadLetterFile', 'locally the broker\'s dead-letter file stands in for this sink')] };
     if ('reason' in address) return { conditions: [notReady(address.reason, address.message)] };
-    const fn = functionOf(service)!;
-    let scaling: Scaling;
+    let configuration: FunctionConfiguration;
     try {
-      scaling = scalingFromService(service);
+      configuration = configurationFromService(service);
     } catch (error) {
       return { conditions: [notReady('InvalidAnnotation', (error as Error).message)] };
     }
-    const running = this.#functions.scalingOf(fn);
-    if (running && JSON.stringify(running) !== JSON.stringify(scaling)) {
-      return { conditions: [notReady('ScalingNotApplied', `the local activator runs ${fn} with its declaration's scaling ${JSON.stringify(running)}, not ${JSON.stringify(scaling)}; change the declaration to change it locally (a cluster applies the annotations)`)], fields: { url: address.url, address: { url: address.url } } };
+    try {
+      this.#functions.configure(functionOf(service)!, configuration);
+    } catch (error) {
+      return { conditions: [notReady('InvalidScaling', (error as Error).message)] };
     }
     return { conditions: [ready()], fields: { url: address.url, address: { url: address.url } } };
   }
 
   async apply(service: KubeObject): Promise<void> {
     this.#services.set(keyString(keyOf(service)), service);
-    await writeStatus(this.#kube, KnativeService, service, this.verdict(service));
+    await this.#status.write(KnativeService, service, this.#run(service));
   }
 
   async remove(service: KubeObject): Promise<void> {

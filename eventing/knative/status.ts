@@ -55,3 +55,37 @@ export async function writeStatus(kube: KubeClient, kind: ResourceKind, object: 
     if (!isNotFound(error)) throw error;
   }
 }
+
+/** Where the controllers report readiness: the objects' status in the API server, or a board in memory. */
+export interface StatusWriter {
+  write(kind: ResourceKind, object: KubeObject, verdict: Verdict): Promise<void>;
+}
+
+/** Status written to the objects in the API server (they live there: the local control plane). */
+export const apiServerStatus = (kube: KubeClient): StatusWriter => ({ write: (kind, object, verdict) => writeStatus(kube, kind, object, verdict) });
+
+/**
+ * Status kept in memory, for objects that live only in the plane (run against a configured
+ * cluster, whose Knative objects, if any, are not the plane's to write): the last verdict of each
+ * object, so the plane can say what is not Ready.
+ */
+export class StatusBoard implements StatusWriter {
+  readonly #verdicts = new Map<string, Verdict>();
+
+  async write(kind: ResourceKind, object: KubeObject, verdict: Verdict): Promise<void> {
+    this.#verdicts.set(`${kind.kind} ${object.metadata.namespace ?? ''}/${object.metadata.name}`, verdict);
+  }
+
+  /** The Ready condition of `Kind namespace/name`, if reported. */
+  ready(key: string): Condition | undefined {
+    return this.#verdicts.get(key)?.conditions.find((condition) => condition.type === 'Ready');
+  }
+
+  /** Each object that is not Ready, as "Kind namespace/name: Reason: message". */
+  problems(): string[] {
+    return [...this.#verdicts].flatMap(([key, verdict]) => {
+      const ready = verdict.conditions.find((condition) => condition.type === 'Ready');
+      return ready?.status === 'True' ? [] : [`${key}: ${ready?.reason ?? 'NoReadyCondition'}: ${ready?.message ?? ''}`];
+    });
+  }
+}

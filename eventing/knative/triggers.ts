@@ -8,12 +8,11 @@
 // ServiceDirectory (a function → the activator's URL). `delivery.deadLetterSink` the same way;
 // the generated dead-letter Service resolves to the broker's own dead-letter file.
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
 import type { Broker, DeliverySpec, Trigger } from '../broker.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { Trigger as TriggerKind } from './kinds.ts';
 import type { Address, ServiceDirectory } from './services.ts';
-import { cleared, notReady, ready, writeStatus, type Condition, type Verdict } from './status.ts';
+import { cleared, notReady, ready, type Condition, type StatusWriter, type Verdict } from './status.ts';
 
 type Destination = { ref?: { apiVersion?: string; kind?: string; name?: string; namespace?: string }; uri?: string };
 interface TriggerSpec {
@@ -38,8 +37,8 @@ export function resolveDestination(destination: Destination | undefined, namespa
   return { reason: 'UnsupportedReference', message: `${ref?.apiVersion ?? '?'} ${ref?.kind ?? '?'} ${ref?.name ?? ''}: locally only a Knative Service or a URL can be resolved` };
 }
 
-/** The broker route for a Trigger object (named <namespace>/<name>), or the conditions saying why there is none. */
-export function brokerTriggerFor(object: KubeObject, resolvers: Resolvers): { trigger?: Trigger; verdict: Verdict } {
+/** The broker route for a Trigger object (named <namespace>/<name> unless `name` is given), or the conditions saying why there is none. */
+export function brokerTriggerFor(object: KubeObject, resolvers: Resolvers, name = keyString(keyOf(object))): { trigger?: Trigger; verdict: Verdict } {
   const spec = (object.spec ?? {}) as TriggerSpec;
   const namespace = object.metadata.namespace ?? '';
   const conditions: Condition[] = [];
@@ -67,7 +66,7 @@ export function brokerTriggerFor(object: KubeObject, resolvers: Resolvers): { tr
   if (failure) return { verdict: { conditions: [...conditions, notReady(failure.reason!, failure.message!)], fields: cleared('subscriberUri') } };
   const { deadLetterSink: _, ...delivery } = spec.delivery ?? {};
   const trigger: Trigger = {
-    name: keyString(keyOf(object)),
+    name,
     ...(spec.filter ? { filter: spec.filter } : {}),
     ...(spec.filters ? { filters: spec.filters } : {}),
     subscriber: (subscriber as { url: string }).url,
@@ -83,38 +82,41 @@ export class TriggerController {
   readonly #triggers = new Map<string, KubeObject>();
   /** The route each Trigger has in the broker now (its JSON), so an unchanged one is not re-added. */
   readonly #routes = new Map<string, string>();
-  readonly #kube: KubeClient;
+  readonly #status: StatusWriter;
   readonly #broker: Pick<Broker, 'addTrigger' | 'removeTrigger'>;
   readonly #resolvers: Resolvers;
+  readonly #routeName: (object: KubeObject) => string;
 
-  constructor(kube: KubeClient, broker: Pick<Broker, 'addTrigger' | 'removeTrigger'>, resolvers: Resolvers) {
-    this.#kube = kube;
+  /** `routeName`: the broker route of a Trigger (default <namespace>/<name>; its stats are kept under it). */
+  constructor(status: StatusWriter, broker: Pick<Broker, 'addTrigger' | 'removeTrigger'>, resolvers: Resolvers, routeName = (object: KubeObject) => keyString(keyOf(object))) {
+    this.#status = status;
+    this.#routeName = routeName;
     this.#broker = broker;
     this.#resolvers = resolvers;
   }
 
   async apply(object: KubeObject): Promise<void> {
-    const key = keyString(keyOf(object));
+    const key = this.#routeName(object);
     this.#triggers.set(key, object);
-    const { trigger, verdict } = brokerTriggerFor(object, this.#resolvers);
+    const { trigger, verdict } = brokerTriggerFor(object, this.#resolvers, key);
     if (trigger) {
       try {
         if (this.#routes.get(key) !== JSON.stringify(trigger)) this.#broker.addTrigger(trigger);
         this.#routes.set(key, JSON.stringify(trigger));
       } catch (error) {
         this.#unroute(key);
-        await writeStatus(this.#kube, TriggerKind, object, { conditions: [notReady('Invalid', (error as Error).message)], fields: cleared('subscriberUri') });
+        await this.#status.write(TriggerKind, object, { conditions: [notReady('Invalid', (error as Error).message)], fields: cleared('subscriberUri') });
         return;
       }
     } else {
       // A Trigger that cannot be resolved routes nothing (as Knative removes its subscription).
       this.#unroute(key);
     }
-    await writeStatus(this.#kube, TriggerKind, object, verdict);
+    await this.#status.write(TriggerKind, object, verdict);
   }
 
   async remove(object: KubeObject): Promise<void> {
-    const key = keyString(keyOf(object));
+    const key = this.#routeName(object);
     this.#triggers.delete(key);
     this.#unroute(key);
   }

@@ -1,5 +1,5 @@
-// The ApiServerSources of a function, generated from the very specs the local plane runs
-// (`sourcesFor` in eventing/plane.ts), so what runs locally and what a cluster runs cannot drift.
+// The ApiServerSources of a function, from the declaration's wiring (wiring.ts); the local
+// plane runs these very objects, so what runs locally and what a cluster runs cannot drift.
 //
 // Knative's ApiServerSource (sources.knative.dev/v1, knative/eventing pkg/apis/sources/v1
 // apiserver_types.go): `resources[]` of {apiVersion, kind, selector (metav1.LabelSelector)},
@@ -9,7 +9,7 @@
 // the generated sources carry an empty one (every namespace).
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { apiVersionOf, type KubeObject } from '../../functions/runtime/kinds.ts';
-import { sourcesFor } from '../plane.ts';
+import { sourcesFor } from './wiring.ts';
 import type { SourceSpec } from '../source.ts';
 import { brokerRef, labels, sourceServiceAccountName, SOURCES_API, type ManifestOptions } from './options.ts';
 import { clusterScopedResources, identity, sourceRules } from './rbac.ts';

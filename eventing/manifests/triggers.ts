@@ -1,7 +1,7 @@
 // A function's Trigger (eventing.knative.dev/v1): every event tagged with the function's name
 // (`opfnfunction`, set by its sources' and its PingSource's ceOverrides) goes to its Knative
 // Service, with Knative's delivery (retries, exponential backoff) ending in the dead-letter sink.
-// The filter is the one the local plane uses (`triggerFor` in eventing/plane.ts).
+// The local plane runs this very object (eventing/knative/triggers.ts).
 //
 // `--replace <function>=<target>` swaps only the subscriber: a URL (anything with a scheme)
 // becomes `subscriber.uri`, anything else names a Knative Service in the same namespace
@@ -9,7 +9,7 @@
 // whatever now answers.
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { triggerFor } from '../plane.ts';
+import { triggerFor } from './wiring.ts';
 import { DEAD_LETTER_SERVICE, EVENTING_API, labels, serviceRef, type ManifestOptions } from './options.ts';
 
 /** Where a Trigger sends: the function's own Service, or what `--replace` names. */
@@ -25,8 +25,7 @@ export function deliveryFor(options: ManifestOptions): Record<string, unknown> {
 }
 
 export function trigger(declaration: FunctionDeclaration, options: ManifestOptions): KubeObject {
-  // The plane's trigger carries the filter; the subscriber there is a local URL, here a Service.
-  const { name, filter } = triggerFor(declaration, '');
+  const { name, filter } = triggerFor(declaration);
   return {
     apiVersion: EVENTING_API,
     kind: 'Trigger',

@@ -5,6 +5,11 @@
 // owner-name label), for a watched kind nothing (a mapper decides, possibly many keys). The plane
 // routes by it (one object's events meet in one instance, whose workqueue coalesces them); a
 // Knative Kafka broker orders by it. A key is only a routing hint, never trusted for access.
+//
+// A resource without a rule (the plane's sources come from generated Knative ApiServerSources,
+// which do not say which kind a function reconciles) is keyed by its controller owner when it has
+// one, else by itself: right for the reconciled kind and for children with an ownerReference; a
+// watched kind then gets a key it does not need, which costs nothing (any instance serves it).
 import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 
@@ -12,6 +17,7 @@ export const PARTITION_KEY_EXTENSION = 'partitionkey';
 
 /** How a resource's events are partitioned. */
 export type PartitionRule =
+  | { by: 'none' }
   | { by: 'self' }
   /** By the controller owner of kind `owner` (ownerReference), else by the labels naming it. */
   | { by: 'owner'; owner: ResourceKind; labels?: { namespace?: string; name: string } };
@@ -22,8 +28,14 @@ export type PartitionRule =
  * found from the owner itself.
  */
 export function partitionKey(rule: PartitionRule | undefined, object: KubeObject): string | undefined {
-  if (!rule) return undefined;
   const namespace = object.metadata.namespace ?? '';
+  if (!rule) {
+    const owner = object.metadata.ownerReferences?.find((ref) => ref.controller === true && ref.name);
+    // A namespaced object's owner is in its namespace; a cluster-scoped one's is cluster-scoped.
+    if (owner) return keyOf(namespace, owner.name);
+    return partitionKey({ by: 'self' }, object);
+  }
+  if (rule.by === 'none') return undefined;
   if (rule.by === 'self') return object.metadata.name ? keyOf(namespace, object.metadata.name) : undefined;
   const reference = object.metadata.ownerReferences?.find(
     (ref) => ref.controller === true && ref.kind === rule.owner.kind && groupOf(ref.apiVersion) === rule.owner.group,

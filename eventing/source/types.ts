@@ -9,7 +9,7 @@ import type { PartitionRule } from './partition.ts';
 export interface SourceResource {
   kind: ResourceKind;
   labelSelector?: string;
-  /** Sets each event's `partitionkey` extension (partition.ts); none: no key. */
+  /** Sets each event's `partitionkey` extension (partition.ts); default: the controller owner, else the object. */
   partition?: PartitionRule;
 }
 

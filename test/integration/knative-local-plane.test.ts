@@ -4,7 +4,8 @@
 // and local sources (each source authenticated as its own generated ServiceAccount; the function
 // process runs as its own) and report readiness as Knative does. A Trigger's subscriber is
 // patched to a second implementation while the plane runs: the next event reaches it; patched
-// back, the function gets them again.
+// back, the function gets them again. A Service's scaling edited with kubectl is applied to the
+// running function by the activator.
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -122,6 +123,40 @@ describe('the generated objects run on the local plane', () => {
     assert.ok(!other.events.slice(received).some((e) => e.name === 'after-swap'), 'the second implementation got nothing of after-swap');
   });
 
+  test('kubectl patch of the Service\'s scaling, containerConcurrency and timeoutSeconds: the activator runs with them at once, Ready; an unusable one is refused with the reason', async () => {
+    const name = immortalContainer.name;
+    const patchService = (annotations: Record<string, string>, spec: Record<string, unknown> = {}) =>
+      cluster.kube.mergePatch(KnativeService, { namespace: NS, name }, { spec: { template: { metadata: { annotations }, spec } } });
+    const before = plane.activator.configurationOf(name);
+    assert.deepEqual(before.scaling, immortalContainer.scaling, 'started with the generated Service\'s scaling (the declaration\'s)');
+
+    await patchService({ 'autoscaling.knative.dev/min-scale': '1', 'autoscaling.knative.dev/max-scale': '2' }, { containerConcurrency: 7, timeoutSeconds: 45 });
+    await eventually(async () => plane.activator.configurationOf(name).scaling.minScale === 1, 20_000, 'the activator runs min-scale 1');
+    assert.deepEqual(plane.activator.configurationOf(name), { scaling: { ...immortalContainer.scaling, minScale: 1, maxScale: 2, containerConcurrency: 7 }, timeoutSeconds: 45 });
+    await eventually(async () => plane.activator.instances(name) >= 1, 20_000, 'min-scale 1 starts an instance without any event');
+    await eventually(async () => (await readyReason(KnativeService, name)) === 'True Ready', 20_000, 'the Service is Ready', () => readyReason(KnativeService, name));
+    say(`kubectl patch ksvc ${name} --type merge -p '{"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/min-scale":"1","autoscaling.knative.dev/max-scale":"2"}},"spec":{"containerConcurrency":7,"timeoutSeconds":45}}}}' → activator ${JSON.stringify(plane.activator.configurationOf(name))}, ${plane.activator.instances(name)} instance(s), Ready=True`);
+    // The Trigger's deliveries follow the new capacity (containerConcurrency × max-scale).
+    await createImmortal('after-scaling-edit');
+    await eventually(() => podExists('after-scaling-edit'), 20_000, 'pod of after-scaling-edit');
+
+    const configured = plane.activator.configurationOf(name);
+    await patchService({ 'autoscaling.knative.dev/min-scale': '3' });
+    await eventually(async () => (await readyReason(KnativeService, name)) === 'False InvalidScaling', 20_000, 'Ready False InvalidScaling', () => readyReason(KnativeService, name));
+    const { condition } = await conditionOf(KnativeService, name);
+    say(`kubectl patch ksvc ${name} … min-scale "3" (above max-scale 2) → Ready=False InvalidScaling: ${condition?.message}`);
+    assert.deepEqual(plane.activator.configurationOf(name), configured, 'the refused configuration was not applied');
+
+    const instances = plane.activator.instances(name);
+    const started = plane.activator.stats()[name].started;
+    await patchService({ 'autoscaling.knative.dev/min-scale': '0', 'autoscaling.knative.dev/max-scale': String(immortalContainer.scaling.maxScale) }, { containerConcurrency: immortalContainer.scaling.containerConcurrency, timeoutSeconds: 300 });
+    await eventually(async () => (await readyReason(KnativeService, name)) === 'True Ready', 20_000, 'Ready again');
+    assert.deepEqual(plane.activator.configurationOf(name), before, 'back to the generated scaling');
+    assert.equal(plane.activator.instances(name), instances, 'the running instance is not stopped by the edit (it goes when idle)');
+    assert.equal(plane.activator.stats()[name].started, started, 'and none was restarted for it');
+    say(`kubectl patch ksvc ${name} back to the generated scaling → Ready=True; ${instances} instance(s) kept running until idle`);
+  });
+
   test('a Trigger naming a Service that does not exist is not Ready, with the reason', async () => {
     await patchSubscriber({ ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: 'no-such-service' } });
     await eventually(async () => (await readyReason(Trigger, immortalContainer.name)) === 'False ServiceNotFound', 20_000, 'Ready False ServiceNotFound', () => readyReason(Trigger, immortalContainer.name));
@@ -157,12 +192,45 @@ describe('the generated objects run on the local plane', () => {
   });
 });
 
+describe('opfn dev against a configured cluster', () => {
+  test('runs the generated objects in memory: nothing Knative is installed there, the function gets its events', async () => {
+    const { runDev } = await import('../../eventing/dev.ts');
+    // A cluster of its own, without Knative: only the plane in memory can make its function act.
+    const configured = await startTestCluster();
+    const knativeCrds = async () => (await configured.kube.request<{ items: KubeObject[] }>('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions')).items.map((crd) => crd.metadata.name!).filter((name) => name.endsWith('knative.dev'));
+    const lines: string[] = [];
+    const devState = mkdtempSync(join(tmpdir(), 'opfn-dev-'));
+    const previous = process.env.KUBECONFIG;
+    process.env.KUBECONFIG = configured.cp.kubeconfigPath;
+    let running: Awaited<ReturnType<typeof runDev>> | undefined;
+    try {
+      running = await runDev({ functions: [immortalContainer.name], bundle: false, idleSeconds: 30, stateDir: devState, log: quietLog, say: (line) => lines.push(line), env: { LOG_LEVEL: 'warn' } });
+      const said = lines.join('\n');
+      assert.match(said, /Using the cluster at /);
+      assert.match(said, /run in memory \(nothing installed on the cluster\): 1 Broker, 2 Service, 1 Trigger, 1 PingSource, 2 ApiServerSource/, said);
+      assert.deepEqual(running.plane.status?.problems(), [], 'every object in memory is Ready');
+      assert.equal(running.plane.status?.ready(`Trigger ${NS}/${immortalContainer.name}`)?.status, 'True');
+      await configured.kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'from-configured-dev', namespace: 'default' }, spec: { image: 'nginx:1.27' } });
+      await eventually(() => configured.kube.get(Pod, { namespace: 'default', name: 'from-configured-dev-immortalpod' }), 30_000, 'pod of from-configured-dev');
+      await eventually(async () => running!.plane.stats().broker[immortalContainer.name].delivered > 0, 20_000, 'deliveries counted on the Trigger route named after the function', async () => JSON.stringify(running!.plane.stats().broker));
+      assert.deepEqual(await knativeCrds(), [], 'no Knative CRD installed on the configured cluster');
+      say(`opfn dev against a configured cluster: ${lines.find((line) => line.includes('in memory'))}`);
+    } finally {
+      await running?.stop();
+      if (previous === undefined) delete process.env.KUBECONFIG;
+      else process.env.KUBECONFIG = previous;
+      rmSync(devState, { recursive: true, force: true });
+      await configured.stop();
+    }
+  });
+});
+
 describe('opfn dev on a control plane of its own', () => {
   test('applies the generated objects and runs them; --replace sends a function\'s events to another implementation, the function never starts', async () => {
     const { runDev } = await import('../../eventing/dev.ts');
     const lines: string[] = [];
     const devState = mkdtempSync(join(tmpdir(), 'opfn-dev-'));
-    const running = await runDev({ local: true, bundle: false, idleSeconds: 30, resyncSeconds: 300, stateDir: devState, log: quietLog, say: (line) => lines.push(line), env: { LOG_LEVEL: 'warn' }, replace: { [immortalContainer.name]: other.url } });
+    const running = await runDev({ local: true, bundle: false, idleSeconds: 30, stateDir: devState, log: quietLog, say: (line) => lines.push(line), env: { LOG_LEVEL: 'warn' }, replace: { [immortalContainer.name]: other.url } });
     try {
       assert.ok(lines.some((line) => /Knative objects generated by `opfn manifests` applied \(\d+\)/.test(line)), lines.join('\n'));
       const kubeconfig = /export KUBECONFIG=(\S+)/.exec(lines.join('\n'))![1];

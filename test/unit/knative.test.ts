@@ -7,7 +7,8 @@ import { localSourceFor } from '../../eventing/knative/api-server-sources.ts';
 import { nextFire, parseSchedule } from '../../eventing/knative/cron.ts';
 import { pingEvent, pingPlan } from '../../eventing/knative/ping-sources.ts';
 import { functionOf, scalingFromService, ServiceDirectory } from '../../eventing/knative/services.ts';
-import { nextStatus, sameStatus } from '../../eventing/knative/status.ts';
+import { apiServerStatus, nextStatus, sameStatus, StatusBoard } from '../../eventing/knative/status.ts';
+import { checkScaling, type FunctionConfiguration } from '../../eventing/activator/activator.ts';
 import { brokerTriggerFor, TriggerController, type Resolvers } from '../../eventing/knative/triggers.ts';
 import { deadLetterSink } from '../../eventing/manifests/broker.ts';
 import { functionObjects } from '../../eventing/manifests/index.ts';
@@ -23,9 +24,17 @@ const objects = functionObjects(declaration, DEFAULT_OPTIONS);
 const find = (kind: string, name = declaration.name) => structuredClone(objects.find((o) => o.kind === kind && o.metadata.name === name)!);
 const NS = DEFAULT_OPTIONS.namespace;
 const FUNCTION_URL = 'http://127.0.0.1:9999/immortal-container';
-const services = new ServiceDirectory({} as KubeClient, { urlFor: (name) => (name === declaration.name ? FUNCTION_URL : undefined), scalingOf: () => declaration.scaling });
-// Their status writes fail (no API server here); the directory knows them all the same.
-for (const service of [find('Service'), deadLetterSink(DEFAULT_OPTIONS)]) await services.apply(service).catch(() => {});
+/** What the activator was told to run each function with. */
+const configured: { name: string; configuration: FunctionConfiguration }[] = [];
+const board = new StatusBoard();
+const services = new ServiceDirectory(board, {
+  urlFor: (name) => (name === declaration.name ? FUNCTION_URL : undefined),
+  configure: (name, configuration) => {
+    checkScaling(name, configuration.scaling, configuration.timeoutSeconds);
+    configured.push({ name, configuration });
+  },
+});
+for (const service of [find('Service'), deadLetterSink(DEFAULT_OPTIONS)]) await services.apply(service);
 const resolvers: Resolvers = { brokers: { has: (namespace, name) => namespace === NS && name === DEFAULT_OPTIONS.brokerName }, services };
 
 describe('Trigger objects → broker routes', () => {
@@ -113,12 +122,41 @@ describe('Services', () => {
     assert.deepEqual(scalingFromService(service), declaration.scaling);
   });
 
-  test('a scaling different from what the activator runs says ScalingNotApplied; a bad annotation says so', () => {
+  const readyOf = () => board.ready(`Service ${NS}/${declaration.name}`);
+
+  test('the generated Service configures the activator with the declaration\'s scaling and Knative\'s timeout', () => {
+    assert.deepEqual(configured[0], { name: declaration.name, configuration: { scaling: declaration.scaling, timeoutSeconds: 300 } });
+    assert.equal(readyOf()?.status, 'True');
+  });
+
+  test('an edited scaling or timeout is applied to the function, Ready; a bad annotation or an unusable scaling is not, with the reason', async () => {
     const service = find('Service');
-    (service.spec as any).template.metadata.annotations['autoscaling.knative.dev/max-scale'] = '9';
-    assert.equal(services.verdict(service).conditions.at(-1)?.reason, 'ScalingNotApplied');
-    (service.spec as any).template.metadata.annotations['autoscaling.knative.dev/max-scale'] = 'lots';
-    assert.equal(services.verdict(service).conditions.at(-1)?.reason, 'InvalidAnnotation');
+    const template = (service.spec as any).template;
+    template.metadata.annotations['autoscaling.knative.dev/max-scale'] = '9';
+    template.spec.containerConcurrency = 3;
+    template.spec.timeoutSeconds = 42;
+    await services.apply(service);
+    assert.deepEqual(configured.at(-1)!.configuration, { scaling: { ...declaration.scaling, maxScale: 9, containerConcurrency: 3 }, timeoutSeconds: 42 });
+    assert.equal(readyOf()?.status, 'True');
+    // The Trigger's bound follows the Service: containerConcurrency × max-scale.
+    assert.equal(brokerTriggerFor(find('Trigger'), resolvers).trigger?.maxInFlight, 27);
+
+    const applied = configured.length;
+    template.metadata.annotations['autoscaling.knative.dev/max-scale'] = 'lots';
+    await services.apply(service);
+    assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'InvalidAnnotation']);
+    template.metadata.annotations['autoscaling.knative.dev/max-scale'] = '1';
+    template.metadata.annotations['autoscaling.knative.dev/min-scale'] = '2';
+    await services.apply(service);
+    assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'InvalidScaling']);
+    assert.match(readyOf()!.message!, /maxScale \(1\) is below minScale \(2\)/);
+    template.metadata.annotations['autoscaling.knative.dev/min-scale'] = '0';
+    template.spec.timeoutSeconds = -1;
+    await services.apply(service);
+    assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'InvalidAnnotation']);
+    assert.equal(configured.length, applied, 'nothing invalid reached the activator');
+    await services.apply(find('Service'));
+    assert.equal(readyOf()?.status, 'True');
   });
 });
 
@@ -187,7 +225,7 @@ describe('TriggerController', () => {
       },
       removeTrigger: (name: string) => { calls.push(`remove ${name}`); routes.delete(name); },
     };
-    return { patches, routes, calls, controller: new TriggerController(kube, broker, resolvers) };
+    return { patches, routes, calls, controller: new TriggerController(apiServerStatus(kube), broker, resolvers) };
   };
 
   test('a route per Trigger; an unchanged Trigger is not re-added; a delete removes the route', async () => {

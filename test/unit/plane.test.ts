@@ -1,9 +1,14 @@
-// The plane's derived wiring: which ApiServerSources and Trigger a declaration gets.
+// A declaration's wiring (which ApiServerSources it gets) and the generated objects the plane runs in memory.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { defineFunction } from '../../functions/runtime/declaration.ts';
-import { ConfigMap, Namespace, Pod, Secret, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { sourcesFor, triggerFor } from '../../eventing/plane.ts';
+import { ConfigMap, Namespace, Pod, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ServiceDirectory } from '../../eventing/knative/services.ts';
+import { StatusBoard } from '../../eventing/knative/status.ts';
+import { brokerTriggerFor, type Resolvers } from '../../eventing/knative/triggers.ts';
+import { functionObjects } from '../../eventing/manifests/index.ts';
+import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
+import { planeObjects, sourcesFor } from '../../eventing/plane.ts';
 
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
 const reconcile = async (): Promise<void> => undefined;
@@ -42,13 +47,40 @@ describe('sourcesFor', () => {
   });
 });
 
-describe('triggerFor', () => {
-  it("bounds the trigger's deliveries by the function's capacity at full scale", () => {
+describe('the generated objects the plane runs in memory (planeObjects)', () => {
+  const resolversFor = async (objects: KubeObject[]): Promise<Resolvers> => {
+    const services = new ServiceDirectory(new StatusBoard(), { urlFor: (name) => `http://x/${name}`, configure: () => {} });
+    for (const service of objects.filter((o) => o.kind === 'Service')) await services.apply(service);
+    return { brokers: { has: () => true }, services };
+  };
+  const routeOf = async (objects: KubeObject[], name: string) => brokerTriggerFor(objects.find((o) => o.kind === 'Trigger' && o.metadata.name === name)!, await resolversFor(objects)).trigger;
+
+  it("bounds each Trigger's deliveries by its Service's capacity at full scale", async () => {
     const soft = defineFunction({ name: 'soft', description: '', reconciles: Widget, rbac: [], reconcile, scaling: { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 } });
     const hard = defineFunction({ name: 'hard', description: '', reconciles: Widget, rbac: [], reconcile, scaling: { minScale: 0, maxScale: 3, target: 100, containerConcurrency: 5 } });
     const unbounded = defineFunction({ name: 'unbounded', description: '', reconciles: Widget, rbac: [], reconcile, scaling: { minScale: 0, maxScale: 0, target: 100, containerConcurrency: 0 } });
-    assert.equal(triggerFor(soft, 'http://x/soft').maxInFlight, 400);
-    assert.equal(triggerFor(hard, 'http://x/hard').maxInFlight, 15);
-    assert.equal(triggerFor(unbounded, 'http://x/u').maxInFlight, undefined, "unbounded scale: the broker's default");
+    const objects = planeObjects([soft, hard, unbounded]);
+    assert.equal((await routeOf(objects, 'soft'))?.maxInFlight, 400);
+    assert.equal((await routeOf(objects, 'hard'))?.maxInFlight, 15);
+    assert.equal((await routeOf(objects, 'unbounded'))?.maxInFlight, undefined, "unbounded scale: the broker's default");
+  });
+
+  it('are exactly the generated Knative objects (no identities, no CRDs), with the plane\'s delivery and replace', async () => {
+    const fn = defineFunction({ name: 'widgets', description: '', reconciles: Widget, rbac: [], reconcile, owns: [{ kind: Pod, ownerNameLabel: 'widget' }] });
+    const objects = planeObjects([fn], { delivery: { retry: 2, backoffDelay: 'PT0.05S' }, replace: { widgets: 'http://elsewhere/' } });
+    assert.deepEqual(objects.map((o) => `${o.kind} ${o.metadata.name}`), ['Broker operator-functions', 'Service opfn-dead-letters', 'Service widgets', 'Trigger widgets', 'PingSource widgets-resync', 'ApiServerSource widgets-objects', 'ApiServerSource widgets-related']);
+    const generated = functionObjects(fn, { ...DEFAULT_OPTIONS, replace: { widgets: 'http://elsewhere/' }, delivery: { retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.05S' } });
+    for (const object of objects.filter((o) => o.metadata.name?.startsWith('widgets'))) assert.deepEqual(object, generated.find((g) => g.kind === object.kind && g.metadata.name === object.metadata.name));
+    const route = await routeOf(objects, 'widgets');
+    assert.equal(route?.subscriber, 'http://elsewhere/');
+    assert.deepEqual(route?.delivery, { retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.05S' });
+  });
+
+  it('resyncIntervalMs replaces the PingSource schedule, 0 drops the PingSource', () => {
+    const fn = defineFunction({ name: 'widgets', description: '', reconciles: Widget, rbac: [], reconcile });
+    const ping = (objects: KubeObject[]) => objects.find((o) => o.kind === 'PingSource') as (KubeObject & { spec: { schedule: string } }) | undefined;
+    assert.equal(ping(planeObjects([fn]))?.spec.schedule, fn.resyncSchedule);
+    assert.equal(ping(planeObjects([fn], { resyncIntervalMs: 1500 }))?.spec.schedule, '@every 1500ms');
+    assert.equal(ping(planeObjects([fn], { resyncIntervalMs: 0 })), undefined);
   });
 });

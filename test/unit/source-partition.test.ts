@@ -31,7 +31,12 @@ describe('source partition keys', () => {
     assert.equal(partitionKey(rule, { metadata: { namespace: 'ns', name: 'c' } }), undefined);
   });
 
-  it('gives watched kinds no key', () => {
-    assert.equal(partitionKey(undefined, { metadata: { namespace: 'ns', name: 'web' } }), undefined);
+  it('gives watched kinds no key when told so', () => {
+    assert.equal(partitionKey({ by: 'none' }, { metadata: { namespace: 'ns', name: 'web' } }), undefined);
+  });
+
+  it('without a rule: the controller owner, else the object itself', () => {
+    assert.equal(partitionKey(undefined, { metadata: { namespace: 'ns', name: 'web' } }), 'ns/web');
+    assert.equal(partitionKey(undefined, { metadata: { namespace: 'ns', name: 'web-immortalpod', ownerReferences: [controller('other', { controller: false }), controller('web')] } }), 'ns/web');
   });
 });

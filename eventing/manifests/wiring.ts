@@ -1,0 +1,47 @@
+// How a function's events reach it, decided from its declaration once: the building blocks of
+// its generated ApiServerSources and Trigger (sources.ts, triggers.ts). Nothing else derives
+// wiring from a declaration: the local plane runs the generated objects (eventing/knative/).
+//
+// Sources: its own kind in Resource mode (the runtime can skip a status-only update by its body);
+// owned and watched kinds in Resource mode (a delete still names the owner), with their label
+// selectors; Secrets always in Reference mode, in a source of their own, because Secret contents
+// must never travel through the event plane. Every event is tagged with the function's name
+// (ceOverrides), which its Trigger filters on.
+import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import { FUNCTION_EXTENSION } from '../../functions/runtime/events.ts';
+import type { ResourceKind } from '../../functions/runtime/kinds.ts';
+import type { SourceSpec } from '../source.ts';
+
+/** CloudEvent extension naming the function a source serves (ApiServerSource ceOverrides). */
+export { FUNCTION_EXTENSION };
+
+/** The ApiServerSources of one function. */
+export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
+  const extensions = { [FUNCTION_EXTENSION]: declaration.name };
+  const primary = declaration.reconciles;
+  const sources: SourceSpec[] = [{ name: `${declaration.name}-objects`, mode: isSecret(primary) ? 'Reference' : 'Resource', resources: [{ kind: primary }], extensions }];
+  const related = [
+    ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel })),
+    ...declaration.watches.map((watched) => ({ kind: watched.kind, labelSelector: watched.labelSelector })),
+  ];
+  const resources = related.filter((r) => !isSecret(r.kind));
+  const secrets = related.filter((r) => isSecret(r.kind));
+  if (resources.length) sources.push({ name: `${declaration.name}-related`, mode: 'Resource', resources, extensions });
+  if (secrets.length) sources.push({ name: `${declaration.name}-secrets`, mode: 'Reference', resources: secrets, extensions });
+  return sources;
+}
+
+/** Secrets are never watched in Resource mode: their data must not reach events, logs or dead letters. */
+export function isSecret(kind: ResourceKind): boolean {
+  return kind.group === '' && kind.kind === 'Secret';
+}
+
+/** Name and filter of the Trigger routing a function's events (its sources' and its resync pings) to it. */
+export function triggerFor(declaration: FunctionDeclaration): { name: string; filter: { attributes: Record<string, string> } } {
+  return { name: declaration.name, filter: { attributes: { [FUNCTION_EXTENSION]: declaration.name } } };
+}
+
+/** Every kind a function's sources send (its own, owned and watched kinds). */
+export function kindsOf(declaration: FunctionDeclaration): ResourceKind[] {
+  return sourcesFor(declaration).flatMap((source) => source.resources.map((resource) => resource.kind));
+}

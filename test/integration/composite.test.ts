@@ -1,0 +1,469 @@
+// The seed's Metacontroller ImmortalContainer served by the `composite` function against a real
+// API server: the CompositeController manifest and the ImmortalContainer from crds/examples/
+// applied unchanged, the seed-equivalent sync hook (functions/composite/immortal-container-hook.ts)
+// served on loopback by serve-hook.ts, the function running as its own ServiceAccount with its
+// generated RBAC. Events are delivered to the function host directly, as the broker would.
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
+import { applyCrds, CRD_DIR, readManifests } from '../../eventing/crds.ts';
+import { sync } from '../../functions/composite/immortal-container-hook.ts';
+import { serveHooks, type HookServer } from '../../functions/composite/serve-hook.ts';
+import { LAST_APPLIED_ANNOTATION } from '../../functions/composite/apply.ts';
+import composite from '../../functions/composite-controller/index.ts';
+import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import type { KubeClient } from '../../functions/runtime/kube.ts';
+import { CloudEvent, HTTP } from 'cloudevents';
+import { deliver, eventually, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+
+const MetaImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
+const SEED_HOOK_URL = 'http://immortalcontainer-controller.metacontroller/';
+/** The other ImmortalContainer CRD (crds/immortalcontainer.yaml): parents for the controllers below, told apart by label. */
+const PlainImmortalContainer: ResourceKind = { group: 'immortalcontainer.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
+const SCRIPTED_HOOK_URL = 'http://scripted.hooks.test/';
+
+/** A hook server whose answer each test scripts: (path, request) → [status, body, headers, delay ms]. */
+type Script = (path: string, request: any) => { status: number; body: string; headers?: Record<string, string>; delayMs?: number };
+let script: Script = () => ({ status: 500, body: 'no script' });
+const scriptedCalls: { path: string; request: any }[] = [];
+let scripted: Server;
+
+/** A cluster-scoped kind of the test's own, applied while the function runs. */
+const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: false };
+const widgetCrd: KubeObject = {
+  apiVersion: 'apiextensions.k8s.io/v1',
+  kind: 'CustomResourceDefinition',
+  metadata: { name: 'widgets.example.com' },
+  spec: {
+    group: 'example.com',
+    scope: 'Cluster',
+    names: { kind: 'Widget', listKind: 'WidgetList', plural: 'widgets', singular: 'widget' },
+    versions: [{ name: 'v1', served: true, storage: true, subresources: { status: {} }, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
+  },
+};
+let scriptedUrl: string;
+
+let cluster: TestCluster;
+let kube: KubeClient;
+let hooks: HookServer;
+let fn: RunningFunction;
+
+const example = (kind: string): KubeObject => {
+  const found = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === kind && (kind === 'CompositeController' || object.apiVersion === 'immortalcontainers.flugel.it/v1alpha1'));
+  assert.ok(found, `crds/examples has the Metacontroller ${kind}`);
+  return found;
+};
+
+/** What the plane delivers when a CompositeController changes (or a resync names it). */
+const nudge = async (name = 'immortalcontainer-controller') => {
+  const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: { metadata: { name } }, action: 'update', mode: 'Reference' }));
+  return answer;
+};
+
+type PodObject = KubeObject & { spec?: { containers?: { name: string; image: string }[] }; status?: { phase?: string } };
+type Parent = KubeObject & { status?: { currentPod?: string; observedGeneration?: number } };
+
+const key = { namespace: 'default', name: 'example-immortalcontainer' };
+const podKey = { namespace: 'default', name: 'example-immortalcontainer-immortalpod' };
+const getParent = () => kube.get<Parent>(MetaImmortalContainer, key);
+const getPod = () => kube.get<PodObject>(Pod, podKey);
+
+before(async () => {
+  cluster = await startTestCluster();
+  kube = cluster.kube;
+  hooks = await serveHooks({ hooks: { '/sync': sync } });
+  scripted = createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      scriptedCalls.push({ path: request.url ?? '', request: body });
+      const answer = script(request.url ?? '', body);
+      setTimeout(() => response.writeHead(answer.status, { 'content-type': 'application/json', ...answer.headers }).end(answer.body), answer.delayMs ?? 0);
+    });
+  });
+  await new Promise<void>((resolve) => scripted.listen(0, '127.0.0.1', resolve));
+  scriptedUrl = `http://127.0.0.1:${(scripted.address() as AddressInfo).port}/`;
+  const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite);
+  fn = await serveFunction(composite, kubeconfig, { config: { COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}` } });
+  await kube.create(CompositeControllerKind, example('CompositeController'));
+  await kube.create(MetaImmortalContainer, example('ImmortalContainer'), 'default');
+});
+
+after(async () => {
+  await fn?.close();
+  await hooks?.close();
+  scripted?.closeAllConnections();
+  scripted?.close();
+  await cluster?.stop();
+});
+
+describe("the seed's Metacontroller ImmortalContainer, manifests unchanged", () => {
+  test('the first sync creates the pod, controlled by the parent and labelled controller-uid (no selector in the manifest)', async () => {
+    const answer = await nudge();
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    const parent = (await getParent())!;
+    const pod = await getPod();
+    assert.ok(pod, 'the pod exists');
+    assert.equal(pod.spec?.containers?.[0]?.image, 'nginx:latest');
+    assert.equal(pod.metadata.labels?.['controller-uid'], parent.metadata.uid);
+    const owner = pod.metadata.ownerReferences?.[0];
+    assert.deepEqual([owner?.kind, owner?.name, owner?.uid, owner?.controller, owner?.blockOwnerDeletion], ['ImmortalContainer', key.name, parent.metadata.uid, true, true]);
+    assert.ok(pod.metadata.annotations?.[LAST_APPLIED_ANNOTATION], 'the last-applied annotation is set for the 3-way merge');
+    // The hook saw no pod yet: status is its answer plus observedGeneration, through /status.
+    assert.deepEqual(parent.status, { currentPod: '', observedGeneration: 1 });
+  });
+
+  test('the next sync reports the pod in status; a sync with nothing new writes nothing', async () => {
+    assert.equal((await nudge()).status, 200);
+    const parent = (await getParent())!;
+    assert.deepEqual(parent.status, { currentPod: podKey.name, observedGeneration: 1 });
+    const pod = (await getPod())!;
+    assert.equal((await nudge()).status, 200);
+    assert.equal((await getParent())!.metadata.resourceVersion, parent.metadata.resourceVersion, 'no status write');
+    assert.equal((await getPod())!.metadata.resourceVersion, pod.metadata.resourceVersion, 'no pod write');
+  });
+
+  test('a deleted pod is created again', async () => {
+    const pod = (await getPod())!;
+    await kube.delete(Pod, podKey);
+    assert.equal((await nudge()).status, 200);
+    const recreated = await getPod();
+    assert.ok(recreated && recreated.metadata.uid !== pod.metadata.uid, 'a new pod exists');
+  });
+
+  test('a pod that exited 0 (Succeeded) is deleted, then replaced (the seed never replaced it)', async () => {
+    const pod = (await getPod())!;
+    // Play the kubelet: the container exited 0.
+    await kube.replace(Pod, { ...pod, status: { phase: 'Succeeded' } }, 'status');
+    const answer = await nudge();
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.equal(await getPod(), undefined, 'the finished pod was deleted');
+    // The answer asks for the controller again soon (a reply event the broker holds), so the
+    // pod comes back without waiting for the next resync.
+    assert.deepEqual(answer.body.keys, ['metacontroller.k8s.io/CompositeController:immortalcontainer-controller'], JSON.stringify(answer.body));
+    assert.deepEqual((await getParent())!.status, { currentPod: '', observedGeneration: 1 });
+    assert.equal((await nudge()).status, 200);
+    const replaced = await getPod();
+    assert.ok(replaced && replaced.metadata.uid !== pod.metadata.uid, 'a new pod runs');
+  });
+
+  test('Recreate (the manifest\'s strategy): a label added by someone else survives without a recreate; an image change recreates the pod', async () => {
+    const pod = (await getPod())!;
+    await kube.replace(Pod, { ...pod, metadata: { ...pod.metadata, labels: { ...pod.metadata.labels, 'added-by': 'someone' } } });
+    assert.equal((await nudge()).status, 200);
+    const kept = (await getPod())!;
+    assert.equal(kept.metadata.uid, pod.metadata.uid, 'not recreated');
+    assert.equal(kept.metadata.labels?.['added-by'], 'someone');
+
+    const parent = (await getParent())!;
+    await kube.replace(MetaImmortalContainer, { ...parent, spec: { image: 'nginx:1.25' } });
+    assert.equal((await nudge()).status, 200);
+    assert.equal(await getPod(), undefined, 'Recreate deletes the outdated pod first');
+    assert.equal((await nudge()).status, 200);
+    const recreated = (await getPod())!;
+    assert.notEqual(recreated.metadata.uid, pod.metadata.uid);
+    assert.equal(recreated.spec?.containers?.[0]?.image, 'nginx:1.25');
+    assert.equal((await getParent())!.status?.observedGeneration, 2);
+  });
+});
+
+describe('kinds known only at run time', () => {
+  test('a parent kind not served yet is retried (503), not treated as gone; once its CRD is applied the controller serves it: a cluster-scoped parent with children in two namespaces (v1 keys ns/name)', async () => {
+    await kube.create(CompositeControllerKind, {
+      apiVersion: 'metacontroller.k8s.io/v1alpha1',
+      kind: 'CompositeController',
+      metadata: { name: 'widgets' },
+      spec: {
+        parentResource: { apiVersion: 'example.com/v1', resource: 'widgets' },
+        childResources: [{ apiVersion: 'v1', resource: 'configmaps' }],
+        generateSelector: true,
+        hooks: { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}widget-sync` } } },
+      },
+    });
+    const answer = await nudge('widgets');
+    assert.equal(answer.status, 503, JSON.stringify(answer.body));
+    assert.match(JSON.stringify(answer.body), /does not serve widgets in example\.com\/v1/);
+
+    await applyCrds(kube, [widgetCrd]);
+    for (const name of ['ns-a', 'ns-b']) await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
+    await kube.create(Widget, { apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'w1' }, spec: { namespaces: ['ns-a', 'ns-b'] } });
+    script = (_path, request) => ({
+      status: 200,
+      body: JSON.stringify({
+        status: { seen: Object.keys(request.children['ConfigMap.v1'] ?? {}) },
+        children: request.parent.spec.namespaces.map((namespace: string) => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: request.parent.metadata.name, namespace }, data: { from: 'widget' } })),
+      }),
+    });
+    // Discovery reads the group-version again on a miss (at most once a second): the broker's
+    // retries, played here, succeed once it is served.
+    await eventually(async () => (await nudge('widgets')).status === 200, 30_000, 'the widgets controller to sync once its CRD is served');
+    const widget = (await kube.get(Widget, { namespace: '', name: 'w1' }))!;
+    for (const namespace of ['ns-a', 'ns-b']) {
+      const child = await kube.get(ConfigMap, { namespace, name: 'w1' });
+      assert.ok(child, `ConfigMap ${namespace}/w1 exists`);
+      assert.equal(child.metadata.ownerReferences?.[0]?.uid, widget.metadata.uid);
+    }
+    assert.equal((await nudge('widgets')).status, 200);
+    assert.deepEqual(scriptedCalls.at(-1)?.request.children['ConfigMap.v1'] && Object.keys(scriptedCalls.at(-1)!.request.children['ConfigMap.v1']), ['ns-a/w1', 'ns-b/w1']);
+    assert.deepEqual((await kube.get<KubeObject & { status?: unknown }>(Widget, { namespace: '', name: 'w1' }))!.status, { seen: ['ns-a/w1', 'ns-b/w1'], observedGeneration: 1 });
+  });
+
+  test('an apiVersion that names no group-version is refused for good (Warning Event), not retried', async () => {
+    await kube.create(CompositeControllerKind, {
+      apiVersion: 'metacontroller.k8s.io/v1alpha1',
+      kind: 'CompositeController',
+      metadata: { name: 'bad-version' },
+      spec: { parentResource: { apiVersion: 'example.com/v1/extra', resource: 'widgets' }, hooks: { sync: { webhook: { url: 'http://127.0.0.1:9/sync' } } } },
+    });
+    const answer = await nudge('bad-version');
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    await fn.host.flushEvents();
+    const events = await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=bad-version' });
+    assert.ok(events.items.some((event) => event.reason === 'InvalidApiVersion'), JSON.stringify(events.items.map((event) => event.message)));
+  });
+
+  test('a CompositeController without a sync hook is refused for good: a Warning Event, not retried', async () => {
+    await kube.create(CompositeControllerKind, {
+      apiVersion: 'metacontroller.k8s.io/v1alpha1',
+      kind: 'CompositeController',
+      metadata: { name: 'no-hooks' },
+      spec: { parentResource: { apiVersion: 'immortalcontainers.flugel.it/v1alpha1', resource: 'immortalcontainers' } },
+    });
+    const answer = await nudge('no-hooks');
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    await fn.host.flushEvents();
+    const events = await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=no-hooks' });
+    assert.ok(events.items.some((event) => event.reason === 'InvalidController' && /no hooks defined/.test(String(event.message))), JSON.stringify(events.items.map((event) => event.message)));
+  });
+});
+
+/** A CompositeController over the plain ImmortalContainer kind, for parents labelled `strategy=<name>`. */
+function controllerFor(name: string, method: string, hooks: Record<string, unknown>): KubeObject {
+  return {
+    apiVersion: 'metacontroller.k8s.io/v1alpha1',
+    kind: 'CompositeController',
+    metadata: { name },
+    spec: {
+      parentResource: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', resource: 'immortalcontainers', labelSelector: { matchLabels: { strategy: name } } },
+      childResources: [{ apiVersion: 'v1', resource: 'pods', updateStrategy: { method } }],
+      generateSelector: true,
+      hooks,
+    },
+  };
+}
+const seedSync = { sync: { webhook: { url: `${SEED_HOOK_URL}sync` } } };
+
+async function parentFor(name: string, strategy: string | undefined, image = 'nginx:1') {
+  return kube.create(PlainImmortalContainer, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default', labels: strategy ? { strategy } : {} }, spec: { image } }, 'default');
+}
+const podOf = (name: string) => kube.get<PodObject>(Pod, { namespace: 'default', name: `${name}-immortalpod` });
+const imageOf = (pod: PodObject | undefined) => pod?.spec?.containers?.[0]?.image;
+async function setImage(name: string, image: string) {
+  const parent = (await kube.get(PlainImmortalContainer, { namespace: 'default', name }))!;
+  await kube.replace(PlainImmortalContainer, { ...parent, spec: { image } });
+}
+async function warnings(name: string) {
+  await fn.host.flushEvents();
+  return (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.filter((event) => event.type === 'Warning');
+}
+
+describe('update strategies and the parent labelSelector', () => {
+  before(async () => {
+    await kube.create(CompositeControllerKind, controllerFor('in-place', 'InPlace', seedSync));
+    await kube.create(CompositeControllerKind, controllerFor('on-delete', 'OnDelete', seedSync));
+    await parentFor('ip', 'in-place');
+    await parentFor('od', 'on-delete');
+    await parentFor('excluded', undefined);
+    for (const name of ['in-place', 'on-delete']) assert.equal((await nudge(name)).status, 200);
+  });
+
+  test('a parent outside every labelSelector gets nothing', async () => {
+    assert.ok(await podOf('ip'));
+    assert.ok(await podOf('od'));
+    assert.equal(await podOf('excluded'), undefined);
+    const excluded = (await kube.get<Parent>(PlainImmortalContainer, { namespace: 'default', name: 'excluded' }))!;
+    assert.equal(excluded.status?.observedGeneration, undefined, 'no status written');
+  });
+
+  test('InPlace: an image change updates the same pod, and a label added by someone else survives', async () => {
+    const pod = (await podOf('ip'))!;
+    await kube.replace(Pod, { ...pod, metadata: { ...pod.metadata, labels: { ...pod.metadata.labels, 'added-by': 'someone' } } });
+    await setImage('ip', 'nginx:2');
+    assert.equal((await nudge('in-place')).status, 200);
+    const updated = (await podOf('ip'))!;
+    assert.equal(updated.metadata.uid, pod.metadata.uid, 'the same pod');
+    assert.equal(imageOf(updated), 'nginx:2');
+    assert.equal(updated.metadata.labels?.['added-by'], 'someone');
+  });
+
+  test('OnDelete: an image change leaves the pod alone until it is deleted; then it is created from the new spec', async () => {
+    const pod = (await podOf('od'))!;
+    await setImage('od', 'nginx:2');
+    assert.equal((await nudge('on-delete')).status, 200);
+    assert.equal(imageOf(await podOf('od')), 'nginx:1');
+    assert.equal((await podOf('od'))!.metadata.uid, pod.metadata.uid);
+    await kube.delete(Pod, keyOfPod('od'));
+    assert.equal((await nudge('on-delete')).status, 200);
+    assert.equal(imageOf(await podOf('od')), 'nginx:2');
+  });
+
+  test('a matching orphan is adopted, not replaced; a child whose label stops matching is released', async () => {
+    const parent = await parentFor('adopter', undefined);
+    const orphan = await kube.create<KubeObject>(Pod, { metadata: { name: 'adopter-immortalpod', namespace: 'default', labels: { 'controller-uid': parent.metadata.uid! } }, spec: { restartPolicy: 'OnFailure', containers: [{ name: 'acontainer', image: 'nginx:1' }] } });
+    const labelled = (await kube.get(PlainImmortalContainer, { namespace: 'default', name: 'adopter' }))!;
+    await kube.replace(PlainImmortalContainer, { ...labelled, metadata: { ...labelled.metadata, labels: { strategy: 'in-place' } } });
+    assert.equal((await nudge('in-place')).status, 200);
+    const adopted = (await podOf('adopter'))!;
+    assert.equal(adopted.metadata.uid, orphan.metadata.uid, 'the same pod');
+    assert.deepEqual(adopted.metadata.ownerReferences?.map((reference) => [reference.uid, reference.controller]), [[parent.metadata.uid, true]]);
+
+    await kube.replace(Pod, { ...adopted, metadata: { ...adopted.metadata, labels: { 'controller-uid': 'someone-else' } } });
+    assert.equal((await nudge('in-place')).status, 200);
+    const released = (await podOf('adopter'))!;
+    assert.equal(released.metadata.uid, orphan.metadata.uid);
+    assert.deepEqual(released.metadata.ownerReferences ?? [], [], 'no ownerReference left');
+  });
+
+  test('a CompositeController deleted while running stops being served', async () => {
+    await kube.delete(CompositeControllerKind, { namespace: '', name: 'on-delete' });
+    await kube.delete(Pod, keyOfPod('od'));
+    assert.equal((await nudge('on-delete')).status, 200);
+    assert.equal(await podOf('od'), undefined, 'nobody recreates the pod');
+  });
+});
+const keyOfPod = (name: string) => ({ namespace: 'default', name: `${name}-immortalpod` });
+
+/** POSTs a CloudEvent and keeps the answer's headers (Retry-After). */
+async function nudgeWithHeaders(name: string) {
+  const { headers, body } = HTTP.binary(apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: { metadata: { name } }, action: 'update', mode: 'Reference' }) as CloudEvent<unknown>) as { headers: Record<string, string>; body: string };
+  const response = await fetch(fn.url, { method: 'POST', headers, body });
+  return { status: response.status, retryAfter: response.headers.get('retry-after'), text: await response.text() };
+}
+
+describe('hook failures: a Warning Event SyncError on the parent, retried; other controllers unaffected', () => {
+  before(async () => {
+    await kube.create(CompositeControllerKind, controllerFor('failing', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}sync`, timeout: '1s' } } }));
+    await parentFor('flaky', 'failing');
+  });
+
+  const cases: [string, Script, RegExp][] = [
+    ['500', () => ({ status: 500, body: 'boom' }), /Sync error: unsupported status code: 500 body: boom/],
+    ['a timeout', () => ({ status: 200, body: '{}', delayMs: 2500 }), /Sync error: .*timed out after 1000 ms/],
+    ['malformed JSON', () => ({ status: 200, body: '{"children": [' }), /Sync error: /],
+  ];
+  for (const [what, behaviour, message] of cases) {
+    test(`${what}: answered 503 (retried), SyncError Event, no child`, async () => {
+      script = behaviour;
+      const answer = await nudgeWithHeaders('failing');
+      assert.equal(answer.status, 503, answer.text);
+      const events = await warnings('flaky');
+      assert.ok(events.some((event) => event.reason === 'SyncError' && message.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+      assert.equal(await podOf('flaky'), undefined);
+      // The seed's controller, served by the same function, still syncs.
+      assert.equal((await nudge()).status, 200);
+    });
+  }
+
+  test('429 with Retry-After: retried after that long, without a SyncError Event', async () => {
+    script = () => ({ status: 429, body: '', headers: { 'retry-after': '7' } });
+    const before = (await warnings('flaky')).reduce((sum, event) => sum + Number(event.count ?? 1), 0);
+    const answer = await nudgeWithHeaders('failing');
+    assert.equal(answer.status, 503, answer.text);
+    assert.equal(answer.retryAfter, '7');
+    const after = (await warnings('flaky')).reduce((sum, event) => sum + Number(event.count ?? 1), 0);
+    assert.equal(after, before, 'no new Warning Event');
+  });
+
+  test('once the hook answers, the retry succeeds', async () => {
+    script = (_path, request) => ({ status: 200, body: JSON.stringify(sync(request)) });
+    assert.equal((await nudgeWithHeaders('failing')).status, 200);
+    assert.ok(await podOf('flaky'));
+  });
+});
+
+describe('finalize hook', () => {
+  let finalized = false;
+  before(async () => {
+    await kube.create(CompositeControllerKind, controllerFor('finalizing', 'InPlace', { ...seedSync, finalize: { webhook: { url: `${SCRIPTED_HOOK_URL}finalize` } } }));
+    await parentFor('last', 'finalizing');
+    script = (path, request) => (path === '/finalize' ? { status: 200, body: JSON.stringify({ status: { phase: 'finalizing' }, children: [], finalized }) } : { status: 404, body: '' });
+  });
+
+  test('the finalizer is added; deletion waits for finalized: true, then the finalizer goes and the parent with it', async () => {
+    assert.equal((await nudge('finalizing')).status, 200);
+    const key = { namespace: 'default', name: 'last' };
+    assert.deepEqual((await kube.get(PlainImmortalContainer, key))!.metadata.finalizers, ['metacontroller.io/compositecontroller-finalizing']);
+    assert.ok(await podOf('last'));
+    await kube.delete(PlainImmortalContainer, key);
+    scriptedCalls.length = 0;
+    assert.equal((await nudge('finalizing')).status, 200);
+    const waiting = (await kube.get(PlainImmortalContainer, key))!;
+    assert.ok(waiting?.metadata.deletionTimestamp, 'still there, being deleted');
+    assert.equal(scriptedCalls.at(-1)?.path, '/finalize');
+    assert.equal(scriptedCalls.at(-1)?.request.finalizing, true);
+    assert.equal(await podOf('last'), undefined, 'the finalize answer (no children) was applied');
+    finalized = true;
+    assert.equal((await nudge('finalizing')).status, 200);
+    assert.equal(await kube.get(PlainImmortalContainer, key), undefined, 'finalizer removed, parent gone');
+  });
+});
+
+describe('customize hook (v2)', () => {
+  test('related objects from another namespace, chosen by name and by label, reach the sync hook keyed ns/name', async () => {
+    await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: 'shared-config' } });
+    await kube.create(ConfigMap, { metadata: { name: 'by-name', namespace: 'shared-config' }, data: {} });
+    await kube.create(ConfigMap, { metadata: { name: 'by-label', namespace: 'shared-config', labels: { share: 'yes' } }, data: {} });
+    await kube.create(ConfigMap, { metadata: { name: 'unrelated', namespace: 'shared-config' }, data: {} });
+    await kube.create(CompositeControllerKind, controllerFor('customized', 'InPlace', {
+      sync: { version: 'v2', webhook: { url: `${SCRIPTED_HOOK_URL}customized-sync` } },
+      customize: { version: 'v2', webhook: { url: `${SCRIPTED_HOOK_URL}customize` } },
+    }));
+    await parentFor('with-related', 'customized');
+    script = (path, request) => {
+      if (path === '/customize') {
+        return { status: 200, body: JSON.stringify({ relatedResources: [
+          { apiVersion: 'v1', resource: 'configmaps', namespace: 'shared-config', names: ['by-name'] },
+          { apiVersion: 'v1', resource: 'configmaps', namespace: 'shared-config', labelSelector: { matchLabels: { share: 'yes' } } },
+        ] }) };
+      }
+      // The status this CRD keeps is currentPod (a string): the hook reports what it was given there.
+      return { status: 200, body: JSON.stringify({ status: { currentPod: Object.keys(request.related['ConfigMap.v1'] ?? {}).join(',') }, children: [] }) };
+    };
+    scriptedCalls.length = 0;
+    assert.equal((await nudge('customized')).status, 200);
+    assert.deepEqual(scriptedCalls.map((call) => call.path), ['/customize', '/customized-sync']);
+    assert.equal(scriptedCalls[0]!.request.parent.metadata.name, 'with-related');
+    assert.deepEqual(Object.keys(scriptedCalls[1]!.request.related['ConfigMap.v1']), ['shared-config/by-label', 'shared-config/by-name']);
+    const parent = (await kube.get<Parent>(PlainImmortalContainer, { namespace: 'default', name: 'with-related' }))!;
+    assert.deepEqual(parent.status, { currentPod: 'shared-config/by-label,shared-config/by-name', observedGeneration: 1 });
+  });
+
+  test('a related kind that is not served: SyncError Event on the parent, retried', async () => {
+    script = (path, request) => (path === '/customize'
+      ? { status: 200, body: JSON.stringify({ relatedResources: [{ apiVersion: 'example.com/v1', resource: 'gadgets' }] }) }
+      : { status: 200, body: JSON.stringify({ status: {}, children: [] }) });
+    const answer = await nudge('customized');
+    assert.equal(answer.status, 503, JSON.stringify(answer.body));
+    const events = await warnings('with-related');
+    assert.ok(events.some((event) => event.reason === 'SyncError' && /does not serve gadgets in example\.com\/v1/.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+  });
+});
+
+describe('resync', () => {
+  test('a resync (PingSource) reaches every CompositeController: a deleted pod of the seed controller is back', async () => {
+    const pod = (await getPod())!;
+    await kube.delete(Pod, podKey);
+    const ping = new CloudEvent<unknown>({ specversion: '1.0', id: 'resync-1', type: 'dev.knative.sources.ping', source: '/apis/v1/namespaces/operator-functions/pingsources/composite-resync', data: {} });
+    const answer = await deliver(fn.url, ping);
+    // Other controllers' parents may fail (a reply names them); the seed's is synced.
+    assert.ok(answer.status === 200, JSON.stringify(answer.body));
+    const recreated = await getPod();
+    assert.ok(recreated && recreated.metadata.uid !== pod.metadata.uid, 'a new pod exists');
+  });
+});

@@ -1,0 +1,98 @@
+// Activator.configure: a function's scaling and request timeout changed while it runs (a Knative
+// Service edited live), against REAL child processes (test/fixtures/tiny-function.ts). Counts and
+// pids are asserted, never tight timings.
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { pino } from 'pino';
+import { Activator, type FunctionProcessSpec, type Scaling } from '../../eventing/activator.ts';
+
+const FIXTURE = fileURLToPath(new URL('../fixtures/tiny-function.ts', import.meta.url));
+const log = pino({ level: 'silent' });
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function eventually(check: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`not within ${timeoutMs} ms: ${what}`);
+    await sleep(25);
+  }
+}
+
+const spec = (scaling: Partial<Scaling> = {}): FunctionProcessSpec => ({
+  name: 'tiny',
+  command: process.execPath,
+  args: [FIXTURE],
+  scaling: { minScale: 0, maxScale: 4, target: 10, containerConcurrency: 0, ...scaling },
+});
+
+const open: Activator[] = [];
+async function start(scaling: Partial<Scaling> = {}, idleTimeoutMs = 60_000) {
+  const activator = new Activator({ functions: [spec(scaling)], log, idleTimeoutMs, childOutput: 'log' });
+  open.push(activator);
+  const base = await activator.listen();
+  await activator.start();
+  return { activator, url: `${base}/tiny` };
+}
+after(() => Promise.all(open.map((activator) => activator.close())));
+
+const pidOf = async (url: string) => ((await (await fetch(url)).json()) as { pid: number }).pid;
+
+test('raising min-scale starts instances at once; lowering it lets them go when idle, not before', async () => {
+  const { activator, url } = await start({}, 1500);
+  assert.equal(activator.instances('tiny'), 0);
+  assert.equal(activator.configure('tiny', { scaling: { minScale: 2, maxScale: 4, target: 10, containerConcurrency: 0 } }), true);
+  await eventually(() => activator.instances('tiny') === 2, 'two instances for min-scale 2');
+  await sleep(2500);
+  assert.equal(activator.instances('tiny'), 2, 'held by min-scale past the idle timeout');
+  const pid = await pidOf(url);
+  activator.configure('tiny', { scaling: { minScale: 0, maxScale: 4, target: 10, containerConcurrency: 0 } });
+  assert.equal(activator.instances('tiny'), 2, 'not stopped by the edit itself');
+  await eventually(() => activator.instances('tiny') === 0, 'scaled to zero after the idle timeout');
+  assert.equal(activator.stats().tiny.started, 2, 'no instance was restarted for the edit');
+  assert.ok(pid > 0);
+});
+
+test('lowering max-scale stops idle instances above it; a busy one finishes its request first', async () => {
+  const { activator, url } = await start({ minScale: 3, maxScale: 3 });
+  await eventually(() => activator.instances('tiny') === 3, 'three instances');
+  // One request in flight on some instance while max-scale drops to 1.
+  const slow = fetch(`${url}/slow?ms=1500`).then((response) => response.json() as Promise<{ pid: number }>);
+  await sleep(300);
+  activator.configure('tiny', { scaling: { minScale: 1, maxScale: 1, target: 10, containerConcurrency: 0 } });
+  await eventually(() => activator.instances('tiny') <= 2, 'idle instances above max-scale stopped');
+  const answer = await slow;
+  assert.ok(answer.pid > 0, 'the request in flight was answered');
+  await eventually(() => activator.instances('tiny') === 1, 'one instance, max-scale 1');
+  assert.equal(activator.stats().tiny.started, 3, 'nothing restarted');
+});
+
+test('timeoutSeconds applies to the next requests', async () => {
+  const { activator, url } = await start({ minScale: 1, maxScale: 1 });
+  await eventually(() => activator.instances('tiny') === 1, 'one instance');
+  assert.equal((await fetch(`${url}/slow?ms=1500`)).status, 200, 'within the default 300 s');
+  activator.configure('tiny', { scaling: activator.configurationOf('tiny').scaling, timeoutSeconds: 1 });
+  const timedOut = await fetch(`${url}/slow?ms=3000`);
+  assert.equal(timedOut.status, 504, 'past the new 1 s timeout');
+  await timedOut.text();
+});
+
+test('containerConcurrency applies to the next requests', async () => {
+  const { activator, url } = await start({ minScale: 1, maxScale: 1 });
+  await eventually(() => activator.instances('tiny') === 1, 'one instance');
+  const burst = () => Promise.all([1, 2, 3].map(() => fetch(`${url}/slow?ms=400`).then((response) => response.json() as Promise<{ active: number }>)));
+  assert.ok((await burst()).some((answer) => answer.active > 1), 'unlimited: requests overlap on the one instance');
+  activator.configure('tiny', { scaling: { minScale: 1, maxScale: 1, target: 10, containerConcurrency: 1 } });
+  assert.deepEqual((await burst()).map((answer) => answer.active), [1, 1, 1], 'containerConcurrency 1: one at a time');
+  assert.equal(activator.stats().tiny.started, 1);
+});
+
+test('an unusable configuration is refused and the old one stays; an unchanged one is no change', async () => {
+  const { activator } = await start();
+  const before = activator.configurationOf('tiny');
+  assert.throws(() => activator.configure('tiny', { scaling: { minScale: 3, maxScale: 2, target: 10, containerConcurrency: 0 } }), /maxScale \(2\) is below minScale \(3\)/);
+  assert.throws(() => activator.configure('tiny', { scaling: { ...before.scaling }, timeoutSeconds: -1 }), /timeoutSeconds must be >= 0/);
+  assert.throws(() => activator.configure('nope', before), /no function named "nope"/);
+  assert.deepEqual(activator.configurationOf('tiny'), before);
+  assert.equal(activator.configure('tiny', before), false);
+});
