@@ -40,4 +40,3 @@ export function desiredScale(demand: number, scaling: Scaling, live: number): Sc
     live === 0 && demand > 0 ? 'cold start' : demand > target * live ? `concurrency ${demand} > target ${target} x ${live}` : `min-scale ${scaling.minScale}`;
   return { want, reason };
 }
-
