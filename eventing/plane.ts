@@ -179,7 +179,7 @@ export class EventPlane {
       delivery: options.delivery,
       deadLetterFile: join(options.stateDir, 'dead-letters.jsonl'),
       log: log.child({ component: 'broker' }),
-      route: options.directDelivery === false ? undefined : (subscriber) => this.activator.lease(subscriber),
+      route: options.directDelivery === false ? undefined : (subscriber, partitionKey) => this.activator.lease(subscriber, partitionKey),
     });
     this.source = { stats: () => this.knative?.sources.stats() ?? { emitted: 0, relists: 0, watchRestarts: 0, pending: 0, sinkRetries: 0 } };
   }

@@ -29,7 +29,7 @@ import type { Lease } from '../broker/dispatcher.ts';
 import { desiredScale, effectiveTarget } from './decider.ts';
 import { Instance } from './instance.ts';
 import { routeOf } from './handler.ts';
-import { pick } from './lb-policy.ts';
+import { partitionKeyOf, pick } from './lb-policy.ts';
 import { proxy, sendError } from './proxy.ts';
 import { formatDuration, InstanceSupervisor, type ExitInfo } from './supervisor.ts';
 import { ActivatorError, Throttler } from './throttler.ts';
@@ -235,11 +235,11 @@ export class Activator {
    * A direct route for the broker to `subscriber` (one of this activator's URLs, no sub-path)
    * when an instance has room and no request is buffered; undefined otherwise.
    */
-  lease(subscriber: string): Lease | undefined {
+  lease(subscriber: string, partitionKey?: string): Lease | undefined {
     if (this.#closed || !this.#base || !subscriber.startsWith(`${this.#base}/`)) return undefined;
     const fn = this.#fns.get(subscriber.slice(this.#base.length + 1));
     if (!fn || fn.queue.waiting > 0) return undefined;
-    const inst = pick(fn.instances, fn.spec.scaling.containerConcurrency, fn.target);
+    const inst = pick(fn.instances, fn.spec.scaling.containerConcurrency, fn.target, partitionKey);
     if (!inst) return undefined;
     this.#take(inst);
     fn.stats.direct++;
@@ -298,7 +298,7 @@ export class Activator {
     const fn = this.#fns.get(name)!;
     let inst: Instance;
     try {
-      inst = await this.#acquire(fn, res);
+      inst = await this.#acquire(fn, res, partitionKeyOf(req.headers['ce-partitionkey']));
     } catch (err) {
       const e = err instanceof ActivatorError ? err : new ActivatorError(500, String(err));
       if (e.status >= 500) this.#log.warn({ fn: name, status: e.status, reason: e.message }, 'activator: request not proxied');
@@ -323,8 +323,8 @@ export class Activator {
   }
 
   /** A slot on a ready instance: immediately, or once one frees up or starts. */
-  #acquire(fn: FunctionState, res: http.ServerResponse): Promise<Instance> {
-    const inst = pick(fn.instances, fn.spec.scaling.containerConcurrency, fn.target);
+  #acquire(fn: FunctionState, res: http.ServerResponse, partitionKey?: string): Promise<Instance> {
+    const inst = pick(fn.instances, fn.spec.scaling.containerConcurrency, fn.target, partitionKey);
     if (inst) {
       this.#take(inst);
       this.#scale(fn);

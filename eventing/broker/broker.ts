@@ -1,10 +1,10 @@
 // The local broker: a stand-in for a Knative Broker (MT channel-based) outside a cluster. This
-// file is the façade (triggers, publish, listen, idle, stats, close) and the filter's reply path
-// (pkg/broker/filter/filter_handler.go); the mechanics live beside it:
-// ingress.ts (HTTP front door), ttl.ts (knativebrokerttl), trigger-queue.ts (per-trigger bounded
-// queue), dispatcher.ts (one attempt and its verdict), dead-letters.ts (sink, file, log),
-// hold.ts (replies due later), cloudevent-http.ts (the HTTP binding), ../filters.ts and
-// ../delivery.ts (Knative's filter and delivery rules).
+// file is the façade (triggers, publish, listen, idle, stats, close); the mechanics live beside
+// it: ingress.ts (HTTP front door), ttl.ts (knativebrokerttl), triggers.ts (a Trigger checked and
+// its delivery policy resolved), trigger-queue.ts (per-trigger bounded queue), attempts.ts (retry
+// loop, direct routes), dispatcher.ts (one attempt and its verdict), dead-letters.ts (sink, file,
+// log), replies.ts and hold.ts (the reply path, replies due later), cloudevent-http.ts (the HTTP
+// binding), ../filters.ts and ../delivery.ts (Knative's filter and delivery rules).
 //
 // Shutdown (close): intake stops first (ingress 503, publish refused), deliveries in flight and
 // queued ones go on until they finish or `drainTimeoutMs` passes; then what is left is cut and
@@ -12,13 +12,15 @@
 import { resolve as resolvePath } from 'node:path';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { backoffDelayMs, KNATIVE_DEFAULT_DELIVERY, parseDeliverySpec, withErrorExtensions, type DeadLetterTarget, type DeliveryFailure, type DeliverySpec, type ResolvedDelivery } from '../delivery.ts';
-import { matchesTrigger, validateTriggerFilters, type Trigger } from '../filters.ts';
+import { KNATIVE_DEFAULT_DELIVERY, parseDeliverySpec, type DeadLetterTarget, type DeliveryFailure, type DeliverySpec } from '../delivery.ts';
+import { matchesTrigger, type Trigger } from '../filters.ts';
+import { deliverWithRetries, type AttemptContext } from './attempts.ts';
 import { eventProblem, plainEvent } from './cloudevent-http.ts';
 import { DeadLetterSink } from './dead-letters.ts';
-import { Dispatcher, judge, type DirectRoute } from './dispatcher.ts';
-import { dueAt, NOT_BEFORE_EXTENSION, ReplyHold } from './hold.ts';
+import { Dispatcher, type DirectRoute } from './dispatcher.ts';
 import { Ingress, MAX_EVENT_BYTES, type IngestResult } from './ingress.ts';
+import { ReplyRouter } from './replies.ts';
+import { checkTrigger, positiveInteger, resolveDelivery } from './triggers.ts';
 import { TriggerQueue, type QueueItem, type TriggerStats } from './trigger-queue.ts';
 import { nextTtl, TTL_ATTRIBUTE, withoutTtl } from './ttl.ts';
 
@@ -62,9 +64,8 @@ export class Broker {
   readonly #dispatcher: Dispatcher;
   readonly #deadLetters: DeadLetterSink;
   readonly #ingress: Ingress;
-  readonly #hold: ReplyHold;
-  readonly #route?: DirectRoute;
-  readonly #replies = new Set<Promise<void>>();
+  readonly #replies: ReplyRouter;
+  readonly #attempts: AttemptContext;
   #idleWaiters: Array<() => void> = [];
   /** No new events from outside (ingress, publish); replies of deliveries still in flight go on. */
   #intakeClosed = false;
@@ -85,11 +86,24 @@ export class Broker {
     this.#maxInFlight = positiveInteger(options.maxInFlight, DEFAULT_MAX_IN_FLIGHT, 'maxInFlight');
     this.#brokerDelivery = parseDeliverySpec(options.delivery ?? KNATIVE_DEFAULT_DELIVERY, 'broker.delivery');
     for (const warning of this.#brokerDelivery.warnings) this.#log.warn(warning);
-    this.#route = options.route;
     this.#dispatcher = new Dispatcher({ abort: this.#abort.signal, maxResponseBytes: MAX_EVENT_BYTES });
     this.#deadLetters = new DeadLetterSink({ file: resolvePath(options.deadLetterFile), maxBytes: options.deadLetterMaxBytes, dispatcher: this.#dispatcher, log: this.#log });
     this.#ingress = new Ingress({ log: this.#log, ingest: (event) => this.#ingest(event, 'ingress'), accepting: () => !this.#intakeClosed });
-    this.#hold = new ReplyHold({ maxHeld: options.maxHeldReplies, log: this.#log, release: (event) => this.#routeReplyNow(event, 'held') });
+    this.#replies = new ReplyRouter({
+      maxHeld: options.maxHeldReplies,
+      log: this.#log,
+      ingest: (event) => this.#ingest(event, 'reply'),
+      deadLetters: this.#deadLetters,
+      state: () => (this.#closed ? 'closed' : this.#intakeClosed ? 'stopping' : 'open'),
+      onSettled: () => this.#checkIdle(),
+    });
+    this.#attempts = {
+      dispatcher: this.#dispatcher,
+      route: options.route,
+      closed: () => this.#closed,
+      deadLetter: (queue, event, failure) => this.#deadLetter(queue, event, failure),
+      log: this.#log,
+    };
     if (options.triggers !== undefined && !Array.isArray(options.triggers)) throw new Error('Broker: options.triggers must be a list');
     for (const trigger of options.triggers ?? []) this.addTrigger(trigger);
   }
@@ -98,7 +112,7 @@ export class Broker {
   addTrigger(trigger: Trigger): void {
     if (this.#closed || this.#intakeClosed) throw new Error('Broker is closed');
     const checked = checkTrigger(trigger);
-    const delivery = this.#resolveDelivery(checked);
+    const delivery = resolveDelivery(checked, this.#brokerDelivery, this.#deadLetters.file, this.#log);
     const existing = this.#queues.get(checked.name);
     if (existing) {
       existing.trigger = checked;
@@ -171,7 +185,7 @@ export class Broker {
 
   /** Replies held until their opfnnotbefore time. */
   get heldReplies(): number {
-    return this.#hold.size;
+    return this.#replies.held;
   }
 
   /** Where dead letters go when no sink is configured. */
@@ -192,7 +206,7 @@ export class Broker {
     this.#intakeClosed = true;
     const ingressClosed = this.#ingress.close();
     for (const queue of this.#allQueues()) queue.refuseWaiters('Broker closed before the event was accepted');
-    const dropped = this.#hold.dropAll();
+    const dropped = this.#replies.dropHeld();
     const pending = this.#pendingCount();
     if (pending > 0) this.#log.info({ pending, drainTimeoutMs }, `broker stopping: waiting up to ${drainTimeoutMs} ms for ${pending} events in flight or queued`);
     let timer: NodeJS.Timeout | undefined;
@@ -225,20 +239,9 @@ export class Broker {
   }
 
   #pendingCount(): number {
-    let n = this.#replies.size;
+    let n = this.#replies.inFlight;
     for (const queue of this.#allQueues()) n += queue.queued + queue.inFlight;
     return n;
-  }
-
-  #resolveDelivery(trigger: Trigger): ResolvedDelivery {
-    const own = trigger.delivery === undefined ? undefined : parseDeliverySpec(trigger.delivery, `trigger ${trigger.name}.delivery`);
-    for (const warning of own?.warnings ?? []) this.#log.warn(warning);
-    const base = own ?? this.#brokerDelivery;
-    const deadLetter: DeadLetterTarget = own?.deadLetter ?? this.#brokerDelivery.deadLetter ?? { kind: 'file', path: this.#deadLetters.file };
-    const resolved: ResolvedDelivery = { retry: base.retry, timeoutMs: base.timeoutMs, deadLetter };
-    if (base.backoffPolicy !== undefined) resolved.backoffPolicy = base.backoffPolicy;
-    if (base.backoffDelayMs !== undefined) resolved.backoffDelayMs = base.backoffDelayMs;
-    return resolved;
   }
 
   // ---- entry: TTL, filtering, enqueueing ------------------------------------------------------
@@ -268,106 +271,24 @@ export class Broker {
   /** Delivers one item with retries; dead-letters it when that fails; routes its reply. Never rejects. */
   async #deliver(queue: TriggerQueue, item: QueueItem): Promise<void> {
     try {
-      const reply = await this.#attempts(queue, item);
+      const reply = await deliverWithRetries(this.#attempts, queue, item);
       // Knative's filter puts the delivered event's TTL on the reply; the ingress then decrements it.
-      if (reply) this.#routeReply(queue, { ...reply, [TTL_ATTRIBUTE]: item.ttl });
+      if (reply) this.#replies.route({ ...reply, [TTL_ATTRIBUTE]: item.ttl }, queue.trigger.name);
     } catch (err) {
       this.#log.error({ err, trigger: queue.trigger.name, id: item.event.id }, 'unexpected delivery error');
     }
   }
 
-  async #attempts(queue: TriggerQueue, item: QueueItem): Promise<CloudEventV1<unknown> | undefined> {
-    const { trigger, delivery } = queue;
-    const outgoing = withoutTtl(item.event);
-    let failure: DeliveryFailure | undefined;
-    for (let attempt = 0; attempt <= delivery.retry; attempt += 1) {
-      if (attempt > 0) {
-        queue.stats.retried += 1;
-        await this.#dispatcher.sleep(backoffDelayMs(delivery, attempt));
-      }
-      if (this.#closed) {
-        failure = { ...failure, destination: trigger.subscriber, reason: `broker closed before the event was delivered${failure ? ` (last failure: ${failure.reason})` : ''}` };
-        break;
-      }
-      const lease = this.#route?.(trigger.subscriber);
-      if (lease) queue.stats.direct += 1;
-      const timeoutMs = minTimeout(delivery.timeoutMs, lease?.timeoutMs ?? 0);
-      const outcome = await this.#dispatcher.send(lease?.url ?? trigger.subscriber, outgoing, timeoutMs, true);
-      lease?.release(outcome.kind === 'error' && !outcome.timedOut ? 'unreachable' : 'answered');
-      const verdict = judge(trigger.subscriber, outcome);
-      if (verdict.ok) {
-        queue.stats.delivered += 1;
-        this.#log.debug({ trigger: trigger.name, id: item.event.id, attempts: attempt + 1, direct: lease !== undefined, reply: verdict.reply !== undefined }, 'event delivered');
-        return verdict.reply;
-      }
-      failure = verdict.failure;
-      if (!verdict.retryable || this.#closed) break;
-      if (attempt < delivery.retry) {
-        this.#log.debug({ trigger: trigger.name, id: item.event.id, attempt: attempt + 1, reason: failure.reason }, 'delivery failed; will retry');
-      }
-    }
-    await this.#deadLetter(queue, item.event, failure ?? { destination: trigger.subscriber, reason: 'delivery failed' });
-    return undefined;
-  }
-
-  // ---- replies --------------------------------------------------------------------------------
-
-  #routeReply(queue: TriggerQueue, reply: CloudEventV1<unknown>): void {
-    if (this.#closed) {
-      this.#log.info({ trigger: queue.trigger.name, id: reply.id, type: reply.type }, 'reply dropped because the plane stopped');
-      return;
-    }
-    if (this.#intakeClosed) {
-      if (dueAt(reply, Date.now()).at !== 'now') {
-        // Stopping: a requeue for later cannot be kept; the resync covers it after the next start.
-        this.#log.info({ trigger: queue.trigger.name, id: reply.id, notBefore: reply[NOT_BEFORE_EXTENSION] }, 'requeue dropped because the plane stopped (the next resync reconciles its keys)');
-        return;
-      }
-    } else if (this.#hold.hold(reply)) {
-      return;
-    }
-    this.#routeReplyNow(reply, queue.trigger.name);
-  }
-
-  #routeReplyNow(event: CloudEventV1<unknown>, from: string): void {
-    const task: Promise<void> = this.#ingestReply(event, from).finally(() => {
-      this.#replies.delete(task);
-      this.#checkIdle();
-    });
-    this.#replies.add(task);
-  }
-
-  async #ingestReply(event: CloudEventV1<unknown>, from: string): Promise<void> {
-    try {
-      if (this.#closed) throw new Error('broker closed');
-      await this.#ingest(event, 'reply');
-    } catch (err) {
-      const reason = `reply could not be routed: ${(err as Error).message}`;
-      this.#log.warn({ trigger: from, id: event.id, type: event.type, reason, file: this.#deadLetters.file }, 'reply event dead-lettered');
-      await this.#deadLetters.toFile(withErrorExtensions(event, { destination: from, body: `dispatch error: ${reason}`, reason }), { trigger: from, reason });
-    }
-  }
-
-  // ---- dead letters ---------------------------------------------------------------------------
-
   async #deadLetter(queue: TriggerQueue, event: CloudEventV1<unknown>, failure: DeliveryFailure): Promise<void> {
     queue.stats.deadLettered += 1;
-    const letter = withErrorExtensions(event, failure);
     const target: DeadLetterTarget = this.#closed ? { kind: 'file', path: this.#deadLetters.file } : queue.delivery.deadLetter;
-    const sink = target.kind === 'http' ? target.url : target.path;
-    const context = { trigger: queue.trigger.name };
-    this.#log.warn(
-      { ...context, subscriber: failure.destination, id: event.id, type: event.type, source: event.source, status: failure.status, reason: failure.reason, sink },
-      'event dead-lettered',
-    );
-    if (target.kind === 'http') await this.#deadLetters.toHttp(target.url, letter, queue.delivery, context);
-    else await this.#deadLetters.toFile(letter, context, target.path);
+    await this.#deadLetters.send(target, event, failure, queue.delivery, { trigger: queue.trigger.name });
   }
 
   // ---- idle tracking --------------------------------------------------------------------------
 
   #isIdle(): boolean {
-    if (this.#replies.size > 0) return false;
+    if (this.#replies.inFlight > 0) return false;
     for (const queue of this.#allQueues()) if (!queue.empty) return false;
     return true;
   }
@@ -377,43 +298,5 @@ export class Broker {
     const waiters = this.#idleWaiters;
     this.#idleWaiters = [];
     for (const resolve of waiters) resolve();
-  }
-}
-
-/** The smaller of two timeouts where 0 means none. */
-function minTimeout(a: number, b: number): number {
-  if (a <= 0) return b;
-  if (b <= 0) return a;
-  return Math.min(a, b);
-}
-
-function positiveInteger(value: number | undefined, fallback: number, name: string): number {
-  if (value === undefined) return fallback;
-  if (!Number.isInteger(value) || value < 1) throw new Error(`Broker: options.${name} must be an integer >= 1, got ${String(value)}`);
-  return value;
-}
-
-function checkTrigger(trigger: Trigger): Trigger {
-  if (trigger === null || typeof trigger !== 'object') throw new Error('trigger must be an object with name and subscriber');
-  const name = trigger.name;
-  if (typeof name !== 'string' || name.trim() === '') throw new Error('trigger.name must be a non-empty string');
-  const where = `trigger ${name}`;
-  if (typeof trigger.subscriber !== 'string' || !/^https?:\/\//i.test(trigger.subscriber)) {
-    throw new Error(`${where}: subscriber must be an http(s) URL, got ${JSON.stringify(trigger.subscriber)}`);
-  }
-  try {
-    new URL(trigger.subscriber);
-  } catch {
-    throw new Error(`${where}: subscriber ${JSON.stringify(trigger.subscriber)} is not a valid URL`);
-  }
-  if (trigger.maxInFlight !== undefined && (!Number.isInteger(trigger.maxInFlight) || trigger.maxInFlight < 1)) {
-    throw new Error(`${where}: maxInFlight must be an integer >= 1, got ${String(trigger.maxInFlight)}`);
-  }
-  const validation = validateTriggerFilters(trigger, where);
-  if (validation.errors.length > 0) throw new Error(`${where}: invalid filter: ${validation.errors.join('; ')}`);
-  try {
-    return structuredClone(trigger);
-  } catch {
-    return { ...trigger };
   }
 }

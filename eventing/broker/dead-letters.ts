@@ -12,7 +12,7 @@ import { chmod, mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises
 import { dirname } from 'node:path';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { backoffDelayMs, isRetryableStatus, type ResolvedDelivery } from '../delivery.ts';
+import { backoffDelayMs, isRetryableStatus, withErrorExtensions, type DeadLetterTarget, type DeliveryFailure, type ResolvedDelivery } from '../delivery.ts';
 import type { Dispatcher } from './dispatcher.ts';
 
 /** Default cap of the dead-letter file (the rotated `.1` may hold as much again). */
@@ -149,6 +149,18 @@ export class DeadLetterSink {
 
   get file(): string {
     return this.#file;
+  }
+
+  /** Dead-letters `event` after `failure`: Knative's error extensions added, a log line, then the sink or file. Never rejects. */
+  async send(target: DeadLetterTarget, event: CloudEventV1<unknown>, failure: DeliveryFailure, delivery: ResolvedDelivery, context: Record<string, unknown>): Promise<void> {
+    const letter = withErrorExtensions(event, failure);
+    const sink = target.kind === 'http' ? target.url : target.path;
+    this.#log.warn(
+      { ...context, subscriber: failure.destination, id: event.id, type: event.type, source: event.source, status: failure.status, reason: failure.reason, sink },
+      'event dead-lettered',
+    );
+    if (target.kind === 'http') await this.toHttp(target.url, letter, delivery, context);
+    else await this.toFile(letter, context, target.path);
   }
 
   /** Sends `letter` to the HTTP sink (retried per `delivery`), falling back to the file. Never rejects. */

@@ -29,8 +29,11 @@ export interface Lease {
   release(outcome: 'answered' | 'unreachable'): void;
 }
 
-/** Looks up a direct route for a subscriber URL; undefined = send to the URL itself. */
-export type DirectRoute = (subscriber: string) => Lease | undefined;
+/**
+ * Looks up a direct route for a subscriber URL; undefined = send to the URL itself. `partitionKey`
+ * (the event's `partitionkey` extension) lets the route keep one object's events on one instance.
+ */
+export type DirectRoute = (subscriber: string, partitionKey?: string) => Lease | undefined;
 
 export class Dispatcher {
   readonly #agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, connections: 256 });

@@ -7,6 +7,7 @@ import { ApiError, NOT_SERVED, type KubeClient, type WatchEvent } from '../../fu
 import { apiServerSourceEvent, type ChangeAction } from '../apiserver-events.ts';
 import { abortable, BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, describe, jitter, sleep } from './backoff.ts';
 import type { Counters, Delivery } from './delivery.ts';
+import { PARTITION_KEY_EXTENSION, partitionKey } from './partition.ts';
 import type { SourceResource, SourceSpec } from './types.ts';
 
 /** A watch that ends normally this fast without a single event is treated as a failure (as client-go does). */
@@ -173,7 +174,9 @@ export class ResourceLoop {
   }
 
   #emit(action: ChangeAction, key: string, object: KubeObject): Promise<boolean> {
-    const event = apiServerSourceEvent({ server: this.#ctx.server, kind: this.#resource.kind, object, action, mode: this.#spec.mode, extensions: this.#spec.extensions });
+    const partition = partitionKey(this.#resource.partition, object);
+    const extensions = partition === undefined ? this.#spec.extensions : { ...this.#spec.extensions, [PARTITION_KEY_EXTENSION]: partition };
+    const event = apiServerSourceEvent({ server: this.#ctx.server, kind: this.#resource.kind, object, action, mode: this.#spec.mode, extensions });
     return this.#ctx.delivery.enqueue(`${this.#spec.name}\u0000${this.#resource.kind.group}/${this.#resource.kind.plural}\u0000${key}`, event);
   }
 

@@ -4,10 +4,13 @@ import type { Logger } from 'pino';
 import type { ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import type { SourceMode } from '../apiserver-events.ts';
+import type { PartitionRule } from './partition.ts';
 
 export interface SourceResource {
   kind: ResourceKind;
   labelSelector?: string;
+  /** Sets each event's `partitionkey` extension (partition.ts); default: the controller owner, else the object. */
+  partition?: PartitionRule;
 }
 
 /** One ApiServerSource. */

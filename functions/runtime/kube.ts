@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { KubeConfig, RequestContext, HttpMethod } from '@kubernetes/client-node';
-import { request, type Dispatcher } from 'undici';
+import { Agent, request, type Dispatcher } from 'undici';
 import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import { OwnWrites } from './own-writes.ts';
 
@@ -17,6 +17,15 @@ export { OwnWrites } from './own-writes.ts';
  * writes and holds one socket per call. This KubeConfig hands out one dispatcher per distinct
  * TLS identity (CA, client certificate, proxy) instead. `createDispatcher` is private in the
  * typings, so it is wrapped on the instance rather than overridden.
+ *
+ * The direct (TLS) dispatcher speaks HTTP/1.1 only. undici 8 offers h2 by ALPN unless told not
+ * to (allowH2 defaults to true) and kube-apiserver picks h2, so every request and watch of a
+ * client shared one HTTP/2 session. undici's HTTP/2 client leaves a session whose watch stream
+ * was aborted before its response headers (a source stopped right after its list) with a
+ * socket 'end' handler that throws an uncaught SocketError "other side closed" when the API
+ * server later closes the connection (a restart): it crashed plane processes
+ * (test/integration/connections.test.ts reproduces it). HTTP/1.1 over a keep-alive pool is
+ * undici's mature path and what the plane's own dispatchers use.
  */
 export class ConnectionReusingKubeConfig extends KubeConfig {
   constructor() {
@@ -29,7 +38,7 @@ export class ConnectionReusingKubeConfig extends KubeConfig {
       // from gives a fresh pool exactly when the identity changes.
       const options = this.createDispatcherOptions(cluster as never, agentOptions as never);
       const key = createHash('sha256').update(JSON.stringify(options)).digest('hex');
-      if (!dispatchers.has(key)) dispatchers.set(key, build(cluster, agentOptions));
+      if (!dispatchers.has(key)) dispatchers.set(key, options.type === 'agent' ? new Agent({ connect: options.connect, allowH2: false }) : build(cluster, agentOptions));
       return dispatchers.get(key);
     };
   }

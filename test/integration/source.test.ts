@@ -444,6 +444,39 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     }
   });
 
+  test('events carry the partitionkey of the object they reconcile: own key, the controller owner, none for a watched kind, owner-else-self by default', async () => {
+    const ns = await namespace('src-partition');
+    const Owner: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
+    const recorded = recordingSink();
+    const source = new ApiServerSource({
+      kube, log: capturingLogger().log, sink: recorded.sink, resyncIntervalMs: 0,
+      sources: [
+        { name: 'own', mode: 'Resource', resources: [{ kind: ConfigMap, labelSelector: 'role=own', partition: { by: 'self' } }] },
+        { name: 'owned', mode: 'Resource', resources: [{ kind: ConfigMap, labelSelector: 'role=owned', partition: { by: 'owner', owner: Owner, labels: { name: 'widget' } } }] },
+        { name: 'watched', mode: 'Resource', resources: [{ kind: ConfigMap, labelSelector: 'role=watched', partition: { by: 'none' } }] },
+        { name: 'default', mode: 'Resource', resources: [{ kind: ConfigMap, labelSelector: 'role=default' }] },
+      ],
+    });
+    running.push(source);
+    await source.start();
+    try {
+      await createConfigMap(ns, 'mine', {}, { role: 'own' });
+      await kube.create(ConfigMap, { metadata: { name: 'child', namespace: ns, labels: { role: 'owned' }, ownerReferences: [{ apiVersion: 'example.com/v1', kind: 'Widget', name: 'parent', uid: '00000000-0000-0000-0000-000000000001', controller: true }] } });
+      await createConfigMap(ns, 'labelled', {}, { role: 'owned', widget: 'by-label' });
+      await createConfigMap(ns, 'other', {}, { role: 'watched' });
+      await createConfigMap(ns, 'plain', {}, { role: 'default' });
+      await until(() => 'the five adds', () => recorded.inNamespace(ns).length >= 5);
+      const keyOf = (name: string) => recorded.of(ns, name)[0]?.partitionkey;
+      assert.equal(keyOf('mine'), `${ns}/mine`);
+      assert.equal(keyOf('child'), `${ns}/parent`);
+      assert.equal(keyOf('labelled'), `${ns}/by-label`);
+      assert.equal(keyOf('other'), undefined);
+      assert.equal(keyOf('plain'), `${ns}/plain`, 'no rule: the object itself when it has no controller owner');
+    } finally {
+      await stopSource(source);
+    }
+  });
+
   test('lists are paginated (limit/continue) and every listed object gets its add', async () => {
     const ns = await namespace('src-pages');
     const names = Array.from({ length: 7 }, (_, i) => `page-${i}`);

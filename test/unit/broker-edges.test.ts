@@ -283,4 +283,24 @@ describe('Broker direct routes (warm path)', () => {
       await broker.close();
     }
   });
+
+  it("hands the route the event's partitionkey, and none when the event has none", async () => {
+    const front = await subscriber((_req, res) => res.writeHead(202).end());
+    const keys: Array<string | undefined> = [];
+    const route = (_url: string, partitionKey?: string): Lease | undefined => {
+      keys.push(partitionKey);
+      return undefined;
+    };
+    const { broker } = newBroker({ route, triggers: [{ name: 'fn', subscriber: front.url }] });
+    try {
+      await broker.publish(event({ partitionkey: 'default/web' }));
+      await broker.idle();
+      await broker.publish(event());
+      await broker.idle();
+      assert.deepEqual(keys, ['default/web', undefined]);
+      assert.equal(front.requests[0].headers['ce-partitionkey'], 'default/web', 'the extension travels on to the subscriber');
+    } finally {
+      await broker.close();
+    }
+  });
 });

@@ -1,0 +1,91 @@
+// The filter's reply path (knative/eventing pkg/broker/filter/filter_handler.go): a subscriber's
+// reply CloudEvent goes back into the broker's ingress (carrying the delivered event's TTL, which
+// the ingress decrements), or, with a due time in the future, is held until then (hold.ts).
+// A reply the broker cannot take is dead-lettered to the file, never lost silently.
+import type { CloudEventV1 } from 'cloudevents';
+import type { Logger } from 'pino';
+import { withErrorExtensions } from '../delivery.ts';
+import type { DeadLetterSink } from './dead-letters.ts';
+import { dueAt, NOT_BEFORE_EXTENSION, ReplyHold } from './hold.ts';
+
+/** open: replies routed or held; stopping: routed only when due now; closed: dropped. */
+export type ReplyState = 'open' | 'stopping' | 'closed';
+
+export class ReplyRouter {
+  readonly #hold: ReplyHold;
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #log: Logger;
+  readonly #ingest: (event: CloudEventV1<unknown>) => Promise<unknown>;
+  readonly #deadLetters: DeadLetterSink;
+  readonly #state: () => ReplyState;
+  readonly #onSettled: () => void;
+
+  constructor(options: {
+    maxHeld?: number;
+    log: Logger;
+    ingest: (event: CloudEventV1<unknown>) => Promise<unknown>;
+    deadLetters: DeadLetterSink;
+    state: () => ReplyState;
+    onSettled: () => void;
+  }) {
+    this.#log = options.log;
+    this.#ingest = options.ingest;
+    this.#deadLetters = options.deadLetters;
+    this.#state = options.state;
+    this.#onSettled = options.onSettled;
+    this.#hold = new ReplyHold({ maxHeld: options.maxHeld, log: options.log, release: (event) => this.#routeNow(event, 'held') });
+  }
+
+  /** Replies held until their opfnnotbefore time. */
+  get held(): number {
+    return this.#hold.size;
+  }
+
+  /** Replies being routed into the broker right now. */
+  get inFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  /** Drops every held reply (the plane is stopping); returns how many. */
+  dropHeld(): number {
+    return this.#hold.dropAll();
+  }
+
+  /** Routes the reply that `from` (a trigger) answered with. */
+  route(reply: CloudEventV1<unknown>, from: string): void {
+    const state = this.#state();
+    if (state === 'closed') {
+      this.#log.info({ trigger: from, id: reply.id, type: reply.type }, 'reply dropped because the plane stopped');
+      return;
+    }
+    if (state === 'stopping') {
+      if (dueAt(reply, Date.now()).at !== 'now') {
+        // Stopping: a requeue for later cannot be kept; the resync covers it after the next start.
+        this.#log.info({ trigger: from, id: reply.id, notBefore: reply[NOT_BEFORE_EXTENSION] }, 'requeue dropped because the plane stopped (the next resync reconciles its keys)');
+        return;
+      }
+    } else if (this.#hold.hold(reply)) {
+      return;
+    }
+    this.#routeNow(reply, from);
+  }
+
+  #routeNow(event: CloudEventV1<unknown>, from: string): void {
+    const task: Promise<void> = this.#ingestReply(event, from).finally(() => {
+      this.#inFlight.delete(task);
+      this.#onSettled();
+    });
+    this.#inFlight.add(task);
+  }
+
+  async #ingestReply(event: CloudEventV1<unknown>, from: string): Promise<void> {
+    try {
+      if (this.#state() === 'closed') throw new Error('broker closed');
+      await this.#ingest(event);
+    } catch (err) {
+      const reason = `reply could not be routed: ${(err as Error).message}`;
+      this.#log.warn({ trigger: from, id: event.id, type: event.type, reason, file: this.#deadLetters.file }, 'reply event dead-lettered');
+      await this.#deadLetters.toFile(withErrorExtensions(event, { destination: from, body: `dispatch error: ${reason}`, reason }), { trigger: from, reason });
+    }
+  }
+}
