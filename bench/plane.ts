@@ -201,7 +201,17 @@ async function main(): Promise<void> {
     label: { type: 'string', default: 'local' },
     sources: { type: 'boolean', default: false },
     'controller-manager': { type: 'boolean', default: false },
+    help: { type: 'boolean', default: false },
   } });
+  if (values.help) {
+    console.log('npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--sources] [--controller-manager]\n' +
+      '  --n        object counts to run, side by side with direct writes (default 200,500)\n' +
+      '  --reps     repetitions of each count (default 1)\n' +
+      '  --label    name of the JSON result file under bench/results/ (default local)\n' +
+      '  --sources  run the function from its TypeScript sources instead of the bundle\n' +
+      '  --controller-manager  also run kube-controller-manager (garbage collector) during the runs');
+    return;
+  }
   const sizes = values.n.split(',').map(Number);
   const reps = Number(values.reps);
   if (sizes.some((n) => !Number.isInteger(n) || n < 1) || !Number.isInteger(reps) || reps < 1) {
@@ -276,4 +286,10 @@ async function main(): Promise<void> {
   console.log(`\nresults: ${file}`);
 }
 
-await main();
+try {
+  await main();
+} catch (error) {
+  // Bad flags and a missing control plane are the user's to fix: one line, not a stack trace.
+  console.error(`bench: ${(error as Error).message}`);
+  process.exit(1);
+}
