@@ -60,6 +60,11 @@ export interface ActivatorOptions {
   maxQueue?: number;
   /** Where children's stdout/stderr lines go, prefixed `[name#n] `: a stream (default process.stderr) or 'log' (pino, info). */
   childOutput?: Writable | 'log';
+  /**
+   * Instances one function may run at once on this host, whatever its max-scale (see
+   * desiredScale); default unbounded. The plane sets it from the host's cores.
+   */
+  hostInstanceLimit?: number;
 }
 
 export interface FunctionStats {
@@ -111,6 +116,7 @@ export class Activator {
   #log: Logger;
   #idleTimeoutMs: number;
   #maxQueue: number;
+  #hostInstanceLimit: number | undefined;
   #fns = new Map<string, FunctionState>();
   #byInstance = new WeakMap<Instance, FunctionState>();
   #supervisor: InstanceSupervisor;
@@ -123,6 +129,7 @@ export class Activator {
     this.#log = options.log;
     this.#idleTimeoutMs = options.idleTimeoutMs ?? 30_000;
     this.#maxQueue = options.maxQueue ?? 1000;
+    this.#hostInstanceLimit = options.hostInstanceLimit;
     this.#supervisor = new InstanceSupervisor({
       log: options.log,
       startTimeoutMs: options.startTimeoutMs ?? 20_000,
@@ -388,7 +395,7 @@ export class Activator {
     const live = this.#live(fn);
     let demand = fn.queue.waiting;
     for (const i of fn.instances) demand += i.inFlight;
-    const { want, reason } = desiredScale(demand, fn.spec.scaling, live);
+    const { want, reason } = desiredScale(demand, fn.spec.scaling, live, this.#hostInstanceLimit);
     if (want <= live) return;
     const coldStartForRequests = live === 0 && fn.queue.waiting > 0;
     if (fn.failures > 0 && !afterBackoff && !coldStartForRequests) {

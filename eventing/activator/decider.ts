@@ -31,11 +31,17 @@ export interface ScaleDecision {
   reason: string;
 }
 
-/** The instances wanted for `demand` concurrent requests with `live` instances running or starting. */
-export function desiredScale(demand: number, scaling: Scaling, live: number): ScaleDecision {
+/**
+ * The instances wanted for `demand` concurrent requests with `live` instances running or starting.
+ * `hostLimit` caps them whatever max-scale says: the local plane is a one-node cluster, where
+ * instances beyond the spare cores only compete for them (as Knative's pods stay Pending when no
+ * node has room).
+ */
+export function desiredScale(demand: number, scaling: Scaling, live: number, hostLimit = Number.POSITIVE_INFINITY): ScaleDecision {
   const target = effectiveTarget(scaling);
   let want = Math.max(scaling.minScale, Math.ceil(demand / target));
   if (scaling.maxScale > 0) want = Math.min(want, scaling.maxScale);
+  want = Math.min(want, Math.max(1, hostLimit));
   const reason =
     live === 0 && demand > 0 ? 'cold start' : demand > target * live ? `concurrency ${demand} > target ${target} x ${live}` : `min-scale ${scaling.minScale}`;
   return { want, reason };

@@ -118,6 +118,15 @@ describe('activator pure pieces', () => {
     assert.equal(desiredScale(10_000, { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 }, 0).want, 4);
   });
 
+  test('decider: the host limit caps instances below max-scale, never below one', () => {
+    const scaling = { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 };
+    assert.equal(desiredScale(10_000, scaling, 0, 1).want, 1);
+    assert.equal(desiredScale(10_000, scaling, 0, 3).want, 3);
+    assert.equal(desiredScale(10_000, scaling, 0, 8).want, 4, 'max-scale still bounds it');
+    assert.equal(desiredScale(10_000, { ...scaling, minScale: 2 }, 0, 1).want, 1, 'min-scale cannot exceed what the host runs');
+    assert.equal(desiredScale(1, scaling, 0, 0).want, 1, 'a cold start is never refused');
+  });
+
   test('lb-policy: least loaded with room, ties to the oldest; hard and soft limits', () => {
     const a = { state: 'ready', inFlight: 2 };
     const b = { state: 'ready', inFlight: 1 };
