@@ -16,6 +16,7 @@ import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost } from '../../functions/runtime/server.ts';
 import { deliver, quietLog } from '../support/cluster.ts';
+import { metricValue, postRaw } from '../support/http.ts';
 import { malformedEvents } from '../support/malformed-events.ts';
 
 const UNREACHABLE_API = 'https://127.0.0.1:1';
@@ -53,28 +54,7 @@ async function serve(declaration: FunctionDeclaration, providerUrl: string, apiR
   };
 }
 
-async function post(url: string, headers: Record<string, string>, body?: string) {
-  const response = await fetch(url, { method: 'POST', headers, body });
-  const text = await response.text();
-  let json: { error?: unknown } | undefined;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: response.status, contentType: response.headers.get('content-type') ?? '', text, json };
-}
 
-async function metricValue(url: string, name: string, labels: Record<string, string>): Promise<number | undefined> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  for (const line of text.split('\n')) {
-    const match = /^(\w+)\{([^}]*)\} (\S+)$/.exec(line);
-    if (!match || match[1] !== name) continue;
-    const present = Object.fromEntries([...match[2].matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1], m[2]]));
-    if (Object.entries(labels).every(([key, value]) => present[key] === value)) return Number(match[3]);
-  }
-  return undefined;
-}
 
 test('the corpus runs against every registered function', () => {
   assert.deepEqual(functions.map((fn) => fn.name), functionNames);
@@ -103,12 +83,12 @@ for (const declaration of functions) {
 
     for (const malformed of corpus) {
       test(`400 for ${malformed.name}, no API request`, async () => {
-        const answer = await post(`${fn.url}/`, malformed.headers, malformed.body);
+        const answer = await postRaw(`${fn.url}/`, malformed.headers, malformed.body);
         assert.equal(answer.status, 400, `${malformed.name}: ${answer.text}`);
         assert.match(answer.contentType, /^application\/json/);
         assert.equal(typeof answer.json?.error, 'string', `a JSON {error} reason: ${answer.text}`);
-        assert.match(answer.json!.error as string, malformed.reason);
-        assert.doesNotMatch(answer.json!.error as string, /\n/, 'the reason is one line');
+        assert.match(String(answer.json?.error), malformed.reason);
+        assert.doesNotMatch(String(answer.json?.error), /\n/, 'the reason is one line');
         assert.deepEqual(apiRequests, [], 'no Kubernetes API request');
         assert.deepEqual(provider.requests, [], 'no outbound request');
       });
