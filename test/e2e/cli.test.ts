@@ -107,14 +107,18 @@ spec:
   filter: {attributes: {type: dev.knative.apiserver.resource.add, kind: ImmortalContainer}}
   subscriber: {uri: "http://127.0.0.1:${(audit.address() as { port: number }).port}/"}
 `);
-  const { child: dev, match } = await startOpfn(['dev', '--idle', '5', '--triggers', triggers], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { KUBECONFIG: join(stateDir, 'no-such-kubeconfig') });
+  const { child: dev, match } = await startOpfn(['dev', '--idle', '5', '--triggers', triggers, '--log-format', 'pretty'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { KUBECONFIG: join(stateDir, 'no-such-kubeconfig'), LOG_LEVEL: 'info' });
   const kubeconfig = match[1];
+  let later = '';
+  for (const stream of [dev.stdout!, dev.stderr!]) stream.on('data', (chunk: Buffer) => (later += chunk.toString()));
   try {
     const kube = kubeFor(kubeconfig);
     await kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'from-dev', namespace: 'default' }, spec: { image: 'nginx' } });
     await eventually(() => kube.get(Pod, { namespace: 'default', name: 'from-dev-immortalpod' }), 30_000, 'pod made by the operator under opfn dev');
     await eventually(async () => received.some((headers) => headers['ce-name'] === 'from-dev'), 10_000, 'the extra Trigger delivered the add event');
     assert.ok(received.every((headers) => headers['ce-type'] === 'dev.knative.apiserver.resource.add' && headers['ce-kind'] === 'ImmortalContainer'), 'only what the filter selects (the primary kind comes in Resource mode)');
+    // --log-format reaches the function processes too (their environment is the plane's and the bundle's).
+    await eventually(async () => /\[immortal-container#\d+\] \d\d:\d\d:\d\d\.\d{3} INFO +immortal-container +immortal-container ready/.test(later), 10_000, `a function line in the pretty format:\n${later.slice(-2000)}`);
   } finally {
     dev.kill('SIGINT');
     assert.equal(await exited(dev), 0, 'Ctrl-C stops cleanly');
