@@ -1,7 +1,6 @@
 // ImmortalContainer against a real API server, the function running as its own ServiceAccount
 // with exactly the RBAC its declaration generates.
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { CloudEvent, HTTP } from 'cloudevents';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
@@ -9,8 +8,7 @@ import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
 import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
-import { createFunctionHost } from '../../functions/runtime/server.ts';
-import { deliver, eventually, kubeFor, quietLog, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { exampleImmortalContainer } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
@@ -24,21 +22,6 @@ const event = (kind: ResourceKind, object: KubeObject, action: ChangeAction, mod
 
 const getIc = (key: ObjectKey) => kube.get<ImmortalContainer>(ImmortalContainerKind, key);
 const podKeyOf = (key: ObjectKey) => ({ namespace: key.namespace, name: `${key.name}-immortalpod` });
-
-/** A function host with its own options (e.g. a clock), served on loopback. */
-async function serveWith(options: { now?: () => Date }) {
-  const host = createFunctionHost(immortalContainer, { kubeconfigPath: functionKubeconfig, log: quietLog, ...options });
-  const server = host.app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  return {
-    host,
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
-}
 
 /** POSTs a CloudEvent (or raw headers and body) and keeps the answer's headers. */
 async function post(url: string, message: CloudEvent<unknown> | { headers: Record<string, string>; body: string }) {
@@ -114,7 +97,7 @@ describe('the seed walkthrough', () => {
   test('a pod that finished (phase Failed) is started again after a back-off, through a requeue reply', async () => {
     // A second instance of the function with a clock the test moves.
     let clock = new Date();
-    const timed = await serveWith({ now: () => clock });
+    const timed = await serveFunction(immortalContainer, functionKubeconfig, { now: () => clock });
     try {
       const pod = (await kube.get<PodObject>(Pod, podKeyOf(key)))!;
       // Play the kubelet: report the container as failed.

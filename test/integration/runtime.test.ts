@@ -3,7 +3,6 @@
 // Kubernetes Events, ownership across namespaces by label (hash form included), and the echoes
 // of the function's own writes costing no request.
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { CloudEvent, HTTP } from 'cloudevents';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
@@ -14,12 +13,12 @@ import { TransientError } from '../../functions/runtime/errors.ts';
 import { ConfigMap, CoreEvent, Namespace, Pod, type KubeObject, type ObjectKey } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
 import { matching } from '../../functions/runtime/mappers.ts';
-import { createMetrics, type FunctionMetrics } from '../../functions/runtime/metrics.ts';
+import type { FunctionMetrics } from '../../functions/runtime/metrics.ts';
 import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import { applyChild } from '../../functions/runtime/reconciler.ts';
 import { EventSink } from '../../functions/runtime/recorder.ts';
-import { createFunctionHost, OUTCOME_HEADER } from '../../functions/runtime/server.ts';
-import { quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { OUTCOME_HEADER } from '../../functions/runtime/server.ts';
+import { quietLog, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 let cluster: TestCluster;
@@ -38,22 +37,10 @@ async function createNamespace(name: string) {
   assert.ok(created.status === 201 || created.status === 409, `namespace ${name}: ${created.status}`);
 }
 
-/** Serves `declaration` on loopback with the given kubeconfig; every API request is counted. */
+/** Serves `declaration` on loopback with the given kubeconfig; `requests()` counts its API requests. */
 async function serve(declaration: FunctionDeclaration, kubeconfigPath = cluster.cp.kubeconfigPath) {
-  const metrics = createMetrics(declaration.name);
-  const host = createFunctionHost(declaration, { kubeconfigPath, log: quietLog, metrics });
-  const server = host.app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  return {
-    host,
-    metrics,
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`,
-    requests: async () => (await metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0),
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
+  const fn = await serveFunction(declaration, kubeconfigPath);
+  return { ...fn, requests: async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0) };
 }
 
 async function post(url: string, message: CloudEvent<unknown> | { headers: Record<string, string>; body: string }) {
