@@ -5,7 +5,7 @@ import { HTTP, type CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
 import { applyCrds } from '../../eventing/crds.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { KubeClient } from '../../functions/runtime/kube.ts';
+import { ConnectionReusingKubeConfig, KubeClient, type RequestObserver } from '../../functions/runtime/kube.ts';
 import { createMetrics, type FunctionMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost, OUTCOME_HEADER, type FunctionHost, type FunctionHostOptions } from '../../functions/runtime/server.ts';
 import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
@@ -55,6 +55,21 @@ export async function serveFunction(declaration: FunctionDeclaration, kubeconfig
       await new Promise((resolve) => server.close(resolve));
     },
   };
+}
+
+/**
+ * A client for an API server that never answers (a closed loopback port): for tests of what a
+ * function does before, or without, any API request. `observe` sees every attempted request.
+ */
+export function unreachableKube(observe?: RequestObserver): KubeClient {
+  const config = new ConnectionReusingKubeConfig();
+  config.loadFromOptions({
+    clusters: [{ name: 'nowhere', server: 'https://127.0.0.1:1', skipTLSVerify: true }],
+    users: [{ name: 'someone', token: 'not-a-real-token' }],
+    contexts: [{ name: 'nowhere', cluster: 'nowhere', user: 'someone' }],
+    currentContext: 'nowhere',
+  });
+  return new KubeClient(config, observe);
 }
 
 /** POSTs a CloudEvent in binary mode, as Knative delivers it. */

@@ -15,29 +15,20 @@ import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
 import { resolveConfig } from '../../functions/runtime/config.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { ConfigMap, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost } from '../../functions/runtime/server.ts';
-import { deliver, quietLog } from '../support/cluster.ts';
+import { deliver, quietLog, unreachableKube } from '../support/cluster.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
 
 let standIn: StandInProvider;
 const apiRequests: string[] = [];
 
-function unreachableKube(): KubeClient {
-  const config = new ConnectionReusingKubeConfig();
-  config.loadFromOptions({
-    clusters: [{ name: 'nowhere', server: 'https://127.0.0.1:1', skipTLSVerify: true }],
-    users: [{ name: 'someone', token: 'not-a-real-token' }],
-    contexts: [{ name: 'nowhere', cluster: 'nowhere', user: 'someone' }],
-    currentContext: 'nowhere',
-  });
-  return new KubeClient(config, (verb, resource) => apiRequests.push(`${verb} ${resource}`));
-}
+const countingKube = (): KubeClient => unreachableKube((verb, resource) => apiRequests.push(`${verb} ${resource}`));
 
 async function serve(declaration: FunctionDeclaration): Promise<{ url: string; close(): Promise<void> }> {
   const config = resolveConfig(declaration.name, declaration.config, { EXCHANGE_RATE_PROVIDER_URL: standIn.url });
-  const host = createFunctionHost(declaration, { kube: unreachableKube(), log: quietLog, metrics: createMetrics(declaration.name), config });
+  const host = createFunctionHost(declaration, { kube: countingKube(), log: quietLog, metrics: createMetrics(declaration.name), config });
   const server = host.app.listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
   return {

@@ -12,26 +12,15 @@ import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { PING_TYPE } from '../../functions/runtime/events.ts';
 import { ConfigMap, Pod } from '../../functions/runtime/kinds.ts';
-import { ConnectionReusingKubeConfig, KubeClient, type RequestObserver } from '../../functions/runtime/kube.ts';
+import type { RequestObserver } from '../../functions/runtime/kube.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost, type FunctionHost } from '../../functions/runtime/server.ts';
-import { deliver, quietLog } from '../support/cluster.ts';
+import { deliver, quietLog, unreachableKube } from '../support/cluster.ts';
 import { metricValue, postRaw } from '../support/http.ts';
 import { binaryHeaders as supportHeaders, referenceData } from '../support/malformed-events.ts';
 
 const UNREACHABLE_API = 'https://127.0.0.1:1';
 const MAX_BODY = 3 * 1024 * 1024;
-
-function unreachableKube(observe?: RequestObserver): KubeClient {
-  const config = new ConnectionReusingKubeConfig();
-  config.loadFromOptions({
-    clusters: [{ name: 'nowhere', server: UNREACHABLE_API, skipTLSVerify: true }],
-    users: [{ name: 'someone', token: 'not-a-real-token' }],
-    contexts: [{ name: 'nowhere', cluster: 'nowhere', user: 'someone' }],
-    currentContext: 'nowhere',
-  });
-  return new KubeClient(config, observe);
-}
 
 interface Served {
   host: FunctionHost;

@@ -12,14 +12,12 @@ import { functionNames, loadAllFunctions } from '../../functions/index.ts';
 import { resolveConfig } from '../../functions/runtime/config.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { PING_TYPE } from '../../functions/runtime/events.ts';
-import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost } from '../../functions/runtime/server.ts';
-import { deliver, quietLog } from '../support/cluster.ts';
+import { deliver, quietLog, unreachableKube } from '../support/cluster.ts';
 import { metricValue, postRaw } from '../support/http.ts';
 import { malformedEvents } from '../support/malformed-events.ts';
 
-const UNREACHABLE_API = 'https://127.0.0.1:1';
 const functions = await loadAllFunctions();
 
 /** An HTTP server counting every request: stands in for the exchange-rate provider (and anything else a function might call). */
@@ -34,14 +32,7 @@ async function countingServer(): Promise<{ url: string; requests: string[]; clos
 }
 
 async function serve(declaration: FunctionDeclaration, providerUrl: string, apiRequests: string[]) {
-  const config = new ConnectionReusingKubeConfig();
-  config.loadFromOptions({
-    clusters: [{ name: 'nowhere', server: UNREACHABLE_API, skipTLSVerify: true }],
-    users: [{ name: 'someone', token: 'not-a-real-token' }],
-    contexts: [{ name: 'nowhere', cluster: 'nowhere', user: 'someone' }],
-    currentContext: 'nowhere',
-  });
-  const kube = new KubeClient(config, (verb, resource) => apiRequests.push(`${verb} ${resource}`));
+  const kube = unreachableKube((verb, resource) => apiRequests.push(`${verb} ${resource}`));
   const host = createFunctionHost(declaration, { kube, log: quietLog, metrics: createMetrics(declaration.name), config: resolveConfig(declaration.name, declaration.config, { EXCHANGE_RATE_PROVIDER_URL: providerUrl }) });
   const server = host.app.listen(0, '127.0.0.1');
   await new Promise((resolve, reject) => server.once('listening', resolve).once('error', reject));

@@ -13,25 +13,13 @@ import { defineFunction, type ReconcileResult } from '../../functions/runtime/de
 import { statusForError, TerminalError, TransientError } from '../../functions/runtime/errors.ts';
 import { httpClient } from '../../functions/runtime/http.ts';
 import { ConfigMap, InvalidPathSegmentError, objectPath, parseKindKey, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { isHashedLabelValue, ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import { createFunctionHost } from '../../functions/runtime/server.ts';
 import { KeyedWorkQueue } from '../../functions/runtime/workqueue.ts';
-import { quietLog } from '../support/cluster.ts';
+import { quietLog, unreachableKube } from '../support/cluster.ts';
 
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
-
-function unreachableKube(): KubeClient {
-  const config = new ConnectionReusingKubeConfig();
-  config.loadFromOptions({
-    clusters: [{ name: 'nowhere', server: 'https://127.0.0.1:1', skipTLSVerify: true }],
-    users: [{ name: 'someone', token: 't' }],
-    contexts: [{ name: 'nowhere', cluster: 'nowhere', user: 'someone' }],
-    currentContext: 'nowhere',
-  });
-  return new KubeClient(config);
-}
 
 /** A host whose reconcile is `reconcile`; events are handed to it directly (no HTTP). */
 function hostFor(reconcile: (key: ObjectKey) => Promise<ReconcileResult | void>, now = () => new Date('2025-05-01T00:00:00Z')) {
@@ -137,14 +125,7 @@ describe('answers', () => {
 describe('Kubernetes Events on shutdown', () => {
   test('drain() waits until the Events recorded by finished reconciles have been written (or given up)', async () => {
     const posts: number[] = [];
-    const config = new ConnectionReusingKubeConfig();
-    config.loadFromOptions({
-      clusters: [{ name: 'nowhere', server: 'https://127.0.0.1:1', skipTLSVerify: true }],
-      users: [{ name: 'someone', token: 't' }],
-      contexts: [{ name: 'nowhere', cluster: 'nowhere', user: 'someone' }],
-      currentContext: 'nowhere',
-    });
-    const kube = new KubeClient(config, (verb, resource) => { if (verb === 'post' && resource === 'events') posts.push(Date.now()); });
+    const kube = unreachableKube((verb, resource) => { if (verb === 'post' && resource === 'events') posts.push(Date.now()); });
     const declaration = defineFunction({ name: 'widgets', description: 'test', reconciles: Widget, rbac: [], reconcile: async () => { throw new TerminalError('spec is nonsense', { reason: 'InvalidSpec' }); } });
     const host = createFunctionHost(declaration, { kube, log: quietLog, metrics: createMetrics('widgets') });
     assert.equal((await receive(host as ReturnType<typeof hostFor>, widgetEvent('a'))).status, 200, 'answered before the Event is written');
