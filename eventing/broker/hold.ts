@@ -14,8 +14,10 @@
 //   the functions' resync reconciles those keys after the next start.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
+import { FUNCTION_EXTENSION, NOT_BEFORE_EXTENSION } from '../../functions/runtime/events.ts';
 
-export const NOT_BEFORE_EXTENSION = 'opfnnotbefore';
+// The extension is the runtime's (functions/runtime/events.ts): one name on both ends of the wire.
+export { NOT_BEFORE_EXTENSION };
 export const DEFAULT_MAX_HELD = 10_000;
 const MAX_TIMER_MS = 2_147_000_000;
 
@@ -85,7 +87,7 @@ export class ReplyHold {
     for (const held of this.#held.values()) {
       clearTimeout(held.timer);
       this.#log.info(
-        { id: held.event.id, type: held.event.type, function: held.event.opfnfunction, notBefore: held.event[NOT_BEFORE_EXTENSION] },
+        { id: held.event.id, type: held.event.type, function: held.event[FUNCTION_EXTENSION], notBefore: held.event[NOT_BEFORE_EXTENSION] },
         'held requeue dropped because the plane stopped (the next resync reconciles its keys)',
       );
     }
