@@ -46,6 +46,15 @@ export function sharedLists(kube: KubeClient): CandidateLists {
   };
 }
 
+/** The objects of a child kind that `selector` matches, listed for one parent (no sharing). */
+export function selectedLists(kube: KubeClient, selector: Selector): CandidateLists {
+  return async (kind, namespace) => {
+    const items: KubeObject[] = [];
+    for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined })) items.push(...page.items.map((item) => typed(kind, item)));
+    return items;
+  };
+}
+
 /**
  * The parent's children of every child kind: owned ones still matching `selector`, plus orphans
  * adopted now. Children that stopped matching are released. Candidates are the child kind's

@@ -1,9 +1,11 @@
-// Serves Metacontroller CompositeControllers (issue 10): one function for every controller, its
-// reconcile key a CompositeController; each reconcile syncs every parent of that controller
-// through its sync/finalize hooks (reconcile.ts, sync-parent.ts).
+// Serves Metacontroller CompositeControllers (issue 10): one function for every controller. Its
+// keys are CompositeControllers (sync every parent) and, through `runtimeKinds`, the parents
+// themselves, whose kinds are known only once a controller names them (routing.ts,
+// reconcile.ts, sync-parent.ts).
 import { defineFunction } from '../runtime/declaration.ts';
 import { CompositeControllerKind } from './kinds.ts';
-import { reconcileCompositeController } from './reconcile.ts';
+import { reconcileComposite } from './reconcile.ts';
+import { compositeRuntimeKinds } from './routing.ts';
 
 export default defineFunction({
   name: 'composite',
@@ -20,5 +22,6 @@ export default defineFunction({
       default: '',
     },
   ],
-  reconcile: reconcileCompositeController,
+  runtimeKinds: compositeRuntimeKinds,
+  reconcile: reconcileComposite,
 });

@@ -24,7 +24,7 @@ import { TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
 import { isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
 import { ensureFinalizer, removeFinalizer } from '../runtime/reconciler.ts';
-import { applyChildOperations, claimChildren, type CandidateLists } from './children.ts';
+import { applyChildOperations, claimChildren, selectedLists, type CandidateLists } from './children.ts';
 import { callHook, type UrlRewrite } from './hooks.ts';
 import { relatedFor } from './related.ts';
 
@@ -42,8 +42,12 @@ export interface SyncEnvironment {
   kube: KubeClient;
   events: EventRecorder;
   hookUrls: UrlRewrite[];
-  /** The child lists of this sweep (children.ts sharedLists). */
-  listed: CandidateLists;
+  /**
+   * The child lists of this sweep (children.ts sharedLists); absent for the sync of one parent,
+   * whose candidates are then listed by its child selector. Those cannot include a child that
+   * stopped matching while still owned, so such a child is released by the next sweep.
+   */
+  listed?: CandidateLists;
 }
 
 /** Sync this parent again after this many seconds (0: only on the next event or resync). */
@@ -63,8 +67,9 @@ export function effectiveController(controller: CompositeController, parent: Kub
 
 /**
  * How soon a parent is synced again when this sync knows it left work: children it deleted
- * (Recreate, finished pods) are to be created, or its status write met a newer parent. Upstream
- * learns both from watch events, which do not reach this function yet (see reconcile.ts).
+ * (Recreate, finished pods) are to be created, or its status write met a newer parent. The
+ * child's delete event or the parent's update event usually brings that sync first; this
+ * requeue does not depend on them.
  */
 export const AGAIN_SOON_SECONDS = 1;
 
@@ -110,7 +115,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   const selector = childSelector(effective.spec, parent);
   if (!selector.ok) return fail(selector.reason);
 
-  const observed = await claimChildren(kube, { parent, kind: parentKind }, composite.childKinds, selector.selector, env.listed);
+  const observed = await claimChildren(kube, { parent, kind: parentKind }, composite.childKinds, selector.selector, env.listed ?? selectedLists(kube, selector.selector));
   const hookType = hookToCall(controller, parent, matches);
   if (hookType === 'none') return { resyncAfterSeconds: 0 };
   const hook = controller.spec.hooks![hookType]!;

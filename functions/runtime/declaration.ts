@@ -2,9 +2,10 @@
 // triggers, the Knative manifests and the RBAC Role are all derived from this declaration, so
 // adding a kind means adding one folder with one of these.
 import type { Logger } from 'pino';
-import type { KubeObject, ObjectKey, ResourceKind } from './kinds.ts';
+import type { KindKey, KubeObject, ObjectKey, ResourceKind } from './kinds.ts';
 import { validateConfigDeclaration, type ConfigParameter } from './config.ts';
 import { cronProblem } from './cron.ts';
+import type { ChangeEvent } from './events.ts';
 import type { HttpClient } from './http.ts';
 import type { KubeClient } from './kube.ts';
 import type { EventRecorder } from './recorder.ts';
@@ -57,6 +58,24 @@ export interface WatchedKind {
   /** Only objects with these labels are of interest (passed to the watch as labelSelector). */
   labelSelector?: string;
   keysFor(change: WatchedChange, ctx: MapperContext): Promise<ObjectKey[]>;
+}
+
+/**
+ * Kinds known only at run time, such as the parent and child kinds of Metacontroller's
+ * CompositeControllers: the function itself says which keys a change of such a kind concerns,
+ * and which kind a key names. The runtime treats the keys as any other: it validates them as
+ * the API server would (an invalid one is dropped with a warning), coalesces, reconciles, and
+ * replies about failed or requeued ones.
+ */
+export interface RuntimeKinds {
+  /**
+   * The keys a change of an object whose kind the declaration does not name concerns; [] when
+   * none. `event.object` (Resource mode) is possibly stale or forged: use it to find keys, never
+   * to decide what to write.
+   */
+  keysFor(event: ChangeEvent, ctx: MapperContext): Promise<KindKey[]>;
+  /** The kind a reconcile event's key names as `<group>/<Kind>` (kinds.ts groupKind), if the function reconciles it. */
+  kindOf(groupKind: string, ctx: MapperContext): Promise<ResourceKind | undefined>;
 }
 
 /** Knative's autoscaling annotations / revision field, with their meanings; the local activator honours them too. */
@@ -131,13 +150,15 @@ export interface FunctionDeclaration {
   /** Configuration from the environment (secret ones from a Secret on Knative). */
   config: ConfigParameter[];
   finalizer?: FinalizerDeclaration;
+  /** Kinds the function learns at run time (their events and keys); absent for most functions. */
+  runtimeKinds?: RuntimeKinds;
   /**
    * Bring the cluster to the desired state for one object, reading everything it needs afresh.
    * Must be idempotent and safe to run concurrently for the same key. Throws on transient
    * failure (TransientError or any error: redelivered); TerminalError when retrying cannot
    * help (recorded as a Warning Event; the function sets its own Ready=False condition).
    */
-  reconcile(key: ObjectKey, ctx: ReconcileContext): Promise<ReconcileResult | void>;
+  reconcile(key: KindKey, ctx: ReconcileContext): Promise<ReconcileResult | void>;
 }
 
 // Knative's default target (100). A reconcile mostly waits on the API, so one Node process

@@ -40,6 +40,9 @@ export type FunctionEvent =
   /** Keys as sent (parsed against the function's kinds by the host); notBefore from opfnnotbefore. */
   | { type: 'reconcile'; keys: string[]; notBefore?: Date; id: string };
 
+/** An ApiServerSource change: which object, what happened, and its body in Resource mode. */
+export type ChangeEvent = Extract<FunctionEvent, { type: 'change' }>;
+
 const APISERVER_TYPE = /^dev\.knative\.apiserver\.(ref|resource)\.(add|update|delete)$/;
 const JSON_MEDIA_TYPE = /^application\/(?:[\w.-]+\+)?json\s*(?:;|$)/i;
 const STRUCTURED_JSON = /^application\/cloudevents\+json\s*(?:;|$)/;

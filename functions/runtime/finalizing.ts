@@ -4,7 +4,7 @@
 // of reconcile, and the finalizer goes once finalize says it is done. A function without a
 // declared finalizer costs nothing here.
 import type { FunctionDeclaration, ReconcileContext, ReconcileResult } from './declaration.ts';
-import type { KindKey } from './kinds.ts';
+import { groupKind, type KindKey } from './kinds.ts';
 import { ensureFinalizer, removeFinalizer } from './reconciler.ts';
 
 /** A finalize that answered "not yet" is tried again after this long. */
@@ -12,7 +12,8 @@ export const FINALIZE_AGAIN_SECONDS = 10;
 
 export async function reconcileWithFinalizer(declaration: FunctionDeclaration, key: KindKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
   const finalizer = declaration.finalizer;
-  if (!finalizer) return declaration.reconcile(key, ctx);
+  // The declared finalizer is for the declared kind; keys of run-time kinds are the function's own business.
+  if (!finalizer || groupKind(key.kind) !== groupKind(declaration.reconciles)) return declaration.reconcile(key, ctx);
   const { kube } = ctx;
   const object = await kube.get(key.kind, key);
   if (!object) return declaration.reconcile(key, { ...ctx, hint: undefined });

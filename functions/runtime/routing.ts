@@ -2,7 +2,7 @@
 // EnqueueRequestForObject, EnqueueRequestForOwner with OnlyControllerOwner, and mapped
 // requests). Events for the kind itself name their object; events for owned objects map to the
 // controller owner (or the owner labels); events for watched objects go through the function's
-// mapper. A forged event can at most cause a reconcile of an object that really exists, because
+// mapper; events of kinds known only at run time go to the function's own `runtimeKinds`. A forged event can at most cause a reconcile of an object that really exists, because
 // reconcile re-reads everything.
 //
 // Every name that leaves here reaches a URL, so each is held to the API server's rules first:
@@ -12,17 +12,27 @@
 import type { Logger } from 'pino';
 import type { FunctionDeclaration } from './declaration.ts';
 import { BadKeyError } from './errors.ts';
-import type { FunctionEvent } from './events.ts';
-import { keyProblem, sameKind, type KubeObject, type ObjectKey } from './kinds.ts';
+import type { ChangeEvent } from './events.ts';
+import { kindKey, kindKeyString, keyProblem, sameKind, type KindKey, type KubeObject, type ObjectKey } from './kinds.ts';
 import type { KubeClient } from './kube.ts';
 import { ownerFromLabels } from './owner-labels.ts';
 
-export async function keysForEvent(
-  declaration: FunctionDeclaration,
-  event: Extract<FunctionEvent, { type: 'change' }>,
-  kube: KubeClient,
-  log: Logger,
-): Promise<ObjectKey[]> {
+export async function keysForEvent(declaration: FunctionDeclaration, event: ChangeEvent, kube: KubeClient, log: Logger): Promise<KindKey[]> {
+  const reconciled = declaration.reconciles;
+  const keys = await declaredKindKeys(declaration, event, kube, log);
+  if (keys) return keys.map((key) => kindKey(reconciled, key));
+  if (!declaration.runtimeKinds) return [];
+  // Kinds known only at run time: the function finds the keys, held to the same rules.
+  const found = await declaration.runtimeKinds.keysFor(event, { kube, log });
+  return found.filter((key) => {
+    const problem = keyProblem(key.kind, key);
+    if (problem) log.warn({ ref: event.ref, reason: problem }, `a key for ${event.ref.kind} names no ${key.kind.kind}; dropped`);
+    return !problem;
+  });
+}
+
+/** The keys of the reconciled kind, when the event's kind is one the declaration names (undefined otherwise). */
+async function declaredKindKeys(declaration: FunctionDeclaration, event: ChangeEvent, kube: KubeClient, log: Logger): Promise<ObjectKey[] | undefined> {
   const { ref } = event;
   const reconciled = declaration.reconciles;
   const scoped = (namespace: string) => (reconciled.namespaced ? namespace : '');
@@ -66,14 +76,14 @@ export async function keysForEvent(
         return !problem;
       });
   }
-  return [];
+  return undefined;
 }
 
 /** Unique keys, in first-seen order. */
-export function uniqueKeys(keys: ObjectKey[]): ObjectKey[] {
+export function uniqueKeys(keys: KindKey[]): KindKey[] {
   const seen = new Set<string>();
   return keys.filter((key) => {
-    const id = `${key.namespace}/${key.name}`;
+    const id = kindKeyString(key);
     if (seen.has(id)) return false;
     seen.add(id);
     return true;

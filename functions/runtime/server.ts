@@ -152,18 +152,18 @@ export class FunctionHost {
         keys = [];
         for await (const page of kube.pages(reconciled)) keys.push(...page.items.map((item) => kindKey(reconciled, keyOf(item))));
       } else if (event.type === 'reconcile') {
-        const parsed = event.keys.map((text) => parseKindKey(text, [reconciled]));
+        const parsed = await Promise.all(event.keys.map((text) => this.#parseKey(text, eventLog)));
         const bad = parsed.find((key): key is string => typeof key === 'string');
         if (bad) return { status: 400, body: { error: `reconcile event: ${bad}` } };
         if (event.notBefore && event.notBefore.getTime() > now().getTime() + NOT_BEFORE_TOLERANCE_MS) {
           return { status: 200, body: { ignored: `not due until ${event.notBefore.toISOString()}; the function keeps its due time and its resync catches up` } };
         }
-        keys = uniqueByString(parsed as KindKey[]);
+        keys = uniqueKeys(parsed as KindKey[]);
       } else {
         const skip = skipReason(declaration, event, kube.ownWrites, this.#seen);
         if (skip) return { status: 200, body: { ignored: skip } };
-        keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog)).map((key) => kindKey(reconciled, key));
-        if (keys.length === 0) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns no ${reconciled.kind}` } };
+        keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog));
+        if (keys.length === 0) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns ${declaration.runtimeKinds ? `nothing ${declaration.name} reconciles` : `no ${reconciled.kind}`}` } };
         // The body is a hint for the one object it maps to (its own key, or its owner's); a
         // delete's body is the object's last state, not its present one.
         if (event.object && event.action !== 'delete' && keys.length === 1) hint = { apiVersion: event.ref.apiVersion, kind: event.ref.kind, ...event.object };
@@ -174,6 +174,16 @@ export class FunctionHost {
       return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
     }
     return this.#reconcileAll(keys, eventLog, hint);
+  }
+
+  /** The key a reconcile event names: of the reconciled kind, or of a kind the function resolves at run time; else why not. */
+  async #parseKey(text: string, log: Logger): Promise<KindKey | string> {
+    const { declaration, kube } = this.#options;
+    const parsed = parseKindKey(text, [declaration.reconciles]);
+    if (typeof parsed !== 'string' || !declaration.runtimeKinds) return parsed;
+    const colon = text.lastIndexOf(':');
+    const kind = colon > 0 ? await declaration.runtimeKinds.kindOf(text.slice(0, colon), { kube, log }) : undefined;
+    return kind ? parseKindKey(text, [kind]) : parsed;
   }
 
   /** Reconciles the keys (a few at a time) and turns their results into one answer. */
@@ -251,11 +261,6 @@ export class FunctionHost {
   flushEvents(): Promise<void> {
     return this.#events.flush();
   }
-}
-
-function uniqueByString(keys: KindKey[]): KindKey[] {
-  const seen = new Set<string>();
-  return keys.filter((key) => !seen.has(kindKeyString(key)) && Boolean(seen.add(kindKeyString(key))));
 }
 
 /**
