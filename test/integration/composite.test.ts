@@ -173,6 +173,50 @@ describe("the seed's Metacontroller ImmortalContainer, manifests unchanged", () 
   });
 });
 
+describe('events of parent and child kinds, routed by the function (runtimeKinds)', () => {
+  const second = { namespace: 'default', name: 'second' };
+  const secondPod = { namespace: 'default', name: 'second-immortalpod' };
+  const event = (kind: ResourceKind, object: KubeObject, action: 'add' | 'update' | 'delete', mode: 'Reference' | 'Resource') =>
+    deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode }));
+
+  test("a parent's add event syncs that parent alone: its pod is created", async () => {
+    const created = await kube.create<KubeObject>(MetaImmortalContainer, { ...example('ImmortalContainer'), metadata: { name: second.name } }, 'default');
+    const answer = await event(MetaImmortalContainer, created, 'add', 'Reference');
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    const pod = await kube.get<PodObject>(Pod, secondPod);
+    assert.ok(pod, 'the pod exists');
+    assert.equal(pod.metadata.ownerReferences?.[0]?.uid, created.metadata.uid);
+  });
+
+  test("a child's delete event (Resource mode, the last body with its controller reference) wakes its parent: the pod is back", async () => {
+    const pod = (await kube.get<PodObject>(Pod, secondPod))!;
+    await kube.delete(Pod, secondPod);
+    const answer = await event(Pod, { ...pod, apiVersion: 'v1', kind: 'Pod' }, 'delete', 'Resource');
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    const recreated = await kube.get<PodObject>(Pod, secondPod);
+    assert.ok(recreated && recreated.metadata.uid !== pod.metadata.uid, 'a new pod exists');
+  });
+
+  test("a child's event in Reference mode is routed by reading the child; a reconcile event may name the parent's kind", async () => {
+    const answer = await event(Pod, { metadata: { ...secondPod } }, 'update', 'Reference');
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.equal(answer.body.reconciled, 1, JSON.stringify(answer.body));
+    // The hook now sees the pod: status names it.
+    assert.equal((await kube.get<Parent>(MetaImmortalContainer, second))!.status?.currentPod, secondPod.name);
+    const reconcile = new CloudEvent({ specversion: '1.0', id: 'r-parent', source: '/opfn/functions/composite', type: 'dev.opfn.reconcile', datacontenttype: 'application/json', data: { keys: ['immortalcontainers.flugel.it/ImmortalContainer:default/second'] } });
+    const replayed = await deliver(fn.url, reconcile);
+    assert.equal(replayed.status, 200, JSON.stringify(replayed.body));
+    const unknownKind = new CloudEvent({ specversion: '1.0', id: 'r-unknown', source: '/opfn/functions/composite', type: 'dev.opfn.reconcile', datacontenttype: 'application/json', data: { keys: ['example.org/Nothing:default/x'] } });
+    assert.equal((await deliver(fn.url, unknownKind)).status, 400);
+  });
+
+  test('an event of a kind no CompositeController names concerns nothing, and costs no write', async () => {
+    const answer = await event(ConfigMap, { metadata: { namespace: 'default', name: 'unrelated' }, data: {} }, 'add', 'Resource');
+    assert.equal(answer.status, 200);
+    assert.match(JSON.stringify(answer.body), /concerns nothing composite reconciles/);
+  });
+});
+
 describe('kinds known only at run time', () => {
   test('a parent kind not served yet is retried (503), not treated as gone; once its CRD is applied the controller serves it: a cluster-scoped parent with children in two namespaces (v1 keys ns/name)', async () => {
     await kube.create(CompositeControllerKind, {
