@@ -2,7 +2,10 @@
 // Names are derived here once, so a Trigger's subscriber, a source's ServiceAccount and the
 // checks in validate.ts all agree on them.
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import { brokerRef as brokerRefNamed, INSTALL_DEFAULTS, KNATIVE_SERVICE_API, objectLabels } from '../../functions/runtime/knative-objects.ts';
 import type { DeliverySpec } from '../delivery.ts';
+
+export { EVENTING_API, FUNCTION_LABEL, KNATIVE_SERVICE_API, PART_OF, RBAC_API, SOURCES_API } from '../../functions/runtime/knative-objects.ts';
 
 export interface ManifestOptions {
   /** Container image of every function (one image, the function chosen by FUNCTION). */
@@ -24,15 +27,15 @@ export interface ManifestOptions {
   deadLetterImage: string;
 }
 
-export const DEFAULT_NAMESPACE = 'operator-functions';
+export const DEFAULT_NAMESPACE = INSTALL_DEFAULTS.namespace;
 export const KAFKA_BROKER_CLASS = 'Kafka';
 export const DEFAULT_BROKER_CLASS = 'MTChannelBasedBroker';
 
 export const DEFAULT_OPTIONS: ManifestOptions = {
   image: 'operator-functions:latest',
   namespace: DEFAULT_NAMESPACE,
-  scope: 'cluster',
-  brokerName: 'operator-functions',
+  scope: INSTALL_DEFAULTS.scope,
+  brokerName: INSTALL_DEFAULTS.brokerName,
   brokerClass: DEFAULT_BROKER_CLASS,
   replace: {},
   // Knative's own defaults (retry 10, exponential from 0.2 s: about 3.5 min before dead letter).
@@ -40,11 +43,8 @@ export const DEFAULT_OPTIONS: ManifestOptions = {
   deadLetterImage: 'gcr.io/knative-releases/knative.dev/eventing/cmd/event_display',
 };
 
-export const PART_OF = { 'app.kubernetes.io/part-of': 'operator-functions' };
-export const FUNCTION_LABEL = 'operator-functions.dev/function';
-
 export function labels(component: string, declaration?: FunctionDeclaration): Record<string, string> {
-  return { ...PART_OF, 'app.kubernetes.io/component': component, ...(declaration ? { [FUNCTION_LABEL]: declaration.name } : {}) };
+  return objectLabels(component, declaration?.name);
 }
 
 /** The Knative Service of the dead-letter sink. */
@@ -54,10 +54,5 @@ export const pingSourceName = (declaration: FunctionDeclaration): string => `${d
 /** The ServiceAccount an ApiServerSource's adapter runs as. */
 export const sourceServiceAccountName = (sourceName: string): string => `opfn-${sourceName}-source`;
 
-export const KNATIVE_SERVICE_API = 'serving.knative.dev/v1';
-export const EVENTING_API = 'eventing.knative.dev/v1';
-export const SOURCES_API = 'sources.knative.dev/v1';
-export const RBAC_API = 'rbac.authorization.k8s.io/v1';
-
-export const brokerRef = (options: ManifestOptions) => ({ ref: { apiVersion: EVENTING_API, kind: 'Broker', name: options.brokerName } });
+export const brokerRef = (options: ManifestOptions) => brokerRefNamed(options.brokerName);
 export const serviceRef = (name: string) => ({ ref: { apiVersion: KNATIVE_SERVICE_API, kind: 'Service', name } });

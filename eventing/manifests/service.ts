@@ -15,6 +15,7 @@
 // pkg/apis/serving/fieldmask.go).
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { installConfigValues } from '../../functions/runtime/knative-objects.ts';
 import { KNATIVE_SERVICE_API, labels, type ManifestOptions } from './options.ts';
 import { serviceAccountName } from './rbac.ts';
 
@@ -34,16 +35,18 @@ export const configSecretName = (declaration: FunctionDeclaration): string => `o
  * The container's environment: FUNCTION, then the declared configuration with its defaults
  * (change them in the generated file or with kustomize); secret parameters come from the
  * function's config Secret (valueFrom.secretKeyRef, optional when the parameter has a default),
- * so no secret ever sits in a manifest.
+ * so no secret ever sits in a manifest. A parameter about the install itself (INSTALL_CONFIG:
+ * namespace, Broker, scope) gets this install's value.
  */
-export function environment(declaration: FunctionDeclaration): Record<string, unknown>[] {
+export function environment(declaration: FunctionDeclaration, options: ManifestOptions): Record<string, unknown>[] {
+  const install = installConfigValues(options);
   const required = declaration.config.filter((parameter) => !parameter.secret && parameter.default === undefined);
   if (required.length) throw new Error(`function ${declaration.name}: config ${required.map((p) => p.name).join(', ')} has no default; give it one (or make it secret) so the generated Service can set it`);
   return [
     { name: 'FUNCTION', value: declaration.name },
     ...declaration.config.map((parameter) => (parameter.secret
       ? { name: parameter.name, valueFrom: { secretKeyRef: { name: configSecretName(declaration), key: parameter.name, optional: parameter.default !== undefined } } }
-      : { name: parameter.name, value: parameter.default })),
+      : { name: parameter.name, value: install[parameter.name] ?? parameter.default })),
   ];
 }
 
@@ -75,7 +78,7 @@ export function knativeService(declaration: FunctionDeclaration, options: Manife
           containers: [{
             name: 'function',
             image: options.image,
-            env: environment(declaration),
+            env: environment(declaration, options),
             ports: [{ name: 'http1', containerPort: CONTAINER_PORT }],
             readinessProbe: { httpGet: { path: READINESS_PATH }, periodSeconds: 1 },
             livenessProbe: { httpGet: { path: LIVENESS_PATH }, periodSeconds: 10, failureThreshold: 3 },

@@ -1,17 +1,14 @@
 // The ApiServerSources of a function, from the declaration's wiring (wiring.ts); the local
 // plane runs these very objects, so what runs locally and what a cluster runs cannot drift.
-//
-// Knative's ApiServerSource (sources.knative.dev/v1, knative/eventing pkg/apis/sources/v1
-// apiserver_types.go): `resources[]` of {apiVersion, kind, selector (metav1.LabelSelector)},
-// `mode` Reference|Resource, `serviceAccountName` the adapter runs as, `ceOverrides.extensions`
-// added to every event, `sink`. A source in namespace N watches namespaced kinds in N only,
-// unless `namespaceSelector` (added by knative/eventing#6665) selects more: in 'cluster' scope
-// the generated sources carry an empty one (every namespace).
+// The object itself (Knative's ApiServerSource, sources.knative.dev/v1; `namespaceSelector: {}`
+// in 'cluster' scope) is built by apiServerSourceObject in functions/runtime/knative-objects.ts,
+// shared with the sources the composite function manages per CompositeController.
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { apiVersionOf, type KubeObject } from '../../functions/runtime/kinds.ts';
 import { sourcesFor } from './wiring.ts';
 import type { SourceSpec } from '../source.ts';
-import { brokerRef, labels, sourceServiceAccountName, SOURCES_API, type ManifestOptions } from './options.ts';
+import { apiServerSourceObject } from '../../functions/runtime/knative-objects.ts';
+import { labels, sourceServiceAccountName, type ManifestOptions } from './options.ts';
 import { clusterScopedResources, identity, sourceRules } from './rbac.ts';
 
 export interface LabelSelector {
@@ -52,23 +49,18 @@ export function formatLabelSelector(selector: LabelSelector): string {
 
 /** One ApiServerSource object from a plane SourceSpec. */
 export function apiServerSource(declaration: FunctionDeclaration, source: SourceSpec, options: ManifestOptions): KubeObject {
-  return {
-    apiVersion: SOURCES_API,
-    kind: 'ApiServerSource',
-    metadata: { name: source.name, namespace: options.namespace, labels: labels('source', declaration) },
-    spec: {
-      mode: source.mode,
-      resources: source.resources.map((resource) => ({
-        apiVersion: apiVersionOf(resource.kind),
-        kind: resource.kind.kind,
-        ...(resource.labelSelector ? { selector: parseLabelSelector(resource.labelSelector) } : {}),
-      })),
-      ...(options.scope === 'cluster' ? { namespaceSelector: {} } : {}),
-      serviceAccountName: sourceServiceAccountName(source.name),
-      ...(source.extensions ? { ceOverrides: { extensions: source.extensions } } : {}),
-      sink: brokerRef(options),
-    },
-  };
+  return apiServerSourceObject({
+    name: source.name,
+    labels: labels('source', declaration),
+    mode: source.mode,
+    resources: source.resources.map((resource) => ({
+      apiVersion: apiVersionOf(resource.kind),
+      kind: resource.kind.kind,
+      ...(resource.labelSelector ? { selector: parseLabelSelector(resource.labelSelector) } : {}),
+    })),
+    serviceAccountName: sourceServiceAccountName(source.name),
+    extensions: source.extensions,
+  }, options);
 }
 
 /** Every source of the function, each followed by its own identity (get/list/watch on what it sends). */

@@ -3,6 +3,7 @@
 // themselves, whose kinds are known only once a controller names them (routing.ts,
 // reconcile.ts, sync-parent.ts).
 import { defineFunction } from '../runtime/declaration.ts';
+import { INSTALL_CONFIG, INSTALL_DEFAULTS } from '../runtime/knative-objects.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { reconcileComposite } from './reconcile.ts';
 import { compositeRuntimeKinds } from './routing.ts';
@@ -21,6 +22,11 @@ export default defineFunction({
       description: 'Hook URL prefixes rewritten before a call, "<prefix>=<replacement>,…" (e.g. a cluster Service name to a loopback port on a local plane); empty on a cluster',
       default: '',
     },
+    // Where the event sources of each CompositeController go (eventing.ts); `opfn manifests`
+    // sets the install's values.
+    { name: INSTALL_CONFIG.namespace, description: 'Namespace of the ApiServerSources and ServiceAccounts made per CompositeController (the install\'s namespace)', default: INSTALL_DEFAULTS.namespace },
+    { name: INSTALL_CONFIG.brokerName, description: 'Broker those ApiServerSources send to', default: INSTALL_DEFAULTS.brokerName },
+    { name: INSTALL_CONFIG.scope, description: '"cluster" (ClusterRoles, sources watching every namespace) or "namespace" (Roles, sources watching their own namespace)', default: INSTALL_DEFAULTS.scope },
   ],
   runtimeKinds: compositeRuntimeKinds,
   reconcile: reconcileComposite,

@@ -1,0 +1,262 @@
+// The event sources of one CompositeController on Knative, as objects this function manages:
+// what makes changes of the controller's parent and child kinds (known only at run time) reach
+// the `composite` function. Per controller:
+//
+//   ServiceAccount + ClusterRole + ClusterRoleBinding   get, list, watch on exactly the parent and
+//                                                      child resources (Knative's adapter runs as
+//                                                      `spec.serviceAccountName` and needs those
+//                                                      three verbs); in 'namespace' scope a Role +
+//                                                      RoleBinding, and a ClusterRole only for
+//                                                      cluster-scoped kinds (identity(), shared
+//                                                      with `opfn manifests`)
+//   ApiServerSource `…-parents`                        the parent kind, Resource mode (the runtime
+//                                                      can skip a status-only update by its body)
+//   ApiServerSource `…-children`                       the child kinds; Reference mode when one of
+//                                                      them is Secrets (Secret contents never travel
+//                                                      through the event plane), else Resource
+//
+// Both sources tag every event with `opfnfunction: composite` (as the generated sources of the
+// static functions do, eventing/manifests/wiring.ts), so the function's one generated Trigger
+// (filter on that extension) delivers them: no Trigger per controller. They also carry
+// `opfncompositecontroller: <name>`, a hint the routing may use, never trust.
+//
+// Every object carries a controller ownerReference to the CompositeController (a cluster-scoped
+// owner may own namespaced objects), so deleting the controller deletes them through the garbage
+// collector; no blockOwnerDeletion (nothing has to wait for them, and setting it would need
+// `update` on compositecontrollers/finalizers). A label names the controller.
+//
+// ensureEventing converges like Knative's own reconcilers (`equality.Semantic.DeepDerivative`
+// of desired against existing, knative.dev/pkg): fields we never set (defaults, additions of
+// others) are left alone; what we set (labels, our controller reference, spec, rules, roleRef,
+// subjects) is restored when it drifted. It reads first (the API server's watch cache), so a
+// controller whose objects are in place costs reads only, never a write.
+import { createHash } from 'node:crypto';
+import { FUNCTION_EXTENSION } from '../runtime/events.ts';
+import { isAlreadyExists, isConflict, type KubeClient } from '../runtime/kube.ts';
+import { TransientError } from '../runtime/errors.ts';
+import { apiVersionOf, isValidNamespace, keyOf, type KubeObject, type OwnerReference, type ResourceKind } from '../runtime/kinds.ts';
+import { apiServerSourceObject, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, type Placement } from '../runtime/knative-objects.ts';
+import { ownerLabelValue } from '../runtime/owner-labels.ts';
+import { mergeRules } from '../runtime/rbac.ts';
+import { CompositeControllerKind } from './kinds.ts';
+
+export const COMPOSITE_FUNCTION = 'composite';
+/** Label naming the CompositeController an object serves (the name, or its hash form past 63 characters). */
+export const CONTROLLER_LABEL = 'operator-functions.dev/composite-controller';
+/** CloudEvent extension naming the CompositeController whose source sent the event. */
+export const CONTROLLER_EXTENSION = 'opfncompositecontroller';
+
+export interface ControllerKinds {
+  parent: ResourceKind;
+  children: ResourceKind[];
+}
+
+export interface EventingOptions extends Placement {
+  brokerName: string;
+}
+
+/** Where the sources go, from the function's configuration (INSTALL_CONFIG); the reason when it is unusable. */
+export function eventingOptionsFrom(config: Readonly<Record<string, string>>): EventingOptions | string {
+  const namespace = config[INSTALL_CONFIG.namespace] ?? '';
+  const brokerName = config[INSTALL_CONFIG.brokerName] ?? '';
+  const scope = config[INSTALL_CONFIG.scope] ?? '';
+  if (!isValidNamespace(namespace)) return `${INSTALL_CONFIG.namespace} "${namespace}" is not a namespace name`;
+  if (!isValidNamespace(brokerName)) return `${INSTALL_CONFIG.brokerName} "${brokerName}" is not a Broker name`;
+  if (scope !== 'cluster' && scope !== 'namespace') return `${INSTALL_CONFIG.scope} "${scope}" is neither "cluster" nor "namespace"`;
+  return { namespace, brokerName, scope };
+}
+
+const HASH_CHARS = 10;
+
+/**
+ * `<prefix><name><suffix>` when it is at most `max` characters (and, for a DNS-1123 label, has no
+ * dot); otherwise the name cut short (dots turned into '-' for a label) and followed by a hash of
+ * the whole name, so two controllers never share an object.
+ */
+export function boundedName(prefix: string, name: string, suffix: string, max: number, label: boolean): string {
+  const plain = `${prefix}${name}${suffix}`;
+  if (plain.length <= max && !(label && name.includes('.'))) return plain;
+  const hash = createHash('sha256').update(name).digest('hex').slice(0, HASH_CHARS);
+  const room = max - prefix.length - suffix.length - HASH_CHARS - 1;
+  const head = (label ? name.replaceAll('.', '-') : name).slice(0, room).replace(/[-.]+$/, '');
+  return `${prefix}${head}-${hash}${suffix}`;
+}
+
+const SOURCE_NAME_MAX = 63;
+// A ServiceAccount name is a DNS subdomain (253); in 'namespace' scope its ClusterRole is called
+// `<namespace>:<name>`, so leave room for a namespace (63) and the colon.
+const IDENTITY_NAME_MAX = 253 - 64;
+
+export const identityName = (controllerName: string): string => boundedName('opfn-cc-', controllerName, '', IDENTITY_NAME_MAX, false);
+export const sourceName = (controllerName: string, role: 'parents' | 'children'): string => boundedName('opfn-cc-', controllerName, `-${role}`, SOURCE_NAME_MAX, true);
+
+const isSecret = (kind: ResourceKind) => kind.group === '' && kind.kind === 'Secret';
+const sameKind = (a: ResourceKind, b: ResourceKind) => a.group === b.group && a.version === b.version && a.kind === b.kind;
+
+/** The controller reference every managed object carries. */
+export function controllerReference(controller: KubeObject): OwnerReference {
+  const { name, uid } = controller.metadata;
+  if (!name || !uid) throw new Error('a CompositeController without metadata.name or metadata.uid cannot own objects');
+  return { apiVersion: apiVersionOf(CompositeControllerKind), kind: CompositeControllerKind.kind, name, uid, controller: true };
+}
+
+/** The objects that make the changes of `kinds` reach the composite function, in apply order. */
+export function eventingObjectsFor(controller: KubeObject, kinds: ControllerKinds, options: EventingOptions): KubeObject[] {
+  const owner = controllerReference(controller);
+  const labels = { ...objectLabels('source', COMPOSITE_FUNCTION), [CONTROLLER_LABEL]: ownerLabelValue(owner.name) };
+  const children = kinds.children.filter((kind, index) => kinds.children.findIndex((other) => sameKind(kind, other)) === index);
+  const all = [kinds.parent, ...children];
+  const rules = mergeRules(all.map((kind) => ({ apiGroups: [kind.group], resources: [kind.plural], verbs: ['get', 'list', 'watch'] })));
+  const account = identityName(owner.name);
+  const extensions = { [FUNCTION_EXTENSION]: COMPOSITE_FUNCTION, [CONTROLLER_EXTENSION]: ownerLabelValue(owner.name) };
+  const source = (role: 'parents' | 'children', sent: ResourceKind[]) => apiServerSourceObject({
+    name: sourceName(owner.name, role),
+    labels,
+    mode: sent.some(isSecret) ? 'Reference' : 'Resource',
+    resources: sent.map((kind) => ({ apiVersion: apiVersionOf(kind), kind: kind.kind })),
+    serviceAccountName: account,
+    extensions,
+  }, options);
+  const objects = [
+    ...identity(account, rules, clusterScopedOf(all), options, labels),
+    source('parents', [kinds.parent]),
+    ...(children.length ? [source('children', children)] : []),
+  ];
+  return objects.map((object) => ({ ...object, metadata: { ...object.metadata, ownerReferences: [owner] } }));
+}
+
+const kind = (group: string, name: string, plural: string, namespaced: boolean): ResourceKind => ({ group, version: 'v1', kind: name, plural, namespaced });
+const RBAC_GROUP = RBAC_API.split('/')[0]!;
+const MANAGED_KINDS: ResourceKind[] = [
+  kind('', 'ServiceAccount', 'serviceaccounts', true),
+  kind(RBAC_GROUP, 'ClusterRole', 'clusterroles', false),
+  kind(RBAC_GROUP, 'ClusterRoleBinding', 'clusterrolebindings', false),
+  kind(RBAC_GROUP, 'Role', 'roles', true),
+  kind(RBAC_GROUP, 'RoleBinding', 'rolebindings', true),
+  kind(SOURCES_API.split('/')[0]!, 'ApiServerSource', 'apiserversources', true),
+];
+
+const kindOf = (object: KubeObject): ResourceKind => {
+  const found = MANAGED_KINDS.find((candidate) => apiVersionOf(candidate) === object.apiVersion && candidate.kind === object.kind);
+  if (!found) throw new Error(`${object.apiVersion} ${object.kind} is not a kind ensureEventing manages`);
+  return found;
+};
+
+/** The top-level fields we own besides metadata. */
+const OWNED_FIELDS = ['spec', 'rules', 'roleRef', 'subjects'] as const;
+
+/**
+ * DeepDerivative: `actual` carries everything `desired` sets. Unset fields of `desired` are
+ * ignored; an empty object matches an absent one (Knative 1.0's ApiServerSource schema prunes
+ * `namespaceSelector: {}`); arrays must have the same length.
+ */
+export function derivative(desired: unknown, actual: unknown): boolean {
+  if (desired === undefined) return true;
+  if (Array.isArray(desired)) return Array.isArray(actual) && actual.length === desired.length && desired.every((item, index) => derivative(item, actual[index]));
+  if (desired !== null && typeof desired === 'object') {
+    const entries = Object.entries(desired);
+    if (entries.length === 0) return actual === undefined || (actual !== null && typeof actual === 'object' && !Array.isArray(actual) && Object.keys(actual).length === 0);
+    if (actual === null || typeof actual !== 'object' || Array.isArray(actual)) return false;
+    return entries.every(([field, value]) => derivative(value, (actual as Record<string, unknown>)[field]));
+  }
+  return desired === actual;
+}
+
+const controllerOf = (object: KubeObject) => object.metadata.ownerReferences?.find((reference) => reference.controller);
+
+/** Whether `actual` holds what we set on `desired` (labels, our controller reference, owned fields). */
+export function inPlace(desired: KubeObject, actual: KubeObject): boolean {
+  const ours = desired.metadata.ownerReferences![0]!;
+  return controllerOf(actual)?.uid === ours.uid
+    && derivative(desired.metadata.labels, actual.metadata.labels ?? {})
+    && OWNED_FIELDS.every((field) => derivative(desired[field], actual[field]));
+}
+
+/** `actual` with what we own taken from `desired`; whatever else is on it stays. */
+export function repaired(desired: KubeObject, actual: KubeObject): KubeObject {
+  const ours = desired.metadata.ownerReferences![0]!;
+  const others = (actual.metadata.ownerReferences ?? []).filter((reference) => !reference.controller && reference.uid !== ours.uid);
+  const owned = Object.fromEntries(OWNED_FIELDS.filter((field) => desired[field] !== undefined).map((field) => [field, desired[field]]));
+  return {
+    ...actual,
+    ...owned,
+    metadata: { ...actual.metadata, labels: { ...actual.metadata.labels, ...desired.metadata.labels }, ownerReferences: [ours, ...others] },
+  };
+}
+
+/** What was done to one object, in the words of controller-runtime's OperationResult. */
+export type EventingOperation = 'unchanged' | 'created' | 'updated' | 'recreated' | 'deleted';
+
+export interface EventingResult {
+  kind: string;
+  name: string;
+  operation: EventingOperation;
+}
+
+/** Every object a controller may have under these options, whether or not it needs it now. */
+function candidates(controllerName: string, options: EventingOptions): { kind: ResourceKind; namespace: string; name: string }[] {
+  const [serviceAccount, clusterRole, clusterRoleBinding, role, roleBinding, source] = MANAGED_KINDS as [ResourceKind, ResourceKind, ResourceKind, ResourceKind, ResourceKind, ResourceKind];
+  const account = identityName(controllerName);
+  const clusterName = options.scope === 'cluster' ? account : `${options.namespace}:${account}`;
+  const { namespace } = options;
+  return [
+    { kind: serviceAccount, namespace, name: account },
+    { kind: clusterRole, namespace: '', name: clusterName },
+    { kind: clusterRoleBinding, namespace: '', name: clusterName },
+    ...(options.scope === 'namespace' ? [{ kind: role, namespace, name: account }, { kind: roleBinding, namespace, name: account }] : []),
+    { kind: source, namespace, name: sourceName(controllerName, 'parents') },
+    { kind: source, namespace, name: sourceName(controllerName, 'children') },
+  ];
+}
+
+/**
+ * Creates or repairs the event sources of `controller` (eventingObjectsFor), and deletes the ones
+ * it no longer needs (its child kinds went, or its kinds stopped needing a Role or a ClusterRole)
+ * when they are its own. Writes nothing when everything is in place. A write that races another
+ * replica's (409 Conflict) is a TransientError: the next attempt reads again.
+ */
+export async function ensureEventing(controller: KubeObject, kinds: ControllerKinds, ctx: { kube: KubeClient }, options: EventingOptions): Promise<EventingResult[]> {
+  const { kube } = ctx;
+  const desired = eventingObjectsFor(controller, kinds, options);
+  const results: EventingResult[] = [];
+  try {
+    for (const object of desired) results.push({ kind: object.kind!, name: object.metadata.name!, operation: await ensureObject(kube, object) });
+    const wanted = new Set(desired.map((object) => `${object.kind}/${object.metadata.name}`));
+    const uid = controller.metadata.uid;
+    for (const candidate of candidates(controller.metadata.name!, options)) {
+      if (wanted.has(`${candidate.kind.kind}/${candidate.name}`)) continue;
+      const existing = await kube.get(candidate.kind, candidate, { cached: true });
+      if (!existing || controllerOf(existing)?.uid !== uid) continue;
+      if (await kube.delete(candidate.kind, candidate, { uid: existing.metadata.uid })) results.push({ kind: candidate.kind.kind, name: candidate.name, operation: 'deleted' });
+    }
+  } catch (error) {
+    if (isConflict(error) || isAlreadyExists(error)) throw new TransientError(`event sources of CompositeController ${controller.metadata.name}: ${(error as Error).message}`, { cause: error });
+    throw error;
+  }
+  return results;
+}
+
+async function ensureObject(kube: KubeClient, object: KubeObject): Promise<EventingOperation> {
+  const kind = kindOf(object);
+  const key = keyOf(object);
+  let existing = await kube.get(kind, key, { cached: true });
+  if (!existing) {
+    try {
+      await kube.create(kind, object);
+      return 'created';
+    } catch (error) {
+      if (!isAlreadyExists(error)) throw error;
+      existing = await kube.get(kind, key);
+      if (!existing) throw new TransientError(`${object.kind} ${key.name} was there and went while being created`, { cause: error });
+    }
+  }
+  if (inPlace(object, existing)) return 'unchanged';
+  // A binding's roleRef cannot change (the API server refuses the update): replace the binding.
+  if (object.roleRef !== undefined && !derivative(object.roleRef, existing.roleRef)) {
+    await kube.delete(kind, key, { uid: existing.metadata.uid });
+    await kube.create(kind, object);
+    return 'recreated';
+  }
+  await kube.replace(kind, repaired(object, existing));
+  return 'updated';
+}
