@@ -46,6 +46,13 @@ export const CONTROLLER_LABEL = 'operator-functions.dev/composite-controller';
 /** CloudEvent extension naming the CompositeController whose source sent the event. */
 export const CONTROLLER_EXTENSION = 'opfncompositecontroller';
 
+/**
+ * Who runs each controller's sources: "managed", this function writes them (Knative, or the local
+ * plane's own control plane, whose controllers run what is written); "plane", the local plane
+ * derives the same objects itself (held in memory, never written to a configured cluster).
+ */
+export const EVENT_SOURCES_CONFIG = 'COMPOSITE_EVENT_SOURCES';
+
 export interface ControllerKinds {
   parent: ResourceKind;
   children: ResourceKind[];

@@ -4,6 +4,7 @@
 // reconcile.ts, sync-parent.ts).
 import { defineFunction } from '../runtime/declaration.ts';
 import { INSTALL_CONFIG, INSTALL_DEFAULTS } from '../runtime/knative-objects.ts';
+import { EVENT_SOURCES_CONFIG } from './eventing.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { reconcileComposite } from './reconcile.ts';
 import { compositeRuntimeKinds } from './routing.ts';
@@ -21,6 +22,11 @@ export default defineFunction({
       name: 'COMPOSITE_HOOK_URLS',
       description: 'Hook URL prefixes rewritten before a call, "<prefix>=<replacement>,…" (e.g. a cluster Service name to a loopback port on a local plane); empty on a cluster',
       default: '',
+    },
+    {
+      name: EVENT_SOURCES_CONFIG,
+      description: '"managed": this function writes the ApiServerSources (and their identities) of each CompositeController, as on Knative; "plane": the local event plane runs them itself (objects held in memory, against a configured cluster)',
+      default: 'managed',
     },
     // Where the event sources of each CompositeController go (eventing.ts); `opfn manifests`
     // sets the install's values.

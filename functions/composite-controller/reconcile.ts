@@ -18,6 +18,7 @@ import { TerminalError, TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, groupKind, type KindKey, type KubeObject } from '../runtime/kinds.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { resolveComposite, servedComposites, withParentKind } from './controllers.ts';
+import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eventing.ts';
 import { parseHookUrls, type UrlRewrite } from './hooks.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { syncParent, type ResolvedComposite } from './sync-parent.ts';
@@ -32,9 +33,17 @@ export async function reconcileComposite(key: KindKey, ctx: ReconcileContext): P
 /** Every parent of one controller. */
 async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
   const object = await ctx.kube.get<KubeObject>(CompositeControllerKind, key);
-  // Gone: its event sources go with it (owned, garbage-collected); children stay with their parents.
+  // Gone: its event sources go with it (they are owned by it: garbage-collected); children stay with their parents.
   if (!object || object.metadata.deletionTimestamp) return undefined;
   const composite = await resolveComposite(object, ctx.kube);
+  // Its parents' and children's events start flowing once its sources exist.
+  if (ctx.config[EVENT_SOURCES_CONFIG] !== 'plane') {
+    const options = eventingOptionsFrom(ctx.config);
+    if (typeof options === 'string') throw new TerminalError(options, { reason: 'InvalidConfig' });
+    const results = await ensureEventing(object, { parent: composite.parentKind, children: composite.childKinds }, ctx, options);
+    const changed = results.filter((result) => result.operation !== 'unchanged');
+    if (changed.length) ctx.log.info({ controller: key.name, changed: changed.map((result) => `${result.operation} ${result.kind} ${result.name}`) }, 'event sources of the CompositeController brought in line');
+  }
   const sweep = new Sweep(ctx, sharedLists(ctx.kube));
   for await (const page of ctx.kube.pages(composite.parentKind)) {
     let next = 0;

@@ -90,7 +90,8 @@ before(async () => {
   await new Promise<void>((resolve) => scripted.listen(0, '127.0.0.1', resolve));
   scriptedUrl = `http://127.0.0.1:${(scripted.address() as AddressInfo).port}/`;
   const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite);
-  fn = await serveFunction(composite, kubeconfig, { config: { COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}` } });
+  // Events are delivered here directly: nobody runs per-controller sources (see test/e2e/composite-plane.test.ts for those).
+  fn = await serveFunction(composite, kubeconfig, { config: { COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}`, COMPOSITE_EVENT_SOURCES: 'plane' } });
   await kube.create(CompositeControllerKind, example('CompositeController'));
   await kube.create(MetaImmortalContainer, example('ImmortalContainer'), 'default');
 });
