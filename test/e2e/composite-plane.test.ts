@@ -26,7 +26,7 @@ import { serveHooks, type HookServer } from '../../functions/composite/serve-hoo
 import { sourceName } from '../../functions/composite-controller/eventing.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
-import { ConfigMap, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 
@@ -58,13 +58,20 @@ const secondController: KubeObject = {
     generateSelector: true,
     parentResource: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', resource: 'immortalcontainers' },
     childResources: [{ apiVersion: 'v1', resource: 'configmaps', updateStrategy: { method: 'InPlace' } }],
-    hooks: { sync: { webhook: { url: 'http://second.hooks.test/configmap' } } },
+    hooks: { sync: { webhook: { url: 'http://second.hooks.test/configmap' } }, finalize: { webhook: { url: 'http://second.hooks.test/finalize' } } },
   },
 };
-const configMapHook = (request: any) => ({
-  status: { image: request.parent.spec.image },
-  children: [{ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: `${request.parent.metadata.name}-image` }, data: { image: request.parent.spec.image } }],
-});
+/** Parents whose sync hook fails (500) for now; parents whose finalize answers finalized: true. */
+const failing = new Set<string>();
+const finalizable = new Set<string>();
+const configMapHook = (request: any) => {
+  if (failing.has(request.parent.metadata.name)) throw new Error(`scripted failure for ${request.parent.metadata.name}`);
+  return {
+    status: { image: request.parent.spec.image },
+    children: [{ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: `${request.parent.metadata.name}-image` }, data: { image: request.parent.spec.image } }],
+  };
+};
+const finalizeHook = (request: any) => ({ children: [], finalized: finalizable.has(request.parent.metadata.name) });
 
 const readyOf = async (name: string) => {
   const source = await cluster.kube.get<KubeObject & { status?: { conditions?: { type: string; status: string; reason?: string }[] } }>(ApiServerSource, { namespace: NS, name });
@@ -77,7 +84,7 @@ const createParent = (kind: ResourceKind, name: string, image: string) =>
 
 before(async () => {
   cluster = await startTestCluster();
-  hooks = await serveHooks({ hooks: { '/sync': sync, '/configmap': configMapHook } });
+  hooks = await serveHooks({ hooks: { '/sync': sync, '/configmap': configMapHook, '/finalize': finalizeHook } });
   const { objects } = await applyGeneratedObjects(cluster.kube, [composite]);
   say(`${objects.length} generated objects of the composite function applied`);
   plane = new EventPlane({
@@ -132,12 +139,45 @@ describe('a CompositeController applied while the plane runs is served through i
     }, 60_000, 'a new pod');
   });
 
+  test("Recreate (the seed manifest's strategy): an image change recreates the pod, through events alone", async () => {
+    const key = { namespace: 'default', name: 'through-plane-immortalpod' };
+    const pod = (await cluster.kube.get(Pod, key))!;
+    const parent = (await cluster.kube.get(MetaImmortalContainer, { namespace: 'default', name: 'through-plane' }))!;
+    await cluster.kube.replace(MetaImmortalContainer, { ...parent, spec: { image: 'nginx:1.27' } });
+    const recreated = await eventually(async () => {
+      const again = await cluster.kube.get<KubeObject & { spec?: { containers?: { image?: string }[] } }>(Pod, key);
+      return again && again.metadata.uid !== pod.metadata.uid ? again : undefined;
+    }, 60_000, 'the pod recreated');
+    assert.equal(recreated.spec?.containers?.[0]?.image, 'nginx:1.27');
+  });
+
   test('a second controller added while running is served too; deleted, its sources go and its parents are no longer synced', async () => {
     await cluster.kube.create(CompositeControllerKind, secondController);
     await eventually(async () => (await readyOf(sourceName(SECOND, 'parents'))) === 'True Ready', 60_000, 'the second controller\'s parent source Ready', () => readyOf(sourceName(SECOND, 'parents')));
     await createParent(PlainImmortalContainer, 'second-1', 'busybox:1');
     const configMap = await eventually(() => cluster.kube.get<KubeObject & { data?: Record<string, string> }>(ConfigMap, { namespace: 'default', name: 'second-1-image' }), 60_000, 'the ConfigMap of second-1');
     assert.equal(configMap.data?.image, 'busybox:1');
+
+    // A failing hook: a SyncError Event on the parent, and the broker's retries (backoff) bring
+    // the sync again until the hook answers.
+    failing.add('flaky');
+    await createParent(PlainImmortalContainer, 'flaky', 'busybox:3');
+    const syncError = await eventually(async () => (await cluster.kube.list(CoreEvent, { namespace: 'default' })).items.find((event) => (event as { reason?: string; involvedObject?: { name?: string } }).reason === 'SyncError' && (event as { involvedObject?: { name?: string } }).involvedObject?.name === 'flaky'), 60_000, 'a SyncError Event on flaky');
+    assert.match(String((syncError as { message?: string }).message), /Sync error: .*500/);
+    failing.delete('flaky');
+    await eventually(() => cluster.kube.get(ConfigMap, { namespace: 'default', name: 'flaky-image' }), 90_000, 'the ConfigMap of flaky once its hook answers');
+    say('a sync hook answering 500: Warning SyncError on the parent, retried by the broker until it answers');
+
+    // Finalize: the parent carries the controller's finalizer; its deletion waits for finalized: true.
+    const finalizer = `metacontroller.io/compositecontroller-${SECOND}`;
+    await eventually(async () => (await cluster.kube.get(PlainImmortalContainer, { namespace: 'default', name: 'second-1' }))?.metadata.finalizers?.includes(finalizer), 60_000, 'the finalizer on second-1');
+    await cluster.kube.delete(PlainImmortalContainer, { namespace: 'default', name: 'second-1' });
+    const deleting = await cluster.kube.get(PlainImmortalContainer, { namespace: 'default', name: 'second-1' });
+    assert.ok(deleting?.metadata.deletionTimestamp, 'deletion waits for the finalize hook');
+    finalizable.add('second-1');
+    // The next sync comes from the parent's own events or the function's requeue of unfinished finalizes.
+    await eventually(async () => (await cluster.kube.get(PlainImmortalContainer, { namespace: 'default', name: 'second-1' })) === undefined, 90_000, 'second-1 gone once finalized');
+    say(`kubectl delete second-1 → held by ${finalizer} until the finalize hook answered finalized: true`);
 
     await cluster.kube.delete(CompositeControllerKind, { namespace: '', name: SECOND });
     for (const role of ['parents', 'children'] as const) {
