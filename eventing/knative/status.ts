@@ -5,6 +5,7 @@
 // Ready and Reason columns from it (the CRDs' additionalPrinterColumns).
 import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
 import { isNotFound, type KubeClient } from '../../functions/runtime/kube.ts';
+import { jsonEqual } from '../../functions/runtime/reconciler.ts';
 
 export interface Condition {
   type: string;
@@ -38,11 +39,13 @@ export function nextStatus(object: KubeObject, verdict: Verdict, now: string): R
 
 /**
  * True when writing `status` would change nothing a reader sees (so a status write does not feed
- * itself). A field set to null (removed by the merge patch) equals an absent one.
+ * itself). A field set to null (removed by the merge patch) equals an absent one. Key order does
+ * not count: the API server answers with its own order, and a comparison of serialized text
+ * found every status changed, so each write's watch event brought another write, without end.
  */
 export function sameStatus(object: KubeObject, status: Record<string, unknown>): boolean {
   const current = (object.status ?? {}) as Record<string, unknown>;
-  return Object.keys(status).every((key) => JSON.stringify(status[key] ?? null) === JSON.stringify(current[key] ?? null));
+  return Object.keys(status).every((key) => jsonEqual(status[key] ?? null, current[key] ?? null));
 }
 
 /** Writes the status subresource unless nothing changed; an object deleted meanwhile is no error. */

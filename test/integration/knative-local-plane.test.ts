@@ -182,6 +182,19 @@ describe('the generated objects run on the local plane', () => {
     await cluster.kube.delete(Trigger, { namespace: NS, name: 'pinged' });
   });
 
+  test('idle, the plane writes nothing: a status written once is not written again when its watch event comes back', async () => {
+    const writes = async () => {
+      const answer = await cluster.cp.request('GET', '/metrics');
+      // Every write of a Knative object's status, by the API server's own count.
+      return String(answer.body).split('\n').filter((line) => line.startsWith('apiserver_request_total{') && /verb="(PATCH|PUT)"/.test(line) && /subresource="status"/.test(line) && /group="(eventing|sources|serving)\.knative\.dev"/.test(line))
+        .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
+    };
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const before = await writes();
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    assert.equal(await writes(), before, 'no status writes while nothing changes');
+  });
+
   test('an ApiServerSource whose ServiceAccount may not list its kind is not Ready: InsufficientPermissions', async () => {
     await cluster.kube.create(ApiServerSource, {
       apiVersion: 'sources.knative.dev/v1', kind: 'ApiServerSource', metadata: { name: 'secrets-without-rights', namespace: NS },
