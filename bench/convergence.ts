@@ -1,9 +1,11 @@
-// Convergence of a set of ImmortalContainers detected by a WATCH on their namespace, as a user's
+// Convergence of a set of objects detected by a WATCH on their namespace, as a user's
 // `kubectl get -w` sees it: no LIST polling that competes with the system measured for the CPU
-// and the API server. An object has converged when its status names its pod and counts exactly
-// the one creation (startTimes 1) for its current generation.
+// and the API server. By default the objects are ImmortalContainers, converged when the status
+// names the pod and counts exactly the one creation (startTimes 1) for the current generation;
+// another kind brings its own test (bench/composite.ts).
 import type { ImmortalContainer } from '../functions/immortal-container/desired.ts';
 import { ImmortalContainerKind, podNameFor } from '../functions/immortal-container/desired.ts';
+import type { KubeObject, ResourceKind } from '../functions/runtime/kinds.ts';
 import type { KubeClient } from '../functions/runtime/kube.ts';
 
 export const converged = (ic: ImmortalContainer): boolean =>
@@ -12,6 +14,8 @@ export const converged = (ic: ImmortalContainer): boolean =>
 export class ConvergenceWatch {
   readonly #kube: KubeClient;
   readonly #namespace: string;
+  readonly #kind: ResourceKind;
+  readonly #converged: (object: KubeObject) => boolean;
   readonly #abort = new AbortController();
   readonly #done = new Set<string>();
   /** startTimes above 1 seen on any object: a double count, never expected. */
@@ -23,9 +27,11 @@ export class ConvergenceWatch {
   lastAt = 0;
   errors: string[] = [];
 
-  constructor(kube: KubeClient, namespace: string) {
+  constructor(kube: KubeClient, namespace: string, watched: { kind: ResourceKind; converged: (object: KubeObject) => boolean } = { kind: ImmortalContainerKind, converged: converged as (object: KubeObject) => boolean }) {
     this.#kube = kube;
     this.#namespace = namespace;
+    this.#kind = watched.kind;
+    this.#converged = watched.converged;
     this.#running = this.#run();
   }
 
@@ -37,7 +43,7 @@ export class ConvergenceWatch {
   until(count: number, timeoutMs: number): Promise<void> {
     this.#want = count;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${this.#done.size}/${count} ImmortalContainers of ${this.#namespace} converged after ${timeoutMs / 1000}s; watch errors: ${this.errors.slice(-3).join(' | ') || 'none'}`)), timeoutMs);
+      const timer = setTimeout(() => reject(new Error(`${this.#done.size}/${count} ${this.#kind.kind}s of ${this.#namespace} converged after ${timeoutMs / 1000}s; watch errors: ${this.errors.slice(-3).join(' | ') || 'none'}`)), timeoutMs);
       this.#resolve = () => {
         clearTimeout(timer);
         resolve();
@@ -55,12 +61,12 @@ export class ConvergenceWatch {
     let resourceVersion: string | undefined;
     while (!this.#abort.signal.aborted) {
       try {
-        for await (const event of this.#kube.watch<ImmortalContainer>(ImmortalContainerKind, { namespace: this.#namespace, resourceVersion, signal: this.#abort.signal })) {
+        for await (const event of this.#kube.watch<ImmortalContainer>(this.#kind, { namespace: this.#namespace, resourceVersion, signal: this.#abort.signal })) {
           resourceVersion = event.object.metadata.resourceVersion ?? resourceVersion;
           if (event.type !== 'ADDED' && event.type !== 'MODIFIED') continue;
           const ic = event.object;
           if ((ic.status?.startTimes ?? 0) > 1) this.overCounted.add(ic.metadata.name!);
-          if (!converged(ic) || this.#done.has(ic.metadata.name!)) continue;
+          if (!this.#converged(ic) || this.#done.has(ic.metadata.name!)) continue;
           this.#done.add(ic.metadata.name!);
           this.lastAt = performance.now();
           if (this.#done.size >= this.#want) this.#resolve?.();

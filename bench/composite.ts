@@ -1,0 +1,176 @@
+// The seed's Metacontroller ImmortalContainer (its CompositeController manifest unchanged, its
+// sync hook served on loopback) converging through the local plane, next to direct writes of the
+// same objects, side by side in one run against one real control plane:
+//
+//   plane   as `npm start` runs it on its own control plane: the generated objects in the API
+//           server, the composite function bundled and warm, the controller's ApiServerSources
+//           written by the function and run by the plane; the user creates N parents (32 at a
+//           time); the function syncs each through the hook on loopback, creates its pod, writes
+//           its status (and syncs again when the pod's event arrives, as Metacontroller does)
+//   direct  one writer does the end state itself, 32 parents at a time: create the parent,
+//           create the pod the hook answers (controller ownerReference, controller-uid label,
+//           last-applied annotation), write the final status (the pod named, observedGeneration)
+//
+// Converged: status.currentPod names the pod and observedGeneration is the parent's generation,
+// seen by a watch. Requests are counted by the API server (apiserver_request_total) from the first
+// create until it is quiet again. kube-controller-manager is not started (its garbage collector
+// reads each new pod's owner: the same load on both sides).
+//
+// Usage: npm run bench:composite -- [--n 200] [--label local]
+// Writes bench/results/composite-<label>-<date>.json.
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { pino } from 'pino';
+import { CRD_DIR, readManifests } from '../eventing/crds.ts';
+import { ApiServerSource } from '../eventing/knative/kinds.ts';
+import { applyGeneratedObjects } from '../eventing/knative/local.ts';
+import { DEFAULT_OPTIONS } from '../eventing/manifests/options.ts';
+import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
+import { forCreate } from '../functions/composite/apply.ts';
+import { controllerRefFor } from '../functions/composite/claim.ts';
+import { sync } from '../functions/composite/immortal-container-hook.ts';
+import { CONTROLLER_UID_LABEL } from '../functions/composite/selector.ts';
+import { serveHooks } from '../functions/composite/serve-hook.ts';
+import { sourceName } from '../functions/composite-controller/eventing.ts';
+import composite from '../functions/composite-controller/index.ts';
+import { CompositeControllerKind } from '../functions/composite-controller/kinds.ts';
+import { Pod, type KubeObject, type ResourceKind } from '../functions/runtime/kinds.ts';
+import { KubeClient } from '../functions/runtime/kube.ts';
+import { eventually, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
+import { ConvergenceWatch } from './convergence.ts';
+import { CONCURRENCY, createNamespace, measure, pooled, type Measured } from './harness.ts';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const Parent: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
+const SEED_HOOK = 'http://immortalcontainer-controller.metacontroller/';
+
+type ParentObject = KubeObject & { spec?: { image?: string }; status?: { currentPod?: string; observedGeneration?: number } };
+const converged = (object: KubeObject): boolean => {
+  const parent = object as ParentObject;
+  return parent.status?.currentPod === `${parent.metadata.name}-immortalpod` && parent.status.observedGeneration === parent.metadata.generation;
+};
+const watchParents = (kube: KubeClient, namespace: string) => new ConvergenceWatch(kube, namespace, { kind: Parent, converged });
+const newParent = (namespace: string, name: string): ParentObject => ({ apiVersion: 'immortalcontainers.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace }, spec: { image: 'nginx:latest' } });
+
+interface RunResult extends Measured {
+  side: 'plane' | 'direct';
+  n: number;
+  /** parents without exactly one pod at the end */
+  anomalies: string[];
+}
+
+async function anomalies(kube: KubeClient, namespace: string, n: number): Promise<string[]> {
+  const parents = (await kube.list(Parent, { namespace })).items;
+  const pods = (await kube.list(Pod, { namespace })).items;
+  const found: string[] = [];
+  if (parents.length !== n) found.push(`${parents.length} parents instead of ${n}`);
+  if (pods.length !== n) found.push(`${pods.length} pods instead of ${n}`);
+  return found;
+}
+
+async function runDirect(cluster: TestCluster, n: number, writer: KubeClient, watcher: KubeClient): Promise<RunResult> {
+  const namespace = 'direct';
+  await createNamespace(cluster, namespace);
+  const measured = await measure(cluster, watchParents(watcher, namespace), n, () => pooled(n, async (i) => {
+    const parent = await writer.create<ParentObject>(Parent, newParent(namespace, `ic-${i}`));
+    const [child] = sync({ parent, children: {} }).children as KubeObject[];
+    const owned = { ...child!, metadata: { ...child!.metadata, labels: { [CONTROLLER_UID_LABEL]: parent.metadata.uid! }, ownerReferences: [controllerRefFor(parent, parent.apiVersion!, parent.kind!)] } };
+    await writer.create(Pod, forCreate(owned));
+    await writer.replace(Parent, { ...parent, status: { currentPod: child!.metadata.name, observedGeneration: parent.metadata.generation } }, 'status');
+  }));
+  return { side: 'direct', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
+}
+
+async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, watcher: KubeClient, hookUrl: string): Promise<RunResult> {
+  const namespace = 'plane';
+  await createNamespace(cluster, namespace);
+  await createNamespace(cluster, 'warm');
+  await applyGeneratedObjects(cluster.kube, [composite]);
+  const bundled = await bundledFunctions(mkdtempSync(join(tmpdir(), 'opfn-bench-dist-')));
+  const plane = new EventPlane({
+    functions: [composite],
+    kube: KubeClient.fromFile(cluster.cp.kubeconfigPath),
+    // Admin identity for the function and the sources: ServiceAccount tokens need
+    // kube-controller-manager, which stays off (see above); identities change no request count.
+    kubeconfigPath: cluster.cp.kubeconfigPath,
+    log: pino({ level: 'silent' }),
+    stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
+    idleTimeoutMs: 60_000,
+    env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK}=${hookUrl}/`, ...bundled.env },
+    command: bundled.command,
+    knativeObjects: {},
+  });
+  await plane.start();
+  try {
+    const controller = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === 'CompositeController')!;
+    await writer.create(CompositeControllerKind, controller);
+    for (const role of ['parents', 'children'] as const) {
+      const name = sourceName(controller.metadata.name!, role);
+      await eventually(async () => {
+        const source = await cluster.kube.get<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(ApiServerSource, { namespace: DEFAULT_OPTIONS.namespace, name });
+        return source?.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.status === 'True');
+      }, 60_000, `ApiServerSource ${name} Ready`);
+    }
+    // Warm: one parent converged, so the run measures throughput, not a cold start (bench:cold-start).
+    const warm = watchParents(watcher, 'warm');
+    await writer.create(Parent, newParent('warm', 'warm'));
+    await warm.until(1, 60_000);
+    await warm.stop();
+    const measured = await measure(cluster, watchParents(watcher, namespace), n, () => pooled(n, async (i) => {
+      await writer.create(Parent, newParent(namespace, `ic-${i}`));
+    }));
+    return { side: 'plane', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
+  } finally {
+    await plane.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { n: { type: 'string', default: '200' }, label: { type: 'string', default: 'local' }, help: { type: 'boolean', default: false } } });
+  if (values.help) {
+    console.log('npm run bench:composite -- [--n 200] [--label name]\n  --n      parents (one pod each), side by side with direct writes (default 200)\n  --label  name of the JSON result file under bench/results/ (default local)');
+    return;
+  }
+  const n = Number(values.n);
+  if (!Number.isInteger(n) || n < 1) {
+    console.error(`--n takes a positive integer (got "${values.n}")`);
+    process.exit(2);
+  }
+  const cluster = await startTestCluster({ controllerManager: false });
+  const hooks = await serveHooks({ hooks: { '/sync': sync } });
+  const writer = KubeClient.fromFile(cluster.cp.kubeconfigPath);
+  const watcher = KubeClient.fromFile(cluster.cp.kubeconfigPath);
+  const results: RunResult[] = [];
+  try {
+    for (const side of ['direct', 'plane'] as const) {
+      const result = side === 'plane' ? await runPlane(cluster, n, writer, watcher, hooks.url) : await runDirect(cluster, n, writer, watcher);
+      results.push(result);
+      process.stderr.write(`N=${n} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/parent${result.anomalies.length ? `, ANOMALIES ${result.anomalies.join('; ')}` : ''}\n`);
+    }
+  } finally {
+    await hooks.close();
+    await cluster.stop();
+  }
+  const [direct, plane] = results as [RunResult, RunResult];
+  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: 'esbuild bundles + compile cache', concurrency: CONCURRENCY };
+  console.log(`\nMetacontroller ImmortalContainers (seed CompositeController, sync hook on loopback): plane vs pooled direct writes (${CONCURRENCY} at a time); completion by watch; requests from apiserver_request_total`);
+  console.log(`node ${environment.node}, ${environment.cpus} CPU(s)\n`);
+  console.log('side    N     converged s  quiet s  req/parent  requests by verb');
+  for (const r of results) {
+    console.log(`${r.side.padEnd(6)}  ${String(r.n).padEnd(4)}  ${(r.convergedMs / 1000).toFixed(2).padStart(11)}  ${(r.quietMs / 1000).toFixed(2).padStart(7)}  ${r.requestsPerObject.toFixed(2).padStart(10)}  ${Object.entries(r.requests.byVerb).sort().map(([verb, count]) => `${verb} ${count}`).join(', ')}`);
+  }
+  const summary = { n, convergenceRatio: plane.convergedMs / direct.convergedMs, planeSeconds: plane.convergedMs / 1000, directSeconds: direct.convergedMs / 1000, planeRequestsPerParent: plane.requestsPerObject, directRequestsPerParent: direct.requestsPerObject };
+  console.log(`\nconvergence ${summary.convergenceRatio.toFixed(2)}× direct writes; requests/parent ${summary.planeRequestsPerParent.toFixed(2)} vs ${summary.directRequestsPerParent.toFixed(2)}`);
+  for (const r of results) console.log(`  ${r.side.padEnd(6)} ${Object.entries(r.requests.byResource).filter(([, count]) => count / n >= 0.005).sort().map(([key, count]) => `${key} ${(count / n).toFixed(2)}`).join(', ')}`);
+  const date = new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z');
+  const dir = join(ROOT, 'bench/results');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `composite-${values.label}-${date}.json`);
+  writeFileSync(file, JSON.stringify({ benchmark: 'composite', label: values.label, date: new Date().toISOString(), command: `npm run bench:composite -- ${process.argv.slice(2).join(' ')}`.trim(), environment, summary, runs: results }, null, 2) + '\n');
+  console.log(`\nresults: ${file}`);
+}
+
+await main();

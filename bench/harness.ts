@@ -1,0 +1,48 @@
+// What the side-by-side benchmarks share: bounded-concurrency writes, namespaces, and one measured
+// run (convergence seen by a watch, API requests counted by the API server from the first write
+// until it is quiet again).
+import type { TestCluster } from '../test/support/cluster.ts';
+import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
+import type { ConvergenceWatch } from './convergence.ts';
+
+/** Writes in flight at once on the direct side, and the user's creates on the plane side. */
+export const CONCURRENCY = 32;
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Runs `work(i)` for i < n with at most CONCURRENCY at once. */
+export async function pooled(n: number, work: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(CONCURRENCY, n) }, async () => {
+    while (next < n) await work(next++);
+  }));
+}
+
+export async function createNamespace(cluster: TestCluster, name: string): Promise<void> {
+  const answer = await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
+  if (answer.status !== 201) throw new Error(`creating namespace ${name}: ${answer.status}`);
+}
+
+export interface Measured {
+  /** first write sent → the watch saw the last object converge */
+  convergedMs: number;
+  /** first write sent → the API server counted no new request for 1.5 s (minus those 1.5 s) */
+  quietMs: number;
+  requests: RequestCounts;
+  requestsPerObject: number;
+}
+
+/** One measured run of `work` producing `n` objects that `watch` sees converge. */
+export async function measure(cluster: TestCluster, watch: ConvergenceWatch, n: number, work: () => Promise<void>): Promise<Measured> {
+  await sleep(300); // the watch is established (it sends nothing until the first object anyway)
+  const { totals: before } = await awaitQuiet(cluster.cp, { quietMs: 1000 });
+  const started = performance.now();
+  const working = work();
+  await watch.until(n, Math.max(120_000, n * 200));
+  const convergedMs = watch.lastAt - started;
+  await working;
+  const { totals: after, lastChangeAt } = await awaitQuiet(cluster.cp);
+  await watch.stop();
+  const requests = requestDifference(before, after);
+  return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n };
+}
