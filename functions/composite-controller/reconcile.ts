@@ -17,7 +17,7 @@ import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.t
 import { TerminalError, TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, groupKind, type KindKey, type KubeObject } from '../runtime/kinds.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
-import { resolveComposite, servedComposites, withParentKind } from './controllers.ts';
+import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
 import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eventing.ts';
 import { parseHookUrls, type UrlRewrite } from './hooks.ts';
 import { CompositeControllerKind } from './kinds.ts';
@@ -32,6 +32,7 @@ export async function reconcileComposite(key: KindKey, ctx: ReconcileContext): P
 
 /** Every parent of one controller. */
 async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
+  forgetComposites(ctx.kube);
   const object = await ctx.kube.get<KubeObject>(CompositeControllerKind, key);
   // Gone: its event sources go with it (they are owned by it: garbage-collected); children stay with their parents.
   if (!object || object.metadata.deletionTimestamp) return undefined;
