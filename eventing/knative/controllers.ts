@@ -41,11 +41,18 @@ export interface KnativeControllerOptions {
   routeName?: (trigger: KubeObject) => string;
   /** A client authenticated as a ServiceAccount, for ApiServerSources (default: `kube`). */
   clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>;
+  /**
+   * ApiServerSources derived at run time rather than held as objects (composite-sources.ts: the
+   * CompositeControllers' sources when objects are in memory), applied through the same
+   * serialized handlers; started last, stopped first.
+   */
+  derivedSources?: (sources: ObjectHandlers) => { start(): Promise<void>; stop(): Promise<void> };
 }
 
 export class KnativeControllers {
   readonly #options: KnativeControllerOptions;
   #watcher?: LocalSource;
+  #derived?: { start(): Promise<void>; stop(): Promise<void> };
   #serial: Promise<void> = Promise.resolve();
   readonly brokers: BrokerDirectory;
   readonly services: ServiceDirectory;
@@ -83,7 +90,7 @@ export class KnativeControllers {
         for (const object of this.#options.objects) if (object.apiVersion === apiVersionOf(kind) && object.kind === kind.kind) void handler.apply(object);
       }
       await this.#serial;
-      return;
+      return this.#startDerived();
     }
     this.#watcher = new LocalSource({
       kube,
@@ -100,6 +107,12 @@ export class KnativeControllers {
     });
     await this.#watcher.start();
     await this.#serial;
+    await this.#startDerived();
+  }
+
+  async #startDerived(): Promise<void> {
+    this.#derived = this.#options.derivedSources?.(this.#serialized(this.sources));
+    await this.#derived?.start();
   }
 
   /** The objects held in memory, counted by kind ("1 Broker, 2 Service, …"). */
@@ -110,6 +123,7 @@ export class KnativeControllers {
   }
 
   async stop(): Promise<void> {
+    await this.#derived?.stop();
     await this.#watcher?.stop();
     await this.#serial;
     this.pings.stop();
