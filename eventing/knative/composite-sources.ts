@@ -29,7 +29,7 @@ import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { BACKOFF_MAX_MS, describe, jitter } from '../source/backoff.ts';
 import { ApiServerSource as LocalSource } from '../source.ts';
-import type { ObjectHandlers } from './controllers.ts';
+import type { DerivedSources, ObjectHandlers } from './controllers.ts';
 
 /** Discovery re-reads a group-version at most once a second (functions/runtime/discovery.ts): retrying sooner finds nothing new. */
 const RETRY_INITIAL_MS = 1000;
@@ -55,7 +55,7 @@ export interface CompositeSourcesOptions {
   placement: EventingOptions;
 }
 
-export class CompositeSources {
+export class CompositeSources implements DerivedSources {
   readonly #options: CompositeSourcesOptions;
   /** Controller name → the ApiServerSources applied for it. */
   readonly #applied = new Map<string, KubeObject[]>();
@@ -91,7 +91,7 @@ export class CompositeSources {
     await this.#serial;
   }
 
-  /** The names of the ApiServerSources running for each controller. */
+  /** The names of the ApiServerSources applied for each controller. */
   applied(): Record<string, string[]> {
     return Object.fromEntries([...this.#applied].map(([name, objects]) => [name, objects.map((object) => object.metadata.name!)]));
   }

@@ -25,6 +25,14 @@ export interface ObjectHandlers {
   remove(object: KubeObject): Promise<void>;
 }
 
+/** ApiServerSources a controller derives at run time from other objects (composite-sources.ts). */
+export interface DerivedSources {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  /** The names of the ApiServerSources applied, by the object they derive from. */
+  applied(): Record<string, string[]>;
+}
+
 export interface KnativeControllerOptions {
   kube: KubeClient;
   broker: Pick<Broker, 'addTrigger' | 'removeTrigger' | 'publish'>;
@@ -46,13 +54,13 @@ export interface KnativeControllerOptions {
    * CompositeControllers' sources when objects are in memory), applied through the same
    * serialized handlers; started last, stopped first.
    */
-  derivedSources?: (sources: ObjectHandlers) => { start(): Promise<void>; stop(): Promise<void> };
+  derivedSources?: (sources: ObjectHandlers) => DerivedSources;
 }
 
 export class KnativeControllers {
   readonly #options: KnativeControllerOptions;
   #watcher?: LocalSource;
-  #derived?: { start(): Promise<void>; stop(): Promise<void> };
+  #derived?: DerivedSources;
   #serial: Promise<void> = Promise.resolve();
   readonly brokers: BrokerDirectory;
   readonly services: ServiceDirectory;
@@ -113,6 +121,11 @@ export class KnativeControllers {
   async #startDerived(): Promise<void> {
     this.#derived = this.#options.derivedSources?.(this.#serialized(this.sources));
     await this.#derived?.start();
+  }
+
+  /** The derived ApiServerSources (once started), if any. */
+  get derived(): DerivedSources | undefined {
+    return this.#derived;
   }
 
   /** The objects held in memory, counted by kind ("1 Broker, 2 Service, …"). */
