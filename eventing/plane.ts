@@ -213,7 +213,7 @@ export class EventPlane {
       clientFor: knativeObjects?.clientFor,
       // In memory: one namespace, the plane's own objects; routes (and their stats) by the function's name;
       // the CompositeControllers' sources derived here, as the composite function does not write them.
-      ...(this.#objects ? { objects: this.#objects, status: this.status, routeName: (trigger: KubeObject) => trigger.metadata.name!, knownKinds: functions.flatMap(kindsOf), derivedSources: compositeSourcesFor(functions, kube, log, DEFAULT_OPTIONS) } : {}),
+      ...(this.#objects ? { objects: this.#objects, status: this.status, routeName: (trigger: KubeObject) => trigger.metadata.name!, knownKinds: functions.flatMap(kindsOf), derivedSources: compositeSourcesFor(functions, { kube, log, placement: DEFAULT_OPTIONS, status: this.status }) } : {}),
     });
     await this.knative.start();
     // Objects in memory have no status anyone could read: what is not Ready fails the start.

@@ -30,6 +30,7 @@ import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { BACKOFF_MAX_MS, describe, jitter } from '../source/backoff.ts';
 import { ApiServerSource as LocalSource } from '../source.ts';
 import type { DerivedSources, ObjectHandlers } from './controllers.ts';
+import type { StatusBoard } from './status.ts';
 
 /** Discovery re-reads a group-version at most once a second (functions/runtime/discovery.ts): retrying sooner finds nothing new. */
 const RETRY_INITIAL_MS = 1000;
@@ -53,6 +54,8 @@ export interface CompositeSourcesOptions {
   log: Logger;
   /** Namespace, Broker and scope of the plane's in-memory objects. */
   placement: EventingOptions;
+  /** Where the ApiServerSource controller reports readiness: a source that is not Ready is logged (nobody reads the board after the start). */
+  status?: Pick<StatusBoard, 'ready'>;
 }
 
 export class CompositeSources implements DerivedSources {
@@ -80,7 +83,13 @@ export class CompositeSources implements DerivedSources {
       log: log.child({ component: 'composite-sources' }),
       resyncIntervalMs: 0,
     });
-    await this.#watcher.start();
+    try {
+      await this.#watcher.start();
+    } catch (error) {
+      // CompositeControllers cannot be listed (no CRD, no right): the composite function's own
+      // source of that kind fails the same way, and the plane reports it as not Ready.
+      log.error({ reason: describe(error) }, `cannot watch CompositeControllers, so none gets event sources: ${describe(error)}`);
+    }
     await this.#serial;
   }
 
@@ -135,6 +144,8 @@ export class CompositeSources implements DerivedSources {
     for (const object of wanted) {
       if (this.#stopped) return;
       await sources.apply(object);
+      const ready = this.#options.status?.ready(`${object.kind} ${object.metadata.namespace}/${object.metadata.name}`);
+      if (ready && ready.status !== 'True') log.warn({ controller: name, source: object.metadata.name, reason: ready.reason, message: ready.message }, `event source ${object.metadata.name} of CompositeController ${name} is not Ready: ${ready.reason}: ${ready.message ?? ''}`);
     }
     if (wanted.length) this.#applied.set(name, wanted);
     else this.#applied.delete(name);
@@ -154,6 +165,6 @@ export class CompositeSources implements DerivedSources {
 }
 
 /** The CompositeControllers' sources for a plane running `functions` in memory, or undefined when it does not run the composite function. */
-export function compositeSourcesFor(functions: FunctionDeclaration[], kube: KubeClient, log: Logger, placement: EventingOptions): ((sources: ObjectHandlers) => CompositeSources) | undefined {
-  return runsComposite(functions) ? (sources) => new CompositeSources({ kube, sources, log, placement }) : undefined;
+export function compositeSourcesFor(functions: FunctionDeclaration[], options: Omit<CompositeSourcesOptions, 'sources'>): ((sources: ObjectHandlers) => CompositeSources) | undefined {
+  return runsComposite(functions) ? (sources) => new CompositeSources({ ...options, sources }) : undefined;
 }

@@ -15,12 +15,13 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { applyCrds, CRD_DIR, readManifests } from '../../eventing/crds.ts';
+import { CompositeSources } from '../../eventing/knative/composite-sources.ts';
 import { installKnativeCrds } from '../../eventing/knative/crds.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import { EventPlane, FUNCTION_EXTENSION } from '../../eventing/plane.ts';
 import { sync } from '../../functions/composite/immortal-container-hook.ts';
 import { serveHooks, type HookServer } from '../../functions/composite/serve-hook.ts';
-import { CONTROLLER_EXTENSION, sourceName } from '../../functions/composite-controller/eventing.ts';
+import { CONTROLLER_EXTENSION, eventingObjectsFor, sourceName } from '../../functions/composite-controller/eventing.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
@@ -243,6 +244,20 @@ describe('CompositeControllers applied while the plane runs (objects in memory)'
     await eventually(async () => applied()[name]?.length === 2, 60_000, 'sources once valid', diagnose);
     await kube.mergePatch(CompositeControllerKind, { namespace: '', name }, { spec: { hooks: null } });
     await eventually(async () => applied()[name] === undefined, 60_000, 'no sources once invalid again', diagnose);
+  });
+
+  test('controllers that exist when a plane starts have their sources before the start resolves: exactly the ApiServerSources the function writes', async () => {
+    const got: KubeObject[] = [];
+    const derived = new CompositeSources({ kube, sources: { apply: async (object) => void got.push(object), remove: async () => {} }, log: quietLog, placement: DEFAULT_OPTIONS });
+    await derived.start();
+    try {
+      const seed = (await kube.get<KubeObject>(CompositeControllerKind, { namespace: '', name: SEED }))!;
+      const written = eventingObjectsFor(seed, { parent: MetaImmortalContainer, children: [Pod] }, DEFAULT_OPTIONS).filter((object) => object.kind === 'ApiServerSource');
+      assert.deepEqual(got, written);
+      assert.deepEqual(derived.applied(), { [SEED]: [sourceName(SEED, 'parents'), sourceName(SEED, 'children')] }, 'the invalid controller has none');
+    } finally {
+      await derived.stop();
+    }
   });
 
   test('nothing was written to the cluster: no ApiServerSource, ServiceAccount, ClusterRole or binding of any controller', async () => {
