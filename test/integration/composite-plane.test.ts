@@ -79,8 +79,10 @@ const listen = async (server: Server) => {
 before(async () => {
   cluster = await startTestCluster();
   kube = cluster.kube;
-  // The Knative kinds are served, so a function that wrote its sources would succeed (see the last test).
+  // The Knative kinds are served and the install namespace exists, so a function that wrote its
+  // sources would succeed (see the last test).
   await installKnativeCrds(kube);
+  await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: NS } });
   hooks = await serveHooks({ hooks: { '/sync': sync } });
   // The widgets' hook: one ConfigMap per namespace listed in the parent's spec; status = the children it saw.
   scripted = createServer((request, response) => {
