@@ -248,6 +248,27 @@ describe('CompositeControllers applied while the plane runs (objects in memory)'
     await eventually(async () => applied()[name] === undefined, 60_000, 'no sources once invalid again', diagnose);
   });
 
+  test('a controller whose parent is a new kind of a group-version the plane already watches (a second CRD of example.com/v1) is served too', async () => {
+    await applyCrds(kube, [{ ...widgetCrd, metadata: { name: 'gadgets.example.com' }, spec: { ...(widgetCrd.spec as object), names: { kind: 'Gadget', listKind: 'GadgetList', plural: 'gadgets', singular: 'gadget' } } }]);
+    await kube.create(CompositeControllerKind, {
+      apiVersion: 'metacontroller.k8s.io/v1alpha1',
+      kind: 'CompositeController',
+      metadata: { name: 'gadgets' },
+      spec: {
+        parentResource: { apiVersion: 'example.com/v1', resource: 'gadgets' },
+        childResources: [{ apiVersion: 'v1', resource: 'configmaps' }],
+        generateSelector: true,
+        hooks: { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}gadget-sync` } } },
+      },
+    });
+    await eventually(async () => sourceReady('gadgets', 'parents') && sourceReady('gadgets', 'children'), 60_000, 'the gadgets controller\'s sources Ready', diagnose);
+    const Gadget: ResourceKind = { ...Widget, kind: 'Gadget', plural: 'gadgets' };
+    await kube.create(Gadget, { apiVersion: 'example.com/v1', kind: 'Gadget', metadata: { name: 'g1' }, spec: { namespaces: ['ns-b'] } });
+    await eventually(() => kube.get(ConfigMap, { namespace: 'ns-b', name: 'g1' }), 60_000, 'the gadget\'s ConfigMap', diagnose);
+    await kube.delete(CompositeControllerKind, { namespace: '', name: 'gadgets' });
+    await eventually(async () => applied().gadgets === undefined, 60_000, 'the gadgets controller\'s sources removed', diagnose);
+  });
+
   test('controllers that exist when a plane starts have their sources before the start resolves: exactly the ApiServerSources the function writes', async () => {
     const got: KubeObject[] = [];
     const derived = new CompositeSources({ kube, sources: { apply: async (object) => void got.push(object), remove: async () => {} }, log: quietLog, placement: DEFAULT_OPTIONS });
