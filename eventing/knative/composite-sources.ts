@@ -36,7 +36,7 @@ import type { StatusBoard } from './status.ts';
 const RETRY_INITIAL_MS = 1000;
 
 /** Whether the plane runs the CompositeControllers' sources: when it runs the composite function. */
-export const runsComposite = (functions: FunctionDeclaration[]): boolean => functions.some((declaration) => declaration.name === COMPOSITE_FUNCTION);
+const runsComposite = (functions: FunctionDeclaration[]): boolean => functions.some((declaration) => declaration.name === COMPOSITE_FUNCTION);
 
 /**
  * Configuration the plane gives a function whose Knative objects it holds in memory: the
