@@ -1,0 +1,197 @@
+// CompositeControllers served through the whole local plane, as `npm start` runs it on its own
+// control plane: the generated objects applied to the API server (stand-in Knative CRDs), the
+// EventPlane running them (`knativeObjects`), the composite function as its own ServiceAccount.
+// Nothing is delivered by hand: a CompositeController applied while the plane runs makes the
+// function write that controller's ApiServerSources (and their identity), the plane's controllers
+// run them, and the parents' and children's events flow source → broker → Trigger → function.
+// Deleting the controller deletes its sources (owned by it; the garbage collector of
+// kube-controller-manager), and its kinds stop reaching the function.
+//
+// The seed's Metacontroller ImmortalContainer: its CompositeController manifest unchanged, its
+// sync hook (the TypeScript rewrite, functions/composite/immortal-container-hook.ts) served on
+// loopback, the manifest's in-cluster hook URL mapped there by COMPOSITE_HOOK_URLS.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
+import { ApiServerSource } from '../../eventing/knative/kinds.ts';
+import { applyGeneratedObjects } from '../../eventing/knative/local.ts';
+import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
+import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
+import { EventPlane } from '../../eventing/plane.ts';
+import { sync } from '../../functions/composite/immortal-container-hook.ts';
+import { serveHooks, type HookServer } from '../../functions/composite/serve-hook.ts';
+import { sourceName } from '../../functions/composite-controller/eventing.ts';
+import composite from '../../functions/composite-controller/index.ts';
+import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { KubeClient } from '../../functions/runtime/kube.ts';
+import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
+
+const NS = DEFAULT_OPTIONS.namespace;
+const MetaImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
+/** The other ImmortalContainer CRD in crds/: parents of a second controller, made while the plane runs. */
+const PlainImmortalContainer: ResourceKind = { group: 'immortalcontainer.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
+const SEED = 'immortalcontainer-controller';
+const SECOND = 'configmap-per-container';
+const say = (line: string) => console.log(`# ${line}`);
+
+let cluster: TestCluster;
+let plane: EventPlane;
+let hooks: HookServer;
+const stateDir = mkdtempSync(join(tmpdir(), 'opfn-composite-plane-'));
+
+const seedController = (): KubeObject => {
+  const found = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === 'CompositeController');
+  assert.ok(found, 'crds/examples has the seed CompositeController');
+  return found;
+};
+
+/** A second controller, written here: one ConfigMap per (plain) ImmortalContainer, carrying its image. */
+const secondController: KubeObject = {
+  apiVersion: 'metacontroller.k8s.io/v1alpha1',
+  kind: 'CompositeController',
+  metadata: { name: SECOND },
+  spec: {
+    generateSelector: true,
+    parentResource: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', resource: 'immortalcontainers' },
+    childResources: [{ apiVersion: 'v1', resource: 'configmaps', updateStrategy: { method: 'InPlace' } }],
+    hooks: { sync: { webhook: { url: 'http://second.hooks.test/configmap' } }, finalize: { webhook: { url: 'http://second.hooks.test/finalize' } } },
+  },
+};
+/** Parents whose sync hook fails (500) for now; parents whose finalize answers finalized: true. */
+const failing = new Set<string>();
+const finalizable = new Set<string>();
+const configMapHook = (request: any) => {
+  if (failing.has(request.parent.metadata.name)) throw new Error(`scripted failure for ${request.parent.metadata.name}`);
+  return {
+    status: { image: request.parent.spec.image },
+    children: [{ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: `${request.parent.metadata.name}-image` }, data: { image: request.parent.spec.image } }],
+  };
+};
+const finalizeHook = (request: any) => ({ children: [], finalized: finalizable.has(request.parent.metadata.name) });
+
+const readyOf = async (name: string) => {
+  const source = await cluster.kube.get<KubeObject & { status?: { conditions?: { type: string; status: string; reason?: string }[] } }>(ApiServerSource, { namespace: NS, name });
+  const ready = source?.status?.conditions?.find((condition) => condition.type === 'Ready');
+  return source ? `${ready?.status ?? '?'} ${ready?.reason ?? ''}`.trim() : 'absent';
+};
+
+const createParent = (kind: ResourceKind, name: string, image: string) =>
+  cluster.kube.create(kind, { apiVersion: `${kind.group}/${kind.version}`, kind: kind.kind, metadata: { name, namespace: 'default' }, spec: { image } });
+
+before(async () => {
+  cluster = await startTestCluster();
+  hooks = await serveHooks({ hooks: { '/sync': sync, '/configmap': configMapHook, '/finalize': finalizeHook } });
+  const { objects } = await applyGeneratedObjects(cluster.kube, [composite]);
+  say(`${objects.length} generated objects of the composite function applied`);
+  plane = new EventPlane({
+    functions: [composite],
+    kube: cluster.kube,
+    // The function runs as its generated ServiceAccount (Metacontroller-like rights).
+    kubeconfigPath: await cluster.cp.serviceAccountKubeconfig(NS, serviceAccountName(composite)),
+    log: quietLog,
+    stateDir,
+    idleTimeoutMs: 60_000,
+    env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `http://immortalcontainer-controller.metacontroller/=${hooks.url}/,http://second.hooks.test/=${hooks.url}/` },
+    knativeObjects: { clientFor: async (namespace, account) => KubeClient.fromFile(await cluster.cp.serviceAccountKubeconfig(namespace, account)) },
+  });
+  await plane.start();
+});
+
+after(async () => {
+  await plane?.stop({ drainTimeoutMs: 1000 });
+  await hooks?.close();
+  await cluster?.stop();
+  rmSync(stateDir, { recursive: true, force: true });
+});
+
+describe('a CompositeController applied while the plane runs is served through it', () => {
+  test('its sources are written by the function and run by the plane (Ready), owned by the controller', async () => {
+    const controller = await cluster.kube.create(CompositeControllerKind, seedController());
+    for (const role of ['parents', 'children'] as const) {
+      const name = sourceName(SEED, role);
+      await eventually(async () => (await readyOf(name)) === 'True Ready', 60_000, `ApiServerSource ${name} Ready`, () => readyOf(name));
+      const source = (await cluster.kube.get(ApiServerSource, { namespace: NS, name }))!;
+      assert.equal(source.metadata.ownerReferences?.[0]?.uid, controller.metadata.uid);
+      say(`ApiServerSource ${name}: Ready, owned by CompositeController ${SEED}`);
+    }
+  });
+
+  test('a parent created now gets its pod and the status its hook answers, with no event delivered by hand', async () => {
+    const parent = await createParent(MetaImmortalContainer, 'through-plane', 'nginx:latest');
+    const pod = await eventually(() => cluster.kube.get(Pod, { namespace: 'default', name: 'through-plane-immortalpod' }), 60_000, 'the pod of through-plane');
+    assert.equal(pod.metadata.ownerReferences?.[0]?.uid, (parent as KubeObject).metadata.uid);
+    // The pod's own add event wakes the parent again: the hook now reports the pod.
+    await eventually(async () => ((await cluster.kube.get(MetaImmortalContainer, { namespace: 'default', name: 'through-plane' }))?.status as { currentPod?: string } | undefined)?.currentPod === 'through-plane-immortalpod', 60_000, 'status.currentPod');
+    say('kubectl create ImmortalContainer through-plane → pod through-plane-immortalpod, status.currentPod set');
+  });
+
+  test('a deleted pod comes back through its delete event', async () => {
+    const key = { namespace: 'default', name: 'through-plane-immortalpod' };
+    const pod = (await cluster.kube.get(Pod, key))!;
+    await cluster.kube.delete(Pod, key);
+    await eventually(async () => {
+      const again = await cluster.kube.get(Pod, key);
+      return again && again.metadata.uid !== pod.metadata.uid;
+    }, 60_000, 'a new pod');
+  });
+
+  test("Recreate (the seed manifest's strategy): an image change recreates the pod, through events alone", async () => {
+    const key = { namespace: 'default', name: 'through-plane-immortalpod' };
+    const pod = (await cluster.kube.get(Pod, key))!;
+    const parent = (await cluster.kube.get(MetaImmortalContainer, { namespace: 'default', name: 'through-plane' }))!;
+    await cluster.kube.replace(MetaImmortalContainer, { ...parent, spec: { image: 'nginx:1.27' } });
+    const recreated = await eventually(async () => {
+      const again = await cluster.kube.get<KubeObject & { spec?: { containers?: { image?: string }[] } }>(Pod, key);
+      return again && again.metadata.uid !== pod.metadata.uid ? again : undefined;
+    }, 60_000, 'the pod recreated');
+    assert.equal(recreated.spec?.containers?.[0]?.image, 'nginx:1.27');
+  });
+
+  test('a second controller added while running is served too; deleted, its sources go and its parents are no longer synced', async () => {
+    await cluster.kube.create(CompositeControllerKind, secondController);
+    await eventually(async () => (await readyOf(sourceName(SECOND, 'parents'))) === 'True Ready', 60_000, 'the second controller\'s parent source Ready', () => readyOf(sourceName(SECOND, 'parents')));
+    await createParent(PlainImmortalContainer, 'second-1', 'busybox:1');
+    const configMap = await eventually(() => cluster.kube.get<KubeObject & { data?: Record<string, string> }>(ConfigMap, { namespace: 'default', name: 'second-1-image' }), 60_000, 'the ConfigMap of second-1');
+    assert.equal(configMap.data?.image, 'busybox:1');
+
+    // A failing hook: a SyncError Event on the parent, and the broker's retries (backoff) bring
+    // the sync again until the hook answers.
+    failing.add('flaky');
+    await createParent(PlainImmortalContainer, 'flaky', 'busybox:3');
+    const syncError = await eventually(async () => (await cluster.kube.list(CoreEvent, { namespace: 'default' })).items.find((event) => (event as { reason?: string; involvedObject?: { name?: string } }).reason === 'SyncError' && (event as { involvedObject?: { name?: string } }).involvedObject?.name === 'flaky'), 60_000, 'a SyncError Event on flaky');
+    assert.match(String((syncError as { message?: string }).message), /Sync error: .*500/);
+    failing.delete('flaky');
+    await eventually(() => cluster.kube.get(ConfigMap, { namespace: 'default', name: 'flaky-image' }), 90_000, 'the ConfigMap of flaky once its hook answers');
+    say('a sync hook answering 500: Warning SyncError on the parent, retried by the broker until it answers');
+
+    // Finalize: the parent carries the controller's finalizer; its deletion waits for finalized: true.
+    const finalizer = `metacontroller.io/compositecontroller-${SECOND}`;
+    await eventually(async () => (await cluster.kube.get(PlainImmortalContainer, { namespace: 'default', name: 'second-1' }))?.metadata.finalizers?.includes(finalizer), 60_000, 'the finalizer on second-1');
+    await cluster.kube.delete(PlainImmortalContainer, { namespace: 'default', name: 'second-1' });
+    const deleting = await cluster.kube.get(PlainImmortalContainer, { namespace: 'default', name: 'second-1' });
+    assert.ok(deleting?.metadata.deletionTimestamp, 'deletion waits for the finalize hook');
+    finalizable.add('second-1');
+    // The next sync comes from the parent's own events or the function's requeue of unfinished finalizes.
+    await eventually(async () => (await cluster.kube.get(PlainImmortalContainer, { namespace: 'default', name: 'second-1' })) === undefined, 90_000, 'second-1 gone once finalized');
+    say(`kubectl delete second-1 → held by ${finalizer} until the finalize hook answered finalized: true`);
+
+    await cluster.kube.delete(CompositeControllerKind, { namespace: '', name: SECOND });
+    for (const role of ['parents', 'children'] as const) {
+      await eventually(async () => (await readyOf(sourceName(SECOND, role))) === 'absent', 60_000, `ApiServerSource ${sourceName(SECOND, role)} garbage-collected`);
+    }
+    say(`kubectl delete compositecontroller ${SECOND} → its ApiServerSources garbage-collected`);
+    // The seed controller is unaffected: a new parent of its kind still gets a pod.
+    await createParent(MetaImmortalContainer, 'after-second', 'nginx:latest');
+    await eventually(() => cluster.kube.get(Pod, { namespace: 'default', name: 'after-second-immortalpod' }), 60_000, 'the pod of after-second');
+    // A new parent of the deleted controller's kind gets nothing: by the time the seed's parent
+    // above converged, an event of this one would have been delivered long ago.
+    await createParent(PlainImmortalContainer, 'second-2', 'busybox:2');
+    await createParent(MetaImmortalContainer, 'after-second-2', 'nginx:latest');
+    await eventually(() => cluster.kube.get(Pod, { namespace: 'default', name: 'after-second-2-immortalpod' }), 60_000, 'the pod of after-second-2');
+    assert.equal(await cluster.kube.get(ConfigMap, { namespace: 'default', name: 'second-2-image' }), undefined, 'no ConfigMap for a parent of the deleted controller');
+  });
+});
