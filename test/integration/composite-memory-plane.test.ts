@@ -6,13 +6,14 @@
 // the seed-equivalent sync hook served on loopback); a second controller whose parent kind (a
 // cluster-scoped Widget) is served only after the controller was applied, then deleted; an
 // invalid controller; and, at the end, no Knative object or identity written to the cluster.
+// (test/e2e/composite-plane.test.ts is the other mode: the plane's own control plane, where the
+// function writes the sources and the plane runs what it finds.)
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { applyCrds, CRD_DIR, readManifests } from '../../eventing/crds.ts';
 import { CompositeSources } from '../../eventing/knative/composite-sources.ts';
@@ -29,7 +30,6 @@ import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const NS = DEFAULT_OPTIONS.namespace;
 const SEED = 'immortalcontainer-controller';
 const SEED_HOOK_URL = 'http://immortalcontainer-controller.metacontroller/';
@@ -121,7 +121,6 @@ before(async () => {
     resyncIntervalMs: 0,
     delivery: { retry: 12, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S' },
     env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}` },
-    command: () => ({ command: process.execPath, args: [join(ROOT, 'test/support/composite-main.ts')] }),
     triggers: [{ name: 'recorder', filter: { attributes: { [FUNCTION_EXTENSION]: composite.name } }, subscriber: recorderUrl }],
   });
   await plane.start();
