@@ -18,6 +18,7 @@ import type { KubeObject } from '../functions/runtime/kinds.ts';
 import type { KubeClient } from '../functions/runtime/kube.ts';
 import { Activator, type FunctionStats } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
+import { compositeSourcesFor, inMemoryConfig } from './knative/composite-sources.ts';
 import { KnativeControllers } from './knative/controllers.ts';
 import { pingEvent, withResyncInterval } from './knative/ping-sources.ts';
 import { configurationFromService, functionOf } from './knative/services.ts';
@@ -181,7 +182,7 @@ export class EventPlane {
         return {
           name: declaration.name,
           ...command(declaration),
-          env: { KUBECONFIG: options.functionKubeconfigs?.[declaration.name] ?? options.kubeconfigPath, ...options.env },
+          env: { KUBECONFIG: options.functionKubeconfigs?.[declaration.name] ?? options.kubeconfigPath, ...(options.knativeObjects ? {} : inMemoryConfig(declaration)), ...options.env },
           ...configurationFromService(service),
         };
       }),
@@ -210,8 +211,9 @@ export class EventPlane {
       functions: { urlFor: (name) => (functions.some((declaration) => declaration.name === name) ? this.activator.urlFor(name) : undefined), configure: (name, configuration) => this.activator.configure(name, configuration) },
       log,
       clientFor: knativeObjects?.clientFor,
-      // In memory: one namespace, the plane's own objects; routes (and their stats) by the function's name.
-      ...(this.#objects ? { objects: this.#objects, status: this.status, routeName: (trigger: KubeObject) => trigger.metadata.name!, knownKinds: functions.flatMap(kindsOf) } : {}),
+      // In memory: one namespace, the plane's own objects; routes (and their stats) by the function's name;
+      // the CompositeControllers' sources derived here, as the composite function does not write them.
+      ...(this.#objects ? { objects: this.#objects, status: this.status, routeName: (trigger: KubeObject) => trigger.metadata.name!, knownKinds: functions.flatMap(kindsOf), derivedSources: compositeSourcesFor(functions, { kube, log, placement: DEFAULT_OPTIONS, status: this.status }) } : {}),
     });
     await this.knative.start();
     // Objects in memory have no status anyone could read: what is not Ready fails the start.

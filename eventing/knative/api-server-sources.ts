@@ -46,14 +46,25 @@ export class KindResolver {
     const known = this.#known.find((k) => apiVersionOf(k) === apiVersion && k.kind === kind);
     if (known) return known;
     const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+    // A miss in a list read earlier reads it again, once: a CRD may have added the kind to that
+    // group-version since (client-go's DeferredDiscoveryRESTMapper resets on a miss too).
+    const cached = this.#versions.has(apiVersion);
+    let found = await this.#find(apiVersion, group, version, kind);
+    if (!found && cached) {
+      this.#versions.delete(apiVersion);
+      found = await this.#find(apiVersion, group, version, kind);
+    }
+    return found && { group, version, kind, plural: found.name, namespaced: found.namespaced };
+  }
+
+  async #find(apiVersion: string, group: string, version: string, kind: string): Promise<{ name: string; namespaced: boolean } | undefined> {
     let resources = this.#versions.get(apiVersion);
     if (!resources) {
       resources = this.#kube.request<{ resources: { name: string; kind: string; namespaced: boolean }[] }>('GET', group ? `/apis/${group}/${version}` : `/api/${version}`).then((list) => list.resources);
       this.#versions.set(apiVersion, resources);
       resources.catch(() => this.#versions.delete(apiVersion));
     }
-    const found = (await resources.catch(() => [])).find((resource) => resource.kind === kind && !resource.name.includes('/'));
-    return found && { group, version, kind, plural: found.name, namespaced: found.namespaced };
+    return (await resources.catch(() => [])).find((resource) => resource.kind === kind && !resource.name.includes('/'));
   }
 }
 

@@ -25,6 +25,14 @@ export interface ObjectHandlers {
   remove(object: KubeObject): Promise<void>;
 }
 
+/** ApiServerSources a controller derives at run time from other objects (composite-sources.ts). */
+export interface DerivedSources {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  /** The names of the ApiServerSources applied, by the object they derive from. */
+  applied(): Record<string, string[]>;
+}
+
 export interface KnativeControllerOptions {
   kube: KubeClient;
   broker: Pick<Broker, 'addTrigger' | 'removeTrigger' | 'publish'>;
@@ -41,11 +49,18 @@ export interface KnativeControllerOptions {
   routeName?: (trigger: KubeObject) => string;
   /** A client authenticated as a ServiceAccount, for ApiServerSources (default: `kube`). */
   clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>;
+  /**
+   * ApiServerSources derived at run time rather than held as objects (composite-sources.ts: the
+   * CompositeControllers' sources when objects are in memory), applied through the same
+   * serialized handlers; started last, stopped first.
+   */
+  derivedSources?: (sources: ObjectHandlers) => DerivedSources;
 }
 
 export class KnativeControllers {
   readonly #options: KnativeControllerOptions;
   #watcher?: LocalSource;
+  #derived?: DerivedSources;
   #serial: Promise<void> = Promise.resolve();
   readonly brokers: BrokerDirectory;
   readonly services: ServiceDirectory;
@@ -83,7 +98,7 @@ export class KnativeControllers {
         for (const object of this.#options.objects) if (object.apiVersion === apiVersionOf(kind) && object.kind === kind.kind) void handler.apply(object);
       }
       await this.#serial;
-      return;
+      return this.#startDerived();
     }
     this.#watcher = new LocalSource({
       kube,
@@ -100,6 +115,17 @@ export class KnativeControllers {
     });
     await this.#watcher.start();
     await this.#serial;
+    await this.#startDerived();
+  }
+
+  async #startDerived(): Promise<void> {
+    this.#derived = this.#options.derivedSources?.(this.#serialized(this.sources));
+    await this.#derived?.start();
+  }
+
+  /** The derived ApiServerSources (once started), if any. */
+  get derived(): DerivedSources | undefined {
+    return this.#derived;
   }
 
   /** The objects held in memory, counted by kind ("1 Broker, 2 Service, …"). */
@@ -110,6 +136,7 @@ export class KnativeControllers {
   }
 
   async stop(): Promise<void> {
+    await this.#derived?.stop();
     await this.#watcher?.stop();
     await this.#serial;
     this.pings.stop();
