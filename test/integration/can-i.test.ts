@@ -14,7 +14,7 @@ import { resourceKindOf } from '../../eventing/knative/kinds.ts';
 import { manifestOptions } from '../../eventing/manifests/cli.ts';
 import { functionObjects } from '../../eventing/manifests/index.ts';
 import type { ManifestOptions } from '../../eventing/manifests/options.ts';
-import { clusterScopedResources, functionRules, serviceAccountName, sourceRules } from '../../eventing/manifests/rbac.ts';
+import { clusterScopedResources, functionRules, serviceAccountName, sourceRules, splitByScope } from '../../eventing/manifests/rbac.ts';
 import { sourceServiceAccountName } from '../../eventing/manifests/options.ts';
 import { sourcesFor } from '../../eventing/plane.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
@@ -45,11 +45,18 @@ function allows(rules: PolicyRule[], cell: Cell): boolean {
     && (rule.verbs.includes('*') || rule.verbs.includes(cell.verb)));
 }
 
-/** What the declaration implies for one identity, in the layout's scope. */
+/**
+ * What the declaration implies for one identity, in the layout's scope. In 'namespace' scope the
+ * promise is "nothing outside the namespace": a Role grants only inside it, so a wildcard rule
+ * (`*` resources, as the composite function's) covers the namespace's resources only; a
+ * cluster-scoped resource is allowed only when a rule names it (splitByScope puts those rules
+ * alone into a ClusterRole).
+ */
 function expected(rules: PolicyRule[], clusterScoped: Set<string>, options: ManifestOptions, cell: Cell): boolean {
-  const isCluster = clusterScoped.has(`${cell.group}/${cell.resource}`);
-  if (options.scope === 'namespace' && !isCluster && cell.namespace !== options.namespace) return false;
-  return allows(rules, cell);
+  if (options.scope === 'cluster') return allows(rules, cell);
+  const isCluster = cell.namespace === '';
+  const split = splitByScope(rules, clusterScoped);
+  return isCluster ? allows(split.cluster, cell) : cell.namespace === options.namespace && allows(split.namespaced, cell);
 }
 
 function cellsFor(resources: string[], namespaces: string[], clusterScoped: Set<string>): Cell[] {
@@ -142,6 +149,7 @@ for (const [layout, command] of layouts) {
           const wrong = answered.filter((cell) => cell.allowed !== expected(identity.rules, clusterScoped, options, cell));
           assert.deepEqual(wrong.map((c) => `${c.allowed ? 'ALLOWED' : 'denied'}: ${c.verb} ${c.group}/${c.resource}${c.subresource ? `/${c.subresource}` : ''} in ${c.namespace || '(cluster)'}`), [], 'cells that differ from the declaration');
           assert.ok(answered.some((c) => c.allowed), 'the identity can do something (its bindings took effect)');
+          if (options.scope === 'namespace') assert.deepEqual(answered.filter((c) => c.allowed && c.namespace === OTHER_NAMESPACE).map((c) => `${c.verb} ${c.group}/${c.resource}`), [], 'a namespaced install grants nothing in another namespace, wildcards included');
         });
       }
     }
