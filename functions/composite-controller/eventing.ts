@@ -32,7 +32,7 @@
 // controller whose objects are in place costs reads only, never a write.
 import { createHash } from 'node:crypto';
 import { FUNCTION_EXTENSION } from '../runtime/events.ts';
-import { isAlreadyExists, isConflict, type KubeClient } from '../runtime/kube.ts';
+import { ApiError, isAlreadyExists, isConflict, type KubeClient } from '../runtime/kube.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, isValidNamespace, keyOf, type KubeObject, type OwnerReference, type ResourceKind } from '../runtime/kinds.ts';
 import { apiServerSourceObject, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, type Placement } from '../runtime/knative-objects.ts';
@@ -193,8 +193,11 @@ export interface EventingResult {
   operation: EventingOperation;
 }
 
-/** Every object a controller may have under these options, whether or not it needs it now. */
-function candidates(controllerName: string, options: EventingOptions): { kind: ResourceKind; namespace: string; name: string }[] {
+/**
+ * Every object a controller may have under these options, whether or not it needs it now: what
+ * ensureEventing may read, write and delete for it (`opfn manifests --composite` grants exactly these names).
+ */
+export function managedObjectKeys(controllerName: string, options: EventingOptions): { kind: ResourceKind; namespace: string; name: string }[] {
   const [serviceAccount, clusterRole, clusterRoleBinding, role, roleBinding, source] = MANAGED_KINDS as [ResourceKind, ResourceKind, ResourceKind, ResourceKind, ResourceKind, ResourceKind];
   const account = identityName(controllerName);
   const clusterName = options.scope === 'cluster' ? account : `${options.namespace}:${account}`;
@@ -223,9 +226,9 @@ export async function ensureEventing(controller: KubeObject, kinds: ControllerKi
     for (const object of desired) results.push({ kind: object.kind!, name: object.metadata.name!, operation: await ensureObject(kube, object) });
     const wanted = new Set(desired.map((object) => `${object.kind}/${object.metadata.name}`));
     const uid = controller.metadata.uid;
-    for (const candidate of candidates(controller.metadata.name!, options)) {
+    for (const candidate of managedObjectKeys(controller.metadata.name!, options)) {
       if (wanted.has(`${candidate.kind.kind}/${candidate.name}`)) continue;
-      const existing = await kube.get(candidate.kind, candidate, { cached: true });
+      const existing = await readable(kube.get(candidate.kind, candidate, { cached: true }));
       if (!existing || controllerOf(existing)?.uid !== uid) continue;
       if (await kube.delete(candidate.kind, candidate, { uid: existing.metadata.uid })) results.push({ kind: candidate.kind.kind, name: candidate.name, operation: 'deleted' });
     }
@@ -234,6 +237,19 @@ export async function ensureEventing(controller: KubeObject, kinds: ControllerKi
     throw error;
   }
   return results;
+}
+
+/**
+ * The object, or undefined when this identity may not read it: then it cannot have made it either
+ * (a namespaced install holds no ClusterRole rights unless a kind of its controllers is cluster-scoped).
+ */
+async function readable(read: Promise<KubeObject | undefined>): Promise<KubeObject | undefined> {
+  try {
+    return await read;
+  } catch (error) {
+    if (error instanceof ApiError && error.code === 403) return undefined;
+    throw error;
+  }
 }
 
 async function ensureObject(kube: KubeClient, object: KubeObject): Promise<EventingOperation> {

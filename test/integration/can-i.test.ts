@@ -10,7 +10,6 @@ import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { parse } from 'yaml';
 import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
-import { resourceKindOf } from '../../eventing/knative/kinds.ts';
 import { manifestOptions } from '../../eventing/manifests/cli.ts';
 import { functionObjects } from '../../eventing/manifests/index.ts';
 import type { ManifestOptions } from '../../eventing/manifests/options.ts';
@@ -19,14 +18,15 @@ import { sourceServiceAccountName } from '../../eventing/manifests/options.ts';
 import { sourcesFor } from '../../eventing/plane.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/declaration.ts';
-import { collectionPath, type KubeObject } from '../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
+import { canI, createObjects, type AccessQuestion } from '../support/rbac.ts';
 
 const functions = await loadAllFunctions();
 const VERBS = ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'];
 const OTHER_NAMESPACE = 'elsewhere';
 
-interface Cell { verb: string; group: string; resource: string; subresource?: string; namespace: string }
+type Cell = AccessQuestion;
 
 /** `group/resource[/subresource]` the matrix asks about for a declaration: all it names, and a sample outside. */
 function resourcesToProbe(declaration: FunctionDeclaration): string[] {
@@ -80,13 +80,6 @@ function cellsFor(resources: string[], namespaces: string[], clusterScoped: Set<
   return cells;
 }
 
-async function canI(kube: KubeClient, cell: Cell): Promise<boolean> {
-  const review = await kube.request<{ status: { allowed: boolean } }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', {
-    body: { apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectAccessReview', spec: { resourceAttributes: { verb: cell.verb, group: cell.group, resource: cell.resource, subresource: cell.subresource ?? '', namespace: cell.namespace } } },
-  });
-  return review.status.allowed;
-}
-
 /** One line per resource: the verbs allowed in each namespace ("·" none). */
 function matrix(title: string, cells: (Cell & { allowed: boolean })[]): string {
   const rows = new Map<string, Map<string, string[]>>();
@@ -108,12 +101,7 @@ before(async () => {
 });
 after(async () => cp?.stop());
 
-async function apply(objects: KubeObject[]): Promise<void> {
-  for (const object of objects) {
-    const created = await cp.request('POST', collectionPath(resourceKindOf(object), object.metadata.namespace), object);
-    assert.ok(created.status === 201 || created.status === 409, `${object.kind} ${object.metadata.name}: ${created.status} ${JSON.stringify(created.body)}`);
-  }
-}
+const apply = (objects: KubeObject[]) => createObjects(cp, objects);
 
 async function clientFor(namespace: string, name: string): Promise<KubeClient> {
   const kubeconfig = await cp.serviceAccountKubeconfig(namespace, name);
