@@ -10,22 +10,27 @@ import { after, before, describe, test } from 'node:test';
 import { applyCrds, readManifestFile } from '../../eventing/crds.ts';
 import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/crds.ts';
 import { ApiServerSource } from '../../eventing/knative/kinds.ts';
+import { manifestOptions } from '../../eventing/manifests/cli.ts';
+import { functionIdentity } from '../../eventing/manifests/rbac.ts';
 import { ensureEventing, eventingObjectsFor, type EventingOptions, type EventingResult } from '../../functions/composite-controller/eventing.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { ConfigMap, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, startTestCluster, type TestCluster } from '../support/cluster.ts';
-import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+import { createObjects, kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 const ImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
 const ServiceAccount: ResourceKind = { group: '', version: 'v1', kind: 'ServiceAccount', plural: 'serviceaccounts', namespaced: true };
 const ClusterRole: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRole', plural: 'clusterroles', namespaced: false };
 const ClusterRoleBinding: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRoleBinding', plural: 'clusterrolebindings', namespaced: false };
-const KINDS: Record<string, ResourceKind> = { ServiceAccount, ClusterRole, ClusterRoleBinding, ApiServerSource };
+const Role: ResourceKind = { ...ClusterRole, kind: 'Role', plural: 'roles', namespaced: true };
+const RoleBinding: ResourceKind = { ...ClusterRole, kind: 'RoleBinding', plural: 'rolebindings', namespaced: true };
+const KINDS: Record<string, ResourceKind> = { ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding, ApiServerSource };
 
 const options: EventingOptions = { namespace: 'operator-functions', brokerName: 'operator-functions', scope: 'cluster' };
 const kinds = { parent: ImmortalContainer, children: [Pod] };
+const teamA: EventingOptions = { namespace: 'team-a', brokerName: 'operator-functions', scope: 'namespace' };
 const realKnative = knativeCrdDir();
 
 let cluster: TestCluster;
@@ -124,8 +129,30 @@ describe('ensureEventing', () => {
     assert.ok(operations(again).includes('created ApiServerSource opfn-cc-immortalcontainer-controller-children'));
   });
 
+  test('a namespaced install (--namespace team-a): Role and RoleBinding there, no ClusterRole rights needed, a second call writes nothing', async () => {
+    await createObjects(cluster.cp, [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: teamA.namespace } }]);
+    // The composite function's own identity as `opfn manifests --namespace team-a` generates it: `*` in team-a only.
+    await createObjects(cluster.cp, functionIdentity(composite, manifestOptions({ target: 'knative', namespace: teamA.namespace }, [composite])));
+    const namespaced = KubeClient.fromFile(await cluster.cp.serviceAccountKubeconfig(teamA.namespace, 'opfn-composite'), (verb, resource, code) => {
+      if (['post', 'put', 'patch', 'delete'].includes(verb)) writes.push(`${verb} ${resource} ${code}`);
+    });
+    assert.deepEqual(operations(await ensureEventing(controller, kinds, { kube: namespaced }, teamA)), [
+      'created ServiceAccount opfn-cc-immortalcontainer-controller',
+      'created Role opfn-cc-immortalcontainer-controller',
+      'created RoleBinding opfn-cc-immortalcontainer-controller',
+      'created ApiServerSource opfn-cc-immortalcontainer-controller-parents',
+      'created ApiServerSource opfn-cc-immortalcontainer-controller-children',
+    ]);
+    writes = [];
+    assert.ok((await ensureEventing(controller, kinds, { kube: namespaced }, teamA)).every((result) => result.operation === 'unchanged'));
+    assert.deepEqual(writes, []);
+    const source = (await cluster.kube.get(ApiServerSource, { namespace: teamA.namespace, name: 'opfn-cc-immortalcontainer-controller-parents' }))!;
+    assert.equal('namespaceSelector' in (source.spec as object), false);
+  });
+
   test('deleting the CompositeController deletes every object through the garbage collector', async () => {
-    const objects = eventingObjectsFor(controller, kinds, options);
+    const objects = [...eventingObjectsFor(controller, kinds, options), ...eventingObjectsFor(controller, kinds, teamA)];
+    assert.equal(objects.length, 10);
     await cluster.kube.delete(CompositeControllerKind, { namespace: '', name: controller.metadata.name! });
     await eventually(async () => {
       const left = await Promise.all(objects.map(get));
