@@ -18,7 +18,7 @@
 // Both sources tag every event with `opfnfunction: composite` (as the generated sources of the
 // static functions do, eventing/manifests/wiring.ts), so the function's one generated Trigger
 // (filter on that extension) delivers them: no Trigger per controller. They also carry
-// `opfncompositecontroller: <name>`, a hint the routing may use, never trust.
+// `opfncontroller: <name>`, a hint the routing may use, never trust.
 //
 // Every object carries a controller ownerReference to the CompositeController (a cluster-scoped
 // owner may own namespaced objects), so deleting the controller deletes them through the garbage
@@ -44,7 +44,7 @@ export const COMPOSITE_FUNCTION = 'composite';
 /** Label naming the CompositeController an object serves (the name, or its hash form past 63 characters). */
 export const CONTROLLER_LABEL = 'operator-functions.dev/composite-controller';
 /** CloudEvent extension naming the CompositeController whose source sent the event. */
-export const CONTROLLER_EXTENSION = 'opfncompositecontroller';
+export const CONTROLLER_EXTENSION = 'opfncontroller';
 
 export interface ControllerKinds {
   parent: ResourceKind;

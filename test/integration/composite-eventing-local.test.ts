@@ -45,7 +45,7 @@ before(async () => {
   const server = createServer((req, res) => {
     req.resume().on('end', () => {
       const header = (name: string) => String(req.headers[`ce-${name}`] ?? '');
-      events.push({ kind: header('kind'), name: header('name'), type: header('type'), fn: header('opfnfunction'), controller: header('opfncompositecontroller') });
+      events.push({ kind: header('kind'), name: header('name'), type: header('type'), fn: header('opfnfunction'), controller: header('opfncontroller') });
       res.writeHead(200).end();
     });
   });
