@@ -36,6 +36,7 @@ const realKnative = knativeCrdDir();
 let cluster: TestCluster;
 let kube: KubeClient;
 let writes: string[] = [];
+let reads: string[] = [];
 let controller: KubeObject;
 
 const operations = (results: EventingResult[]) => results.map((result) => `${result.operation} ${result.kind} ${result.name}`);
@@ -50,6 +51,7 @@ before(async () => {
   const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite, options.namespace);
   kube = KubeClient.fromFile(kubeconfig, (verb, resource, code) => {
     if (['post', 'put', 'patch', 'delete'].includes(verb)) writes.push(`${verb} ${resource} ${code}`);
+    else reads.push(`${verb} ${resource} ${code}`);
   });
   const manifest = readManifestFile(new URL('../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url).pathname).find((object) => object.kind === 'CompositeController')!;
   controller = await cluster.kube.create(CompositeControllerKind, manifest);
@@ -75,11 +77,13 @@ describe('ensureEventing', () => {
     }
   });
 
-  test('a second call writes nothing', async () => {
+  test('a second call writes nothing: one (watch-cache) read per object', async () => {
     writes = [];
+    reads = [];
     const results = await ensureEventing(controller, kinds, { kube }, options);
     assert.deepEqual(results.map((result) => result.operation), ['unchanged', 'unchanged', 'unchanged', 'unchanged', 'unchanged']);
     assert.deepEqual(writes, []);
+    assert.deepEqual(reads.sort(), ['get apiserversources 200', 'get apiserversources 200', 'get clusterrolebindings 200', 'get clusterroles 200', 'get serviceaccounts 200']);
   });
 
   test('the sources\' ServiceAccount may get, list and watch the parent and child kinds in every namespace, and nothing else', async () => {
