@@ -35,7 +35,7 @@ import { FUNCTION_EXTENSION } from '../runtime/events.ts';
 import { ApiError, isAlreadyExists, isConflict, type KubeClient } from '../runtime/kube.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, isValidNamespace, keyOf, type KubeObject, type OwnerReference, type ResourceKind } from '../runtime/kinds.ts';
-import { apiServerSourceObject, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, type Placement } from '../runtime/knative-objects.ts';
+import { apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, type Placement } from '../runtime/knative-objects.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { mergeRules } from '../runtime/rbac.ts';
 import { CompositeControllerKind } from './kinds.ts';
@@ -127,14 +127,13 @@ export function eventingObjectsFor(controller: KubeObject, kinds: ControllerKind
 
 const kind = (group: string, name: string, plural: string, namespaced: boolean): ResourceKind => ({ group, version: 'v1', kind: name, plural, namespaced });
 const RBAC_GROUP = RBAC_API.split('/')[0]!;
-const MANAGED_KINDS: ResourceKind[] = [
-  kind('', 'ServiceAccount', 'serviceaccounts', true),
-  kind(RBAC_GROUP, 'ClusterRole', 'clusterroles', false),
-  kind(RBAC_GROUP, 'ClusterRoleBinding', 'clusterrolebindings', false),
-  kind(RBAC_GROUP, 'Role', 'roles', true),
-  kind(RBAC_GROUP, 'RoleBinding', 'rolebindings', true),
-  kind(SOURCES_API.split('/')[0]!, 'ApiServerSource', 'apiserversources', true),
-];
+const ServiceAccountKind = kind('', 'ServiceAccount', 'serviceaccounts', true);
+const ClusterRoleKind = kind(RBAC_GROUP, 'ClusterRole', 'clusterroles', false);
+const ClusterRoleBindingKind = kind(RBAC_GROUP, 'ClusterRoleBinding', 'clusterrolebindings', false);
+const RoleKind = kind(RBAC_GROUP, 'Role', 'roles', true);
+const RoleBindingKind = kind(RBAC_GROUP, 'RoleBinding', 'rolebindings', true);
+const ApiServerSourceKind = kind(SOURCES_API.split('/')[0]!, 'ApiServerSource', 'apiserversources', true);
+const MANAGED_KINDS = [ServiceAccountKind, ClusterRoleKind, ClusterRoleBindingKind, RoleKind, RoleBindingKind, ApiServerSourceKind];
 
 const kindOf = (object: KubeObject): ResourceKind => {
   const found = MANAGED_KINDS.find((candidate) => apiVersionOf(candidate) === object.apiVersion && candidate.kind === object.kind);
@@ -198,17 +197,16 @@ export interface EventingResult {
  * ensureEventing may read, write and delete for it (`opfn manifests --composite` grants exactly these names).
  */
 export function managedObjectKeys(controllerName: string, options: EventingOptions): { kind: ResourceKind; namespace: string; name: string }[] {
-  const [serviceAccount, clusterRole, clusterRoleBinding, role, roleBinding, source] = MANAGED_KINDS as [ResourceKind, ResourceKind, ResourceKind, ResourceKind, ResourceKind, ResourceKind];
   const account = identityName(controllerName);
-  const clusterName = options.scope === 'cluster' ? account : `${options.namespace}:${account}`;
+  const clusterName = clusterRoleName(account, options);
   const { namespace } = options;
   return [
-    { kind: serviceAccount, namespace, name: account },
-    { kind: clusterRole, namespace: '', name: clusterName },
-    { kind: clusterRoleBinding, namespace: '', name: clusterName },
-    ...(options.scope === 'namespace' ? [{ kind: role, namespace, name: account }, { kind: roleBinding, namespace, name: account }] : []),
-    { kind: source, namespace, name: sourceName(controllerName, 'parents') },
-    { kind: source, namespace, name: sourceName(controllerName, 'children') },
+    { kind: ServiceAccountKind, namespace, name: account },
+    { kind: ClusterRoleKind, namespace: '', name: clusterName },
+    { kind: ClusterRoleBindingKind, namespace: '', name: clusterName },
+    ...(options.scope === 'namespace' ? [{ kind: RoleKind, namespace, name: account }, { kind: RoleBindingKind, namespace, name: account }] : []),
+    { kind: ApiServerSourceKind, namespace, name: sourceName(controllerName, 'parents') },
+    { kind: ApiServerSourceKind, namespace, name: sourceName(controllerName, 'children') },
   ];
 }
 
