@@ -55,6 +55,19 @@ describe('reading the CompositeControllers of a file', () => {
   });
 });
 
+describe('where the function puts the event sources', () => {
+  const envOf = (files: Record<string, string>) => {
+    const service = objectsOf(files['composite.yaml']!).find((object) => object.kind === 'Service')!;
+    const env = (service.spec as any).template.spec.containers[0].env as { name: string; value?: string }[];
+    return Object.fromEntries(env.filter((entry) => entry.name.startsWith('OPFN_')).map((entry) => [entry.name, entry.value]));
+  };
+
+  test('the generated Service carries the install\'s namespace, Broker and scope', () => {
+    assert.deepEqual(envOf(manifestFiles({ target: 'knative' }, functions)), { OPFN_NAMESPACE: 'operator-functions', OPFN_BROKER: 'operator-functions', OPFN_SCOPE: 'cluster' });
+    assert.deepEqual(envOf(manifestFiles({ target: 'knative', namespace: 'team-a' }, functions)), { OPFN_NAMESPACE: 'team-a', OPFN_BROKER: 'operator-functions', OPFN_SCOPE: 'namespace' });
+  });
+});
+
 describe('the narrow rules', () => {
   const controllers = readCompositeControllers(seedText, 'seed');
 
