@@ -89,6 +89,8 @@ describe('eventingObjectsFor, variants', () => {
     assert.equal(spec(parents).mode, 'Resource');
     assert.equal(spec(children).mode, 'Reference');
     assert.deepEqual(spec(children).resources.map((r: { kind: string }) => r.kind), ['ConfigMap', 'Secret']);
+    const secretParent = byKind(eventingObjectsFor(controller, { parent: Secret, children: [ConfigMap] }, cluster), 'ApiServerSource') as [KubeObject, KubeObject];
+    assert.deepEqual(secretParent.map((source) => spec(source).mode), ['Reference', 'Resource']);
   });
 
   test('no children: no child source; a child kind listed twice is watched once', () => {
