@@ -278,7 +278,8 @@ program
   .option('--broker-class <class>', 'Knative Broker class: MTChannelBasedBroker (default) or Kafka (durable; needs Knative\'s Kafka broker)')
   .option('--replace <function=target...>', 'send a function\'s events to a URL or another Knative Service instead (its Trigger\'s subscriber); repeatable')
   .option('--target <target>', 'knative, or openfaas (a stack.yml)', 'knative')
-  .action(async (options: { out?: string; image?: string; namespace?: string; brokerClass?: string; replace?: string[]; target: string }) => {
+  .option('--composite <file>', 'the CompositeControllers known at install time (YAML; other kinds ignored): the composite function gets exactly their rights instead of Metacontroller\'s `*`')
+  .action(async (options: { out?: string; image?: string; namespace?: string; brokerClass?: string; replace?: string[]; target: string; composite?: string }) => {
     const { runManifests } = await import('../eventing/manifests/cli.ts');
     const { loadAllFunctions } = await import('../functions/index.ts');
     try {

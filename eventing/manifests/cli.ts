@@ -5,6 +5,8 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import { COMPOSITE_FUNCTION } from '../../functions/composite-controller/eventing.ts';
+import { narrowComposite, readCompositeFile } from './composite.ts';
 import { generateManifests, renderManifests } from './index.ts';
 import { openfaasStack } from './openfaas.ts';
 import { DEFAULT_OPTIONS, KAFKA_BROKER_CLASS, type ManifestOptions } from './options.ts';
@@ -19,6 +21,8 @@ export interface ManifestCommand {
   brokerClass?: string;
   /** `<function>=<URL or Knative Service name>`, repeatable. */
   replace?: string[];
+  /** A YAML file of the CompositeControllers known at install time: the composite function's narrow RBAC. */
+  composite?: string;
 }
 
 const DNS_1035_LABEL = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -55,12 +59,26 @@ export function manifestOptions(command: ManifestCommand, declarations: Function
 /** File name → text of everything the command produces (validated). */
 export function manifestFiles(command: ManifestCommand, declarations: FunctionDeclaration[]): Record<string, string> {
   const options = manifestOptions(command, declarations);
+  if (command.composite !== undefined && command.target !== 'knative') throw new Error('--composite applies to --target knative (OpenFaaS has no ServiceAccount per function)');
   if (command.target === 'openfaas') return { 'stack.yml': openfaasStack(declarations, options) };
-  const files = generateManifests(declarations, options);
+  const narrowed = command.composite === undefined ? undefined : narrowFor(command.composite, declarations, options);
+  const files = generateManifests(narrowed ? declarations.map((d) => (d.name === COMPOSITE_FUNCTION ? narrowed.declaration : d)) : declarations, options);
+  if (narrowed?.objects.length) {
+    // The install namespace's Role and binding, right after the function's own identity.
+    const file = files.find((candidate) => candidate.name === `${COMPOSITE_FUNCTION}.yaml`)!;
+    const at = file.objects.findIndex((object) => object.kind === 'Service');
+    file.objects.splice(at, 0, ...narrowed.objects);
+  }
   const external = new Set(Object.values(options.replace).filter((target) => !target.includes('://')));
   const problems = validateManifests(files.flatMap((file) => file.objects), external);
   if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);
   return renderManifests(files);
+}
+
+function narrowFor(path: string, declarations: FunctionDeclaration[], options: ManifestOptions): ReturnType<typeof narrowComposite> {
+  const composite = declarations.find((declaration) => declaration.name === COMPOSITE_FUNCTION);
+  if (!composite) throw new Error(`--composite: the ${COMPOSITE_FUNCTION} function is not among the functions`);
+  return narrowComposite(composite, readCompositeFile(path), options);
 }
 
 export function runManifests(command: ManifestCommand, declarations: FunctionDeclaration[], write: (text: string) => void): string[] {

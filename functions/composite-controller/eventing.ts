@@ -18,7 +18,7 @@
 // Both sources tag every event with `opfnfunction: composite` (as the generated sources of the
 // static functions do, eventing/manifests/wiring.ts), so the function's one generated Trigger
 // (filter on that extension) delivers them: no Trigger per controller. They also carry
-// `opfncompositecontroller: <name>`, a hint the routing may use, never trust.
+// `opfncontroller: <name>`, a hint the routing may use, never trust.
 //
 // Every object carries a controller ownerReference to the CompositeController (a cluster-scoped
 // owner may own namespaced objects), so deleting the controller deletes them through the garbage
@@ -32,10 +32,10 @@
 // controller whose objects are in place costs reads only, never a write.
 import { createHash } from 'node:crypto';
 import { FUNCTION_EXTENSION } from '../runtime/events.ts';
-import { isAlreadyExists, isConflict, type KubeClient } from '../runtime/kube.ts';
+import { ApiError, isAlreadyExists, isConflict, type KubeClient } from '../runtime/kube.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, isValidNamespace, keyOf, type KubeObject, type OwnerReference, type ResourceKind } from '../runtime/kinds.ts';
-import { apiServerSourceObject, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, type Placement } from '../runtime/knative-objects.ts';
+import { apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, type Placement } from '../runtime/knative-objects.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { mergeRules } from '../runtime/rbac.ts';
 import { CompositeControllerKind } from './kinds.ts';
@@ -44,7 +44,7 @@ export const COMPOSITE_FUNCTION = 'composite';
 /** Label naming the CompositeController an object serves (the name, or its hash form past 63 characters). */
 export const CONTROLLER_LABEL = 'operator-functions.dev/composite-controller';
 /** CloudEvent extension naming the CompositeController whose source sent the event. */
-export const CONTROLLER_EXTENSION = 'opfncompositecontroller';
+export const CONTROLLER_EXTENSION = 'opfncontroller';
 
 /**
  * Who runs each controller's sources: "managed", this function writes them (Knative, or the local
@@ -134,14 +134,13 @@ export function eventingObjectsFor(controller: KubeObject, kinds: ControllerKind
 
 const kind = (group: string, name: string, plural: string, namespaced: boolean): ResourceKind => ({ group, version: 'v1', kind: name, plural, namespaced });
 const RBAC_GROUP = RBAC_API.split('/')[0]!;
-const MANAGED_KINDS: ResourceKind[] = [
-  kind('', 'ServiceAccount', 'serviceaccounts', true),
-  kind(RBAC_GROUP, 'ClusterRole', 'clusterroles', false),
-  kind(RBAC_GROUP, 'ClusterRoleBinding', 'clusterrolebindings', false),
-  kind(RBAC_GROUP, 'Role', 'roles', true),
-  kind(RBAC_GROUP, 'RoleBinding', 'rolebindings', true),
-  kind(SOURCES_API.split('/')[0]!, 'ApiServerSource', 'apiserversources', true),
-];
+const ServiceAccountKind = kind('', 'ServiceAccount', 'serviceaccounts', true);
+const ClusterRoleKind = kind(RBAC_GROUP, 'ClusterRole', 'clusterroles', false);
+const ClusterRoleBindingKind = kind(RBAC_GROUP, 'ClusterRoleBinding', 'clusterrolebindings', false);
+const RoleKind = kind(RBAC_GROUP, 'Role', 'roles', true);
+const RoleBindingKind = kind(RBAC_GROUP, 'RoleBinding', 'rolebindings', true);
+const ApiServerSourceKind = kind(SOURCES_API.split('/')[0]!, 'ApiServerSource', 'apiserversources', true);
+const MANAGED_KINDS = [ServiceAccountKind, ClusterRoleKind, ClusterRoleBindingKind, RoleKind, RoleBindingKind, ApiServerSourceKind];
 
 const kindOf = (object: KubeObject): ResourceKind => {
   const found = MANAGED_KINDS.find((candidate) => apiVersionOf(candidate) === object.apiVersion && candidate.kind === object.kind);
@@ -200,19 +199,21 @@ export interface EventingResult {
   operation: EventingOperation;
 }
 
-/** Every object a controller may have under these options, whether or not it needs it now. */
-function candidates(controllerName: string, options: EventingOptions): { kind: ResourceKind; namespace: string; name: string }[] {
-  const [serviceAccount, clusterRole, clusterRoleBinding, role, roleBinding, source] = MANAGED_KINDS as [ResourceKind, ResourceKind, ResourceKind, ResourceKind, ResourceKind, ResourceKind];
+/**
+ * Every object a controller may have under these options, whether or not it needs it now: what
+ * ensureEventing may read, write and delete for it (`opfn manifests --composite` grants exactly these names).
+ */
+export function managedObjectKeys(controllerName: string, options: EventingOptions): { kind: ResourceKind; namespace: string; name: string }[] {
   const account = identityName(controllerName);
-  const clusterName = options.scope === 'cluster' ? account : `${options.namespace}:${account}`;
+  const clusterName = clusterRoleName(account, options);
   const { namespace } = options;
   return [
-    { kind: serviceAccount, namespace, name: account },
-    { kind: clusterRole, namespace: '', name: clusterName },
-    { kind: clusterRoleBinding, namespace: '', name: clusterName },
-    ...(options.scope === 'namespace' ? [{ kind: role, namespace, name: account }, { kind: roleBinding, namespace, name: account }] : []),
-    { kind: source, namespace, name: sourceName(controllerName, 'parents') },
-    { kind: source, namespace, name: sourceName(controllerName, 'children') },
+    { kind: ServiceAccountKind, namespace, name: account },
+    { kind: ClusterRoleKind, namespace: '', name: clusterName },
+    { kind: ClusterRoleBindingKind, namespace: '', name: clusterName },
+    ...(options.scope === 'namespace' ? [{ kind: RoleKind, namespace, name: account }, { kind: RoleBindingKind, namespace, name: account }] : []),
+    { kind: ApiServerSourceKind, namespace, name: sourceName(controllerName, 'parents') },
+    { kind: ApiServerSourceKind, namespace, name: sourceName(controllerName, 'children') },
   ];
 }
 
@@ -230,9 +231,9 @@ export async function ensureEventing(controller: KubeObject, kinds: ControllerKi
     for (const object of desired) results.push({ kind: object.kind!, name: object.metadata.name!, operation: await ensureObject(kube, object) });
     const wanted = new Set(desired.map((object) => `${object.kind}/${object.metadata.name}`));
     const uid = controller.metadata.uid;
-    for (const candidate of candidates(controller.metadata.name!, options)) {
+    for (const candidate of managedObjectKeys(controller.metadata.name!, options)) {
       if (wanted.has(`${candidate.kind.kind}/${candidate.name}`)) continue;
-      const existing = await kube.get(candidate.kind, candidate, { cached: true });
+      const existing = await readable(kube.get(candidate.kind, candidate, { cached: true }));
       if (!existing || controllerOf(existing)?.uid !== uid) continue;
       if (await kube.delete(candidate.kind, candidate, { uid: existing.metadata.uid })) results.push({ kind: candidate.kind.kind, name: candidate.name, operation: 'deleted' });
     }
@@ -241,6 +242,19 @@ export async function ensureEventing(controller: KubeObject, kinds: ControllerKi
     throw error;
   }
   return results;
+}
+
+/**
+ * The object, or undefined when this identity may not read it: then it cannot have made it either
+ * (a namespaced install holds no ClusterRole rights unless a kind of its controllers is cluster-scoped).
+ */
+async function readable(read: Promise<KubeObject | undefined>): Promise<KubeObject | undefined> {
+  try {
+    return await read;
+  } catch (error) {
+    if (error instanceof ApiError && error.code === 403) return undefined;
+    throw error;
+  }
 }
 
 async function ensureObject(kube: KubeClient, object: KubeObject): Promise<EventingOperation> {

@@ -10,23 +10,23 @@ import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { parse } from 'yaml';
 import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
-import { resourceKindOf } from '../../eventing/knative/kinds.ts';
 import { manifestOptions } from '../../eventing/manifests/cli.ts';
 import { functionObjects } from '../../eventing/manifests/index.ts';
 import type { ManifestOptions } from '../../eventing/manifests/options.ts';
-import { clusterScopedResources, functionRules, serviceAccountName, sourceRules } from '../../eventing/manifests/rbac.ts';
+import { clusterScopedResources, functionRules, serviceAccountName, sourceRules, splitByScope } from '../../eventing/manifests/rbac.ts';
 import { sourceServiceAccountName } from '../../eventing/manifests/options.ts';
 import { sourcesFor } from '../../eventing/plane.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/declaration.ts';
-import { collectionPath, type KubeObject } from '../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
+import { canI, createObjects, type AccessQuestion } from '../support/rbac.ts';
 
 const functions = await loadAllFunctions();
 const VERBS = ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'];
 const OTHER_NAMESPACE = 'elsewhere';
 
-interface Cell { verb: string; group: string; resource: string; subresource?: string; namespace: string }
+type Cell = AccessQuestion;
 
 /** `group/resource[/subresource]` the matrix asks about for a declaration: all it names, and a sample outside. */
 function resourcesToProbe(declaration: FunctionDeclaration): string[] {
@@ -45,11 +45,18 @@ function allows(rules: PolicyRule[], cell: Cell): boolean {
     && (rule.verbs.includes('*') || rule.verbs.includes(cell.verb)));
 }
 
-/** What the declaration implies for one identity, in the layout's scope. */
+/**
+ * What the declaration implies for one identity, in the layout's scope. In 'namespace' scope the
+ * promise is "nothing outside the namespace": a Role grants only inside it, so a wildcard rule
+ * (`*` resources, as the composite function's) covers the namespace's resources only; a
+ * cluster-scoped resource is allowed only when a rule names it (splitByScope puts those rules
+ * alone into a ClusterRole).
+ */
 function expected(rules: PolicyRule[], clusterScoped: Set<string>, options: ManifestOptions, cell: Cell): boolean {
-  const isCluster = clusterScoped.has(`${cell.group}/${cell.resource}`);
-  if (options.scope === 'namespace' && !isCluster && cell.namespace !== options.namespace) return false;
-  return allows(rules, cell);
+  if (options.scope === 'cluster') return allows(rules, cell);
+  const isCluster = cell.namespace === '';
+  const split = splitByScope(rules, clusterScoped);
+  return isCluster ? allows(split.cluster, cell) : cell.namespace === options.namespace && allows(split.namespaced, cell);
 }
 
 function cellsFor(resources: string[], namespaces: string[], clusterScoped: Set<string>): Cell[] {
@@ -73,13 +80,6 @@ function cellsFor(resources: string[], namespaces: string[], clusterScoped: Set<
   return cells;
 }
 
-async function canI(kube: KubeClient, cell: Cell): Promise<boolean> {
-  const review = await kube.request<{ status: { allowed: boolean } }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', {
-    body: { apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectAccessReview', spec: { resourceAttributes: { verb: cell.verb, group: cell.group, resource: cell.resource, subresource: cell.subresource ?? '', namespace: cell.namespace } } },
-  });
-  return review.status.allowed;
-}
-
 /** One line per resource: the verbs allowed in each namespace ("·" none). */
 function matrix(title: string, cells: (Cell & { allowed: boolean })[]): string {
   const rows = new Map<string, Map<string, string[]>>();
@@ -101,12 +101,7 @@ before(async () => {
 });
 after(async () => cp?.stop());
 
-async function apply(objects: KubeObject[]): Promise<void> {
-  for (const object of objects) {
-    const created = await cp.request('POST', collectionPath(resourceKindOf(object), object.metadata.namespace), object);
-    assert.ok(created.status === 201 || created.status === 409, `${object.kind} ${object.metadata.name}: ${created.status} ${JSON.stringify(created.body)}`);
-  }
-}
+const apply = (objects: KubeObject[]) => createObjects(cp, objects);
 
 async function clientFor(namespace: string, name: string): Promise<KubeClient> {
   const kubeconfig = await cp.serviceAccountKubeconfig(namespace, name);
@@ -142,6 +137,7 @@ for (const [layout, command] of layouts) {
           const wrong = answered.filter((cell) => cell.allowed !== expected(identity.rules, clusterScoped, options, cell));
           assert.deepEqual(wrong.map((c) => `${c.allowed ? 'ALLOWED' : 'denied'}: ${c.verb} ${c.group}/${c.resource}${c.subresource ? `/${c.subresource}` : ''} in ${c.namespace || '(cluster)'}`), [], 'cells that differ from the declaration');
           assert.ok(answered.some((c) => c.allowed), 'the identity can do something (its bindings took effect)');
+          if (options.scope === 'namespace') assert.deepEqual(answered.filter((c) => c.allowed && c.namespace === OTHER_NAMESPACE).map((c) => `${c.verb} ${c.group}/${c.resource}`), [], 'a namespaced install grants nothing in another namespace, wildcards included');
         });
       }
     }

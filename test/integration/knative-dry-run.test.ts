@@ -16,8 +16,9 @@ import { resourceKindOf } from '../../eventing/knative/kinds.ts';
 import { manifestOptions } from '../../eventing/manifests/cli.ts';
 import { generateManifests } from '../../eventing/manifests/index.ts';
 import { validateManifests } from '../../eventing/manifests/validate.ts';
+import { eventingObjectsFor, type EventingOptions } from '../../functions/composite-controller/eventing.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
-import { collectionPath, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { collectionPath, Pod, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -93,6 +94,26 @@ describe('server-side dry run against the Knative 1.0.0 CRDs', { skip }, () => {
       assert.deepEqual(unexpected, [], 'no field is silently dropped by the schemas');
       const kinds = [...new Set(results.map((r) => r.object.kind))].sort();
       for (const kind of ['ApiServerSource', 'Broker', 'PingSource', 'Service', 'ServiceAccount', 'Trigger']) assert.ok(kinds.includes(kind), `${kind} among ${kinds}`);
+    });
+  }
+
+  // The objects the composite function makes at run time per CompositeController (eventing.ts).
+  for (const [what, options] of [
+    ['composite event sources, cluster scope', { namespace: 'cc-cluster', brokerName: 'operator-functions', scope: 'cluster' }],
+    ['composite event sources, namespace scope, a cluster-scoped parent and a Secret child', { namespace: 'cc-ns', brokerName: 'b', scope: 'namespace' }],
+  ] as [string, EventingOptions][]) {
+    test(what, async () => {
+      const controller = { metadata: { name: 'a.very-long.compositecontroller.name'.repeat(5), uid: '1b7c2a3e-0000-4000-8000-000000000001' } };
+      const parent: ResourceKind = options.scope === 'cluster' ? { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true } : { group: '', version: 'v1', kind: 'Namespace', plural: 'namespaces', namespaced: false };
+      const children: ResourceKind[] = options.scope === 'cluster' ? [Pod] : [Pod, Secret];
+      const objects = eventingObjectsFor(controller, { parent, children }, options);
+      const results = await dryRunAll(objects);
+      assert.deepEqual(results.filter((result) => result.status !== 201).map((r) => `${r.object.kind} ${r.object.metadata.name}: ${r.status} ${r.message}`), [], 'every object is accepted');
+      const unexpected = results.flatMap((r) => r.pruned.filter((field) => !(KNOWN_PRUNED[r.object.kind!] ?? []).includes(field)).map((field) => `${r.object.kind} ${r.object.metadata.name} ${field}`));
+      assert.deepEqual(unexpected, [], 'no field is silently dropped by the schemas');
+      assert.deepEqual(results.map((r) => r.object.kind), options.scope === 'cluster'
+        ? ['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'ApiServerSource', 'ApiServerSource']
+        : ['ServiceAccount', 'Role', 'RoleBinding', 'ClusterRole', 'ClusterRoleBinding', 'ApiServerSource', 'ApiServerSource']);
     });
   }
 

@@ -10,6 +10,10 @@ import {
 import { ownerLabelValue } from '../../../functions/runtime/owner-labels.ts';
 import { Pod, Secret, ConfigMap, Namespace, type KubeObject, type ResourceKind } from '../../../functions/runtime/kinds.ts';
 import { FUNCTION_EXTENSION } from '../../../functions/runtime/events.ts';
+import { loadAllFunctions } from '../../../functions/index.ts';
+import { manifestOptions } from '../../../eventing/manifests/cli.ts';
+import { generateManifests } from '../../../eventing/manifests/index.ts';
+import { validateManifests } from '../../../eventing/manifests/validate.ts';
 
 const ImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
 const ClusterParent: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Tenant', plural: 'tenants', namespaced: false };
@@ -53,12 +57,20 @@ describe('eventingObjectsFor, cluster scope', () => {
       resources: [{ apiVersion: 'immortalcontainers.flugel.it/v1alpha1', kind: 'ImmortalContainer' }],
       namespaceSelector: {},
       serviceAccountName: 'opfn-cc-immortalcontainer-controller',
-      ceOverrides: { extensions: { [FUNCTION_EXTENSION]: 'composite', opfncompositecontroller: 'immortalcontainer-controller' } },
+      ceOverrides: { extensions: { [FUNCTION_EXTENSION]: 'composite', opfncontroller: 'immortalcontainer-controller' } },
       sink: { ref: { apiVersion: 'eventing.knative.dev/v1', kind: 'Broker', name: 'operator-functions' } },
     });
     assert.equal(spec(children).mode, 'Resource');
     assert.deepEqual(spec(children).resources, [{ apiVersion: 'v1', kind: 'Pod' }]);
     assert.equal(spec(children).ceOverrides.extensions[FUNCTION_EXTENSION], 'composite');
+  });
+
+  test('sound next to the generated install: passes the checks of opfn manifests (sinks, ServiceAccounts, roles, CloudEvent attribute names)', async () => {
+    const functions = await loadAllFunctions();
+    const install = generateManifests(functions, manifestOptions({ target: 'knative' }, functions)).flatMap((file) => file.objects);
+    assert.deepEqual(validateManifests([...install, ...objects]), []);
+    const namespacedInstall = generateManifests(functions, manifestOptions({ target: 'knative', namespace: 'team-a' }, functions)).flatMap((file) => file.objects);
+    assert.deepEqual(validateManifests([...namespacedInstall, ...eventingObjectsFor(controller, { parent: ImmortalContainer, children: [Pod, Secret] }, { namespace: 'team-a', brokerName: 'operator-functions', scope: 'namespace' })]), []);
   });
 
   test('every object is controlled by the CompositeController and labelled with its name', () => {
@@ -77,6 +89,8 @@ describe('eventingObjectsFor, variants', () => {
     assert.equal(spec(parents).mode, 'Resource');
     assert.equal(spec(children).mode, 'Reference');
     assert.deepEqual(spec(children).resources.map((r: { kind: string }) => r.kind), ['ConfigMap', 'Secret']);
+    const secretParent = byKind(eventingObjectsFor(controller, { parent: Secret, children: [ConfigMap] }, cluster), 'ApiServerSource') as [KubeObject, KubeObject];
+    assert.deepEqual(secretParent.map((source) => spec(source).mode), ['Reference', 'Resource']);
   });
 
   test('no children: no child source; a child kind listed twice is watched once', () => {

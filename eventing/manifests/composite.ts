@@ -1,0 +1,143 @@
+// `opfn manifests --composite <file>`: the narrow RBAC of the composite function when the
+// CompositeControllers are known at install time.
+//
+// By default the composite function holds Metacontroller's rights (its chart binds a ClusterRole
+// over `*`): the parent and child kinds are only known when a CompositeController appears, and the
+// per-controller ClusterRoles it makes for the event sources (functions/composite-controller/
+// eventing.ts) can only be created by someone who holds what they grant, or `escalate` and `bind`.
+// With the controllers given here, the function's `*` rule is replaced by exactly:
+//
+//   per controller   policyRulesFor (functions/composite/controller-spec.ts): the parent (get, list,
+//                    watch, update, patch) with its /status and /finalizers, the children fully,
+//                    the related kinds (get, list, watch) listed in the annotation
+//                    `operator-functions.dev/related-resources` ("<apiVersion>/<resource>, …";
+//                    a customize hook names them only at run time), Events
+//   event sources    create on ServiceAccounts, ClusterRoles + ClusterRoleBindings (or Roles +
+//                    RoleBindings) and ApiServerSources; get, update, delete only on the names
+//                    ensureEventing gives that controller's objects (managedObjectKeys)
+//   runtime          what functions/runtime/rbac.ts derives (compositecontrollers get, list; Events)
+//
+// The namespaced event-source objects live in the install's namespace: in 'cluster' scope their
+// rules go into a Role `opfn-composite-eventing` there (not into the ClusterRole, which would
+// reach every namespace). The per-controller roles only grant get, list, watch on kinds the
+// function itself holds, so neither `escalate` nor `bind` is needed. A controller not in the file
+// is refused by the API server (403), which is the promise of the narrow mode.
+import { readFileSync } from 'node:fs';
+import { parseAllDocuments } from 'yaml';
+import { checkController, policyRulesFor } from '../../functions/composite/controller-spec.ts';
+import type { CompositeController, ResolvedResource } from '../../functions/composite/types.ts';
+import { COMPOSITE_FUNCTION, managedObjectKeys } from '../../functions/composite-controller/eventing.ts';
+import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/declaration.ts';
+import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { clusterScopedOf, RBAC_API } from '../../functions/runtime/knative-objects.ts';
+import { mergeRules } from '../../functions/runtime/rbac.ts';
+import { CRD_DIR, readManifests } from '../crds.ts';
+import { labels, type ManifestOptions } from './options.ts';
+import { serviceAccountName } from './rbac.ts';
+
+export const RELATED_ANNOTATION = 'operator-functions.dev/related-resources';
+/** The Role holding the namespaced event-source rules in 'cluster' scope. */
+export const EVENTING_ROLE = 'opfn-composite-eventing';
+
+/** A controller of the file, its kinds resolved as far as an install can (`kind` is '' for a built-in: the rules need only group and resource). */
+export interface KnownController {
+  name: string;
+  parent: ResolvedResource;
+  children: ResolvedResource[];
+  related: ResolvedResource[];
+}
+
+interface CrdSpec { group: string; scope: string; names: { plural: string; kind: string } }
+
+/** Every CompositeController in a YAML text (other documents ignored), checked, with its kinds resolved from `crds` and the built-ins. */
+export function readCompositeControllers(text: string, what: string, crds: KubeObject[] = readManifests(CRD_DIR)): KnownController[] {
+  const documents = parseAllDocuments(text);
+  const broken = documents.find((document) => document.errors.length);
+  if (broken) throw new Error(`${what}: not YAML: ${broken.errors[0]!.message}`);
+  const objects = documents.map((document) => document.toJS() as KubeObject).filter((object) => object && typeof object === 'object');
+  const known = [...crds, ...objects.filter((object) => object.kind === 'CustomResourceDefinition')].map((crd) => crd.spec as CrdSpec);
+  const builtInClusterScoped = clusterScopedOf([]);
+  const resolve = (apiVersion: string, resource: string): ResolvedResource => {
+    const group = apiVersion.includes('/') ? apiVersion.slice(0, apiVersion.indexOf('/')) : '';
+    const crd = known.find((spec) => spec.group === group && spec.names?.plural === resource);
+    return { apiVersion, resource, kind: crd?.names.kind ?? '', namespaced: crd ? crd.scope !== 'Cluster' : !builtInClusterScoped.has(`${group}/${resource}`) };
+  };
+  const controllers: KnownController[] = [];
+  for (const object of objects.filter((o) => o.kind === 'CompositeController' && String(o.apiVersion).startsWith('metacontroller.k8s.io/'))) {
+    const checked = checkController(object);
+    if (!checked.ok) throw new Error(`${what}: ${checked.reason}`);
+    const cc: CompositeController = checked.value;
+    const name = cc.metadata.name!;
+    if (controllers.some((other) => other.name === name)) throw new Error(`${what}: CompositeController ${name} is there twice`);
+    controllers.push({
+      name,
+      parent: resolve(cc.spec.parentResource.apiVersion, cc.spec.parentResource.resource),
+      children: (cc.spec.childResources ?? []).map((child) => resolve(child.apiVersion, child.resource)),
+      related: relatedOf(cc, what).map(([apiVersion, resource]) => resolve(apiVersion, resource)),
+    });
+  }
+  if (!controllers.length) throw new Error(`${what}: no CompositeController (apiVersion metacontroller.k8s.io/…) in it`);
+  return controllers;
+}
+
+/** `<apiVersion>/<resource>` entries of the related-resources annotation, e.g. `v1/configmaps, apps/v1/deployments`. */
+function relatedOf(cc: CompositeController, what: string): [apiVersion: string, resource: string][] {
+  const value = cc.metadata.annotations?.[RELATED_ANNOTATION];
+  if (!value) return [];
+  return value.split(',').map((entry) => entry.trim()).filter(Boolean).map((entry) => {
+    const slash = entry.lastIndexOf('/');
+    if (slash <= 0 || slash === entry.length - 1 || entry.split('/').length > 3) throw new Error(`${what}: CompositeController ${cc.metadata.name}: ${RELATED_ANNOTATION} entry "${entry}" is not <apiVersion>/<resource> (e.g. v1/configmaps, apps/v1/deployments)`);
+    return [entry.slice(0, slash), entry.slice(slash + 1)];
+  });
+}
+
+/** The rules of the narrow mode: the function's own (its ClusterRole or Role) and those of the install namespace's Role (in 'cluster' scope). */
+export function compositeRules(controllers: KnownController[], options: ManifestOptions): { functionRules: PolicyRule[]; namespaceRules: PolicyRule[] } {
+  const functionRules: PolicyRule[] = [];
+  const namespaceRules: PolicyRule[] = [];
+  const names = new Map<string, { group: string; plural: string; namespaced: boolean; names: Set<string> }>();
+  for (const controller of controllers) {
+    functionRules.push(...policyRulesFor(controller));
+    const clusterScopedKind = [controller.parent, ...controller.children].some((resource) => !resource.namespaced);
+    for (const key of managedObjectKeys(controller.name, options)) {
+      // A namespaced install makes ClusterRoles only for cluster-scoped kinds (identity()).
+      if (!key.kind.namespaced && options.scope === 'namespace' && !clusterScopedKind) continue;
+      const id = `${key.kind.group}/${key.kind.plural}`;
+      const entry = names.get(id) ?? { group: key.kind.group, plural: key.kind.plural, namespaced: key.kind.namespaced, names: new Set<string>() };
+      entry.names.add(key.name);
+      names.set(id, entry);
+    }
+  }
+  for (const { group, plural, namespaced, names: objectNames } of names.values()) {
+    // create cannot be limited by name (the name is not known to the authorizer before the object exists).
+    const rules = [
+      { apiGroups: [group], resources: [plural], verbs: ['create'] },
+      { apiGroups: [group], resources: [plural], verbs: ['get', 'update', 'delete'], resourceNames: [...objectNames] },
+    ];
+    (namespaced && options.scope === 'cluster' ? namespaceRules : functionRules).push(...rules);
+  }
+  return { functionRules: mergeRules(functionRules), namespaceRules: mergeRules(namespaceRules) };
+}
+
+/** The composite declaration with the narrow rules instead of `*`, and the install namespace's Role and binding (none in 'namespace' scope). */
+export function narrowComposite(declaration: FunctionDeclaration, controllers: KnownController[], options: ManifestOptions): { declaration: FunctionDeclaration; objects: KubeObject[] } {
+  if (declaration.name !== COMPOSITE_FUNCTION) throw new Error(`narrowComposite applies to the ${COMPOSITE_FUNCTION} function, not ${declaration.name}`);
+  const { functionRules, namespaceRules } = compositeRules(controllers, options);
+  const objectLabels = labels('function', declaration);
+  const objects: KubeObject[] = namespaceRules.length ? [
+    { apiVersion: RBAC_API, kind: 'Role', metadata: { name: EVENTING_ROLE, namespace: options.namespace, labels: objectLabels }, rules: namespaceRules },
+    { apiVersion: RBAC_API, kind: 'RoleBinding', metadata: { name: EVENTING_ROLE, namespace: options.namespace, labels: objectLabels }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: EVENTING_ROLE }, subjects: [{ kind: 'ServiceAccount', name: serviceAccountName(declaration), namespace: options.namespace }] },
+  ] : [];
+  return { declaration: { ...declaration, rbac: functionRules }, objects };
+}
+
+/** The controllers of `--composite <file>`. */
+export function readCompositeFile(path: string): KnownController[] {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new Error(`--composite ${path}: cannot read it (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
+  }
+  return readCompositeControllers(text, `--composite ${path}`);
+}
