@@ -20,6 +20,7 @@ import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
 import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eventing.ts';
 import { parseHookUrls, type UrlRewrite } from './hooks.ts';
+import { INSTALL_CONFIG } from '../runtime/knative-objects.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { syncParent, type ResolvedComposite } from './sync-parent.ts';
 
@@ -46,7 +47,9 @@ async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise
     if (changed.length) ctx.log.info({ controller: key.name, changed: changed.map((result) => `${result.operation} ${result.kind} ${result.name}`) }, 'event sources of the CompositeController brought in line');
   }
   const sweep = new Sweep(ctx, sharedLists(ctx.kube));
-  for await (const page of ctx.kube.pages(composite.parentKind)) {
+  // An install limited to one namespace (OPFN_SCOPE=namespace) may only list there.
+  const namespace = ctx.config[INSTALL_CONFIG.scope] === 'namespace' && composite.parentKind.namespaced ? ctx.config[INSTALL_CONFIG.namespace] : undefined;
+  for await (const page of ctx.kube.pages(composite.parentKind, { namespace })) {
     let next = 0;
     const worker = async () => {
       for (let index = next++; index < page.items.length; index = next++) await sweep.sync(composite, page.items[index]!);
