@@ -21,20 +21,15 @@ export interface ParentKind {
 }
 
 /**
- * The parent a controlled child points at, to be read and checked with `isControllerParent`
- * (upstream looks it up by name, then compares the uid); undefined for orphans and for
- * references to other kinds.
+ * The parent a controlled child points at; undefined for orphans and for references to other
+ * kinds. Upstream then looks the parent up by name and compares the uid; here the parent's sync
+ * does (a parent of that name with another uid is synced, which changes nothing of the child:
+ * its claim ignores children controlled by another uid).
  */
 export function referencedParent(child: KubeObject, parent: ParentKind): (ObjectKey & { uid: string }) | undefined {
   const reference = controllerOf(child);
   if (!reference || reference.kind !== parent.kind || parseApiVersion(reference.apiVersion).group !== parent.group) return undefined;
   return { namespace: parent.namespaced ? (child.metadata.namespace ?? '') : '', name: reference.name, uid: reference.uid };
-}
-
-/** resolveControllerRef's checks on the parent found by name. */
-export function isControllerParent(controller: CompositeController, parentFilter: Selector, reference: { uid: string }, parent: KubeObject | undefined): boolean {
-  if (!parent || parent.metadata.uid !== reference.uid) return false;
-  return isOurs(parent, finalizerName(controller), parentFilter.matches(parent.metadata.labels ?? {}));
 }
 
 /**

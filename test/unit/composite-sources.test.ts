@@ -1,6 +1,6 @@
 // Which functions make the in-memory plane run CompositeControllers' sources itself, and what it
 // tells the composite function (eventing/knative/composite-sources.ts); the sources themselves
-// are tested against a real API server in test/integration/composite-plane.test.ts.
+// are tested against a real API server in test/integration/composite-memory-plane.test.ts.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { compositeSourcesFor, inMemoryConfig } from '../../eventing/knative/composite-sources.ts';

@@ -1,8 +1,8 @@
 // Routing child changes to parents (functions/composite/child-events.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { isControllerParent, potentialParents, referencedParent, type ParentKind } from '../../../functions/composite/child-events.ts';
-import { compileSelector, parentFilter, type Selector } from '../../../functions/composite/selector.ts';
+import { potentialParents, referencedParent, type ParentKind } from '../../../functions/composite/child-events.ts';
+import { parentFilter, type Selector } from '../../../functions/composite/selector.ts';
 import type { CompositeController } from '../../../functions/composite/types.ts';
 import type { KubeObject } from '../../../functions/runtime/kinds.ts';
 
@@ -29,15 +29,6 @@ describe('child events', () => {
     assert.deepEqual(referencedParent(child, { ...thing, namespaced: false }), { namespace: '', name: 'a', uid: 'a-uid' });
     assert.equal(referencedParent(child, { ...thing, group: 'other.com' }), undefined);
     assert.equal(referencedParent(pod({}, { ownerReferences: [{ apiVersion: 'example.com/v1', kind: 'Thing', name: 'a', uid: 'a-uid' }] }), thing), undefined, 'not a controller reference');
-  });
-
-  test('the parent found by name must have the uid and be ours', () => {
-    const filtered = (compileSelector({ matchLabels: { managed: 'yes' } }) as { selector: Selector }).selector;
-    assert.equal(isControllerParent(controller(), everything, { uid: 'a-uid' }, parent('a')), true);
-    assert.equal(isControllerParent(controller(), everything, { uid: 'old-uid' }, parent('a')), false);
-    assert.equal(isControllerParent(controller(), everything, { uid: 'a-uid' }, undefined), false);
-    assert.equal(isControllerParent(controller(), filtered, { uid: 'a-uid' }, parent('a')), false);
-    assert.equal(isControllerParent(controller(), filtered, { uid: 'a-uid' }, parent('a', { finalizers: ['metacontroller.io/compositecontroller-cc'] })), true);
   });
 
   test('an orphan wakes the parents whose selector matches it, in its namespace', () => {
