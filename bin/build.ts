@@ -13,7 +13,7 @@ import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { build, type Metafile } from 'esbuild';
+import { build, type Metafile, type Plugin } from 'esbuild';
 import { functionModules } from '../functions/index.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -21,6 +21,24 @@ const REGISTRY = join(ROOT, 'functions', 'index.ts');
 
 /** Bundled CommonJS packages (express, pino, prom-client, undici…) call `require` for Node built-ins. */
 const BANNER = "import { createRequire as __opfnCreateRequire } from 'node:module'; const require = __opfnCreateRequire(import.meta.url);";
+
+/**
+ * client-node's `config.js` (KubeConfig) takes two names from `./gen/index.js`, the index of its
+ * generated code, which re-exports every API group, model and serializer (355 KiB minified).
+ * That code runs nothing when loaded, but the package does not say so (no `sideEffects`
+ * field), so esbuild would keep all of it. This gives config.js an index with just the two
+ * names, from the modules that define them; if a later client-node takes more names from it,
+ * the build fails ("No matching export"), it never silently misses code.
+ */
+const CONFIG_GEN_NAMES = "export { createConfiguration } from './gen/configuration.js';\nexport { ServerConfiguration } from './gen/servers.js';\n";
+const narrowClientNodeGen: Plugin = {
+  name: 'narrow-client-node-gen',
+  setup(build) {
+    build.onResolve({ filter: /^\.\/gen\/index\.js$/ }, (args) =>
+      /[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]config\.js$/.test(args.importer) ? { path: args.importer, namespace: 'client-node-config-gen' } : undefined);
+    build.onLoad({ filter: /.*/, namespace: 'client-node-config-gen' }, (args) => ({ contents: CONFIG_GEN_NAMES, resolveDir: dirname(args.path), loader: 'js' }));
+  },
+};
 
 export interface FunctionEntry {
   name: string;
@@ -148,6 +166,7 @@ export async function buildFunctions(options: { outdir?: string } = {}): Promise
       banner: { js: BANNER },
       metafile: true,
       logLevel: 'silent',
+      plugins: [narrowClientNodeGen],
     });
     for (const warning of result.warnings) console.warn(`warning (${entry.name}): ${warning.text}${warning.location ? ` (${warning.location.file}:${warning.location.line})` : ''}`);
     metafiles[entry.name] = result.metafile;
