@@ -7,24 +7,27 @@
 // Variants, interleaved run by run (the starting variant rotates) so a noisy machine hurts them
 // alike:
 //   (a) unbundled:                node functions/runtime/main.ts immortal-container
-//   (b) bundled:                  node dist/immortal-container.mjs
-//   (c) bundled, compile cache:   NODE_COMPILE_CACHE=<warm dir> node dist/immortal-container.mjs
+//   (b) bundled, no cache:        node dist/immortal-container.cjs
+//   (c) the image's entry:        node dist/main.mjs immortal-container, the bundle run from the
+//                                 V8 code cache that dist/warm-cache.mjs wrote (as the
+//                                 Dockerfile does, before any measured run)
 //   (d) unbundled, compile cache: NODE_COMPILE_CACHE=<warm dir> node functions/runtime/main.ts …
 //   (f) floor:                    a bare node:http server (node -e, answers 200), spawn → first
 //                                 response: what any Node process costs before doing anything
-// (a), (b) and (f) run with NODE_DISABLE_COMPILE_CACHE=1. A first, unmeasured round runs every
-// variant once: it fills the caches of (c) and (d) and warms the OS file cache for all.
+// All but (d) run with NODE_DISABLE_COMPILE_CACHE=1 (the image does not use Node's compile
+// cache). A first, unmeasured round runs every variant once: it fills the cache of (d) and
+// warms the OS file cache for all.
 // After each run's first answer the process idles IDLE_MS and its resident set (VmRSS) is read:
 // a function at rest next to the bare server at rest. Goals: (c) ready ≤ 2× the floor, idle RSS
 // ≤ 1.5× the floor's.
 //
 // Usage: npm run bench:cold-start -- [--runs N] [--label L]   (default 7 runs)
 // Writes bench/results/cold-start-<label>-<date>.json.
-import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { freePort, killOnExit, stopProcess } from '../cluster/control-plane.ts';
 import { cpus, loadavg, tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { buildFunctions } from '../bin/build.ts';
@@ -171,11 +174,13 @@ async function main(): Promise<void> {
   // Measure the code as it is now.
   const built = await buildFunctions();
   const bundle = built.bundles.find((candidate) => candidate.name === FUNCTION)!;
+  const warm = spawnSync(process.execPath, [join(built.outdir, 'warm-cache.mjs')], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, NODE_DISABLE_COMPILE_CACHE: '1' } });
+  if (warm.status !== 0) throw new Error(`dist/warm-cache.mjs failed: ${warm.stdout}${warm.stderr}`);
   const cacheRoot = mkdtempSync(join(tmpdir(), 'opfn-bench-compile-cache-'));
   const variants: Variant[] = [
     { id: 'a', label: '(a) unbundled', args: ['functions/runtime/main.ts', FUNCTION] },
-    { id: 'b', label: '(b) bundled', args: [bundle.file] },
-    { id: 'c', label: '(c) bundled + compile cache', args: [bundle.file], cacheDir: join(cacheRoot, 'bundled') },
+    { id: 'b', label: '(b) bundled, no cache', args: [bundle.file] },
+    { id: 'c', label: '(c) image entry + code cache', args: [join(relative(ROOT, built.outdir), 'main.mjs'), FUNCTION] },
     { id: 'd', label: '(d) unbundled + compile cache', args: ['functions/runtime/main.ts', FUNCTION], cacheDir: join(cacheRoot, 'unbundled') },
     { id: 'f', label: '(f) floor: bare node:http', args: ['-e', BARE_SERVER], floor: true },
   ];
@@ -186,7 +191,7 @@ async function main(): Promise<void> {
     const commands = variants.map((variant) =>
       `  ${variant.label.padEnd(31)} ${variant.cacheDir ? `NODE_COMPILE_CACHE=${variant.cacheDir}` : 'NODE_DISABLE_COMPILE_CACHE=1'} ${process.execPath} ${variant.args.map((arg) => (arg.includes(' ') ? JSON.stringify(arg) : arg)).join(' ')}`);
     console.log(`node ${process.version}, ${cpus().length} CPU(s) (${cpus()[0]?.model ?? 'unknown'}), load ${loadavg().map((load) => load.toFixed(2)).join(' ')}`);
-    console.log(`bundle ${bundle.file}: ${(bundle.bytes / 1024).toFixed(0)} KiB`);
+    console.log(`bundle ${bundle.file}: ${(bundle.bytes / 1024).toFixed(0)} KiB, its code cache ${(statSync(join(built.outdir, `${FUNCTION}.code-cache`)).size / 1024).toFixed(0)} KiB`);
     console.log(`each run: KUBECONFIG=<admin> PORT=<free> HOST=127.0.0.1, cwd ${ROOT}`);
     console.log(commands.join('\n'));
 

@@ -211,9 +211,9 @@ describe('the Dockerfile', () => {
   test('the build prints each bundle and builds one per registered function', async () => {
     const { functionNames } = await import('../../functions/index.ts');
     for (const name of functionNames) {
-      assert.ok(existsSync(join(ROOT, 'dist', `${name}.mjs`)), `dist/${name}.mjs`);
-      assert.ok(existsSync(join(ROOT, 'dist', `${name}.mjs.map`)), `dist/${name}.mjs.map (linked source map)`);
-      assert.match(buildOutput, new RegExp(`dist/${name}\\.mjs\\s+[\\d.]+ KiB`));
+      assert.ok(existsSync(join(ROOT, 'dist', `${name}.cjs`)), `dist/${name}.cjs`);
+      assert.ok(existsSync(join(ROOT, 'dist', `${name}.cjs.map`)), `dist/${name}.cjs.map (linked source map)`);
+      assert.match(buildOutput, new RegExp(`dist/${name}\\.cjs\\s+[\\d.]+ KiB`));
     }
     assert.ok(existsSync(join(ROOT, 'dist', 'main.mjs')));
   });
@@ -254,7 +254,7 @@ describe('the Dockerfile', () => {
     assert.deepEqual(missing, [], 'sources the Docker build would not have (add a COPY, or allow them in .dockerignore)');
   });
 
-  test('the runtime stage is laid out from its COPY lines alone, and its warm-up RUN fills the compile cache', () => {
+  test('the runtime stage is laid out from its COPY lines alone, and its warm-up RUN writes every function\'s code cache', async () => {
     for (const copy of runtime.copies) {
       const from = copy.from ? stageNamed(copy.from) : undefined;
       for (const source of copy.sources) {
@@ -285,13 +285,14 @@ describe('the Dockerfile', () => {
         } else assert.fail(`RUN ${program} in the runtime stage: teach test/integration/bundle.test.ts what it means outside Docker`);
       }
     });
-    const cache = imageEnv({}).NODE_COMPILE_CACHE!;
-    const cached = existsSync(cache) ? readdirSync(cache, { recursive: true, withFileTypes: true }).filter((entry) => entry.isFile()) : [];
-    assert.ok(cached.length > 0, `the warm-up left compile cache entries in ${cache}`);
+    const { functionNames } = await import('../../functions/index.ts');
+    for (const name of functionNames) {
+      const cache = imagePath(`dist/${name}.code-cache`);
+      assert.ok(existsSync(cache) && statSync(cache).size > 0, `the warm-up wrote ${cache}`);
+    }
     assert.ok(!existsSync(imagePath('node_modules')), 'no node_modules in the runtime stage');
     assert.ok(runtime.user && runtime.user !== 'root' && runtime.user !== '0', 'the runtime stage runs as a non-root USER');
     assert.equal(runtime.env.NODE_ENV, 'production');
-    assert.ok(runtime.env.NODE_COMPILE_CACHE, 'NODE_COMPILE_CACHE is set');
   });
 });
 
@@ -326,13 +327,12 @@ describe('the image and the generated Knative Service agree', () => {
     assert.equal(gid, container.securityContext.runAsGroup, 'USER group = the Service\'s runAsGroup');
     assert.ok(uid > 0 && container.securityContext.runAsNonRoot);
     assert.deepEqual(container.env.map((e: { name: string }) => e.name), ['FUNCTION'], 'the entry needs only FUNCTION (and the PORT Knative sets)');
-    // Node names its compile-cache folder after the UID: the cache is only found by the UID that filled it.
-    const expectedUid = isRoot ? uid : process.getuid!();
-    const folders = readdirSync(imageEnv({}).NODE_COMPILE_CACHE!);
-    assert.ok(folders.some((folder) => folder.endsWith(`-${expectedUid}`)), `the warm-up filled the cache for UID ${expectedUid} (folders: ${folders.join(', ')})`);
+    // Written before USER (as root): the runtime USER must still be able to read it.
+    const cache = statSync(imagePath(`dist/${immortalContainer.name}.code-cache`));
+    assert.ok((cache.mode & 0o004) !== 0 || (cache.uid === (isRoot ? uid : process.getuid!()) && (cache.mode & 0o400) !== 0), `the code cache is readable by USER ${runtime.user} (mode ${(cache.mode & 0o777).toString(8)})`);
   });
 
-  test('read-only root file system, as the Service runs it: starts, answers its probes, reads the compile cache, writes nothing', async () => {
+  test('read-only root file system, as the Service runs it: starts, answers its probes, reads the code cache, writes nothing', async () => {
     const as = runAs(runtime.user);
     const kubeconfig = join(scratch, 'unreachable.kubeconfig');
     // Only lets the function start: nothing contacts this address before an event arrives.
@@ -341,7 +341,7 @@ describe('the image and the generated Knative Service agree', () => {
     assert.equal(spawnSync('chmod', ['-R', 'a-w', image]).status, 0);
     try {
       const port = await freePort();
-      const running = startImage({ FUNCTION: immortalContainer.name, KUBECONFIG: kubeconfig, PORT: String(port), NODE_DEBUG_NATIVE: 'COMPILE_CACHE' }, as);
+      const running = startImage({ FUNCTION: immortalContainer.name, KUBECONFIG: kubeconfig, PORT: String(port), NODE_DEBUG: 'opfn' }, as);
       const base = `http://127.0.0.1:${port}`;
       const deadline = Date.now() + 20_000;
       for (;;) {
@@ -355,7 +355,8 @@ describe('the image and the generated Knative Service agree', () => {
       running.child.kill('SIGTERM');
       assert.equal(await running.exited, 0, 'drains and exits 0 on SIGTERM');
       const debug = running.output().stderr;
-      assert.match(debug, new RegExp(`V8 code cache for ESM \\S*/${immortalContainer.name}\\.mjs was accepted`), `the bundle was compiled from the cache:\n${debug}`);
+      assert.match(debug, new RegExp(`code cache \\S*/${immortalContainer.name}\\.code-cache accepted`), `the bundle was compiled from the cache:\n${debug}`);
+      assert.doesNotMatch(debug, /rejected|cannot write/, debug);
     } finally {
       spawnSync('chmod', ['-R', 'u+w', image]);
     }
