@@ -89,20 +89,23 @@ if (!known.includes(name)) {
 const debug = debuglog('opfn');
 const file = join(dirname(fileURLToPath(import.meta.url)), \`\${name}.cjs\`);
 const cacheFile = join(dirname(file), \`\${name}.code-cache\`);
+// Node's switch for its own compile cache turns this one off too.
+const useCache = !process.env.NODE_DISABLE_COMPILE_CACHE;
 let cachedData;
 try {
-  cachedData = readFileSync(cacheFile);
+  if (useCache) cachedData = readFileSync(cacheFile);
 } catch {
   debug('no code cache %s: compiling %s', cacheFile, file);
 }
-// The CommonJS wrapper on the first line, so line numbers stay those of the file and its map.
-const script = new Script(\`(function (exports, require, module, __filename, __dirname) { \${readFileSync(file, 'utf8')}\\n})\`, { filename: file, cachedData });
+// The file is the module's CommonJS wrapper function (see bin/build.ts): compiling the text as
+// read keeps a single copy of it in memory, as the script's source.
+const script = new Script(readFileSync(file, 'utf8'), { filename: file, cachedData });
 if (cachedData && script.cachedDataRejected) {
   console.error(\`code cache \${cacheFile} rejected (made by another Node version or with other V8 flags): compiling \${file}, which starts slower\`);
 } else if (cachedData) {
   debug('code cache %s accepted', cacheFile);
 }
-if (!cachedData || script.cachedDataRejected) {
+if (useCache && (!cachedData || script.cachedDataRejected)) {
   // Taken at exit, the cache holds every function compiled by then. Where the folder is
   // read-only (the image at run time) there is nothing to do.
   process.once('exit', () => {
@@ -153,6 +156,7 @@ for (const name of known) {
   rmSync(cacheFile, { force: true });
   const env = { ...process.env, FUNCTION: name, KUBECONFIG: kubeconfig, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info' };
   delete env.NODE_OPTIONS; // the cache is only accepted by a process with the same V8 flags
+  delete env.NODE_DISABLE_COMPILE_CACHE; // which would stop main.mjs writing it
   const child = spawn(process.execPath, [join(here, 'main.mjs')], { env, stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   let warming = false;
@@ -207,6 +211,10 @@ export async function buildFunctions(options: { outdir?: string } = {}): Promise
       bundle: true,
       platform: 'node',
       format: 'cjs',
+      // The module as the function Node's CommonJS loader would wrap it in, so that the file is
+      // one script whose value is that function (dist/main.mjs compiles and runs it).
+      banner: { js: `// Run by dist/main.mjs (running this file with node does nothing): function ${entry.name}, its runtime and dependencies.\n(function (exports, require, module, __filename, __dirname) {` },
+      footer: { js: '})' },
       target: 'node24',
       minify: true,
       sourcemap: 'linked',
