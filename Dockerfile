@@ -24,13 +24,15 @@ WORKDIR /app
 ENV NODE_ENV=production PORT=8080
 COPY --from=build /app/dist ./dist
 # Each function's V8 code cache (dist/<name>.code-cache, see bin/build.ts), made by this very
-# Node: starts each function once (no cluster needed) and stops it. Written as root into dist/,
-# readable by all; at run time it is only read (a rejected or missing cache only costs start
-# time: the function compiles its bundle and says so on stderr).
-RUN node dist/warm-cache.mjs
+# Node with the ENTRYPOINT's flags (IMAGE_NODE_FLAGS in bin/build.ts; V8 rejects a cache made
+# with other flags): starts each function once (no cluster needed) and stops it. Written as root
+# into dist/, readable by all; at run time it is only read (a rejected or missing cache only
+# costs start time: the function compiles its bundle and says so on stderr).
+RUN node --liftoff-only --max-semi-space-size=1 dist/warm-cache.mjs
 # The `node` user of the base image, by number: Kubernetes can only verify runAsNonRoot for a
 # numeric USER, and the generated Knative Service runs as this very UID (runAsUser 1000, see
 # eventing/manifests/service.ts).
 USER 1000:1000
 EXPOSE 8080
-ENTRYPOINT ["node", "dist/main.mjs"]
+# Flags: less memory for an instance that idles most of its life (IMAGE_NODE_FLAGS, bin/build.ts).
+ENTRYPOINT ["node", "--liftoff-only", "--max-semi-space-size=1", "dist/main.mjs"]

@@ -8,9 +8,9 @@
 // alike:
 //   (a) unbundled:                node functions/runtime/main.ts immortal-container
 //   (b) bundled, no cache:        NODE_DISABLE_COMPILE_CACHE=1 node dist/main.mjs immortal-container
-//   (c) the image's entry:        node dist/main.mjs immortal-container, the bundle run from the
-//                                 V8 code cache that dist/warm-cache.mjs wrote (as the
-//                                 Dockerfile does, before any measured run)
+//   (c) the image's entry:        node <IMAGE_NODE_FLAGS> dist/main.mjs immortal-container, the
+//                                 bundle run from the V8 code cache that dist/warm-cache.mjs
+//                                 wrote (as the Dockerfile does, before any measured run)
 //   (d) unbundled, compile cache: NODE_COMPILE_CACHE=<warm dir> node functions/runtime/main.ts …
 //   (f) floor:                    a bare node:http server (node -e, answers 200), spawn → first
 //                                 response: what any Node process costs before doing anything
@@ -30,7 +30,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { buildFunctions } from '../bin/build.ts';
+import { buildFunctions, IMAGE_NODE_FLAGS } from '../bin/build.ts';
 import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
@@ -176,14 +176,14 @@ async function main(): Promise<void> {
   // Measure the code as it is now.
   const built = await buildFunctions();
   const bundle = built.bundles.find((candidate) => candidate.name === FUNCTION)!;
-  const warm = spawnSync(process.execPath, [join(built.outdir, 'warm-cache.mjs')], { cwd: ROOT, encoding: 'utf8' });
+  const warm = spawnSync(process.execPath, [...IMAGE_NODE_FLAGS, join(built.outdir, 'warm-cache.mjs')], { cwd: ROOT, encoding: 'utf8' });
   if (warm.status !== 0) throw new Error(`dist/warm-cache.mjs failed: ${warm.stdout}${warm.stderr}`);
   const entry = join(relative(ROOT, built.outdir), 'main.mjs');
   const cacheRoot = mkdtempSync(join(tmpdir(), 'opfn-bench-compile-cache-'));
   const variants: Variant[] = [
     { id: 'a', label: '(a) unbundled', args: ['functions/runtime/main.ts', FUNCTION] },
     { id: 'b', label: '(b) bundled, no cache', args: [entry, FUNCTION] },
-    { id: 'c', label: '(c) image entry + code cache', args: [entry, FUNCTION], cache: IMAGE_CACHE },
+    { id: 'c', label: '(c) image entry + code cache', args: [...IMAGE_NODE_FLAGS, entry, FUNCTION], cache: IMAGE_CACHE },
     { id: 'd', label: '(d) unbundled + compile cache', args: ['functions/runtime/main.ts', FUNCTION], cache: join(cacheRoot, 'unbundled') },
     { id: 'f', label: '(f) floor: bare node:http', args: ['-e', BARE_SERVER], floor: true },
   ];

@@ -19,6 +19,7 @@ import { deliver, startTestCluster, type TestCluster } from '../support/cluster.
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import { knativeService } from '../../eventing/manifests/service.ts';
+import { IMAGE_NODE_FLAGS } from '../../bin/build.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -290,6 +291,11 @@ describe('the Dockerfile', () => {
       const cache = imagePath(`dist/${name}.code-cache`);
       assert.ok(existsSync(cache) && statSync(cache).size > 0, `the warm-up wrote ${cache}`);
     }
+    // V8 accepts the cache only in a process with the flags it was made with.
+    const warmRun = runtime.runs.map((run) => words(run)).find((parts) => parts.some((part) => part.endsWith('warm-cache.mjs')));
+    const entry = imageCommand().args;
+    assert.deepEqual(warmRun?.slice(1, warmRun.findIndex((part) => part.endsWith('warm-cache.mjs'))), IMAGE_NODE_FLAGS, 'the warm-up RUN uses IMAGE_NODE_FLAGS (bin/build.ts)');
+    assert.deepEqual(entry.slice(0, entry.findIndex((part) => part.endsWith('main.mjs'))), IMAGE_NODE_FLAGS, 'the ENTRYPOINT uses IMAGE_NODE_FLAGS (bin/build.ts)');
     assert.ok(!existsSync(imagePath('node_modules')), 'no node_modules in the runtime stage');
     assert.ok(runtime.user && runtime.user !== 'root' && runtime.user !== '0', 'the runtime stage runs as a non-root USER');
     assert.equal(runtime.env.NODE_ENV, 'production');
