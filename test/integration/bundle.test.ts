@@ -417,4 +417,37 @@ describe('the image entry', () => {
       assert.match(lines[0], /immortal-container/, 'names the functions the image has');
     });
   }
+
+  test('a code cache made with other node flags is refused in one line on stderr; the function still starts, and writes nothing on a read-only image', async () => {
+    const { args } = imageCommand();
+    const entry = args.slice(args.findIndex((arg) => arg.endsWith('main.mjs')));
+    const kubeconfig = join(scratch, 'other-flags.kubeconfig');
+    // Only lets the function start (readable by the image's USER): nothing contacts this address.
+    writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: "https://127.0.0.1:9"}}]\nusers: [{name: x, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\ncurrent-context: x\n', { mode: 0o644 });
+    const before = imageFiles();
+    assert.equal(spawnSync('chmod', ['-R', 'a-w', image]).status, 0);
+    try {
+      const port = await freePort();
+      // The entry without IMAGE_NODE_FLAGS: V8 refuses the cache warm-cache.mjs made with them.
+      const child = spawn(process.execPath, entry, { cwd: join(image, runtime.workdir), env: imageEnv({ FUNCTION: immortalContainer.name, KUBECONFIG: kubeconfig, PORT: String(port) }), stdio: ['ignore', 'ignore', 'pipe'], ...runAs(runtime.user) });
+      children.add(child);
+      let stderr = '';
+      child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+      const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+      const deadline = Date.now() + 20_000;
+      while ((await fetch(`http://127.0.0.1:${port}/health/readiness`).then((r) => r.status, () => 0)) !== 200) {
+        assert.equal(child.exitCode, null, `the function exited: ${stderr}`);
+        assert.ok(Date.now() < deadline, `not ready after 20 s: ${stderr}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      child.kill('SIGTERM');
+      assert.equal(await exited, 0, 'drains and exits 0 on SIGTERM');
+      const lines = stderr.trim().split('\n');
+      assert.equal(lines.length, 1, `one line, got:\n${stderr}`);
+      assert.match(lines[0], new RegExp(`code cache \\S*${immortalContainer.name}\\.code-cache rejected`));
+    } finally {
+      spawnSync('chmod', ['-R', 'u+w', image]);
+    }
+    assert.deepEqual(imageFiles(), before, 'the cache the image was built with is left as it was');
+  });
 });
