@@ -113,6 +113,10 @@ function entrySource(entry: FunctionEntry): string {
  *                             (the first reconcile) V8 recompiles it with TurboFan in a
  *                             background thread, which leaves a 12 MiB malloc arena behind: 92 →
  *                             77 MiB. Liftoff's code parses an API server answer in microseconds.
+ *                             Its price: Node's built-in modules come with a code cache made
+ *                             without this flag, which V8 then refuses, so https, tls, http2…
+ *                             are compiled at start: ready 141 → 169 ms (median of 12, same
+ *                             machine). Set at run time (v8.setFlagsFromString) it has no effect.
  *   --max-semi-space-size=1   young generation capped at 1 MiB per semi-space (it grows to about
  *                             3 during start-up and stays): 77 → 75 MiB. More scavenges under a
  *                             burst (each cheap: the garbage of a reconcile dies young). The
