@@ -2,9 +2,10 @@
 # Knative Service's env), e.g.
 #   docker build -t operator-functions .
 #   docker run -e FUNCTION=immortal-container -e KUBECONFIG=/kube/config -v ~/.kube:/kube operator-functions
-# Each function is one self-contained esbuild bundle (dist/<name>.mjs, no node_modules at run
-# time); dist/main.mjs picks it. test/integration/bundle.test.ts runs this file's build command,
-# COPY sources and ENTRYPOINT outside Docker, so keep them in the simple forms used here.
+# Each function is one self-contained esbuild bundle (dist/<name>.cjs, no node_modules at run
+# time); dist/main.mjs picks it and runs it from its code cache. test/integration/bundle.test.ts
+# runs this file's build command, COPY sources, RUN steps and ENTRYPOINT outside Docker, so keep
+# them in the simple forms used here.
 
 FROM node:24-slim AS build
 WORKDIR /app
@@ -19,20 +20,19 @@ RUN node bin/build.ts
 
 FROM node:24-slim
 WORKDIR /app
-# Knative sets PORT itself; 8080 is its default. NODE_COMPILE_CACHE: V8 code cache for the
-# bundles, filled below so the first start of a new instance skips compiling it.
-ENV NODE_ENV=production NODE_COMPILE_CACHE=/app/.cache PORT=8080
+# Knative sets PORT itself; 8080 is its default.
+ENV NODE_ENV=production PORT=8080
 COPY --from=build /app/dist ./dist
-RUN mkdir -p /app/.cache && chown 1000:1000 /app/.cache
+# Each function's V8 code cache (dist/<name>.code-cache, see bin/build.ts), made by this very
+# Node with the ENTRYPOINT's flags (IMAGE_NODE_FLAGS in bin/build.ts; V8 rejects a cache made
+# with other flags): starts each function once (no cluster needed) and stops it. Written as root
+# into dist/, readable by all; at run time it is only read (a rejected or missing cache only
+# costs start time: the function compiles its bundle and says so on stderr).
+RUN node --liftoff-only --max-semi-space-size=1 dist/warm-cache.mjs
 # The `node` user of the base image, by number: Kubernetes can only verify runAsNonRoot for a
 # numeric USER, and the generated Knative Service runs as this very UID (runAsUser 1000, see
-# eventing/manifests/service.ts). It must be the same UID that fills the cache below: Node keeps
-# its compile cache in a folder named after the UID (…-1000), so a pod under another UID finds
-# no cache and, with a read-only root file system, cannot write one (it still starts, slower).
+# eventing/manifests/service.ts).
 USER 1000:1000
-# Starts each function once (no cluster needed) and stops it; Node writes the cache on exit.
-# At run time the cache is only read (readOnlyRootFilesystem: Node skips writing an unchanged
-# cache and ignores a folder it cannot write). Cache files are created 0600: make them readable.
-RUN node dist/warm-cache.mjs && chmod -R a+rX /app/.cache
 EXPOSE 8080
-ENTRYPOINT ["node", "dist/main.mjs"]
+# Flags: less memory for an instance that idles most of its life (IMAGE_NODE_FLAGS, bin/build.ts).
+ENTRYPOINT ["node", "--liftoff-only", "--max-semi-space-size=1", "dist/main.mjs"]

@@ -7,27 +7,30 @@
 // Variants, interleaved run by run (the starting variant rotates) so a noisy machine hurts them
 // alike:
 //   (a) unbundled:                node functions/runtime/main.ts immortal-container
-//   (b) bundled:                  node dist/immortal-container.mjs
-//   (c) bundled, compile cache:   NODE_COMPILE_CACHE=<warm dir> node dist/immortal-container.mjs
+//   (b) bundled, no cache:        NODE_DISABLE_COMPILE_CACHE=1 node dist/main.mjs immortal-container
+//   (c) the image's entry:        node <IMAGE_NODE_FLAGS> dist/main.mjs immortal-container, the
+//                                 bundle run from the V8 code cache that dist/warm-cache.mjs
+//                                 wrote (as the Dockerfile does, before any measured run)
 //   (d) unbundled, compile cache: NODE_COMPILE_CACHE=<warm dir> node functions/runtime/main.ts …
 //   (f) floor:                    a bare node:http server (node -e, answers 200), spawn → first
 //                                 response: what any Node process costs before doing anything
-// (a), (b) and (f) run with NODE_DISABLE_COMPILE_CACHE=1. A first, unmeasured round runs every
-// variant once: it fills the caches of (c) and (d) and warms the OS file cache for all.
+// (a), (b) and (f) run with NODE_DISABLE_COMPILE_CACHE=1 (which main.mjs honours too); (c) with
+// neither variable, as the image. A first, unmeasured round runs every variant once: it fills the cache of (d) and
+// warms the OS file cache for all.
 // After each run's first answer the process idles IDLE_MS and its resident set (VmRSS) is read:
 // a function at rest next to the bare server at rest. Goals: (c) ready ≤ 2× the floor, idle RSS
 // ≤ 1.5× the floor's.
 //
 // Usage: npm run bench:cold-start -- [--runs N] [--label L]   (default 7 runs)
 // Writes bench/results/cold-start-<label>-<date>.json.
-import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { freePort, killOnExit, stopProcess } from '../cluster/control-plane.ts';
 import { cpus, loadavg, tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { buildFunctions } from '../bin/build.ts';
+import { buildFunctions, IMAGE_NODE_FLAGS } from '../bin/build.ts';
 import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
@@ -38,6 +41,8 @@ const FUNCTION = 'immortal-container';
 const POLL_MS = 5;
 const RUN_TIMEOUT_MS = 30_000;
 const IDLE_MS = 1000;
+/** Variant.cache of the image's entry: the code cache dist/warm-cache.mjs wrote. */
+const IMAGE_CACHE = 'image';
 /** The floor: the least a Node HTTP server can do. */
 const BARE_SERVER = "require('node:http').createServer((req, res) => res.end('ok')).listen(Number(process.env.PORT), process.env.HOST)";
 
@@ -45,8 +50,8 @@ interface Variant {
   id: string;
   label: string;
   args: string[];
-  /** Compile cache folder (warm after the first round); undefined = cache disabled. */
-  cacheDir?: string;
+  /** Node's compile cache folder (warm after the first round); IMAGE_CACHE: the image's code cache; undefined: caches off. */
+  cache?: string;
   /** The bare server: its first answer is the whole run. */
   floor?: boolean;
 }
@@ -81,8 +86,8 @@ async function coldStart(cluster: TestCluster, variant: Variant, name: string): 
   const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: cluster.cp.kubeconfigPath, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info' };
   delete env.NODE_COMPILE_CACHE;
   delete env.NODE_DISABLE_COMPILE_CACHE;
-  if (variant.cacheDir) env.NODE_COMPILE_CACHE = variant.cacheDir;
-  else env.NODE_DISABLE_COMPILE_CACHE = '1';
+  if (!variant.cache) env.NODE_DISABLE_COMPILE_CACHE = '1';
+  else if (variant.cache !== IMAGE_CACHE) env.NODE_COMPILE_CACHE = variant.cache;
   const url = `http://127.0.0.1:${port}/`;
 
   const started = performance.now();
@@ -171,12 +176,15 @@ async function main(): Promise<void> {
   // Measure the code as it is now.
   const built = await buildFunctions();
   const bundle = built.bundles.find((candidate) => candidate.name === FUNCTION)!;
+  const warm = spawnSync(process.execPath, [...IMAGE_NODE_FLAGS, join(built.outdir, 'warm-cache.mjs')], { cwd: ROOT, encoding: 'utf8' });
+  if (warm.status !== 0) throw new Error(`dist/warm-cache.mjs failed: ${warm.stdout}${warm.stderr}`);
+  const entry = join(relative(ROOT, built.outdir), 'main.mjs');
   const cacheRoot = mkdtempSync(join(tmpdir(), 'opfn-bench-compile-cache-'));
   const variants: Variant[] = [
     { id: 'a', label: '(a) unbundled', args: ['functions/runtime/main.ts', FUNCTION] },
-    { id: 'b', label: '(b) bundled', args: [bundle.file] },
-    { id: 'c', label: '(c) bundled + compile cache', args: [bundle.file], cacheDir: join(cacheRoot, 'bundled') },
-    { id: 'd', label: '(d) unbundled + compile cache', args: ['functions/runtime/main.ts', FUNCTION], cacheDir: join(cacheRoot, 'unbundled') },
+    { id: 'b', label: '(b) bundled, no cache', args: [entry, FUNCTION] },
+    { id: 'c', label: '(c) image entry + code cache', args: [...IMAGE_NODE_FLAGS, entry, FUNCTION], cache: IMAGE_CACHE },
+    { id: 'd', label: '(d) unbundled + compile cache', args: ['functions/runtime/main.ts', FUNCTION], cache: join(cacheRoot, 'unbundled') },
     { id: 'f', label: '(f) floor: bare node:http', args: ['-e', BARE_SERVER], floor: true },
   ];
 
@@ -184,9 +192,9 @@ async function main(): Promise<void> {
   const samples = new Map<string, Sample[]>(variants.map((variant) => [variant.id, []]));
   try {
     const commands = variants.map((variant) =>
-      `  ${variant.label.padEnd(31)} ${variant.cacheDir ? `NODE_COMPILE_CACHE=${variant.cacheDir}` : 'NODE_DISABLE_COMPILE_CACHE=1'} ${process.execPath} ${variant.args.map((arg) => (arg.includes(' ') ? JSON.stringify(arg) : arg)).join(' ')}`);
+      `  ${variant.label.padEnd(31)} ${variant.cache === IMAGE_CACHE ? '(code cache of dist/warm-cache.mjs)' : variant.cache ? `NODE_COMPILE_CACHE=${variant.cache}` : 'NODE_DISABLE_COMPILE_CACHE=1'} ${process.execPath} ${variant.args.map((arg) => (arg.includes(' ') ? JSON.stringify(arg) : arg)).join(' ')}`);
     console.log(`node ${process.version}, ${cpus().length} CPU(s) (${cpus()[0]?.model ?? 'unknown'}), load ${loadavg().map((load) => load.toFixed(2)).join(' ')}`);
-    console.log(`bundle ${bundle.file}: ${(bundle.bytes / 1024).toFixed(0)} KiB`);
+    console.log(`bundle ${bundle.file}: ${(bundle.bytes / 1024).toFixed(0)} KiB, its code cache ${(statSync(join(built.outdir, `${FUNCTION}.code-cache`)).size / 1024).toFixed(0)} KiB`);
     console.log(`each run: KUBECONFIG=<admin> PORT=<free> HOST=127.0.0.1, cwd ${ROOT}`);
     console.log(commands.join('\n'));
 

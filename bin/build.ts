@@ -1,26 +1,88 @@
-// Builds one self-contained ES module per function: `dist/<name>.mjs` holds that function's
-// declaration, the shared runtime and every npm dependency it reaches, and nothing of the
-// other functions (each is a Knative Service of its own and scales from zero, so the less it
-// loads the sooner it answers). Also writes:
+// Builds one self-contained CommonJS module per function: `dist/<name>.cjs` holds that
+// function's declaration, the shared runtime and every npm dependency it reaches, and nothing
+// of the other functions (each is a Knative Service of its own and scales from zero, so the
+// less it loads the sooner it answers). The file is the module's CommonJS wrapper function, run
+// by dist/main.mjs (`node dist/<name>.cjs` does nothing). Also writes:
 //
-//   dist/main.mjs        the image's entry: picks `dist/$FUNCTION.mjs` (or argv[2]) at start,
-//                        with one clear line when the name is missing or unknown;
-//   dist/warm-cache.mjs  starts every bundle once with NODE_COMPILE_CACHE set and stops it, so
-//                        an image can ship a filled compile cache (see Dockerfile).
+//   dist/main.mjs        the image's entry: picks `dist/$FUNCTION.cjs` (or argv[2]) at start,
+//                        with one clear line when the name is missing or unknown, and runs it
+//                        from its V8 code cache `dist/<name>.code-cache` when there is one
+//                        (else writes one at exit, where it can; NODE_DISABLE_COMPILE_CACHE=1
+//                        turns that off);
+//   dist/warm-cache.mjs  starts every function once (probes and a refused event, no cluster
+//                        needed) and stops it, which writes its code cache (see Dockerfile).
+//
+// Why a code cache of our own rather than Node's NODE_COMPILE_CACHE: Node saves a module's code
+// cache right after compiling it, before it runs, so it holds only the top level (190 KiB for
+// the bundle); the bundle's modules (esbuild wraps each in a function called on first require)
+// were compiled again on every start. `vm.Script#createCachedData()` taken at exit holds every
+// function compiled by then (1.5 MiB). Measured side by side: ready 190–230 ms with Node's
+// cache, about 145 ms with this one. CommonJS because vm.Script runs scripts (vm modules are
+// experimental).
 //
 // Usage: node bin/build.ts [--outdir dist] [--metafile <file>] [--quiet]
 import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { build, type Metafile } from 'esbuild';
+import { build, type Metafile, type Plugin } from 'esbuild';
 import { functionModules } from '../functions/index.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const REGISTRY = join(ROOT, 'functions', 'index.ts');
 
-/** Bundled CommonJS packages (express, pino, prom-client, undici…) call `require` for Node built-ins. */
-const BANNER = "import { createRequire as __opfnCreateRequire } from 'node:module'; const require = __opfnCreateRequire(import.meta.url);";
+/**
+ * client-node's `config.js` (KubeConfig) takes two names from `./gen/index.js`, the index of its
+ * generated code, which re-exports every API group, model and serializer (355 KiB minified).
+ * That code runs nothing when loaded, but the package does not say so (no `sideEffects`
+ * field), so esbuild would keep all of it. This gives config.js an index with just the two
+ * names, from the modules that define them; if a later client-node takes more names from it,
+ * the build fails ("No matching export"), it never silently misses code.
+ */
+const CONFIG_GEN_NAMES = "export { createConfiguration } from './gen/configuration.js';\nexport { ServerConfiguration } from './gen/servers.js';\n";
+const narrowClientNodeGen: Plugin = {
+  name: 'narrow-client-node-gen',
+  setup(build) {
+    build.onResolve({ filter: /^\.\/gen\/index\.js$/ }, (args) =>
+      /[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]config\.js$/.test(args.importer) ? { path: args.importer, namespace: 'client-node-config-gen' } : undefined);
+    build.onLoad({ filter: /.*/, namespace: 'client-node-config-gen' }, (args) => ({ contents: CONFIG_GEN_NAMES, resolveDir: dirname(args.path), loader: 'js' }));
+  },
+};
+
+/**
+ * undici's index loads all of undici when it is imported: fetch, WebSocket, EventSource, the
+ * caches (node:sqlite), mocks, every interceptor (node:dns, node:zlib). The bundles import it
+ * from two places only: kube.ts (Agent, request) and client-node (Agent and ProxyAgent in
+ * config.js; fetch in the generated API clients, which no function uses). This module gives
+ * them those names from undici's own modules, and loads fetch only if it is ever called.
+ * `request` is undici's top-level shortcut (a URL, then `dispatcher.request`), for the form
+ * kube.ts uses; an import of any other name from 'undici' fails the build.
+ * Measured: about 180 KiB less bundle and 1.5 MiB less idle RSS.
+ */
+const NARROW_UNDICI = `
+import Dispatcher from 'undici/lib/dispatcher/dispatcher.js';
+import api from 'undici/lib/api/index.js';
+import Agent from 'undici/lib/dispatcher/agent.js';
+import ProxyAgent from 'undici/lib/dispatcher/proxy-agent.js';
+import { getGlobalDispatcher, setGlobalDispatcher } from 'undici/lib/global.js';
+// As undici's index does: request, stream, pipeline… on every dispatcher.
+Object.assign(Dispatcher.prototype, api);
+export { Agent, ProxyAgent, getGlobalDispatcher, setGlobalDispatcher };
+export function request(url, { dispatcher = getGlobalDispatcher(), ...options } = {}) {
+  const target = new URL(url);
+  return dispatcher.request({ ...options, origin: target.origin, path: target.pathname + target.search, method: options.method ?? 'GET' });
+}
+export function fetch(...args) {
+  return require('undici/lib/web/fetch/index.js').fetch(...args);
+}
+`;
+const narrowUndici: Plugin = {
+  name: 'narrow-undici',
+  setup(build) {
+    build.onResolve({ filter: /^undici$/ }, () => ({ path: 'undici', namespace: 'narrow-undici' }));
+    build.onLoad({ filter: /.*/, namespace: 'narrow-undici' }, () => ({ contents: NARROW_UNDICI, resolveDir: ROOT, loader: 'js' }));
+  },
+};
 
 export interface FunctionEntry {
   name: string;
@@ -33,30 +95,47 @@ export function registeredFunctions(): FunctionEntry[] {
   return Object.entries(functionModules).map(([name, module]) => ({ name, module: relative(ROOT, resolve(dirname(REGISTRY), module)) }));
 }
 
-/**
- * The generated entry of one bundle: only this function's declaration and the runtime.
- *
- * It does not call `module.enableCompileCache()`: a module is compiled before any of its code
- * runs, so a call inside the one-file bundle caches nothing of the bundle (measured: the cache
- * folder stays empty). The bundle is cached when NODE_COMPILE_CACHE is set before Node starts
- * (the image sets it) or when dist/main.mjs, which enables the cache first, imports it.
- */
+/** The generated entry of one bundle: only this function's declaration and the runtime. */
 function entrySource(entry: FunctionEntry): string {
   return [
     `import declaration from './${entry.module}';`,
     `import { serve } from './functions/runtime/server.ts';`,
-    `try {`,
-    `  await serve(declaration);`,
-    `} catch (error) {`,
-    `  console.error(\`cannot start function \${declaration.name}: \${(error as Error).message}\`);`,
+    `serve(declaration).catch((error: Error) => {`,
+    `  console.error(\`cannot start function \${declaration.name}: \${error.message}\`);`,
     `  process.exit(1);`,
-    `}`,
+    `});`,
   ].join('\n');
 }
 
+/**
+ * Node flags the image runs dist/main.mjs with (Dockerfile ENTRYPOINT, and its warm-up RUN, since
+ * V8 accepts a code cache only from a process with the same flags; test/integration/bundle.test.ts
+ * checks both). They trade a little speed for memory: a function instance idles most of its life.
+ * Measured on the idle RSS after a first reconcile (bench/cold-start.ts; /proc/<pid>/smaps):
+ *
+ *   --liftoff-only            undici parses HTTP with llhttp compiled to WebAssembly; once hot
+ *                             (the first reconcile) V8 recompiles it with TurboFan in a
+ *                             background thread, which leaves a 12 MiB malloc arena behind: 92 →
+ *                             77 MiB. Liftoff's code parses an API server answer in microseconds.
+ *                             Its price: Node's built-in modules come with a code cache made
+ *                             without this flag, which V8 then refuses, so https, tls, http2…
+ *                             are compiled at start: ready 141 → 169 ms (median of 12, same
+ *                             machine). Set at run time (v8.setFlagsFromString) it has no effect.
+ *   --max-semi-space-size=1   young generation capped at 1 MiB per semi-space (it grows to about
+ *                             3 during start-up and stays): 77 → 75 MiB. More scavenges under a
+ *                             burst (each cheap: the garbage of a reconcile dies young). The
+ *                             local plane (opfn dev) runs main.mjs without these flags.
+ */
+export const IMAGE_NODE_FLAGS = ['--liftoff-only', '--max-semi-space-size=1'];
+
 function mainSource(names: string[]): string {
   return `// Generated by bin/build.ts. The image's entry: node dist/main.mjs, function chosen by FUNCTION (or the first argument).
-import module from 'node:module';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { debuglog } from 'node:util';
+import { Script } from 'node:vm';
 const known = ${JSON.stringify(names)};
 const name = process.argv[2] ?? process.env.FUNCTION;
 if (!name) {
@@ -67,50 +146,102 @@ if (!known.includes(name)) {
   console.error(\`unknown function "\${name}" (FUNCTION): this build has \${known.join(', ')}\`);
   process.exit(2);
 }
-// Before the bundle is compiled, so the bundle itself is cached (honours NODE_COMPILE_CACHE).
-module.enableCompileCache?.();
-await import(\`./\${name}.mjs\`);
+const debug = debuglog('opfn');
+const file = join(dirname(fileURLToPath(import.meta.url)), \`\${name}.cjs\`);
+const cacheFile = join(dirname(file), \`\${name}.code-cache\`);
+// Node's switch for its own compile cache turns this one off too.
+const useCache = !process.env.NODE_DISABLE_COMPILE_CACHE;
+let cachedData;
+try {
+  if (useCache) cachedData = readFileSync(cacheFile);
+} catch {
+  debug('no code cache %s: compiling %s', cacheFile, file);
+}
+// The file is the module's CommonJS wrapper function (see bin/build.ts): compiling the text as
+// read keeps a single copy of it in memory, as the script's source.
+const script = new Script(readFileSync(file, 'utf8'), { filename: file, cachedData });
+if (cachedData && script.cachedDataRejected) {
+  console.error(\`code cache \${cacheFile} rejected (made by another Node version or with other V8 flags): compiling \${file}, which starts slower\`);
+} else if (cachedData) {
+  debug('code cache %s accepted', cacheFile);
+}
+if (useCache && (!cachedData || script.cachedDataRejected)) {
+  // Taken at exit, the cache holds every function compiled by then. Where the folder is
+  // read-only (the image at run time) there is nothing to do.
+  process.once('exit', () => {
+    try {
+      const scratch = \`\${cacheFile}.\${process.pid}\`;
+      writeFileSync(scratch, script.createCachedData());
+      renameSync(scratch, cacheFile);
+      debug('wrote code cache %s', cacheFile);
+    } catch (error) {
+      debug('cannot write code cache %s: %s', cacheFile, error.message);
+    }
+  });
+}
+cachedData = undefined;
+const module = { exports: {}, filename: file, id: '.', loaded: false };
+script.runInThisContext()(module.exports, createRequire(file), module, file, dirname(file));
 `;
 }
 
 function warmCacheSource(names: string[]): string {
-  return `// Generated by bin/build.ts. Fills NODE_COMPILE_CACHE by starting each function once and
-// stopping it (SIGTERM, the way Knative stops it; Node writes the cache on exit). No cluster is
-// needed: the kubeconfig below only lets the function start; nothing contacts that address.
+  return `// Generated by bin/build.ts. Writes each function's V8 code cache (dist/<name>.code-cache):
+// starts it through main.mjs, asks its probes and metrics, sends it an event it refuses (so the
+// intake's code is compiled too), and stops it with SIGTERM, the way Knative does; main.mjs
+// writes the cache at exit. No cluster is needed: the kubeconfig below only lets the function
+// start; nothing contacts that address.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 const known = ${JSON.stringify(names)};
-if (!process.env.NODE_COMPILE_CACHE) {
-  console.error('NODE_COMPILE_CACHE is not set: set it to the cache folder to fill');
-  process.exit(2);
-}
 const here = dirname(fileURLToPath(import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), 'opfn-warm-'));
 const kubeconfig = join(scratch, 'kubeconfig');
 writeFileSync(kubeconfig, 'apiVersion: v1\\nkind: Config\\nclusters: [{name: warm, cluster: {server: "https://127.0.0.1:9"}}]\\nusers: [{name: warm, user: {token: warm}}]\\ncontexts: [{name: warm, context: {cluster: warm, user: warm}}]\\ncurrent-context: warm\\n');
+const freePort = () => new Promise((resolve, reject) => {
+  const server = createServer().once('error', reject).listen(0, '127.0.0.1', () => {
+    const { port } = server.address();
+    server.close(() => resolve(port));
+  });
+});
 let failed = false;
 for (const name of known) {
   const started = performance.now();
-  const child = spawn(process.execPath, [join(here, 'main.mjs')], {
-    env: { ...process.env, FUNCTION: name, KUBECONFIG: kubeconfig, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const port = await freePort();
+  const cacheFile = join(here, \`\${name}.code-cache\`);
+  rmSync(cacheFile, { force: true });
+  const env = { ...process.env, FUNCTION: name, KUBECONFIG: kubeconfig, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info' };
+  delete env.NODE_OPTIONS; // the cache is only accepted by a process with the same V8 flags
+  delete env.NODE_DISABLE_COMPILE_CACHE; // which would stop main.mjs writing it
+  // With this process's node flags: run it as the image runs main.mjs (see IMAGE_NODE_FLAGS).
+  const child = spawn(process.execPath, [...process.execArgv, join(here, 'main.mjs')], { env, stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
+  let warming = false;
   const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-  child.stdout.setEncoding('utf8').on('data', (chunk) => {
+  child.stdout.setEncoding('utf8').on('data', async (chunk) => {
     out += chunk;
-    if (/"msg":"[^"]* ready"/.test(out) && !child.killed) child.kill('SIGTERM');
+    if (!/"msg":"[^"]* ready"/.test(out) || warming) return;
+    warming = true;
+    const base = \`http://127.0.0.1:\${port}\`;
+    try {
+      for (const path of ['/health/readiness', '/health/liveness', '/metrics']) await (await fetch(base + path)).arrayBuffer();
+      await (await fetch(base + '/', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).arrayBuffer();
+    } catch (error) {
+      console.error(\`warm-cache: \${name}: \${error.message}\`);
+    }
+    child.kill('SIGTERM');
   });
   const code = await new Promise((resolve) => child.on('exit', (exitCode, signal) => resolve(exitCode ?? signal)));
   clearTimeout(timer);
-  if (code !== 0) {
+  if (code !== 0 || !existsSync(cacheFile)) {
     failed = true;
-    console.error(\`warm-cache: \${name} did not start and stop cleanly (exit \${code}); its output:\\n\${out.trim().split('\\n').slice(-5).join('\\n')}\`);
+    console.error(\`warm-cache: \${name} did not start and stop cleanly (exit \${code}\${existsSync(cacheFile) ? '' : ', no code cache written'}); its output:\\n\${out.trim().split('\\n').slice(-5).join('\\n')}\`);
   } else {
-    console.log(\`warm-cache: \${name} compiled into \${process.env.NODE_COMPILE_CACHE} (\${Math.round(performance.now() - started)} ms)\`);
+    console.log(\`warm-cache: \${name}: \${cacheFile} (\${Math.round(performance.now() - started)} ms)\`);
   }
 }
 rmSync(scratch, { recursive: true, force: true });
@@ -135,19 +266,23 @@ export async function buildFunctions(options: { outdir?: string } = {}): Promise
   const metafiles: Record<string, Metafile> = {};
   const bundles = await Promise.all(entries.map(async (entry) => {
     const bundleStarted = performance.now();
-    const file = join(outdir, `${entry.name}.mjs`);
+    const file = join(outdir, `${entry.name}.cjs`);
     const result = await build({
       stdin: { contents: entrySource(entry), resolveDir: ROOT, sourcefile: `<generated entry of ${entry.name}>`, loader: 'ts' },
       bundle: true,
       platform: 'node',
-      format: 'esm',
+      format: 'cjs',
+      // The module as the function Node's CommonJS loader would wrap it in, so that the file is
+      // one script whose value is that function (dist/main.mjs compiles and runs it).
+      banner: { js: `// Run by dist/main.mjs (running this file with node does nothing): function ${entry.name}, its runtime and dependencies.\n(function (exports, require, module, __filename, __dirname) {` },
+      footer: { js: '})' },
       target: 'node24',
       minify: true,
       sourcemap: 'linked',
       outfile: file,
-      banner: { js: BANNER },
       metafile: true,
       logLevel: 'silent',
+      plugins: [narrowClientNodeGen, narrowUndici],
     });
     for (const warning of result.warnings) console.warn(`warning (${entry.name}): ${warning.text}${warning.location ? ` (${warning.location.file}:${warning.location.line})` : ''}`);
     metafiles[entry.name] = result.metafile;

@@ -4,7 +4,10 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { KubeConfig, RequestContext, HttpMethod } from '@kubernetes/client-node';
+// The two modules of client-node this needs, not its index: that one loads every generated API
+// group, watch, exec, attach, cp, port-forward and metrics client (and ws, tar-fs, jsonpath…).
+import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
+import { HttpMethod, RequestContext } from '@kubernetes/client-node/dist/gen/http/http.js';
 import { Agent, request, type Dispatcher } from 'undici';
 import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import { OwnWrites } from './own-writes.ts';
