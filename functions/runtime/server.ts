@@ -25,6 +25,7 @@ import { reconcileWithFinalizer } from './finalizing.ts';
 import { EventSink } from './recorder.ts';
 import { answerFor, type KeyResult, type Outcome } from './answers.ts';
 import { keysForEvent, uniqueKeys } from './routing.ts';
+import { readOnce } from './reference-reads.ts';
 import { SeenObjects, skipReason } from './skips.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
 
@@ -196,6 +197,8 @@ export class FunctionHost {
     const { metrics, now } = this.#options;
     const id = kindKeyString(key);
     const log = parentLog.child({ key: id });
+    // Taken now, in call order (reference-reads.ts explains why that keeps it safe).
+    const announced = !hint && this.#seen.references.take(key);
     return this.#queue.run(id, async (followUp) => {
       const started = performance.now();
       const observe = (result: string) => {
@@ -206,6 +209,7 @@ export class FunctionHost {
       };
       const ctx = this.#context(log, followUp ? undefined : hint);
       try {
+        if (announced && !followUp) ({ object: ctx.hint, kube: ctx.kube } = await readOnce(ctx.kube, key));
         const result = await reconcileWithFinalizer(this.#options.declaration, key, ctx);
         const requeue = result?.requeueAfterSeconds;
         const seconds = observe(requeue !== undefined ? 'requeue' : 'success');
