@@ -47,12 +47,18 @@ export class ReferenceEvents {
 }
 
 /**
- * Reads `key` once and returns the read (undefined when the object is gone) with a client that
- * answers the first GET of that same object from it; every other request, and any later GET
- * (a re-read after a conflict), goes to the API server.
+ * Reads `key` once and returns the read as `hint` (absent when the object is gone) with a client
+ * that answers the first GET of that same object from it; every other request, and any later GET
+ * (a re-read after a conflict), goes to the API server. When the read fails, nothing is read
+ * ahead: the reconcile's own read meets the same failure and answers for it.
  */
-export async function readOnce(kube: KubeClient, key: KindKey): Promise<{ object: KubeObject | undefined; kube: KubeClient }> {
-  const object = await kube.get(key.kind, key);
+export async function readOnce(kube: KubeClient, key: KindKey): Promise<{ hint?: KubeObject; kube: KubeClient }> {
+  let object: KubeObject | undefined;
+  try {
+    object = await kube.get(key.kind, key);
+  } catch {
+    return { kube };
+  }
   const id = kindKeyString(key);
   let served = false;
   const get: KubeClient['get'] = async (kind, objectKey, options) => {
@@ -70,5 +76,5 @@ export async function readOnce(kube: KubeClient, key: KindKey): Promise<{ object
       return typeof value === 'function' ? value.bind(target) : value;
     },
   });
-  return { object, kube: client };
+  return { hint: object, kube: client };
 }

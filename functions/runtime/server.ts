@@ -199,7 +199,7 @@ export class FunctionHost {
     const log = parentLog.child({ key: id });
     // Taken now, in call order (reference-reads.ts explains why that keeps it safe).
     const announced = !hint && this.#seen.references.take(key);
-    return this.#queue.run(id, async (followUp) => {
+    return this.#queue.run(id, async (shared) => {
       const started = performance.now();
       const observe = (result: string) => {
         const seconds = (performance.now() - started) / 1000;
@@ -207,9 +207,9 @@ export class FunctionHost {
         metrics.reconcileSeconds.observe({ result }, seconds);
         return seconds;
       };
-      const ctx = this.#context(log, followUp ? undefined : hint);
+      const ctx = this.#context(log, shared ? undefined : hint);
       try {
-        if (announced && !followUp) ({ object: ctx.hint, kube: ctx.kube } = await readOnce(ctx.kube, key));
+        if (announced && !shared) Object.assign(ctx, await readOnce(ctx.kube, key));
         const result = await reconcileWithFinalizer(this.#options.declaration, key, ctx);
         const requeue = result?.requeueAfterSeconds;
         const seconds = observe(requeue !== undefined ? 'requeue' : 'success');
