@@ -1,11 +1,10 @@
 // Reference-mode events of the reconciled kind (ApiServerSource's default: `{kind, namespace,
 // name, apiVersion}` and nothing else) cost one read when there is nothing to do. The intake
 // announces each such add or update for its key (skips.ts); the reconcile of that key takes the
-// announcement, reads the object once, and hands that fresh read to the reconcile twice: as its
-// `hint` (the event was about the object itself, and a fresh read is a body neither stale nor
-// forged, so the function may decide from it that nothing is to be done, as it does for a
-// Resource-mode event) and as the answer to the reconcile's own first GET of that object, which
-// is therefore not sent twice.
+// announcement, and its own first read of the object becomes its `hint` as soon as it returns:
+// the event was about the object itself, and a fresh read is a body neither stale nor forged, so
+// the function may decide from it that nothing is to be done, as it does for a Resource-mode
+// event. (A function reads `ctx.hint` after that read to benefit.)
 //
 // Why a misattributed announcement is harmless: announcements are counted per key, and the next
 // reconcile of the key that has no hint takes one. Another call may take it first (a resync, or
@@ -13,8 +12,8 @@
 // announcement precedes its own call, so the announcing calls still to come then outnumber the
 // announcements left, and one of them finds none and runs in full; it starts after the call that
 // took the announcement, so whatever that call was for is carried out. Coalesced follow-up runs
-// use no hint at all. An object that is gone reads as absent, and that is served too.
-import { kindKeyString, type KindKey, type KubeObject } from './kinds.ts';
+// use no hint at all.
+import { kindKeyString, type KindKey, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import type { KubeClient } from './kube.ts';
 
 /** Announced Reference-mode events per key, until a reconcile takes them; bounded, oldest forgotten. */
@@ -47,28 +46,24 @@ export class ReferenceEvents {
 }
 
 /**
- * Reads `key` once and returns the read as `hint` (absent when the object is gone) with a client
- * that answers the first GET of that same object from it; every other request, and any later GET
- * (a re-read after a conflict), goes to the API server. When the read fails, nothing is read
- * ahead: the reconcile's own read meets the same failure and answers for it.
+ * A client for one reconcile that answers as `kube` does and, when the reconcile's first read of
+ * `key` returns the object (a read from the API server itself, not its watch cache), also sets
+ * it as `ctx.hint`: the reconcile is not delayed by a read of its own, makes no request it would
+ * not make anyway, and sees the hint from the moment its own read returns.
  */
-export async function readOnce(kube: KubeClient, key: KindKey): Promise<{ hint?: KubeObject; kube: KubeClient }> {
-  let object: KubeObject | undefined;
-  try {
-    object = await kube.get(key.kind, key);
-  } catch {
-    return { kube };
-  }
+export function hintFromFirstRead(ctx: { kube: KubeClient; hint?: KubeObject }, key: KindKey): KubeClient {
+  const kube = ctx.kube;
   const id = kindKeyString(key);
-  let served = false;
-  const get: KubeClient['get'] = async (kind, objectKey, options) => {
-    if (!served && kindKeyString({ kind, namespace: kind.namespaced ? objectKey.namespace : '', name: objectKey.name }) === id) {
-      served = true;
-      return object === undefined ? undefined : structuredClone(object) as never;
+  let first = true;
+  const get = async <T extends KubeObject = KubeObject>(kind: ResourceKind, objectKey: ObjectKey, options?: { cached?: boolean }): Promise<T | undefined> => {
+    const object = await kube.get<T>(kind, objectKey, options);
+    if (first && kindKeyString({ kind, namespace: kind.namespaced ? objectKey.namespace : '', name: objectKey.name }) === id) {
+      first = false;
+      if (object && !options?.cached) ctx.hint = structuredClone(object);
     }
-    return kube.get(kind, objectKey, options);
+    return object;
   };
-  const client = new Proxy(kube, {
+  return new Proxy(kube, {
     get(target, property) {
       if (property === 'get') return get;
       const value: unknown = Reflect.get(target, property, target);
@@ -76,5 +71,4 @@ export async function readOnce(kube: KubeClient, key: KindKey): Promise<{ hint?:
       return typeof value === 'function' ? value.bind(target) : value;
     },
   });
-  return { hint: object, kube: client };
 }

@@ -25,7 +25,7 @@ import { reconcileWithFinalizer } from './finalizing.ts';
 import { EventSink } from './recorder.ts';
 import { answerFor, type KeyResult, type Outcome } from './answers.ts';
 import { keysForEvent, uniqueKeys } from './routing.ts';
-import { readOnce } from './reference-reads.ts';
+import { hintFromFirstRead } from './reference-reads.ts';
 import { SeenObjects, skipReason } from './skips.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
 
@@ -208,8 +208,8 @@ export class FunctionHost {
         return seconds;
       };
       const ctx = this.#context(log, shared ? undefined : hint);
+      if (announced && !shared) ctx.kube = hintFromFirstRead(ctx, key);
       try {
-        if (announced && !shared) Object.assign(ctx, await readOnce(ctx.kube, key));
         const result = await reconcileWithFinalizer(this.#options.declaration, key, ctx);
         const requeue = result?.requeueAfterSeconds;
         const seconds = observe(requeue !== undefined ? 'requeue' : 'success');

@@ -38,7 +38,7 @@ describe('Reference-mode events of the reconciled kind', () => {
     assert.equal((await deliver(fn.url, added)).status, 200);
     await fn.host.flushEvents();
     assert.deepEqual(difference(before, await requests()), { 'get immortalcontainers': 1, 'post pods': 1, 'post events': 1, 'put immortalcontainers/status': 1 },
-      'the object is read once although both the runtime and the reconcile asked for it');
+      'the object is read once: the reconcile\'s own read is its hint');
     for (const action of ['add', 'update'] as const) {
       before = await requests();
       assert.equal((await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: ic, action, mode: 'Reference' }))).status, 200);
