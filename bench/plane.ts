@@ -13,12 +13,14 @@
 // (status names its pod, startTimes 1). Requests per object are counted by the API server itself
 // (`apiserver_request_total`, bench/apiserver-metrics.ts) from before the user's first create to
 // the moment the whole system is quiet again, so every reconcile the burst causes counts, the
-// ones after convergence included. Between runs the objects are deleted and the plane stopped, so
+// ones after convergence included. CPU seconds over the same window (bench/cpu-time.ts: this
+// process, the function processes, kube-apiserver, etcd) are printed per object beside them: on
+// a machine shared with other work they vary far less than the wall-clock ratio. Between runs the objects are deleted and the plane stopped, so
 // the plane never sees the direct side's objects. kube-controller-manager is not started (its
 // garbage collector reads each new pod's owner, the same load for both sides); --controller-manager
 // keeps it in.
 //
-// Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--sources] [--controller-manager]
+// Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--sources] [--controller-manager] [--cpu-prof DIR]
 // Writes bench/results/plane-<label>-<date>.json.
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
@@ -28,12 +30,14 @@ import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
 import immortalContainer from '../functions/immortal-container/index.ts';
+import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import { desiredPod, ImmortalContainerKind, nextStatus, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
 import { KubeClient } from '../functions/runtime/kube.ts';
 import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { awaitQuiet, requestDifference, scrapeRequestTotals, type RequestCounts } from './apiserver-metrics.ts';
 import { ConvergenceWatch } from './convergence.ts';
+import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const CONCURRENCY = 32;
@@ -48,6 +52,8 @@ interface RunResult {
   quietMs: number;
   requests: RequestCounts;
   requestsPerObject: number;
+  /** CPU seconds from the first create until quiet: this process, function processes, kube-apiserver, etcd (Linux only) */
+  cpu?: CpuSeconds;
   /** objects with a pod count other than one, or startTimes other than 1, at the end */
   anomalies: string[];
   /** plane only: most function instances seen running at once (polled every 100 ms) */
@@ -101,23 +107,33 @@ async function anomalies(kube: KubeClient, namespace: string, n: number): Promis
  * One measured run: `work` starts after the first scrape; convergence is seen by the watch;
  * the counting ends when the API server is quiet.
  */
-async function measure(cluster: TestCluster, watcher: KubeClient, namespace: string, n: number, work: () => Promise<void>): Promise<Pick<RunResult, 'convergedMs' | 'quietMs' | 'requests' | 'requestsPerObject'>> {
+async function measure(cluster: TestCluster, watcher: KubeClient, namespace: string, n: number, work: () => Promise<void>): Promise<Pick<RunResult, 'convergedMs' | 'quietMs' | 'requests' | 'requestsPerObject' | 'cpu'>> {
   const watch = new ConvergenceWatch(watcher, namespace);
   await sleep(300); // the watch is established (it sends nothing until the first object anyway)
   const { totals: before } = await awaitQuiet(cluster.cp, { quietMs: 1000 });
+  const cpuBefore = cpuSnapshot(cluster.cp.dir);
   const started = performance.now();
   const working = work();
   await watch.until(n, Math.max(120_000, n * 200));
   const convergedMs = watch.lastAt - started;
   await working;
   const { totals: after, lastChangeAt } = await awaitQuiet(cluster.cp);
+  const cpu = cpuBetween(cpuBefore, cpuSnapshot(cluster.cp.dir));
   await watch.stop();
   if (watch.overCounted.size) throw new Error(`startTimes above 1 seen on ${[...watch.overCounted].slice(0, 5).join(', ')}`);
   const requests = requestDifference(before, after);
-  return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n };
+  return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n, cpu };
 }
 
-async function runPlane(cluster: TestCluster, options: { n: number; rep: number; bundled?: Awaited<ReturnType<typeof bundledFunctions>>; writer: KubeClient; watcher: KubeClient }): Promise<RunResult> {
+/** The function's command under `node --cpu-prof`, its profile written to `dir` when it exits. */
+function profiled(dir: string, command?: (declaration: FunctionDeclaration) => { command: string; args: string[] }) {
+  return (declaration: FunctionDeclaration) => {
+    const { args } = command?.(declaration) ?? { args: [join(ROOT, 'functions/runtime/main.ts'), declaration.name] };
+    return { command: process.execPath, args: ['--cpu-prof', '--cpu-prof-dir', dir, ...args] };
+  };
+}
+
+async function runPlane(cluster: TestCluster, options: { n: number; rep: number; bundled?: Awaited<ReturnType<typeof bundledFunctions>>; writer: KubeClient; watcher: KubeClient; profileDir?: string }): Promise<RunResult> {
   const { n, rep, writer, watcher } = options;
   const namespace = `plane-${n}-${rep}`;
   const warmNamespace = `warm-${n}-${rep}`;
@@ -133,7 +149,7 @@ async function runPlane(cluster: TestCluster, options: { n: number; rep: number;
     idleTimeoutMs: 60_000,
     resyncIntervalMs: 0,
     env: { LOG_LEVEL: 'warn', ...options.bundled?.env },
-    command: options.bundled?.command,
+    command: options.profileDir ? profiled(options.profileDir, options.bundled?.command) : options.bundled?.command,
   });
   await plane.start();
   let maxInstances = 0;
@@ -182,14 +198,16 @@ async function runDirect(cluster: TestCluster, options: { n: number; rep: number
 }
 
 function printTable(results: RunResult[]): void {
-  const header = ['N', 'side', 'converged s', 'quiet s', 'req/object', 'requests by verb', 'instances', 'anomalies'];
+  const header = ['N', 'side', 'converged s', 'quiet s', 'req/object', 'CPU ms/object (bench+fn+apiserver+etcd)', 'requests by verb', 'instances', 'anomalies'];
+  const perObject = (seconds: number, n: number) => ((seconds * 1000) / n).toFixed(1);
   const rows = results.map((r) => [
     String(r.n), r.side, (r.convergedMs / 1000).toFixed(2), (r.quietMs / 1000).toFixed(2), r.requestsPerObject.toFixed(2),
+    r.cpu ? `${perObject(r.cpu.total, r.n)} (${[r.cpu.bench, r.cpu.functions, r.cpu.apiServer, r.cpu.etcd].map((s) => perObject(s, r.n)).join('+')})` : '-',
     Object.entries(r.requests.byVerb).sort().map(([verb, count]) => `${verb} ${count}`).join(', '),
     r.maxInstances === undefined ? '-' : String(r.maxInstances), String(r.anomalies.length),
   ]);
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
-  const line = (cells: string[]) => cells.map((cell, column) => (column === 5 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
+  const line = (cells: string[]) => cells.map((cell, column) => (column === 6 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
   console.log(line(header));
   for (const row of rows) console.log(line(row));
 }
@@ -201,6 +219,7 @@ async function main(): Promise<void> {
     label: { type: 'string', default: 'local' },
     sources: { type: 'boolean', default: false },
     'controller-manager': { type: 'boolean', default: false },
+    'cpu-prof': { type: 'string' },
     help: { type: 'boolean', default: false },
   } });
   if (values.help) {
@@ -209,7 +228,8 @@ async function main(): Promise<void> {
       '  --reps     repetitions of each count (default 1)\n' +
       '  --label    name of the JSON result file under bench/results/ (default local)\n' +
       '  --sources  run the function from its TypeScript sources instead of the bundle\n' +
-      '  --controller-manager  also run kube-controller-manager (garbage collector) during the runs');
+      '  --controller-manager  also run kube-controller-manager (garbage collector) during the runs\n' +
+      '  --cpu-prof DIR  write the function processes\' CPU profiles there (run the bench itself under node --cpu-prof for the plane\'s)');
     return;
   }
   const sizes = values.n.split(',').map(Number);
@@ -234,7 +254,7 @@ async function main(): Promise<void> {
         const order = rep % 2 === 0 ? ['plane', 'direct'] : ['direct', 'plane'];
         for (const side of order) {
           const result = side === 'plane'
-            ? await runPlane(cluster, { n, rep, bundled, writer, watcher })
+            ? await runPlane(cluster, { n, rep, bundled, writer, watcher, profileDir: values['cpu-prof'] })
             : await runDirect(cluster, { n, rep, writer, watcher });
           results.push(result);
           process.stderr.write(`N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${result.anomalies.length ? `, ANOMALIES ${result.anomalies.slice(0, 3).join('; ')}` : ''}\n`);
@@ -258,13 +278,14 @@ async function main(): Promise<void> {
       planeSeconds: of('plane', (r) => r.convergedMs) / 1000,
       directSeconds: of('direct', (r) => r.convergedMs) / 1000,
       convergenceRatio: of('plane', (r) => r.convergedMs) / of('direct', (r) => r.convergedMs),
+      cpuRatio: of('plane', (r) => r.cpu?.total ?? NaN) / of('direct', (r) => r.cpu?.total ?? NaN),
       planeRequestsPerObject: of('plane', (r) => r.requestsPerObject),
       directRequestsPerObject: of('direct', (r) => r.requestsPerObject),
       maxInstances: of('plane', (r) => r.maxInstances ?? 0),
     };
     const activator = (results.find((r) => r.n === n && r.side === 'plane')?.activatorStats as Record<string, Record<string, number>> | undefined)?.[immortalContainer.name];
     const routed = activator ? `; activator: ${Object.entries(activator).filter(([key]) => key !== 'instances').map(([key, value]) => `${key} ${value}`).join(', ')}` : '';
-    console.log(`  N=${String(n).padEnd(5)} convergence ${row.convergenceRatio.toFixed(2)}× (${row.planeSeconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s)   requests/object ${row.planeRequestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${row.maxInstances}${row.maxInstances > 1 ? ' (scaled out)' : ''}${routed}`);
+    console.log(`  N=${String(n).padEnd(5)} convergence ${row.convergenceRatio.toFixed(2)}× (${row.planeSeconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s)   CPU ${Number.isNaN(row.cpuRatio) ? '-' : `${row.cpuRatio.toFixed(2)}×`}   requests/object ${row.planeRequestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${row.maxInstances}${row.maxInstances > 1 ? ' (scaled out)' : ''}${routed}`);
     return row;
   });
   console.log('\nrequests per object by verb and resource (first repetition of each N):');

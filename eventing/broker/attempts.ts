@@ -37,7 +37,7 @@ export async function deliverWithRetries(ctx: AttemptContext, queue: TriggerQueu
     const lease = ctx.route?.(trigger.subscriber, partitionKey);
     if (lease) queue.stats.direct += 1;
     const timeoutMs = minTimeout(delivery.timeoutMs, lease?.timeoutMs ?? 0);
-    const outcome = await ctx.dispatcher.send(lease?.url ?? trigger.subscriber, outgoing, timeoutMs, true);
+    const outcome = await ctx.dispatcher.send(lease?.url ?? trigger.subscriber, outgoing, timeoutMs, true, lease !== undefined);
     lease?.release(outcome.kind === 'error' && !outcome.timedOut ? 'unreachable' : 'answered');
     const verdict = judge(trigger.subscriber, outcome);
     if (verdict.ok) {

@@ -22,15 +22,19 @@ const settled = (owner: ImmortalContainer, podName: string): boolean => {
   return owner.status?.observedGeneration === owner.metadata.generation && owner.status?.currentPod === podName && (ready?.reason === 'PodRunning' || ready?.reason === 'PodPending');
 };
 
-export async function reconcileImmortalContainer(key: ObjectKey, { kube, log, events, now, hint }: ReconcileContext): Promise<ReconcileResult | void> {
+export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
+  const { kube, log, events, now } = ctx;
   // An event about our pod as it was created (not started, not going): the reconcile that
   // created it writes the status (or fails, and its own event is delivered again), and any
   // change of the ImmortalContainer since comes as its own event. Nothing to do, no request.
-  if (hint?.kind === 'Pod' && asCreated(hint as PodObject, key)) return;
+  if (ctx.hint?.kind === 'Pod' && asCreated(ctx.hint as PodObject, key)) return;
 
   const owner = await kube.get<ImmortalContainer>(ImmortalContainerKind, key);
   // Gone, or going: the garbage collector removes the pod through its ownerReference.
   if (!owner || owner.metadata.deletionTimestamp) return;
+  // Read after that read: for a Reference-mode event of this kind the runtime makes the read
+  // itself the hint (functions/runtime/reference-reads.ts).
+  const hint = ctx.hint;
 
   const podKey = { namespace: key.namespace, name: podNameFor(owner) };
   // An event about our pod carried its body: if that pod needs nothing and the status already

@@ -5,6 +5,13 @@
 // client-go's 4096 entries). Posting happens off the reconcile's critical path: recording only
 // queues; a background loop writes; `flush()` (called on SIGTERM) waits until the queue is empty.
 // Best effort throughout: a failed Event never fails the reconcile it describes.
+//
+// Normal Events are rate limited per process, as the kubelet limits its own (eventRecordQPS /
+// eventBurst) and client-go's spam filter does per object (a token bucket, burst 25): a few
+// dozen at once, then NORMAL_PER_SECOND. Beyond that they are dropped (logged at debug): a burst
+// of thousands of routine "created pod" Events would otherwise double the API server's writes
+// (one POST per object, measured with bench/plane.ts) for something the objects' status already
+// says. Warnings are never limited.
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { apiVersionOf, CoreEvent, type KubeObject, type ResourceKind } from './kinds.ts';
@@ -31,6 +38,10 @@ interface Aggregate {
 }
 
 const CACHE_SIZE = 4096;
+/** Normal Events posted at once before the rate applies. */
+export const NORMAL_BURST = 25;
+/** Normal Events per second after the burst. */
+export const NORMAL_PER_SECOND = 5;
 /** Writes at once; more would compete with reconciles for the API server. */
 const WRITERS = 2;
 
@@ -46,6 +57,9 @@ export class EventSink {
   readonly #queue: Aggregate[] = [];
   #writers = 0;
   #idle: (() => void)[] = [];
+  /** Normal Events that may be recorded now, refilled over time. */
+  #normalTokens = NORMAL_BURST;
+  #refilledAt?: number;
 
   constructor(kube: KubeClient, component: string, log: Logger, now: () => Date = () => new Date()) {
     this.#kube = kube;
@@ -62,6 +76,10 @@ export class EventSink {
   }
 
   record(object: KubeObject, kind: ResourceKind, type: 'Normal' | 'Warning', reason: string, message: string, log: Logger = this.#log): void {
+    if (type === 'Normal' && !this.#takeNormalToken()) {
+      log.debug({ reason }, 'Kubernetes Event not recorded: Normal Events are rate limited');
+      return;
+    }
     const involved = { apiVersion: apiVersionOf(kind), kind: kind.kind, name: object.metadata.name, namespace: object.metadata.namespace, uid: object.metadata.uid };
     const key = JSON.stringify([involved.apiVersion, involved.kind, involved.namespace, involved.name, involved.uid, type, reason, message]);
     const now = timestamp(this.#now());
@@ -90,6 +108,17 @@ export class EventSink {
       if (!aggregate.writing) this.#queue.push(aggregate);
       this.#pump();
     }
+  }
+
+  #takeNormalToken(): boolean {
+    const now = this.#now().getTime();
+    if (this.#refilledAt !== undefined && now > this.#refilledAt) {
+      this.#normalTokens = Math.min(NORMAL_BURST, this.#normalTokens + ((now - this.#refilledAt) / 1000) * NORMAL_PER_SECOND);
+    }
+    this.#refilledAt = now;
+    if (this.#normalTokens < 1) return false;
+    this.#normalTokens--;
+    return true;
   }
 
   /** Resolves when every recorded Event has been written (or given up on). */

@@ -25,6 +25,7 @@ import { reconcileWithFinalizer } from './finalizing.ts';
 import { EventSink } from './recorder.ts';
 import { answerFor, type KeyResult, type Outcome } from './answers.ts';
 import { keysForEvent, uniqueKeys } from './routing.ts';
+import { hintFromFirstRead } from './reference-reads.ts';
 import { SeenObjects, skipReason } from './skips.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
 
@@ -211,7 +212,9 @@ export class FunctionHost {
     const { metrics, now } = this.#options;
     const id = kindKeyString(key);
     const log = parentLog.child({ key: id });
-    return this.#queue.run(id, async (followUp) => {
+    // Taken now, in call order (reference-reads.ts explains why that keeps it safe).
+    const announced = !hint && this.#seen.references.take(key);
+    return this.#queue.run(id, async (shared) => {
       const started = performance.now();
       const observe = (result: string) => {
         const seconds = (performance.now() - started) / 1000;
@@ -219,7 +222,8 @@ export class FunctionHost {
         metrics.reconcileSeconds.observe({ result }, seconds);
         return seconds;
       };
-      const ctx = this.#context(log, followUp ? undefined : hint);
+      const ctx = this.#context(log, shared ? undefined : hint);
+      if (announced && !shared) ctx.kube = hintFromFirstRead(ctx, key);
       try {
         const result = await reconcileWithFinalizer(this.#options.declaration, key, ctx);
         const requeue = result?.requeueAfterSeconds;

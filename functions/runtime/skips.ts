@@ -10,10 +10,14 @@
 //                (`readsMetadata`, the default) also with the metadata this process last
 //                reconciled: only the status changed.
 // Deletes are never skipped: a re-list's synthesized delete may carry the last version we wrote.
+//
+// A Reference-mode add or update of the reconciled kind carries nothing to decide from; it is
+// announced instead (reference-reads.ts), so that its reconcile can stop after one read.
 import type { FunctionDeclaration } from './declaration.ts';
 import type { FunctionEvent } from './events.ts';
-import { kindKeyString, sameKind, type KindKey, type KubeObject, type ResourceKind } from './kinds.ts';
+import { keyProblem, kindKey, kindKeyString, sameKind, type KindKey, type KubeObject, type ResourceKind } from './kinds.ts';
 import type { OwnWrites } from './kube.ts';
+import { ReferenceEvents } from './reference-reads.ts';
 
 /** What of an object's metadata a reconcile may have acted on, besides its spec. */
 export function metadataFingerprint(object: KubeObject): string {
@@ -21,13 +25,18 @@ export function metadataFingerprint(object: KubeObject): string {
   return JSON.stringify([uid, deletionTimestamp, labels, annotations, finalizers, ownerReferences]);
 }
 
-/** Fingerprints of the objects this process reconciled last, per key; bounded, oldest forgotten. */
+/**
+ * Fingerprints of the objects this process reconciled last, per key; bounded, oldest forgotten.
+ * Also the Reference-mode events of the reconciled kind announced and not yet reconciled.
+ */
 export class SeenObjects {
   readonly #fingerprints = new Map<string, string>();
   readonly #limit: number;
+  readonly references: ReferenceEvents;
 
   constructor(limit = 10_000) {
     this.#limit = limit;
+    this.references = new ReferenceEvents(limit);
   }
 
   remember(key: KindKey, object: KubeObject): void {
@@ -48,9 +57,13 @@ function kindOf(declaration: FunctionDeclaration, ref: { apiVersion: string; kin
   return kinds.find((kind) => sameKind(kind, ref.apiVersion, ref.kind));
 }
 
-/** Why the event needs no reconcile, or undefined when it does. */
+/** Why the event needs no reconcile, or undefined when it does (a Reference-mode change of the reconciled kind is announced in `seen`). */
 export function skipReason(declaration: FunctionDeclaration, event: Extract<FunctionEvent, { type: 'change' }>, ownWrites: OwnWrites, seen: SeenObjects): string | undefined {
   const object = event.object;
+  if (!object && event.mode === 'ref' && event.action !== 'delete' && sameKind(declaration.reconciles, event.ref.apiVersion, event.ref.kind)) {
+    const key = kindKey(declaration.reconciles, event.ref);
+    if (!keyProblem(key.kind, key)) seen.references.announce(key);
+  }
   if (!object || event.action === 'delete') return undefined;
   const kind = kindOf(declaration, event.ref);
   if (!kind) return undefined;

@@ -4,12 +4,18 @@
 // starts after all of them arrived, so each caller's answer is still truthful ("the state you
 // rang about has been reconciled"), and a burst of N doorbells for one object costs at most two
 // reconciles instead of N. Replicas' races are the only races left.
+//
+// A follow-up run that only one request joined is that request's own run, merely later: it may
+// use what that request knows (an event body trusted to do less). One that several joined is
+// told it is shared, and uses none of their hints.
 
 interface Slot {
   /** Settles (never rejects) when the current run ends. */
   running: Promise<void>;
   /** The one follow-up run every request arriving meanwhile shares. */
   waiting?: Promise<unknown>;
+  /** Requests that joined `waiting`. */
+  joined: number;
 }
 
 const settle = () => {};
@@ -22,17 +28,20 @@ export class KeyedWorkQueue {
     return this.#slots.size;
   }
 
-  /** `task` learns whether it runs as the shared follow-up (then it must not trust any caller's hint). */
-  run<T>(key: string, task: (followUp: boolean) => Promise<T>): Promise<T> {
+  /** `task` learns whether its run is shared by several requests (then it must not trust any caller's hint). */
+  run<T>(key: string, task: (shared: boolean) => Promise<T>): Promise<T> {
     const slot = this.#slots.get(key);
     if (!slot) {
-      const fresh: Slot = { running: Promise.resolve() };
+      const fresh: Slot = { running: Promise.resolve(), joined: 0 };
       this.#slots.set(key, fresh);
       return this.#begin(key, fresh, () => task(false));
     }
+    slot.joined++;
     slot.waiting ??= slot.running.then(() => {
+      const shared = slot.joined > 1;
       slot.waiting = undefined;
-      return this.#begin(key, slot, () => task(true));
+      slot.joined = 0;
+      return this.#begin(key, slot, () => task(shared));
     });
     return slot.waiting as Promise<T>;
   }
