@@ -99,7 +99,7 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
     log: pino({ level: 'silent' }),
     stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
     idleTimeoutMs: 60_000,
-    env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK}=${hookUrl}/`, ...bundled.env },
+    env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK}=${hookUrl}/` },
     command: bundled.command,
     knativeObjects: {},
   });
@@ -155,7 +155,7 @@ async function main(): Promise<void> {
     await cluster.stop();
   }
   const [direct, plane] = results as [RunResult, RunResult];
-  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: 'esbuild bundles + compile cache', concurrency: CONCURRENCY };
+  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: 'esbuild bundles + code cache', concurrency: CONCURRENCY };
   console.log(`\nMetacontroller ImmortalContainers (seed CompositeController, sync hook on loopback): plane vs pooled direct writes (${CONCURRENCY} at a time); completion by watch; requests from apiserver_request_total`);
   console.log(`node ${environment.node}, ${environment.cpus} CPU(s)\n`);
   console.log('side    N     converged s  quiet s  req/parent  requests by verb');

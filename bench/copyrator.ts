@@ -56,7 +56,7 @@ const plane = new EventPlane({
   stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
   idleTimeoutMs: 30_000,
   resyncIntervalMs: 0,
-  env: { LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'warn', ...bundled?.env },
+  env: { LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'warn' },
   command: bundled?.command,
 });
 await plane.start();

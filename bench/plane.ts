@@ -148,7 +148,7 @@ async function runPlane(cluster: TestCluster, options: { n: number; rep: number;
     stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
     idleTimeoutMs: 60_000,
     resyncIntervalMs: 0,
-    env: { LOG_LEVEL: 'warn', ...options.bundled?.env },
+    env: { LOG_LEVEL: 'warn' },
     command: options.profileDir ? profiled(options.profileDir, options.bundled?.command) : options.bundled?.command,
   });
   await plane.start();
@@ -266,7 +266,7 @@ async function main(): Promise<void> {
   }
 
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: values.sources ? 'TypeScript sources' : 'esbuild bundles + compile cache', controllerManager: values['controller-manager'], concurrency: CONCURRENCY, backgroundRequestsPerSecond: median(background) };
+  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: values.sources ? 'TypeScript sources' : 'esbuild bundles + code cache', controllerManager: values['controller-manager'], concurrency: CONCURRENCY, backgroundRequestsPerSecond: median(background) };
   console.log(`\nImmortalContainers: plane vs pooled direct writes (${CONCURRENCY} at a time, one KubeClient pool), completion by watch; requests from apiserver_request_total over the whole run (user's creates included; background ≈ ${environment.backgroundRequestsPerSecond.toFixed(1)}/s)`);
   console.log(`node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`);
   printTable(results);

@@ -102,7 +102,7 @@ const plane = new EventPlane({
   stateDir: mkdtempSync(join(tmpdir(), 'opfn-soak-')),
   idleTimeoutMs: 30_000,
   resyncIntervalMs: resyncSeconds * 1000,
-  env: { LOG_LEVEL: 'warn', ...bundled.env },
+  env: { LOG_LEVEL: 'warn' },
   command: bundled.command,
 });
 const ops = { create: 0, update: 0, delete: 0, failed: 0 };

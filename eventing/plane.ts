@@ -79,16 +79,15 @@ export function resyncEvent(declaration: FunctionDeclaration): CloudEvent<unknow
 
 /**
  * Builds the functions' esbuild bundles into `outdir` and returns how to run them, as the
- * container image does (bundle + compile cache): a cold start takes about a third of the time
- * of running the TypeScript sources (bench/cold-start.ts).
+ * container image does (dist/main.mjs, which runs a bundle from its V8 code cache and writes that
+ * cache when the first instance exits): a cold start takes about a third of the time of running
+ * the TypeScript sources (bench/cold-start.ts). Without the image's memory flags
+ * (IMAGE_NODE_FLAGS): they cost start time, and the plane's instances come and go.
  */
-export async function bundledFunctions(outdir: string): Promise<Required<Pick<PlaneOptions, 'command' | 'env'>>> {
+export async function bundledFunctions(outdir: string): Promise<Required<Pick<PlaneOptions, 'command'>>> {
   const { buildFunctions } = await import('../bin/build.ts');
   await buildFunctions({ outdir });
-  return {
-    command: (declaration) => ({ command: process.execPath, args: [join(outdir, 'main.mjs'), declaration.name] }),
-    env: { NODE_COMPILE_CACHE: join(outdir, '.compile-cache') },
-  };
+  return { command: (declaration) => ({ command: process.execPath, args: [join(outdir, 'main.mjs'), declaration.name] }) };
 }
 
 export interface PlaneOptions {
