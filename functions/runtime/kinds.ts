@@ -76,15 +76,20 @@ export const kindKey = (kind: ResourceKind, key: ObjectKey): KindKey => ({ kind,
  * otherwise the reason it is not.
  */
 export function parseKindKey(text: string, kinds: ResourceKind[]): KindKey | string {
+  const parts = splitKindKey(text);
+  if (typeof parts === 'string') return parts;
+  const kind = kinds.find((candidate) => groupKind(candidate) === parts.groupKind);
+  if (!kind) return `"${parts.groupKind}" is not a kind this function reconciles`;
+  return keyProblem(kind, parts.key) ?? kindKey(kind, parts.key);
+}
+
+/** The `<group>/<Kind>` and the namespace and name of a key's string form, unchecked; or why it is not one. */
+export function splitKindKey(text: string): { groupKind: string; key: ObjectKey } | string {
   const colon = text.lastIndexOf(':');
   if (colon <= 0) return `"${text}" is not a key (<group>/<Kind>:<namespace>/<name>)`;
-  const kind = kinds.find((candidate) => groupKind(candidate) === text.slice(0, colon));
-  if (!kind) return `"${text.slice(0, colon)}" is not a kind this function reconciles`;
   const rest = text.slice(colon + 1);
   const slash = rest.indexOf('/');
-  const key = slash < 0 ? { namespace: '', name: rest } : { namespace: rest.slice(0, slash), name: rest.slice(slash + 1) };
-  const problem = keyProblem(kind, key);
-  return problem ?? kindKey(kind, key);
+  return { groupKind: text.slice(0, colon), key: slash < 0 ? { namespace: '', name: rest } : { namespace: rest.slice(0, slash), name: rest.slice(slash + 1) } };
 }
 
 // DNS-1123 subdomain, what Kubernetes allows in object names: dot-separated labels, so "a..b",

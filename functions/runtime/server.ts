@@ -17,7 +17,7 @@ import type { FunctionDeclaration, ReconcileContext } from './declaration.ts';
 import { BadKeyError, statusForError, TerminalError, TransientError } from './errors.ts';
 import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from './events.ts';
 import { httpClient, type HttpClient } from './http.ts';
-import { groupKind, isValidName, isValidNamespace, keyOf, keyProblem, kindKey, kindKeyString, parseKindKey, sameKind, type KindKey, type KubeObject } from './kinds.ts';
+import { groupKind, keyOf, keyProblem, kindKey, kindKeyString, parseKindKey, sameKind, splitKindKey, type KindKey, type KubeObject } from './kinds.ts';
 import { ApiError, KubeClient } from './kube.ts';
 import { createLogger } from './log.ts';
 import { createMetrics, type FunctionMetrics } from './metrics.ts';
@@ -181,14 +181,12 @@ export class FunctionHost {
   async #parseKey(text: string, log: Logger): Promise<KindKey | string> {
     const { declaration, kube } = this.#options;
     const parsed = parseKindKey(text, [declaration.reconciles]);
-    const colon = text.lastIndexOf(':');
-    if (typeof parsed !== 'string' || !declaration.runtimeKinds || colon <= 0 || text.slice(0, colon) === groupKind(declaration.reconciles)) return parsed;
+    const parts = splitKindKey(text);
+    if (typeof parsed !== 'string' || !declaration.runtimeKinds || typeof parts === 'string' || parts.groupKind === groupKind(declaration.reconciles)) return parsed;
     // Another kind: refuse what no kind could make a valid key before asking the function (an API read).
-    const slash = text.indexOf('/', colon);
-    const name = slash < 0 ? text.slice(colon + 1) : text.slice(slash + 1);
-    const namespace = slash < 0 ? '' : text.slice(colon + 1, slash);
-    if (!isValidName(name) || (namespace !== '' && !isValidNamespace(namespace))) return keyProblem({ ...declaration.reconciles, namespaced: namespace !== '' }, { namespace, name })!;
-    const kind = await declaration.runtimeKinds.kindOf(text.slice(0, colon), { kube, log });
+    const shapeProblem = keyProblem({ ...declaration.reconciles, namespaced: parts.key.namespace !== '' }, parts.key);
+    if (shapeProblem) return shapeProblem;
+    const kind = await declaration.runtimeKinds.kindOf(parts.groupKind, { kube, log });
     return kind ? parseKindKey(text, [kind]) : parsed;
   }
 
