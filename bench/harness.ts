@@ -4,6 +4,7 @@
 import type { TestCluster } from '../test/support/cluster.ts';
 import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
 import type { ConvergenceWatch } from './convergence.ts';
+import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
 
 /** Writes in flight at once on the direct side, and the user's creates on the plane side. */
 export const CONCURRENCY = 32;
@@ -30,19 +31,23 @@ export interface Measured {
   quietMs: number;
   requests: RequestCounts;
   requestsPerObject: number;
+  /** CPU seconds from the first write until quiet: this process, function processes, kube-apiserver, etcd (Linux only) */
+  cpu?: CpuSeconds;
 }
 
 /** One measured run of `work` producing `n` objects that `watch` sees converge. */
 export async function measure(cluster: TestCluster, watch: ConvergenceWatch, n: number, work: () => Promise<void>): Promise<Measured> {
   await sleep(300); // the watch is established (it sends nothing until the first object anyway)
   const { totals: before } = await awaitQuiet(cluster.cp, { quietMs: 1000 });
+  const cpuBefore = cpuSnapshot(cluster.cp.dir);
   const started = performance.now();
   const working = work();
   await watch.until(n, Math.max(120_000, n * 200));
   const convergedMs = watch.lastAt - started;
   await working;
   const { totals: after, lastChangeAt } = await awaitQuiet(cluster.cp);
+  const cpu = cpuBetween(cpuBefore, cpuSnapshot(cluster.cp.dir));
   await watch.stop();
   const requests = requestDifference(before, after);
-  return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n };
+  return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n, cpu };
 }

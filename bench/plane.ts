@@ -35,25 +35,14 @@ import { desiredPod, ImmortalContainerKind, nextStatus, type ImmortalContainer, 
 import { Pod } from '../functions/runtime/kinds.ts';
 import { KubeClient } from '../functions/runtime/kube.ts';
 import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
-import { awaitQuiet, requestDifference, scrapeRequestTotals, type RequestCounts } from './apiserver-metrics.ts';
+import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
+import { CONCURRENCY, createNamespace, measure, pooled, sleep, type Measured } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const CONCURRENCY = 32;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-interface RunResult {
+interface RunResult extends Measured {
   side: 'plane' | 'direct';
   n: number;
-  /** first create sent → the watch saw the last object converge */
-  convergedMs: number;
-  /** first create sent → the API server counted no new request for 1.5 s (minus those 1.5 s) */
-  quietMs: number;
-  requests: RequestCounts;
-  requestsPerObject: number;
-  /** CPU seconds from the first create until quiet: this process, function processes, kube-apiserver, etcd (Linux only) */
-  cpu?: CpuSeconds;
   /** objects with a pod count other than one, or startTimes other than 1, at the end */
   anomalies: string[];
   /** plane only: most function instances seen running at once (polled every 100 ms) */
@@ -67,19 +56,6 @@ interface RunResult {
 const newIc = (namespace: string, name: string): ImmortalContainer => ({
   apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace }, spec: { image: 'nginx' },
 });
-
-/** Runs `work(i)` for i < n with at most CONCURRENCY at once. */
-async function pooled(n: number, work: (i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(Array.from({ length: Math.min(CONCURRENCY, n) }, async () => {
-    while (next < n) await work(next++);
-  }));
-}
-
-async function createNamespace(cluster: TestCluster, name: string): Promise<void> {
-  const answer = await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
-  if (answer.status !== 201) throw new Error(`creating namespace ${name}: ${answer.status}`);
-}
 
 /** Deletes every ImmortalContainer and pod of `namespace` (no garbage collector needed). */
 async function clean(cluster: TestCluster, namespace: string): Promise<void> {
@@ -103,26 +79,12 @@ async function anomalies(kube: KubeClient, namespace: string, n: number): Promis
   return found;
 }
 
-/**
- * One measured run: `work` starts after the first scrape; convergence is seen by the watch;
- * the counting ends when the API server is quiet.
- */
-async function measure(cluster: TestCluster, watcher: KubeClient, namespace: string, n: number, work: () => Promise<void>): Promise<Pick<RunResult, 'convergedMs' | 'quietMs' | 'requests' | 'requestsPerObject' | 'cpu'>> {
+/** One measured run of `work` (bench/harness.ts); a startTimes above 1 is a double count, never expected. */
+async function measureImmortals(cluster: TestCluster, watcher: KubeClient, namespace: string, n: number, work: () => Promise<void>): Promise<Measured> {
   const watch = new ConvergenceWatch(watcher, namespace);
-  await sleep(300); // the watch is established (it sends nothing until the first object anyway)
-  const { totals: before } = await awaitQuiet(cluster.cp, { quietMs: 1000 });
-  const cpuBefore = cpuSnapshot(cluster.cp.dir);
-  const started = performance.now();
-  const working = work();
-  await watch.until(n, Math.max(120_000, n * 200));
-  const convergedMs = watch.lastAt - started;
-  await working;
-  const { totals: after, lastChangeAt } = await awaitQuiet(cluster.cp);
-  const cpu = cpuBetween(cpuBefore, cpuSnapshot(cluster.cp.dir));
-  await watch.stop();
+  const measured = await measure(cluster, watch, n, work);
   if (watch.overCounted.size) throw new Error(`startTimes above 1 seen on ${[...watch.overCounted].slice(0, 5).join(', ')}`);
-  const requests = requestDifference(before, after);
-  return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n, cpu };
+  return measured;
 }
 
 /** The function's command under `node --cpu-prof`, its profile written to `dir` when it exits. */
@@ -162,7 +124,7 @@ async function runPlane(cluster: TestCluster, options: { n: number; rep: number;
     await warm.stop();
     maxInstances = 0;
     const emittedBefore = plane.source.stats().emitted;
-    const measured = await measure(cluster, watcher, namespace, n, () => pooled(n, async (i) => {
+    const measured = await measureImmortals(cluster, watcher, namespace, n, () => pooled(n, async (i) => {
       await writer.create(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
     }));
     const activator = plane.activator as unknown as { stats?: () => unknown };
@@ -186,7 +148,7 @@ async function runDirect(cluster: TestCluster, options: { n: number; rep: number
   const namespace = `direct-${n}-${rep}`;
   await createNamespace(cluster, namespace);
   try {
-    const measured = await measure(cluster, watcher, namespace, n, () => pooled(n, async (i) => {
+    const measured = await measureImmortals(cluster, watcher, namespace, n, () => pooled(n, async (i) => {
       const owner = await writer.create<ImmortalContainer>(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
       const pod = await writer.create<PodObject>(Pod, desiredPod(owner));
       await writer.mergePatch(ImmortalContainerKind, { namespace, name: owner.metadata.name! }, { status: nextStatus(owner, owner, pod) }, 'status');
