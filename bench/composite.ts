@@ -24,7 +24,6 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { CRD_DIR, readManifests } from '../eventing/crds.ts';
 import { ApiServerSource } from '../eventing/knative/kinds.ts';
 import { applyGeneratedObjects } from '../eventing/knative/local.ts';
 import { DEFAULT_OPTIONS } from '../eventing/manifests/options.ts';
@@ -37,15 +36,15 @@ import { serveHooks } from '../functions/composite/serve-hook.ts';
 import { sourceName } from '../functions/composite-controller/eventing.ts';
 import composite from '../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../functions/composite-controller/kinds.ts';
-import { Pod, type KubeObject, type ResourceKind } from '../functions/runtime/kinds.ts';
+import { Pod, type KubeObject } from '../functions/runtime/kinds.ts';
 import { KubeClient } from '../functions/runtime/kube.ts';
 import { eventually, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
+import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../test/support/examples.ts';
 import { ConvergenceWatch } from './convergence.ts';
 import { CONCURRENCY, createNamespace, measure, pooled, type Measured } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const Parent: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
-const SEED_HOOK = 'http://immortalcontainer-controller.metacontroller/';
+const Parent = MetaImmortalContainer;
 
 type ParentObject = KubeObject & { spec?: { image?: string }; status?: { currentPod?: string; observedGeneration?: number } };
 const converged = (object: KubeObject): boolean => {
@@ -99,13 +98,13 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
     log: pino({ level: 'silent' }),
     stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
     idleTimeoutMs: 60_000,
-    env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK}=${hookUrl}/` },
+    env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hookUrl}/` },
     command: bundled.command,
     knativeObjects: {},
   });
   await plane.start();
   try {
-    const controller = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === 'CompositeController')!;
+    const controller = metacontrollerExample('CompositeController');
     await writer.create(CompositeControllerKind, controller);
     for (const role of ['parents', 'children'] as const) {
       const name = sourceName(controller.metadata.name!, role);

@@ -15,7 +15,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
 import { ApiServerSource } from '../../eventing/knative/kinds.ts';
 import { applyGeneratedObjects } from '../../eventing/knative/local.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
@@ -25,15 +24,16 @@ import { sync } from '../../functions/composite/immortal-container-hook.ts';
 import { serveHooks, type HookServer } from '../../functions/composite/serve-hook.ts';
 import { sourceName } from '../../functions/composite-controller/eventing.ts';
 import composite from '../../functions/composite-controller/index.ts';
+import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
 
 const NS = DEFAULT_OPTIONS.namespace;
-const MetaImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
 /** The other ImmortalContainer CRD in crds/: parents of a second controller, made while the plane runs. */
-const PlainImmortalContainer: ResourceKind = { group: 'immortalcontainer.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
+const PlainImmortalContainer = ImmortalContainerKind;
 const SEED = 'immortalcontainer-controller';
 const SECOND = 'configmap-per-container';
 const say = (line: string) => console.log(`# ${line}`);
@@ -42,12 +42,6 @@ let cluster: TestCluster;
 let plane: EventPlane;
 let hooks: HookServer;
 const stateDir = mkdtempSync(join(tmpdir(), 'opfn-composite-plane-'));
-
-const seedController = (): KubeObject => {
-  const found = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === 'CompositeController');
-  assert.ok(found, 'crds/examples has the seed CompositeController');
-  return found;
-};
 
 /** A second controller, written here: one ConfigMap per (plain) ImmortalContainer, carrying its image. */
 const secondController: KubeObject = {
@@ -97,7 +91,7 @@ before(async () => {
     log: quietLog,
     stateDir,
     idleTimeoutMs: 60_000,
-    env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `http://immortalcontainer-controller.metacontroller/=${hooks.url}/,http://second.hooks.test/=${hooks.url}/` },
+    env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,http://second.hooks.test/=${hooks.url}/` },
     knativeObjects: { clientFor: async (namespace, account) => KubeClient.fromFile(await cluster.cp.serviceAccountKubeconfig(namespace, account)) },
   });
   await plane.start();
@@ -112,7 +106,7 @@ after(async () => {
 
 describe('a CompositeController applied while the plane runs is served through it', () => {
   test('its sources are written by the function and run by the plane (Ready), owned by the controller', async () => {
-    const controller = await cluster.kube.create(CompositeControllerKind, seedController());
+    const controller = await cluster.kube.create(CompositeControllerKind, metacontrollerExample('CompositeController'));
     for (const role of ['parents', 'children'] as const) {
       const name = sourceName(SEED, role);
       await eventually(async () => (await readyOf(name)) === 'True Ready', 60_000, `ApiServerSource ${name} Ready`, () => readyOf(name));

@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { applyCrds, CRD_DIR, readManifests } from '../../eventing/crds.ts';
+import { applyCrds } from '../../eventing/crds.ts';
 import { CompositeSources } from '../../eventing/knative/composite-sources.ts';
 import { installKnativeCrds } from '../../eventing/knative/crds.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
@@ -28,25 +28,33 @@ import { CompositeControllerKind } from '../../functions/composite-controller/ki
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { crdFor, MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 const NS = DEFAULT_OPTIONS.namespace;
 const SEED = 'immortalcontainer-controller';
-const SEED_HOOK_URL = 'http://immortalcontainer-controller.metacontroller/';
 const SCRIPTED_HOOK_URL = 'http://scripted.hooks.test/';
-const MetaImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: false };
-const widgetCrd: KubeObject = {
-  apiVersion: 'apiextensions.k8s.io/v1',
-  kind: 'CustomResourceDefinition',
-  metadata: { name: 'widgets.example.com' },
+const Gadget: ResourceKind = { ...Widget, kind: 'Gadget', plural: 'gadgets' };
+
+/** A controller of `parent` with ConfigMap children, synced by the widgets' hook (below). */
+const configMapController = (name: string, parent: ResourceKind): KubeObject => ({
+  apiVersion: 'metacontroller.k8s.io/v1alpha1',
+  kind: 'CompositeController',
+  metadata: { name },
   spec: {
-    group: 'example.com',
-    scope: 'Cluster',
-    names: { kind: 'Widget', listKind: 'WidgetList', plural: 'widgets', singular: 'widget' },
-    versions: [{ name: 'v1', served: true, storage: true, subresources: { status: {} }, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
+    parentResource: { apiVersion: `${parent.group}/${parent.version}`, resource: parent.plural },
+    childResources: [{ apiVersion: 'v1', resource: 'configmaps' }],
+    generateSelector: true,
+    hooks: { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}widget-sync` } } },
   },
-};
+});
+
+/** The widgets' hook: one ConfigMap per namespace listed in the parent's spec; status = the children it saw. */
+const widgetSync = (request: any) => ({
+  status: { seen: Object.keys(request.children['ConfigMap.v1'] ?? {}) },
+  children: (request.parent.spec?.namespaces ?? []).map((namespace: string) => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: request.parent.metadata.name, namespace }, data: { from: 'widget' } })),
+});
 
 type PodObject = KubeObject & { spec?: { containers?: { image: string }[] } };
 type Parent = KubeObject & { status?: Record<string, unknown> };
@@ -57,16 +65,10 @@ let cluster: TestCluster;
 let kube: KubeClient;
 let plane: EventPlane;
 let hooks: HookServer;
-let scripted: Server;
 let recorder: Server;
 const seen: Seen[] = [];
 const stateDir = mkdtempSync(join(tmpdir(), 'opfn-composite-plane-'));
 
-const example = (kind: string): KubeObject => {
-  const found = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === kind && (kind === 'CompositeController' || object.apiVersion === 'immortalcontainers.flugel.it/v1alpha1'));
-  assert.ok(found, `crds/examples has the Metacontroller ${kind}`);
-  return found;
-};
 const applied = () => plane.knative!.derived!.applied();
 const sourceReady = (controller: string, role: 'parents' | 'children') => plane.status!.ready(`ApiServerSource ${NS}/${sourceName(controller, role)}`)?.status === 'True';
 const diagnose = async () => JSON.stringify({ applied: applied(), problems: plane.status!.problems(), stats: plane.stats().source });
@@ -83,21 +85,7 @@ before(async () => {
   // sources would succeed (see the last test).
   await installKnativeCrds(kube);
   await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: NS } });
-  hooks = await serveHooks({ hooks: { '/sync': sync } });
-  // The widgets' hook: one ConfigMap per namespace listed in the parent's spec; status = the children it saw.
-  scripted = createServer((request, response) => {
-    const chunks: Buffer[] = [];
-    request.on('data', (chunk: Buffer) => chunks.push(chunk));
-    request.on('end', () => {
-      const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-      const answer = {
-        status: { seen: Object.keys(body.children['ConfigMap.v1'] ?? {}) },
-        children: (body.parent.spec?.namespaces ?? []).map((namespace: string) => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: body.parent.metadata.name, namespace }, data: { from: 'widget' } })),
-      };
-      response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(answer));
-    });
-  });
-  const scriptedUrl = await listen(scripted);
+  hooks = await serveHooks({ hooks: { '/sync': sync, '/widget-sync': widgetSync } });
   recorder = createServer((request, response) => {
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -120,7 +108,7 @@ before(async () => {
     idleTimeoutMs: 60_000,
     resyncIntervalMs: 0,
     delivery: { retry: 12, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S' },
-    env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}` },
+    env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${hooks.url}/` },
     triggers: [{ name: 'recorder', filter: { attributes: { [FUNCTION_EXTENSION]: composite.name } }, subscriber: recorderUrl }],
   });
   await plane.start();
@@ -129,10 +117,8 @@ before(async () => {
 after(async () => {
   await plane?.stop({ drainTimeoutMs: 1000 });
   await hooks?.close();
-  for (const server of [scripted, recorder]) {
-    server?.closeAllConnections();
-    server?.close();
-  }
+  recorder?.closeAllConnections();
+  recorder?.close();
   await cluster?.stop();
   rmSync(stateDir, { recursive: true, force: true });
 });
@@ -146,11 +132,11 @@ describe('CompositeControllers applied while the plane runs (objects in memory)'
   });
 
   test("the seed's CompositeController, applied now: its sources run; an ImmortalContainer created after gets its pod and the hook's status through source → broker → function", async () => {
-    await kube.create(CompositeControllerKind, example('CompositeController'));
+    await kube.create(CompositeControllerKind, metacontrollerExample('CompositeController'));
     await eventually(async () => sourceReady(SEED, 'parents') && sourceReady(SEED, 'children'), 60_000, 'the seed controller\'s sources Ready', diagnose);
     assert.deepEqual(applied()[SEED], [sourceName(SEED, 'parents'), sourceName(SEED, 'children')]);
 
-    await kube.create(MetaImmortalContainer, example('ImmortalContainer'), 'default');
+    await kube.create(MetaImmortalContainer, metacontrollerExample('ImmortalContainer'), 'default');
     const parent = await eventually(async () => {
       const current = await kube.get<Parent>(MetaImmortalContainer, key);
       return current?.status?.currentPod === podKey.name ? current : undefined;
@@ -176,23 +162,13 @@ describe('CompositeControllers applied while the plane runs (objects in memory)'
   });
 
   test('a second controller applied before its parent kind is served gets no sources; once the CRD is applied it is retried and served (cluster-scoped parent, ConfigMap children in two namespaces)', async () => {
-    await kube.create(CompositeControllerKind, {
-      apiVersion: 'metacontroller.k8s.io/v1alpha1',
-      kind: 'CompositeController',
-      metadata: { name: 'widgets' },
-      spec: {
-        parentResource: { apiVersion: 'example.com/v1', resource: 'widgets' },
-        childResources: [{ apiVersion: 'v1', resource: 'configmaps' }],
-        generateSelector: true,
-        hooks: { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}widget-sync` } } },
-      },
-    });
+    await kube.create(CompositeControllerKind, configMapController('widgets', Widget));
     // The function reads the controller too (its own source): it cannot serve it either yet.
     await eventually(async () => seen.some((event) => event.kind === 'CompositeController' && event.name === 'widgets'), 60_000, 'the controller\'s event reached the function');
     assert.equal(applied().widgets, undefined, 'no sources while widgets are not served');
 
     // Nothing about the controller changes from here on: its sources come from the retry.
-    await applyCrds(kube, [widgetCrd]);
+    await applyCrds(kube, [crdFor(Widget)]);
     await eventually(async () => sourceReady('widgets', 'parents') && sourceReady('widgets', 'children'), 90_000, 'the widgets controller\'s sources Ready after its CRD', diagnose);
 
     for (const name of ['ns-a', 'ns-b']) await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
@@ -219,7 +195,7 @@ describe('CompositeControllers applied while the plane runs (objects in memory)'
     await kube.create(Widget, { apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'w2', labels: { phase: 'after-delete' } }, spec: { namespaces: ['ns-a'] } });
     // A barrier through the plane: an ImmortalContainer created after those changes gets its pod
     // (its events went source → broker → function), so the widgets' would have arrived too.
-    await kube.create(MetaImmortalContainer, { ...example('ImmortalContainer'), metadata: { name: 'after-widgets' } }, 'default');
+    await kube.create(MetaImmortalContainer, { ...metacontrollerExample('ImmortalContainer'), metadata: { name: 'after-widgets' } }, 'default');
     await eventually(() => kube.get(Pod, { namespace: 'default', name: 'after-widgets-immortalpod' }), 60_000, 'the pod of after-widgets', diagnose);
     await eventually(async () => seen.some((event) => event.kind === 'Pod' && event.name === 'after-widgets-immortalpod'), 60_000, 'the pod\'s event reached the function');
     const late = seen.filter((event) => event.kind === 'Widget' && (event.name === 'w2' || event.labels.phase === 'after-delete'));
@@ -248,20 +224,9 @@ describe('CompositeControllers applied while the plane runs (objects in memory)'
   });
 
   test('a controller whose parent is a new kind of a group-version the plane already watches (a second CRD of example.com/v1) is served too', async () => {
-    await applyCrds(kube, [{ ...widgetCrd, metadata: { name: 'gadgets.example.com' }, spec: { ...(widgetCrd.spec as object), names: { kind: 'Gadget', listKind: 'GadgetList', plural: 'gadgets', singular: 'gadget' } } }]);
-    await kube.create(CompositeControllerKind, {
-      apiVersion: 'metacontroller.k8s.io/v1alpha1',
-      kind: 'CompositeController',
-      metadata: { name: 'gadgets' },
-      spec: {
-        parentResource: { apiVersion: 'example.com/v1', resource: 'gadgets' },
-        childResources: [{ apiVersion: 'v1', resource: 'configmaps' }],
-        generateSelector: true,
-        hooks: { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}gadget-sync` } } },
-      },
-    });
+    await applyCrds(kube, [crdFor(Gadget)]);
+    await kube.create(CompositeControllerKind, configMapController('gadgets', Gadget));
     await eventually(async () => sourceReady('gadgets', 'parents') && sourceReady('gadgets', 'children'), 60_000, 'the gadgets controller\'s sources Ready', diagnose);
-    const Gadget: ResourceKind = { ...Widget, kind: 'Gadget', plural: 'gadgets' };
     await kube.create(Gadget, { apiVersion: 'example.com/v1', kind: 'Gadget', metadata: { name: 'g1' }, spec: { namespaces: ['ns-b'] } });
     await eventually(() => kube.get(ConfigMap, { namespace: 'ns-b', name: 'g1' }), 60_000, 'the gadget\'s ConfigMap', diagnose);
     await kube.delete(CompositeControllerKind, { namespace: '', name: 'gadgets' });

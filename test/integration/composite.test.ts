@@ -6,25 +6,24 @@
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
-import { applyCrds, CRD_DIR, readManifests } from '../../eventing/crds.ts';
+import { applyCrds } from '../../eventing/crds.ts';
 import { sync } from '../../functions/composite/immortal-container-hook.ts';
 import { serveHooks, type HookServer } from '../../functions/composite/serve-hook.ts';
 import { LAST_APPLIED_ANNOTATION } from '../../functions/composite/apply.ts';
 import composite from '../../functions/composite-controller/index.ts';
+import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { CloudEvent, HTTP } from 'cloudevents';
 import { deliver, eventually, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { crdFor, MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
-const MetaImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
-const SEED_HOOK_URL = 'http://immortalcontainer-controller.metacontroller/';
 /** The other ImmortalContainer CRD (crds/immortalcontainer.yaml): parents for the controllers below, told apart by label. */
-const PlainImmortalContainer: ResourceKind = { group: 'immortalcontainer.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
+const PlainImmortalContainer = ImmortalContainerKind;
 const SCRIPTED_HOOK_URL = 'http://scripted.hooks.test/';
 
 /** A hook server whose answer each test scripts: (path, request) → [status, body, headers, delay ms]. */
@@ -35,29 +34,12 @@ let scripted: Server;
 
 /** A cluster-scoped kind of the test's own, applied while the function runs. */
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: false };
-const widgetCrd: KubeObject = {
-  apiVersion: 'apiextensions.k8s.io/v1',
-  kind: 'CustomResourceDefinition',
-  metadata: { name: 'widgets.example.com' },
-  spec: {
-    group: 'example.com',
-    scope: 'Cluster',
-    names: { kind: 'Widget', listKind: 'WidgetList', plural: 'widgets', singular: 'widget' },
-    versions: [{ name: 'v1', served: true, storage: true, subresources: { status: {} }, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
-  },
-};
 let scriptedUrl: string;
 
 let cluster: TestCluster;
 let kube: KubeClient;
 let hooks: HookServer;
 let fn: RunningFunction;
-
-const example = (kind: string): KubeObject => {
-  const found = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === kind && (kind === 'CompositeController' || object.apiVersion === 'immortalcontainers.flugel.it/v1alpha1'));
-  assert.ok(found, `crds/examples has the Metacontroller ${kind}`);
-  return found;
-};
 
 /** What the plane delivers when a CompositeController changes (or a resync names it). */
 const nudge = async (name = 'immortalcontainer-controller') => {
@@ -92,8 +74,8 @@ before(async () => {
   const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite);
   // Events are delivered here directly: nobody runs per-controller sources (see test/e2e/composite-plane.test.ts for those).
   fn = await serveFunction(composite, kubeconfig, { config: { COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}`, COMPOSITE_EVENT_SOURCES: 'plane' } });
-  await kube.create(CompositeControllerKind, example('CompositeController'));
-  await kube.create(MetaImmortalContainer, example('ImmortalContainer'), 'default');
+  await kube.create(CompositeControllerKind, metacontrollerExample('CompositeController'));
+  await kube.create(MetaImmortalContainer, metacontrollerExample('ImmortalContainer'), 'default');
 });
 
 after(async () => {
@@ -181,7 +163,7 @@ describe('events of parent and child kinds, routed by the function (runtimeKinds
     deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode }));
 
   test("a parent's add event syncs that parent alone: its pod is created", async () => {
-    const created = await kube.create<KubeObject>(MetaImmortalContainer, { ...example('ImmortalContainer'), metadata: { name: second.name } }, 'default');
+    const created = await kube.create<KubeObject>(MetaImmortalContainer, { ...metacontrollerExample('ImmortalContainer'), metadata: { name: second.name } }, 'default');
     const answer = await event(MetaImmortalContainer, created, 'add', 'Reference');
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     const pod = await kube.get<PodObject>(Pod, secondPod);
@@ -235,7 +217,7 @@ describe('kinds known only at run time', () => {
     assert.equal(answer.status, 503, JSON.stringify(answer.body));
     assert.match(JSON.stringify(answer.body), /does not serve widgets in example\.com\/v1/);
 
-    await applyCrds(kube, [widgetCrd]);
+    await applyCrds(kube, [crdFor(Widget)]);
     for (const name of ['ns-a', 'ns-b']) await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
     await kube.create(Widget, { apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'w1' }, spec: { namespaces: ['ns-a', 'ns-b'] } });
     script = (_path, request) => ({
