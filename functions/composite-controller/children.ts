@@ -46,11 +46,17 @@ export function sharedLists(kube: KubeClient): CandidateLists {
   };
 }
 
-/** The objects of a child kind that `selector` matches, listed for one parent (no sharing). */
+/**
+ * The objects of a child kind that `selector` matches, listed for one parent (no sharing), from
+ * the API server's watch cache: read from etcd, every such list would scan the whole collection
+ * (measured: 1000 parents converged 15× slower than direct writes, 200 only 4.7×). A list a
+ * little stale is what upstream's informer gives too, and is safe for the same reasons as
+ * sharedLists' (the selector is never empty: childSelector refuses that).
+ */
 export function selectedLists(kube: KubeClient, selector: Selector): CandidateLists {
   return async (kind, namespace) => {
     const items: KubeObject[] = [];
-    for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined })) items.push(...page.items.map((item) => typed(kind, item)));
+    for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined, cached: true })) items.push(...page.items.map((item) => typed(kind, item)));
     return items;
   };
 }
