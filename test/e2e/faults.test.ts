@@ -173,6 +173,8 @@ test(`kube-apiserver restarted during a burst of ${COUNT}: every object has one 
   const restartsBefore = plane.source.stats().watchRestarts + plane.source.stats().relists;
   // What a custom resource GET answers while the API server restarts (the garbage collector's
   // view of an owner): a 404 here would make the collector delete a child whose owner exists.
+  // kube-apiserver 1.20 as released does, at about 1 start in 15 under load (a race in its CRD
+  // handler, see cluster/provision.sh, which builds it with the race fixed).
   const answers = new Set<string>();
   await burstWithFault('restart', async () => {
     let restarted = false;
