@@ -15,6 +15,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { serviceAccountClients } from '../../eventing/dev.ts';
 import { ApiServerSource } from '../../eventing/knative/kinds.ts';
 import { applyGeneratedObjects } from '../../eventing/knative/local.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
@@ -27,7 +28,6 @@ import composite from '../../functions/composite-controller/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
 
@@ -92,7 +92,7 @@ before(async () => {
     stateDir,
     idleTimeoutMs: 60_000,
     env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,http://second.hooks.test/=${hooks.url}/` },
-    knativeObjects: { clientFor: async (namespace, account) => KubeClient.fromFile(await cluster.cp.serviceAccountKubeconfig(namespace, account)) },
+    knativeObjects: { clientFor: serviceAccountClients(cluster.cp) },
   });
   await plane.start();
 });

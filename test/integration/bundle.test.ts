@@ -161,6 +161,16 @@ function imageCommand(): { file: string; args: string[] } {
 }
 
 /** Root may run the image's steps as the image's USER, as Docker and the kubelet do; anyone else runs them as themselves. */
+/**
+ * A kubeconfig that only lets the function start (readable by the image's USER): nothing contacts
+ * its address before an event arrives.
+ */
+function unreachableKubeconfig(name: string): string {
+  const path = join(scratch, `${name}.kubeconfig`);
+  writeFileSync(path, 'apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: "https://127.0.0.1:9"}}]\nusers: [{name: x, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\ncurrent-context: x\n', { mode: 0o644 });
+  return path;
+}
+
 const isRoot = process.getuid?.() === 0;
 function runAs(user: string | undefined): { uid?: number; gid?: number } {
   if (!user || !isRoot) return {};
@@ -341,9 +351,7 @@ describe('the image and the generated Knative Service agree', () => {
 
   test('read-only root file system, as the Service runs it: starts, answers its probes, reads the code cache, writes nothing', async () => {
     const as = runAs(runtime.user);
-    const kubeconfig = join(scratch, 'unreachable.kubeconfig');
-    // Only lets the function start: nothing contacts this address before an event arrives.
-    writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: "https://127.0.0.1:9"}}]\nusers: [{name: x, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\ncurrent-context: x\n', { mode: 0o644 });
+    const kubeconfig = unreachableKubeconfig('unreachable');
     const before = imageFiles();
     assert.equal(spawnSync('chmod', ['-R', 'a-w', image]).status, 0);
     try {
@@ -421,9 +429,7 @@ describe('the image entry', () => {
   test('a code cache made with other node flags is refused in one line on stderr; the function still starts, and writes nothing on a read-only image', async () => {
     const { args } = imageCommand();
     const entry = args.slice(args.findIndex((arg) => arg.endsWith('main.mjs')));
-    const kubeconfig = join(scratch, 'other-flags.kubeconfig');
-    // Only lets the function start (readable by the image's USER): nothing contacts this address.
-    writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: "https://127.0.0.1:9"}}]\nusers: [{name: x, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\ncurrent-context: x\n', { mode: 0o644 });
+    const kubeconfig = unreachableKubeconfig('other-flags');
     const before = imageFiles();
     assert.equal(spawnSync('chmod', ['-R', 'a-w', image]).status, 0);
     try {

@@ -13,6 +13,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { serviceAccountClients } from '../../eventing/dev.ts';
 import { ApiServerSource, KnativeService, PingSource, Trigger } from '../../eventing/knative/kinds.ts';
 import { applyGeneratedObjects } from '../../eventing/knative/local.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
@@ -63,7 +64,7 @@ before(async () => {
     stateDir,
     idleTimeoutMs: 60_000,
     env: { LOG_LEVEL: 'warn' },
-    knativeObjects: { clientFor: async (namespace, account) => KubeClient.fromFile(await cluster.cp.serviceAccountKubeconfig(namespace, account)) },
+    knativeObjects: { clientFor: serviceAccountClients(cluster.cp) },
   });
   await plane.start();
   functionUrl = plane.activator.urlFor(immortalContainer.name);
