@@ -28,11 +28,11 @@ COPY --from=build /app/dist ./dist
 # with other flags): starts each function once (no cluster needed) and stops it. Written as root
 # into dist/, readable by all; at run time it is only read (a rejected or missing cache only
 # costs start time: the function compiles its bundle and says so on stderr).
-RUN node --liftoff-only --max-semi-space-size=1 dist/warm-cache.mjs
+RUN node --max-semi-space-size=1 dist/warm-cache.mjs
 # The `node` user of the base image, by number: Kubernetes can only verify runAsNonRoot for a
 # numeric USER, and the generated Knative Service runs as this very UID (runAsUser 1000, see
 # eventing/manifests/service.ts).
 USER 1000:1000
 EXPOSE 8080
 # Flags: less memory for an instance that idles most of its life (IMAGE_NODE_FLAGS, bin/build.ts).
-ENTRYPOINT ["node", "--liftoff-only", "--max-semi-space-size=1", "dist/main.mjs"]
+ENTRYPOINT ["node", "--max-semi-space-size=1", "dist/main.mjs"]

@@ -25,64 +25,12 @@ import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { build, type Metafile, type Plugin } from 'esbuild';
+import { build, type Metafile } from 'esbuild';
 import { functionModules } from '../functions/index.ts';
+import { bundleNarrowing } from './bundle-narrowing.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const REGISTRY = join(ROOT, 'functions', 'index.ts');
-
-/**
- * client-node's `config.js` (KubeConfig) takes two names from `./gen/index.js`, the index of its
- * generated code, which re-exports every API group, model and serializer (355 KiB minified).
- * That code runs nothing when loaded, but the package does not say so (no `sideEffects`
- * field), so esbuild would keep all of it. This gives config.js an index with just the two
- * names, from the modules that define them; if a later client-node takes more names from it,
- * the build fails ("No matching export"), it never silently misses code.
- */
-const CONFIG_GEN_NAMES = "export { createConfiguration } from './gen/configuration.js';\nexport { ServerConfiguration } from './gen/servers.js';\n";
-const narrowClientNodeGen: Plugin = {
-  name: 'narrow-client-node-gen',
-  setup(build) {
-    build.onResolve({ filter: /^\.\/gen\/index\.js$/ }, (args) =>
-      /[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]config\.js$/.test(args.importer) ? { path: args.importer, namespace: 'client-node-config-gen' } : undefined);
-    build.onLoad({ filter: /.*/, namespace: 'client-node-config-gen' }, (args) => ({ contents: CONFIG_GEN_NAMES, resolveDir: dirname(args.path), loader: 'js' }));
-  },
-};
-
-/**
- * undici's index loads all of undici when it is imported: fetch, WebSocket, EventSource, the
- * caches (node:sqlite), mocks, every interceptor (node:dns, node:zlib). The bundles import it
- * from two places only: kube.ts (Agent, request) and client-node (Agent and ProxyAgent in
- * config.js; fetch in the generated API clients, which no function uses). This module gives
- * them those names from undici's own modules, and loads fetch only if it is ever called.
- * `request` is undici's top-level shortcut (a URL, then `dispatcher.request`), for the form
- * kube.ts uses; an import of any other name from 'undici' fails the build.
- * Measured: about 180 KiB less bundle and 1.5 MiB less idle RSS.
- */
-const NARROW_UNDICI = `
-import Dispatcher from 'undici/lib/dispatcher/dispatcher.js';
-import api from 'undici/lib/api/index.js';
-import Agent from 'undici/lib/dispatcher/agent.js';
-import ProxyAgent from 'undici/lib/dispatcher/proxy-agent.js';
-import { getGlobalDispatcher, setGlobalDispatcher } from 'undici/lib/global.js';
-// As undici's index does: request, stream, pipeline… on every dispatcher.
-Object.assign(Dispatcher.prototype, api);
-export { Agent, ProxyAgent, getGlobalDispatcher, setGlobalDispatcher };
-export function request(url, { dispatcher = getGlobalDispatcher(), ...options } = {}) {
-  const target = new URL(url);
-  return dispatcher.request({ ...options, origin: target.origin, path: target.pathname + target.search, method: options.method ?? 'GET' });
-}
-export function fetch(...args) {
-  return require('undici/lib/web/fetch/index.js').fetch(...args);
-}
-`;
-const narrowUndici: Plugin = {
-  name: 'narrow-undici',
-  setup(build) {
-    build.onResolve({ filter: /^undici$/ }, () => ({ path: 'undici', namespace: 'narrow-undici' }));
-    build.onLoad({ filter: /.*/, namespace: 'narrow-undici' }, () => ({ contents: NARROW_UNDICI, resolveDir: ROOT, loader: 'js' }));
-  },
-};
 
 export interface FunctionEntry {
   name: string;
@@ -110,23 +58,33 @@ function entrySource(entry: FunctionEntry): string {
 /**
  * Node flags the image runs dist/main.mjs with (Dockerfile ENTRYPOINT, and its warm-up RUN, since
  * V8 accepts a code cache only from a process with the same flags; test/integration/bundle.test.ts
- * checks both). They trade a little speed for memory: a function instance idles most of its life.
- * Measured on the idle RSS after a first reconcile (bench/cold-start.ts; /proc/<pid>/smaps):
+ * checks both). A function instance idles most of its life, so memory counts. Measured on the
+ * idle RSS after a first reconcile (bench/cold-start.ts):
  *
- *   --liftoff-only            undici parses HTTP with llhttp compiled to WebAssembly; once hot
- *                             (the first reconcile) V8 recompiles it with TurboFan in a
- *                             background thread, which leaves a 12 MiB malloc arena behind: 92 →
- *                             77 MiB. Liftoff's code parses an API server answer in microseconds.
- *                             Its price: Node's built-in modules come with a code cache made
- *                             without this flag, which V8 then refuses, so https, tls, http2…
- *                             are compiled at start: ready 141 → 169 ms (median of 12, same
- *                             machine). Set at run time (v8.setFlagsFromString) it has no effect.
  *   --max-semi-space-size=1   young generation capped at 1 MiB per semi-space (it grows to about
- *                             3 during start-up and stays): 77 → 75 MiB. More scavenges under a
- *                             burst (each cheap: the garbage of a reconcile dies young). The
- *                             local plane (opfn dev) runs main.mjs without these flags.
+ *                             3 during start-up and stays): −2 MiB. More scavenges under a burst
+ *                             (each cheap: the garbage of a reconcile dies young). The local
+ *                             plane (opfn dev) runs main.mjs without it.
+ *
+ * The other memory setting, WebAssembly kept at its baseline tier, is not a command-line flag:
+ * see LATE_V8_FLAGS.
  */
-export const IMAGE_NODE_FLAGS = ['--liftoff-only', '--max-semi-space-size=1'];
+export const IMAGE_NODE_FLAGS = ['--max-semi-space-size=1'];
+
+/**
+ * V8 flags dist/main.mjs sets once the bundle has loaded: undici parses HTTP with llhttp compiled
+ * to WebAssembly, and once hot (the first reconcile) V8 recompiles it with TurboFan in a
+ * background thread, which leaves a 12 MiB malloc arena behind (idle RSS 86 → 72 MiB). Liftoff,
+ * the baseline tier, parses an API server answer in microseconds.
+ * Why not `--liftoff-only` on the command line (the image's choice before): a V8 flag like it
+ * given at start changes the flag hash that Node's built-in modules' embedded code cache was made
+ * with, so V8 refuses it and compiles https, tls, crypto… on every start (ready +14 ms, a third
+ * of the bare node:http floor). Set after the bundle has loaded, they only touch what is
+ * compiled later; main.mjs sets them back before it writes the bundle's code cache at exit, so
+ * that cache carries the hash of a fresh start. They apply wherever main.mjs runs: the image and
+ * the local plane's bundled functions.
+ */
+export const LATE_V8_FLAGS = ['--no-wasm-tier-up', '--no-wasm-dynamic-tiering'];
 
 function mainSource(names: string[]): string {
   return `// Generated by bin/build.ts. The image's entry: node dist/main.mjs, function chosen by FUNCTION (or the first argument).
@@ -135,7 +93,9 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { debuglog } from 'node:util';
+import { setFlagsFromString } from 'node:v8';
 import { Script } from 'node:vm';
+const lateV8Flags = ${JSON.stringify(LATE_V8_FLAGS)};
 const known = ${JSON.stringify(names)};
 const name = process.argv[2] ?? process.env.FUNCTION;
 if (!name) {
@@ -170,6 +130,8 @@ if (useCache && (!cachedData || script.cachedDataRejected)) {
   // read-only (the image at run time) there is nothing to do.
   process.once('exit', () => {
     try {
+      // The cache records V8's flags: those of a fresh start, before the late ones.
+      for (const flag of lateV8Flags) setFlagsFromString(flag.replace(/^--no-/, '--'));
       const scratch = \`\${cacheFile}.\${process.pid}\`;
       writeFileSync(scratch, script.createCachedData());
       renameSync(scratch, cacheFile);
@@ -182,6 +144,8 @@ if (useCache && (!cachedData || script.cachedDataRejected)) {
 cachedData = undefined;
 const module = { exports: {}, filename: file, id: '.', loaded: false };
 script.runInThisContext()(module.exports, createRequire(file), module, file, dirname(file));
+// Now, not as node flags: see LATE_V8_FLAGS in bin/build.ts.
+for (const flag of lateV8Flags) setFlagsFromString(flag);
 `;
 }
 
@@ -282,7 +246,7 @@ export async function buildFunctions(options: { outdir?: string } = {}): Promise
       outfile: file,
       metafile: true,
       logLevel: 'silent',
-      plugins: [narrowClientNodeGen, narrowUndici],
+      plugins: bundleNarrowing,
     });
     for (const warning of result.warnings) console.warn(`warning (${entry.name}): ${warning.text}${warning.location ? ` (${warning.location.file}:${warning.location.line})` : ''}`);
     metafiles[entry.name] = result.metafile;

@@ -81,8 +81,9 @@ export function resyncEvent(declaration: FunctionDeclaration): CloudEvent<unknow
  * Builds the functions' esbuild bundles into `outdir` and returns how to run them, as the
  * container image does (dist/main.mjs, which runs a bundle from its V8 code cache and writes that
  * cache when the first instance exits): a cold start takes about a third of the time of running
- * the TypeScript sources (bench/cold-start.ts). Without the image's memory flags
- * (IMAGE_NODE_FLAGS): they cost start time, and the plane's instances come and go.
+ * the TypeScript sources (bench/cold-start.ts). Without the image's memory flag
+ * (IMAGE_NODE_FLAGS, a capped young generation): the plane's instances come and go, and more
+ * scavenges would only slow their bursts.
  */
 export async function bundledFunctions(outdir: string): Promise<Required<Pick<PlaneOptions, 'command'>>> {
   const { buildFunctions } = await import('../bin/build.ts');
