@@ -80,8 +80,8 @@ export const IMAGE_NODE_FLAGS = ['--max-semi-space-size=1'];
  * given at start changes the flag hash that Node's built-in modules' embedded code cache was made
  * with, so V8 refuses it and compiles https, tls, crypto… on every start (ready +14 ms, a third
  * of the bare node:http floor). Set after the bundle has loaded, they only touch what is
- * compiled later; main.mjs sets them back before it writes the bundle's code cache at exit, so
- * that cache carries the hash of a fresh start. They apply wherever main.mjs runs: the image and
+ * compiled later; main.mjs sets them back (each negates a V8 default) before it writes the
+ * bundle's code cache at exit, so that cache carries the hash of a fresh start. They apply wherever main.mjs runs: the image and
  * the local plane's bundled functions.
  */
 export const LATE_V8_FLAGS = ['--no-wasm-tier-up', '--no-wasm-dynamic-tiering'];

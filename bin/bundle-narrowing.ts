@@ -82,7 +82,7 @@ function editSource(name: string, file: RegExp, why: string, edits: SourceEdit[]
         for (const { from, to, count = 1 } of edits) {
           const found = typeof from === 'string' ? source.split(from).length - 1 : [...source.matchAll(from)].length;
           if (found !== count) return { errors: [{ text: `${name} (bin/bundle-narrowing.ts: ${why}): ${args.path} has ${found} × ${from}, expected ${count}; update the plugin for this version` }] };
-          source = typeof from === 'string' ? source.replace(from, to) : source.replace(from, to);
+          source = source.replace(from, to);
         }
         return { contents: source, loader: 'js' };
       });
