@@ -8,6 +8,9 @@ import type { Plugin } from 'esbuild';
 
 const require = createRequire(import.meta.url);
 
+/** client-node's KubeConfig module, which two plugins below narrow. */
+const CLIENT_NODE_CONFIG = /[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]config\.js$/;
+
 /**
  * client-node's `config.js` (KubeConfig) takes two names from `./gen/index.js`, the index of its
  * generated code, which re-exports every API group, model and serializer (355 KiB minified).
@@ -21,7 +24,7 @@ export const narrowClientNodeGen: Plugin = {
   name: 'narrow-client-node-gen',
   setup(build) {
     build.onResolve({ filter: /^\.\/gen\/index\.js$/ }, (args) =>
-      /[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]config\.js$/.test(args.importer) ? { path: args.importer, namespace: 'client-node-config-gen' } : undefined);
+      CLIENT_NODE_CONFIG.test(args.importer) ? { path: args.importer, namespace: 'client-node-config-gen' } : undefined);
     build.onLoad({ filter: /.*/, namespace: 'client-node-config-gen' }, (args) => ({ contents: CONFIG_GEN_NAMES, resolveDir: dirname(args.path), loader: 'js' }));
   },
 };
@@ -57,7 +60,7 @@ export const narrowUndici: Plugin = {
   name: 'narrow-undici',
   setup(build) {
     build.onResolve({ filter: /^undici$/ }, () => ({ path: 'undici', namespace: 'narrow-undici' }));
-    build.onLoad({ filter: /.*/, namespace: 'narrow-undici' }, (args) => ({ contents: NARROW_UNDICI, resolveDir: dirname(require.resolve('undici/package.json')), loader: 'js' }));
+    build.onLoad({ filter: /.*/, namespace: 'narrow-undici' }, () => ({ contents: NARROW_UNDICI, resolveDir: dirname(require.resolve('undici/package.json')), loader: 'js' }));
   },
 };
 
@@ -142,7 +145,6 @@ export const lazyBodyParsers = editSource('lazy-body-parsers', /[\\/]body-parser
  * missing; an import in another form fails the build.
  */
 const PROXY_MODULES = ['socks-proxy-agent', 'socks', 'hpagent'];
-const CLIENT_NODE_CONFIG = /[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]config\.js$/;
 export const lazyClientNodeProxies: Plugin = {
   name: 'lazy-client-node-proxies',
   setup(build) {
@@ -170,7 +172,7 @@ export const lazyClientNodeProxies: Plugin = {
  * by file extension of another type (res.sendFile, res.type('png')) finds nothing, which a
  * function never does.
  */
-export const MIME_TYPES_KEPT = (type: string, entry: { charset?: string }): boolean =>
+const keptMimeType = (type: string, entry: { charset?: string }): boolean =>
   Boolean(entry.charset) || type.startsWith('text/') || type === 'application/octet-stream';
 export const narrowMimeDb: Plugin = {
   name: 'narrow-mime-db',
@@ -178,7 +180,7 @@ export const narrowMimeDb: Plugin = {
     build.onResolve({ filter: /^mime-db$/ }, () => ({ path: 'mime-db', namespace: 'narrow-mime-db' }));
     build.onLoad({ filter: /.*/, namespace: 'narrow-mime-db' }, () => {
       const all = require('mime-db') as Record<string, { charset?: string }>;
-      const kept = Object.fromEntries(Object.entries(all).filter(([type, entry]) => MIME_TYPES_KEPT(type, entry)));
+      const kept = Object.fromEntries(Object.entries(all).filter(([type, entry]) => keptMimeType(type, entry)));
       return { contents: JSON.stringify(kept), loader: 'json' };
     });
   },

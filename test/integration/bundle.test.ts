@@ -161,7 +161,6 @@ function imageCommand(): { file: string; args: string[] } {
   return { file: process.execPath, args };
 }
 
-/** Root may run the image's steps as the image's USER, as Docker and the kubelet do; anyone else runs them as themselves. */
 /**
  * A kubeconfig that only lets the function start (readable by the image's USER): nothing contacts
  * its address before an event arrives.
@@ -172,6 +171,7 @@ function unreachableKubeconfig(name: string): string {
   return path;
 }
 
+/** Root may run the image's steps as the image's USER, as Docker and the kubelet do; anyone else runs them as themselves. */
 const isRoot = process.getuid?.() === 0;
 function runAs(user: string | undefined): { uid?: number; gid?: number } {
   if (!user || !isRoot) return {};
