@@ -112,7 +112,8 @@ cluster
     const { KubeClient } = await import('../functions/runtime/kube.ts');
     try {
       const started = performance.now();
-      const cp = await startControlPlane({ progress: say });
+      // Stopped by untilSignal below, in order (apiserver before etcd), not by the terminal's Ctrl-C.
+      const cp = await startControlPlane({ progress: say, ownProcessGroup: true });
       await applyCrds(KubeClient.fromFile(cp.kubeconfigPath));
       mkdirSync(STATE_DIR, { recursive: true });
       writeFileSync(CLUSTER_STATE, JSON.stringify({ pid: process.pid, server: cp.server, kubeconfig: cp.kubeconfigPath }, null, 2));

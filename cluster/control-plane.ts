@@ -42,6 +42,14 @@ export interface ControlPlaneOptions {
   controllerManager?: boolean;
   /** Where progress lines go (binary build, start). Default: stderr. */
   progress?: (line: string) => void;
+  /**
+   * Run etcd, kube-apiserver and kube-controller-manager in a process group of their own. A
+   * terminal's Ctrl-C sends SIGINT to every process of the foreground group: in the caller's
+   * group they would die at once, under the deliveries `opfn dev` is still draining. Only for
+   * callers that stop the control plane themselves on SIGINT; a test runner stopped by Ctrl-C
+   * (which skips exit handlers) would leave them running. Default false.
+   */
+  ownProcessGroup?: boolean;
 }
 
 /** Where the binaries are: KUBEBUILDER_ASSETS, the cache, or a build from Debian's source. */
@@ -128,9 +136,9 @@ export function killOnExit(child: ChildProcess): ChildProcess {
   return child;
 }
 
-function startProcess(dir: string, name: string, binary: string, args: string[]): ChildProcess {
+function startProcess(dir: string, name: string, binary: string, args: string[], ownProcessGroup: boolean): ChildProcess {
   const logFd = openSync(join(dir, `${name}.log`), 'a');
-  const child = spawn(binary, args, { stdio: ['ignore', logFd, logFd] });
+  const child = spawn(binary, args, { stdio: ['ignore', logFd, logFd], detached: ownProcessGroup });
   closeSync(logFd);
   return killOnExit(child);
 }
@@ -190,8 +198,9 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     return { status: response.status, body: parsed as any };
   };
 
+  const start = (name: string, binary: string, args: string[]) => startProcess(dir, name, binary, args, options.ownProcessGroup ?? false);
   const etcdBinary = existsSync(join(binDir, 'etcd')) ? join(binDir, 'etcd') : 'etcd';
-  const etcd = startProcess(dir, 'etcd', etcdBinary, [
+  const etcd = start('etcd', etcdBinary, [
     '--name', 'default', '--data-dir', join(dir, 'etcd'),
     '--listen-client-urls', `http://127.0.0.1:${etcdPort}`, '--advertise-client-urls', `http://127.0.0.1:${etcdPort}`,
     '--listen-peer-urls', `http://127.0.0.1:${peerPort}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${peerPort}`,
@@ -215,7 +224,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     '--enable-admission-plugins', 'OwnerReferencesPermissionEnforcement',
     '--profiling=false', '--v', '0',
   ];
-  let apiServer = startProcess(dir, 'kube-apiserver', join(binDir, 'kube-apiserver'), apiServerArgs);
+  let apiServer = start('kube-apiserver', join(binDir, 'kube-apiserver'), apiServerArgs);
   let controllerManager: ChildProcess | undefined;
 
   const stop = async (stopOptions: { keep?: boolean } = {}) => {
@@ -233,7 +242,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
   try {
     await apiServerReady();
     if (options.controllerManager ?? true) {
-      controllerManager = startProcess(dir, 'kube-controller-manager', join(binDir, 'kube-controller-manager'), [
+      controllerManager = start('kube-controller-manager', join(binDir, 'kube-controller-manager'), [
         '--kubeconfig', kubeconfigPath,
         '--controllers', 'serviceaccount-token,serviceaccount,garbagecollector,namespace',
         '--service-account-private-key-file', join(dir, 'sa.key'), '--root-ca-file', caPath,
@@ -269,7 +278,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
 
   const restartApiServer = async () => {
     await stopProcess(apiServer);
-    apiServer = startProcess(dir, 'kube-apiserver', join(binDir, 'kube-apiserver'), apiServerArgs);
+    apiServer = start('kube-apiserver', join(binDir, 'kube-apiserver'), apiServerArgs);
     await apiServerReady();
   };
 

@@ -92,7 +92,8 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
     say(`Using the cluster at ${cluster.kube.server} (${configured}).`);
   } else {
     say(options.local ? 'Starting a local control plane (--local): etcd + kube-apiserver + kube-controller-manager.' : 'No cluster configured (no KUBECONFIG file, no ~/.kube/config, not in a pod); starting a local control plane (etcd + kube-apiserver + kube-controller-manager).');
-    controlPlane = await startControlPlane({ progress: say });
+    // Its own process group: Ctrl-C stops the plane first, which then stops the control plane.
+    controlPlane = await startControlPlane({ progress: say, ownProcessGroup: true });
     cluster = { kube: KubeClient.fromFile(controlPlane.kubeconfigPath), kubeconfigPath: controlPlane.kubeconfigPath };
     say(`Local control plane at ${controlPlane.server}. In another terminal:\n\n  export KUBECONFIG=${controlPlane.kubeconfigPath}\n`);
   }

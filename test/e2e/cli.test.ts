@@ -20,8 +20,13 @@ const env = { ...process.env, OPFN_STATE_DIR: stateDir, LOG_LEVEL: 'warn' };
 const opfn = (...args: string[]) => promisify(execFile)(process.execPath, [OPFN, ...args], { env });
 
 /** Starts a long-running opfn command and resolves with its first stdout line matching `pattern`. */
-function startOpfn(args: string[], pattern: RegExp, extraEnv: Record<string, string> = {}): Promise<{ child: ChildProcess; match: RegExpMatchArray }> {
-  const child = spawn(process.execPath, [OPFN, ...args], { env: { ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Starts opfn and resolves once its output matches `pattern`. `ownGroup`: as a shell starts a job,
+ * leading a process group of its own, so that a test can send a terminal's Ctrl-C (SIGINT to the
+ * whole foreground group, every child included) with process.kill(-pid).
+ */
+function startOpfn(args: string[], pattern: RegExp, extraEnv: Record<string, string> = {}, ownGroup = false): Promise<{ child: ChildProcess; match: RegExpMatchArray }> {
+  const child = spawn(process.execPath, [OPFN, ...args], { env: { ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'], detached: ownGroup });
   let output = '';
   return new Promise((resolve, reject) => {
     const onData = (chunk: Buffer) => {
@@ -192,7 +197,7 @@ test('opfn dead-letters list, replay (through a broker ingress) and clear', asyn
 
 test('Ctrl-C during a burst under opfn dev: intake stops, deliveries finish, nothing is dead-lettered or called a crash', async () => {
   // Resync pings every half second: one refused while the plane stops must not become an unhandled rejection.
-  const { child: dev, match } = await startOpfn(['dev', '--local', '--idle', '30', '--resync', '0.5'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { LOG_LEVEL: 'info' });
+  const { child: dev, match } = await startOpfn(['dev', '--local', '--idle', '30', '--resync', '0.5'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { LOG_LEVEL: 'info' }, true);
   let output = '';
   dev.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   dev.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -209,7 +214,9 @@ test('Ctrl-C during a burst under opfn dev: intake stops, deliveries finish, not
     }),
   );
   await eventually(async () => created >= 30 && (await kube.get(Pod, { namespace: 'default', name: 'burst-0-immortalpod' })), 60_000, 'the burst under way');
-  dev.kill('SIGINT');
+  // Ctrl-C in a terminal: SIGINT to opfn and every process of its group at once. The local
+  // control plane must not die with it before the deliveries in flight are done.
+  process.kill(-dev.pid!, 'SIGINT');
   const code = await exited(dev);
   await creating;
   assert.equal(code, 0, `Ctrl-C stops cleanly:\n${output.slice(-3000)}`);
