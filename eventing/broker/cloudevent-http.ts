@@ -152,24 +152,21 @@ export function parseMessage(rawHeaders: IncomingHttpHeaders | Record<string, st
 }
 
 /**
- * Binary-mode message (ce-* headers). Attributes go through the SDK; the body is encoded here:
- * data_base64 as its bytes, a Buffer as is, anything else as JSON when the content type is JSON
- * (a JSON string stays quoted) or as text otherwise.
+ * Binary-mode message: every attribute as its ce-* header (datacontenttype as content-type), as
+ * the SDK's HTTP.binary names them; the body: data_base64 as its bytes, a Buffer as is, anything
+ * else as JSON when the content type is JSON (a JSON string stays quoted) or as text otherwise.
  */
 export function toBinaryMessage(event: CloudEventV1<unknown>): { headers: Record<string, string>; body: string | Buffer } {
-  const { time, data, data_base64: dataBase64, ...rest } = event;
-  const message = HTTP.binary(rest as CloudEventV1<unknown>);
+  const { time, data, data_base64: dataBase64, datacontenttype, ...rest } = event;
   const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(message.headers)) {
-    if (value === undefined) continue;
-    headers[name.toLowerCase()] = headerValue(value);
+  for (const [name, value] of Object.entries(rest)) {
+    if (value !== undefined) headers[`ce-${name}`] = headerValue(value);
   }
   if (time !== undefined && time !== null) {
     headers['ce-time'] = (time as unknown) instanceof Date ? (time as unknown as Date).toISOString() : String(time);
   }
-  const contentType = event.datacontenttype ?? (data !== undefined ? 'application/json' : undefined);
+  const contentType = datacontenttype ?? (data !== undefined ? 'application/json' : undefined);
   if (contentType !== undefined) headers['content-type'] = contentType;
-  else delete headers['content-type'];
   let body: string | Buffer;
   if (typeof dataBase64 === 'string') body = Buffer.from(dataBase64, 'base64');
   else if (data === undefined || data === null) body = data === null ? 'null' : '';

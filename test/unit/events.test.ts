@@ -6,7 +6,9 @@ import { CloudEvent, HTTP } from 'cloudevents';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
 import { BadEventError, decodeCloudEvent, interpretEvent, PING_TYPE, type FunctionEvent } from '../../functions/runtime/events.ts';
-import { Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { kindKeyString, Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
+import immortalContainer from '../../functions/immortal-container/index.ts';
+import { binaryHeaders, malformedEvents, referenceData } from '../support/malformed-events.ts';
 
 const SERVER = 'https://10.96.0.1:443';
 const IC_API_VERSION = 'immortalcontainer.flugel.it/v1alpha1';
@@ -218,5 +220,82 @@ describe('bad events', () => {
     reject(() => decodeCloudEvent({ 'content-type': 'application/cloudevents-batch+json' }, '[]'), /batched/);
     reject(() => decodeCloudEvent({ 'ce-specversion': '0.3', 'ce-id': '1', 'ce-source': 's', 'ce-type': PING_TYPE }, ''), /unsupported specversion "0\.3"/);
     reject(() => decodeCloudEvent({ 'content-type': 'application/cloudevents+json' }, JSON.stringify({ specversion: '1.0', source: 's', type: PING_TYPE })), /no "id" attribute/);
+  });
+});
+
+describe('the binary fast path gives what the cloudevents SDK gives', () => {
+  // decodeCloudEvent leaves a binary event from a source it has not yet seen validated to the
+  // SDK; from then on it decodes that source's events itself. Each case gets a source of its
+  // own, is decoded once (the SDK), its source is then vouched for by a valid ping, and it is
+  // decoded again (the fast path where it applies): both must give the same event, the same
+  // interpretation or the same refusal.
+  const kind = ImmortalContainerKind;
+  const refData = JSON.stringify(referenceData(kind));
+  const valid: { name: string; headers: Record<string, string>; body: string }[] = [
+    { name: 'Reference add', headers: binaryHeaders(kind), body: refData },
+    ...(['add', 'update', 'delete'] as const).map((action) => {
+      const message = HTTP.binary(apiServerSourceEvent({ server: SERVER, kind, object: ic, action, mode: 'Resource', extensions: { opfnfunction: 'immortal-container' } }));
+      return { name: `Resource ${action} with an extension`, headers: message.headers as Record<string, string>, body: message.body as string };
+    }),
+    { name: 'a ping without data', headers: binaryHeaders(kind, { 'ce-type': PING_TYPE, 'content-type': undefined }), body: '' },
+    { name: 'a ping with JSON data', headers: binaryHeaders(kind, { 'ce-type': PING_TYPE }), body: '{"hello":"world"}' },
+    { name: 'a reconcile event with opfnnotbefore', headers: binaryHeaders(kind, { 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': '2026-01-01T00:00:00Z' }), body: JSON.stringify({ keys: [kindKeyString({ kind, namespace: 'default', name: 'web' })] }) },
+    { name: 'JSON with a charset', headers: binaryHeaders(kind, { 'content-type': 'application/json; charset=utf-8' }), body: refData },
+    { name: 'JSON with a charset and no space', headers: binaryHeaders(kind, { 'content-type': 'application/json;charset=utf-8' }), body: refData },
+    { name: 'a +json media type', headers: binaryHeaders(kind, { 'content-type': 'application/vnd.example+json' }), body: refData },
+    { name: 'JSON sent as text/plain', headers: binaryHeaders(kind, { 'content-type': 'text/plain' }), body: refData },
+    { name: 'JSON without a content type', headers: binaryHeaders(kind, { 'content-type': undefined }), body: refData },
+    { name: 'a JSON string holding JSON', headers: binaryHeaders(kind), body: JSON.stringify(refData) },
+    { name: 'JSON after a space', headers: binaryHeaders(kind, { 'ce-type': PING_TYPE }), body: ` ${refData}` },
+    { name: 'a bare word as a ping\'s JSON', headers: binaryHeaders(kind, { 'ce-type': PING_TYPE }), body: 'hello' },
+    { name: 'an empty subject and an empty extension', headers: binaryHeaders(kind, { 'ce-subject': '', 'ce-tenant': '' }), body: refData },
+    { name: 'a time', headers: binaryHeaders(kind, { 'ce-time': '2026-11-23T10:00:00Z' }), body: refData },
+    { name: 'a dataschema', headers: binaryHeaders(kind, { 'ce-dataschema': 'https://example.com/schema' }), body: refData },
+    { name: 'ce-datacontenttype', headers: binaryHeaders(kind, { 'ce-datacontenttype': 'text/plain' }), body: refData },
+    { name: 'ce-schemaurl', headers: binaryHeaders(kind, { 'ce-schemaurl': 'https://example.com/schema' }), body: refData },
+    { name: 'ce-data', headers: binaryHeaders(kind, { 'ce-data': '{"kind":"Other"}' }), body: refData },
+  ];
+  const malformed = malformedEvents(immortalContainer)
+    .filter((c) => c.headers['ce-specversion'] !== undefined && !String(c.headers['content-type'] ?? '').startsWith('application/cloudevents'))
+    .map((c) => ({ name: `malformed: ${c.name}`, headers: c.headers as Record<string, string>, body: c.body ?? '' }));
+  const outcome = (headers: Record<string, string>, body: string) => {
+    try {
+      const decoded = decodeCloudEvent(headers, Buffer.from(body));
+      // Own attributes only, without the time the SDK rewrites (or makes up).
+      const { time, ...attributes } = JSON.parse(JSON.stringify({ ...decoded }));
+      let meaning: unknown;
+      try {
+        meaning = interpretEvent(decoded);
+      } catch (error) {
+        meaning = `refused: ${(error as Error).message}`;
+      }
+      return { event: attributes, meaning, fromSdk: decoded instanceof CloudEvent };
+    } catch (error) {
+      return { refused: (error as Error).message };
+    }
+  };
+
+  test('the cases cover valid events and every binary-mode case of the malformed corpus', () => {
+    assert.ok(malformed.length >= 30, `${malformed.length} malformed binary cases`);
+  });
+
+  const fastPathTaken: string[] = [];
+  for (const [index, { name, headers, body }] of [...valid, ...malformed].entries()) {
+    test(name, () => {
+      const source = `https://fast-path.example/${index}`;
+      const own = headers['ce-source'] === undefined ? headers : { ...headers, 'ce-source': source };
+      const { fromSdk: firstFromSdk, ...first } = outcome(own, body) as Record<string, unknown>;
+      assert.notEqual(firstFromSdk, false, 'a source not yet vouched for is decoded by the SDK');
+      decodeCloudEvent({ 'ce-specversion': '1.0', 'ce-id': 'vouch', 'ce-source': source, 'ce-type': PING_TYPE }, Buffer.alloc(0));
+      const { fromSdk, ...second } = outcome(own, body) as Record<string, unknown>;
+      assert.deepEqual(second, first);
+      if (fromSdk === false) fastPathTaken.push(name);
+    });
+  }
+
+  test('the fast path takes every valid case but those it leaves to the SDK, and refuses as the SDK does', () => {
+    const leftToSdk = ['JSON after a space', 'a bare word as a ping\'s JSON', 'an empty subject and an empty extension', 'a dataschema', 'ce-datacontenttype', 'ce-schemaurl', 'ce-data'];
+    assert.deepEqual(fastPathTaken.filter((name) => !name.startsWith('malformed: ')), valid.map((c) => c.name).filter((name) => !leftToSdk.includes(name)));
+    assert.ok(fastPathTaken.length - (valid.length - leftToSdk.length) >= 20, `malformed cases decoded by the fast path (refused when interpreted): ${fastPathTaken.length - (valid.length - leftToSdk.length)}`);
   });
 });
