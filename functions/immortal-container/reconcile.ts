@@ -1,8 +1,8 @@
 // ImmortalContainer reconcile: reads the object and its pod, acts on the difference, writes status.
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
-import { Pod, type ObjectKey } from '../runtime/kinds.ts';
+import { Pod, sameKind, type ObjectKey } from '../runtime/kinds.ts';
 import { ApiError } from '../runtime/kube.ts';
-import { createIfAbsent, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import { createIfAbsent, getAnnounced, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import type { RestartBackoff } from './backoff.ts';
 import { desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, type ImmortalContainer, type PodObject } from './desired.ts';
 
@@ -29,7 +29,10 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
   // change of the ImmortalContainer since comes as its own event. Nothing to do, no request.
   if (ctx.hint?.kind === 'Pod' && asCreated(ctx.hint as PodObject, key)) return;
 
-  const owner = await kube.get<ImmortalContainer>(ImmortalContainerKind, key);
+  // A Resource-mode event of this object announces its version: read at that version from the
+  // API server's watch cache when it holds it (reconciler.ts getAnnounced), else from etcd.
+  const announced = ctx.hint && sameKind(ImmortalContainerKind, ctx.hint.apiVersion, ctx.hint.kind) ? ctx.hint.metadata.resourceVersion : undefined;
+  const owner = await getAnnounced<ImmortalContainer>(kube, ImmortalContainerKind, key, announced);
   // Gone, or going: the garbage collector removes the pod through its ownerReference.
   if (!owner || owner.metadata.deletionTimestamp) return;
   // Read after that read: for a Reference-mode event of this kind the runtime makes the read

@@ -104,10 +104,11 @@ export interface ReconcileContext {
    * The object a Resource-mode event carried, when the event maps to this one key: the
    * reconciled object itself, or the owned/watched object that maps to it (check `hint.kind`);
    * with `apiVersion` and `kind` set. Possibly stale or forged: use it only to decide to do LESS
-   * (skip a read, find nothing to do); everything written must come from a fresh read. For a
-   * Reference-mode event of the reconciled kind it is set by the reconcile's own first read of
-   * the object (reference-reads.ts): read it after that read. Absent for resyncs, fan-outs and
-   * runs shared by several events.
+   * (skip a read, find nothing to do); everything written must come from a read of the API
+   * server (the body's resourceVersion may say where that read is served: getAnnounced in
+   * reconciler.ts). For a Reference-mode event of the reconciled kind it is set by the
+   * reconcile's own first read of the object (reference-reads.ts): read it after that read.
+   * Absent for resyncs, fan-outs and runs shared by several events.
    */
   hint?: KubeObject;
 }

@@ -74,6 +74,44 @@ export async function createIfAbsent<T extends KubeObject>(kube: KubeClient, kin
   }
 }
 
+/**
+ * The object at the version an event announced (the resourceVersion of a Resource-mode body) or
+ * newer: from the API server's watch cache (resourceVersion=0) when the cache holds that version
+ * or a later one, else from etcd: when the cache lags behind the announcement, or nothing was
+ * announced. Measured on the test control plane, a read from the cache costs kube-apiserver
+ * 0.13–0.25 ms of CPU and etcd none, against 0.35–0.67 ms and 0.12 ms from etcd.
+ * Either way the object comes from the API server, never from the body: a forged announcement
+ * can only cost the second read. It is as fresh as the event that asked for the reconcile, as
+ * an informer-fed controller's reads are; a newer change brings its own event, and writes guarded
+ * by resourceVersion (the status) refuse a version that has moved on.
+ */
+export async function getAnnounced<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, key: ObjectKey, announced: string | undefined): Promise<T | undefined> {
+  if (announced) {
+    const cached = await kube.get<T>(kind, key, { cached: true });
+    const order = cached ? compareResourceVersions(cached.metadata.resourceVersion, announced) : undefined;
+    if (cached && order !== undefined && order >= 0) return cached;
+  }
+  return kube.get<T>(kind, key);
+}
+
+const INTEGER_VERSION = /^(0|[1-9][0-9]*)$/;
+
+/**
+ * -1, 0 or 1 as resourceVersion `a` is older than, the same as or newer than `b` (of one
+ * object); undefined when they cannot be ordered. Kubernetes guarantees since 1.35 that
+ * versions are integers that grow (KEP-5504; client-go's CompareResourceVersion), which every
+ * etcd-backed server already did; versions that are not well-formed integers are only equal or
+ * not.
+ */
+export function compareResourceVersions(a: string | undefined, b: string | undefined): -1 | 0 | 1 | undefined {
+  if (a === undefined || b === undefined) return undefined;
+  if (a === b) return 0;
+  if (!INTEGER_VERSION.test(a) || !INTEGER_VERSION.test(b)) return undefined;
+  // Of any length: longer is larger, then digit by digit.
+  if (a.length !== b.length) return a.length < b.length ? -1 : 1;
+  return a < b ? -1 : 1;
+}
+
 const STATUS_CONFLICT_RETRIES = 8;
 
 /**

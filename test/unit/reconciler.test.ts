@@ -2,7 +2,7 @@
 // write is needed at all.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { jsonEqual, setCondition, type Condition } from '../../functions/runtime/reconciler.ts';
+import { compareResourceVersions, jsonEqual, setCondition, type Condition } from '../../functions/runtime/reconciler.ts';
 
 const T0 = new Date('2025-01-02T03:04:05.678Z');
 const T1 = new Date('2025-01-02T04:00:00.999Z');
@@ -95,5 +95,24 @@ describe('jsonEqual', () => {
   test('a status write is skipped only when nothing changed', () => {
     assert.equal(jsonEqual({ startTimes: 1 }, undefined), false, 'no status yet');
     assert.equal(jsonEqual(undefined, undefined), true);
+  });
+});
+
+describe('compareResourceVersions', () => {
+  test('integers of any length, as client-go compares them (KEP-5504)', () => {
+    assert.equal(compareResourceVersions('812', '812'), 0);
+    assert.equal(compareResourceVersions('813', '812'), 1);
+    assert.equal(compareResourceVersions('99', '812'), -1, 'shorter is older, though "99" > "812" as text');
+    assert.equal(compareResourceVersions('1000000000000000000000000000001', '1000000000000000000000000000000'), 1, 'beyond a double');
+    assert.equal(compareResourceVersions('0', '1'), -1);
+  });
+
+  test('what is no well-formed integer is only equal or unordered', () => {
+    assert.equal(compareResourceVersions('abc', 'abc'), 0);
+    for (const [a, b] of [['abc', '812'], ['0812', '812'], ['-1', '1'], ['1.5', '1'], ['', '1'], [' 1', '1']]) {
+      assert.equal(compareResourceVersions(a, b), undefined, `${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
+    }
+    assert.equal(compareResourceVersions(undefined, '1'), undefined);
+    assert.equal(compareResourceVersions('1', undefined), undefined);
   });
 });

@@ -1,0 +1,135 @@
+// Reads at the version an event announced (functions/runtime/reconciler.ts getAnnounced) against
+// a real API server: served from its watch cache when the cache holds that version or a newer
+// one, from etcd otherwise, and never taken from the event's body.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
+import immortalContainer from '../../functions/immortal-container/index.ts';
+import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
+import { Pod, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
+import { getAnnounced } from '../../functions/runtime/reconciler.ts';
+import { deliver, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+
+/** A real client that also notes each object read and where it went (watch cache or etcd). */
+class ReadRecordingKube extends KubeClient {
+  readonly reads: string[] = [];
+  static from(kubeconfigPath: string): ReadRecordingKube {
+    const config = new ConnectionReusingKubeConfig();
+    config.loadFromFile(kubeconfigPath);
+    return new ReadRecordingKube(config);
+  }
+  override get<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, options: { cached?: boolean } = {}): Promise<T | undefined> {
+    this.reads.push(`${kind.kind} ${options.cached ? 'cache' : 'etcd'}`);
+    return super.get<T>(kind, key, options);
+  }
+}
+
+let cluster: TestCluster;
+let kube: ReadRecordingKube;
+let functionKube: ReadRecordingKube;
+let fn: RunningFunction;
+
+before(async () => {
+  cluster = await startTestCluster();
+  kube = ReadRecordingKube.from(cluster.cp.kubeconfigPath);
+  const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, immortalContainer);
+  functionKube = ReadRecordingKube.from(kubeconfig);
+  fn = await serveFunction(immortalContainer, kubeconfig, { kube: functionKube });
+});
+after(async () => {
+  await fn?.close();
+  await cluster?.stop();
+});
+
+const create = (name: string, image = 'nginx:1.27') => cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
+  apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image },
+});
+const keyOf = (ic: ImmortalContainer) => ({ namespace: 'default', name: ic.metadata.name! });
+/** The watch cache serves a version a moment after etcd has it: wait until it holds `ic`'s. */
+async function cached(ic: ImmortalContainer): Promise<void> {
+  for (let attempt = 0; attempt < 100; attempt++) {
+    if ((await cluster.kube.get(ImmortalContainerKind, keyOf(ic), { cached: true }))?.metadata.resourceVersion === ic.metadata.resourceVersion) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.fail(`the watch cache never held ${ic.metadata.name} at ${ic.metadata.resourceVersion}`);
+}
+
+describe('getAnnounced', () => {
+  test('the announced version held by the watch cache: one read, from the cache', async () => {
+    const ic = await create('announced-current');
+    await cached(ic);
+    kube.reads.length = 0;
+    const read = await getAnnounced<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), ic.metadata.resourceVersion);
+    assert.deepEqual(kube.reads, ['ImmortalContainer cache']);
+    assert.equal(read?.metadata.resourceVersion, ic.metadata.resourceVersion);
+  });
+
+  test('an older announced version (a redelivered event): the cache holds a newer one, which serves', async () => {
+    const ic = await create('announced-older');
+    const updated = await cluster.kube.mergePatch<ImmortalContainer>(ImmortalContainerKind, keyOf(ic), { spec: { image: 'nginx:1.28' } });
+    await cached(updated);
+    kube.reads.length = 0;
+    const read = await getAnnounced<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), ic.metadata.resourceVersion);
+    assert.deepEqual(kube.reads, ['ImmortalContainer cache']);
+    assert.equal(read?.spec.image, 'nginx:1.28');
+    assert.equal(read?.metadata.resourceVersion, updated.metadata.resourceVersion);
+  });
+
+  test('a version newer than the cache holds (it lags, or the version is forged), or none, or one that is no integer: read from etcd', async () => {
+    const ic = await create('announced-forged');
+    await cached(ic);
+    for (const announced of [String(Number(ic.metadata.resourceVersion) + 1_000_000), 'abc']) {
+      kube.reads.length = 0;
+      const read = await getAnnounced<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), announced);
+      assert.deepEqual(kube.reads, ['ImmortalContainer cache', 'ImmortalContainer etcd'], `announced ${announced}`);
+      assert.equal(read?.metadata.resourceVersion, ic.metadata.resourceVersion);
+    }
+    kube.reads.length = 0;
+    assert.equal((await getAnnounced<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), undefined))?.metadata.uid, ic.metadata.uid);
+    assert.deepEqual(kube.reads, ['ImmortalContainer etcd']);
+  });
+
+  test('an object that does not exist: undefined, whatever was announced', async () => {
+    kube.reads.length = 0;
+    assert.equal(await getAnnounced(kube, ImmortalContainerKind, { namespace: 'default', name: 'never-created' }, '1'), undefined);
+    assert.deepEqual(kube.reads, ['ImmortalContainer cache', 'ImmortalContainer etcd']);
+  });
+});
+
+describe('the ImmortalContainer function reads at the announced version', () => {
+  const resourceEvent = (object: KubeObject) => apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object, action: 'add', mode: 'Resource' });
+
+  test('a Resource-mode add: the object is read once, from the cache, and its pod made from that read', async () => {
+    const ic = await create('announced-add');
+    await cached(ic);
+    functionKube.reads.length = 0;
+    assert.equal((await deliver(fn.url, resourceEvent(ic))).status, 200);
+    assert.deepEqual(functionKube.reads.filter((read) => read.startsWith('ImmortalContainer')), ['ImmortalContainer cache']);
+    const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: 'announced-add-immortalpod' });
+    assert.equal(pod?.spec?.containers?.[0].image, 'nginx:1.27');
+    assert.equal((await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, keyOf(ic)))?.status?.startTimes, 1);
+  });
+
+  test('a forged body at the current version with another image: the pod gets the image the API server holds', async () => {
+    const ic = await create('announced-forged-body', 'nginx:stable');
+    await cached(ic);
+    functionKube.reads.length = 0;
+    assert.equal((await deliver(fn.url, resourceEvent({ ...ic, spec: { image: 'attacker/miner:latest' } }))).status, 200);
+    assert.deepEqual(functionKube.reads.filter((read) => read.startsWith('ImmortalContainer')), ['ImmortalContainer cache']);
+    const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: 'announced-forged-body-immortalpod' });
+    assert.equal(pod?.spec?.containers?.[0].image, 'nginx:stable');
+  });
+
+  test('a body older than the object (a redelivery): one read, from the cache, and the pod follows the newest spec', async () => {
+    const ic = await create('announced-stale-body', 'nginx:1.27');
+    const updated = await cluster.kube.mergePatch<ImmortalContainer>(ImmortalContainerKind, keyOf(ic), { spec: { image: 'nginx:1.28' } });
+    await cached(updated);
+    functionKube.reads.length = 0;
+    assert.equal((await deliver(fn.url, resourceEvent(ic))).status, 200);
+    assert.deepEqual(functionKube.reads.filter((read) => read.startsWith('ImmortalContainer')), ['ImmortalContainer cache']);
+    const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: 'announced-stale-body-immortalpod' });
+    assert.equal(pod?.spec?.containers?.[0].image, 'nginx:1.28');
+  });
+});
