@@ -4,6 +4,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { createSecureContext } from 'node:tls';
 // The two modules of client-node this needs, not its index: that one loads every generated API
 // group, watch, exec, attach, cp, port-forward and metrics client (and ws, tar-fs, jsonpath…).
 import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
@@ -31,7 +32,8 @@ export { OwnWrites } from './own-writes.ts';
  * undici's mature path and what the plane's own dispatchers use.
  */
 export class ConnectionReusingKubeConfig extends KubeConfig {
-  constructor() {
+  /** `maxConnections`: per pool, for clients that never hold one open (no watches); unset = one per concurrent request. */
+  constructor(options: ConnectionOptions = {}) {
     super();
     const self = this as unknown as { createDispatcher(cluster: unknown, agentOptions: unknown): Dispatcher | undefined };
     const build = self.createDispatcher.bind(this);
@@ -39,28 +41,41 @@ export class ConnectionReusingKubeConfig extends KubeConfig {
     self.createDispatcher = (cluster, agentOptions) => {
       // Credentials can rotate (exec plugins); keying on everything the dispatcher is built
       // from gives a fresh pool exactly when the identity changes.
-      const options = this.createDispatcherOptions(cluster as never, agentOptions as never);
-      const key = createHash('sha256').update(JSON.stringify(options)).digest('hex');
-      if (!dispatchers.has(key)) dispatchers.set(key, options.type === 'agent' ? new Agent({ connect: options.connect, allowH2: false }) : build(cluster, agentOptions));
+      const dispatcher = this.createDispatcherOptions(cluster as never, agentOptions as never);
+      const key = createHash('sha256').update(JSON.stringify(dispatcher)).digest('hex');
+      if (!dispatchers.has(key)) {
+        // One TLS context for the pool: given only ca/cert/key, tls.connect parses them into a
+        // new context for every connection.
+        const connect = dispatcher.type === 'agent' ? { ...dispatcher.connect, secureContext: createSecureContext(dispatcher.connect) } : undefined;
+        dispatchers.set(key, connect ? new Agent({ connect, allowH2: false, connections: options.maxConnections ?? null }) : build(cluster, agentOptions));
+      }
       return dispatchers.get(key);
     };
   }
 
   /** KUBECONFIG (or ~/.kube/config), else the in-cluster service account, as kubectl does. */
-  static fromEnvironment(): ConnectionReusingKubeConfig {
+  static fromEnvironment(options: ConnectionOptions = {}): ConnectionReusingKubeConfig {
     // With nothing configured client-node falls back to http://localhost:8080, which then fails
     // with a TLS message that hides the real problem.
     const home = process.env.HOME ?? process.env.USERPROFILE ?? '';
     if (!process.env.KUBECONFIG && !process.env.KUBERNETES_SERVICE_HOST && !existsSync(join(home, '.kube', 'config'))) {
       throw new Error('no Kubernetes cluster configured: set KUBECONFIG (or create ~/.kube/config), or run in a pod with a service account');
     }
-    const config = new ConnectionReusingKubeConfig();
+    const config = new ConnectionReusingKubeConfig(options);
     config.loadFromDefault();
     if (!config.getCurrentCluster()) {
       throw new Error('no Kubernetes cluster configured: set KUBECONFIG, or run in a pod with a service account');
     }
     return config;
   }
+}
+
+export interface ConnectionOptions {
+  /**
+   * Connections per pool at most; further requests wait for one. Only for a client that never
+   * holds a connection open (a watch holds its own for as long as it runs).
+   */
+  maxConnections?: number;
 }
 
 /** The Kubernetes Status object an API error carries. */
@@ -226,13 +241,13 @@ export class KubeClient {
     this.#observe = observe;
   }
 
-  static fromEnvironment(observe?: RequestObserver): KubeClient {
-    return new KubeClient(ConnectionReusingKubeConfig.fromEnvironment(), observe);
+  static fromEnvironment(observe?: RequestObserver, options?: ConnectionOptions): KubeClient {
+    return new KubeClient(ConnectionReusingKubeConfig.fromEnvironment(options), observe);
   }
 
   /** A client for the current context of one kubeconfig file. */
-  static fromFile(kubeconfigPath: string, observe?: RequestObserver): KubeClient {
-    const config = new ConnectionReusingKubeConfig();
+  static fromFile(kubeconfigPath: string, observe?: RequestObserver, options?: ConnectionOptions): KubeClient {
+    const config = new ConnectionReusingKubeConfig(options);
     config.loadFromFile(kubeconfigPath);
     return new KubeClient(config, observe);
   }

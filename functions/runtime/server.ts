@@ -52,6 +52,15 @@ const asciiJson = (value: unknown): string => JSON.stringify(value).replace(/[^\
 
 /** Objects up to the API server's limit (about 1.5 MiB) in a Resource-mode event, with room for JSON escaping. */
 export const DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024;
+/**
+ * Connections a function opens to the API server at most (it never watches). A burst comes in
+ * hundreds at a time (the broker's bound is the function's target × max scale), and with a
+ * connection per concurrent request each is a TLS handshake for both sides. Measured on 500
+ * reconciles fired at once at a freshly started bundled function, 4 rounds interleaved: the
+ * function's CPU per reconcile 1.68–2.08 ms unbounded, 1.02–1.36 ms at 32 (16 and 64 in
+ * between), and the burst as fast or faster.
+ */
+const API_CONNECTIONS = 32;
 /** A reconcile event this early is delivered by a broker that does not hold replies (Knative): dropped. */
 const NOT_BEFORE_TOLERANCE_MS = 1000;
 /** How long a draining process waits for its Kubernetes Events to be written. */
@@ -144,7 +153,9 @@ export class FunctionHost {
   /** Reconciles what the event concerns. Never throws. */
   async handle(event: FunctionEvent): Promise<Outcome> {
     const { declaration, kube, log, now } = this.#options;
-    const eventLog = log.child({ ceId: event.id });
+    // Made on first use: most events are skipped below without a line logged.
+    let child: Logger | undefined;
+    const eventLog = () => (child ??= log.child({ ceId: event.id }));
     const reconciled = declaration.reconciles;
     let keys: KindKey[];
     let hint: KubeObject | undefined;
@@ -153,7 +164,7 @@ export class FunctionHost {
         keys = [];
         for await (const page of kube.pages(reconciled)) keys.push(...page.items.map((item) => kindKey(reconciled, keyOf(item))));
       } else if (event.type === 'reconcile') {
-        const parsed = await Promise.all(event.keys.map((text) => this.#parseKey(text, eventLog)));
+        const parsed = await Promise.all(event.keys.map((text) => this.#parseKey(text, eventLog())));
         const bad = parsed.find((key): key is string => typeof key === 'string');
         if (bad) return { status: 400, body: { error: `reconcile event: ${bad}` } };
         if (event.notBefore && event.notBefore.getTime() > now().getTime() + NOT_BEFORE_TOLERANCE_MS) {
@@ -163,7 +174,7 @@ export class FunctionHost {
       } else {
         const skip = skipReason(declaration, event, kube.ownWrites, this.#seen);
         if (skip) return { status: 200, body: { ignored: skip } };
-        keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog));
+        keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog()));
         if (keys.length === 0) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns ${declaration.runtimeKinds ? `nothing ${declaration.name} reconciles` : `no ${reconciled.kind}`}` } };
         // The body is a hint for the one object it maps to (its own key, or its owner's); a
         // delete's body is the object's last state, not its present one.
@@ -171,10 +182,10 @@ export class FunctionHost {
       }
     } catch (error) {
       const status = statusForError(error);
-      eventLog[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, 'could not work out what the event concerns');
+      eventLog()[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, 'could not work out what the event concerns');
       return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
     }
-    return this.#reconcileAll(keys, eventLog, hint);
+    return this.#reconcileAll(keys, eventLog(), hint);
   }
 
   /** The key a reconcile event names: of the reconciled kind, or of a kind the function resolves at run time; else why not. */
@@ -283,7 +294,8 @@ export function createFunctionHost(declaration: FunctionDeclaration, overrides: 
     metrics.apiRequests.inc({ verb, resource, code: String(code) });
     metrics.apiRequestSeconds.observe({ verb }, seconds);
   };
-  const kube = options.kube ?? (kubeconfigPath ? KubeClient.fromFile(kubeconfigPath, observe) : KubeClient.fromEnvironment(observe));
+  const connections = { maxConnections: API_CONNECTIONS };
+  const kube = options.kube ?? (kubeconfigPath ? KubeClient.fromFile(kubeconfigPath, observe, connections) : KubeClient.fromEnvironment(observe, connections));
   return new FunctionHost({ ...options, declaration, kube, log, metrics });
 }
 

@@ -8,6 +8,10 @@ import { pino } from 'pino';
 import { ApiServerSource } from '../../eventing/source.ts';
 import { ConfigMap } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
+import immortalContainer from '../../functions/immortal-container/index.ts';
+import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
+import type { FunctionEvent } from '../../functions/runtime/events.ts';
+import { createFunctionHost } from '../../functions/runtime/server.ts';
 import { startTestCluster, type TestCluster } from '../support/cluster.ts';
 
 let cluster: TestCluster;
@@ -47,6 +51,30 @@ test('1500 API calls, 32 at a time, use a bounded number of connections', async 
   // here). HTTP/1.1 over undici's pool: a connection counts as free again on its 'drain', a tick
   // after the response, so a caller's next request may open a second one; hence 2 per caller.
   assert.ok(peak - before <= 2 * concurrency + 4, `at most two connections per concurrent caller (+ slack): peak ${peak}, before ${before}`);
+});
+
+test('a function host\'s client opens at most its 32 connections, however many requests are in flight', async () => {
+  const port = Number(new URL(cluster.cp.server).port);
+  const host = createFunctionHost(immortalContainer, { kubeconfigPath: cluster.cp.kubeconfigPath, log: pino({ level: 'silent' }) });
+  const uncapped = KubeClient.fromFile(cluster.cp.kubeconfigPath);
+  const peakDuring = async (burst: () => Promise<unknown>) => {
+    const before = clientSocketsTo(port);
+    let peak = 0;
+    const probe = setInterval(() => (peak = Math.max(peak, clientSocketsTo(port))), 5);
+    await burst();
+    clearInterval(probe);
+    return Math.max(peak, clientSocketsTo(port)) - before;
+  };
+  // 300 events at once, as the broker delivers a burst: each reconcile reads its object (absent).
+  const reference = (name: string): FunctionEvent => ({ type: 'change', action: 'add', mode: 'ref', ref: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', namespace: 'default', name }, id: name });
+  const capped = await peakDuring(async () => {
+    const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => host.handle(reference(`absent-${i}`))));
+    assert.deepEqual(new Set(answers.map((answer) => answer.status)), new Set([200]));
+  });
+  assert.ok(capped <= 32, `the function's client: at most 32 connections, saw ${capped}`);
+  // The cap is what bounds it: the same 300 reads through a client without one open far more.
+  const free = await peakDuring(() => Promise.all(Array.from({ length: 300 }, (_, i) => uncapped.get(ImmortalContainerKind, { namespace: 'default', name: `absent-${i}` }))));
+  assert.ok(free > 40, `an uncapped client opens more under the same burst: ${free}`);
 });
 
 // undici 8 offers HTTP/2 by ALPN and kube-apiserver picks it. A source stopped right after its
