@@ -25,11 +25,11 @@ export function deliveryFor(options: ManifestOptions): Record<string, unknown> {
 }
 
 export function trigger(declaration: FunctionDeclaration, options: ManifestOptions): KubeObject {
-  const { name, filter } = triggerFor(declaration);
+  const { name, filter, filters } = triggerFor(declaration);
   return {
     apiVersion: EVENTING_API,
     kind: 'Trigger',
     metadata: { name, namespace: options.namespace, labels: labels('trigger', declaration) },
-    spec: { broker: options.brokerName, filter, subscriber: subscriberFor(declaration, options), delivery: deliveryFor(options) },
+    spec: { broker: options.brokerName, filter, ...(filters ? { filters } : {}), subscriber: subscriberFor(declaration, options), delivery: deliveryFor(options) },
   };
 }

@@ -7,9 +7,10 @@
 // selectors; Secrets always in Reference mode, in a source of their own, because Secret contents
 // must never travel through the event plane. Every event is tagged with the function's name
 // (ceOverrides), which its Trigger filters on.
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { FUNCTION_EXTENSION } from '../../functions/runtime/events.ts';
-import type { ResourceKind } from '../../functions/runtime/kinds.ts';
+import { unwantedChanges, type FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import { APISERVER_TYPE_PREFIX, FUNCTION_EXTENSION } from '../../functions/runtime/events.ts';
+import { apiVersionOf, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import type { SubscriptionsApiFilter } from '../filters.ts';
 import type { SourceSpec } from '../source.ts';
 
 /** CloudEvent extension naming the function a source serves (ApiServerSource ceOverrides). */
@@ -36,9 +37,26 @@ export function isSecret(kind: ResourceKind): boolean {
   return kind.group === '' && kind.kind === 'Secret';
 }
 
-/** Name and filter of the Trigger routing a function's events (its sources' and its resync pings) to it. */
-export function triggerFor(declaration: FunctionDeclaration): { name: string; filter: { attributes: Record<string, string> } } {
-  return { name: declaration.name, filter: { attributes: { [FUNCTION_EXTENSION]: declaration.name } } };
+/**
+ * Name and filters of the Trigger routing a function's events (its sources' and its resync pings)
+ * to it. The changes of a kind the declaration does not ask for (`changes`) are left out with
+ * Knative's `filters` (beta and on by default since Eventing 1.12), which replace `filter` where
+ * they are supported; `filter` stays, so a broker without them still routes only the function's
+ * own events (and the runtime ignores the unwanted ones).
+ */
+export function triggerFor(declaration: FunctionDeclaration): { name: string; filter: { attributes: Record<string, string> }; filters?: SubscriptionsApiFilter[] } {
+  const own = { [FUNCTION_EXTENSION]: declaration.name };
+  const exact = (attribute: string, value: string): SubscriptionsApiFilter => ({ exact: { [attribute]: value } });
+  const unwanted = unwantedChanges(declaration).map(({ kind, actions }): SubscriptionsApiFilter => ({
+    not: {
+      all: [
+        exact('apiversion', apiVersionOf(kind)),
+        exact('kind', kind.kind),
+        { any: actions.flatMap((action) => ['ref', 'resource'].map((mode) => exact('type', `${APISERVER_TYPE_PREFIX}${mode}.${action}`))) },
+      ],
+    },
+  }));
+  return { name: declaration.name, filter: { attributes: own }, ...(unwanted.length ? { filters: [exact(FUNCTION_EXTENSION, declaration.name), ...unwanted] } : {}) };
 }
 
 /** Every kind a function's sources send (its own, owned and watched kinds). */

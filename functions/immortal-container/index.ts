@@ -8,7 +8,10 @@ export default defineFunction({
   name: 'immortal-container',
   description: 'Keeps one pod per ImmortalContainer running: recreates it when deleted or finished, replaces it when the image changes.',
   reconciles: ImmortalContainerKind,
-  owns: [{ kind: Pod, ownerNameLabel: OWNER_LABEL }],
+  // Only this function adds its pods, and the reconcile that added one writes the status: the
+  // adds are never news (their delivery cost a third of the plane's). Updates (a pod finished or
+  // failed) and deletes are.
+  owns: [{ kind: Pod, ownerNameLabel: OWNER_LABEL, changes: ['update', 'delete'] }],
   // What reconcile itself does; reading ImmortalContainers and pods, Events, and update on
   // immortalcontainers/finalizers (the pods' blockOwnerDeletion) follow from the declaration
   // (functions/runtime/rbac.ts).

@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import type { KindKey, KubeObject, ObjectKey, ResourceKind } from './kinds.ts';
 import { validateConfigDeclaration, type ConfigParameter } from './config.ts';
 import { cronProblem } from './cron.ts';
-import type { ChangeEvent } from './events.ts';
+import { CHANGE_ACTIONS, type ChangeAction, type ChangeEvent } from './events.ts';
 import type { HttpClient } from './http.ts';
 import type { KubeClient } from './kube.ts';
 import type { EventRecorder } from './recorder.ts';
@@ -37,6 +37,13 @@ export interface OwnedKind {
    * than a label value (63) becomes a stable hash form, which routing resolves by listing owners.
    */
   ownerLabels?: { namespace: string; name: string };
+  /**
+   * The changes of this kind the function needs to hear about (default: all three). Like
+   * controller-runtime's predicates, e.g. leaving out the adds of objects only the function
+   * itself creates: the generated Trigger leaves the others out (Knative's `filters`), so they
+   * cost no delivery, and the runtime answers any that still arrive without a reconcile.
+   */
+  changes?: ChangeAction[];
 }
 
 /** A change of a watched (not owned) object, as far as the event tells it. */
@@ -57,6 +64,13 @@ export interface WatchedKind {
   kind: ResourceKind;
   /** Only objects with these labels are of interest (passed to the watch as labelSelector). */
   labelSelector?: string;
+  /**
+   * The changes of this kind the function needs to hear about (default: all three). Like
+   * controller-runtime's predicates, e.g. leaving out the adds of objects only the function
+   * itself creates: the generated Trigger leaves the others out (Knative's `filters`), so they
+   * cost no delivery, and the runtime answers any that still arrive without a reconcile.
+   */
+  changes?: ChangeAction[];
   keysFor(change: WatchedChange, ctx: MapperContext): Promise<ObjectKey[]>;
 }
 
@@ -188,8 +202,32 @@ export function defineFunction(input: DeclarationInput): FunctionDeclaration {
   const schedule = cronProblem(declaration.resyncSchedule);
   if (schedule) throw new Error(`function ${input.name}: resyncSchedule "${declaration.resyncSchedule}" ${schedule}`);
   validateConfigDeclaration(input.name, declaration.config);
+  for (const { kind, changes } of [...declaration.owns, ...declaration.watches]) {
+    if (changes === undefined) continue;
+    if (changes.length === 0 || new Set(changes).size !== changes.length || changes.some((change) => !CHANGE_ACTIONS.includes(change))) {
+      throw new Error(`function ${input.name}: changes of ${kind.kind} must name some of ${CHANGE_ACTIONS.join(', ')}, each once (got ${JSON.stringify(changes)})`);
+    }
+  }
   if (declaration.finalizer && !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/.test(declaration.finalizer.name)) {
     throw new Error(`function ${input.name}: finalizer "${declaration.finalizer.name}" must be a qualified name like "example.com/cleanup"`);
   }
   return declaration;
+}
+
+/**
+ * The changes of owned and watched kinds the function does not ask for (`changes`), per kind:
+ * what its Trigger leaves out. A kind declared more than once hears what any of its entries asks
+ * for; the reconciled kind always hears everything.
+ */
+export function unwantedChanges(declaration: FunctionDeclaration): { kind: ResourceKind; actions: ChangeAction[] }[] {
+  const wanted = new Map<string, { kind: ResourceKind; actions: Set<ChangeAction> }>();
+  for (const { kind, changes } of [...declaration.owns, ...declaration.watches]) {
+    const id = `${kind.group}/${kind.kind}`;
+    const entry = wanted.get(id) ?? wanted.set(id, { kind, actions: new Set() }).get(id)!;
+    for (const action of changes ?? CHANGE_ACTIONS) entry.actions.add(action);
+  }
+  return [...wanted.values()]
+    .filter(({ kind }) => !(kind.group === declaration.reconciles.group && kind.kind === declaration.reconciles.kind))
+    .map(({ kind, actions }) => ({ kind, actions: CHANGE_ACTIONS.filter((action) => !actions.has(action)) }))
+    .filter(({ actions }) => actions.length > 0);
 }

@@ -34,8 +34,12 @@ export interface ObjectReference {
   name: string;
 }
 
+/** What happened to an object, as ApiServerSource names it in the event type. */
+export type ChangeAction = 'add' | 'update' | 'delete';
+export const CHANGE_ACTIONS: readonly ChangeAction[] = ['add', 'update', 'delete'];
+
 export type FunctionEvent =
-  | { type: 'change'; action: 'add' | 'update' | 'delete'; mode: 'ref' | 'resource'; ref: ObjectReference; object?: KubeObject; id: string }
+  | { type: 'change'; action: ChangeAction; mode: 'ref' | 'resource'; ref: ObjectReference; object?: KubeObject; id: string }
   | { type: 'resync'; id: string }
   /** Keys as sent (parsed against the function's kinds by the host); notBefore from opfnnotbefore. */
   | { type: 'reconcile'; keys: string[]; notBefore?: Date; id: string };
@@ -194,7 +198,7 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
   const match = APISERVER_TYPE.exec(event.type);
   if (!match) throw new BadEventError(`unknown event type "${event.type}": expected ${APISERVER_TYPE_PREFIX}{ref,resource}.{add,update,delete} or ${PING_TYPE}`);
   const mode = match[1] as 'ref' | 'resource';
-  const action = match[2] as 'add' | 'update' | 'delete';
+  const action = match[2] as ChangeAction;
   let data: unknown = event.data;
   // Structured mode's data_base64 arrives as a typed array (the SDK makes it a Uint32Array with
   // one byte per element); Buffer.from copies element-wise.

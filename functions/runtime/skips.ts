@@ -9,11 +9,13 @@
 //                place; for a function that reads the object's labels or annotations
 //                (`readsMetadata`, the default) also with the metadata this process last
 //                reconciled: only the status changed.
-// Deletes are never skipped: a re-list's synthesized delete may carry the last version we wrote.
+//   unwanted     a change of an owned or watched kind the declaration leaves out (`changes`):
+//                its Trigger does not deliver it, and one that comes anyway is not reconciled.
+// Deletes are never skipped as echoes: a re-list's synthesized delete may carry the last version we wrote.
 //
 // A Reference-mode add or update of the reconciled kind carries nothing to decide from; it is
 // announced instead (reference-reads.ts), so that its reconcile can stop after one read.
-import type { FunctionDeclaration } from './declaration.ts';
+import { unwantedChanges, type FunctionDeclaration } from './declaration.ts';
 import type { FunctionEvent } from './events.ts';
 import { keyProblem, kindKey, kindKeyString, sameKind, type KindKey, type KubeObject, type ResourceKind } from './kinds.ts';
 import type { OwnWrites } from './kube.ts';
@@ -59,6 +61,8 @@ function kindOf(declaration: FunctionDeclaration, ref: { apiVersion: string; kin
 
 /** Why the event needs no reconcile, or undefined when it does (a Reference-mode change of the reconciled kind is announced in `seen`). */
 export function skipReason(declaration: FunctionDeclaration, event: Extract<FunctionEvent, { type: 'change' }>, ownWrites: OwnWrites, seen: SeenObjects): string | undefined {
+  const unwanted = unwantedChanges(declaration).find(({ kind }) => sameKind(kind, event.ref.apiVersion, event.ref.kind));
+  if (unwanted?.actions.includes(event.action)) return `${declaration.name} does not ask for ${event.action} events of ${event.ref.kind} (its declaration's changes)`;
   const object = event.object;
   if (!object && event.mode === 'ref' && event.action !== 'delete' && sameKind(declaration.reconciles, event.ref.apiVersion, event.ref.kind)) {
     const key = kindKey(declaration.reconciles, event.ref);

@@ -38,11 +38,16 @@ for (const service of [find('Service'), deadLetterSink(DEFAULT_OPTIONS)]) await 
 const resolvers: Resolvers = { brokers: { has: (namespace, name) => namespace === NS && name === DEFAULT_OPTIONS.brokerName }, services };
 
 describe('Trigger objects → broker routes', () => {
-  test('the generated Trigger resolves to the function through its Service, filter and delivery kept', () => {
+  test('the generated Trigger resolves to the function through its Service, filters and delivery kept', () => {
     const { trigger, verdict } = brokerTriggerFor(find('Trigger'), resolvers);
     assert.deepEqual(trigger, {
       name: `${NS}/${declaration.name}`,
       filter: { attributes: { opfnfunction: declaration.name } },
+      // immortal-container leaves out its pods' adds (its declaration's changes).
+      filters: [
+        { exact: { opfnfunction: declaration.name } },
+        { not: { all: [{ exact: { apiversion: 'v1' } }, { exact: { kind: 'Pod' } }, { any: [{ exact: { type: 'dev.knative.apiserver.ref.add' } }, { exact: { type: 'dev.knative.apiserver.resource.add' } }] }] } },
+      ],
       subscriber: FUNCTION_URL,
       maxInFlight: declaration.scaling.maxScale * (declaration.scaling.containerConcurrency || declaration.scaling.target || 100),
       // The generated dead-letter Service is the broker's own dead-letter file locally.

@@ -20,6 +20,7 @@ import { functionRules } from '../../eventing/manifests/rbac.ts';
 import { parseLabelSelector } from '../../eventing/manifests/sources.ts';
 import { validateManifests } from '../../eventing/manifests/validate.ts';
 import { sourcesFor } from '../../eventing/plane.ts';
+import { matchesTrigger } from '../../eventing/filters.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const DEPLOY = join(ROOT, 'deploy');
@@ -247,4 +248,49 @@ test('declared configuration reaches the Service: defaults as values, secrets th
   ]);
   const required = defineFunction({ name: 'needs-value', description: 'test', reconciles: functions[0].reconciles, rbac: [], config: [{ name: 'REQUIRED', description: 'x' }], reconcile: async () => {} });
   assert.throws(() => functionObjects(required, DEFAULT_OPTIONS), /config REQUIRED has no default/);
+});
+
+describe('changes a declaration leaves out (`changes`)', () => {
+  const Widget = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
+  const ConfigMapKind = { group: '', version: 'v1', kind: 'ConfigMap', plural: 'configmaps', namespaced: true };
+  const PodKind = { group: '', version: 'v1', kind: 'Pod', plural: 'pods', namespaced: true };
+  const declare = (extra: object) => defineFunction({ name: 'w', description: '', reconciles: Widget, rbac: [], reconcile: async () => {}, ...extra });
+  const event = (type: string, kind: string, apiversion: string, fn = 'w') => ({ specversion: '1.0', id: '1', source: 's', type, kind, apiversion, opfnfunction: fn });
+  const delivered = (declaration: FunctionDeclaration, e: ReturnType<typeof event>, useFilters = true) => {
+    const trigger = byKind(functionObjects(declaration, DEFAULT_OPTIONS), 'Trigger')[0];
+    const { filter, filters } = spec(trigger);
+    return matchesTrigger({ name: 't', subscriber: 'http://x', filter, ...(useFilters ? { filters } : {}) }, e as never);
+  };
+
+  test('the Trigger leaves out exactly those changes, in both source modes, and only for that kind', () => {
+    const declaration = declare({ owns: [{ kind: PodKind, changes: ['update', 'delete'] }], watches: [{ kind: ConfigMapKind, keysFor: async () => [] }] });
+    for (const mode of ['ref', 'resource']) {
+      assert.equal(delivered(declaration, event(`dev.knative.apiserver.${mode}.add`, 'Pod', 'v1')), false, `a Pod's ${mode}.add`);
+      for (const action of ['update', 'delete']) assert.equal(delivered(declaration, event(`dev.knative.apiserver.${mode}.${action}`, 'Pod', 'v1')), true, `a Pod's ${mode}.${action}`);
+      assert.equal(delivered(declaration, event(`dev.knative.apiserver.${mode}.add`, 'ConfigMap', 'v1')), true, 'another kind\'s add');
+      assert.equal(delivered(declaration, event(`dev.knative.apiserver.${mode}.add`, 'Widget', 'example.com/v1')), true, 'the reconciled kind\'s add');
+      assert.equal(delivered(declaration, event(`dev.knative.apiserver.${mode}.add`, 'Pod', 'example.com/v1')), true, 'a Pod of another group');
+    }
+    assert.equal(delivered(declaration, event('dev.knative.sources.ping', '', '')), true, 'the resync');
+    assert.equal(delivered(declaration, event('dev.knative.apiserver.resource.update', 'Pod', 'v1', 'other')), false, 'another function\'s event');
+    // A broker without `filters` (the feature off) still routes only the function's own events.
+    assert.equal(delivered(declaration, event('dev.knative.apiserver.resource.update', 'Pod', 'v1', 'other'), false), false);
+    assert.equal(delivered(declaration, event('dev.knative.apiserver.resource.add', 'Pod', 'v1'), false), true);
+  });
+
+  test('a kind declared twice hears what either entry asks for; without changes the Trigger keeps its one filter', () => {
+    const twice = declare({ owns: [{ kind: PodKind, changes: ['delete'] }], watches: [{ kind: PodKind, changes: ['update'], keysFor: async () => [] }] });
+    assert.equal(delivered(twice, event('dev.knative.apiserver.resource.add', 'Pod', 'v1')), false);
+    assert.equal(delivered(twice, event('dev.knative.apiserver.resource.update', 'Pod', 'v1')), true);
+    assert.equal(delivered(twice, event('dev.knative.apiserver.resource.delete', 'Pod', 'v1')), true);
+    const plain = spec(byKind(functionObjects(declare({ owns: [{ kind: PodKind }] }), DEFAULT_OPTIONS), 'Trigger')[0]);
+    assert.equal(plain.filters, undefined);
+    assert.deepEqual(plain.filter, { attributes: { opfnfunction: 'w' } });
+  });
+
+  test('a declaration naming no change, an unknown one, or one twice is refused', () => {
+    for (const changes of [[], ['create'], ['add', 'add']]) {
+      assert.throws(() => declare({ owns: [{ kind: PodKind, changes }] }), /changes of Pod must name some of add, update, delete, each once/);
+    }
+  });
 });

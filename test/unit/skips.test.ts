@@ -41,3 +41,15 @@ test('status-only updates: generation observed, not deleting, finalizer in place
   assert.match(skipReason(careful, change(widget({ labels: { team: 'a' }, resourceVersion: '11' })), none, seen)!, /only its status changed/);
   assert.equal(skipReason(careful, change(widget({ labels: { team: 'b' } })), none, seen), undefined, 'a label changed');
 });
+
+test('a change the declaration leaves out (`changes`) is skipped in either mode, with or without a body; the others are not', () => {
+  const declaration = declare({ owns: [{ kind: Pod, changes: ['update', 'delete'] }] });
+  const pod: KubeObject = { metadata: { name: 'p', namespace: 'ns', resourceVersion: '7' } };
+  const none = new OwnWrites();
+  assert.match(skipReason(declaration, change(pod, 'add', 'Pod', 'v1'), none, new SeenObjects())!, /w does not ask for add events of Pod/);
+  assert.match(skipReason(declaration, { ...change(pod, 'add', 'Pod', 'v1'), mode: 'ref', object: undefined }, none, new SeenObjects())!, /does not ask for add events/);
+  assert.equal(skipReason(declaration, change(pod, 'update', 'Pod', 'v1'), none, new SeenObjects()), undefined);
+  assert.equal(skipReason(declaration, change(pod, 'delete', 'Pod', 'v1'), none, new SeenObjects()), undefined);
+  assert.equal(skipReason(declare(), change(pod, 'add', 'Pod', 'v1'), none, new SeenObjects()), undefined, 'without changes, adds are heard');
+  assert.equal(skipReason(declaration, change(widget(), 'add'), none, new SeenObjects()), undefined, 'the reconciled kind is always heard');
+});
