@@ -1,7 +1,7 @@
 // CloudEvents exactly as Knative's ApiServerSource sends them (see DESIGN.md), so functions
 // receive the same bytes from the local plane as from Knative.
 import { randomUUID } from 'node:crypto';
-import { CloudEvent } from 'cloudevents';
+import { CloudEvent, type CloudEventV1 } from 'cloudevents';
 import { apiVersionOf, type KubeObject, type ResourceKind } from '../functions/runtime/kinds.ts';
 
 export type SourceMode = 'Reference' | 'Resource';
@@ -12,7 +12,7 @@ export function subjectOf(kind: ResourceKind, namespace: string, name: string): 
   return `/apis/${apiVersionOf(kind)}/namespaces/${namespace}/${kind.plural}/${name}`;
 }
 
-export function apiServerSourceEvent(options: {
+export interface ApiServerSourceChange {
   server: string;
   kind: ResourceKind;
   object: KubeObject;
@@ -20,26 +20,37 @@ export function apiServerSourceEvent(options: {
   mode: SourceMode;
   /** ceOverrides.extensions of the source (the plane tags each event with its function). */
   extensions?: Record<string, string>;
-}): CloudEvent<unknown> {
-  const { kind, object, action, mode } = options;
+}
+
+/**
+ * The event as plain attributes and data: what the plane's source publishes. Not an SDK
+ * CloudEvent, which copies, schema-validates and freezes each one (a third of the source's CPU
+ * in a burst): the attributes are fixed or were checked with the source's manifest
+ * (manifests/validate.ts), and the broker checks every event it is given.
+ */
+export function apiServerSourceAttributes(change: ApiServerSourceChange): CloudEventV1<unknown> {
+  const { kind, object, action, mode } = change;
   const namespace = object.metadata.namespace ?? '';
   const name = object.metadata.name ?? '';
   const apiVersion = apiVersionOf(kind);
-  // Not schema-validated here (a third of the source's CPU in a burst): the attributes are
-  // fixed or were checked with the source's manifest (manifests/validate.ts), and the broker
-  // checks every event it is given.
-  return new CloudEvent<unknown>({
+  return {
     specversion: '1.0',
     id: randomUUID(),
+    time: new Date().toISOString(),
     type: `dev.knative.apiserver.${mode === 'Reference' ? 'ref' : 'resource'}.${action}`,
-    source: options.server,
+    source: change.server,
     subject: subjectOf(kind, namespace, name),
     datacontenttype: 'application/json',
     kind: kind.kind,
     apiversion: apiVersion,
     name,
     namespace,
-    ...options.extensions,
+    ...change.extensions,
     data: mode === 'Reference' ? { kind: kind.kind, namespace, name, apiVersion } : { apiVersion, kind: kind.kind, ...object },
-  }, false);
+  };
+}
+
+/** The same event as an SDK CloudEvent (HTTP.binary, `opfn invoke`, tests). */
+export function apiServerSourceEvent(change: ApiServerSourceChange): CloudEvent<unknown> {
+  return new CloudEvent<unknown>(apiServerSourceAttributes(change), false);
 }

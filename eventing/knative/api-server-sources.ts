@@ -10,7 +10,7 @@
 // without `namespaceSelector` sends only the events of its own namespace (cluster-scoped kinds
 // pass), `namespaceSelector: {}` every namespace. Conditions: SinkProvided,
 // SufficientPermissions, Deployed, Ready (apiserver_lifecycle.go); `status.sinkUri`.
-import type { CloudEvent } from 'cloudevents';
+import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { apiVersionOf, keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
@@ -95,7 +95,7 @@ export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolve
 export interface SourceControllerOptions {
   kube: KubeClient;
   brokers: Pick<BrokerDirectory, 'has' | 'url'>;
-  publish: (event: CloudEvent<unknown>) => Promise<void>;
+  publish: (event: CloudEventV1<unknown>) => Promise<void>;
   log: Logger;
   status: StatusWriter;
   /** Kinds known without discovery (see KindResolver). */

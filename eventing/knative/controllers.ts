@@ -6,7 +6,7 @@
 // controllers turn each object into what runs, one per kind. Every change is handled one at a
 // time, so a Trigger resolved while a Service appears sees a consistent picture; a Broker or
 // Service change re-resolves the objects that name them, as Knative's trackers do.
-import type { CloudEvent } from 'cloudevents';
+import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { apiVersionOf, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
@@ -71,7 +71,7 @@ export class KnativeControllers {
   constructor(options: KnativeControllerOptions) {
     this.#options = options;
     const { kube, broker, brokerUrl, functions, log } = options;
-    const publish = (event: CloudEvent<unknown>) => broker.publish(event);
+    const publish = (event: CloudEventV1<unknown>) => broker.publish(event);
     const status = options.status ?? apiServerStatus(kube);
     this.brokers = new BrokerDirectory(status, brokerUrl);
     this.services = new ServiceDirectory(status, functions);

@@ -1,6 +1,6 @@
 // The source's sink side: Knative's adapter logs and drops an event its sink refuses; here an
 // event is retried until the sink accepts it, one object's events in order.
-import type { CloudEvent } from 'cloudevents';
+import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, describe, jitter, sleep } from './backoff.ts';
 
@@ -19,7 +19,7 @@ export class Delivery {
   emitted = 0;
   sinkRetries = 0;
   readonly #counters: Counters;
-  readonly #sink: (event: CloudEvent<unknown>) => Promise<void>;
+  readonly #sink: (event: CloudEventV1<unknown>) => Promise<void>;
   readonly #log: Logger;
   readonly #signal: AbortSignal;
   readonly #maxPending: number;
@@ -27,7 +27,7 @@ export class Delivery {
   #pending = 0;
   #waiters: (() => void)[] = [];
 
-  constructor(sink: (event: CloudEvent<unknown>) => Promise<void>, log: Logger, signal: AbortSignal, maxPending: number, counters: Counters) {
+  constructor(sink: (event: CloudEventV1<unknown>) => Promise<void>, log: Logger, signal: AbortSignal, maxPending: number, counters: Counters) {
     this.#counters = counters;
     this.#sink = sink;
     this.#log = log;
@@ -41,7 +41,7 @@ export class Delivery {
   }
 
   /** Queues `event` behind the earlier events of `key`; resolves true once the sink accepted it, false if the source stopped first. */
-  enqueue(key: string, event: CloudEvent<unknown>): Promise<boolean> {
+  enqueue(key: string, event: CloudEventV1<unknown>): Promise<boolean> {
     this.#pending++;
     const previous = this.#tails.get(key);
     const delivered = (previous ?? Promise.resolve(true)).then(() => this.#deliver(event));
@@ -67,7 +67,7 @@ export class Delivery {
     for (const wake of waiters) wake();
   }
 
-  async #deliver(event: CloudEvent<unknown>): Promise<boolean> {
+  async #deliver(event: CloudEventV1<unknown>): Promise<boolean> {
     let delay = BACKOFF_INITIAL_MS;
     for (let attempt = 1; ; attempt++) {
       if (this.#signal.aborted) return false;

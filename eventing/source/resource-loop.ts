@@ -4,7 +4,7 @@
 import type { Logger } from 'pino';
 import { collectionPath, keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, NOT_SERVED, type KubeClient, type WatchEvent } from '../../functions/runtime/kube.ts';
-import { apiServerSourceEvent, type ChangeAction } from '../apiserver-events.ts';
+import { apiServerSourceAttributes, type ChangeAction } from '../apiserver-events.ts';
 import { abortable, BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, describe, jitter, sleep } from './backoff.ts';
 import type { Counters, Delivery } from './delivery.ts';
 import { PARTITION_KEY_EXTENSION, partitionKey } from './partition.ts';
@@ -176,7 +176,7 @@ export class ResourceLoop {
   #emit(action: ChangeAction, key: string, object: KubeObject): Promise<boolean> {
     const partition = partitionKey(this.#resource.partition, object);
     const extensions = partition === undefined ? this.#spec.extensions : { ...this.#spec.extensions, [PARTITION_KEY_EXTENSION]: partition };
-    const event = apiServerSourceEvent({ server: this.#ctx.server, kind: this.#resource.kind, object, action, mode: this.#spec.mode, extensions });
+    const event = apiServerSourceAttributes({ server: this.#ctx.server, kind: this.#resource.kind, object, action, mode: this.#spec.mode, extensions });
     return this.#ctx.delivery.enqueue(`${this.#spec.name}\u0000${this.#resource.kind.group}/${this.#resource.kind.plural}\u0000${key}`, event);
   }
 

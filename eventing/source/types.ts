@@ -1,5 +1,5 @@
 // What an ApiServerSource is configured with and reports.
-import type { CloudEvent } from 'cloudevents';
+import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import type { ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
@@ -26,7 +26,7 @@ export interface SourceOptions {
   kube: KubeClient;
   sources: SourceSpec[];
   /** Where events go; resolves when accepted (the broker applies back-pressure by resolving late). Rejections are retried with backoff, never dropped. */
-  sink: (event: CloudEvent<unknown>) => Promise<void>;
+  sink: (event: CloudEventV1<unknown>) => Promise<void>;
   log: Logger;
   /** Periodic full pass that emits `update` for every known object (0 = off); default 10 min. */
   resyncIntervalMs?: number;

@@ -12,7 +12,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { CloudEvent } from 'cloudevents';
+import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
 import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
 import { ConfigMap, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
@@ -84,11 +84,11 @@ async function cuttableProxy(target: URL): Promise<{ url: string; drop(): void; 
 }
 
 /** Records what the sink accepted; `fail` makes it reject some calls (the source must retry them). */
-function recordingSink(fail: (call: number, event: CloudEvent<unknown>) => boolean = () => false) {
-  const accepted: CloudEvent<unknown>[] = [];
-  const rejected: CloudEvent<unknown>[] = [];
+function recordingSink(fail: (call: number, event: CloudEventV1<unknown>) => boolean = () => false) {
+  const accepted: CloudEventV1<unknown>[] = [];
+  const rejected: CloudEventV1<unknown>[] = [];
   let calls = 0;
-  const sink = async (event: CloudEvent<unknown>) => {
+  const sink = async (event: CloudEventV1<unknown>) => {
     calls++;
     if (fail(calls, event)) {
       rejected.push(event);
@@ -103,7 +103,7 @@ function recordingSink(fail: (call: number, event: CloudEvent<unknown>) => boole
 }
 
 /** The attributes every ApiServerSource event for a ConfigMap carries, whatever its mode and action. */
-function assertConfigMapEvent(event: CloudEvent<unknown>, server: string, mode: 'ref' | 'resource', action: string, namespace: string, name: string): void {
+function assertConfigMapEvent(event: CloudEventV1<unknown>, server: string, mode: 'ref' | 'resource', action: string, namespace: string, name: string): void {
   assert.equal(event.specversion, '1.0');
   assert.equal(event.type, `dev.knative.apiserver.${mode}.${action}`);
   assert.equal(event.source, server);
@@ -232,7 +232,7 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
       await deleteConfigMap(ns, 'live');
       await until(() => `add, update, delete for ${ns}/live; got ${JSON.stringify(recorded.actions(ns, 'live'))}`, () => recorded.actions(ns, 'live').includes('delete'));
       assert.deepEqual(recorded.actions(ns, 'live'), ['add', 'update', 'delete']);
-      const [add, update, remove] = recorded.of(ns, 'live') as [CloudEvent<unknown>, CloudEvent<unknown>, CloudEvent<unknown>];
+      const [add, update, remove] = recorded.of(ns, 'live') as [CloudEventV1<unknown>, CloudEventV1<unknown>, CloudEventV1<unknown>];
       for (const event of [add, update, remove]) assertConfigMapEvent(event, cp.server, 'resource', event.type.split('.').pop()!, ns, 'live');
       assert.deepEqual(add.data, created);
       assert.deepEqual(update.data, patched);
