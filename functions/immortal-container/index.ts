@@ -9,7 +9,7 @@ export default defineFunction({
   description: 'Keeps one pod per ImmortalContainer running: recreates it when deleted or finished, replaces it when the image changes.',
   reconciles: ImmortalContainerKind,
   // Only this function adds its pods, and the reconcile that added one writes the status: the
-  // adds are never news (their delivery cost a third of the plane's). Updates (a pod finished or
+  // adds are never news (a third of the plane's deliveries). Updates (a pod finished or
   // failed) and deletes are.
   owns: [{ kind: Pod, ownerNameLabel: OWNER_LABEL, changes: ['update', 'delete'] }],
   // What reconcile itself does; reading ImmortalContainers and pods, Events, and update on

@@ -20,8 +20,19 @@ export interface PolicyRule {
   resourceNames?: string[];
 }
 
+/** Which changes of an owned or watched kind reach the function. */
+export interface ChangeSelection {
+  /**
+   * The changes of this kind the function needs to hear about (default: all three). Like
+   * controller-runtime's predicates, e.g. leaving out the adds of objects only the function
+   * itself creates: the generated Trigger leaves the others out (Knative's `filters`), so they
+   * cost no delivery, and the runtime answers any that still arrive without a reconcile.
+   */
+  changes?: ChangeAction[];
+}
+
 /** A kind whose objects the function creates and controls; changes map back to the owner. */
-export interface OwnedKind {
+export interface OwnedKind extends ChangeSelection {
   kind: ResourceKind;
   /**
    * A label the function sets on each owned object whose value is the owner's name (owner in
@@ -37,13 +48,6 @@ export interface OwnedKind {
    * than a label value (63) becomes a stable hash form, which routing resolves by listing owners.
    */
   ownerLabels?: { namespace: string; name: string };
-  /**
-   * The changes of this kind the function needs to hear about (default: all three). Like
-   * controller-runtime's predicates, e.g. leaving out the adds of objects only the function
-   * itself creates: the generated Trigger leaves the others out (Knative's `filters`), so they
-   * cost no delivery, and the runtime answers any that still arrive without a reconcile.
-   */
-  changes?: ChangeAction[];
 }
 
 /** A change of a watched (not owned) object, as far as the event tells it. */
@@ -60,17 +64,10 @@ export interface MapperContext {
 }
 
 /** A kind the function reads but does not own; a mapper turns its changes into keys to reconcile. */
-export interface WatchedKind {
+export interface WatchedKind extends ChangeSelection {
   kind: ResourceKind;
   /** Only objects with these labels are of interest (passed to the watch as labelSelector). */
   labelSelector?: string;
-  /**
-   * The changes of this kind the function needs to hear about (default: all three). Like
-   * controller-runtime's predicates, e.g. leaving out the adds of objects only the function
-   * itself creates: the generated Trigger leaves the others out (Knative's `filters`), so they
-   * cost no delivery, and the runtime answers any that still arrive without a reconcile.
-   */
-  changes?: ChangeAction[];
   keysFor(change: WatchedChange, ctx: MapperContext): Promise<ObjectKey[]>;
 }
 
@@ -219,7 +216,16 @@ export function defineFunction(input: DeclarationInput): FunctionDeclaration {
  * what its Trigger leaves out. A kind declared more than once hears what any of its entries asks
  * for; the reconciled kind always hears everything.
  */
-export function unwantedChanges(declaration: FunctionDeclaration): { kind: ResourceKind; actions: ChangeAction[] }[] {
+export function unwantedChanges(declaration: FunctionDeclaration): readonly { kind: ResourceKind; actions: ChangeAction[] }[] {
+  let unwanted = unwantedByDeclaration.get(declaration);
+  if (!unwanted) unwantedByDeclaration.set(declaration, (unwanted = computeUnwantedChanges(declaration)));
+  return unwanted;
+}
+
+/** Asked once per event: worked out once per declaration. */
+const unwantedByDeclaration = new WeakMap<FunctionDeclaration, { kind: ResourceKind; actions: ChangeAction[] }[]>();
+
+function computeUnwantedChanges(declaration: FunctionDeclaration): { kind: ResourceKind; actions: ChangeAction[] }[] {
   const wanted = new Map<string, { kind: ResourceKind; actions: Set<ChangeAction> }>();
   for (const { kind, changes } of [...declaration.owns, ...declaration.watches]) {
     const id = `${kind.group}/${kind.kind}`;

@@ -32,7 +32,6 @@ export { OwnWrites } from './own-writes.ts';
  * undici's mature path and what the plane's own dispatchers use.
  */
 export class ConnectionReusingKubeConfig extends KubeConfig {
-  /** `maxConnections`: per pool, for clients that never hold one open (no watches); unset = one per concurrent request. */
   constructor(options: ConnectionOptions = {}) {
     super();
     const self = this as unknown as { createDispatcher(cluster: unknown, agentOptions: unknown): Dispatcher | undefined };
@@ -72,8 +71,9 @@ export class ConnectionReusingKubeConfig extends KubeConfig {
 
 export interface ConnectionOptions {
   /**
-   * Connections per pool at most; further requests wait for one. Only for a client that never
-   * holds a connection open (a watch holds its own for as long as it runs).
+   * Connections per pool at most (direct connections; a proxy's pool is client-node's); further
+   * requests wait for one. Unset: one per concurrent request. Only for a client that never holds
+   * a connection open (a watch holds its own for as long as it runs).
    */
   maxConnections?: number;
 }
