@@ -20,7 +20,7 @@
 // garbage collector reads each new pod's owner, the same load for both sides); --controller-manager
 // keeps it in.
 //
-// Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--sources] [--controller-manager] [--cpu-prof DIR]
+// Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--warm 1] [--sources] [--controller-manager] [--cpu-prof DIR]
 // Writes bench/results/plane-<label>-<date>.json.
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
@@ -95,8 +95,8 @@ function profiled(dir: string, command?: (declaration: FunctionDeclaration) => {
   };
 }
 
-async function runPlane(cluster: TestCluster, options: { n: number; rep: number; bundled?: Awaited<ReturnType<typeof bundledFunctions>>; writer: KubeClient; watcher: KubeClient; profileDir?: string }): Promise<RunResult> {
-  const { n, rep, writer, watcher } = options;
+async function runPlane(cluster: TestCluster, options: { n: number; rep: number; warmObjects: number; bundled?: Awaited<ReturnType<typeof bundledFunctions>>; writer: KubeClient; watcher: KubeClient; profileDir?: string }): Promise<RunResult> {
+  const { n, rep, warmObjects, writer, watcher } = options;
   const namespace = `plane-${n}-${rep}`;
   const warmNamespace = `warm-${n}-${rep}`;
   await createNamespace(cluster, namespace);
@@ -117,10 +117,12 @@ async function runPlane(cluster: TestCluster, options: { n: number; rep: number;
   let maxInstances = 0;
   const poll = setInterval(() => (maxInstances = Math.max(maxInstances, plane.activator.instances(immortalContainer.name))), 100);
   try {
-    // Warm: one object converged, so the run measures throughput, not a cold start (bench:cold-start).
+    // Warm: the function has started and converged `warmObjects` objects, so the run measures
+    // throughput, not a cold start (bench:cold-start). With the default of one, the burst also
+    // pays for V8 compiling the function's hot path as it goes; `--warm 200` shows the rest.
     const warm = new ConvergenceWatch(watcher, warmNamespace);
-    await writer.create(ImmortalContainerKind, newIc(warmNamespace, 'warm'));
-    await warm.until(1, 60_000);
+    await pooled(warmObjects, (i) => writer.create(ImmortalContainerKind, newIc(warmNamespace, `warm-${i}`)).then(() => undefined));
+    await warm.until(warmObjects, 120_000);
     await warm.stop();
     maxInstances = 0;
     const emittedBefore = plane.source.stats().emitted;
@@ -179,16 +181,18 @@ async function main(): Promise<void> {
     n: { type: 'string', default: '200,500' },
     reps: { type: 'string', default: '1' },
     label: { type: 'string', default: 'local' },
+    warm: { type: 'string', default: '1' },
     sources: { type: 'boolean', default: false },
     'controller-manager': { type: 'boolean', default: false },
     'cpu-prof': { type: 'string' },
     help: { type: 'boolean', default: false },
   } });
   if (values.help) {
-    console.log('npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--sources] [--controller-manager]\n' +
+    console.log('npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--warm 1] [--sources] [--controller-manager]\n' +
       '  --n        object counts to run, side by side with direct writes (default 200,500)\n' +
       '  --reps     repetitions of each count (default 1)\n' +
       '  --label    name of the JSON result file under bench/results/ (default local)\n' +
+      '  --warm     objects the plane converges before each measured burst (default 1: the function has started, V8 has not yet optimised its hot path)\n' +
       '  --sources  run the function from its TypeScript sources instead of the bundle\n' +
       '  --controller-manager  also run kube-controller-manager (garbage collector) during the runs\n' +
       '  --cpu-prof DIR  write the function processes\' CPU profiles there (run the bench itself under node --cpu-prof for the plane\'s)');
@@ -196,8 +200,9 @@ async function main(): Promise<void> {
   }
   const sizes = values.n.split(',').map(Number);
   const reps = Number(values.reps);
-  if (sizes.some((n) => !Number.isInteger(n) || n < 1) || !Number.isInteger(reps) || reps < 1) {
-    console.error(`--n takes positive integers separated by commas (got "${values.n}"), --reps a positive integer (got "${values.reps}")`);
+  const warmObjects = Number(values.warm);
+  if (sizes.some((n) => !Number.isInteger(n) || n < 1) || !Number.isInteger(reps) || reps < 1 || !Number.isInteger(warmObjects) || warmObjects < 1) {
+    console.error(`--n takes positive integers separated by commas (got "${values.n}"), --reps and --warm a positive integer (got "${values.reps}", "${values.warm}")`);
     process.exit(2);
   }
   const bundled = values.sources ? undefined : await bundledFunctions(mkdtempSync(join(tmpdir(), 'opfn-bench-dist-')));
@@ -216,7 +221,7 @@ async function main(): Promise<void> {
         const order = rep % 2 === 0 ? ['plane', 'direct'] : ['direct', 'plane'];
         for (const side of order) {
           const result = side === 'plane'
-            ? await runPlane(cluster, { n, rep, bundled, writer, watcher, profileDir: values['cpu-prof'] })
+            ? await runPlane(cluster, { n, rep, warmObjects, bundled, writer, watcher, profileDir: values['cpu-prof'] })
             : await runDirect(cluster, { n, rep, writer, watcher });
           results.push(result);
           process.stderr.write(`N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${result.anomalies.length ? `, ANOMALIES ${result.anomalies.slice(0, 3).join('; ')}` : ''}\n`);
@@ -228,9 +233,9 @@ async function main(): Promise<void> {
   }
 
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: values.sources ? 'TypeScript sources' : 'esbuild bundles + code cache', controllerManager: values['controller-manager'], concurrency: CONCURRENCY, backgroundRequestsPerSecond: median(background) };
+  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: values.sources ? 'TypeScript sources' : 'esbuild bundles + code cache', controllerManager: values['controller-manager'], concurrency: CONCURRENCY, warmObjects, backgroundRequestsPerSecond: median(background) };
   console.log(`\nImmortalContainers: plane vs pooled direct writes (${CONCURRENCY} at a time, one KubeClient pool), completion by watch; requests from apiserver_request_total over the whole run (user's creates included; background ≈ ${environment.backgroundRequestsPerSecond.toFixed(1)}/s)`);
-  console.log(`node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`);
+  console.log(`node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, warmed with ${warmObjects} object(s) before each burst, kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`);
   printTable(results);
   console.log('\nratios (plane / direct, medians of the repetitions):');
   const summary = sizes.map((n) => {
