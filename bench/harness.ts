@@ -33,6 +33,12 @@ export interface Measured {
   requestsPerObject: number;
   /** CPU seconds from the first write until quiet: this process, function processes, kube-apiserver, etcd (Linux only) */
   cpu?: CpuSeconds;
+  /**
+   * The same from the first write until convergence: the window the convergence time measures.
+   * The window until quiet adds the same idle seconds to both sides of a ratio, which pulls it
+   * towards 1.
+   */
+  cpuToConvergence?: CpuSeconds;
 }
 
 /** One measured run of `work` producing `n` objects that `watch` sees converge. */
@@ -43,11 +49,12 @@ export async function measure(cluster: TestCluster, watch: ConvergenceWatch, n: 
   const started = performance.now();
   const working = work();
   await watch.until(n, Math.max(120_000, n * 200));
+  const cpuToConvergence = cpuBetween(cpuBefore, cpuSnapshot(cluster.cp.dir));
   const convergedMs = watch.lastAt - started;
   await working;
   const { totals: after, lastChangeAt } = await awaitQuiet(cluster.cp);
   const cpu = cpuBetween(cpuBefore, cpuSnapshot(cluster.cp.dir));
   await watch.stop();
   const requests = requestDifference(before, after);
-  return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n, cpu };
+  return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n, cpu, cpuToConvergence };
 }
