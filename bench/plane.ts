@@ -18,9 +18,9 @@
 // a machine shared with other work they vary far less than the wall-clock ratio. The summary
 // also gives the CPU ratio up to convergence, the window the convergence ratio measures (both
 // sides are CPU-bound there on 2 cores, so the two ratios track each other). Between runs the
-// objects are deleted and the plane stopped, so the plane never sees the direct side's objects. kube-controller-manager is not started (its
-// garbage collector reads each new pod's owner, the same load for both sides); --controller-manager
-// keeps it in.
+// objects are deleted and the plane stopped, so the plane never sees the direct side's objects.
+// kube-controller-manager is not started (its garbage collector reads each new pod's owner, the
+// same load for both sides); --controller-manager keeps it in.
 //
 // Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--warm 1] [--sources] [--controller-manager] [--cpu-prof DIR]
 // Writes bench/results/plane-<label>-<date>.json.
