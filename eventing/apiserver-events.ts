@@ -2,6 +2,7 @@
 // receive the same bytes from the local plane as from Knative.
 import { randomUUID } from 'node:crypto';
 import { CloudEvent, type CloudEventV1 } from 'cloudevents';
+import { apiServerEventType } from '../functions/runtime/events.ts';
 import { apiVersionOf, type KubeObject, type ResourceKind } from '../functions/runtime/kinds.ts';
 
 export type SourceMode = 'Reference' | 'Resource';
@@ -37,7 +38,7 @@ export function apiServerSourceAttributes(change: ApiServerSourceChange): CloudE
     specversion: '1.0',
     id: randomUUID(),
     time: new Date().toISOString(),
-    type: `dev.knative.apiserver.${mode === 'Reference' ? 'ref' : 'resource'}.${action}`,
+    type: apiServerEventType(mode === 'Reference' ? 'ref' : 'resource', action),
     source: change.server,
     subject: subjectOf(kind, namespace, name),
     datacontenttype: 'application/json',

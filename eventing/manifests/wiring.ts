@@ -8,7 +8,7 @@
 // must never travel through the event plane. Every event is tagged with the function's name
 // (ceOverrides), which its Trigger filters on.
 import { unwantedChanges, type FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { APISERVER_TYPE_PREFIX, FUNCTION_EXTENSION } from '../../functions/runtime/events.ts';
+import { apiServerEventType, FUNCTION_EXTENSION } from '../../functions/runtime/events.ts';
 import { apiVersionOf, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { SubscriptionsApiFilter } from '../filters.ts';
 import type { SourceSpec } from '../source.ts';
@@ -52,7 +52,7 @@ export function triggerFor(declaration: FunctionDeclaration): { name: string; fi
       all: [
         exact('apiversion', apiVersionOf(kind)),
         exact('kind', kind.kind),
-        { any: actions.flatMap((action) => ['ref', 'resource'].map((mode) => exact('type', `${APISERVER_TYPE_PREFIX}${mode}.${action}`))) },
+        { any: actions.flatMap((action) => (['ref', 'resource'] as const).map((mode) => exact('type', apiServerEventType(mode, action)))) },
       ],
     },
   }));

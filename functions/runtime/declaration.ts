@@ -2,7 +2,7 @@
 // triggers, the Knative manifests and the RBAC Role are all derived from this declaration, so
 // adding a kind means adding one folder with one of these.
 import type { Logger } from 'pino';
-import type { KindKey, KubeObject, ObjectKey, ResourceKind } from './kinds.ts';
+import { groupKind, type KindKey, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import { validateConfigDeclaration, type ConfigParameter } from './config.ts';
 import { cronProblem } from './cron.ts';
 import { CHANGE_ACTIONS, type ChangeAction, type ChangeEvent } from './events.ts';
@@ -228,12 +228,12 @@ const unwantedByDeclaration = new WeakMap<FunctionDeclaration, { kind: ResourceK
 function computeUnwantedChanges(declaration: FunctionDeclaration): { kind: ResourceKind; actions: ChangeAction[] }[] {
   const wanted = new Map<string, { kind: ResourceKind; actions: Set<ChangeAction> }>();
   for (const { kind, changes } of [...declaration.owns, ...declaration.watches]) {
-    const id = `${kind.group}/${kind.kind}`;
+    const id = groupKind(kind);
     const entry = wanted.get(id) ?? wanted.set(id, { kind, actions: new Set() }).get(id)!;
     for (const action of changes ?? CHANGE_ACTIONS) entry.actions.add(action);
   }
+  wanted.delete(groupKind(declaration.reconciles));
   return [...wanted.values()]
-    .filter(({ kind }) => !(kind.group === declaration.reconciles.group && kind.kind === declaration.reconciles.kind))
     .map(({ kind, actions }) => ({ kind, actions: CHANGE_ACTIONS.filter((action) => !actions.has(action)) }))
     .filter(({ actions }) => actions.length > 0);
 }

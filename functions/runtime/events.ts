@@ -5,6 +5,8 @@ import { HTTP, type CloudEvent, type CloudEventV1 } from 'cloudevents';
 import { isValidName, isValidNamespace, type KubeObject } from './kinds.ts';
 
 export const APISERVER_TYPE_PREFIX = 'dev.knative.apiserver.';
+/** The type of an ApiServerSource event: what the source sends and a Trigger filter must match. */
+export const apiServerEventType = (mode: 'ref' | 'resource', action: ChangeAction): string => `${APISERVER_TYPE_PREFIX}${mode}.${action}`;
 export const PING_TYPE = 'dev.knative.sources.ping';
 /**
  * A function's request to itself, carried in a reply CloudEvent that the broker routes back to

@@ -100,36 +100,32 @@ describe('getAnnounced', () => {
 
 describe('the ImmortalContainer function reads at the announced version', () => {
   const resourceEvent = (object: KubeObject) => apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object, action: 'add', mode: 'Resource' });
+  /** Delivers a Resource-mode add carrying `body`; asserts the function read the object once, from the cache; gives the image of the pod it made. */
+  async function podImageAfterOneCachedRead(body: KubeObject): Promise<string | undefined> {
+    functionKube.reads.length = 0;
+    assert.equal((await deliver(fn.url, resourceEvent(body))).status, 200);
+    assert.deepEqual(functionKube.reads.filter((read) => read.startsWith('ImmortalContainer')), ['ImmortalContainer cache']);
+    const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: `${body.metadata.name}-immortalpod` });
+    return pod?.spec?.containers?.[0].image;
+  }
 
   test('a Resource-mode add: the object is read once, from the cache, and its pod made from that read', async () => {
     const ic = await create('announced-add');
     await cached(ic);
-    functionKube.reads.length = 0;
-    assert.equal((await deliver(fn.url, resourceEvent(ic))).status, 200);
-    assert.deepEqual(functionKube.reads.filter((read) => read.startsWith('ImmortalContainer')), ['ImmortalContainer cache']);
-    const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: 'announced-add-immortalpod' });
-    assert.equal(pod?.spec?.containers?.[0].image, 'nginx:1.27');
+    assert.equal(await podImageAfterOneCachedRead(ic), 'nginx:1.27');
     assert.equal((await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, keyOf(ic)))?.status?.startTimes, 1);
   });
 
   test('a forged body at the current version with another image: the pod gets the image the API server holds', async () => {
     const ic = await create('announced-forged-body', 'nginx:stable');
     await cached(ic);
-    functionKube.reads.length = 0;
-    assert.equal((await deliver(fn.url, resourceEvent({ ...ic, spec: { image: 'attacker/miner:latest' } }))).status, 200);
-    assert.deepEqual(functionKube.reads.filter((read) => read.startsWith('ImmortalContainer')), ['ImmortalContainer cache']);
-    const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: 'announced-forged-body-immortalpod' });
-    assert.equal(pod?.spec?.containers?.[0].image, 'nginx:stable');
+    assert.equal(await podImageAfterOneCachedRead({ ...ic, spec: { image: 'attacker/miner:latest' } }), 'nginx:stable');
   });
 
   test('a body older than the object (a redelivery): one read, from the cache, and the pod follows the newest spec', async () => {
     const ic = await create('announced-stale-body', 'nginx:1.27');
     const updated = await cluster.kube.mergePatch<ImmortalContainer>(ImmortalContainerKind, keyOf(ic), { spec: { image: 'nginx:1.28' } });
     await cached(updated);
-    functionKube.reads.length = 0;
-    assert.equal((await deliver(fn.url, resourceEvent(ic))).status, 200);
-    assert.deepEqual(functionKube.reads.filter((read) => read.startsWith('ImmortalContainer')), ['ImmortalContainer cache']);
-    const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: 'announced-stale-body-immortalpod' });
-    assert.equal(pod?.spec?.containers?.[0].image, 'nginx:1.28');
+    assert.equal(await podImageAfterOneCachedRead(ic), 'nginx:1.28');
   });
 });
