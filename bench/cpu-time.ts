@@ -14,10 +14,34 @@ export interface CpuSeconds {
   apiServer: number;
   etcd: number;
   total: number;
+  /**
+   * The machine in the same window, not part of `total`: `others` is the CPU every other process
+   * used (process time in /proc/stat minus the four above), `steal` the time the hypervisor ran
+   * someone else while a CPU of this machine wanted to run. Either one high says the neighbours,
+   * not the code, moved that run's numbers.
+   */
+  others?: number;
+  steal?: number;
 }
 
-type Role = Exclude<keyof CpuSeconds, 'total' | 'bench'>;
-type Snapshot = Map<number, { role: Role; seconds: number }> & { bench?: number };
+type Role = Exclude<keyof CpuSeconds, 'total' | 'bench' | 'others' | 'steal'>;
+type Snapshot = Map<number, { role: Role; seconds: number }> & { bench?: number; machine?: MachineTimes };
+
+interface MachineTimes {
+  /** Seconds every CPU spent running processes (user, nice, system; not interrupts, which /proc/<pid>/stat charges to no process). */
+  busy: number;
+  steal: number;
+}
+
+/** The machine's CPU times from the first line of /proc/stat; undefined where there is none. */
+function machineTimes(): MachineTimes | undefined {
+  try {
+    const [user, nice, system, , , , , steal] = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0].trim().split(/\s+/).slice(1).map(Number);
+    return { busy: (user + nice + system) / clockTicks(), steal: (steal ?? 0) / clockTicks() };
+  } catch {
+    return undefined;
+  }
+}
 
 let ticksPerSecond: number | undefined;
 const clockTicks = (): number => {
@@ -54,6 +78,7 @@ export function cpuSnapshot(controlPlaneDir: string): Snapshot | undefined {
   const snapshot: Snapshot = new Map();
   const usage = process.cpuUsage();
   snapshot.bench = (usage.user + usage.system) / 1e6;
+  snapshot.machine = machineTimes();
   for (const pid of pids) {
     let command: string;
     try {
@@ -79,5 +104,9 @@ export function cpuBetween(before: Snapshot | undefined, after: Snapshot | undef
   const out: CpuSeconds = { bench: after.bench - before.bench, functions: 0, apiServer: 0, etcd: 0, total: 0 };
   for (const [pid, { role, seconds }] of after) out[role] += seconds - (before.get(pid)?.seconds ?? 0);
   out.total = out.bench + out.functions + out.apiServer + out.etcd;
+  if (before.machine && after.machine) {
+    out.others = Math.max(0, after.machine.busy - before.machine.busy - out.total);
+    out.steal = after.machine.steal - before.machine.steal;
+  }
   return out;
 }

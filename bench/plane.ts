@@ -17,7 +17,9 @@
 // process, the function processes, kube-apiserver, etcd) are printed per object beside them: on
 // a machine shared with other work they vary far less than the wall-clock ratio. The summary
 // also gives the CPU ratio up to convergence, the window the convergence ratio measures (both
-// sides are CPU-bound there on 2 cores, so the two ratios track each other). Between runs the
+// sides are CPU-bound there on 2 cores, so the two ratios track each other), and what the
+// neighbours took up to convergence: other processes' CPU and time stolen by the hypervisor,
+// which say when a run's numbers moved for reasons outside the code. Between runs the
 // objects are deleted and the plane stopped, so the plane never sees the direct side's objects.
 // kube-controller-manager is not started (its garbage collector reads each new pod's owner, the
 // same load for both sides); --controller-manager keeps it in.
@@ -164,16 +166,19 @@ async function runDirect(cluster: TestCluster, options: { n: number; rep: number
 }
 
 function printTable(results: RunResult[]): void {
-  const header = ['N', 'side', 'converged s', 'quiet s', 'req/object', 'CPU ms/object (bench+fn+apiserver+etcd)', 'requests by verb', 'instances', 'anomalies'];
+  const header = ['N', 'side', 'converged s', 'quiet s', 'req/object', 'CPU ms/object (bench+fn+apiserver+etcd)', 'neighbours s (others/steal)', 'requests by verb', 'instances', 'anomalies'];
+  // Up to convergence: CPU of every other process on the machine and time stolen by the hypervisor.
+  const neighbours = (cpu: RunResult['cpuToConvergence']) => (cpu?.others === undefined ? '-' : `${cpu.others.toFixed(2)}/${(cpu.steal ?? 0).toFixed(2)}`);
   const perObject = (seconds: number, n: number) => ((seconds * 1000) / n).toFixed(1);
   const rows = results.map((r) => [
     String(r.n), r.side, (r.convergedMs / 1000).toFixed(2), (r.quietMs / 1000).toFixed(2), r.requestsPerObject.toFixed(2),
     r.cpu ? `${perObject(r.cpu.total, r.n)} (${[r.cpu.bench, r.cpu.functions, r.cpu.apiServer, r.cpu.etcd].map((s) => perObject(s, r.n)).join('+')})` : '-',
+    neighbours(r.cpuToConvergence),
     Object.entries(r.requests.byVerb).sort().map(([verb, count]) => `${verb} ${count}`).join(', '),
     r.maxInstances === undefined ? '-' : String(r.maxInstances), String(r.anomalies.length),
   ]);
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
-  const line = (cells: string[]) => cells.map((cell, column) => (column === 6 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
+  const line = (cells: string[]) => cells.map((cell, column) => (column === 7 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
   console.log(line(header));
   for (const row of rows) console.log(line(row));
 }
