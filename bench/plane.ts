@@ -221,13 +221,17 @@ async function main(): Promise<void> {
   const results: RunResult[] = [];
   const background: number[] = [];
   try {
-    // One round of each side that is not measured, as JMH runs warm-up iterations: it compiles
+    // One round of each side that is not measured, as JMH runs warm-up iterations. It compiles
     // this process's own code (the plane's source, broker and activator, the writer, the watch),
-    // which `npm start` keeps warm for as long as it runs, so that only the first measured plane
-    // burst would pay for it. Every measured plane burst still starts a fresh function process.
+    // which `npm start` keeps warm for as long as it runs; without it the first measured plane
+    // burst alone would pay for that. Every measured plane burst still starts a fresh function.
     process.stderr.write(`warm-up round (not measured): ${WARM_UP_OBJECTS} objects through the plane, then written directly\n`);
-    await runPlane(cluster, { n: WARM_UP_OBJECTS, round: 'warm-up', warmObjects: 1, bundled, writer, watcher });
-    await runDirect(cluster, { n: WARM_UP_OBJECTS, round: 'warm-up', writer, watcher });
+    for (const warmUp of [
+      await runPlane(cluster, { n: WARM_UP_OBJECTS, round: 'warm-up', warmObjects: 1, bundled, writer, watcher }),
+      await runDirect(cluster, { n: WARM_UP_OBJECTS, round: 'warm-up', writer, watcher }),
+    ]) {
+      if (warmUp.anomalies.length) process.stderr.write(`warm-up round ${warmUp.side}: ANOMALIES ${warmUp.anomalies.slice(0, 3).join('; ')}\n`);
+    }
     for (const n of sizes) {
       for (let rep = 0; rep < reps; rep++) {
         // What the API server does on its own, per second, measured over 3 idle seconds.
