@@ -167,6 +167,9 @@ async function runDirect(cluster: TestCluster, options: { n: number; round: stri
   }
 }
 
+/** The first anomalies a run left, as a suffix of its progress line; nothing when there are none. */
+const anomalyNote = (result: RunResult) => (result.anomalies.length ? `, ANOMALIES ${result.anomalies.slice(0, 3).join('; ')}` : '');
+
 function printTable(results: RunResult[]): void {
   const header = ['N', 'side', 'converged s', 'quiet s', 'req/object', 'CPU ms/object (bench+fn+apiserver+etcd)', 'neighbours s (others/steal)', 'requests by verb', 'instances', 'anomalies'];
   // Up to convergence: CPU of every other process on the machine and time stolen by the hypervisor.
@@ -180,7 +183,9 @@ function printTable(results: RunResult[]): void {
     r.maxInstances === undefined ? '-' : String(r.maxInstances), String(r.anomalies.length),
   ]);
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
-  const line = (cells: string[]) => cells.map((cell, column) => (column === 7 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
+  // Numbers align right; the one column of text aligns left.
+  const textColumn = header.indexOf('requests by verb');
+  const line = (cells: string[]) => cells.map((cell, column) => (column === textColumn ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
   console.log(line(header));
   for (const row of rows) console.log(line(row));
 }
@@ -232,7 +237,7 @@ async function main(): Promise<void> {
       await runPlane(cluster, { n: WARM_UP_OBJECTS, round: 'warm-up', warmObjects: 1, bundled, writer, watcher }),
       await runDirect(cluster, { n: WARM_UP_OBJECTS, round: 'warm-up', writer, watcher }),
     ]) {
-      if (warmUp.anomalies.length) process.stderr.write(`warm-up round ${warmUp.side}: ANOMALIES ${warmUp.anomalies.slice(0, 3).join('; ')}\n`);
+      if (warmUp.anomalies.length) process.stderr.write(`warm-up round ${warmUp.side}${anomalyNote(warmUp)}\n`);
     }
     for (const n of sizes) {
       for (let rep = 0; rep < reps; rep++) {
@@ -246,7 +251,7 @@ async function main(): Promise<void> {
             ? await runPlane(cluster, { n, round: String(rep), warmObjects, bundled, writer, watcher, profileDir: values['cpu-prof'] })
             : await runDirect(cluster, { n, round: String(rep), writer, watcher });
           results.push(result);
-          process.stderr.write(`N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${result.anomalies.length ? `, ANOMALIES ${result.anomalies.slice(0, 3).join('; ')}` : ''}\n`);
+          process.stderr.write(`N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${anomalyNote(result)}\n`);
         }
       }
     }
