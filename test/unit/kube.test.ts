@@ -111,3 +111,50 @@ test('authentication is prepared once, read again when the token file changes, a
     server.close();
   }
 });
+
+test('answers are read whole however they arrive, bodies sent as JSON, and an unreachable API is a transient error naming the cause', async () => {
+  const { createServer } = await import('node:http');
+  const { ApiError, KubeClient } = await import('../../functions/runtime/kube.ts');
+  const received: { method?: string; contentType?: string; body: string }[] = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk)).on('end', () => {
+      received.push({ method: req.method, contentType: req.headers['content-type'], body: Buffer.concat(chunks).toString('utf8') });
+      if (req.method === 'POST') {
+        res.writeHead(409, { 'content-type': 'application/json' });
+        res.end('{"kind":"Status","reason":"AlreadyExists","message":"configmaps \\"a\\" already exists","code":409}');
+        return;
+      }
+      // The name's "ü" is split between two writes, a moment apart.
+      const answer = Buffer.from('{"metadata":{"name":"grüße"},"data":{"k":"v"}}');
+      const split = answer.indexOf(0xbc);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write(answer.subarray(0, split));
+      setTimeout(() => res.end(answer.subarray(split)), 20);
+    });
+  }).listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  const port = (server.address() as { port: number }).port;
+  const clientFor = (server: string) => {
+    const config = new ConnectionReusingKubeConfig();
+    config.loadFromOptions({ clusters: [{ name: 'c', server, skipTLSVerify: true }], users: [{ name: 'u', token: 't' }], contexts: [{ name: 'x', cluster: 'c', user: 'u' }], currentContext: 'x' });
+    return new KubeClient(config);
+  };
+  const ConfigMap = { group: '', version: 'v1', kind: 'ConfigMap', plural: 'configmaps', namespaced: true };
+  try {
+    const kube = clientFor(`http://127.0.0.1:${port}`);
+    const read = await kube.get(ConfigMap, { namespace: 'n', name: 'grüße' });
+    assert.deepEqual(read, { metadata: { name: 'grüße' }, data: { k: 'v' } });
+
+    const object = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'a', namespace: 'n' }, data: { k: 'ü' } };
+    await assert.rejects(kube.create(ConfigMap, object), (error: unknown) => error instanceof ApiError && error.code === 409 && error.reason === 'AlreadyExists' && !error.transient);
+    assert.deepEqual(received.at(-1), { method: 'POST', contentType: 'application/json', body: JSON.stringify(object) });
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
+  // Nothing listens there any more: retried with backoff, then one error that says why.
+  const unreachable = clientFor(`http://127.0.0.1:${port}`);
+  await assert.rejects(unreachable.get(ConfigMap, { namespace: 'n', name: 'a' }), (error: unknown) =>
+    error instanceof ApiError && error.code === 0 && error.transient && /unreachable \(ECONNREFUSED\)/.test(error.message));
+});
