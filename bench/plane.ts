@@ -26,7 +26,7 @@
 //
 // Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--warm 1] [--sources] [--controller-manager] [--cpu-prof DIR]
 // Writes bench/results/plane-<label>-<date>.json.
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -55,6 +55,8 @@ interface RunResult extends Measured {
   maxInstances?: number;
   /** plane only: events the source emitted */
   events?: number;
+  /** plane only: delivery attempts the broker retried (a dead-lettered event is an anomaly) */
+  retried?: number;
   /** plane only: the activator's own stats, when it offers them */
   activatorStats?: unknown;
 }
@@ -107,13 +109,15 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
   const warmNamespace = `warm-${n}-${round}`;
   await createNamespace(cluster, namespace);
   await createNamespace(cluster, warmNamespace);
+  const stateDir = mkdtempSync(join(tmpdir(), 'opfn-bench-'));
+  let keepState = true;
   const plane = new EventPlane({
     functions: [immortalContainer],
     // The source has its own client (its own connections), as in its own process.
     kube: KubeClient.fromFile(cluster.cp.kubeconfigPath),
     kubeconfigPath: cluster.cp.kubeconfigPath,
     log: pino({ level: 'silent' }),
-    stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
+    stateDir,
     idleTimeoutMs: 60_000,
     resyncIntervalMs: 0,
     env: { LOG_LEVEL: 'warn' },
@@ -136,16 +140,29 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
       await writer.create(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
     }));
     const activator = plane.activator as unknown as { stats?: () => unknown };
+    // The bench runs without resyncs, so an event the broker gave up on is an object that never
+    // converges: say so rather than only time out.
+    const deliveries = Object.values(plane.stats().broker);
+    const deadLettered = deliveries.reduce((sum, trigger) => sum + trigger.deadLettered, 0);
+    keepState = deadLettered > 0;
+    const found = await anomalies(writer, namespace, n);
+    if (deadLettered) found.unshift(`${deadLettered} events dead-lettered (${plane.broker.deadLetterFile})`);
     return {
       side: 'plane', n, ...measured,
-      anomalies: await anomalies(writer, namespace, n),
+      anomalies: found,
       maxInstances,
       events: plane.source.stats().emitted - emittedBefore,
+      retried: deliveries.reduce((sum, trigger) => sum + trigger.retried, 0),
       activatorStats: typeof activator.stats === 'function' ? activator.stats() : undefined,
     };
+  } catch (error) {
+    (error as Error).message += ` (the plane's dead letters, if any: ${plane.broker.deadLetterFile})`;
+    throw error;
   } finally {
     clearInterval(poll);
     await plane.stop();
+    // Kept when a run failed or left dead letters, for reading.
+    if (!keepState) rmSync(stateDir, { recursive: true, force: true });
     await clean(cluster, namespace);
     await clean(cluster, warmNamespace);
   }
@@ -219,7 +236,8 @@ async function main(): Promise<void> {
     console.error(`--n takes positive integers separated by commas (got "${values.n}"), --reps and --warm a positive integer (got "${values.reps}", "${values.warm}")`);
     process.exit(2);
   }
-  const bundled = values.sources ? undefined : await bundledFunctions(mkdtempSync(join(tmpdir(), 'opfn-bench-dist-')));
+  const bundleDir = values.sources ? undefined : mkdtempSync(join(tmpdir(), 'opfn-bench-dist-'));
+  const bundled = bundleDir ? await bundledFunctions(bundleDir) : undefined;
   const cluster = await startTestCluster({ controllerManager: values['controller-manager'] });
   const writer = KubeClient.fromFile(cluster.cp.kubeconfigPath);
   const watcher = KubeClient.fromFile(cluster.cp.kubeconfigPath);
@@ -257,6 +275,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await cluster.stop();
+    if (bundleDir) rmSync(bundleDir, { recursive: true, force: true });
   }
 
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
