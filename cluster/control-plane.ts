@@ -123,10 +123,21 @@ current-context: ${user}@local
 `;
 }
 
-// Children must not outlive the test process, even when it dies without calling stop().
+// Children must not outlive the process that started them, even when it exits without calling
+// stop() (a second Ctrl-C, a failed test); nor must the folders of the control planes it never
+// stopped: each holds the cluster's CA key and admin token, and on /dev/shm its etcd's 64 MiB of
+// preallocated WAL is memory until the next reboot.
 const liveChildren = new Set<ChildProcess>();
+const liveDirs = new Set<string>();
 process.on('exit', () => {
   for (const child of liveChildren) child.kill('SIGKILL');
+  for (const dir of liveDirs) {
+    try {
+      rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+    } catch {
+      // The process is exiting; there is nobody left to tell.
+    }
+  }
 });
 
 /** Kills `child` when this process exits, unless it has exited first. */
@@ -174,6 +185,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
   // etcd fsyncs on every write; on tmpfs that costs nothing, and test data need not survive.
   const base = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
   const dir = mkdtempSync(join(base, 'opfn-cp-'));
+  liveDirs.add(dir);
   await writeCertificates(dir);
 
   const adminToken = randomBytes(24).toString('hex');
@@ -233,6 +245,9 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     await stopProcess(apiServer);
     await stopProcess(etcd);
     await tls.close();
+    // Stopped: the exit hook leaves the folder alone from now on (a failed start keeps it for
+    // the logs its error names).
+    liveDirs.delete(dir);
     if (!stopOptions.keep) rmSync(dir, { recursive: true, force: true });
   };
 

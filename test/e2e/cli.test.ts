@@ -2,10 +2,9 @@
 // function served and invoked by hand.
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { freePort } from '../../cluster/control-plane.ts';
-import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
@@ -13,9 +12,10 @@ import { promisify } from 'node:util';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { Pod } from '../../functions/runtime/kinds.ts';
 import { eventually, kubeFor } from '../support/cluster.ts';
+import { tempDir } from '../support/temp.ts';
 
 const OPFN = join(dirname(fileURLToPath(import.meta.url)), '../../bin/opfn.ts');
-const stateDir = mkdtempSync(join(tmpdir(), 'opfn-cli-'));
+const stateDir = tempDir('opfn-cli-');
 const env = { ...process.env, OPFN_STATE_DIR: stateDir, LOG_LEVEL: 'warn' };
 const opfn = (...args: string[]) => promisify(execFile)(process.execPath, [OPFN, ...args], { env });
 
@@ -170,7 +170,7 @@ test('opfn dead-letters list, replay (through a broker ingress) and clear', asyn
     res.writeHead(202).end();
   }).listen(0, '127.0.0.1');
   await new Promise((resolve) => subscriber.once('listening', resolve));
-  const dir = mkdtempSync(join(tmpdir(), 'opfn-dl-'));
+  const dir = tempDir('opfn-dl-');
   const file = join(dir, 'dead-letters.jsonl');
   const letter = (id: string) => JSON.stringify({ specversion: '1.0', id, source: '/s', type: 'dev.knative.apiserver.resource.update', subject: `/apis/v1/namespaces/default/configmaps/${id}`, datacontenttype: 'application/json', data: { a: 1 }, knativeerrordest: 'http://x/', knativeerrorcode: 503, knativeerrordata: Buffer.from('overloaded').toString('base64'), knativebrokerttl: 254 });
   writeFileSync(file, `${letter('dl-1')}\n${letter('dl-2')}\n`, { mode: 0o600 });
@@ -220,6 +220,7 @@ test('Ctrl-C during a burst under opfn dev: intake stops, deliveries finish, not
   const code = await exited(dev);
   await creating;
   assert.equal(code, 0, `Ctrl-C stops cleanly:\n${output.slice(-3000)}`);
+  assert.equal(existsSync(dirname(kubeconfig)), false, `the local control plane's folder is removed: ${dirname(kubeconfig)}`);
   assert.doesNotMatch(output, /crashed/, 'a function that exits on shutdown is not a crash');
   assert.doesNotMatch(output, /unhandled|Unhandled/);
   const deadLetters = join(stateDir, 'dead-letters.jsonl');
@@ -261,6 +262,7 @@ spec:
       const pgrep = (pattern: string) => promisify(execFile)('pgrep', ['-f', pattern]).then((r) => r.stdout.trim(), () => '');
       return (await pgrep(dirname(kubeconfig))) === '' && (await pgrep(join(stateDir, 'dist'))) === '';
     }, 15_000, 'no control-plane or function process left');
+    assert.equal(existsSync(dirname(kubeconfig)), false, `the local control plane's folder (its keys, its etcd's data) is removed too: ${dirname(kubeconfig)}`);
   } finally {
     hanging.closeAllConnections();
     hanging.close();

@@ -11,8 +11,7 @@
 // generated RBAC; kube-controller-manager (garbage collector included) runs, as in a cluster.
 // Failure messages name the stuck objects and every pod deletion seen in the namespace.
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test, type TestContext } from 'node:test';
 import { pino } from 'pino';
@@ -24,6 +23,7 @@ import { KubeClient } from '../../functions/runtime/kube.ts';
 import { startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
+import { tempDir } from '../support/temp.ts';
 
 const COUNT = 1000;
 /** The fault strikes once this many objects exist. */
@@ -34,7 +34,7 @@ let cluster: TestCluster;
 let kube: KubeClient;
 let plane: EventPlane;
 let proxy: TcpProxy;
-const stateDir = mkdtempSync(join(tmpdir(), 'opfn-faults-'));
+const stateDir = tempDir('opfn-faults-');
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const newIc = (namespace: string, name: string): ImmortalContainer => ({

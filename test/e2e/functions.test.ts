@@ -3,10 +3,9 @@
 // (under its own generated least-privilege identity) → real API server. Nothing is delivered by
 // hand except the malformed events, which go through the broker's ingress like any other.
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
@@ -22,6 +21,7 @@ import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+import { tempDir } from '../support/temp.ts';
 
 const SECRET_VALUE = 'e2e-very-secret-p4ssw0rd';
 const SECRET_B64 = Buffer.from(SECRET_VALUE).toString('base64');
@@ -56,7 +56,7 @@ async function startRecorder(): Promise<string> {
 }
 
 async function startPlane(declaration: typeof copyrator, env: Record<string, string>, triggers: ConstructorParameters<typeof EventPlane>[0]['triggers'] = []) {
-  const stateDir = mkdtempSync(join(tmpdir(), `opfn-e2e-${declaration.name}-`));
+  const stateDir = tempDir(`opfn-e2e-${declaration.name}-`);
   stateDirs.push(stateDir);
   const plane = new EventPlane({
     functions: [declaration],

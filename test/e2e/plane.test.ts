@@ -1,8 +1,7 @@
 // End to end through the whole local plane: real API server → ApiServerSource-compatible source
 // → broker → scale-from-zero activator → function process → real API server.
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Writable } from 'node:stream';
@@ -18,12 +17,13 @@ import { eventually, startTestCluster, type TestCluster } from '../support/clust
 import { exampleImmortalContainer } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 import { serviceAccountName } from '../../eventing/rbac.ts';
+import { tempDir } from '../support/temp.ts';
 
 let cluster: TestCluster;
 let kube: KubeClient;
 let plane: EventPlane;
 let brokerUrl: string;
-const stateDir = mkdtempSync(join(tmpdir(), 'opfn-e2e-'));
+const stateDir = tempDir('opfn-e2e-');
 const scaleEvents: { from: number; to: number; reason: string }[] = [];
 
 const newIc = (namespace: string, name: string, image = 'nginx:latest'): ImmortalContainer => ({

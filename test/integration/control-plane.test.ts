@@ -2,12 +2,12 @@
 // twice in a row, leaves nothing behind, and fails with one clear line when it cannot work.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { provisionBinaries, startControlPlane } from '../../cluster/control-plane.ts';
+import { tempDir } from '../support/temp.ts';
 
 const run = promisify(execFile);
 
@@ -60,7 +60,7 @@ test('two control planes at once do not collide', async () => {
 });
 
 test('a KUBEBUILDER_ASSETS folder without binaries fails with one clear line', async () => {
-  const empty = mkdtempSync(join(tmpdir(), 'opfn-empty-assets-'));
+  const empty = tempDir('opfn-empty-assets-');
   const previous = process.env.KUBEBUILDER_ASSETS;
   process.env.KUBEBUILDER_ASSETS = empty;
   try {

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { HttpMethod, RequestContext } from '@kubernetes/client-node';
 import { ConnectionReusingKubeConfig } from '../../functions/runtime/kube.ts';
+import { tempDir } from '../support/temp.ts';
 
 function withEnv<T>(changes: Record<string, string | undefined>, run: () => T): T {
   const saved = Object.fromEntries(Object.keys(changes).map((name) => [name, process.env[name]]));
@@ -23,14 +23,14 @@ function withEnv<T>(changes: Record<string, string | undefined>, run: () => T): 
 }
 
 test('with nothing configured, fromEnvironment says so in one line', () => {
-  const emptyHome = mkdtempSync(join(tmpdir(), 'opfn-home-'));
+  const emptyHome = tempDir('opfn-home-');
   withEnv({ KUBECONFIG: undefined, KUBERNETES_SERVICE_HOST: undefined, HOME: emptyHome }, () => {
     assert.throws(() => ConnectionReusingKubeConfig.fromEnvironment(), /^Error: no Kubernetes cluster configured: set KUBECONFIG/);
   });
 });
 
 test('one dispatcher per TLS identity, reused across requests', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'opfn-kc-'));
+  const dir = tempDir('opfn-kc-');
   const kubeconfig = (ca: string) => `apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", certificate-authority-data: ${Buffer.from(ca).toString('base64')}}}]
@@ -68,7 +68,7 @@ test('authentication is prepared once, read again when the token file changes, a
     res.end(token === refuse ? '{"kind":"Status","reason":"Unauthorized","code":401}' : '{"metadata":{"name":"default"}}');
   }).listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
-  const dir = mkdtempSync(join(tmpdir(), 'opfn-token-'));
+  const dir = tempDir('opfn-token-');
   const tokenFile = join(dir, 'token');
   writeFileSync(tokenFile, 'first\n');
   const config = new ConnectionReusingKubeConfig();
