@@ -11,6 +11,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Agent, fetch } from 'undici';
+import { atExit } from './exit-cleanup.ts';
 
 const run = promisify(execFile);
 const PROVISION_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), 'provision.sh');
@@ -45,9 +46,9 @@ export interface ControlPlaneOptions {
   /**
    * Run etcd, kube-apiserver and kube-controller-manager in a process group of their own. A
    * terminal's Ctrl-C sends SIGINT to every process of the foreground group: in the caller's
-   * group they would die at once, under the deliveries `opfn dev` is still draining. Only for
-   * callers that stop the control plane themselves on SIGINT; a test runner stopped by Ctrl-C
-   * (which skips exit handlers) would leave them running. Default false.
+   * group they would die at once, under the deliveries `opfn dev` is still draining. For callers
+   * that stop the control plane themselves on SIGINT; either way they are killed when this
+   * process ends (killOnExit). Default false.
    */
   ownProcessGroup?: boolean;
 }
@@ -123,27 +124,14 @@ current-context: ${user}@local
 `;
 }
 
-// Children must not outlive the process that started them, even when it exits without calling
-// stop() (a second Ctrl-C, a failed test); nor must the folders of the control planes it never
-// stopped: each holds the cluster's CA key and admin token, and on /dev/shm its etcd's 64 MiB of
-// preallocated WAL is memory until the next reboot.
-const liveChildren = new Set<ChildProcess>();
-const liveDirs = new Set<string>();
-process.on('exit', () => {
-  for (const child of liveChildren) child.kill('SIGKILL');
-  for (const dir of liveDirs) {
-    try {
-      rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
-    } catch {
-      // The process is exiting; there is nobody left to tell.
-    }
-  }
-});
-
-/** Kills `child` when this process exits, unless it has exited first. */
+/**
+ * Kills `child` when this process ends, however it ends (exit-cleanup.ts), unless the child has
+ * exited first: children must not outlive the process that started them, even one that ends
+ * without calling stop() (a second Ctrl-C, a failed test, a Ctrl-C of the test runner).
+ */
 export function killOnExit(child: ChildProcess): ChildProcess {
-  liveChildren.add(child);
-  child.on('exit', () => liveChildren.delete(child));
+  const cancel = atExit(() => child.kill('SIGKILL'));
+  child.on('exit', cancel);
   return child;
 }
 
@@ -185,7 +173,10 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
   // etcd fsyncs on every write; on tmpfs that costs nothing, and test data need not survive.
   const base = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
   const dir = mkdtempSync(join(base, 'opfn-cp-'));
-  liveDirs.add(dir);
+  // Removed however this process ends unless stop() ran first: the folder holds the cluster's CA
+  // key and admin token, and on /dev/shm its etcd's 64 MiB of preallocated WAL is memory until
+  // the next reboot. Registered before any process starts, so that those are killed first.
+  const forgetDir = atExit(() => rmSync(dir, { recursive: true, force: true, maxRetries: 3 }));
   await writeCertificates(dir);
 
   const adminToken = randomBytes(24).toString('hex');
@@ -245,9 +236,9 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     await stopProcess(apiServer);
     await stopProcess(etcd);
     await tls.close();
-    // Stopped: the exit hook leaves the folder alone from now on (a failed start keeps it for
-    // the logs its error names).
-    liveDirs.delete(dir);
+    // Stopped: from now on the folder is stop()'s to keep (a failed start keeps it for the logs
+    // its error names) or remove.
+    forgetDir();
     if (!stopOptions.keep) rmSync(dir, { recursive: true, force: true });
   };
 

@@ -78,10 +78,7 @@ export class Activator {
       hooks: {
         ready: (inst) => pool(inst).onReady(inst),
         startFailed: (inst, reason) => pool(inst).startFailed(inst, reason),
-        gone: (inst, info) => {
-          pool(inst).onGone(inst, info);
-          this.#supervisor.release();
-        },
+        gone: (inst, info) => pool(inst).onGone(inst, info),
       },
     });
     const poolOptions = { log: options.log, supervisor: this.#supervisor, idleTimeoutMs: options.idleTimeoutMs ?? 30_000, maxQueue: options.maxQueue ?? 1000, hostInstanceLimit: options.hostInstanceLimit };
@@ -260,7 +257,6 @@ export class Activator {
     await Promise.all(stops);
     server?.closeAllConnections();
     await serverClosed;
-    this.#supervisor.release();
     this.#log.info('activator closed');
   }
 }

@@ -14,6 +14,7 @@ import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import { lineSink, pipeLines } from './child-output.ts';
 import { freePort, Instance } from './instance.ts';
+import { atExit } from '../../cluster/exit-cleanup.ts';
 
 const PROBE_INTERVAL_MS = 25;
 
@@ -54,8 +55,6 @@ export class InstanceSupervisor {
   readonly #startTimeoutMs: number;
   readonly #stopGraceMs: number;
   readonly #childOutput: Writable | 'log';
-  readonly #children = new Set<ChildProcess>();
-  #exitHookInstalled = false;
 
   constructor(options: { log: Logger; hooks: SupervisorHooks; startTimeoutMs: number; stopGraceMs: number; childOutput: Writable | 'log' }) {
     this.#log = options.log;
@@ -93,8 +92,9 @@ export class InstanceSupervisor {
     }
     inst.child = child;
     inst.pid = child.pid;
-    this.#children.add(child);
-    this.#installExitHook();
+    // The plane's process may end without close() (a second Ctrl-C, a test stopped by Ctrl-C):
+    // a function process, in a process group of its own, must not outlive it.
+    child.once('exit', atExit(() => child.kill('SIGKILL')));
     if (child.stdout) pipeLines(child.stdout, lineSink(this.#childOutput, this.#log, spec.name, inst.n, 'stdout'));
     if (child.stderr) pipeLines(child.stderr, lineSink(this.#childOutput, this.#log, spec.name, inst.n, 'stderr'));
     child.on('error', (err) => {
@@ -175,37 +175,11 @@ export class InstanceSupervisor {
     return inst.checking;
   }
 
-  /** Removes the exit hook once nothing runs any more. */
-  release(): void {
-    if (this.#exitHookInstalled && this.#children.size === 0) {
-      process.off('exit', this.#exitHook);
-      this.#exitHookInstalled = false;
-    }
-  }
-
   #gone(inst: Instance, code: number | null, signal: NodeJS.Signals | null, err?: Error): void {
-    if (inst.child) this.#children.delete(inst.child);
     const prev = inst.state;
     if (!inst.transition('exited')) return;
     const description = err ? `spawn error: ${err.message}` : code !== null ? `exit ${code}` : signal ? `signal ${signal}` : 'not spawned';
     const clean = !err && (code === 0 || signal === 'SIGTERM' || signal === 'SIGINT');
     this.#hooks.gone(inst, { wasServing: prev === 'ready' || prev === 'suspect', wasStarting: prev === 'starting', code, signal, description, clean });
-  }
-
-  #exitHook = (): void => {
-    // The plane's process is exiting without close(): do not leave orphans behind.
-    for (const child of this.#children) {
-      try {
-        child.kill('SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  };
-
-  #installExitHook(): void {
-    if (this.#exitHookInstalled) return;
-    this.#exitHookInstalled = true;
-    process.on('exit', this.#exitHook);
   }
 }

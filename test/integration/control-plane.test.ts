@@ -1,7 +1,7 @@
 // The control-plane harness itself: provisioning reuses the cache, starts and stops cleanly
 // twice in a row, leaves nothing behind, and fails with one clear line when it cannot work.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -57,6 +57,25 @@ test('two control planes at once do not collide', async () => {
   } finally {
     await Promise.all([a.stop(), b.stop()]);
   }
+});
+
+test('a process ended by a Ctrl-C it does not handle (a test runner, a benchmark) leaves no control-plane process or folder behind', async () => {
+  const module = new URL('../../cluster/control-plane.ts', import.meta.url).pathname;
+  const owner = spawn(process.execPath, ['--input-type=module', '-e', `
+    import { startControlPlane } from ${JSON.stringify(module)};
+    const cp = await startControlPlane({ progress: () => {} });
+    console.log(cp.dir);
+    setInterval(() => {}, 1000);`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const dir = await new Promise<string>((resolve) => owner.stdout!.on('data', (chunk: Buffer) => resolve(chunk.toString().trim())));
+  const pids = (await run('pgrep', ['-f', dir]).catch(() => ({ stdout: '' }))).stdout.trim().split('\n').filter(Boolean).map(Number);
+  assert.ok(pids.length >= 3, `etcd, kube-apiserver and kube-controller-manager run (${pids.length} processes)`);
+  owner.kill('SIGINT');
+  const endedBy = await new Promise((resolve) => owner.on('exit', (_code, signal) => resolve(signal)));
+  assert.equal(endedBy, 'SIGINT', 'the process still ends by the signal, as it would have');
+  assert.equal(existsSync(dir), false, `the folder is removed: ${dir}`);
+  const deadline = Date.now() + 5000;
+  while (pids.some(alive) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.deepEqual(pids.filter(alive), [], 'no process is left behind');
 });
 
 test('a KUBEBUILDER_ASSETS folder without binaries fails with one clear line', async () => {
