@@ -40,6 +40,7 @@ import { Pod, type KubeObject } from '../functions/runtime/kinds.ts';
 import { KubeClient } from '../functions/runtime/kube.ts';
 import { eventually, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../test/support/examples.ts';
+import { tempDir } from '../test/support/temp.ts';
 import { ConvergenceWatch } from './convergence.ts';
 import { CONCURRENCY, createNamespace, measure, pooled, type Measured } from './harness.ts';
 
@@ -88,7 +89,7 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
   await createNamespace(cluster, namespace);
   await createNamespace(cluster, 'warm');
   await applyGeneratedObjects(cluster.kube, [composite]);
-  const bundled = await bundledFunctions(mkdtempSync(join(tmpdir(), 'opfn-bench-dist-')));
+  const bundled = await bundledFunctions(tempDir('opfn-bench-dist-'));
   const plane = new EventPlane({
     functions: [composite],
     kube: KubeClient.fromFile(cluster.cp.kubeconfigPath),

@@ -19,13 +19,14 @@ import { CopyratorRuleKind, desiredCopy, type CopyableObject, type CopyratorRule
 import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
+import { tempDir } from '../test/support/temp.ts';
 
 const { values } = parseArgs({ options: { namespaces: { type: 'string', default: '50' }, configmaps: { type: 'string', default: '20' }, bundled: { type: 'boolean', default: false } } });
 const namespaceCount = Number(values.namespaces);
 const configMapCount = Number(values.configmaps);
 const WRITE_CONCURRENCY = 16;
 
-const bundled = values.bundled ? await bundledFunctions(mkdtempSync(join(tmpdir(), 'opfn-bench-dist-'))) : undefined;
+const bundled = values.bundled ? await bundledFunctions(tempDir('opfn-bench-dist-')) : undefined;
 const cluster = await startTestCluster();
 const { kube } = cluster;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

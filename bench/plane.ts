@@ -39,6 +39,7 @@ import { desiredPod, ImmortalContainerKind, nextStatus, type ImmortalContainer, 
 import { Pod } from '../functions/runtime/kinds.ts';
 import { KubeClient } from '../functions/runtime/kube.ts';
 import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
+import { tempDir } from '../test/support/temp.ts';
 import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';
 import { ConvergenceWatch } from './convergence.ts';
 import { CONCURRENCY, createNamespace, measure, pooled, sleep, type Measured } from './harness.ts';
@@ -236,8 +237,7 @@ async function main(): Promise<void> {
     console.error(`--n takes positive integers separated by commas (got "${values.n}"), --reps and --warm a positive integer (got "${values.reps}", "${values.warm}")`);
     process.exit(2);
   }
-  const bundleDir = values.sources ? undefined : mkdtempSync(join(tmpdir(), 'opfn-bench-dist-'));
-  const bundled = bundleDir ? await bundledFunctions(bundleDir) : undefined;
+  const bundled = values.sources ? undefined : await bundledFunctions(tempDir('opfn-bench-dist-'));
   const cluster = await startTestCluster({ controllerManager: values['controller-manager'] });
   const writer = KubeClient.fromFile(cluster.cp.kubeconfigPath);
   const watcher = KubeClient.fromFile(cluster.cp.kubeconfigPath);
@@ -275,7 +275,6 @@ async function main(): Promise<void> {
     }
   } finally {
     await cluster.stop();
-    if (bundleDir) rmSync(bundleDir, { recursive: true, force: true });
   }
 
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];

@@ -24,6 +24,7 @@ import { ImmortalContainerKind, podNameFor, type ImmortalContainer, type PodObje
 import { Pod } from '../functions/runtime/kinds.ts';
 import { KubeClient } from '../functions/runtime/kube.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
+import { tempDir } from '../test/support/temp.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const NAMESPACE = 'soak';
@@ -91,7 +92,7 @@ const log = pino({ level: 'warn' }, new Writable({
   },
 }));
 
-const bundled = await bundledFunctions(mkdtempSync(join(tmpdir(), 'opfn-soak-dist-')));
+const bundled = await bundledFunctions(tempDir('opfn-soak-dist-'));
 const cluster = await startTestCluster();
 const kube = KubeClient.fromFile(cluster.cp.kubeconfigPath);
 const plane = new EventPlane({
