@@ -21,6 +21,10 @@ const alive = (pid: number | undefined): boolean => {
   }
 };
 
+/** The processes whose command line names `dir`: a control plane's etcd, kube-apiserver and kube-controller-manager. */
+const processesOf = async (dir: string): Promise<number[]> =>
+  (await run('pgrep', ['-f', dir]).catch(() => ({ stdout: '' }))).stdout.trim().split('\n').filter(Boolean).map(Number);
+
 test('provisioning reuses the cached binaries without building', async () => {
   const progress: string[] = [];
   const binDir = await provisionBinaries((line) => progress.push(line));
@@ -39,7 +43,7 @@ test('starts and stops cleanly twice in a row', async () => {
     const token = await cp.serviceAccountKubeconfig('default', `probe-${round}`);
     assert.ok(existsSync(token), `round ${round}: a ServiceAccount kubeconfig was written`);
 
-    const pids = (await run('pgrep', ['-f', cp.dir]).catch(() => ({ stdout: '' }))).stdout.trim().split('\n').filter(Boolean).map(Number);
+    const pids = await processesOf(cp.dir);
     assert.ok(pids.length >= 3, `round ${round}: etcd, kube-apiserver and kube-controller-manager run (${pids.length} processes)`);
     await cp.stop();
     assert.equal(existsSync(cp.dir), false, `round ${round}: the folder is removed`);
@@ -67,7 +71,7 @@ test('a process ended by a Ctrl-C it does not handle (a test runner, a benchmark
     console.log(cp.dir);
     setInterval(() => {}, 1000);`], { stdio: ['ignore', 'pipe', 'inherit'] });
   const dir = await new Promise<string>((resolve) => owner.stdout!.on('data', (chunk: Buffer) => resolve(chunk.toString().trim())));
-  const pids = (await run('pgrep', ['-f', dir]).catch(() => ({ stdout: '' }))).stdout.trim().split('\n').filter(Boolean).map(Number);
+  const pids = await processesOf(dir);
   assert.ok(pids.length >= 3, `etcd, kube-apiserver and kube-controller-manager run (${pids.length} processes)`);
   owner.kill('SIGINT');
   const endedBy = await new Promise((resolve) => owner.on('exit', (_code, signal) => resolve(signal)));

@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { utimesSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { HttpMethod, RequestContext } from '@kubernetes/client-node';
-import { ConnectionReusingKubeConfig } from '../../functions/runtime/kube.ts';
+import { ConfigMap } from '../../functions/runtime/kinds.ts';
+import { ApiError, ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
 import { tempDir } from '../support/temp.ts';
 
 function withEnv<T>(changes: Record<string, string | undefined>, run: () => T): T {
@@ -57,8 +59,6 @@ current-context: x
 });
 
 test('authentication is prepared once, read again when the token file changes, and after a 401', async () => {
-  const { createServer } = await import('node:http');
-  const { KubeClient } = await import('../../functions/runtime/kube.ts');
   const seen: string[] = [];
   let refuse = '';
   const server = createServer((req, res) => {
@@ -93,7 +93,6 @@ test('authentication is prepared once, read again when the token file changes, a
 
     // The kubelet rotates the projected token: the new file is used within a second.
     writeFileSync(tokenFile, 'second\n');
-    const { utimesSync } = await import('node:fs');
     utimesSync(tokenFile, new Date(), new Date(Date.now() + 5000));
     await new Promise((resolve) => setTimeout(resolve, 1100));
     await kube.get(Namespace, { namespace: '', name: 'default' });
@@ -113,8 +112,6 @@ test('authentication is prepared once, read again when the token file changes, a
 });
 
 test('answers are read whole however they arrive, bodies sent as JSON, and an unreachable API is a transient error naming the cause', async () => {
-  const { createServer } = await import('node:http');
-  const { ApiError, KubeClient } = await import('../../functions/runtime/kube.ts');
   const received: { method?: string; contentType?: string; body: string }[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -135,12 +132,11 @@ test('answers are read whole however they arrive, bodies sent as JSON, and an un
   }).listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
   const port = (server.address() as { port: number }).port;
-  const clientFor = (server: string) => {
+  const clientFor = (url: string) => {
     const config = new ConnectionReusingKubeConfig();
-    config.loadFromOptions({ clusters: [{ name: 'c', server, skipTLSVerify: true }], users: [{ name: 'u', token: 't' }], contexts: [{ name: 'x', cluster: 'c', user: 'u' }], currentContext: 'x' });
+    config.loadFromOptions({ clusters: [{ name: 'c', server: url, skipTLSVerify: true }], users: [{ name: 'u', token: 't' }], contexts: [{ name: 'x', cluster: 'c', user: 'u' }], currentContext: 'x' });
     return new KubeClient(config);
   };
-  const ConfigMap = { group: '', version: 'v1', kind: 'ConfigMap', plural: 'configmaps', namespaced: true };
   try {
     const kube = clientFor(`http://127.0.0.1:${port}`);
     const read = await kube.get(ConfigMap, { namespace: 'n', name: 'grüße' });
