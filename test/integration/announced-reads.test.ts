@@ -9,7 +9,7 @@ import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '.
 import { Pod, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
 import { getAnnounced } from '../../functions/runtime/reconciler.ts';
-import { deliver, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { deliver, serveFunction, startTestCluster, untilWatchCacheHolds, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 /** A real client that also notes each object read and where it went (watch cache or etcd). */
@@ -47,14 +47,7 @@ const create = (name: string, image = 'nginx:1.27') => cluster.kube.create<Immor
   apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image },
 });
 const keyOf = (ic: ImmortalContainer) => ({ namespace: 'default', name: ic.metadata.name! });
-/** The watch cache serves a version a moment after etcd has it: wait until it holds `ic`'s. */
-async function cached(ic: ImmortalContainer): Promise<void> {
-  for (let attempt = 0; attempt < 100; attempt++) {
-    if ((await cluster.kube.get(ImmortalContainerKind, keyOf(ic), { cached: true }))?.metadata.resourceVersion === ic.metadata.resourceVersion) return;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  assert.fail(`the watch cache never held ${ic.metadata.name} at ${ic.metadata.resourceVersion}`);
-}
+const cached = (ic: ImmortalContainer) => untilWatchCacheHolds(cluster.kube, ImmortalContainerKind, ic);
 
 describe('getAnnounced', () => {
   test('the announced version held by the watch cache: one read, from the cache', async () => {

@@ -18,7 +18,7 @@ import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import { applyChild } from '../../functions/runtime/reconciler.ts';
 import { EventSink } from '../../functions/runtime/recorder.ts';
 import { OUTCOME_HEADER } from '../../functions/runtime/server.ts';
-import { quietLog, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { quietLog, serveFunction, startTestCluster, untilWatchCacheHolds, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 let cluster: TestCluster;
@@ -257,6 +257,8 @@ describe('the lean path', () => {
     try {
       const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'lean', namespace: 'default' }, spec: { image: 'nginx' } });
       const event = (kind: typeof Pod, object: KubeObject, action: 'add' | 'update') => apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode: 'Resource' });
+      // As for a source's event, which comes from a watch: the announced read is then served by the cache.
+      await untilWatchCacheHolds(kube, ImmortalContainerKind, ic);
       const before = await fn.requests();
       assert.equal((await post(fn.url, event(ImmortalContainerKind, ic, 'add'))).status, 200);
       await fn.host.flushEvents();

@@ -5,6 +5,7 @@ import { HTTP, type CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
 import { applyCrds } from '../../eventing/crds.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ConnectionReusingKubeConfig, KubeClient, type RequestObserver } from '../../functions/runtime/kube.ts';
 import { createMetrics, type FunctionMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost, OUTCOME_HEADER, type FunctionHost, type FunctionHostOptions } from '../../functions/runtime/server.ts';
@@ -101,4 +102,15 @@ export async function eventually<T>(check: () => Promise<T | undefined | false>,
   }
   const state = diagnose ? `\n${await diagnose().catch((error: unknown) => `(no diagnosis: ${String(error)})`)}` : '';
   throw new Error(`timed out waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}${state}`);
+}
+
+/**
+ * Waits until kube-apiserver's watch cache holds `object` at its resourceVersion. The cache
+ * serves a version a moment after etcd has it; an ApiServerSource's event comes from a watch, so
+ * a real event is never ahead of the cache, and a test that posts one right after a write waits.
+ */
+export async function untilWatchCacheHolds(kube: KubeClient, kind: ResourceKind, object: KubeObject): Promise<void> {
+  const key = { namespace: object.metadata.namespace ?? '', name: object.metadata.name! };
+  await eventually(async () => (await kube.get(kind, key, { cached: true }))?.metadata.resourceVersion === object.metadata.resourceVersion,
+    2000, `the watch cache to hold ${key.name} at resourceVersion ${object.metadata.resourceVersion}`);
 }
