@@ -20,6 +20,7 @@
 // Writes bench/results/api-requests-<label>-<date>.json.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { CloudEvent } from 'cloudevents';
@@ -35,8 +36,6 @@ const SETTLE_MS = 150;
 const CASES = ['scrape pair', 'create', 'no-op', 'own-status', 'recreate'] as const;
 type Case = (typeof CASES)[number];
 type Counts = RequestCounts;
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Requests the API server counted while `action` ran. */
 async function measure(cluster: TestCluster, action: () => Promise<void>): Promise<Counts> {

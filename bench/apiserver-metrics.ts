@@ -7,6 +7,7 @@
 // (kubernetes/kubernetes#95556); `byResource` keeps the verb as the server reports it.
 // A request is counted when its handler returns, a moment after the client has its answer, and a
 // watch only when it ends.
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControlPlane } from '../cluster/control-plane.ts';
 
 export interface RequestSeries { verb: string; resource: string; code: string; value: number }
@@ -48,8 +49,6 @@ export function requestDifference(before: RequestTotals, after: RequestTotals, w
   }
   return counts;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * Waits until the API server has counted no new resource request for `quietMs` (scraping every

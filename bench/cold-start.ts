@@ -28,6 +28,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync }
 import { freePort, killOnExit, stopProcess } from '../cluster/control-plane.ts';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { buildFunctions, IMAGE_NODE_FLAGS } from '../bin/build.ts';
@@ -71,8 +72,6 @@ function rssKiB(pid: number): number {
   const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((candidate) => candidate.startsWith('VmRSS:'));
   return Number(line?.split(/\s+/)[1] ?? NaN);
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** One cold start of `variant` reconciling a fresh ImmortalContainer named `name`. */
 async function coldStart(cluster: TestCluster, variant: Variant, name: string): Promise<Sample> {

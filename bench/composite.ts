@@ -18,8 +18,8 @@
 //
 // Usage: npm run bench:composite -- [--n 200] [--label local]
 // Writes bench/results/composite-<label>-<date>.json.
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg, tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -42,7 +42,7 @@ import { eventually, startTestCluster, type TestCluster } from '../test/support/
 import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../test/support/examples.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { CONCURRENCY, createNamespace, measure, pooled, type Measured } from './harness.ts';
+import { CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const Parent = MetaImmortalContainer;
@@ -90,6 +90,7 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
   await createNamespace(cluster, 'warm');
   await applyGeneratedObjects(cluster.kube, [composite]);
   const bundled = await bundledFunctions(tempDir('opfn-bench-dist-'));
+  const state = planeStateDir();
   const plane = new EventPlane({
     functions: [composite],
     kube: KubeClient.fromFile(cluster.cp.kubeconfigPath),
@@ -97,7 +98,7 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
     // kube-controller-manager, which stays off (see above); identities change no request count.
     kubeconfigPath: cluster.cp.kubeconfigPath,
     log: pino({ level: 'silent' }),
-    stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
+    stateDir: state.dir,
     idleTimeoutMs: 60_000,
     env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hookUrl}/` },
     command: bundled.command,
@@ -125,6 +126,7 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
     return { side: 'plane', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
   } finally {
     await plane.stop();
+    state.release(plane);
   }
 }
 

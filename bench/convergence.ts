@@ -3,6 +3,7 @@
 // and the API server. By default the objects are ImmortalContainers, converged when the status
 // names the pod and counts exactly the one creation (startTimes 1) for the current generation;
 // another kind brings its own test (bench/composite.ts).
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ImmortalContainer } from '../functions/immortal-container/desired.ts';
 import { ImmortalContainerKind, podNameFor } from '../functions/immortal-container/desired.ts';
 import type { KubeObject, ResourceKind } from '../functions/runtime/kinds.ts';
@@ -75,7 +76,7 @@ export class ConvergenceWatch {
         if (this.#abort.signal.aborted) return;
         this.errors.push((error as Error).message);
         if ((error as { code?: number }).code === 410) resourceVersion = undefined;
-        await new Promise((resolve) => setTimeout(resolve, 200));
+        await sleep(200);
       }
     }
   }

@@ -8,9 +8,7 @@
 //            (the concurrency one rule's reconcile writes with)
 // The function runs under its generated least-privilege identity; events counts what the source
 // emitted to the broker during each phase.
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
@@ -20,6 +18,7 @@ import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
 import { tempDir } from '../test/support/temp.ts';
+import { planeStateDir } from './harness.ts';
 
 const { values } = parseArgs({ options: { namespaces: { type: 'string', default: '50' }, configmaps: { type: 'string', default: '20' }, bundled: { type: 'boolean', default: false } } });
 const namespaceCount = Number(values.namespaces);
@@ -29,7 +28,6 @@ const WRITE_CONCURRENCY = 16;
 const bundled = values.bundled ? await bundledFunctions(tempDir('opfn-bench-dist-')) : undefined;
 const cluster = await startTestCluster();
 const { kube } = cluster;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function inParallel<T>(items: T[], work: (item: T) => Promise<unknown>): Promise<void> {
   const queue = [...items];
@@ -49,12 +47,13 @@ await inParallel(Array.from({ length: configMapCount }, (_, i) => i), (i) => kub
 const activeNamespaces = (await kube.list(Namespace)).items.map((ns) => ns.metadata.name!).filter((name) => name !== SOURCE);
 const expected = activeNamespaces.length * configMapCount;
 
+const state = planeStateDir();
 const plane = new EventPlane({
   functions: [copyrator],
   kube,
   kubeconfigPath: await kubeconfigWithDeclaredRbac(cluster.cp, copyrator),
   log: pino({ level: 'silent' }),
-  stateDir: mkdtempSync(join(tmpdir(), 'opfn-bench-')),
+  stateDir: state.dir,
   idleTimeoutMs: 30_000,
   resyncIntervalMs: 0,
   env: { LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'warn' },
@@ -89,6 +88,7 @@ const viaPlane = {
   delete: await phase(() => kube.delete(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }), async () => (await copies()) === 0 && !(await kube.get(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }))),
 };
 await plane.stop();
+state.release(plane);
 
 // The same copies, written directly.
 const stored: CopyratorRule = { ...rule, metadata: { ...rule.metadata, uid: 'bench' } };

@@ -1,6 +1,12 @@
 // What the side-by-side benchmarks share: bounded-concurrency writes, namespaces, and one measured
 // run (convergence seen by a watch, API requests counted by the API server from the first write
 // until it is quiet again).
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { atExit } from '../cluster/exit-cleanup.ts';
+import type { EventPlane } from '../eventing/plane.ts';
 import type { TestCluster } from '../test/support/cluster.ts';
 import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
 import type { ConvergenceWatch } from './convergence.ts';
@@ -9,14 +15,32 @@ import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
 /** Writes in flight at once on the direct side, and the user's creates on the plane side. */
 export const CONCURRENCY = 32;
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
 /** Runs `work(i)` for i < n with at most CONCURRENCY at once. */
 export async function pooled(n: number, work: (i: number) => Promise<void>): Promise<void> {
   let next = 0;
   await Promise.all(Array.from({ length: Math.min(CONCURRENCY, n) }, async () => {
     while (next < n) await work(next++);
   }));
+}
+
+/**
+ * A folder for a benchmark plane's state (its dead-letter file), removed however the process ends.
+ * `release(plane)` once the plane has stopped: the folder goes at once, unless the broker
+ * dead-lettered events, which are kept for reading and the file named on stderr.
+ */
+export function planeStateDir(prefix = 'opfn-bench-'): { dir: string; release(plane: EventPlane): void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const remove = () => rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+  const cancel = atExit(remove);
+  return {
+    dir,
+    release(plane) {
+      cancel();
+      const deadLettered = Object.values(plane.stats().broker).reduce((sum, trigger) => sum + trigger.deadLettered, 0);
+      if (deadLettered === 0) remove();
+      else process.stderr.write(`${deadLettered} dead-lettered events kept in ${plane.broker.deadLetterFile}\n`);
+    },
+  };
 }
 
 export async function createNamespace(cluster: TestCluster, name: string): Promise<void> {

@@ -26,9 +26,10 @@
 //
 // Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--warm 1] [--sources] [--controller-manager] [--cpu-prof DIR]
 // Writes bench/results/plane-<label>-<date>.json.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg, tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
@@ -42,7 +43,7 @@ import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { CONCURRENCY, createNamespace, measure, pooled, sleep, type Measured } from './harness.ts';
+import { CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** Objects of the unmeasured round each side runs first (main). */
@@ -110,15 +111,14 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
   const warmNamespace = `warm-${n}-${round}`;
   await createNamespace(cluster, namespace);
   await createNamespace(cluster, warmNamespace);
-  const stateDir = mkdtempSync(join(tmpdir(), 'opfn-bench-'));
-  let keepState = true;
+  const state = planeStateDir();
   const plane = new EventPlane({
     functions: [immortalContainer],
     // The source has its own client (its own connections), as in its own process.
     kube: KubeClient.fromFile(cluster.cp.kubeconfigPath),
     kubeconfigPath: cluster.cp.kubeconfigPath,
     log: pino({ level: 'silent' }),
-    stateDir,
+    stateDir: state.dir,
     idleTimeoutMs: 60_000,
     resyncIntervalMs: 0,
     env: { LOG_LEVEL: 'warn' },
@@ -145,7 +145,6 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
     // converges: say so rather than only time out.
     const deliveries = Object.values(plane.stats().broker);
     const deadLettered = deliveries.reduce((sum, trigger) => sum + trigger.deadLettered, 0);
-    keepState = deadLettered > 0;
     const found = await anomalies(writer, namespace, n);
     if (deadLettered) found.unshift(`${deadLettered} events dead-lettered (${plane.broker.deadLetterFile})`);
     return {
@@ -162,8 +161,7 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
   } finally {
     clearInterval(poll);
     await plane.stop();
-    // Kept when a run failed or left dead letters, for reading.
-    if (!keepState) rmSync(stateDir, { recursive: true, force: true });
+    state.release(plane);
     await clean(cluster, namespace);
     await clean(cluster, warmNamespace);
   }

@@ -11,10 +11,11 @@
 // Bounded: stops by itself after --minutes (and 2 minutes at most of waiting for convergence).
 //
 // Usage: npm run soak -- [--minutes 10] [--objects 200] [--rate 20] [--resync 30] [--sample 15] [--label L]
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { Writable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
@@ -25,10 +26,10 @@ import { Pod } from '../functions/runtime/kinds.ts';
 import { KubeClient } from '../functions/runtime/kube.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
+import { planeStateDir } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const NAMESPACE = 'soak';
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const stamp = () => new Date().toISOString().slice(11, 19);
 
 const { values } = parseArgs({ options: {
@@ -95,12 +96,13 @@ const log = pino({ level: 'warn' }, new Writable({
 const bundled = await bundledFunctions(tempDir('opfn-soak-dist-'));
 const cluster = await startTestCluster();
 const kube = KubeClient.fromFile(cluster.cp.kubeconfigPath);
+const state = planeStateDir('opfn-soak-');
 const plane = new EventPlane({
   functions: [immortalContainer],
   kube: KubeClient.fromFile(cluster.cp.kubeconfigPath),
   kubeconfigPath: cluster.cp.kubeconfigPath,
   log,
-  stateDir: mkdtempSync(join(tmpdir(), 'opfn-soak-')),
+  stateDir: state.dir,
   idleTimeoutMs: 30_000,
   resyncIntervalMs: resyncSeconds * 1000,
   env: { LOG_LEVEL: 'warn' },
@@ -184,6 +186,7 @@ try {
   sample();
 } finally {
   await plane.stop();
+  state.release(plane);
   await cluster.stop();
 }
 

@@ -8,6 +8,7 @@ import { freePort } from '../../cluster/control-plane.ts';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { Pod } from '../../functions/runtime/kinds.ts';
@@ -253,7 +254,7 @@ spec:
     dev.kill('SIGINT');
     await eventually(async () => /stopping/.test(output), 10_000, 'the first Ctrl-C is acknowledged');
     dev.kill('SIGINT'); // within a second: the same Ctrl-C forwarded by npm, ignored
-    await new Promise((resolve) => setTimeout(resolve, 1200));
+    await sleep(1200);
     assert.equal(dev.exitCode, null, 'a signal right after the first is the same Ctrl-C (npm forwards it), not a second one');
     dev.kill('SIGINT');
     assert.equal(await exited(dev), 130, output);

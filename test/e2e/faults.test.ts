@@ -14,6 +14,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test, type TestContext } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { EventPlane } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
@@ -36,7 +37,6 @@ let plane: EventPlane;
 let proxy: TcpProxy;
 const stateDir = tempDir('opfn-faults-');
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const newIc = (namespace: string, name: string): ImmortalContainer => ({
   apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace }, spec: { image: 'nginx' },
 });

@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join, posix, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { HTTP } from 'cloudevents';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
@@ -365,7 +366,7 @@ describe('the image and the generated Knative Service agree', () => {
         const readiness = await fetch(`${base}${container.readinessProbe.httpGet.path}`).then((r) => r.status, () => 0);
         if (readiness === 200) break;
         assert.ok(Date.now() < deadline, `not ready after 20 s: ${running.output().stdout}${running.output().stderr}`);
-        await new Promise((resolve) => setTimeout(resolve, 20));
+        await sleep(20);
       }
       assert.equal((await fetch(`${base}${container.livenessProbe.httpGet.path}`)).status, 200, 'liveness probe path');
       running.child.kill('SIGTERM');
@@ -391,7 +392,7 @@ describe('the image entry', () => {
       const status = await fetch(`${base}health/readiness`).then((response) => response.status, () => 0);
       if (status === 200) break;
       assert.ok(Date.now() < deadline, `not ready after 20 s: ${running.output().stdout}${running.output().stderr}`);
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      await sleep(20);
     }
     assert.match(running.output().stdout, /"msg":"immortal-container ready"/);
 
@@ -453,7 +454,7 @@ describe('the image entry', () => {
       while ((await fetch(`http://127.0.0.1:${port}/health/readiness`).then((r) => r.status, () => 0)) !== 200) {
         assert.equal(child.exitCode, null, `the function exited: ${stderr}`);
         assert.ok(Date.now() < deadline, `not ready after 20 s: ${stderr}`);
-        await new Promise((resolve) => setTimeout(resolve, 20));
+        await sleep(20);
       }
       child.kill('SIGTERM');
       assert.equal(await exited, 0, 'drains and exits 0 on SIGTERM');

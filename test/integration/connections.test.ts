@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { ApiServerSource } from '../../eventing/source.ts';
 import { ConfigMap } from '../../functions/runtime/kinds.ts';
@@ -100,7 +101,7 @@ test('sources stopped before their watch answered survive a later API server res
       await source.stop(); // the watch request has just been sent: aborted before its headers
     }
     await cluster.cp.restartApiServer();
-    await new Promise((resolve) => setTimeout(resolve, 3000)); // the old connections' ends arrive
+    await sleep(3000); // the old connections' ends arrive
     assert.deepEqual(uncaught.map(String), [], 'no uncaught exception from the closed connections');
     // And the same clients work against the restarted server.
     for (const client of clients) assert.ok((await client.list(ConfigMap, { namespace: 'default', labelSelector: 'none=none' })).items.length === 0);

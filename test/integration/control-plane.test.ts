@@ -5,6 +5,7 @@ import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { provisionBinaries, startControlPlane } from '../../cluster/control-plane.ts';
 import { tempDir } from '../support/temp.ts';
@@ -78,7 +79,7 @@ test('a process ended by a Ctrl-C it does not handle (a test runner, a benchmark
   assert.equal(endedBy, 'SIGINT', 'the process still ends by the signal, as it would have');
   assert.equal(existsSync(dir), false, `the folder is removed: ${dir}`);
   const deadline = Date.now() + 5000;
-  while (pids.some(alive) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+  while (pids.some(alive) && Date.now() < deadline) await sleep(50);
   assert.deepEqual(pids.filter(alive), [], 'no process is left behind');
 });
 

@@ -7,6 +7,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { request as httpsRequest, type RequestOptions } from 'node:https';
 import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { ApiException, KubeConfig, KubernetesObjectApi, loadAllYaml, type KubernetesObject } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
@@ -40,8 +41,6 @@ const rawDocuments = (file: string): any[] =>
 /** The documents of a file as client-node loads them (what `create` is given). */
 const clientDocuments = (file: string): KubernetesObject[] =>
   loadAllYaml(readFileSync(file, 'utf8')).filter((doc) => doc !== null && doc !== undefined);
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Fails with the path of the first difference when `actual` lacks something `expected` has. */
 function assertContains(actual: unknown, expected: unknown, path = ''): void {

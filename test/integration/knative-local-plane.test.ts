@@ -13,6 +13,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { serviceAccountClients } from '../../eventing/dev.ts';
 import { ApiServerSource, KnativeService, PingSource, Trigger } from '../../eventing/knative/kinds.ts';
 import { applyGeneratedObjects } from '../../eventing/knative/local.ts';
@@ -176,9 +177,9 @@ describe('the generated objects run on the local plane', () => {
     await eventually(async () => pings() >= 2, 20_000, 'two pings at the other implementation');
     say(`PingSource fast-ping (@every 1s) + Trigger pinged created: ${pings()} pings received`);
     await cluster.kube.delete(PingSource, { namespace: NS, name: 'fast-ping' });
-    await new Promise((resolve) => setTimeout(resolve, 1500));
+    await sleep(1500);
     const after = pings();
-    await new Promise((resolve) => setTimeout(resolve, 2500));
+    await sleep(2500);
     assert.equal(pings(), after, 'no ping after the PingSource was deleted');
     await cluster.kube.delete(Trigger, { namespace: NS, name: 'pinged' });
   });
@@ -190,9 +191,9 @@ describe('the generated objects run on the local plane', () => {
       return String(answer.body).split('\n').filter((line) => line.startsWith('apiserver_request_total{') && /verb="(PATCH|PUT)"/.test(line) && /subresource="status"/.test(line) && /group="(eventing|sources|serving)\.knative\.dev"/.test(line))
         .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
     };
-    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await sleep(1000);
     const before = await writes();
-    await new Promise((resolve) => setTimeout(resolve, 3000));
+    await sleep(3000);
     assert.equal(await writes(), before, 'no status writes while nothing changes');
   });
 

@@ -14,6 +14,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, fetch } from 'undici';
 import { parse } from 'yaml';
 import { rbacObjects } from '../../eventing/rbac.ts';
@@ -206,7 +207,7 @@ test('the probe can fail: one extra grant (get Secrets, bound beside the generat
     let found: string[] = [];
     for (let attempt = 0; attempt < 50 && found.length < NAMESPACES.length; attempt++) {
       found = await differences(declaration, secrets);
-      if (found.length < NAMESPACES.length) await new Promise((resolve) => setTimeout(resolve, 100));
+      if (found.length < NAMESPACES.length) await sleep(100);
     }
     assert.deepEqual(found, NAMESPACES.map((namespace) => `ALLOWED get core/secrets in ${namespace}`).sort());
   } finally {

@@ -12,6 +12,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
 import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
@@ -22,8 +23,6 @@ import { ApiServerSource, type SourceOptions, type SourceSpec } from '../../even
 const WAIT_LIMIT_MS = 90_000;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const FUNCTION_TAG = { opfnfunction: 'immortal-container' };
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Polls `check` until it holds; fails with `what` (and its current state) after a generous deadline. */
 async function until(what: () => string, check: () => boolean): Promise<void> {

@@ -1,6 +1,7 @@
 // Test support: a real control plane with the CRDs installed, clients for it, and function
 // hosts served on loopback exactly as in production (HTTP + CloudEvents).
 import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { HTTP, type CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
 import { applyCrds } from '../../eventing/crds.ts';
@@ -98,7 +99,7 @@ export async function eventually<T>(check: () => Promise<T | undefined | false>,
     } catch (error) {
       lastError = error;
     }
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await sleep(50);
   }
   const state = diagnose ? `\n${await diagnose().catch((error: unknown) => `(no diagnosis: ${String(error)})`)}` : '';
   throw new Error(`timed out waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}${state}`);

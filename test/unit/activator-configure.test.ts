@@ -3,13 +3,13 @@
 // pids are asserted, never tight timings.
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { Activator, type FunctionProcessSpec, type Scaling } from '../../eventing/activator.ts';
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/tiny-function.ts', import.meta.url));
 const log = pino({ level: 'silent' });
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function eventually(check: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

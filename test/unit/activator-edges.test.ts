@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { Activator, canTransition, capacityAtMaxScale, desiredScale, pick, type FunctionProcessSpec } from '../../eventing/activator.ts';
 import { routeOf } from '../../eventing/activator/handler.ts';
@@ -72,7 +73,7 @@ describe('activator edges', () => {
     const { a, lines } = await start([spec('clean')]);
     assert.equal((await fetch(`${a.urlFor('clean')}/exit`)).status, 200);
     const deadline = Date.now() + 15_000;
-    while (a.instances('clean') > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    while (a.instances('clean') > 0 && Date.now() < deadline) await sleep(20);
     assert.equal(a.instances('clean'), 0);
     assert.ok(lines.some((l) => /exited \(exit 0\)/.test(String(l.msg)) && l.level === 30), 'an info line for the clean exit');
     assert.ok(!lines.some((l) => /crashed/.test(String(l.msg))), 'no crash line');

@@ -5,6 +5,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { Writable } from 'node:stream';
 import { after, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { Activator, effectiveTarget, type ActivatorOptions, type FunctionProcessSpec, type Scaling } from '../../eventing/activator.ts';
@@ -95,7 +96,7 @@ async function waitFor(what: string, cond: () => boolean, timeoutMs = 15_000): P
   const until = Date.now() + timeoutMs;
   while (!cond()) {
     if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
+    await sleep(20);
   }
 }
 
@@ -262,7 +263,7 @@ describe('activator', () => {
     const warm = await request(`${a.urlFor('crashy')}/warm`);
     const pid1 = warm.json().pid as number;
     const slow = request(`${a.urlFor('crashy')}/slow?ms=5000`);
-    await new Promise((r) => setTimeout(r, 200)); // the slow request is in flight on the same instance
+    await sleep(200); // the slow request is in flight on the same instance
     const crash = await request(`${a.urlFor('crashy')}/crash`);
     assert.equal(crash.status, 502, crash.text);
     assert.equal((await slow).status, 502, 'the in-flight request on the crashed instance failed with 502');
@@ -324,14 +325,14 @@ describe('activator', () => {
     assert.equal(a.instances('other'), 0);
     const other = await request(`${a.urlFor('other')}/x`);
     assert.equal(other.status, 200);
-    await new Promise((r) => setTimeout(r, 700));
+    await sleep(700);
     assert.equal(a.instances('kept'), 2, 'never below minScale');
     const pids = cap.lines.filter((l) => /ready$/.test(String(l.msg)) && typeof l.pid === 'number').map((l) => l.pid as number);
     assert.ok(pids.length >= 2);
     for (const pid of pids.slice(0, 2)) assert.ok(alive(pid));
     // A request in flight when close() begins still gets its answer (the child drains on SIGTERM).
     const inflight = request(`${a.urlFor('kept')}/slow?ms=400`);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     await a.close();
     assert.equal((await inflight).status, 200);
     for (const pid of pids) assert.equal(alive(pid), false, `pid ${pid} is gone after close()`);

@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
 import { appendJsonLine, Broker, readDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker.ts';
@@ -65,7 +66,7 @@ const waitFor = async (condition: () => boolean, what: string, ms = 15_000): Pro
   const start = Date.now();
   while (!condition()) {
     if (Date.now() - start > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
+    await sleep(10);
   }
 };
 
@@ -162,7 +163,7 @@ describe('Broker timeouts', () => {
 describe('Broker shutdown', () => {
   it('close() stops intake, lets queued and in-flight deliveries finish, and dead-letters nothing that succeeded', async () => {
     const sub = await subscriber(async (_req, res) => {
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep(100);
       res.writeHead(202).end();
     });
     const { broker, file } = newBroker({ maxInFlight: 4, triggers: [{ name: 'slow', subscriber: sub.url }] });

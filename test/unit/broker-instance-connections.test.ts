@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { Broker, type Lease } from '../../eventing/broker.ts';
 import { INSTANCE_CONNECTIONS } from '../../eventing/broker/dispatcher.ts';
@@ -50,7 +51,7 @@ const waitFor = async (condition: () => boolean, what: string): Promise<void> =>
   const deadline = Date.now() + 15_000;
   while (!condition()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    await sleep(10);
   }
 };
 
@@ -67,7 +68,7 @@ test(`a leased instance gets at most ${INSTANCE_CONNECTIONS} deliveries at once;
   try {
     for (let i = 0; i < count; i++) await broker.publish(event());
     await waitFor(() => instance.open() === INSTANCE_CONNECTIONS, `${INSTANCE_CONNECTIONS} deliveries held by the instance`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await sleep(200);
     assert.equal(instance.open(), INSTANCE_CONNECTIONS, 'no more than that, although the trigger allows more in flight');
     assert.equal(broker.stats().fn?.inFlight, count, 'the rest wait in the pool, in flight for the broker');
     instance.release();

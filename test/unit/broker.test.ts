@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
@@ -94,11 +95,9 @@ async function waitFor(condition: () => boolean, what: string, timeoutMs = 10_00
   const start = Date.now();
   while (!condition()) {
     if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
+    await delay(5);
   }
 }
-
-const delay = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** A subscriber stalled on `gate` until `release()` (safe to call more than once). */
 function blocker(): { gate: Promise<void>; release: () => void } {

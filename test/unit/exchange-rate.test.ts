@@ -2,6 +2,7 @@
 // client against the loopback stand-in (errors, timeout, malformed JSON, missing currency).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, parseConfig } from '../../functions/exchange-rate/config.ts';
 import {
   configMapAction,
@@ -194,7 +195,7 @@ describe('the slot cache', () => {
     const provider: RateProvider = {
       latest: async () => {
         calls++;
-        await new Promise((resolve) => setTimeout(resolve, 20));
+        await sleep(20);
         if (fail) throw new ProviderError('down');
         return { base: 'EUR', date: 'd', rates: { USD: '1' } };
       },

@@ -3,6 +3,7 @@ import { utimesSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { HttpMethod, RequestContext } from '@kubernetes/client-node';
 import { ConfigMap } from '../../functions/runtime/kinds.ts';
 import { ApiError, ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
@@ -94,7 +95,7 @@ test('authentication is prepared once, read again when the token file changes, a
     // The kubelet rotates the projected token: the new file is used within a second.
     writeFileSync(tokenFile, 'second\n');
     utimesSync(tokenFile, new Date(), new Date(Date.now() + 5000));
-    await new Promise((resolve) => setTimeout(resolve, 1100));
+    await sleep(1100);
     await kube.get(Namespace, { namespace: '', name: 'default' });
     assert.equal(seen.at(-1), 'Bearer second');
 
