@@ -1,6 +1,6 @@
-// What the side-by-side benchmarks share: bounded-concurrency writes, namespaces, and one measured
-// run (convergence seen by a watch, API requests counted by the API server from the first write
-// until it is quiet again).
+// What the side-by-side benchmarks share: bounded-concurrency writes, namespaces, a plane's state
+// folder, and one measured run (convergence seen by a watch, API requests counted by the API
+// server from the first write until it is quiet again).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
