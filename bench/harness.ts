@@ -1,13 +1,10 @@
 // What the side-by-side benchmarks share: bounded-concurrency writes, namespaces, a plane's state
 // folder, and one measured run (convergence seen by a watch, API requests counted by the API
 // server from the first write until it is quiet again).
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { atExit } from '../cluster/exit-cleanup.ts';
 import type { EventPlane } from '../eventing/plane.ts';
 import type { TestCluster } from '../test/support/cluster.ts';
+import { tempFolder } from '../test/support/temp.ts';
 import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
 import type { ConvergenceWatch } from './convergence.ts';
 import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
@@ -29,18 +26,21 @@ export async function pooled(n: number, work: (i: number) => Promise<void>): Pro
  * dead-lettered events, which are kept for reading and the file named on stderr.
  */
 export function planeStateDir(prefix = 'opfn-bench-'): { dir: string; release(plane: EventPlane): void } {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  const remove = () => rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
-  const cancel = atExit(remove);
+  const folder = tempFolder(prefix);
   return {
-    dir,
+    dir: folder.dir,
     release(plane) {
-      cancel();
-      const deadLettered = Object.values(plane.stats().broker).reduce((sum, trigger) => sum + trigger.deadLettered, 0);
-      if (deadLettered === 0) remove();
-      else process.stderr.write(`${deadLettered} dead-lettered events kept in ${plane.broker.deadLetterFile}\n`);
+      const count = deadLettered(plane);
+      if (count === 0) return folder.remove();
+      folder.keep();
+      process.stderr.write(`${count} dead-lettered events kept in ${plane.broker.deadLetterFile}\n`);
     },
   };
+}
+
+/** Events the plane's broker gave up on, over all its triggers. */
+export function deadLettered(plane: EventPlane): number {
+  return Object.values(plane.stats().broker).reduce((sum, trigger) => sum + trigger.deadLettered, 0);
 }
 
 export async function createNamespace(cluster: TestCluster, name: string): Promise<void> {

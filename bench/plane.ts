@@ -43,7 +43,7 @@ import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
+import { CONCURRENCY, createNamespace, deadLettered, measure, planeStateDir, pooled, type Measured } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** Objects of the unmeasured round each side runs first (main). */
@@ -143,16 +143,15 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
     const activator = plane.activator as unknown as { stats?: () => unknown };
     // The bench runs without resyncs, so an event the broker gave up on is an object that never
     // converges: say so rather than only time out.
-    const deliveries = Object.values(plane.stats().broker);
-    const deadLettered = deliveries.reduce((sum, trigger) => sum + trigger.deadLettered, 0);
+    const deadLetters = deadLettered(plane);
     const found = await anomalies(writer, namespace, n);
-    if (deadLettered) found.unshift(`${deadLettered} events dead-lettered (${plane.broker.deadLetterFile})`);
+    if (deadLetters) found.unshift(`${deadLetters} events dead-lettered (${plane.broker.deadLetterFile})`);
     return {
       side: 'plane', n, ...measured,
       anomalies: found,
       maxInstances,
       events: plane.source.stats().emitted - emittedBefore,
-      retried: deliveries.reduce((sum, trigger) => sum + trigger.retried, 0),
+      retried: Object.values(plane.stats().broker).reduce((sum, trigger) => sum + trigger.retried, 0),
       activatorStats: typeof activator.stats === 'function' ? activator.stats() : undefined,
     };
   } catch (error) {
@@ -282,10 +281,10 @@ async function main(): Promise<void> {
   printTable(results);
   console.log('\nratios (plane / direct, medians of the repetitions):');
   const summary = sizes.map((n) => {
-    const of = (side: string, pick: (r: RunResult) => number) => median(results.filter((r) => r.n === n && r.side === side).map(pick));
+    const sideRuns = (side: string) => results.filter((r) => r.n === n && r.side === side);
+    const of = (side: string, pick: (r: RunResult) => number) => median(sideRuns(side).map(pick));
     // Each repetition's two sides run back to back, so their ratio shows how far one run can
     // stray on this machine; the median of the sides is what the goal is read against.
-    const sideRuns = (side: string) => results.filter((r) => r.n === n && r.side === side);
     const repetitionRatios = sideRuns('plane').map((plane, rep) => plane.convergedMs / sideRuns('direct')[rep].convergedMs);
     const row = {
       n,

@@ -6,9 +6,25 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { atExit } from '../../cluster/exit-cleanup.ts';
 
+/**
+ * A new folder `<prefix>XXXXXX` under the system's temporary folder, removed when this process
+ * ends unless `keep()` was called first; `remove()` removes it now.
+ */
+export function tempFolder(prefix: string): { dir: string; remove(): void; keep(): void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const remove = () => rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+  const keep = atExit(remove);
+  return {
+    dir,
+    remove() {
+      keep();
+      remove();
+    },
+    keep,
+  };
+}
+
 /** A new folder `<prefix>XXXXXX` under the system's temporary folder, removed when this process ends. */
 export function tempDir(prefix: string): string {
-  const folder = mkdtempSync(join(tmpdir(), prefix));
-  atExit(() => rmSync(folder, { recursive: true, force: true, maxRetries: 3 }));
-  return folder;
+  return tempFolder(prefix).dir;
 }

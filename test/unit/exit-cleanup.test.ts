@@ -21,9 +21,9 @@ async function run(body: string, signal?: NodeJS.Signals): Promise<{ code: numbe
     import { appendFileSync } from 'node:fs';
     import { atExit } from ${JSON.stringify(MODULE)};
     const LOG = ${JSON.stringify(log)};
-    atExit(() => appendFileSync(${JSON.stringify(log)}, 'first\\n'));
-    const cancel = atExit(() => appendFileSync(${JSON.stringify(log)}, 'cancelled\\n'));
-    atExit(() => appendFileSync(${JSON.stringify(log)}, 'second\\n'));
+    atExit(() => appendFileSync(LOG, 'first\\n'));
+    const cancel = atExit(() => appendFileSync(LOG, 'cancelled\\n'));
+    atExit(() => appendFileSync(LOG, 'second\\n'));
     cancel();
     console.log('ready');
     ${body}`;
