@@ -30,7 +30,7 @@ export function planeStateDir(prefix = 'opfn-bench-'): { dir: string; release(pl
   return {
     dir: folder.dir,
     release(plane) {
-      const count = deadLettered(plane);
+      const count = brokerTotal(plane, 'deadLettered');
       if (count === 0) return folder.remove();
       folder.keep();
       process.stderr.write(`${count} dead-lettered events kept in ${plane.broker.deadLetterFile}\n`);
@@ -38,9 +38,9 @@ export function planeStateDir(prefix = 'opfn-bench-'): { dir: string; release(pl
   };
 }
 
-/** Events the plane's broker gave up on, over all its triggers. */
-export function deadLettered(plane: EventPlane): number {
-  return Object.values(plane.stats().broker).reduce((sum, trigger) => sum + trigger.deadLettered, 0);
+/** One of the broker's per-trigger counts (events given up on, retries), summed over all its triggers. */
+export function brokerTotal(plane: EventPlane, count: 'deadLettered' | 'retried'): number {
+  return Object.values(plane.stats().broker).reduce((sum, trigger) => sum + trigger[count], 0);
 }
 
 export async function createNamespace(cluster: TestCluster, name: string): Promise<void> {

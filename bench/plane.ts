@@ -43,7 +43,7 @@ import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { CONCURRENCY, createNamespace, deadLettered, measure, planeStateDir, pooled, type Measured } from './harness.ts';
+import { brokerTotal, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** Objects of the unmeasured round each side runs first (main). */
@@ -143,7 +143,7 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
     const activator = plane.activator as unknown as { stats?: () => unknown };
     // The bench runs without resyncs, so an event the broker gave up on is an object that never
     // converges: say so rather than only time out.
-    const deadLetters = deadLettered(plane);
+    const deadLetters = brokerTotal(plane, 'deadLettered');
     const found = await anomalies(writer, namespace, n);
     if (deadLetters) found.unshift(`${deadLetters} events dead-lettered (${plane.broker.deadLetterFile})`);
     return {
@@ -151,7 +151,7 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
       anomalies: found,
       maxInstances,
       events: plane.source.stats().emitted - emittedBefore,
-      retried: Object.values(plane.stats().broker).reduce((sum, trigger) => sum + trigger.retried, 0),
+      retried: brokerTotal(plane, 'retried'),
       activatorStats: typeof activator.stats === 'function' ? activator.stats() : undefined,
     };
   } catch (error) {
