@@ -33,6 +33,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
+import type { FunctionStats } from '../eventing/activator/configuration.ts';
 import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
 import immortalContainer from '../functions/immortal-container/index.ts';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
@@ -60,7 +61,7 @@ interface RunResult extends Measured {
   /** plane only: delivery attempts the broker retried (a dead-lettered event is an anomaly) */
   retried?: number;
   /** plane only: the activator's own stats, when it offers them */
-  activatorStats?: unknown;
+  activatorStats?: Record<string, FunctionStats>;
 }
 
 const newIc = (namespace: string, name: string): ImmortalContainer => ({
@@ -143,7 +144,6 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
     const measured = await measureImmortals(cluster, watcher, namespace, n, () => pooled(n, async (i) => {
       await writer.create(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
     }));
-    const activator = plane.activator as unknown as { stats?: () => unknown };
     // The bench runs without resyncs, so an event the broker gave up on is an object that never
     // converges: say so rather than only time out.
     const deadLetters = brokerTotal(plane, 'deadLettered');
@@ -155,7 +155,7 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
       maxInstances,
       events: plane.source.stats().emitted - emittedBefore,
       retried: brokerTotal(plane, 'retried'),
-      activatorStats: typeof activator.stats === 'function' ? activator.stats() : undefined,
+      activatorStats: plane.activator.stats(),
     };
   } catch (error) {
     (error as Error).message += ` (the plane's dead letters, if any: ${plane.broker.deadLetterFile})`;
@@ -284,11 +284,11 @@ async function main(): Promise<void> {
   printTable(results);
   console.log('\nratios (plane / direct, medians of the repetitions):');
   const summary = sizes.map((n) => {
-    const sideRuns = (side: string) => results.filter((r) => r.n === n && r.side === side);
-    const of = (side: string, pick: (r: RunResult) => number) => median(sideRuns(side).map(pick));
+    const runs = { plane: results.filter((r) => r.n === n && r.side === 'plane'), direct: results.filter((r) => r.n === n && r.side === 'direct') };
+    const of = (side: keyof typeof runs, pick: (r: RunResult) => number) => median(runs[side].map(pick));
     // Each repetition's two sides run back to back, so their ratio shows how far one run can
     // stray on this machine; the median of the sides is what the goal is read against.
-    const repetitionRatios = sideRuns('plane').map((plane, rep) => plane.convergedMs / sideRuns('direct')[rep].convergedMs);
+    const repetitionRatios = runs.plane.map((plane, rep) => plane.convergedMs / runs.direct[rep].convergedMs);
     const row = {
       n,
       planeSeconds: of('plane', (r) => r.convergedMs) / 1000,
@@ -301,7 +301,7 @@ async function main(): Promise<void> {
       maxInstances: of('plane', (r) => r.maxInstances ?? 0),
       repetitionRatios,
     };
-    const activator = (results.find((r) => r.n === n && r.side === 'plane')?.activatorStats as Record<string, Record<string, number>> | undefined)?.[immortalContainer.name];
+    const activator = results.find((r) => r.n === n && r.side === 'plane')?.activatorStats?.[immortalContainer.name];
     const routed = activator ? `; activator: ${Object.entries(activator).filter(([key]) => key !== 'instances').map(([key, value]) => `${key} ${value}`).join(', ')}` : '';
     console.log(`  N=${String(n).padEnd(5)} convergence ${row.convergenceRatio.toFixed(2)}× (${row.planeSeconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s${reps > 1 ? `; by repetition ${repetitionRatios.map((ratio) => `${ratio.toFixed(2)}×`).join(' ')}` : ''})   CPU ${Number.isNaN(row.cpuRatio) ? '-' : `${row.cpuToConvergenceRatio.toFixed(2)}× to convergence, ${row.cpuRatio.toFixed(2)}× until quiet`}   requests/object ${row.planeRequestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${row.maxInstances}${row.maxInstances > 1 ? ' (scaled out)' : ''}${routed}`);
     return row;
