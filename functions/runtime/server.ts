@@ -65,6 +65,18 @@ const API_CONNECTIONS = 32;
 const NOT_BEFORE_TOLERANCE_MS = 1000;
 /** How long a draining process waits for its Kubernetes Events to be written. */
 const EVENT_FLUSH_DEADLINE_MS = 5000;
+/**
+ * The furthest a requeue is held (30 days). A later one (a hook's resyncAfterSeconds of 1e13)
+ * comes back after this instead: one harmless extra reconcile, where the exact time would not
+ * fit in a Date and would fail the answer of a reconcile that succeeded.
+ */
+export const MAX_REQUEUE_SECONDS = 30 * 24 * 3600;
+
+/** When a reconcile asked to run again: never for a negative or non-numeric delay (Metacontroller's resyncAfterSeconds ≤ 0), at most MAX_REQUEUE_SECONDS ahead. */
+export function requeueTime(requeueAfterSeconds: number | undefined, now: Date): number | undefined {
+  if (requeueAfterSeconds === undefined || !(requeueAfterSeconds >= 0)) return undefined;
+  return now.getTime() + Math.min(requeueAfterSeconds, MAX_REQUEUE_SECONDS) * 1000;
+}
 
 export class FunctionHost {
   readonly app: express.Express;
@@ -121,8 +133,15 @@ export class FunctionHost {
         res.status(outcome.status).json(outcome.body);
       }
     });
-    // Body parser failures (too large, bad encoding, aborted) are the sender's fault.
+    // Body parser failures (too large, bad encoding, aborted; body-parser sets `type`) are the
+    // sender's fault. Anything else here is a bug of ours: 500, retried, and logged with its stack.
     app.use((error: Error & { type?: string; status?: number }, _req: Request, res: Response, _next: NextFunction) => {
+      if (error.type === undefined) {
+        metrics.events.inc({ outcome: 'retry' });
+        log.error({ err: error.message, stack: error.stack }, 'failed to answer a request');
+        res.status(500).json({ error: `internal error: ${error.message}` });
+        return;
+      }
       const tooLarge = error.type === 'entity.too.large';
       const reason = tooLarge ? `request body larger than ${maxBodyBytes} bytes (the largest Kubernetes object fits; this is not an event this function can take)` : `unreadable request body: ${error.message}`;
       metrics.events.inc({ outcome: 'rejected' });
@@ -239,7 +258,7 @@ export class FunctionHost {
         const seconds = observe(requeue !== undefined ? 'requeue' : 'success');
         if (ctx.hint && sameKind(key.kind, ctx.hint.apiVersion, ctx.hint.kind)) this.#seen.remember(key, ctx.hint);
         log.debug({ ms: Math.round(seconds * 1000), requeueAfterSeconds: requeue }, 'reconciled');
-        return { type: 'done', requeueAt: requeue !== undefined && requeue >= 0 ? now().getTime() + requeue * 1000 : undefined };
+        return { type: 'done', requeueAt: requeueTime(requeue, now()) };
       } catch (error) {
         const status = statusForError(error);
         if (error instanceof TerminalError) {
@@ -262,8 +281,6 @@ export class FunctionHost {
     const { kube, config, http, now } = this.#options;
     return { kube, log, events: this.#events.recorder(log), config, http, now, hint };
   }
-
-
 
   /** Stops taking events (readiness turns 503) and resolves when in-flight ones are answered and recorded Events written. */
   drain(): Promise<void> {

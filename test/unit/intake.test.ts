@@ -51,8 +51,6 @@ const IC_API_VERSION = 'immortalcontainer.flugel.it/v1alpha1';
 const refData = referenceData(immortalContainer.reconciles);
 const binaryHeaders = (overrides: Record<string, string | undefined> = {}) => supportHeaders(immortalContainer.reconciles, overrides);
 
-
-
 const ping = () => new CloudEvent({ specversion: '1.0', id: 'ping-1', source: '/apis/v1/namespaces/default/pingsources/resync', type: PING_TYPE, datacontenttype: 'application/json', data: {} });
 
 // The malformed-event corpus runs against every function in test/unit/malformed-events.test.ts.
@@ -144,6 +142,23 @@ describe('bodies and names that reach a URL', () => {
     const answer = await postRaw(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': new Date(Date.now() - 1000).toISOString() }), JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }));
     assert.equal(answer.status, 503, answer.text);
     assert.equal(answer.json?.failed, 1);
+  });
+});
+
+describe('a failure of the host itself', () => {
+  test('is 500 (retried) with its own message, not blamed on the request body', async () => {
+    const fn = await serve();
+    try {
+      // Stands in for a bug between the reconcile and the answer (one was a requeue time too far for a Date).
+      fn.host.receive = async () => {
+        throw new RangeError('Invalid time value');
+      };
+      const answer = await postRaw(`${fn.url}/`, binaryHeaders(), JSON.stringify(refData));
+      assert.equal(answer.status, 500, answer.text);
+      assert.equal(answer.json?.error, 'internal error: Invalid time value');
+    } finally {
+      await fn.close();
+    }
   });
 });
 

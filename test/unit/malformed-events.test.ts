@@ -45,8 +45,6 @@ async function serve(declaration: FunctionDeclaration, providerUrl: string, apiR
   };
 }
 
-
-
 test('the corpus runs against every registered function', () => {
   assert.deepEqual(functions.map((fn) => fn.name), functionNames);
   assert.ok(functionNames.length >= 3, functionNames.join(', '));

@@ -15,7 +15,7 @@ import { httpClient } from '../../functions/runtime/http.ts';
 import { ConfigMap, InvalidPathSegmentError, objectPath, parseKindKey, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { isHashedLabelValue, ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
-import { createFunctionHost } from '../../functions/runtime/server.ts';
+import { createFunctionHost, MAX_REQUEUE_SECONDS } from '../../functions/runtime/server.ts';
 import { KeyedWorkQueue } from '../../functions/runtime/workqueue.ts';
 import { quietLog, unreachableKube } from '../support/cluster.ts';
 
@@ -84,6 +84,18 @@ describe('answers', () => {
     assert.equal(outcome.reply?.headers['ce-opfnfunction'], 'widgets');
     assert.equal(outcome.reply?.headers['ce-opfnnotbefore'], '2025-05-01T00:01:30Z');
     assert.deepEqual(JSON.parse(outcome.reply!.body), { keys: [key('a')] });
+  });
+
+  test('a requeue too far for a Date (a hook\'s resyncAfterSeconds 1e13, Infinity) comes back after MAX_REQUEUE_SECONDS; NaN or negative: none', async () => {
+    for (const far of [1e13, 1e300, Infinity]) {
+      const outcome = await receive(hostFor(async () => ({ requeueAfterSeconds: far })), widgetEvent('a'));
+      assert.equal(outcome.status, 200, `${far}: the reconcile succeeded, so does its answer`);
+      assert.equal(outcome.reply?.headers['ce-opfnnotbefore'], new Date(Date.parse('2025-05-01T00:00:00Z') + MAX_REQUEUE_SECONDS * 1000).toISOString().replace('.000', ''));
+    }
+    for (const none of [NaN, -5]) {
+      const outcome = await receive(hostFor(async () => ({ requeueAfterSeconds: none })), widgetEvent('a'));
+      assert.deepEqual([outcome.status, outcome.reply], [200, undefined], `${none}: no requeue`);
+    }
   });
 
   test('a fan-out with one failing key: 200 and a reply naming only that key; when only failing keys remain: 503', async () => {
