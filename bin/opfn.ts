@@ -198,7 +198,7 @@ program
 
 const deadLetters = program
   .command('dead-letters')
-  .description(`events the broker could not deliver (default file ${join(STATE_DIR, 'dead-letters.jsonl')}, 0600, rotated to .1 at 64 MiB)`);
+  .description(`events the broker could not deliver (default file ${join(STATE_DIR, 'dead-letters.jsonl')}, 0600, rotated to .1 at 64 MiB; events a function refused for good, a 4xx, apart in <file>.refused, rotated at 8 MiB)`);
 const deadLetterFile = (options: { file?: string }) => resolve(options.file ?? join(STATE_DIR, 'dead-letters.jsonl'));
 deadLetters
   .command('list')
@@ -248,7 +248,7 @@ deadLetters
   });
 deadLetters
   .command('clear')
-  .description('delete every dead letter (the file and its rotated .1)')
+  .description('delete every dead letter (the file, its .refused letters and their rotated .1)')
   .option('--file <path>', 'dead-letter file')
   .action(async (options: { file?: string }) => {
     const { clearDeadLetterFile } = await import('../eventing/broker.ts');

@@ -6,6 +6,6 @@ export { MAX_EVENT_BYTES } from './broker/ingress.ts';
 export { DEFAULT_TTL, TTL_ATTRIBUTE } from './broker/ttl.ts';
 export { NOT_BEFORE_EXTENSION } from './broker/hold.ts';
 export type { DirectRoute, Lease } from './broker/dispatcher.ts';
-export { appendJsonLine, clearDeadLetterFile, DEFAULT_DEAD_LETTER_MAX_BYTES, originalEvent, readDeadLetterFile, replayDeadLetterFile, toStructuredJson, type ReplayResult } from './broker/dead-letters.ts';
+export { appendJsonLine, clearDeadLetterFile, DEFAULT_DEAD_LETTER_MAX_BYTES, originalEvent, readDeadLetterFile, refusedLettersFile, replayDeadLetterFile, toStructuredJson, type ReplayResult } from './broker/dead-letters.ts';
 export * from './delivery.ts';
 export * from './filters.ts';

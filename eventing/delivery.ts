@@ -9,6 +9,13 @@
 //   Both `backoffPolicy` and `backoffDelay` must be set for any wait at all (Knative ignores one
 //   without the other and retries immediately).
 // - Retried: network errors/timeouts, 5xx, 404, 408, 409, 429. Not retried: other 4xx, 3xx.
+// - A 429 or 503 with a Retry-After header (seconds or an HTTP date) waits at least that long
+//   before the next retry, at most `retryAfterMax`, as kncloudevents' generateBackoffFn does with
+//   the delivery-retryafter feature. Knative's table for that field: set > 0, respected up to it;
+//   PT0S, ignored; unset, ignored while the feature is alpha and respected once it is GA. The
+//   local broker takes the GA reading, capped at DEFAULT_RETRY_AFTER_MAX_MS, so that a function's
+//   Retry-After (a webhook's 429) is honoured without a feature flag and no answer can hold an
+//   event for days.
 // - Dead-lettered events carry knativeerrordest (the URL that failed), knativeerrorcode (its
 //   HTTP status) and knativeerrordata (the response body, standard base64, cut to 1024 chars).
 import { resolve as resolvePath } from 'node:path';
@@ -23,6 +30,8 @@ export interface DeliverySpec {
   backoffDelay?: string;
   /** ISO-8601 duration, per attempt. */
   timeout?: string;
+  /** ISO-8601 duration: the longest a Retry-After is honoured; PT0S = not at all. */
+  retryAfterMax?: string;
   /** http(s) URL, or a file path / file:// URL to append JSON lines to. */
   deadLetterSink?: string;
 }
@@ -49,8 +58,13 @@ export interface ResolvedDelivery {
   backoffDelayMs?: number;
   /** 0 = no per-attempt timeout. */
   timeoutMs: number;
+  /** The longest a Retry-After is honoured; 0 = not at all; undefined = DEFAULT_RETRY_AFTER_MAX_MS. */
+  retryAfterMaxMs?: number;
   deadLetter: DeadLetterTarget;
 }
+
+/** How long a Retry-After is honoured when the delivery does not say (`retryAfterMax` unset). */
+export const DEFAULT_RETRY_AFTER_MAX_MS = 10 * 60 * 1000;
 
 const NUMBER = String.raw`(\d+(?:[.,]\d+)?)`;
 const ISO_DURATION = new RegExp(
@@ -91,6 +105,18 @@ export function backoffDelayMs(delivery: Pick<ResolvedDelivery, 'backoffPolicy' 
   const wait = delivery.backoffPolicy === 'exponential' ? delay * 2 ** attemptNum : delay * attemptNum;
   // Keep timers in range (setTimeout's limit is ~24.8 days).
   return Math.min(wait, 2_147_000_000);
+}
+
+/**
+ * The wait a 429 or 503 asked for with its Retry-After header (delta-seconds or an HTTP date, as
+ * kncloudevents' parseRetryAfterDuration reads it), at most `maxMs`; 0 for other statuses, a
+ * missing or unreadable header, or `maxMs` 0.
+ */
+export function retryAfterDelayMs(status: number, retryAfter: string | undefined, maxMs: number | undefined, now = Date.now()): number {
+  if ((status !== 429 && status !== 503) || retryAfter === undefined || maxMs === 0) return 0;
+  const text = retryAfter.trim();
+  const wait = /^\d+$/.test(text) ? Number(text) * MS_PER_SECOND : Date.parse(text) - now;
+  return Number.isFinite(wait) && wait > 0 ? Math.min(wait, maxMs ?? DEFAULT_RETRY_AFTER_MAX_MS) : 0;
 }
 
 /** kncloudevents.SelectiveRetry: 5xx, 404, 408, 409, 429 are retried; everything else is not. */
@@ -153,10 +179,10 @@ export function parseDeadLetterSink(sink: string, where: string): DeadLetterTarg
 /** Validates a DeliverySpec and parses its durations; throws one clear Error naming the field. */
 export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<ResolvedDelivery, 'deadLetter'> & { deadLetter?: DeadLetterTarget; warnings: string[] } {
   if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) {
-    throw new Error(`${where} must be an object with retry, backoffPolicy, backoffDelay, timeout, deadLetterSink`);
+    throw new Error(`${where} must be an object with retry, backoffPolicy, backoffDelay, timeout, retryAfterMax, deadLetterSink`);
   }
   const warnings: string[] = [];
-  const known = new Set(['retry', 'backoffPolicy', 'backoffDelay', 'timeout', 'deadLetterSink']);
+  const known = new Set(['retry', 'backoffPolicy', 'backoffDelay', 'timeout', 'retryAfterMax', 'deadLetterSink']);
   for (const key of Object.keys(spec)) {
     if (!known.has(key)) throw new Error(`${where}.${key} is not a delivery field (known: ${[...known].join(', ')})`);
   }
@@ -186,6 +212,14 @@ export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<Resol
       throw new Error(`${where}.timeout: ${(err as Error).message}`);
     }
   }
+  let retryAfterMaxMs: number | undefined;
+  if (spec.retryAfterMax !== undefined) {
+    try {
+      retryAfterMaxMs = parseIsoDuration(spec.retryAfterMax);
+    } catch (err) {
+      throw new Error(`${where}.retryAfterMax: ${(err as Error).message}`);
+    }
+  }
   if (retry > 0 && (spec.backoffPolicy === undefined) !== (spec.backoffDelay === undefined)) {
     warnings.push(`${where} sets only one of backoffPolicy/backoffDelay; Knative then retries without waiting, and so does the local broker`);
   }
@@ -193,6 +227,7 @@ export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<Resol
   const resolved: Omit<ResolvedDelivery, 'deadLetter'> & { deadLetter?: DeadLetterTarget; warnings: string[] } = { retry, timeoutMs, warnings };
   if (spec.backoffPolicy !== undefined) resolved.backoffPolicy = spec.backoffPolicy;
   if (backoffDelayMs !== undefined) resolved.backoffDelayMs = backoffDelayMs;
+  if (retryAfterMaxMs !== undefined) resolved.retryAfterMaxMs = retryAfterMaxMs;
   if (deadLetter !== undefined) resolved.deadLetter = deadLetter;
   return resolved;
 }

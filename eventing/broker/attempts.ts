@@ -1,11 +1,11 @@
 // One queued event's way to its subscriber: Knative's dispatcher retry loop (pkg/kncloudevents
 // RetryConfig: `delivery.retry` attempts after the first, backoff between them, retry only what
-// SelectiveRetry allows), each attempt sent directly to a function instance when the route
+// SelectiveRetry allows; a 429/503's Retry-After lengthens the wait), each attempt sent directly to a function instance when the route
 // offers one (the activator's warm path, chosen by the event's `partitionkey`), else to the
 // subscriber's URL. What never succeeds goes to the dead-letter sink with the last failure.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { backoffDelayMs, type DeliveryFailure } from '../delivery.ts';
+import { backoffDelayMs, retryAfterDelayMs, type DeliveryFailure } from '../delivery.ts';
 import { judge, type DirectRoute, type Dispatcher } from './dispatcher.ts';
 import type { QueueItem, TriggerQueue } from './trigger-queue.ts';
 import { withoutTtl } from './ttl.ts';
@@ -25,10 +25,11 @@ export async function deliverWithRetries(ctx: AttemptContext, queue: TriggerQueu
   const outgoing = withoutTtl(item.event);
   const partitionKey = typeof outgoing.partitionkey === 'string' ? outgoing.partitionkey : undefined;
   let failure: DeliveryFailure | undefined;
+  let askedWaitMs = 0;
   for (let attempt = 0; attempt <= delivery.retry; attempt += 1) {
     if (attempt > 0) {
       queue.stats.retried += 1;
-      await ctx.dispatcher.sleep(backoffDelayMs(delivery, attempt));
+      await ctx.dispatcher.sleep(Math.max(backoffDelayMs(delivery, attempt), askedWaitMs));
     }
     if (ctx.closed()) {
       failure = { ...failure, destination: trigger.subscriber, reason: `broker closed before the event was delivered${failure ? ` (last failure: ${failure.reason})` : ''}` };
@@ -46,6 +47,7 @@ export async function deliverWithRetries(ctx: AttemptContext, queue: TriggerQueu
       return verdict.reply;
     }
     failure = verdict.failure;
+    askedWaitMs = retryAfterDelayMs(failure.status ?? 0, verdict.retryAfter, delivery.retryAfterMaxMs);
     if (!verdict.retryable || ctx.closed()) break;
     if (attempt < delivery.retry) {
       ctx.log.debug({ trigger: trigger.name, id: item.event.id, attempt: attempt + 1, reason: failure.reason }, 'delivery failed; will retry');

@@ -8,6 +8,11 @@
 // capped: when an append would take it past `maxBytes`, the file is rotated to `<file>.1` (the
 // previous `.1`, the oldest letters, is deleted, with a log line saying how many were dropped).
 // Recent failures are the ones worth replaying; refusing new letters would keep the stale ones.
+//
+// Letters the subscriber refused for good (a 4xx it does not retry: a malformed or meaningless
+// event) are kept apart, in `<file>.refused` with an eighth of the cap. Anyone who can reach the
+// ingress can make such letters at will (a forged 3.9 MB event answered 400), and in one file
+// forty of them would rotate away every letter of real work whose retries ran out.
 import { chmod, mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { CloudEventV1 } from 'cloudevents';
@@ -17,6 +22,17 @@ import type { Dispatcher } from './dispatcher.ts';
 
 /** Default cap of the dead-letter file (the rotated `.1` may hold as much again). */
 export const DEFAULT_DEAD_LETTER_MAX_BYTES = 64 * 1024 * 1024;
+/** The refused letters' file gets this share of the cap. */
+const REFUSED_SHARE = 1 / 8;
+
+/** Where the letters of events refused for good are kept, beside the dead-letter file `path`. */
+export const refusedLettersFile = (path: string): string => `${path}.refused`;
+
+/** The subscriber refused the event for good (SelectiveRetry does not retry its 4xx answer). */
+export const isRefusal = (failure: DeliveryFailure): boolean => failure.status !== undefined && failure.status >= 400 && failure.status < 500 && !isRetryableStatus(failure.status);
+
+/** The files a dead-letter file stands for, each with its rotated predecessor first: the refused letters', then its own. */
+const letterFiles = (path: string): string[] => [refusedLettersFile(path), path].flatMap((file) => [`${file}.1`, file]);
 
 const JSON_TYPE = /^application\/(json|[a-z0-9.+-]*\+json)\s*(;|$)/i;
 
@@ -96,10 +112,10 @@ async function countLines(path: string): Promise<number> {
   }
 }
 
-/** Every letter of the file and its rotated predecessor, oldest first; unparsable lines are reported, not dropped. */
+/** Every letter of the file, its refused letters and their rotated predecessors (oldest first in each); unparsable lines are reported, not dropped. */
 export async function readDeadLetterFile(path: string): Promise<Array<{ letter?: CloudEventV1<unknown>; line: number; file: string; error?: string }>> {
   const out: Array<{ letter?: CloudEventV1<unknown>; line: number; file: string; error?: string }> = [];
-  for (const file of [`${path}.1`, path]) {
+  for (const file of letterFiles(path)) {
     let text: string;
     try {
       text = await readFile(file, 'utf8');
@@ -118,14 +134,17 @@ export async function readDeadLetterFile(path: string): Promise<Array<{ letter?:
   return out;
 }
 
-/** Removes the file and its rotated predecessor; resolves to the number of letters removed. */
+/** Removes the file, its refused letters and their rotated predecessors; resolves to the number of letters removed. */
 export async function clearDeadLetterFile(path: string): Promise<number> {
   let removed = 0;
-  await serialized(path, async () => {
-    removed = (await countLines(path)) + (await countLines(`${path}.1`));
-    await rm(path, { force: true });
-    await rm(`${path}.1`, { force: true });
-  });
+  for (const family of [path, refusedLettersFile(path)]) {
+    await serialized(family, async () => {
+      for (const file of [family, `${family}.1`]) {
+        removed += await countLines(file);
+        await rm(file, { force: true });
+      }
+    });
+  }
   return removed;
 }
 
@@ -160,6 +179,7 @@ export class DeadLetterSink {
       'event dead-lettered',
     );
     if (target.kind === 'http') await this.toHttp(target.url, letter, delivery, context);
+    else if (isRefusal(failure)) await this.toFile(letter, context, refusedLettersFile(target.path), Math.max(1, Math.floor(this.#maxBytes * REFUSED_SHARE)));
     else await this.toFile(letter, context, target.path);
   }
 
@@ -171,13 +191,13 @@ export class DeadLetterSink {
     await this.toFile(letter, context);
   }
 
-  /** Appends `letter` to the file (or `path`); when even that fails the event goes into the log. Never rejects. */
-  async toFile(letter: CloudEventV1<unknown>, context: Record<string, unknown>, path = this.#file): Promise<void> {
+  /** Appends `letter` to the file (or `path`, capped at `maxBytes`); when even that fails the event goes into the log. Never rejects. */
+  async toFile(letter: CloudEventV1<unknown>, context: Record<string, unknown>, path = this.#file, maxBytes = this.#maxBytes): Promise<void> {
     const line = toStructuredJson(letter);
     try {
       await appendJsonLine(path, line, {
-        maxBytes: this.#maxBytes,
-        onRotate: (dropped) => this.#log.warn({ file: path, maxBytes: this.#maxBytes, dropped }, `dead-letter file reached its size cap; rotated to ${path}.1 (${dropped} older letters deleted)`),
+        maxBytes,
+        onRotate: (dropped) => this.#log.warn({ file: path, maxBytes, dropped }, `dead-letter file reached its size cap; rotated to ${path}.1 (${dropped} older letters deleted)`),
       });
     } catch (err) {
       this.#log.error({ ...context, file: path, err, event: line }, 'cannot write the dead-letter file; the event is in this log line');
@@ -220,6 +240,13 @@ export interface ReplayResult {
  * file and are never lost; letters the ingress refuses are appended back.
  */
 export async function replayDeadLetterFile(path: string, brokerUrl: string): Promise<ReplayResult> {
+  const result: ReplayResult = { replayed: 0, failed: [] };
+  for (const family of [path, refusedLettersFile(path)]) await replayFamily(family, brokerUrl, result);
+  return result;
+}
+
+/** Replays one file and its rotated predecessor into `result`; what is not accepted goes back to the same file. */
+async function replayFamily(path: string, brokerUrl: string, result: ReplayResult): Promise<void> {
   const aside = `${path}.replaying-${process.pid}`;
   const moved: string[] = [];
   for (const file of [`${path}.1`, path]) {
@@ -231,7 +258,6 @@ export async function replayDeadLetterFile(path: string, brokerUrl: string): Pro
       // no such file
     }
   }
-  const result: ReplayResult = { replayed: 0, failed: [] };
   const rest: string[] = [];
   for (const file of moved) {
     const text = await readFile(file, 'utf8');
@@ -255,7 +281,6 @@ export async function replayDeadLetterFile(path: string, brokerUrl: string): Pro
   }
   for (const line of rest) await appendJsonLine(path, line);
   for (const file of moved) await rm(file, { force: true });
-  return result;
 }
 
 async function post(url: string, body: string): Promise<string | undefined> {

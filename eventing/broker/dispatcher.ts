@@ -26,7 +26,8 @@ export type SendOutcome =
   | { kind: 'response'; status: number; headers: Record<string, string>; body: Buffer }
   | { kind: 'error'; message: string; retryable: boolean; timedOut?: boolean };
 
-export type Verdict = { ok: true; reply?: CloudEventV1<unknown> } | { ok: false; retryable: boolean; failure: DeliveryFailure };
+/** A failed attempt's verdict carries the subscriber's Retry-After header, for the wait before the next attempt. */
+export type Verdict = { ok: true; reply?: CloudEventV1<unknown> } | { ok: false; retryable: boolean; failure: DeliveryFailure; retryAfter?: string };
 
 /**
  * A direct route to a subscriber, bypassing its front door: the activator hands one out when an
@@ -179,5 +180,6 @@ export function judge(destination: string, outcome: SendOutcome): Verdict {
     ok: false,
     retryable: isRetryableStatus(status),
     failure: { destination, status, body, reason: `subscriber answered ${status}${isRetryableStatus(status) ? '' : ' (not retryable)'}` },
+    retryAfter: headers['retry-after'],
   };
 }

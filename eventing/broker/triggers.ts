@@ -41,6 +41,7 @@ export function resolveDelivery(trigger: Trigger, brokerDelivery: ReturnType<typ
   const resolved: ResolvedDelivery = { retry: base.retry, timeoutMs: base.timeoutMs, deadLetter };
   if (base.backoffPolicy !== undefined) resolved.backoffPolicy = base.backoffPolicy;
   if (base.backoffDelayMs !== undefined) resolved.backoffDelayMs = base.backoffDelayMs;
+  if (base.retryAfterMaxMs !== undefined) resolved.retryAfterMaxMs = base.retryAfterMaxMs;
   return resolved;
 }
 

@@ -2,9 +2,10 @@
 // function served and invoked by hand.
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { freePort } from '../../cluster/control-plane.ts';
+import { readDeadLetterFile } from '../../eventing/broker.ts';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
@@ -225,8 +226,8 @@ test('Ctrl-C during a burst under opfn dev: intake stops, deliveries finish, not
   assert.doesNotMatch(output, /crashed/, 'a function that exits on shutdown is not a crash');
   assert.doesNotMatch(output, /unhandled|Unhandled/);
   const deadLetters = join(stateDir, 'dead-letters.jsonl');
-  const letters = existsSync(deadLetters) ? readFileSync(deadLetters, 'utf8').trim() : '';
-  assert.equal(letters, '', `nothing dead-lettered by the shutdown:\n${letters.slice(0, 2000)}`);
+  const letters = await readDeadLetterFile(deadLetters);
+  assert.deepEqual(letters, [], `nothing dead-lettered by the shutdown:\n${JSON.stringify(letters).slice(0, 2000)}`);
   assert.match(output, /immortal-container: \d+ requests \(\d+ direct\), up to \d+ instance/, 'the plane reports what the functions served');
 });
 

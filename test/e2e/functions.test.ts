@@ -3,7 +3,6 @@
 // (under its own generated least-privilege identity) → real API server. Nothing is delivered by
 // hand except the malformed events, which go through the broker's ingress like any other.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -11,6 +10,7 @@ import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
+import { readDeadLetterFile } from '../../eventing/broker.ts';
 import { EventPlane, FUNCTION_EXTENSION } from '../../eventing/plane.ts';
 import copyrator from '../../functions/copyrator/index.ts';
 import { CopyratorRuleKind, RULE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
@@ -133,7 +133,7 @@ describe('copyrator through the plane', () => {
     const deadLetters = join(stateDirs[0], 'dead-letters.jsonl');
     const everything = [
       ...written,
-      existsSync(deadLetters) ? readFileSync(deadLetters, 'utf8') : '',
+      JSON.stringify(await readDeadLetterFile(deadLetters)),
       JSON.stringify(await kube.list(CoreEvent)),
       JSON.stringify(await kube.list(CopyratorRuleKind)),
     ].join('\n');
@@ -203,8 +203,7 @@ describe('malformed events through the broker', () => {
       for (const event of events) await planes[fn === 'copyrator' ? 0 : 1].broker.publish(event);
       const file = join(stateDir, 'dead-letters.jsonl');
       const lines = await eventually(async () => {
-        if (!existsSync(file)) return undefined;
-        const found = readFileSync(file, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as Record<string, unknown>);
+        const found = (await readDeadLetterFile(file)).map((entry) => entry.letter);
         const ours = found.filter((entry) => events.some((event) => JSON.stringify(entry).includes(event.id)));
         return ours.length === events.length ? ours : undefined;
       }, CONVERGE_MS, `${events.length} dead letters for ${fn}`);

@@ -1,13 +1,13 @@
 // End to end through the whole local plane: real API server → ApiServerSource-compatible source
 // → broker → scale-from-zero activator → function process → real API server.
 import assert from 'node:assert/strict';
-import { readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Writable } from 'node:stream';
 import { HTTP } from 'cloudevents';
 import { pino } from 'pino';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
+import { readDeadLetterFile, refusedLettersFile } from '../../eventing/broker.ts';
 import { EventPlane, FUNCTION_EXTENSION } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
@@ -111,10 +111,9 @@ test('an event the function refuses (400) reaches the dead-letter sink with the 
   const accepted = await fetch(brokerUrl, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string });
   assert.equal(accepted.status, 202);
   const file = join(stateDir, 'dead-letters.jsonl');
-  const letter = await eventually(async () => {
-    if (!existsSync(file)) return undefined;
-    return readFileSync(file, 'utf8').trim().split('\n').map((line) => JSON.parse(line)).find((entry) => entry.id === bad.id);
-  }, 20_000, 'dead letter');
+  const entry = await eventually(async () => (await readDeadLetterFile(file)).find((found) => found.letter?.id === bad.id), 20_000, 'dead letter');
+  assert.equal(entry.file, refusedLettersFile(file), 'refused for good: kept apart from the letters of failed work');
+  const letter = entry.letter as unknown as Record<string, unknown>;
   assert.equal(String(letter.knativeerrorcode), '400');
   assert.match(String(letter.knativeerrordest), /immortal-container/);
   assert.ok(letter.knativeerrordata, 'the function\'s reason travels in knativeerrordata');

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
-import { appendJsonLine, Broker, readDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker.ts';
+import { appendJsonLine, Broker, clearDeadLetterFile, readDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker.ts';
 
 interface Received {
   headers: IncomingHttpHeaders;
@@ -236,8 +236,8 @@ describe('Broker requeue holding (opfnnotbefore)', () => {
 
 describe('Broker dead-letter file', () => {
   it('is created 0600 and rotated at its cap (the oldest letters go, with a log line)', async () => {
-    const sub = await subscriber((_req, res) => res.writeHead(400).end('bad'));
-    const { broker, file, lines } = newBroker({ deadLetterMaxBytes: 2000, triggers: [{ name: 'bad', subscriber: sub.url }] });
+    const sub = await subscriber((_req, res) => res.writeHead(500).end('failing'));
+    const { broker, file, lines } = newBroker({ deadLetterMaxBytes: 2000, triggers: [{ name: 'bad', subscriber: sub.url, delivery: { retry: 0 } }] });
     try {
       for (let i = 0; i < 10; i++) await broker.publish(event({ id: `bad-${i}`, data: { pad: 'p'.repeat(300) } }));
       await broker.idle();
@@ -247,6 +247,27 @@ describe('Broker dead-letter file', () => {
       assert.equal(ids.at(-1), 'bad-9', 'the newest letter is kept');
       assert.ok(!ids.includes('bad-0'), 'the oldest letters were rotated out');
       assert.ok(lines.some((l) => /rotated/.test(String(l.msg))));
+    } finally {
+      await broker.close();
+    }
+  });
+
+  it('letters refused for good (400) go to <file>.refused: a flood of forged ones cannot rotate away the letters of real work', async () => {
+    const sub = await subscriber((req, res) => res.writeHead(req.headers['ce-id'] === 'real' ? 500 : 400).end('no'));
+    const { broker, file, lines } = newBroker({ deadLetterMaxBytes: 16000, triggers: [{ name: 'fn', subscriber: sub.url, delivery: { retry: 0 } }] });
+    try {
+      await broker.publish(event({ id: 'real' }));
+      for (let i = 0; i < 40; i++) await broker.publish(event({ id: `forged-${i}`, data: { pad: 'p'.repeat(300) } }));
+      await broker.idle();
+      const letters = await readDeadLetterFile(file);
+      assert.deepEqual(letters.filter((l) => l.file === file).map((l) => l.letter?.id), ['real'], 'the letter of real work is still there');
+      const refused = letters.filter((l) => l.file.startsWith(`${file}.refused`)).map((l) => l.letter?.id);
+      assert.ok(refused.includes('forged-39') && !refused.includes('forged-0'), 'the refused letters rotated among themselves');
+      assert.ok((await stat(`${file}.refused`)).size <= 2000, 'within an eighth of the cap');
+      assert.equal((await stat(`${file}.refused`)).mode & 0o777, 0o600);
+      assert.ok(lines.some((l) => /rotated to .*\.refused\.1/.test(String(l.msg))));
+      assert.equal(await clearDeadLetterFile(file), letters.length, 'clear removes both');
+      assert.deepEqual(await readDeadLetterFile(file), []);
     } finally {
       await broker.close();
     }

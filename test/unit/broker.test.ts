@@ -2,7 +2,7 @@
 // Timing assertions are lower bounds only; the machine is noisy.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -15,9 +15,13 @@ import { pino, type Logger } from 'pino';
 import {
   backoffDelayMs,
   Broker,
+  DEFAULT_RETRY_AFTER_MAX_MS,
   encodeErrorData,
   isRetryableStatus,
+  parseDeliverySpec,
   parseIsoDuration,
+  readDeadLetterFile,
+  retryAfterDelayMs,
   type BrokerOptions,
   type Trigger,
 } from '../../eventing/broker.ts';
@@ -129,17 +133,9 @@ function newBroker(options: Partial<BrokerOptions> & { triggers: Trigger[] }): {
   return { broker, lines, deadLetterFile };
 }
 
+/** The letters of `file` and of its refused letters' file (the broker keeps 4xx refusals apart). */
 async function readDeadLetters(file: string): Promise<Array<Record<string, unknown>>> {
-  let text = '';
-  try {
-    text = await readFile(file, 'utf8');
-  } catch {
-    return [];
-  }
-  return text
-    .split('\n')
-    .filter((l) => l.trim() !== '')
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
+  return (await readDeadLetterFile(file)).map((entry) => entry.letter as unknown as Record<string, unknown>);
 }
 
 function event(overrides: Record<string, unknown> = {}): CloudEventV1<unknown> {
@@ -188,6 +184,21 @@ describe('delivery rules', () => {
     // Knative only waits when both policy and delay are set.
     assert.equal(backoffDelayMs({ backoffDelayMs: 200 }, 2), 0);
     assert.equal(backoffDelayMs({ backoffPolicy: 'exponential' }, 2), 0);
+  });
+
+  it('Retry-After of a 429/503 (seconds or an HTTP date) is a wait, capped by retryAfterMax (PT0S: ignored; unset: 10 min)', () => {
+    const now = Date.parse('2025-05-01T00:00:00Z');
+    assert.equal(retryAfterDelayMs(429, '30', undefined, now), 30_000);
+    assert.equal(retryAfterDelayMs(503, ' 2 ', undefined, now), 2000);
+    assert.equal(retryAfterDelayMs(429, 'Thu, 01 May 2025 00:00:45 GMT', undefined, now), 45_000);
+    assert.equal(retryAfterDelayMs(429, '30', parseIsoDuration('PT5S'), now), 5000, 'retryAfterMax caps it');
+    assert.equal(retryAfterDelayMs(429, '30', 0, now), 0, 'retryAfterMax PT0S: ignored');
+    assert.equal(retryAfterDelayMs(429, '999999999', undefined, now), DEFAULT_RETRY_AFTER_MAX_MS, 'unset: capped, no answer holds an event for days');
+    for (const [status, header] of [[500, '30'], [404, '30'], [429, undefined], [429, 'soon'], [429, '-5'], [429, 'Wed, 30 Apr 2025 00:00:00 GMT']] as const) {
+      assert.equal(retryAfterDelayMs(status, header, undefined, now), 0, `${status} ${header}`);
+    }
+    assert.equal(parseDeliverySpec({ retryAfterMax: 'PT30S' }, 'd').retryAfterMaxMs, 30_000);
+    assert.throws(() => parseDeliverySpec({ retryAfterMax: '30s' }, 'd'), /d\.retryAfterMax: invalid ISO-8601 duration/);
   });
 
   it('retries 5xx, 404, 408, 409, 429 and nothing else', () => {
@@ -307,6 +318,25 @@ describe('Broker delivery', () => {
       const third = (at[3] ?? 0) - (at[2] ?? 0);
       assert.ok(third >= 4 * d - 2, `third wait ${third} ms should be >= ${4 * d} ms`);
       assert.equal(broker.stats().t?.retried, 3);
+    } finally {
+      await broker.close();
+      await sub.close();
+    }
+  });
+
+  it('a 429 with Retry-After: 1 waits at least 1 s before the next attempt, though the backoff is 10 ms', async () => {
+    const sub = await startSubscriber((_req, res, n) => {
+      if (n === 1) res.writeHead(429, { 'retry-after': '1' }).end();
+      else res.writeHead(202).end();
+    });
+    const { broker } = newBroker({ triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 3, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S' } }] });
+    try {
+      await broker.publish(event());
+      await broker.idle();
+      assert.equal(sub.requests.length, 2);
+      const wait = (sub.requests[1]?.at ?? 0) - (sub.requests[0]?.at ?? 0);
+      assert.ok(wait >= 998, `waited ${wait} ms`);
+      assert.equal(broker.stats().t?.delivered, 1);
     } finally {
       await broker.close();
       await sub.close();
