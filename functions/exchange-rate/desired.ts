@@ -60,15 +60,32 @@ const rfc3339 = (date: Date): string => date.toISOString().replace(/\.\d+Z$/, 'Z
 export const slotOf = (now: Date, intervalSeconds: number): number => Math.floor(now.getTime() / 1000 / intervalSeconds);
 export const slotEnd = (slot: number, intervalSeconds: number): Date => new Date((slot + 1) * intervalSeconds * 1000);
 
+/**
+ * When the next refresh is due: status.nextRefreshAt, but never later than one interval from now.
+ * It was computed under the interval configured then; after the interval was lowered, a due time
+ * further away than the new interval is pulled in to the end of the current slot (not to
+ * now + interval: slot ends are where every ExchangeRate is due at once and shares one request).
+ * Undefined when status has none (or one that is not a time).
+ */
+export function scheduledRefresh(rate: ExchangeRate, now: Date, intervalSeconds: number): Date | undefined {
+  const at = Date.parse(rate.status?.nextRefreshAt ?? '');
+  if (Number.isNaN(at)) return undefined;
+  return at > now.getTime() + intervalSeconds * 1000 ? slotEnd(slotOf(now, intervalSeconds), intervalSeconds) : new Date(at);
+}
+
 /** A refresh is due when there is no rate for the current spec yet, or its time has come. */
-export function refreshDue(rate: ExchangeRate, now: Date): boolean {
+export function refreshDue(rate: ExchangeRate, now: Date, intervalSeconds: number): boolean {
   const status = rate.status ?? {};
   if (!status.rate || status.currency !== rate.spec.currency) return true;
   if ((status.observedGeneration ?? 0) !== (rate.metadata.generation ?? 0)) return true;
-  return !status.nextRefreshAt || now.getTime() >= Date.parse(status.nextRefreshAt);
+  const due = scheduledRefresh(rate, now, intervalSeconds);
+  return !due || now.getTime() >= due.getTime();
 }
 
-/** The values the ConfigMap should hold: freshly fetched ones, else the last good ones in status. */
+/**
+ * The values the ConfigMap should hold: freshly fetched ones, else the last good ones in status,
+ * for the same currency only (after a currency change, the old currency's rate is no rate at all).
+ */
 export function valuesFor(rate: ExchangeRate, fetched: RateValues | undefined): RateValues | undefined {
   if (fetched) return fetched;
   const status = rate.status ?? {};
@@ -78,16 +95,27 @@ export function valuesFor(rate: ExchangeRate, fetched: RateValues | undefined): 
 
 export type QuoteResult = { values: RateValues } | { problem: ConditionInput };
 
+/** What a failed refresh leaves in place, in words for the condition message. */
+const whatIsKept = (rate: ExchangeRate): string => (valuesFor(rate, undefined) ? 'keeping the last rate' : `no rate for ${rate.spec.currency} yet`);
+
 /** This ExchangeRate's values from a provider quote, or why there are none. */
 export function fromQuote(rate: ExchangeRate, quote: Quote): QuoteResult {
   const value = quote.rates[rate.spec.currency];
   if (value === undefined) {
-    return { problem: { type: 'Ready', status: 'False', reason: 'CurrencyNotQuoted', message: `the provider's answer of ${quote.date} has no rate for ${rate.spec.currency}; keeping the last rate` } };
+    return { problem: { type: 'Ready', status: 'False', reason: 'CurrencyNotQuoted', message: `the provider's answer of ${quote.date} has no rate for ${rate.spec.currency}; ${whatIsKept(rate)}` } };
   }
   return { values: { rate: value, base: quote.base, date: quote.date } };
 }
 
-export function desiredConfigMap(rate: ExchangeRate, values: RateValues): RateConfigMap {
+/** Ready=False after the provider failed (its words), saying what stays in place meanwhile. */
+export const providerProblem = (rate: ExchangeRate, message: string): ConditionInput => ({ type: 'Ready', status: 'False', reason: 'ProviderError', message: `${message}; ${whatIsKept(rate)}` });
+
+/**
+ * The ConfigMap for these values; without values (the currency changed and no rate of the new
+ * one came yet) it holds no data at all, so that no reader takes the old currency's rate for the
+ * new one: a missing key fails loudly where a wrong number would not.
+ */
+export function desiredConfigMap(rate: ExchangeRate, values: RateValues | undefined): RateConfigMap {
   return {
     apiVersion: 'v1',
     kind: 'ConfigMap',
@@ -98,7 +126,7 @@ export function desiredConfigMap(rate: ExchangeRate, values: RateValues): RateCo
       labels: { ...rate.metadata.labels, [OWNER_LABEL]: ownerLabelValue(rate.metadata.name!) },
       ownerReferences: [controllerReference(rate, ExchangeRateKind)],
     },
-    data: { rate: values.rate, base: values.base, date: values.date },
+    data: values ? { rate: values.rate, base: values.base, date: values.date } : {},
   };
 }
 
@@ -109,9 +137,10 @@ export type ConfigMapAction =
   /** Someone else's ConfigMap holds the name: never touch what is not ours. */
   | { type: 'blocked'; message: string };
 
-export function configMapAction(rate: ExchangeRate, existing: RateConfigMap | undefined, values: RateValues): ConfigMapAction {
+/** Without values, a missing ConfigMap is not made (an empty one would tell nobody anything). */
+export function configMapAction(rate: ExchangeRate, existing: RateConfigMap | undefined, values: RateValues | undefined): ConfigMapAction {
   const desired = desiredConfigMap(rate, values);
-  if (!existing) return { type: 'create', desired };
+  if (!existing) return values ? { type: 'create', desired } : { type: 'keep' };
   if (!isControlledBy(existing, rate)) return { type: 'blocked', message: `ConfigMap ${existing.metadata.name} exists and is not controlled by this ExchangeRate; delete or rename it` };
   const same = jsonEqual(existing.data ?? {}, desired.data) && jsonEqual(existing.metadata.labels ?? {}, desired.metadata.labels);
   if (same) return { type: 'keep' };
@@ -139,8 +168,11 @@ export function nextStatus(current: ExchangeRate, actedOn: ExchangeRate, outcome
     reason: 'RateCurrent',
     message: `1 ${fetched?.base ?? status.base ?? 'EUR'} = ${fetched?.rate ?? status.rate} ${actedOn.spec.currency} (provider date ${fetched?.date ?? status.date})`,
   };
+  // A rate in status always goes with its currency: a rate of another currency than the spec's
+  // (the spec changed, no rate of the new one came yet) is dropped, never shown beside the new one.
+  const { rate: _rate, base: _base, date: _date, currency: _currency, lastUpdated: _lastUpdated, ...withoutRate } = status;
   return {
-    ...status,
+    ...(status.currency === actedOn.spec.currency ? status : withoutRate),
     ...(fetched ? { rate: fetched.rate, base: fetched.base, date: fetched.date, currency: actedOn.spec.currency, lastUpdated: rfc3339(outcome.now) } : {}),
     configMap: configMapNameFor(actedOn),
     nextRefreshAt: rfc3339(outcome.nextRefreshAt),

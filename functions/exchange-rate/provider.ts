@@ -7,17 +7,22 @@
 // Rates change once per ECB working day, so one request per refresh serves every ExchangeRate:
 // the client always asks for every supported currency at once, and a per-process cache keyed by
 // the refresh slot makes all reconciles of one slot share that single request.
-import type { HttpClient } from '../runtime/http.ts';
+import { ResponseTooLargeError, type HttpClient } from '../runtime/http.ts';
 /** The currencies the CRD's enum allows. */
 export const CURRENCIES = ['CAD', 'CHF', 'GBP', 'JPY', 'PLN', 'USD'] as const;
 export type Currency = (typeof CURRENCIES)[number];
 export const BASE_CURRENCY = 'EUR';
+/**
+ * Largest answer read from the provider. Frankfurter's is about 130 bytes, an error page a few
+ * kB; anything bigger is not a rate answer, and reading it could take the instance's memory.
+ */
+export const MAX_ANSWER_BYTES = 64 * 1024;
 
 export interface Quote {
   base: string;
   /** The provider's date of the rates (YYYY-MM-DD). */
   date: string;
-  /** Rates as decimal strings, exactly as the provider's JSON numbers print. */
+  /** Rates of the supported currencies as plain decimal strings, exactly as the provider's JSON numbers print. */
   rates: Partial<Record<string, string>>;
 }
 
@@ -40,13 +45,16 @@ export class ProviderError extends Error {
   }
 }
 
-/** One outbound GET with a timeout; throws when no answer arrived (the message says why). */
+/**
+ * One outbound GET with a timeout and a bound on the body; throws when no answer arrived or the
+ * body is too large (ResponseTooLargeError; the message says why).
+ */
 export type HttpGet = (url: string, options: { headers: Record<string, string>; timeoutMs: number }) => Promise<{ status: number; headers: Headers; body: string }>;
 
-/** The reconcile context's HTTP client (a timeout on every request) as an HttpGet. */
+/** The reconcile context's HTTP client (a timeout on every request) as an HttpGet, reading at most MAX_ANSWER_BYTES. */
 export const httpGet = (http: HttpClient): HttpGet => async (url, { headers, timeoutMs }) => {
   // A redirect would carry the API key elsewhere; the provider's base URL is configured exactly.
-  const response = await http.fetch(url, { headers, timeoutMs, redirect: 'error' });
+  const response = await http.fetch(url, { headers, timeoutMs, redirect: 'error', maxBodyBytes: MAX_ANSWER_BYTES });
   return { status: response.status, headers: response.headers, body: await response.text() };
 };
 
@@ -68,7 +76,42 @@ function retryAfterSeconds(value: string | undefined, now = Date.now()): number 
   return Number.isFinite(seconds) && seconds >= 0 ? Math.min(Math.ceil(seconds), 3600) : undefined;
 }
 
-/** Parses a 200 answer; throws ProviderError on anything that is not the documented shape. */
+/**
+ * The provider's date as Frankfurter writes it (YYYY-MM-DD, a real calendar day). Checked, not
+ * just typed: it goes into the ConfigMap, status, messages and logs, so an oversized or odd one
+ * must not get that far.
+ */
+export function isProviderDate(value: unknown): value is string {
+  if (typeof value !== 'string' || !/^\d{4}-\d{2}-\d{2}$/.test(value)) return false;
+  const day = new Date(`${value}T00:00:00Z`);
+  return !Number.isNaN(day.getTime()) && day.toISOString().startsWith(value);
+}
+
+/**
+ * A rate as the decimal string written to the ConfigMap and status, or undefined when it is not
+ * a usable rate: not a positive number, or one so large or small that JavaScript prints it with
+ * an exponent ("1e+21", "1e-7"; no rate of a supported currency comes near). Refused rather than
+ * reformatted: such a number means the provider is broken, not that EUR moved 20 orders.
+ */
+export function rateString(value: unknown): string | undefined {
+  if (typeof value !== 'number' || !(value > 0)) return undefined;
+  const text = String(value);
+  return /^\d+(\.\d+)?$/.test(text) ? text : undefined;
+}
+
+/** What a value looks like in an error message: never more than a few dozen characters of it. */
+const excerpt = (value: unknown): string => {
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > 40 ? `${text.slice(0, 40)}… (${text.length} characters)` : text;
+};
+
+/**
+ * Parses a 200 answer; throws ProviderError on anything that is not the documented shape: a
+ * wrong base, a date that is not YYYY-MM-DD, a rate of a supported currency that is not a
+ * plain positive decimal. Currencies not asked for are dropped. A supported currency missing
+ * from the answer is not an error of the whole answer: it fails that currency's ExchangeRates
+ * only (CurrencyNotQuoted).
+ */
 export function parseQuote(body: string): Quote {
   let parsed: unknown;
   try {
@@ -81,11 +124,15 @@ export function parseQuote(body: string): Quote {
   if (typeof answer.base !== 'string' || typeof answer.date !== 'string' || typeof answer.rates !== 'object' || answer.rates === null || Array.isArray(answer.rates)) {
     throw new ProviderError('provider answer lacks base, date or rates');
   }
-  if (answer.base !== BASE_CURRENCY) throw new ProviderError(`provider answered rates for base ${answer.base}, not ${BASE_CURRENCY}`);
+  if (answer.base !== BASE_CURRENCY) throw new ProviderError(`provider answered rates for base ${excerpt(answer.base)}, not ${BASE_CURRENCY}`);
+  if (!isProviderDate(answer.date)) throw new ProviderError(`provider answered date ${excerpt(answer.date)}, not YYYY-MM-DD`);
+  const answered = answer.rates as Record<string, unknown>;
   const rates: Record<string, string> = {};
-  for (const [currency, rate] of Object.entries(answer.rates as Record<string, unknown>)) {
-    // A rate must be a positive finite number; anything else is treated as not quoted.
-    if (typeof rate === 'number' && Number.isFinite(rate) && rate > 0) rates[currency] = String(rate);
+  for (const currency of CURRENCIES) {
+    if (!Object.hasOwn(answered, currency)) continue;
+    const rate = rateString(answered[currency]);
+    if (rate === undefined) throw new ProviderError(`provider answered rate ${excerpt(answered[currency])} for ${currency}, not a positive decimal number`);
+    rates[currency] = rate;
   }
   return { base: answer.base, date: answer.date, rates };
 }
@@ -109,6 +156,7 @@ export function frankfurter(options: FrankfurterOptions): RateProvider {
     try {
       answer = await get(url, { headers: { accept: 'application/json', ...options.headers }, timeoutMs: options.timeoutMs });
     } catch (error) {
+      if (error instanceof ResponseTooLargeError) throw new ProviderError(`provider answered ${error.status} with more than ${error.limitBytes} bytes; not read`);
       throw new ProviderError(`provider ${options.baseUrl} unreachable: ${(error as Error).message}`);
     }
     if (answer.status === 200) return parseQuote(answer.body);
@@ -131,28 +179,43 @@ export function frankfurter(options: FrankfurterOptions): RateProvider {
   };
 }
 
+/** One provider request: its slot, when it was made, and its answer once there. */
+interface Asked {
+  slot: number;
+  at: number;
+  quote: Promise<Quote>;
+  answer?: Quote;
+}
+
 /**
  * Shares one provider request among every reconcile of the same refresh slot in this process
- * (the in-flight promise, then its result until the slot ends). Failures are not kept: the next
- * reconcile asks again, after its own backoff.
+ * (the in-flight promise, then its answer until the slot ends). Failures are not kept: the next
+ * reconcile asks again, after its own backoff. An answer lacking a currency is kept for the others
+ * but not for that currency past the retry interval: the first reconcile of that currency after it
+ * asks again, and every reconcile meanwhile shares that new request (so the provider sees one
+ * request per retry interval, however many ExchangeRates wait for the currency).
  */
 export class SlotCache {
   readonly #provider: RateProvider;
-  #slot?: number;
-  #quote?: Promise<Quote>;
+  readonly #retryMs: number;
+  #asked?: Asked;
 
-  constructor(provider: RateProvider) {
+  constructor(provider: RateProvider, retrySeconds: number) {
     this.#provider = provider;
+    this.#retryMs = retrySeconds * 1000;
   }
 
-  latest(slot: number): Promise<Quote> {
-    if (this.#slot === slot && this.#quote) return this.#quote;
-    const quote = this.#provider.latest();
-    this.#slot = slot;
-    this.#quote = quote;
-    quote.catch(() => {
-      if (this.#quote === quote) this.#quote = undefined;
-    });
-    return quote;
+  latest(slot: number, currency: string, now: Date): Promise<Quote> {
+    const asked = this.#asked;
+    if (asked?.slot === slot && (!asked.answer || asked.answer.rates[currency] !== undefined || now.getTime() - asked.at < this.#retryMs)) return asked.quote;
+    const entry: Asked = { slot, at: now.getTime(), quote: this.#provider.latest() };
+    this.#asked = entry;
+    entry.quote.then(
+      (answer) => (entry.answer = answer),
+      () => {
+        if (this.#asked === entry) this.#asked = undefined;
+      },
+    );
+    return entry.quote;
   }
 }

@@ -12,7 +12,9 @@ import {
   ExchangeRateKind,
   fromQuote,
   nextStatus,
+  providerProblem,
   refreshDue,
+  scheduledRefresh,
   slotEnd,
   slotOf,
   valuesFor,
@@ -29,10 +31,10 @@ const PROVIDER_BACKOFF_MS = 500;
 let shared: { key: string; cache: SlotCache } | undefined;
 
 function slotCacheFor(config: ProviderConfig, get: HttpGet): SlotCache {
-  const key = JSON.stringify([config.baseUrl, config.headers, config.timeoutMs]);
+  const key = JSON.stringify(config);
   if (shared?.key !== key) {
     const provider = frankfurter({ ...config, attempts: PROVIDER_ATTEMPTS, backoffMs: PROVIDER_BACKOFF_MS, get });
-    shared = { key, cache: new SlotCache(provider) };
+    shared = { key, cache: new SlotCache(provider, config.retrySeconds) };
   }
   return shared.cache;
 }
@@ -57,16 +59,16 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
   let fetched: RateValues | undefined;
   let problem: ConditionInput | undefined;
   let nextRefreshAt: Date;
-  if (refreshDue(rate, now)) {
+  if (refreshDue(rate, now, config.refreshSeconds)) {
     const slot = slotOf(now, config.refreshSeconds);
     let retryAfter = config.retrySeconds;
     try {
-      const result = fromQuote(rate, await slotCacheFor(config, httpGet(ctx.http)).latest(slot));
+      const result = fromQuote(rate, await slotCacheFor(config, httpGet(ctx.http)).latest(slot, rate.spec.currency, now));
       if ('values' in result) fetched = result.values;
       else problem = result.problem;
     } catch (error) {
       if (!(error instanceof ProviderError)) throw error;
-      problem = { type: 'Ready', status: 'False', reason: 'ProviderError', message: `${error.message}; keeping the last rate` };
+      problem = providerProblem(rate, error.message);
       retryAfter = error.retryAfterSeconds ?? retryAfter;
     }
     // After a failure, ask again soon (when the provider said, if it did), else at the slot's end.
@@ -76,17 +78,19 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
       if (problem.reason !== rate.status?.conditions?.find((condition) => condition.type === 'Ready')?.reason) await events.warning(rate, ExchangeRateKind, problem.reason, problem.message);
     }
   } else {
-    nextRefreshAt = new Date(Date.parse(rate.status!.nextRefreshAt!));
+    // Not due: refreshDue found a due time.
+    nextRefreshAt = scheduledRefresh(rate, now, config.refreshSeconds)!;
   }
 
-  const values = valuesFor(rate, fetched);
-  if (values) problem = (await ensureConfigMap(ctx, rate, values)) ?? problem;
+  // Without values (a new currency, no rate of it yet) the ConfigMap is emptied, never left
+  // holding the former currency's rate.
+  problem = (await ensureConfigMap(ctx, rate, valuesFor(rate, fetched))) ?? problem;
   await updateStatus<ExchangeRate>(kube, ExchangeRateKind, key, (current) => nextStatus(current, rate, { fetched, problem, now, nextRefreshAt }), rate);
   return { requeueAfterSeconds: Math.max(1, Math.ceil((nextRefreshAt.getTime() - now.getTime()) / 1000)) };
 }
 
 /** Creates or corrects the ConfigMap; returns a problem when a foreign object holds its name. */
-async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: ExchangeRate, values: RateValues): Promise<ConditionInput | undefined> {
+async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: ExchangeRate, values: RateValues | undefined): Promise<ConditionInput | undefined> {
   const cmKey = { namespace: rate.metadata.namespace!, name: configMapNameFor(rate) };
   const existing = await kube.get<RateConfigMap>(ConfigMap, cmKey);
   const action = configMapAction(rate, existing, values);
@@ -99,7 +103,7 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
     case 'create': {
       const { created } = await createIfAbsent(kube, ConfigMap, action.desired);
       // Lost a race with another replica: its write carries the same values, or the next reconcile fixes it.
-      if (created) log.info({ configMap: cmKey.name, rate: values.rate }, 'created ConfigMap');
+      if (created) log.info({ configMap: cmKey.name, rate: values?.rate }, 'created ConfigMap');
       return undefined;
     }
     case 'update':
@@ -109,7 +113,7 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
         // 409: changed under us; its update event brings the next reconcile.
         if (!(error instanceof ApiError) || error.code !== 409) throw error;
       }
-      log.info({ configMap: cmKey.name, rate: values.rate }, 'updated ConfigMap');
+      log.info({ configMap: cmKey.name, rate: values?.rate }, values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet');
       return undefined;
   }
 }

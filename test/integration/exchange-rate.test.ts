@@ -22,6 +22,8 @@ let kube: KubeClient;
 let functionKube: KubeClient;
 let fn: RunningFunction;
 let standIn: StandInProvider;
+let kubeconfig: string;
+let functionConfig: Record<string, string>;
 /** The function's clock: ten past an hour, so a whole refresh slot lies ahead. */
 let clock = Date.parse('2026-11-23T10:10:00Z');
 const HOUR = 3600_000;
@@ -47,15 +49,16 @@ const newRate = (namespace: string, name: string, currency: string, labels?: Rec
 before(async () => {
   [cluster, standIn] = await Promise.all([startTestCluster(), startRateProvider()]);
   kube = cluster.kube;
-  const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, exchangeRate);
+  kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, exchangeRate);
   functionKube = kubeFor(kubeconfig);
-  const config = resolveConfig(exchangeRate.name, exchangeRate.config, {
+  functionConfig = {
     EXCHANGE_RATE_PROVIDER_URL: standIn.url,
     EXCHANGE_RATE_API_KEY: 'test-api-key',
     EXCHANGE_RATE_API_KEY_HEADER: 'X-Api-Key',
     EXCHANGE_RATE_TIMEOUT_MS: '400',
     EXCHANGE_RATE_RETRY_SECONDS: '30',
-  });
+  };
+  const config = resolveConfig(exchangeRate.name, exchangeRate.config, functionConfig);
   fn = await serveFunction(exchangeRate, kubeconfig, { config, now: () => new Date(clock) });
   await kube.create(Namespace, { metadata: { name: 'many' } });
 });
@@ -176,6 +179,79 @@ describe('provider failures', () => {
     assert.deepEqual([ready(await getRate({ namespace: 'default', name: 'zloty' }))?.reason, await getCm({ namespace: 'default', name: 'zloty' })], ['CurrencyNotQuoted', undefined]);
     assert.equal(ready(await getRate(key))?.status, 'True');
     standIn.rates.PLN = 4.3;
+  });
+
+  test('a currency missing from the answer is asked again after the retry interval, not at the next slot', async () => {
+    const zloty = { namespace: 'default', name: 'zloty' };
+    const before = standIn.requests.length;
+    clock += 31_000;
+    await touch((await getRate(zloty))!);
+    assert.equal(standIn.requests.length - before, 1, 'one new request');
+    assert.deepEqual([ready(await getRate(zloty))?.reason, (await getCm(zloty))?.data?.rate], ['RateCurrent', '4.3']);
+  });
+
+  test('an oversized answer, a malformed date and an absurd rate are provider errors; nothing of them is written', async () => {
+    const kept = (await getCm(key))!.data;
+    const cases: [() => void, RegExp][] = [
+      [() => (standIn.date = 'x'.repeat(2_000_000)), /provider answered 200 with more than 65536 bytes; not read/],
+      [() => (standIn.date = 'x'.repeat(1000)), /provider answered date "x+… \(1002 characters\), not YYYY-MM-DD/],
+      [() => (standIn.rates.USD = 1e21), /provider answered rate 1e\+21 for USD, not a positive decimal number/],
+    ];
+    for (const [breakProvider, message] of cases) {
+      breakProvider();
+      try {
+        const rate = await failingRefresh({ type: 'rates' });
+        assert.deepEqual([ready(rate)?.status, ready(rate)?.reason], ['False', 'ProviderError'], String(message));
+        assert.match(ready(rate)!.message, message);
+        assert.equal(rate.status!.rate, kept!.rate);
+        assert.deepEqual((await getCm(key))?.data, kept);
+      } finally {
+        standIn.date = '2026-11-23';
+        standIn.rates.USD = 1.07;
+      }
+    }
+  });
+
+  test("a currency change while the provider fails: neither status nor ConfigMap shows the old currency's rate", async () => {
+    standIn.mode = { type: 'error', status: 503, body: '{"message":"maintenance"}' };
+    clock += HOUR;
+    await touch(await kube.mergePatch(ExchangeRateKind, key, { spec: { currency: 'JPY' } }));
+    const failing = (await getRate(key))!;
+    assert.deepEqual([ready(failing)?.reason, ready(failing)?.message], ['ProviderError', 'provider answered 503: maintenance; no rate for JPY yet']);
+    assert.deepEqual([failing.status!.rate, failing.status!.currency, failing.status!.date], [undefined, undefined, undefined]);
+    assert.deepEqual((await getCm(key))?.data ?? {}, {}, 'emptied, not the USD rate');
+
+    standIn.mode = { type: 'rates' };
+    clock += 31_000;
+    await touch((await getRate(key))!);
+    const recovered = (await getRate(key))!;
+    assert.deepEqual([ready(recovered)?.status, recovered.status!.rate, recovered.status!.currency], ['True', '162.5', 'JPY']);
+    assert.equal((await getCm(key))?.data?.rate, '162.5');
+    await touch(await kube.mergePatch(ExchangeRateKind, key, { spec: { currency: 'USD' } }));
+    assert.equal((await getCm(key))?.data?.rate, '1.07');
+  });
+
+  test('after the refresh interval was lowered, a due time set under the old one is pulled in', async () => {
+    const hourly = (await getRate(key))!;
+    assert.ok(Date.parse(hourly.status!.nextRefreshAt!) - clock > 60_000, 'due later than one minute from now');
+    const everyMinute = await serveFunction(exchangeRate, kubeconfig, {
+      config: resolveConfig(exchangeRate.name, exchangeRate.config, { ...functionConfig, EXCHANGE_RATE_REFRESH_SECONDS: '60' }),
+      now: () => new Date(clock),
+    });
+    try {
+      const answer = await deliver(everyMinute.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ExchangeRateKind, object: hourly, action: 'update', mode: 'Reference' }));
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+      const pulledIn = Date.parse((await getRate(key))!.status!.nextRefreshAt!);
+      assert.equal(pulledIn, (Math.floor(clock / 60_000) + 1) * 60_000, 'the end of the current minute');
+
+      const before = standIn.requests.length;
+      clock = pulledIn;
+      await deliver(everyMinute.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ExchangeRateKind, object: (await getRate(key))!, action: 'update', mode: 'Reference' }));
+      assert.equal(standIn.requests.length - before, 1, 'refreshed when due');
+      assert.equal(Date.parse((await getRate(key))!.status!.nextRefreshAt!), pulledIn + 60_000);
+    } finally {
+      await everyMinute.close();
+    }
   });
 });
 

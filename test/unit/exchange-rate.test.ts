@@ -10,13 +10,15 @@ import {
   fromQuote,
   nextStatus,
   OWNER_LABEL,
+  providerProblem,
   refreshDue,
+  scheduledRefresh,
   slotEnd,
   slotOf,
   valuesFor,
   type ExchangeRate,
 } from '../../functions/exchange-rate/desired.ts';
-import { CURRENCIES, frankfurter, httpGet, parseQuote, ProviderError, SlotCache, type RateProvider } from '../../functions/exchange-rate/provider.ts';
+import { CURRENCIES, frankfurter, httpGet, isProviderDate, MAX_ANSWER_BYTES, parseQuote, ProviderError, rateString, SlotCache, type Quote, type RateProvider } from '../../functions/exchange-rate/provider.ts';
 import { httpClient } from '../../functions/runtime/http.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
 
@@ -41,10 +43,26 @@ describe('refresh timing', () => {
 
   test('due without a rate, after a spec change, and once nextRefreshAt has come; not before', () => {
     const fresh = { rate: '1.05', currency: 'USD', nextRefreshAt: '2026-11-23T11:00:00Z', observedGeneration: 1 };
-    assert.ok(refreshDue(rate(), at('2026-11-23T10:00:00Z')), 'no rate yet');
-    assert.equal(refreshDue(rate({ status: fresh }), at('2026-11-23T10:30:00Z')), false);
-    assert.ok(refreshDue(rate({ status: fresh }), at('2026-11-23T11:00:00Z')));
-    assert.ok(refreshDue(rate({ currency: 'CHF', generation: 2, status: fresh }), at('2026-11-23T10:30:00Z')), 'currency changed');
+    assert.ok(refreshDue(rate(), at('2026-11-23T10:00:00Z'), 3600), 'no rate yet');
+    assert.equal(refreshDue(rate({ status: fresh }), at('2026-11-23T10:30:00Z'), 3600), false);
+    assert.ok(refreshDue(rate({ status: fresh }), at('2026-11-23T11:00:00Z'), 3600));
+    assert.ok(refreshDue(rate({ currency: 'CHF', generation: 2, status: fresh }), at('2026-11-23T10:30:00Z'), 3600), 'currency changed');
+    assert.ok(refreshDue(rate({ status: { ...fresh, nextRefreshAt: 'garbage' } }), at('2026-11-23T10:30:00Z'), 3600), 'an unreadable due time is due');
+  });
+
+  test('after the interval was lowered, a due time further than one interval away is pulled in to the slot end', () => {
+    // Written under the hourly interval; the interval is now 60 s.
+    const hourly = rate({ status: { rate: '1.05', currency: 'USD', nextRefreshAt: '2026-11-23T11:00:00Z', observedGeneration: 1 } });
+    assert.equal(scheduledRefresh(hourly, at('2026-11-23T10:17:03Z'), 60)?.toISOString(), '2026-11-23T10:18:00.000Z');
+    assert.equal(refreshDue(hourly, at('2026-11-23T10:17:03Z'), 60), false, 'not before the pulled-in time');
+    // Status then carries the pulled-in time, which is due when it comes.
+    const pulledIn = nextStatus(hourly, hourly, { now: at('2026-11-23T10:17:03Z'), nextRefreshAt: scheduledRefresh(hourly, at('2026-11-23T10:17:03Z'), 60)! })!;
+    assert.equal(pulledIn.nextRefreshAt, '2026-11-23T10:18:00Z');
+    assert.ok(refreshDue(rate({ status: pulledIn }), at('2026-11-23T10:18:00Z'), 60));
+    // A due time within one interval (a retry, or the current slot's end) is kept as it is.
+    assert.equal(scheduledRefresh(hourly, at('2026-11-23T10:17:03Z'), 3600)?.toISOString(), '2026-11-23T11:00:00.000Z');
+    const retry = rate({ status: { rate: '1.05', currency: 'USD', nextRefreshAt: '2026-11-23T10:17:40Z', observedGeneration: 1 } });
+    assert.equal(scheduledRefresh(retry, at('2026-11-23T10:17:03Z'), 60)?.toISOString(), '2026-11-23T10:17:40.000Z');
   });
 
   test('between refreshes the ConfigMap is restored from status; a rate of another currency is never used', () => {
@@ -76,6 +94,17 @@ describe('the ConfigMap', () => {
     assert.equal(action.type === 'update' && action.desired.metadata.resourceVersion, '5', 'update keeps the read resourceVersion');
     assert.equal(configMapAction(er, { metadata: { name: 'exchange-rate-usd', namespace: 'default' }, data: {} }, values).type, 'blocked');
   });
+
+  test("without a rate for the spec's currency it is emptied, never left with another currency's rate", () => {
+    const er = rate();
+    const ours = { ...desiredConfigMap(er, values), metadata: { ...desiredConfigMap(er, values).metadata, resourceVersion: '5', uid: 'cm' } };
+    const chf = rate({ currency: 'CHF', generation: 2, status: { rate: '1.0523', currency: 'USD', base: 'EUR', date: '2026-11-20' } });
+    const action = configMapAction(chf, ours, valuesFor(chf, undefined));
+    assert.equal(action.type, 'update');
+    assert.deepEqual(action.type === 'update' && action.desired.data, {});
+    assert.equal(configMapAction(chf, { ...ours, data: {} }, undefined).type, 'keep', 'already empty');
+    assert.equal(configMapAction(chf, undefined, undefined).type, 'keep', 'none is made empty');
+  });
 });
 
 describe('status', () => {
@@ -97,6 +126,21 @@ describe('status', () => {
     assert.equal(status.rate, '1.05');
     assert.equal(status.lastUpdated, '2026-11-23T09:00:00Z');
     assert.deepEqual([status.conditions![0].status, status.conditions![0].reason, status.conditions![0].message], ['False', 'ProviderError', 'provider answered 503: down']);
+  });
+
+  test("after a currency change while the provider fails: the old currency's rate leaves status; the same currency's stays", () => {
+    const before = { rate: '0.93', currency: 'CHF', base: 'EUR', date: '2026-11-20', lastUpdated: '2026-11-23T09:00:00Z', configMap: 'exchange-rate-usd' };
+    const jpy = rate({ currency: 'JPY', generation: 2, status: before });
+    const problem = providerProblem(jpy, 'provider answered 503: down');
+    assert.equal(problem.message, 'provider answered 503: down; no rate for JPY yet');
+    const status = nextStatus(jpy, jpy, { problem, now: at('2026-11-23T10:00:00Z'), nextRefreshAt: at('2026-11-23T10:01:00Z') })!;
+    for (const field of ['rate', 'currency', 'base', 'date', 'lastUpdated'] as const) assert.ok(!(field in status), `${field} dropped`);
+    assert.equal(status.configMap, 'exchange-rate-usd');
+    assert.equal(status.conditions![0].reason, 'ProviderError');
+
+    const chf = rate({ currency: 'CHF', status: before });
+    assert.equal(providerProblem(chf, 'provider answered 503: down').message, 'provider answered 503: down; keeping the last rate');
+    assert.equal(nextStatus(chf, chf, { problem, now: at('2026-11-23T10:00:00Z'), nextRefreshAt: at('2026-11-23T10:01:00Z') })!.rate, '0.93');
   });
 
   test('a currency missing from the answer is reported for that object only', () => {
@@ -170,8 +214,34 @@ describe('the Frankfurter client against the stand-in', () => {
     standIn.mode = { type: 'malformed' };
     await assert.rejects(client().latest(), /malformed JSON/);
     assert.throws(() => parseQuote('[]'), /not a JSON object/);
-    assert.throws(() => parseQuote('{"base":"USD","date":"d","rates":{}}'), /base USD/);
-    assert.deepEqual(parseQuote('{"base":"EUR","date":"d","rates":{"USD":"1.1","CHF":-1,"GBP":0.8}}').rates, { GBP: '0.8' });
+    assert.throws(() => parseQuote('{"base":"USD","date":"2026-11-20","rates":{}}'), /base "USD"/);
+    assert.deepEqual(parseQuote('{"base":"EUR","date":"2026-11-20","rates":{"GBP":0.8,"XAU":"gold"}}').rates, { GBP: '0.8' }, 'currencies not asked for are dropped');
+  });
+
+  test('the date must be YYYY-MM-DD, a real day; a bad one is a provider error quoted in a few characters', () => {
+    assert.ok(isProviderDate('2026-11-20') && isProviderDate('2024-02-29'));
+    for (const bad of ['d', '2026-11-20T00:00:00Z', '2026-13-01', '2025-02-29', '20261120', ' 2026-11-20', 12, null]) assert.equal(isProviderDate(bad), false, String(bad));
+    const huge = 'x'.repeat(2_000_000);
+    assert.throws(() => parseQuote(JSON.stringify({ base: 'EUR', date: huge, rates: { USD: 1.05 } })), (error: Error) => error instanceof ProviderError && error.message.length < 200 && /date "x+… \(2000002 characters\), not YYYY-MM-DD/.test(error.message));
+  });
+
+  test('a rate that is not a plain positive decimal is a provider error, not a "1e+21" in the ConfigMap', () => {
+    assert.equal(rateString(1.0523), '1.0523');
+    assert.equal(rateString(162), '162');
+    for (const bad of [1e21, 1e-7, 0, -1, '1.1', null, Number.NaN]) assert.equal(rateString(bad), undefined, String(bad));
+    for (const bad of ['1e21', '0', '-1', '"1.1"', 'null']) {
+      assert.throws(() => parseQuote(`{"base":"EUR","date":"2026-11-20","rates":{"USD":1.05,"CHF":${bad}}}`), (error: Error) => error instanceof ProviderError && /for CHF, not a positive decimal number/.test(error.message), bad);
+    }
+  });
+
+  test('an answer over the bound is a provider error, naming status and bound, and is not read whole', async () => {
+    standIn.mode = { type: 'rates' };
+    standIn.date = 'x'.repeat(10 * MAX_ANSWER_BYTES);
+    try {
+      await assert.rejects(client().latest(), (error: Error) => error instanceof ProviderError && error.message === `provider answered 200 with more than ${MAX_ANSWER_BYTES} bytes; not read`);
+    } finally {
+      standIn.date = '2026-11-20';
+    }
   });
 
   test('retries with backoff recover from a passing failure', async () => {
@@ -189,27 +259,51 @@ describe('the Frankfurter client against the stand-in', () => {
 });
 
 describe('the slot cache', () => {
-  test('100 concurrent reconciles of one slot share one request; the next slot asks again; failures are not kept', async () => {
-    let calls = 0;
-    let fail = false;
-    const provider: RateProvider = {
+  const t0 = at('2026-11-23T10:00:00Z');
+  const later = (seconds: number) => new Date(t0.getTime() + seconds * 1000);
+  const counting = (answers: () => Quote | Error) => {
+    const provider = {
+      calls: 0,
       latest: async () => {
-        calls++;
+        provider.calls++;
         await sleep(20);
-        if (fail) throw new ProviderError('down');
-        return { base: 'EUR', date: 'd', rates: { USD: '1' } };
+        const answer = answers();
+        if (answer instanceof Error) throw answer;
+        return answer;
       },
     };
-    const cache = new SlotCache(provider);
-    await Promise.all(Array.from({ length: 100 }, () => cache.latest(7)));
-    assert.equal(calls, 1);
-    await cache.latest(7);
-    assert.equal(calls, 1, 'kept for the rest of the slot');
-    await cache.latest(8);
-    assert.equal(calls, 2);
+    return provider;
+  };
+
+  test('100 concurrent reconciles of one slot share one request; the next slot asks again; failures are not kept', async () => {
+    let fail = false;
+    const provider = counting(() => (fail ? new ProviderError('down') : { base: 'EUR', date: '2026-11-20', rates: { USD: '1' } }));
+    const cache = new SlotCache(provider satisfies RateProvider, 60);
+    await Promise.all(Array.from({ length: 100 }, () => cache.latest(7, 'USD', t0)));
+    assert.equal(provider.calls, 1);
+    await cache.latest(7, 'USD', later(3000));
+    assert.equal(provider.calls, 1, 'kept for the rest of the slot');
+    await cache.latest(8, 'USD', later(3600));
+    assert.equal(provider.calls, 2);
     fail = true;
-    await assert.rejects(cache.latest(9));
-    await assert.rejects(cache.latest(9));
-    assert.equal(calls, 4, 'a failure is asked again');
+    await assert.rejects(cache.latest(9, 'USD', later(7200)));
+    await assert.rejects(cache.latest(9, 'USD', later(7201)));
+    assert.equal(provider.calls, 4, 'a failure is asked again');
+  });
+
+  test('a currency missing from the kept answer is asked again after the retry interval, by one request for all', async () => {
+    const rates: Record<string, string> = { USD: '1.05' };
+    const provider = counting(() => ({ base: 'EUR', date: '2026-11-20', rates: { ...rates } }));
+    const cache = new SlotCache(provider, 60);
+    assert.equal((await cache.latest(7, 'PLN', t0)).rates.PLN, undefined);
+    await Promise.all(Array.from({ length: 10 }, () => cache.latest(7, 'PLN', later(59))));
+    assert.equal(provider.calls, 1, 'within the retry interval: the kept answer');
+    rates.PLN = '4.3';
+    const again = await Promise.all(Array.from({ length: 10 }, () => cache.latest(7, 'PLN', later(60))));
+    assert.equal(provider.calls, 2, 'after it: one request, shared');
+    assert.ok(again.every((quote) => quote.rates.PLN === '4.3'));
+    await cache.latest(7, 'USD', later(3000));
+    await cache.latest(7, 'PLN', later(3000));
+    assert.equal(provider.calls, 2, 'the new answer has both: kept for the rest of the slot');
   });
 });
