@@ -66,6 +66,8 @@ export interface CopyableObject extends KubeObject {
   data?: Record<string, string>;
   binaryData?: Record<string, string>;
   type?: string;
+  /** Once true, data, binaryData and immutable itself can no longer change (only a delete and a create can). */
+  immutable?: boolean;
 }
 
 export const kindOf = (ruleType: RuleType): ResourceKind => (ruleType === 'secret' ? Secret : ConfigMap);
@@ -124,7 +126,11 @@ export const targetNamespaces = (rule: CopyratorRule, namespaces: KubeObject[]):
     .map((namespace) => namespace.metadata.name!)
     .filter((name) => name !== rule.namespace);
 
-/** One copy of `source` in `namespace`: content and labels of the source, never its server fields. */
+/**
+ * One copy of `source` in `namespace`: content and labels of the source, never its server fields.
+ * An immutable source makes an immutable copy: a copy mirrors its source, and whoever made the
+ * source immutable wants what that gives (no kubelet watch, no accidental edit) for its copies too.
+ */
 export function desiredCopy(rule: CopyratorRule, source: CopyableObject, namespace: string): CopyableObject {
   const copy: CopyableObject = {
     apiVersion: 'v1',
@@ -139,6 +145,7 @@ export function desiredCopy(rule: CopyratorRule, source: CopyableObject, namespa
   if (source.data !== undefined) copy.data = source.data;
   if (source.binaryData !== undefined) copy.binaryData = source.binaryData;
   if (rule.ruleType === 'secret' && source.type !== undefined) copy.type = source.type;
+  if (source.immutable) copy.immutable = true;
   return copy;
 }
 
@@ -155,6 +162,7 @@ const content = (object: CopyableObject) => ({
   data: object.data ?? {},
   binaryData: object.binaryData ?? {},
   type: object.type,
+  immutable: object.immutable ?? false,
 });
 
 /** True when `existing` already is what `desired` describes. Secrets' type defaults to Opaque. */
@@ -174,7 +182,7 @@ export const isManagedBy = (object: KubeObject, rule: KubeObject): boolean => ob
 export type CopyAction =
   | { type: 'create'; desired: CopyableObject }
   | { type: 'update'; desired: CopyableObject; existing: CopyableObject }
-  /** A Secret's type cannot change in place: delete, then create. */
+  /** What the API server refuses to change in place (frozenFieldsDiffer): delete, then create. */
   | { type: 'replace'; desired: CopyableObject; existing: CopyableObject }
   | { type: 'delete'; existing: CopyableObject }
   | { type: 'keep'; existing: CopyableObject };
@@ -201,10 +209,23 @@ export function planCopies(desired: CopyableObject[], observed: CopyableObject[]
   return actions;
 }
 
-/** For a same-named object that exists: keep it, update it, or (a Secret of another type) replace it. */
+/**
+ * Does `desired` differ from `existing` in a field the API server will not change in place (422
+ * "field is immutable")? A Secret's type, always; data, binaryData and immutable itself once the
+ * existing object is immutable (set by the source, or by hand on the copy). Labels and
+ * annotations stay changeable either way.
+ */
+export function frozenFieldsDiffer(existing: CopyableObject, desired: CopyableObject): boolean {
+  if (desired.kind === 'Secret' && (existing.type ?? 'Opaque') !== (desired.type ?? 'Opaque')) return true;
+  if (!existing.immutable) return false;
+  const frozen = (object: CopyableObject) => ({ data: object.data ?? {}, binaryData: object.binaryData ?? {}, immutable: object.immutable ?? false });
+  return !jsonEqual(frozen(existing), frozen(desired));
+}
+
+/** For a same-named object that exists: keep it, update it, or replace it when it cannot be updated. */
 export function updateAction(desired: CopyableObject, existing: CopyableObject): CopyAction {
   if (copyUpToDate(existing, desired)) return { type: 'keep', existing };
-  if (desired.kind === 'Secret' && (existing.type ?? 'Opaque') !== (desired.type ?? 'Opaque')) return { type: 'replace', desired, existing };
+  if (frozenFieldsDiffer(existing, desired)) return { type: 'replace', desired, existing };
   return { type: 'update', desired, existing };
 }
 

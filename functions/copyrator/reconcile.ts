@@ -66,6 +66,8 @@ async function apply(kube: KubeClient, rule: CopyratorRule, ruleType: RuleType, 
         return createCopy(kube, rule, ruleType, action.desired);
       }
     case 'replace':
+      // The uid precondition: only the copy we judged. A newer object in its place makes the
+      // create below find it and judge it again.
       await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
       return createCopy(kube, rule, ruleType, action.desired);
     case 'create':
@@ -90,7 +92,7 @@ async function createCopy(kube: KubeClient, rule: CopyratorRule, ruleType: RuleT
   if (!isManagedBy(existing, rule)) return { conflict: conflictFor(rule, existing) };
   const action = updateAction(desired, existing);
   if (action.type === 'keep') return 'unchanged';
-  if (action.type === 'replace') throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} has another Secret type; will replace on retry`);
+  if (action.type === 'replace') throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} cannot be updated in place (immutable, or another Secret type); will replace on retry`);
   await kube.replace(kind, updatedCopy(desired, existing));
   return 'updated';
 }

@@ -313,6 +313,55 @@ describe('Secrets', () => {
   });
 });
 
+describe('immutable objects', () => {
+  const settings = (namespace: string) => getCm(namespace, 'frozen-settings');
+  const freezeByHand = (kind: ResourceKind, namespace: string, name: string) => kube.mergePatch<CopyableObject>(kind, { namespace, name }, { immutable: true });
+
+  test('a copy made immutable by hand is restored as its source is, and a source change still reaches it', async () => {
+    await createNamespace('src-frozen');
+    await kube.create(ConfigMap, configMap('src-frozen', 'frozen-settings', { freeze: 'yes' }, { v: '1' }));
+    const key = { namespace: 'src-frozen', name: 'frozen' };
+    await ruleEvent(await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-frozen', { freeze: 'yes' })), 'add');
+
+    // Its event wakes the rule (an edit), which replaces it: a new object, mutable as the source.
+    const frozen = await freezeByHand(ConfigMap, 'team-a', 'frozen-settings');
+    await send(ConfigMap, frozen, 'update');
+    const restored = (await settings('team-a'))!;
+    assert.notEqual(restored.metadata.uid, frozen.metadata.uid, 'replaced');
+    assert.deepEqual([restored.immutable, restored.data], [undefined, { v: '1' }]);
+
+    // Made immutable again (its own event lost), then the source changes: the copy is replaced.
+    await freezeByHand(ConfigMap, 'team-b', 'frozen-settings');
+    await send(ConfigMap, await kube.mergePatch(ConfigMap, { namespace: 'src-frozen', name: 'frozen-settings' }, { data: { v: '2' } }), 'update');
+    for (const namespace of ['team-a', 'team-b', 'late-comer']) assert.deepEqual((await settings(namespace))?.data, { v: '2' }, namespace);
+    assert.equal((await settings('team-b'))!.immutable, undefined);
+    assert.deepEqual([ready(await getRule(key))?.status, ready(await getRule(key))?.reason], ['True', 'CopiesInPlace']);
+  });
+
+  test('a rotated Secret reaches a copy made immutable by hand', async () => {
+    await freezeByHand(Secret, 'team-a', 'registry');
+    const rotated = await kube.mergePatch(Secret, { namespace: 'vault', name: 'registry' }, { stringData: { password: 'rotated-value' } });
+    await send(Secret, rotated, 'update', 'Reference');
+    const copy = (await kube.get<CopyableObject>(Secret, { namespace: 'team-a', name: 'registry' }))!;
+    assert.equal(Buffer.from(copy.data!.password, 'base64').toString(), 'rotated-value');
+    assert.equal(ready(await getRule({ namespace: 'vault', name: 'secrets' }))?.reason, 'CopiesInPlace');
+  });
+
+  test('an immutable source makes immutable copies; recreated mutable with new data, its copies follow', async () => {
+    const source = await kube.create(ConfigMap, { ...configMap('src-frozen', 'frozen-source', { freeze: 'yes' }, { v: 'a' }), immutable: true });
+    await send(ConfigMap, source, 'add');
+    assert.deepEqual([(await getCm('team-a', 'frozen-source'))?.immutable, (await getCm('team-a', 'frozen-source'))?.data], [true, { v: 'a' }]);
+
+    await kube.delete(ConfigMap, { namespace: 'src-frozen', name: 'frozen-source' });
+    await send(ConfigMap, await kube.create(ConfigMap, configMap('src-frozen', 'frozen-source', { freeze: 'yes' }, { v: 'b' })), 'add');
+    for (const namespace of ['team-a', 'team-b']) {
+      const copy = (await getCm(namespace, 'frozen-source'))!;
+      assert.deepEqual([copy.immutable, copy.data], [undefined, { v: 'b' }], namespace);
+    }
+    assert.equal(ready(await getRule({ namespace: 'src-frozen', name: 'frozen' }))?.reason, 'CopiesInPlace');
+  });
+});
+
 describe('least privilege and forged events', () => {
   test('the generated role allows what reconcile needs and nothing more', async () => {
     await assert.rejects(functionKube.list(Pod, { namespace: 'default' }), (error: ApiError) => error.code === 403);

@@ -150,6 +150,27 @@ describe('planCopies', () => {
     const untyped = desiredCopy(secretRule, { ...source('t'), kind: 'Secret' }, 'a');
     assert.equal(updateAction(untyped, { ...stored(untyped), type: 'Opaque' }).type, 'keep');
   });
+
+  test('an immutable copy that differs in data or immutability is replaced; in labels only, updated', () => {
+    const [wanted] = desiredCopies(r, [source('x')], ['a']);
+    const frozen = { ...stored(wanted), immutable: true };
+    assert.equal(updateAction(wanted, frozen).type, 'replace', 'made immutable by hand: restored as the source is, mutable');
+    const newWanted = { ...wanted, data: { key: 'rotated' } };
+    assert.equal(updateAction({ ...newWanted, immutable: true }, frozen).type, 'replace', 'the source changed');
+    const relabelled = { ...frozen, metadata: { ...frozen.metadata, labels: { ...frozen.metadata.labels, extra: 'hand' } } };
+    assert.equal(updateAction({ ...wanted, immutable: true }, relabelled).type, 'update', 'metadata stays changeable');
+    assert.equal(updateAction(newWanted, stored(wanted)).type, 'update', 'a mutable copy is updated in place');
+    const secretRule = rule({ ruleType: 'secret' });
+    const secret = desiredCopy(secretRule, { ...source('s'), kind: 'Secret', data: { k: 'bmV3' } }, 'a');
+    assert.equal(updateAction(secret, { ...stored(secret), data: { k: 'b2xk' }, immutable: true }).type, 'replace', 'a rotated Secret reaches an immutable copy');
+  });
+
+  test('an immutable source makes an immutable copy; a mutable one a mutable copy', () => {
+    assert.equal(desiredCopy(r, source('x', { immutable: true }), 'a').immutable, true);
+    assert.equal('immutable' in desiredCopy(r, source('x', { immutable: false }), 'a'), false);
+    const [wanted] = desiredCopies(r, [source('x', { immutable: true })], ['a']);
+    assert.equal(updateAction(wanted, stored(desiredCopy(r, source('x'), 'a'))).type, 'update', 'a mutable copy can be made immutable in place');
+  });
 });
 
 describe('ownership', () => {
