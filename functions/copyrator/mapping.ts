@@ -9,7 +9,11 @@
 //     function do less, never write; the latest event of an object carries its latest state;
 //   - a copy whose rule no longer exists wakes that (missing) rule, whose reconcile removes it;
 //   - a Secret deleted in Reference mode arrives without a body: it wakes the secret rules whose
-//     source namespace holds a Secret of that name (it may have been one of their copies).
+//     source namespace holds a Secret of that name (it may have been one of their copies);
+//   - a deleted object that is not a copy wakes the rules it blocked: those whose status lists it
+//     as a conflict, and, when a rule has more conflicts than its status lists, that rule if its
+//     source namespace holds an object of that name. The copy then appears at once, not at the
+//     next resync.
 // A forged event can only cause reconciles of rules that exist; reconcile re-reads everything.
 import type { MapperContext, WatchedChange } from '../runtime/declaration.ts';
 import { isValidName, isValidNamespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts';
@@ -65,6 +69,14 @@ export function rulesForChange(ruleType: RuleType) {
     // A copy whose rule is gone (a replica's write that lost the race with the rule's finalizer):
     // reconciling the missing rule removes it.
     if (ownerKey && !owner && !change.deleted) keys.push(ownerKey);
+    if (object && change.deleted && !ownerKey) {
+      for (const rule of rules) {
+        if (rule.namespace === change.key.namespace || !isValidNamespace(rule.namespace)) continue;
+        const { conflicts = [], conflictCount = 0 } = rule.status ?? {};
+        const listed = conflicts.some((conflict) => conflict.namespace === change.key.namespace && conflict.name === change.key.name);
+        if (listed || (conflictCount > conflicts.length && (await kube.get(kind, { namespace: rule.namespace, name: change.key.name })))) keys.push(keyOfRule(rule));
+      }
+    }
     if (!change.object && change.deleted) {
       for (const rule of rules) {
         if (rule.namespace === change.key.namespace || !isValidNamespace(rule.namespace)) continue;

@@ -188,6 +188,20 @@ describe('conflicts', () => {
     await eventually(async () => (await kube.list(CoreEvent, { namespace: 'src-conflict', fieldSelector: 'involvedObject.name=share' })).items.some((e) => e.reason === 'CopyConflict'), 10_000, 'a CopyConflict Event');
   });
 
+  test('deleting the object that blocked a copy wakes the rule at once (its status listed it), and the copy appears', async () => {
+    const blocker = (await getCm('team-a', 'app-config'))!;
+    await kube.delete(ConfigMap, { namespace: 'team-a', name: 'app-config' });
+    const answer = await send(ConfigMap, blocker, 'delete');
+    assert.equal(answer.body.reconciled, 1, JSON.stringify(answer.body));
+    const copy = (await getCm('team-a', 'app-config'))!;
+    assert.equal(copy.metadata.annotations?.[RULE_ANNOTATION], 'src-conflict/share', 'the copy is there without a resync');
+    assert.equal((await getRule({ namespace: 'src-conflict', name: 'share' }))!.status!.conflictCount, 0);
+    // Put the foreign object back for the next test: delete the copy, the foreign one takes the name.
+    await kube.delete(ConfigMap, { namespace: 'team-a', name: 'app-config' });
+    await kube.create(ConfigMap, configMap('team-a', 'app-config', {}, { owner: 'team-a' }));
+    await ruleEvent((await getRule({ namespace: 'src-conflict', name: 'share' }))!);
+  });
+
   test('two overlapping rules: the first keeps its copies, the second reports them', async () => {
     const second = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('team-b', 'share-again', 'src-conflict', { share: 'yes' }));
     await ruleEvent(second, 'add');
