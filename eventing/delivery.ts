@@ -196,30 +196,19 @@ export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<Resol
   if (spec.backoffPolicy !== undefined && spec.backoffPolicy !== 'linear' && spec.backoffPolicy !== 'exponential') {
     throw new Error(`${where}.backoffPolicy must be "linear" or "exponential", got ${describe(spec.backoffPolicy)}`);
   }
-  let backoffDelayMs: number | undefined;
-  if (spec.backoffDelay !== undefined) {
+  /** A duration field in milliseconds (undefined when unset); a malformed one throws naming the field. */
+  const duration = (field: 'backoffDelay' | 'timeout' | 'retryAfterMax'): number | undefined => {
+    const value = spec[field];
+    if (value === undefined) return undefined;
     try {
-      backoffDelayMs = parseIsoDuration(spec.backoffDelay);
+      return parseIsoDuration(value);
     } catch (err) {
-      throw new Error(`${where}.backoffDelay: ${(err as Error).message}`);
+      throw new Error(`${where}.${field}: ${(err as Error).message}`);
     }
-  }
-  let timeoutMs = 0;
-  if (spec.timeout !== undefined) {
-    try {
-      timeoutMs = parseIsoDuration(spec.timeout);
-    } catch (err) {
-      throw new Error(`${where}.timeout: ${(err as Error).message}`);
-    }
-  }
-  let retryAfterMaxMs: number | undefined;
-  if (spec.retryAfterMax !== undefined) {
-    try {
-      retryAfterMaxMs = parseIsoDuration(spec.retryAfterMax);
-    } catch (err) {
-      throw new Error(`${where}.retryAfterMax: ${(err as Error).message}`);
-    }
-  }
+  };
+  const backoffDelayMs = duration('backoffDelay');
+  const timeoutMs = duration('timeout') ?? 0;
+  const retryAfterMaxMs = duration('retryAfterMax');
   if (retry > 0 && (spec.backoffPolicy === undefined) !== (spec.backoffDelay === undefined)) {
     warnings.push(`${where} sets only one of backoffPolicy/backoffDelay; Knative then retries without waiting, and so does the local broker`);
   }
