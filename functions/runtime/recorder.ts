@@ -1,7 +1,10 @@
 // Kubernetes Events, recorded as client-go's recorder does (tools/record/events_cache.go,
 // EventCorrelator/EventAggregator): an Event with the same involved object, type, reason and
 // message as one this process already posted is not posted again; the existing Event's `count`
-// and `lastTimestamp` are patched instead. The cache is per process and bounded (LRU, like
+// and `lastTimestamp` are patched instead. Similar Events, the same but for the message (an API
+// error quoting a changing address), are combined once ten different messages came within ten
+// minutes: from then on they count on one Event whose message is "(combined from similar
+// events): " and the latest one. The cache is per process and bounded (LRU, like
 // client-go's 4096 entries). Posting happens off the reconcile's critical path: recording only
 // queues; a background loop writes; `flush()` (called on SIGTERM) waits until the queue is empty.
 // Best effort throughout: a failed Event never fails the reconcile it describes.
@@ -44,6 +47,16 @@ export const NORMAL_BURST = 25;
 export const NORMAL_PER_SECOND = 5;
 /** Writes at once; more would compete with reconciles for the API server. */
 const WRITERS = 2;
+/** client-go's defaultAggregateMaxEvents and defaultAggregateIntervalInSeconds. */
+const AGGREGATE_MAX_MESSAGES = 10;
+const AGGREGATE_INTERVAL_MS = 600_000;
+const COMBINED_PREFIX = '(combined from similar events): ';
+
+/** The different messages of similar Events seen lately (client-go's aggregateRecord). */
+interface Similar {
+  messages: Set<string>;
+  lastSeen: number;
+}
 
 const timestamp = (date: Date): string => date.toISOString().replace(/\.\d+Z$/, 'Z');
 
@@ -54,6 +67,8 @@ export class EventSink {
   readonly #now: () => Date;
   /** Insertion order is recency: a touched entry is deleted and set again. */
   readonly #cache = new Map<string, Aggregate>();
+  /** By involved object, type and reason; bounded as #cache is. */
+  readonly #similar = new Map<string, Similar>();
   readonly #queue: Aggregate[] = [];
   #writers = 0;
   #idle: (() => void)[] = [];
@@ -81,13 +96,17 @@ export class EventSink {
       return;
     }
     const involved = { apiVersion: apiVersionOf(kind), kind: kind.kind, name: object.metadata.name, namespace: object.metadata.namespace, uid: object.metadata.uid };
-    const key = JSON.stringify([involved.apiVersion, involved.kind, involved.namespace, involved.name, involved.uid, type, reason, message]);
+    const similarKey = JSON.stringify([involved.apiVersion, involved.kind, involved.namespace, involved.name, involved.uid, type, reason]);
+    const combined = this.#combine(similarKey, message);
+    if (combined) message = `${COMBINED_PREFIX}${message}`;
+    const key = combined ? similarKey : JSON.stringify([similarKey, message]);
     const now = timestamp(this.#now());
     let aggregate = this.#cache.get(key);
     if (aggregate) {
       this.#cache.delete(key);
       aggregate.count++;
       aggregate.lastTimestamp = now;
+      aggregate.body.message = message;
     } else {
       aggregate = {
         namespace: object.metadata.namespace || 'default',
@@ -108,6 +127,20 @@ export class EventSink {
       if (!aggregate.writing) this.#queue.push(aggregate);
       this.#pump();
     }
+  }
+
+  /** Whether this message joins the combined Event of its similar ones (the tenth different message within the interval, and every one after). */
+  #combine(similarKey: string, message: string): boolean {
+    const now = this.#now().getTime();
+    let similar = this.#similar.get(similarKey);
+    if (!similar || now - similar.lastSeen > AGGREGATE_INTERVAL_MS) similar = { messages: new Set(), lastSeen: now };
+    this.#similar.delete(similarKey);
+    this.#similar.set(similarKey, similar);
+    if (this.#similar.size > CACHE_SIZE) this.#similar.delete(this.#similar.keys().next().value!);
+    similar.lastSeen = now;
+    // Past the limit the set stops growing: its size is all that matters then.
+    if (similar.messages.size < AGGREGATE_MAX_MESSAGES) similar.messages.add(message);
+    return similar.messages.size >= AGGREGATE_MAX_MESSAGES;
   }
 
   #takeNormalToken(): boolean {
@@ -145,10 +178,12 @@ export class EventSink {
   async #write(aggregate: Aggregate): Promise<void> {
     aggregate.pending = false;
     const { count, lastTimestamp } = aggregate;
+    const { message } = aggregate.body;
     try {
       if (aggregate.name) {
         try {
-          await this.#kube.mergePatch(CoreEvent, { namespace: aggregate.namespace, name: aggregate.name }, { count, lastTimestamp });
+          // The message too, as client-go's patch has it: a combined Event shows the latest one.
+          await this.#kube.mergePatch(CoreEvent, { namespace: aggregate.namespace, name: aggregate.name }, { count, lastTimestamp, message });
           return;
         } catch (error) {
           // Expired (Events live an hour by default): start a new one.

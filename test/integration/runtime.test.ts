@@ -216,6 +216,30 @@ describe('helpers', () => {
     assert.equal(flapping[0].lastTimestamp, '2025-06-01T10:00:04Z');
     assert.equal(events.filter((e) => e.reason === 'Recovered').length, 1);
   });
+
+  test('similar Events (same reason, ten different messages within ten minutes) are combined into one, as client-go aggregates them', async () => {
+    let now = new Date('2025-06-01T11:00:00Z');
+    const sink = new EventSink(kube, 'test-recorder', quietLog, () => now);
+    const object = await kube.create(ConfigMap, { metadata: { name: 'varying', namespace: 'default' } });
+    const recorder = sink.recorder();
+    for (let i = 0; i < 15; i++) {
+      recorder.warning(object, ConfigMap, 'SyncError', `conflict at 0xc000${i}`);
+      now = new Date(now.getTime() + 1000);
+      await sink.flush();
+    }
+    const events = (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=varying' })).items;
+    const combined = events.filter((e) => String(e.message).startsWith('(combined from similar events): '));
+    assert.equal(events.length, 10, `nine single Events and one combined: ${events.map((e) => e.message).join(' | ')}`);
+    assert.equal(combined.length, 1);
+    assert.equal(combined[0].count, 6, 'the tenth message and the five after it');
+    assert.equal(combined[0].message, '(combined from similar events): conflict at 0xc00014', 'the latest message');
+    // After ten quiet minutes the messages count afresh.
+    now = new Date(now.getTime() + 11 * 60_000);
+    recorder.warning(object, ConfigMap, 'SyncError', 'conflict at 0xc00099');
+    await sink.flush();
+    const after = (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=varying' })).items;
+    assert.ok(after.some((e) => e.message === 'conflict at 0xc00099' && e.count === 1));
+  });
 });
 
 describe('routing', () => {
