@@ -3,9 +3,9 @@
 //   every key done                         200, empty body (counts in the outcome header)
 //   some keys asked to come back later     200 + reply CloudEvent naming them, due when the
 //                                          soonest is (opfnnotbefore)
-//   some keys failed, others succeeded     200 + reply naming only the failed ones (plus any
-//                                          requeues that fit): the broker routes it back at
-//                                          once; the keys that succeeded are not redone
+//   some keys failed, others succeeded     200 + reply naming only the failed ones: the broker
+//                                          routes it back at once; the keys that succeeded are
+//                                          not redone, and requeues wait for the resync
 //   every key failed                       503/500 (the broker retries with backoff, then
 //                                          dead-letters with the reason); 400 if none could
 //                                          ever succeed
@@ -52,9 +52,11 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
   // More failures than a reply may carry: the whole event is retried (truthful, if costly).
   if (retryable.length > MAX_KEYS_PER_EVENT) return { status: 503, body: { error: `${retryable.length} keys failed, more than a reply can carry; first: ${listed[0].error}`, ...counts, failures: listed } };
   if (retryable.length > 0) {
-    // Keys that asked to come back later ride along when there is room (early is harmless).
-    const again = [...retryable.map(({ key }) => key), ...requeued.map(({ key }) => key)].slice(0, MAX_KEYS_PER_EVENT);
-    return { status: 200, body: { ...counts, retrying: retryable.length, failures: listed }, reply: reconcileReply(functionName, again.map(kindKeyString)) };
+    // Only the failed keys: a requeued key riding along would succeed again in the reply's round
+    // and ask again, so a key that keeps failing would come back at once, round after round,
+    // never alone and so never with the broker's backoff. A requeue dropped here is caught up by
+    // the resync (the function keeps its due time), as one beyond a reply's room is.
+    return { status: 200, body: { ...counts, retrying: retryable.length, failures: listed }, reply: reconcileReply(functionName, retryable.map(({ key }) => kindKeyString(key))) };
   }
   if (requeued.length > 0) {
     // One reply, due when the earliest key is; later ones find they are early and ask again.

@@ -117,6 +117,18 @@ describe('answers', () => {
     assert.deepEqual(Object.fromEntries(calls), { a: 1, bad: 2, c: 1, d: 1 }, 'the keys that succeeded were not redone');
   });
 
+  test('a fan-out where one key fails and another asks to come back: the reply names only the failed key, so it is retried alone and with backoff', async () => {
+    const host = hostFor(async ({ name }) => {
+      if (name === 'bad') throw new TransientError('still broken');
+      return { requeueAfterSeconds: 30 };
+    });
+    const first = await receive(host, reconcileEvent([key('bad'), key('periodic')]));
+    assert.equal(first.status, 200);
+    assert.deepEqual(JSON.parse(first.reply!.body), { keys: [key('bad')] }, 'the requeued key does not ride along (it would make every round a partial success)');
+    const retry = await receive(host, reconcileEvent([key('bad')]));
+    assert.equal(retry.status, 503, 'alone, its failure is the whole answer: the broker backs off');
+  });
+
   test('TerminalError is answered 200 (retrying cannot help); other errors by class', async () => {
     assert.equal((await receive(hostFor(async () => { throw new TerminalError('spec is nonsense', { reason: 'InvalidSpec' }); }), widgetEvent('a'))).status, 200);
     assert.equal((await receive(hostFor(async () => { throw new Error('bug'); }), widgetEvent('a'))).status, 500);
