@@ -7,7 +7,9 @@
 //                          parent's and its children's events bring (routing.ts).
 //
 // One parent's failure never stops the others: each is reported on its own parent (SyncError
-// Event), and the key is retried with backoff once all were tried.
+// Event). A parent key that failed is retried with backoff. A sweep that failed is retried with
+// backoff too, unless its controller has a resyncPeriodSeconds: then the sweep succeeds with its
+// requeue, and the failed parents are tried again with the next sweep (Sweep.result explains why).
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go (every parent is its own work
 // item, so failures are independent; Start: resyncPeriodSeconds; a hook's resyncAfterSeconds
@@ -100,15 +102,33 @@ class Sweep {
     }
   }
 
-  /** Throws when a parent failed (retried after the shortest Retry-After all agree on); else the requeue, if any. */
+  /**
+   * The requeue, if any. When a parent failed: the requeue still, if the controller has a
+   * resyncPeriodSeconds; else a throw, retried after the shortest Retry-After all agree on.
+   *
+   * Why the period wins: a reconcile answers for its own key only (declaration.ts), so a sweep
+   * can either fail (the broker retries the whole sweep with backoff, then dead-letters it) or
+   * ask for its requeue, not both. Failing it for one parent would stop the periodic resync of
+   * every parent of the controller for good (upstream resyncs each parent on its own, and
+   * retries only the failing key: controller.go Start and processNextWorkItem). So the period
+   * keeps running, and it is what retries the failed parents: each sweep tries them again (each
+   * failure is again a SyncError Event on its parent), and any event of a failed parent retries
+   * that parent alone, with the broker's backoff. Without a period the sweep has nothing to lose
+   * by failing.
+   */
   result(periodSeconds: number): ReconcileResult | undefined {
     const failures = this.#failures;
+    const candidates = [this.#resyncAfterSeconds, periodSeconds].filter((seconds) => seconds > 0);
+    const requeue = candidates.length ? { requeueAfterSeconds: Math.min(...candidates) } : undefined;
+    if (failures.length > 0 && periodSeconds > 0) {
+      this.#ctx.log.warn({ failed: failures.length, requeueAfterSeconds: requeue!.requeueAfterSeconds }, 'parents failed to sync; the periodic resync retries them');
+      return requeue;
+    }
     if (failures.length > 0) {
       const waits = failures.map((failure) => failure.retryAfterSeconds).filter((seconds): seconds is number => seconds !== undefined);
       const message = `${failures.length} parent(s) failed to sync: ${failures.slice(0, 3).map((failure) => failure.message).join('; ')}${failures.length > 3 ? '; …' : ''}`;
       throw new TransientError(message, { retryAfterSeconds: waits.length === failures.length ? Math.min(...waits) : undefined });
     }
-    const candidates = [this.#resyncAfterSeconds, periodSeconds].filter((seconds) => seconds > 0);
-    return candidates.length ? { requeueAfterSeconds: Math.min(...candidates) } : undefined;
+    return requeue;
   }
 }

@@ -1,8 +1,9 @@
 // One sync of one parent of one CompositeController, in upstream's order: the labelSelector and
 // finalizer checks, the finalizer itself, the child selector, the claim, the sync or finalize
-// hook, then the answer applied (finalizer removal, child writes, status through the status
-// subresource with observedGeneration). The decisions are the pure modules in
-// functions/composite/; this file only sequences them with the API calls.
+// hook, then the answer applied (finalizer removal, child writes, status with
+// observedGeneration: through the status subresource, or a plain update of the parent when its
+// CRD has none). The decisions are the pure modules in functions/composite/; this file only
+// sequences them with the API calls.
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go syncParentObject, sync
 // (a 429 is requeued without an Event; any other failure is a Warning Event `SyncError`
@@ -27,6 +28,7 @@ import { ensureFinalizer, removeFinalizer } from '../runtime/reconciler.ts';
 import { applyChildOperations, claimChildren, selectedLists, type CandidateLists } from './children.ts';
 import { callHook, type UrlRewrite } from './hooks.ts';
 import { relatedFor } from './related.ts';
+import { hasStatusSubresource } from './status-subresource.ts';
 
 /** A controller with its kinds resolved: everything every parent's sync shares. */
 export interface ResolvedComposite {
@@ -135,6 +137,8 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   const answer = await callHook(hook, hookType, request, env.hookUrls);
   if (!answer.ok) return hookFailed(answer.failure);
 
+  // Without the subresource, /status is a 404 that reads like a deleted parent: a plain update instead (upstream's fallback).
+  const statusSubresource = await hasStatusSubresource(kube, parentKind);
   const plan = planSync({
     controller: effective,
     parent,
@@ -145,6 +149,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
     selector: selector.selector,
     observed,
     response: answer.value,
+    statusSubresource,
   });
   if (plan.removeFinalizer) {
     parent = await removeFinalizer(kube, parentKind, parent, name);
@@ -157,7 +162,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   let statusConflict = false;
   if (status.changed) {
     try {
-      await kube.replace(parentKind, { ...parent, status: status.status }, 'status');
+      await kube.replace(parentKind, { ...parent, status: status.status }, statusSubresource ? 'status' : undefined);
     } catch (error) {
       // The parent changed (synced again soon) or went away meanwhile.
       if (isConflict(error)) statusConflict = true;

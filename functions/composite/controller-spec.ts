@@ -65,7 +65,8 @@ export interface ResolvedController {
 
 /**
  * The rules a function serving this controller needs: the parent read, watched, updated (the
- * finalizer) with its status and finalizers subresources (`finalizers` because children carry
+ * finalizer, and the status of a kind without the status subresource; discovery needs no rule)
+ * with its status and finalizers subresources (`finalizers` because children carry
  * blockOwnerDeletion, which OwnerReferencesPermissionEnforcement checks), the children fully
  * managed, related kinds read, and Events posted.
  */

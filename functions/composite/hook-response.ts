@@ -13,7 +13,10 @@
 // Stricter than upstream, on purpose (a function only has the RBAC of its declared child rules,
 // and names reach URLs): a child whose apiVersion/kind is not one of the controller's child
 // rules, or whose name/namespace is not a valid object name, rejects the whole answer.
-// Upstream would try the write and fail that one child at the API server.
+// Upstream would try the write and fail that one child at the API server. So does a namespaced
+// child of a namespaced parent in another namespace: its ownerReference cannot cross namespaces,
+// so the garbage collector deletes it (OwnerRefInvalidNamespace) and every sync creates it
+// again, while upstream reports success.
 import type { KubeObject } from '../runtime/kinds.ts';
 import { firstDuplicateKey } from './duplicate-keys.ts';
 import { describeKey, CONTROLLER_UID_LABEL, type Selector } from './selector.ts';
@@ -132,6 +135,10 @@ export function desiredChildren(input: DesiredChildrenInput): Checked<KubeObject
     if (rule.namespaced && namespace === '') return { ok: false, reason: `desired child ${what}: a namespaced ${rule.kind} needs a namespace (the parent is cluster-scoped)` };
     if (!rule.namespaced && namespace !== '') return { ok: false, reason: `desired child ${what}: ${rule.kind} is cluster-scoped and cannot have a namespace` };
     if (namespace && !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(namespace)) return { ok: false, reason: `desired child ${what}: metadata.namespace is not a valid namespace name` };
+    const parentNamespace = input.parent.metadata.namespace ?? '';
+    if (rule.namespaced && parentNamespace && namespace !== parentNamespace) {
+      return { ok: false, reason: `desired child ${what}: a child of a namespaced parent must be in the parent's namespace "${parentNamespace}" (an ownerReference cannot cross namespaces; the garbage collector would delete it)` };
+    }
     const labels = child.metadata.labels;
     if (labels !== undefined && labels !== null && (typeof labels !== 'object' || Array.isArray(labels) || Object.values(labels).some((value) => typeof value !== 'string'))) {
       return { ok: false, reason: `invalid labels on desired child ${what}: labels must be a map of strings` };

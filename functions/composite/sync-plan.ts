@@ -8,6 +8,13 @@
 // the status even when managing children failed) and updateParentStatus (the answer's status,
 // or {} when absent, plus observedGeneration = metadata.generation, written only when it
 // differs from the current .status).
+//
+// Deliberate difference: a parent kind without the status subresource gets no
+// observedGeneration. Its status is written by a plain update (clientset.go AtomicStatusUpdate),
+// which the API server counts as a new generation, so the observedGeneration written would be
+// stale at once and every sync would write it again: the hot loop of upstream's fallback
+// (GoogleCloudPlatform/metacontroller#176; upstream since refuses such controllers,
+// composite/metacontroller.go).
 import type { KubeObject } from '../runtime/kinds.ts';
 import { jsonEqual } from '../runtime/reconciler.ts';
 import { finalizerEnabled, finalizerName, manageChildren } from './finalize.ts';
@@ -28,6 +35,8 @@ export interface SyncPlanInput {
   /** Claimed (and successfully adopted) children. */
   observed: KubeObject[];
   response: CompositeHookResponse;
+  /** Whether the parent kind has the status subresource (discovery): decides observedGeneration. */
+  statusSubresource: boolean;
 }
 
 export interface SyncPlan {
@@ -66,11 +75,11 @@ export function planSync(input: SyncPlanInput): SyncPlan {
   const children = manageChildren(parent, name, finalizerEnabled(controller))
     ? planChildren({ parent, parentApiVersion: input.parentApiVersion, parentKind: input.parentKind, observed: input.observed, desired: desired.value, strategies: input.strategies })
     : [];
-  return { ...base, outcome: { ok: true, value: { children, status: statusWrite(parent, response.status) } } };
+  return { ...base, outcome: { ok: true, value: { children, status: statusWrite(parent, response.status, input.statusSubresource) } } };
 }
 
-/** updateParentStatus: the hook's status plus observedGeneration, and whether it is news. */
-export function statusWrite(parent: KubeObject, status: Record<string, unknown> | null): StatusWrite {
-  const next = { ...(status ?? {}), observedGeneration: parent.metadata.generation ?? 0 };
+/** updateParentStatus: the hook's status plus observedGeneration (only with the status subresource, above), and whether it is news. */
+export function statusWrite(parent: KubeObject, status: Record<string, unknown> | null, statusSubresource: boolean): StatusWrite {
+  const next = statusSubresource ? { ...(status ?? {}), observedGeneration: parent.metadata.generation ?? 0 } : { ...(status ?? {}) };
   return { status: next, changed: !jsonEqual((parent as { status?: unknown }).status, next) };
 }

@@ -370,7 +370,7 @@ const keyOfPod = (name: string) => ({ namespace: 'default', name: `${name}-immor
 async function nudgeWithHeaders(name: string) {
   const { headers, body } = HTTP.binary(apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: { metadata: { name } }, action: 'update', mode: 'Reference' }) as CloudEvent<unknown>) as { headers: Record<string, string>; body: string };
   const response = await fetch(fn.url, { method: 'POST', headers, body });
-  return { status: response.status, retryAfter: response.headers.get('retry-after'), text: await response.text() };
+  return { status: response.status, retryAfter: response.headers.get('retry-after'), notBefore: response.headers.get('ce-opfnnotbefore'), text: await response.text() };
 }
 
 describe('hook failures: a Warning Event SyncError on the parent, retried; other controllers unaffected', () => {
@@ -411,6 +411,37 @@ describe('hook failures: a Warning Event SyncError on the parent, retried; other
     script = (_path, request) => ({ status: 200, body: JSON.stringify(sync(request)) });
     assert.equal((await nudgeWithHeaders('failing')).status, 200);
     assert.ok(await podOf('flaky'));
+  });
+});
+
+describe('resyncPeriodSeconds survives a failing parent', () => {
+  const periodic = { ...controllerFor('periodic', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}periodic` } } }) };
+  periodic.spec = { ...(periodic.spec as object), resyncPeriodSeconds: 30 };
+  before(async () => {
+    await kube.create(CompositeControllerKind, periodic);
+    await parentFor('steady', 'periodic');
+    await parentFor('broken', 'periodic');
+    script = (_path, request) => (request.parent.metadata.name === 'broken' ? { status: 500, body: 'broken on purpose' } : { status: 200, body: JSON.stringify(sync(request)) });
+  });
+  after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'periodic' }));
+
+  test('the sweep still asks to come back after the period; the healthy parent is synced, the failing one gets its SyncError', async () => {
+    const started = Date.now();
+    const answer = await nudgeWithHeaders('periodic');
+    assert.equal(answer.status, 200, answer.text);
+    assert.deepEqual(JSON.parse(answer.text).keys, ['metacontroller.k8s.io/CompositeController:periodic']);
+    const due = Date.parse(answer.notBefore ?? '');
+    assert.ok(due >= started + 29_000, `due after the 30 s period, not at once (${answer.notBefore})`);
+    assert.ok(await podOf('steady'), 'the healthy parent got its pod');
+    assert.equal(await podOf('broken'), undefined);
+    const events = await warnings('broken');
+    assert.ok(events.some((event) => event.reason === 'SyncError' && /broken on purpose/.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+  });
+
+  test('the failing parent alone, as a parent key, is still answered 503 (retried with the broker\'s backoff)', async () => {
+    const reconcile = new CloudEvent({ specversion: '1.0', id: 'r-broken', source: '/opfn/functions/composite', type: 'dev.opfn.reconcile', datacontenttype: 'application/json', data: { keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/broken'] } });
+    const answer = await deliver(fn.url, reconcile);
+    assert.equal(answer.status, 503, JSON.stringify(answer.body));
   });
 });
 
@@ -479,6 +510,31 @@ describe('customize hook (v2)', () => {
     assert.equal(answer.status, 503, JSON.stringify(answer.body));
     const events = await warnings('with-related');
     assert.ok(events.some((event) => event.reason === 'SyncError' && /does not serve gadgets in example\.com\/v1/.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+  });
+});
+
+describe('a parent CRD without the status subresource', () => {
+  const Sprocket: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Sprocket', plural: 'sprockets', namespaced: true };
+
+  test('the status is written by a plain update of the parent (upstream falls back to Update), without observedGeneration, and settles', async () => {
+    const crd = crdFor(Sprocket) as KubeObject & { spec: { versions: Record<string, unknown>[] } };
+    await applyCrds(kube, [{ ...crd, spec: { ...crd.spec, versions: crd.spec.versions.map(({ subresources: _, ...version }) => version) } }]);
+    await kube.create(CompositeControllerKind, {
+      apiVersion: 'metacontroller.k8s.io/v1alpha1',
+      kind: 'CompositeController',
+      metadata: { name: 'sprockets' },
+      spec: { parentResource: { apiVersion: 'example.com/v1', resource: 'sprockets' }, generateSelector: true, hooks: { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}sprocket-sync` } } } },
+    });
+    await eventually(async () => kube.create(Sprocket, { apiVersion: 'example.com/v1', kind: 'Sprocket', metadata: { name: 's1', namespace: 'default' }, spec: { teeth: 12 } }), 30_000, 'the sprockets CRD to be served');
+    script = (_path, request) => ({ status: 200, body: JSON.stringify({ status: { teeth: request.parent.spec.teeth }, children: [] }) });
+    await eventually(async () => (await nudge('sprockets')).status === 200, 30_000, 'the sprockets controller to sync once its CRD is served');
+    const sprocket = (await kube.get<KubeObject & { status?: unknown }>(Sprocket, { namespace: 'default', name: 's1' }))!;
+    assert.deepEqual(sprocket.status, { teeth: 12 });
+    assert.deepEqual(sprocket.spec, { teeth: 12 }, 'the rest of the parent is unchanged');
+    // The write counted as a new generation; the next sync (what its update event brings) writes nothing.
+    assert.equal((await nudge('sprockets')).status, 200);
+    assert.equal((await kube.get(Sprocket, { namespace: 'default', name: 's1' }))!.metadata.resourceVersion, sprocket.metadata.resourceVersion, 'no second write');
+    await kube.delete(CompositeControllerKind, { namespace: '', name: 'sprockets' });
   });
 });
 

@@ -81,6 +81,7 @@ const input = (extra: Partial<SyncPlanInput> = {}): SyncPlanInput => ({
   selector,
   observed: [],
   response: response(),
+  statusSubresource: true,
   ...extra,
 });
 
@@ -130,8 +131,16 @@ describe('planSync', () => {
 
   test('statusWrite: the same status is no write; an absent status is {} plus observedGeneration', () => {
     const current = { ...parent(), status: { ready: true, observedGeneration: 3 } };
-    assert.equal(statusWrite(current, { ready: true }).changed, false);
-    assert.equal(statusWrite(current, { ready: false }).changed, true);
-    assert.deepEqual(statusWrite(parent({ generation: undefined }), null).status, { observedGeneration: 0 });
+    assert.equal(statusWrite(current, { ready: true }, true).changed, false);
+    assert.equal(statusWrite(current, { ready: false }, true).changed, true);
+    assert.deepEqual(statusWrite(parent({ generation: undefined }), null, true).status, { observedGeneration: 0 });
+  });
+
+  test('without the status subresource, no observedGeneration: the plain update that writes the status bumps the generation, so it would never settle', () => {
+    const plan = planSync(input({ statusSubresource: false }));
+    assert.ok(plan.outcome.ok);
+    assert.deepEqual(plan.outcome.value.status, { status: { ready: true }, changed: true });
+    const written = { ...parent({ generation: 4 }), status: { ready: true } };
+    assert.equal(statusWrite(written, { ready: true }, false).changed, false, 'the status written last is no news, whatever the generation');
   });
 });

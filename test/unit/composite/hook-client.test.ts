@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { callCompositeHook, DEFAULT_TIMEOUT_MS, postJson, retryAfterSeconds, webhookTarget, webhookTimeoutMs, type HookFailure } from '../../../functions/composite/hook-client.ts';
+import { callCompositeHook, DEFAULT_TIMEOUT_MS, MAX_TIMER_MS, postJson, retryAfterSeconds, webhookTarget, webhookTimeoutMs, type HookFailure } from '../../../functions/composite/hook-client.ts';
 
 interface Seen {
   method?: string;
@@ -90,6 +90,12 @@ describe('hook client', () => {
     assert.equal('cause' in failure && failure.cause, 'timeout');
     assert.match(failure.reason, /timed out after 200 ms/);
     assert.ok(Date.now() - started < 5000);
+  });
+
+  test('a timeout beyond the largest Node timer (600h) waits for the answer, not 1 ms', async () => {
+    behaviour = (request, response, body) => setTimeout(() => answer(200, '{"children":[]}')(request, response), 50);
+    const result = await call({ timeout: '600h' });
+    assert.ok(result.ok, JSON.stringify(result));
   });
 
   test('a body that stalls after the headers still hits the timeout', async () => {
@@ -184,6 +190,9 @@ describe('webhook configuration', () => {
     assert.equal(webhookTimeoutMs('500ms'), 500);
     assert.equal(webhookTimeoutMs('1h'), 3_600_000);
     for (const value of [undefined, '', '0s', '10', 'ten seconds', '-1s']) assert.equal(webhookTimeoutMs(value), DEFAULT_TIMEOUT_MS, String(value));
+    // Longer than a Node timer can wait: the longest it can (about 24.8 days).
+    assert.equal(webhookTimeoutMs('596h'), 596 * 3_600_000);
+    assert.equal(webhookTimeoutMs('600h'), MAX_TIMER_MS);
   });
 
   test('Retry-After: integer, HTTP date rounded up, anything else 0', () => {

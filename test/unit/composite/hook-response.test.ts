@@ -139,4 +139,11 @@ describe('desiredChildren', () => {
     const nsChild = desiredChildren({ parent, children: [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'n' } }], childRules: [namespaces], selector: everything, generateSelector: false });
     assert.match(reasonOf(nsChild), /Namespace is cluster-scoped and cannot have a namespace/);
   });
+
+  test("a namespaced parent's namespaced child in another namespace is refused: the garbage collector would delete it, and every sync create it again", () => {
+    const elsewhere = desiredChildren({ parent, children: [pod('a'), pod('b', { namespace: 'other' })], childRules: [pods], selector: everything, generateSelector: false });
+    assert.match(reasonOf(elsewhere), /desired child Pod other\/b: a child of a namespaced parent must be in the parent's namespace "prod"/);
+    const explicit = desiredChildren({ parent, children: [pod('a', { namespace: 'prod' })], childRules: [pods], selector: everything, generateSelector: false });
+    assert.ok(explicit.ok, 'the parent\'s own namespace, spelled out, is fine');
+  });
 });
