@@ -97,14 +97,12 @@ export function parseIsoDuration(text: string): number {
   return ms;
 }
 
-/** Wait before retry number `retryNumber` (1 = first retry), Knative formula. */
+/** Wait before retry number `retryNumber` (1 = first retry), Knative formula (Dispatcher.sleep keeps it within a timer's range). */
 export function backoffDelayMs(delivery: Pick<ResolvedDelivery, 'backoffPolicy' | 'backoffDelayMs'>, retryNumber: number): number {
   const delay = delivery.backoffDelayMs;
   if (delivery.backoffPolicy === undefined || delay === undefined || retryNumber < 1) return 0;
   const attemptNum = retryNumber - 1;
-  const wait = delivery.backoffPolicy === 'exponential' ? delay * 2 ** attemptNum : delay * attemptNum;
-  // Keep timers in range (setTimeout's limit is ~24.8 days).
-  return Math.min(wait, 2_147_000_000);
+  return delivery.backoffPolicy === 'exponential' ? delay * 2 ** attemptNum : delay * attemptNum;
 }
 
 /**

@@ -1,8 +1,9 @@
 // One queued event's way to its subscriber: Knative's dispatcher retry loop (pkg/kncloudevents
 // RetryConfig: `delivery.retry` attempts after the first, backoff between them, retry only what
-// SelectiveRetry allows; a 429/503's Retry-After lengthens the wait), each attempt sent directly to a function instance when the route
-// offers one (the activator's warm path, chosen by the event's `partitionkey`), else to the
-// subscriber's URL. What never succeeds goes to the dead-letter sink with the last failure.
+// SelectiveRetry allows; a 429/503's Retry-After lengthens the wait), each attempt sent directly
+// to a function instance when the route offers one (the activator's warm path, chosen by the
+// event's `partitionkey`), else to the subscriber's URL. What never succeeds goes to the
+// dead-letter sink with the last failure.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { backoffDelayMs, retryAfterDelayMs, type DeliveryFailure } from '../delivery.ts';

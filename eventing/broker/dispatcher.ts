@@ -19,6 +19,7 @@
 //   the noise of this machine.
 import type { CloudEventV1 } from 'cloudevents';
 import { Agent, request } from 'undici';
+import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
 import { isRetryableStatus, type DeliveryFailure } from '../delivery.ts';
 import { BodyTooLarge, describeNetworkError, flattenHeaders, looksLikeCloudEvent, parseMessage, readBody, toBinaryMessage } from './cloudevent-http.ts';
 
@@ -119,7 +120,7 @@ export class Dispatcher {
     }
   }
 
-  /** Resolves after `ms`, or at once when the dispatcher is aborted. */
+  /** Resolves after `ms` (at most MAX_TIMER_MS: a Retry-After under a long retryAfterMax), or at once when the dispatcher is aborted. */
   sleep(ms: number): Promise<void> {
     if (ms <= 0 || this.#abort.aborted) return Promise.resolve();
     return new Promise((resolve) => {
@@ -128,7 +129,7 @@ export class Dispatcher {
         forget();
         resolve();
       };
-      const timer = setTimeout(done, ms);
+      const timer = setTimeout(done, Math.min(ms, MAX_TIMER_MS));
       const forget = this.#whenAborted(done);
     });
   }

@@ -15,11 +15,11 @@
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { FUNCTION_EXTENSION, NOT_BEFORE_EXTENSION } from '../../functions/runtime/events.ts';
+import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
 
 // The extension is the runtime's (functions/runtime/events.ts): one name on both ends of the wire.
 export { NOT_BEFORE_EXTENSION };
 export const DEFAULT_MAX_HELD = 10_000;
-const MAX_TIMER_MS = 2_147_000_000;
 
 /** When the event is due: a time in ms, or 'now' (absent, past, or not a valid timestamp → `problem`). */
 export function dueAt(event: CloudEventV1<unknown>, now: number): { at: number } | { at: 'now'; problem?: string } {

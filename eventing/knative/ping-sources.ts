@@ -8,6 +8,7 @@ import { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import { PING_TYPE } from '../../functions/runtime/events.ts';
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { nextFire, parseSchedule, type Schedule } from './cron.ts';
 import { PingSource } from './kinds.ts';
@@ -108,8 +109,8 @@ export class PingSourceController {
 
   #arm(key: string, schedule: Schedule): void {
     const at = nextFire(schedule, new Date());
-    // setTimeout holds at most about 24.8 days; a later fire re-arms on the way.
-    const wait = Math.min(at.getTime() - Date.now(), 2 ** 31 - 1);
+    // A fire later than a timer holds re-arms on the way.
+    const wait = Math.min(at.getTime() - Date.now(), MAX_TIMER_MS);
     const timer = setTimeout(() => {
       const object = this.#sources.get(key);
       if (!object) return;

@@ -13,17 +13,11 @@
 // Not supported (yet): etag caching, caBundle / clientTLS, authorization and basicAuth.
 import http from 'node:http';
 import https from 'node:https';
+import { MAX_TIMER_MS } from '../runtime/timers.ts';
 import { parseHookResponse } from './hook-response.ts';
 import type { CompositeHookResponse, HookVersion, Webhook } from './types.ts';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
-/**
- * The longest delay a Node timer takes (2^31 - 1 ms, about 24.8 days). A longer one fires after
- * 1 ms instead (TimeoutOverflowWarning), which would time out every call of a webhook with a
- * `timeout` of about 596.5 h or more. The broker clamps its timers likewise
- * (eventing/broker/hold.ts); this one is local because functions never import eventing.
- */
-export const MAX_TIMER_MS = 2 ** 31 - 1;
 /** A hook answer larger than this is refused rather than buffered. */
 export const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
 
@@ -61,7 +55,9 @@ const DURATION_UNITS: Record<string, number> = { ns: 1e-6, us: 1e-3, µs: 1e-3, 
 
 /**
  * A Go duration ("10s", "1m30s", "1.5s") in milliseconds; 10 s when absent, invalid or not
- * positive; at most MAX_TIMER_MS (an effectively unbounded wait, as upstream's would be).
+ * positive; at most MAX_TIMER_MS (an effectively unbounded wait, as upstream's would be; a
+ * longer timer would fire after 1 ms and time out every call of a webhook with a `timeout` of
+ * about 596.5 h or more).
  */
 export function webhookTimeoutMs(timeout: string | undefined): number {
   if (!timeout || !/^(\d+(\.\d+)?(ns|us|µs|μs|ms|s|m|h))+$/.test(timeout)) return DEFAULT_TIMEOUT_MS;

@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
+import { Dispatcher } from '../../eventing/broker/dispatcher.ts';
 import { appendJsonLine, Broker, clearDeadLetterFile, readDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker.ts';
 
 interface Received {
@@ -231,6 +232,19 @@ describe('Broker requeue holding (opfnnotbefore)', () => {
     assert.equal(broker.heldReplies, 1);
     await broker.close();
     assert.ok(lines.some((l) => /dropped because the plane stopped/.test(String(l.msg))), 'a log line for the dropped requeue');
+  });
+});
+
+describe('Dispatcher.sleep', () => {
+  it('a wait beyond a timer\'s range (a Retry-After under a long retryAfterMax) is capped, not cut to 1 ms', async () => {
+    const abort = new AbortController();
+    const dispatcher = new Dispatcher({ abort: abort.signal, maxResponseBytes: 1024 });
+    let resolved = false;
+    const waiting = dispatcher.sleep(2 ** 31 + 5000).then(() => (resolved = true));
+    await sleep(50);
+    assert.equal(resolved, false, 'still waiting');
+    abort.abort();
+    await waiting;
   });
 });
 
