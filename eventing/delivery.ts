@@ -21,6 +21,7 @@
 import { resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CloudEventV1 } from 'cloudevents';
+import { retryAfterMs } from '../functions/runtime/http.ts';
 
 export interface DeliverySpec {
   /** Retries after the first attempt. */
@@ -111,10 +112,9 @@ export function backoffDelayMs(delivery: Pick<ResolvedDelivery, 'backoffPolicy' 
  * missing or unreadable header, or `maxMs` 0.
  */
 export function retryAfterDelayMs(status: number, retryAfter: string | undefined, maxMs: number | undefined, now = Date.now()): number {
-  if ((status !== 429 && status !== 503) || retryAfter === undefined || maxMs === 0) return 0;
-  const text = retryAfter.trim();
-  const wait = /^\d+$/.test(text) ? Number(text) * MS_PER_SECOND : Date.parse(text) - now;
-  return Number.isFinite(wait) && wait > 0 ? Math.min(wait, maxMs ?? DEFAULT_RETRY_AFTER_MAX_MS) : 0;
+  if ((status !== 429 && status !== 503) || maxMs === 0) return 0;
+  const wait = retryAfterMs(retryAfter, now);
+  return wait !== undefined && wait > 0 ? Math.min(wait, maxMs ?? DEFAULT_RETRY_AFTER_MAX_MS) : 0;
 }
 
 /** kncloudevents.SelectiveRetry: 5xx, 404, 408, 409, 429 are retried; everything else is not. */

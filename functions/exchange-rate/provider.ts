@@ -7,7 +7,7 @@
 // Rates change once per ECB working day, so one request per refresh serves every ExchangeRate:
 // the client always asks for every supported currency at once, and a per-process cache keyed by
 // the refresh slot makes all reconciles of one slot share that single request.
-import { ResponseTooLargeError, type HttpClient } from '../runtime/http.ts';
+import { ResponseTooLargeError, retryAfterMs, type HttpClient } from '../runtime/http.ts';
 /** The currencies the CRD's enum allows. */
 export const CURRENCIES = ['CAD', 'CHF', 'GBP', 'JPY', 'PLN', 'USD'] as const;
 export type Currency = (typeof CURRENCIES)[number];
@@ -69,11 +69,10 @@ export interface FrankfurterOptions {
   get: HttpGet;
 }
 
-/** Retry-After as seconds (delta-seconds or an HTTP date), when present and sane. */
-function retryAfterSeconds(value: string | undefined, now = Date.now()): number | undefined {
-  if (!value) return undefined;
-  const seconds = /^\d+$/.test(value.trim()) ? Number(value) : (Date.parse(value) - now) / 1000;
-  return Number.isFinite(seconds) && seconds >= 0 ? Math.min(Math.ceil(seconds), 3600) : undefined;
+/** Retry-After as whole seconds, at most an hour, when present, readable and not elapsed. */
+function retryAfterSeconds(value: string | undefined): number | undefined {
+  const ms = retryAfterMs(value);
+  return ms === undefined || ms < 0 ? undefined : Math.min(Math.ceil(ms / 1000), 3600);
 }
 
 /**

@@ -22,6 +22,18 @@ export interface HttpClient {
   fetch(url: string | URL, request?: HttpRequest): Promise<Response>;
 }
 
+/**
+ * A Retry-After header as a wait in ms: delta-seconds or an HTTP date (RFC 9110 §10.2.3); an
+ * elapsed date gives a negative wait, which each caller reads its own way; undefined when absent
+ * or unreadable.
+ */
+export function retryAfterMs(value: string | undefined, now = Date.now()): number | undefined {
+  if (value === undefined) return undefined;
+  const text = value.trim();
+  const wait = /^\d+$/.test(text) ? Number(text) * 1000 : Date.parse(text) - now;
+  return Number.isFinite(wait) ? wait : undefined;
+}
+
 /** The answer's body was larger than the caller allows; the rest of it was not read. */
 export class ResponseTooLargeError extends TransientError {
   /** The HTTP status of the answer. */

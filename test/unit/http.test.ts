@@ -1,11 +1,11 @@
 // The shared outbound HTTP client's body bound, against a loopback server: a body past the bound
 // fails with ResponseTooLargeError (default 1 MiB, overridable per call) and the rest of it is
-// never transferred.
+// never transferred; and the one Retry-After reader.
 import assert from 'node:assert/strict';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { DEFAULT_MAX_BODY_BYTES, httpClient, ResponseTooLargeError } from '../../functions/runtime/http.ts';
+import { DEFAULT_MAX_BODY_BYTES, httpClient, ResponseTooLargeError, retryAfterMs } from '../../functions/runtime/http.ts';
 
 describe('http: response bodies are read with a bound', () => {
   let base: string;
@@ -53,5 +53,15 @@ describe('http: response bodies are read with a bound', () => {
     // The client hung up: the server sees its response closed, and stops writing.
     if (!endless!.closed) await new Promise((resolve) => endless!.once('close', resolve));
     assert.ok(endless!.closed);
+  });
+});
+
+describe('http: retryAfterMs', () => {
+  test('delta-seconds or an HTTP date; an elapsed date is negative; anything else undefined', () => {
+    const now = Date.parse('2025-05-01T00:00:00Z');
+    assert.equal(retryAfterMs(' 30 ', now), 30_000);
+    assert.equal(retryAfterMs('Thu, 01 May 2025 00:00:45 GMT', now), 45_000);
+    assert.equal(retryAfterMs('Wed, 30 Apr 2025 23:59:50 GMT', now), -10_000);
+    for (const unreadable of [undefined, '', 'soon', 'in a minute']) assert.equal(retryAfterMs(unreadable, now), undefined, String(unreadable));
   });
 });
