@@ -28,7 +28,6 @@ import { ensureFinalizer, removeFinalizer } from '../runtime/reconciler.ts';
 import { applyChildOperations, claimChildren, selectedLists, type CandidateLists } from './children.ts';
 import { callHook, type UrlRewrite } from './hooks.ts';
 import { relatedFor } from './related.ts';
-import { hasStatusSubresource } from './status-subresource.ts';
 
 /** A controller with its kinds resolved: everything every parent's sync shares. */
 export interface ResolvedComposite {
@@ -138,7 +137,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   if (!answer.ok) return hookFailed(answer.failure);
 
   // Without the subresource, /status is a 404 that reads like a deleted parent: a plain update instead (upstream's fallback).
-  const statusSubresource = await hasStatusSubresource(kube, parentKind);
+  const statusSubresource = await discoveryFor(kube).hasStatusSubresource(parentKind);
   const plan = planSync({
     controller: effective,
     parent,

@@ -8,8 +8,13 @@
 // its CompositeController is served a moment later, so "not there yet" must be retried, never
 // read as "gone". An apiVersion that cannot name any group-version is a TerminalError.
 // Statically declared functions never call this (their kinds are compiled in).
+//
+// The same documents say which resources have the status subresource: a CRD without it has no
+// `/status` path, so its status is written by a plain update (upstream: pkg/dynamic/clientset
+// AtomicStatusUpdate). That answer is re-read after SUBRESOURCE_REFRESH_MS, upstream's discovery
+// interval, since a CRD may gain or lose the subresource while its kind stays served.
 import { TerminalError, TransientError } from './errors.ts';
-import type { ResourceKind } from './kinds.ts';
+import { apiVersionOf, type ResourceKind } from './kinds.ts';
 import { ApiError, type KubeClient } from './kube.ts';
 
 interface ApiResource {
@@ -24,11 +29,13 @@ interface GroupVersionDocument {
 
 /** A group-version read less than this long ago is not read again for a miss (a burst of misses costs one request). */
 const MISS_REFRESH_MS = 1000;
+/** How old an answer about subresources may be: upstream's discovery interval. */
+const SUBRESOURCE_REFRESH_MS = 30_000;
 
 export class Discovery {
   readonly #kube: KubeClient;
-  /** apiVersion → resource → kind; only top-level resources (no subresources). */
-  readonly #groupVersions = new Map<string, { readAt: number; resources: Map<string, ResourceKind> }>();
+  /** apiVersion → resource → kind (top-level resources), and the resources served with `/status`. */
+  readonly #groupVersions = new Map<string, { readAt: number; resources: Map<string, ResourceKind>; withStatus: Set<string> }>();
   readonly #reading = new Map<string, Promise<void>>();
 
   constructor(kube: KubeClient) {
@@ -44,6 +51,14 @@ export class Discovery {
     const found = this.#groupVersions.get(apiVersion)?.resources.get(resource);
     if (!found) throw new TransientError(`the API server does not serve ${resource} in ${apiVersion} (yet?); will retry`, { retryAfterSeconds: 5 });
     return found;
+  }
+
+  /** Whether the API server serves `<plural>/status` for `kind` (as of at most SUBRESOURCE_REFRESH_MS ago). */
+  async hasStatusSubresource(kind: ResourceKind): Promise<boolean> {
+    const apiVersion = apiVersionOf(kind);
+    const cached = this.#groupVersions.get(apiVersion);
+    if (!cached || Date.now() - cached.readAt >= SUBRESOURCE_REFRESH_MS) await this.#read(apiVersion);
+    return this.#groupVersions.get(apiVersion)?.withStatus.has(kind.plural) ?? false;
   }
 
   /** Reads one group-version's discovery document; concurrent readers share one request. */
@@ -71,11 +86,14 @@ export class Discovery {
       if (!(error instanceof ApiError && error.code === 404)) throw error;
     }
     const resources = new Map<string, ResourceKind>();
+    const withStatus = new Set<string>();
     for (const entry of document?.resources ?? []) {
-      if (entry.name.includes('/')) continue;
+      const [plural, subresource] = entry.name.split('/', 2);
+      if (subresource === 'status') withStatus.add(plural!);
+      if (subresource !== undefined) continue;
       resources.set(entry.name, { group, version, kind: entry.kind, plural: entry.name, namespaced: entry.namespaced });
     }
-    this.#groupVersions.set(apiVersion, { readAt: Date.now(), resources });
+    this.#groupVersions.set(apiVersion, { readAt: Date.now(), resources, withStatus });
   }
 }
 
