@@ -3,6 +3,7 @@
 // reconcile that wrote it already knew everything in it, so it needs no reconcile (skips.ts).
 // A forged event can only make the function skip; the resync repairs that.
 import { kindKeyString, type KubeObject, type ResourceKind } from './kinds.ts';
+import { setRecent } from './recent.ts';
 
 /** Bounded; the oldest entries are forgotten. */
 export class OwnWrites {
@@ -17,9 +18,7 @@ export class OwnWrites {
     const version = object?.metadata?.resourceVersion;
     if (!version || !object.metadata.name) return;
     const id = kindKeyString({ kind, namespace: object.metadata.namespace ?? '', name: object.metadata.name });
-    this.#versions.delete(id);
-    this.#versions.set(id, version);
-    if (this.#versions.size > this.#limit) this.#versions.delete(this.#versions.keys().next().value!);
+    setRecent(this.#versions, id, version, this.#limit);
   }
 
   /** True when `object` is exactly the version this process wrote last. */

@@ -19,6 +19,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { apiVersionOf, CoreEvent, type KubeObject, type ResourceKind } from './kinds.ts';
 import { isNotFound, type KubeClient } from './kube.ts';
+import { setRecent } from './recent.ts';
 
 /** Records Kubernetes Events (kubectl describe shows them) on reconciled objects. */
 export interface EventRecorder {
@@ -65,7 +66,7 @@ export class EventSink {
   readonly #component: string;
   readonly #log: Logger;
   readonly #now: () => Date;
-  /** Insertion order is recency: a touched entry is deleted and set again. */
+  /** Most recent last (setRecent). */
   readonly #cache = new Map<string, Aggregate>();
   /** By involved object, type and reason; bounded as #cache is. */
   readonly #similar = new Map<string, Similar>();
@@ -103,7 +104,6 @@ export class EventSink {
     const now = timestamp(this.#now());
     let aggregate = this.#cache.get(key);
     if (aggregate) {
-      this.#cache.delete(key);
       aggregate.count++;
       aggregate.lastTimestamp = now;
       aggregate.body.message = message;
@@ -118,8 +118,7 @@ export class EventSink {
         body: { involvedObject: { ...involved, resourceVersion: object.metadata.resourceVersion }, type, reason, message, source: { component: this.#component }, reportingComponent: this.#component },
       };
     }
-    this.#cache.set(key, aggregate);
-    if (this.#cache.size > CACHE_SIZE) this.#cache.delete(this.#cache.keys().next().value!);
+    setRecent(this.#cache, key, aggregate, CACHE_SIZE);
     log.debug({ reason, count: aggregate.count }, 'recording Kubernetes Event');
     // Occurrences that arrive before the write are folded into it.
     if (!aggregate.pending) {
@@ -134,9 +133,7 @@ export class EventSink {
     const now = this.#now().getTime();
     let similar = this.#similar.get(similarKey);
     if (!similar || now - similar.lastSeen > AGGREGATE_INTERVAL_MS) similar = { messages: new Set(), lastSeen: now };
-    this.#similar.delete(similarKey);
-    this.#similar.set(similarKey, similar);
-    if (this.#similar.size > CACHE_SIZE) this.#similar.delete(this.#similar.keys().next().value!);
+    setRecent(this.#similar, similarKey, similar, CACHE_SIZE);
     similar.lastSeen = now;
     // Past the limit the set stops growing: its size is all that matters then.
     if (similar.messages.size < AGGREGATE_MAX_MESSAGES) similar.messages.add(message);

@@ -15,6 +15,7 @@
 // use no hint at all.
 import { kindKeyString, type KindKey, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import type { KubeClient } from './kube.ts';
+import { setRecent } from './recent.ts';
 
 /** Announced Reference-mode events per key, until a reconcile takes them; bounded, oldest forgotten. */
 export class ReferenceEvents {
@@ -28,10 +29,8 @@ export class ReferenceEvents {
   announce(key: KindKey): void {
     const id = kindKeyString(key);
     const count = (this.#pending.get(id) ?? 0) + 1;
-    this.#pending.delete(id);
-    this.#pending.set(id, count);
     // A forgotten announcement only makes its reconcile run in full.
-    if (this.#pending.size > this.#limit) this.#pending.delete(this.#pending.keys().next().value!);
+    setRecent(this.#pending, id, count, this.#limit);
   }
 
   /** Takes one announcement for `key`; false when there is none. */

@@ -20,6 +20,7 @@ import type { FunctionEvent } from './events.ts';
 import { keyProblem, kindKey, kindKeyString, sameKind, type KindKey, type KubeObject, type ResourceKind } from './kinds.ts';
 import type { OwnWrites } from './kube.ts';
 import { ReferenceEvents } from './reference-reads.ts';
+import { setRecent } from './recent.ts';
 
 /** What of an object's metadata a reconcile may have acted on, besides its spec. */
 export function metadataFingerprint(object: KubeObject): string {
@@ -43,9 +44,7 @@ export class SeenObjects {
 
   remember(key: KindKey, object: KubeObject): void {
     const id = kindKeyString(key);
-    this.#fingerprints.delete(id);
-    this.#fingerprints.set(id, metadataFingerprint(object));
-    if (this.#fingerprints.size > this.#limit) this.#fingerprints.delete(this.#fingerprints.keys().next().value!);
+    setRecent(this.#fingerprints, id, metadataFingerprint(object), this.#limit);
   }
 
   same(key: KindKey, object: KubeObject): boolean {

@@ -1,6 +1,6 @@
 // The function host's answers without a reachable API: per-key coalescing, requeue replies,
 // failed keys of a fan-out, error classes, and the pieces they are built from (workqueue,
-// config, cron, HTTP client, names).
+// config, cron, HTTP client, names, the bounded recent-entries map).
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -16,6 +16,7 @@ import { ConfigMap, InvalidPathSegmentError, objectPath, parseKindKey, type Obje
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { isHashedLabelValue, ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import { createFunctionHost, MAX_REQUEUE_SECONDS } from '../../functions/runtime/server.ts';
+import { setRecent } from '../../functions/runtime/recent.ts';
 import { KeyedWorkQueue } from '../../functions/runtime/workqueue.ts';
 import { quietLog, unreachableKube } from '../support/cluster.ts';
 
@@ -59,6 +60,14 @@ describe('per-key coalescing', () => {
     assert.deepEqual([...new Set(answers.map((a) => a.status))], [200]);
     assert.equal(runs, 3, 'a: the first run and ONE follow-up for 20 doorbells; b: one');
     assert.equal(maxRunning, 2, 'a and b at once, never a twice');
+  });
+
+  test('setRecent: a touched entry becomes the most recent; past the limit the one set longest ago is forgotten', () => {
+    const map = new Map<string, number>();
+    for (const key of ['a', 'b', 'c']) setRecent(map, key, 1, 3);
+    setRecent(map, 'a', 2, 3);
+    setRecent(map, 'd', 1, 3);
+    assert.deepEqual([...map.entries()], [['c', 1], ['a', 2], ['d', 1]], 'b, untouched longest, went; a moved to the end with its new value');
   });
 
   test('KeyedWorkQueue: a failed run does not block the key; the follow-up knows it is one', async () => {
