@@ -29,7 +29,7 @@ const REFUSED_SHARE = 1 / 8;
 export const refusedLettersFile = (path: string): string => `${path}.refused`;
 
 /** The subscriber refused the event for good (SelectiveRetry does not retry its 4xx answer). */
-export const isRefusal = (failure: DeliveryFailure): boolean => failure.status !== undefined && failure.status >= 400 && failure.status < 500 && !isRetryableStatus(failure.status);
+const isRefusal = (failure: DeliveryFailure): boolean => failure.status !== undefined && failure.status >= 400 && failure.status < 500 && !isRetryableStatus(failure.status);
 
 /** The files a dead-letter file stands for, each with its rotated predecessor first: the refused letters', then its own. */
 const letterFiles = (path: string): string[] => [refusedLettersFile(path), path].flatMap((file) => [`${file}.1`, file]);

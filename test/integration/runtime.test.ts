@@ -196,19 +196,30 @@ describe('helpers', () => {
     assert.deepEqual((await kube.get(ConfigMap, { namespace: 'default', name: 'foreign' }))!.data, { mine: 'yes' });
   });
 
-  test('Kubernetes Events are aggregated: the same reason and message patch count and lastTimestamp of one Event', async () => {
-    let now = new Date('2025-06-01T10:00:00Z');
+  /** A recorder on a new ConfigMap `name`, with a clock the test moves (`tick`), and the Events written about it. */
+  async function recordingOn(name: string, start: string) {
+    let now = new Date(start);
     const sink = new EventSink(kube, 'test-recorder', quietLog, () => now);
-    const object = await kube.create(ConfigMap, { metadata: { name: 'noisy', namespace: 'default' } });
-    const recorder = sink.recorder();
+    const object = await kube.create(ConfigMap, { metadata: { name, namespace: 'default' } });
+    return {
+      sink,
+      object,
+      recorder: sink.recorder(),
+      tick: (ms: number) => void (now = new Date(now.getTime() + ms)),
+      events: async () => (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items,
+    };
+  }
+
+  test('Kubernetes Events are aggregated: the same reason and message patch count and lastTimestamp of one Event', async () => {
+    const { sink, object, recorder, tick, events: written } = await recordingOn('noisy', '2025-06-01T10:00:00Z');
     for (let i = 0; i < 5; i++) {
       recorder.warning(object, ConfigMap, 'Flapping', 'it keeps failing');
-      now = new Date(now.getTime() + 1000);
+      tick(1000);
       if (i === 2) await sink.flush();
     }
     recorder.normal(object, ConfigMap, 'Recovered', 'fine again');
     await sink.flush();
-    const events = (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=noisy' })).items;
+    const events = await written();
     const flapping = events.filter((e) => e.reason === 'Flapping');
     assert.equal(flapping.length, 1, 'one Event object');
     assert.equal(flapping[0].count, 5);
@@ -218,27 +229,23 @@ describe('helpers', () => {
   });
 
   test('similar Events (same reason, ten different messages within ten minutes) are combined into one, as client-go aggregates them', async () => {
-    let now = new Date('2025-06-01T11:00:00Z');
-    const sink = new EventSink(kube, 'test-recorder', quietLog, () => now);
-    const object = await kube.create(ConfigMap, { metadata: { name: 'varying', namespace: 'default' } });
-    const recorder = sink.recorder();
+    const { sink, object, recorder, tick, events: written } = await recordingOn('varying', '2025-06-01T11:00:00Z');
     for (let i = 0; i < 15; i++) {
       recorder.warning(object, ConfigMap, 'SyncError', `conflict at 0xc000${i}`);
-      now = new Date(now.getTime() + 1000);
+      tick(1000);
       await sink.flush();
     }
-    const events = (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=varying' })).items;
+    const events = await written();
     const combined = events.filter((e) => String(e.message).startsWith('(combined from similar events): '));
     assert.equal(events.length, 10, `nine single Events and one combined: ${events.map((e) => e.message).join(' | ')}`);
     assert.equal(combined.length, 1);
     assert.equal(combined[0].count, 6, 'the tenth message and the five after it');
     assert.equal(combined[0].message, '(combined from similar events): conflict at 0xc00014', 'the latest message');
     // After ten quiet minutes the messages count afresh.
-    now = new Date(now.getTime() + 11 * 60_000);
+    tick(11 * 60_000);
     recorder.warning(object, ConfigMap, 'SyncError', 'conflict at 0xc00099');
     await sink.flush();
-    const after = (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=varying' })).items;
-    assert.ok(after.some((e) => e.message === 'conflict at 0xc00099' && e.count === 1));
+    assert.ok((await written()).some((e) => e.message === 'conflict at 0xc00099' && e.count === 1));
   });
 });
 
