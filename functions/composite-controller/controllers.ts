@@ -57,17 +57,17 @@ const served = new WeakMap<KubeClient, { readAt: number; composites: Promise<Res
  * retries it), so it never stops the others.
  */
 export function servedComposites(kube: KubeClient, log: Logger): Promise<ResolvedComposite[]> {
-  const cached = served.get(kube);
+  const cached = served.get(kube.underlying);
   if (cached && performance.now() - cached.readAt < SERVED_FOR_MS) return cached.composites;
   const composites = readComposites(kube, log);
-  served.set(kube, { readAt: performance.now(), composites });
+  served.set(kube.underlying, { readAt: performance.now(), composites });
   // A failed read is not kept: the next caller reads again.
-  composites.catch(() => served.delete(kube));
+  composites.catch(() => served.delete(kube.underlying));
   return composites;
 }
 
 /** Drops what this process remembers of the controllers: one of them changed. */
-export const forgetComposites = (kube: KubeClient): void => void served.delete(kube);
+export const forgetComposites = (kube: KubeClient): void => void served.delete(kube.underlying);
 
 async function readComposites(kube: KubeClient, log: Logger): Promise<ResolvedComposite[]> {
   const resolved: ResolvedComposite[] = [];

@@ -101,7 +101,8 @@ const perClient = new WeakMap<KubeClient, Discovery>();
 
 /** The process's discovery cache for this client's API server and identity. */
 export function discoveryFor(kube: KubeClient): Discovery {
-  let discovery = perClient.get(kube);
-  if (!discovery) perClient.set(kube, (discovery = new Discovery(kube)));
+  const client = kube.underlying;
+  let discovery = perClient.get(client);
+  if (!discovery) perClient.set(client, (discovery = new Discovery(client)));
   return discovery;
 }

@@ -269,6 +269,11 @@ export class KubeClient {
   readonly #observe: RequestObserver;
   /** What this client wrote (create, replace, patch), to recognise the echoes of our own writes. */
   readonly ownWrites = new OwnWrites();
+  /**
+   * The client itself, also when reached through a view of it (hintFromFirstRead's proxy, one per
+   * reconcile): what per-client caches are keyed on and hold, so every reconcile shares them.
+   */
+  readonly underlying: KubeClient = this;
   #auth?: Promise<PreparedAuth>;
 
   constructor(config: KubeConfig, observe: RequestObserver = () => {}) {

@@ -9,6 +9,8 @@ import { OwnWrites } from '../../functions/runtime/own-writes.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { hintFromFirstRead, ReferenceEvents } from '../../functions/runtime/reference-reads.ts';
 import { SeenObjects, skipReason } from '../../functions/runtime/skips.ts';
+import { discoveryFor } from '../../functions/runtime/discovery.ts';
+import { unreachableKube } from '../support/cluster.ts';
 
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
 const declaration = defineFunction({ name: 'w', description: '', reconciles: Widget, owns: [{ kind: Pod }], rbac: [], reconcile: async () => {} });
@@ -84,4 +86,12 @@ test("the reconcile's first read of its object becomes its hint; nothing is read
   const goneCtx: { kube: KubeClient; hint?: unknown } = { kube };
   assert.equal(await hintFromFirstRead(goneCtx as never, key('gone')).get(Widget, { namespace: 'ns', name: 'gone' }), undefined);
   assert.equal(goneCtx.hint, undefined, 'an object that is gone is no hint');
+});
+
+test("per-client caches see through a reconcile's view of the client (kube.underlying): one discovery cache for all reconciles", () => {
+  const kube = unreachableKube();
+  const view = hintFromFirstRead({ kube }, key('a'));
+  assert.notEqual(view, kube, 'a view of its own per reconcile');
+  assert.equal(view.underlying, kube);
+  assert.equal(discoveryFor(view), discoveryFor(kube), 'what one reconcile discovered serves the next (a cache keyed on the view would miss, and forgetting through it would forget nothing)');
 });
