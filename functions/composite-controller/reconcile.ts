@@ -7,9 +7,10 @@
 //                          parent's and its children's events bring (routing.ts).
 //
 // One parent's failure never stops the others: each is reported on its own parent (SyncError
-// Event). A parent key that failed is retried with backoff. A sweep that failed is retried with
-// backoff too, unless its controller has a resyncPeriodSeconds: then the sweep succeeds with its
-// requeue, and the failed parents are tried again with the next sweep (Sweep.result explains why).
+// Event) and, from a sweep, to the runtime as a failed key of its own (ReconcileResult.otherKeys):
+// it is retried alone with the broker's backoff, while the sweep keeps its requeue (its
+// controller's resyncPeriodSeconds), as upstream retries only the failing parent's work item.
+// A hook's resyncAfterSeconds requeues its parent alone, in a sweep too.
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go (every parent is its own work
 // item, so failures are independent; Start: resyncPeriodSeconds; a hook's resyncAfterSeconds
@@ -17,7 +18,8 @@
 import { resyncPeriodMs } from '../composite/controller-spec.ts';
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { TerminalError, TransientError } from '../runtime/errors.ts';
-import { apiVersionOf, groupKind, type KindKey, type KubeObject } from '../runtime/kinds.ts';
+import { MAX_KEYS_PER_EVENT } from '../runtime/events.ts';
+import { apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject } from '../runtime/kinds.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
 import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eventing.ts';
@@ -59,7 +61,7 @@ async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise
     await Promise.all(Array.from({ length: Math.min(PARENT_CONCURRENCY, page.items.length) }, worker));
   }
   const period = resyncPeriodMs(composite.controller);
-  return sweep.result(period ? period / 1000 : 0);
+  return sweep.sweepResult((period ?? 0) / 1000);
 }
 
 /** One parent, under every controller of its kind (normally one). */
@@ -71,16 +73,28 @@ async function reconcileParent(key: KindKey, ctx: ReconcileContext): Promise<Rec
   // Candidates are listed for this parent alone, by its child selector (sync-parent.ts).
   const sweep = new Sweep(ctx, undefined);
   for (const composite of composites) await sweep.sync(composite, parent);
-  return sweep.result(0);
+  return sweep.parentResult();
 }
 
-/** Syncs parents, keeping the earliest requested resync and every failure. */
+/**
+ * Parents requeued on their own by one sweep (their hooks' resyncAfterSeconds); beyond this, the
+ * sweep requeues itself when the soonest of the rest is due: a reply carries at most
+ * MAX_KEYS_PER_EVENT keys, and the failed parents come first.
+ */
+const PARENT_REQUEUES_PER_SWEEP = MAX_KEYS_PER_EVENT / 2;
+
+/**
+ * Syncs parents, keeping each one's requested resync and failure. A parent's own key throws its
+ * failure (the broker retries it with backoff) and returns its requeue; a sweep reports its
+ * parents' as keys of their own (ReconcileResult.otherKeys), so a failing parent neither redoes
+ * the sweep nor stops its period, and one parent's short resyncAfterSeconds does not resync them all.
+ */
 class Sweep {
   readonly #ctx: ReconcileContext;
   readonly #hookUrls: UrlRewrite[];
   readonly #listed: CandidateLists | undefined;
-  readonly #failures: TransientError[] = [];
-  #resyncAfterSeconds = 0;
+  readonly #failures: { key: KindKey; error: TransientError }[] = [];
+  readonly #requeues: { key: KindKey; requeueAfterSeconds: number }[] = [];
 
   constructor(ctx: ReconcileContext, listed: CandidateLists | undefined) {
     const hookUrls = parseHookUrls(ctx.config.COMPOSITE_HOOK_URLS ?? '');
@@ -92,43 +106,40 @@ class Sweep {
 
   async sync(composite: ResolvedComposite, parent: KubeObject): Promise<void> {
     const { kube, events, log } = this.#ctx;
+    const key = kindKey(composite.parentKind, keyOf(parent));
     try {
       const synced = await syncParent(composite, parent, { kube, events, hookUrls: this.#hookUrls, listed: this.#listed });
-      if (synced.resyncAfterSeconds > 0) this.#resyncAfterSeconds = this.#resyncAfterSeconds ? Math.min(this.#resyncAfterSeconds, synced.resyncAfterSeconds) : synced.resyncAfterSeconds;
+      if (synced.resyncAfterSeconds > 0) this.#requeues.push({ key, requeueAfterSeconds: synced.resyncAfterSeconds });
     } catch (error) {
       const failure = error instanceof TransientError ? error : new TransientError((error as Error).message, { cause: error });
       log.warn({ parent: parent.metadata.name, err: failure.message }, 'sync of a parent failed; retried');
-      this.#failures.push(failure);
+      this.#failures.push({ key, error: failure });
     }
   }
 
-  /**
-   * The requeue, if any. When a parent failed: the requeue still, if the controller has a
-   * resyncPeriodSeconds; else a throw, retried after the shortest Retry-After all agree on.
-   *
-   * Why the period wins: a reconcile answers for its own key only (declaration.ts), so a sweep
-   * can either fail (the broker retries the whole sweep with backoff, then dead-letters it) or
-   * ask for its requeue, not both. Failing it for one parent would stop the periodic resync of
-   * every parent of the controller for good (upstream resyncs each parent on its own, and
-   * retries only the failing key: controller.go Start and processNextWorkItem). So the period
-   * keeps running, and it is what retries the failed parents: each sweep tries them again (each
-   * failure is again a SyncError Event on its parent), and any event of a failed parent retries
-   * that parent alone, with the broker's backoff. Without a period the sweep has nothing to lose
-   * by failing.
-   */
-  result(periodSeconds: number): ReconcileResult | undefined {
+  /** One parent's result: its failure thrown (retried with backoff after the shortest Retry-After all agree on), or its soonest requeue. */
+  parentResult(): ReconcileResult | undefined {
     const failures = this.#failures;
-    const candidates = [this.#resyncAfterSeconds, periodSeconds].filter((seconds) => seconds > 0);
-    const requeue = candidates.length ? { requeueAfterSeconds: Math.min(...candidates) } : undefined;
-    if (failures.length > 0 && periodSeconds > 0) {
-      this.#ctx.log.warn({ failed: failures.length, requeueAfterSeconds: requeue!.requeueAfterSeconds }, 'parents failed to sync; the periodic resync retries them');
-      return requeue;
-    }
     if (failures.length > 0) {
-      const waits = failures.map((failure) => failure.retryAfterSeconds).filter((seconds): seconds is number => seconds !== undefined);
-      const message = `${failures.length} parent(s) failed to sync: ${failures.slice(0, 3).map((failure) => failure.message).join('; ')}${failures.length > 3 ? '; …' : ''}`;
+      const waits = failures.map(({ error }) => error.retryAfterSeconds).filter((seconds): seconds is number => seconds !== undefined);
+      const message = `${failures.length} parent(s) failed to sync: ${failures.slice(0, 3).map(({ error }) => error.message).join('; ')}${failures.length > 3 ? '; …' : ''}`;
       throw new TransientError(message, { retryAfterSeconds: waits.length === failures.length ? Math.min(...waits) : undefined });
     }
-    return requeue;
+    return soonest(this.#requeues.map(({ requeueAfterSeconds }) => requeueAfterSeconds));
   }
+
+  /** A sweep's result: its period as its own requeue, its parents' failures and requeues as keys of their own. */
+  sweepResult(periodSeconds: number): ReconcileResult | undefined {
+    const requeues = this.#requeues.sort((a, b) => a.requeueAfterSeconds - b.requeueAfterSeconds);
+    const reported = requeues.slice(0, PARENT_REQUEUES_PER_SWEEP);
+    const own = soonest([periodSeconds, requeues[PARENT_REQUEUES_PER_SWEEP]?.requeueAfterSeconds ?? 0]);
+    const otherKeys = [...this.#failures, ...reported];
+    return own || otherKeys.length ? { ...own, ...(otherKeys.length ? { otherKeys } : {}) } : undefined;
+  }
+}
+
+/** The soonest of the positive delays, as a requeue. */
+function soonest(delays: number[]): ReconcileResult | undefined {
+  const positive = delays.filter((seconds) => seconds > 0);
+  return positive.length ? { requeueAfterSeconds: Math.min(...positive) } : undefined;
 }

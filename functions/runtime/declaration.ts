@@ -127,6 +127,13 @@ export interface ReconcileContext {
 /** "Reconcile this key again after D" (controller-runtime's Result.RequeueAfter). */
 export interface ReconcileResult {
   requeueAfterSeconds?: number;
+  /**
+   * Other keys this reconcile worked on (a CompositeController's sweep syncs its parents), of the
+   * reconciled kind or a runtime kind, answered as keys of the event: one that failed (`error`) is
+   * retried on its own with the broker's backoff (a TerminalError is not), one that asked for a
+   * requeue comes back on its own; this key's own result stands beside them.
+   */
+  otherKeys?: { key: KindKey; requeueAfterSeconds?: number; error?: Error }[];
 }
 
 /**

@@ -17,6 +17,7 @@ import { ImmortalContainerKind } from '../../functions/immortal-container/desire
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
+import { OUTCOME_HEADER } from '../../functions/runtime/server.ts';
 import { CloudEvent, HTTP } from 'cloudevents';
 import { deliver, eventually, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { crdFor, MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
@@ -127,9 +128,9 @@ describe("the seed's Metacontroller ImmortalContainer, manifests unchanged", () 
     const answer = await nudge();
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     assert.equal(await getPod(), undefined, 'the finished pod was deleted');
-    // The answer asks for the controller again soon (a reply event the broker holds), so the
-    // pod comes back without waiting for the next resync.
-    assert.deepEqual(answer.body.keys, ['metacontroller.k8s.io/CompositeController:immortalcontainer-controller'], JSON.stringify(answer.body));
+    // The answer asks for that parent again soon (a reply event the broker holds), so the pod
+    // comes back without waiting for the next resync; the sweep itself is not redone.
+    assert.deepEqual(answer.body.keys, ['immortalcontainers.flugel.it/ImmortalContainer:default/example-immortalcontainer'], JSON.stringify(answer.body));
     assert.deepEqual((await getParent())!.status, { currentPod: '', observedGeneration: 1 });
     assert.equal((await nudge()).status, 200);
     const replaced = await getPod();
@@ -229,7 +230,10 @@ describe('kinds known only at run time', () => {
     });
     // Discovery reads the group-version again on a miss (at most once a second): the broker's
     // retries, played here, succeed once it is served.
-    await eventually(async () => (await nudge('widgets')).status === 200, 30_000, 'the widgets controller to sync once its CRD is served');
+    await eventually(async () => {
+      const answer = await nudgeWithHeaders('widgets');
+      return answer.status === 200 && JSON.parse(answer.headers[OUTCOME_HEADER] ?? '{}').failed === 0;
+    }, 30_000, 'the widgets controller to sync its parent once its CRD is served');
     const widget = (await kube.get(Widget, { namespace: '', name: 'w1' }))!;
     for (const namespace of ['ns-a', 'ns-b']) {
       const child = await kube.get(ConfigMap, { namespace, name: 'w1' });
@@ -369,11 +373,19 @@ const keyOfPod = (name: string) => ({ namespace: 'default', name: `${name}-immor
 /** POSTs a CloudEvent and keeps the answer's headers (Retry-After). */
 async function nudgeWithHeaders(name: string) {
   const { headers, body } = HTTP.binary(apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: { metadata: { name } }, action: 'update', mode: 'Reference' }) as CloudEvent<unknown>) as { headers: Record<string, string>; body: string };
-  const response = await fetch(fn.url, { method: 'POST', headers, body });
-  return { status: response.status, retryAfter: response.headers.get('retry-after'), notBefore: response.headers.get('ce-opfnnotbefore'), text: await response.text() };
+  return post(headers, body);
 }
 
-describe('hook failures: a Warning Event SyncError on the parent, retried; other controllers unaffected', () => {
+async function post(headers: Record<string, string>, body: string) {
+  const response = await fetch(fn.url, { method: 'POST', headers, body });
+  return { status: response.status, headers: Object.fromEntries(response.headers), retryAfter: response.headers.get('retry-after'), notBefore: response.headers.get('ce-opfnnotbefore'), text: await response.text() };
+}
+
+/** Delivers a reply as the broker routes it back: its CloudEvent headers and body, untouched. */
+const deliverReply = (answer: Awaited<ReturnType<typeof post>>) =>
+  post(Object.fromEntries(Object.entries(answer.headers).filter(([name]) => name.startsWith('ce-') || name === 'content-type')), answer.text);
+
+describe('hook failures: a Warning Event SyncError on the parent, the parent retried alone; other controllers unaffected', () => {
   before(async () => {
     await kube.create(CompositeControllerKind, controllerFor('failing', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}sync`, timeout: '1s' } } }));
     await parentFor('flaky', 'failing');
@@ -385,10 +397,13 @@ describe('hook failures: a Warning Event SyncError on the parent, retried; other
     ['malformed JSON', () => ({ status: 200, body: '{"children": [' }), /Sync error: /],
   ];
   for (const [what, behaviour, message] of cases) {
-    test(`${what}: answered 503 (retried), SyncError Event, no child`, async () => {
+    test(`${what}: the sweep answers a reply naming the parent, which alone is answered 503 (retried with backoff); SyncError Event, no child`, async () => {
       script = behaviour;
       const answer = await nudgeWithHeaders('failing');
-      assert.equal(answer.status, 503, answer.text);
+      assert.equal(answer.status, 200, answer.text);
+      assert.deepEqual(JSON.parse(answer.text), { keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/flaky'] });
+      const retried = await deliverReply(answer);
+      assert.equal(retried.status, 503, retried.text);
       const events = await warnings('flaky');
       assert.ok(events.some((event) => event.reason === 'SyncError' && message.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
       assert.equal(await podOf('flaky'), undefined);
@@ -400,7 +415,7 @@ describe('hook failures: a Warning Event SyncError on the parent, retried; other
   test('429 with Retry-After: retried after that long, without a SyncError Event', async () => {
     script = () => ({ status: 429, body: '', headers: { 'retry-after': '7' } });
     const before = (await warnings('flaky')).reduce((sum, event) => sum + Number(event.count ?? 1), 0);
-    const answer = await nudgeWithHeaders('failing');
+    const answer = await deliverReply(await nudgeWithHeaders('failing'));
     assert.equal(answer.status, 503, answer.text);
     assert.equal(answer.retryAfter, '7');
     const after = (await warnings('flaky')).reduce((sum, event) => sum + Number(event.count ?? 1), 0);
@@ -414,34 +429,54 @@ describe('hook failures: a Warning Event SyncError on the parent, retried; other
   });
 });
 
-describe('resyncPeriodSeconds survives a failing parent', () => {
+describe('a failing parent is retried alone with backoff; resyncPeriodSeconds and resyncAfterSeconds stand', () => {
   const periodic = { ...controllerFor('periodic', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}periodic` } } }) };
   periodic.spec = { ...(periodic.spec as object), resyncPeriodSeconds: 30 };
+  const parentKey = (name: string) => `immortalcontainer.flugel.it/ImmortalContainer:default/${name}`;
+  const hookCallsFor = (name: string) => scriptedCalls.filter(({ path, request }) => path === '/periodic' && request.parent?.metadata?.name === name).length;
   before(async () => {
     await kube.create(CompositeControllerKind, periodic);
     await parentFor('steady', 'periodic');
     await parentFor('broken', 'periodic');
-    script = (_path, request) => (request.parent.metadata.name === 'broken' ? { status: 500, body: 'broken on purpose' } : { status: 200, body: JSON.stringify(sync(request)) });
+    await parentFor('eager', 'periodic');
+    script = (_path, request) => {
+      const name = request.parent.metadata.name;
+      if (name === 'broken') return { status: 500, body: 'broken on purpose' };
+      return { status: 200, body: JSON.stringify({ ...sync(request), ...(name === 'eager' ? { resyncAfterSeconds: 5 } : {}) }) };
+    };
   });
   after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'periodic' }));
 
-  test('the sweep still asks to come back after the period; the healthy parent is synced, the failing one gets its SyncError', async () => {
+  test('the sweep answers a reply naming the failing parent, due at once, with its own period and the eager parent\'s requeue riding along', async () => {
     const started = Date.now();
     const answer = await nudgeWithHeaders('periodic');
     assert.equal(answer.status, 200, answer.text);
-    assert.deepEqual(JSON.parse(answer.text).keys, ['metacontroller.k8s.io/CompositeController:periodic']);
-    const due = Date.parse(answer.notBefore ?? '');
-    assert.ok(due >= started + 29_000, `due after the 30 s period, not at once (${answer.notBefore})`);
+    assert.equal(answer.notBefore, null, 'due at once: the failed parent is retried now');
+    const reply = JSON.parse(answer.text);
+    assert.deepEqual(reply.keys, [parentKey('broken')]);
+    const riding = Object.fromEntries(reply.requeues.map(({ key, notBefore }: { key: string; notBefore: string }) => [key, Date.parse(notBefore)]));
+    assert.deepEqual(Object.keys(riding).sort(), ['metacontroller.k8s.io/CompositeController:periodic', parentKey('eager')].sort(), 'one parent\'s resyncAfterSeconds requeues that parent, not the whole sweep');
+    assert.ok(riding['metacontroller.k8s.io/CompositeController:periodic'] >= started + 29_000, `the sweep is due after its 30 s period (${answer.text})`);
+    assert.ok(riding[parentKey('eager')] >= started + 4_000 && riding[parentKey('eager')] < started + 29_000, `the eager parent is due after 5 s (${answer.text})`);
     assert.ok(await podOf('steady'), 'the healthy parent got its pod');
     assert.equal(await podOf('broken'), undefined);
     const events = await warnings('broken');
     assert.ok(events.some((event) => event.reason === 'SyncError' && /broken on purpose/.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+
+    // The broker routes the reply back: the failing parent alone fails, so the broker backs off;
+    // nothing else is synced, and the requeues ride along with the retry.
+    const calls = { steady: hookCallsFor('steady'), broken: hookCallsFor('broken'), eager: hookCallsFor('eager') };
+    const retry = await deliverReply(answer);
+    assert.equal(retry.status, 503, retry.text);
+    assert.deepEqual({ steady: hookCallsFor('steady'), broken: hookCallsFor('broken'), eager: hookCallsFor('eager') }, { ...calls, broken: calls.broken + 1 });
   });
 
-  test('the failing parent alone, as a parent key, is still answered 503 (retried with the broker\'s backoff)', async () => {
-    const reconcile = new CloudEvent({ specversion: '1.0', id: 'r-broken', source: '/opfn/functions/composite', type: 'dev.opfn.reconcile', datacontenttype: 'application/json', data: { keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/broken'] } });
-    const answer = await deliver(fn.url, reconcile);
-    assert.equal(answer.status, 503, JSON.stringify(answer.body));
+  test('once it is due, the eager parent\'s requeue syncs that parent alone and asks again', async () => {
+    const calls = { steady: hookCallsFor('steady'), eager: hookCallsFor('eager') };
+    const requeue = new CloudEvent({ specversion: '1.0', id: 'r-eager', source: '/opfn/functions/composite', type: 'dev.opfn.reconcile', datacontenttype: 'application/json', data: { keys: [parentKey('eager')] } });
+    const answer = await deliver(fn.url, requeue);
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.deepEqual({ steady: hookCallsFor('steady'), eager: hookCallsFor('eager') }, { steady: calls.steady, eager: calls.eager + 1 });
   });
 });
 
@@ -502,12 +537,15 @@ describe('customize hook (v2)', () => {
     assert.deepEqual(parent.status, { currentPod: 'shared-config/by-label,shared-config/by-name', observedGeneration: 1 });
   });
 
-  test('a related kind that is not served: SyncError Event on the parent, retried', async () => {
+  test('a related kind that is not served: SyncError Event on the parent, retried alone', async () => {
     script = (path, request) => (path === '/customize'
       ? { status: 200, body: JSON.stringify({ relatedResources: [{ apiVersion: 'example.com/v1', resource: 'gadgets' }] }) }
       : { status: 200, body: JSON.stringify({ status: {}, children: [] }) });
-    const answer = await nudge('customized');
-    assert.equal(answer.status, 503, JSON.stringify(answer.body));
+    const answer = await nudgeWithHeaders('customized');
+    assert.equal(answer.status, 200, answer.text);
+    assert.deepEqual(JSON.parse(answer.text).keys, ['immortalcontainer.flugel.it/ImmortalContainer:default/with-related']);
+    const retried = await deliverReply(answer);
+    assert.equal(retried.status, 503, retried.text);
     const events = await warnings('with-related');
     assert.ok(events.some((event) => event.reason === 'SyncError' && /does not serve gadgets in example\.com\/v1/.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
   });
