@@ -15,7 +15,9 @@
 // A requeue that rides along is not reconciled in the rounds that retry the failed keys, so a key
 // that keeps failing is retried alone and with the broker's backoff (a requeued key reconciled
 // with it would succeed every round, and the round would never fail as a whole), and yet no
-// requeue waits for the resync because some other key failed. The other keys a reconcile reports
+// requeue waits for the resync because some other key failed. (While those keep failing, the
+// broker retries the event the requeues ride in: one comes back at the first retry after it is
+// due, or with the resync once the broker gives up.) The other keys a reconcile reports
 // besides its own (ReconcileResult.otherKeys: a CompositeController's sweep and its parents)
 // count as keys of the event, failed or requeued.
 // Nothing here grows with the number of keys except the reply, which is bounded.
