@@ -263,6 +263,7 @@ function interpretReconcile(event: CloudEventV1<unknown>): FunctionEvent {
   return { type: 'reconcile', keys: keys as string[], requeues: parsedRequeues, notBefore: raw === undefined ? undefined : rfc3339Time(String(raw), NOT_BEFORE_EXTENSION), id: event.id };
 }
 
+/** An RFC 3339 time; else a BadEventError naming `what` (the value cut to 40 characters). */
 function rfc3339Time(raw: unknown, what: string): Date {
   const time = new Date(String(raw));
   if (typeof raw !== 'string' || !/^\d{4}-\d{2}-\d{2}T/.test(raw) || Number.isNaN(time.getTime())) throw new BadEventError(`${what} "${String(raw).slice(0, 40)}" is not an RFC 3339 time`);
