@@ -78,8 +78,8 @@ async function reconcileParent(key: KindKey, ctx: ReconcileContext): Promise<Rec
 
 /**
  * Parents requeued on their own by one sweep (their hooks' resyncAfterSeconds); beyond this, the
- * sweep requeues itself when the soonest of the rest is due: a reply carries at most
- * MAX_KEYS_PER_EVENT keys, and the failed parents come first.
+ * sweep requeues itself when the soonest of the rest is due (and syncs them all then): a reply
+ * carries at most MAX_KEYS_PER_EVENT keys, and the failed parents come first.
  */
 const PARENT_REQUEUES_PER_SWEEP = MAX_KEYS_PER_EVENT / 2;
 
@@ -128,11 +128,14 @@ class Sweep {
     return soonest(this.#requeues.map(({ requeueAfterSeconds }) => requeueAfterSeconds));
   }
 
-  /** A sweep's result: its period as its own requeue, its parents' failures and requeues as keys of their own. */
+  /**
+   * A sweep's result: its period as its own requeue, its parents' failures and requeues as keys
+   * of their own; a parent due no sooner than the sweep itself is left to the sweep.
+   */
   sweepResult(periodSeconds: number): ReconcileResult | undefined {
     const requeues = this.#requeues.sort((a, b) => a.requeueAfterSeconds - b.requeueAfterSeconds);
-    const reported = requeues.slice(0, PARENT_REQUEUES_PER_SWEEP);
     const own = soonest([periodSeconds, requeues[PARENT_REQUEUES_PER_SWEEP]?.requeueAfterSeconds ?? 0]);
+    const reported = requeues.slice(0, PARENT_REQUEUES_PER_SWEEP).filter(({ requeueAfterSeconds }) => !own || requeueAfterSeconds < own.requeueAfterSeconds!);
     const otherKeys = [...this.#failures, ...reported];
     return own || otherKeys.length ? { ...own, ...(otherKeys.length ? { otherKeys } : {}) } : undefined;
   }

@@ -442,7 +442,8 @@ describe('a failing parent is retried alone with backoff; resyncPeriodSeconds an
     script = (_path, request) => {
       const name = request.parent.metadata.name;
       if (name === 'broken') return { status: 500, body: 'broken on purpose' };
-      return { status: 200, body: JSON.stringify({ ...sync(request), ...(name === 'eager' ? { resyncAfterSeconds: 5 } : {}) }) };
+      // 'steady' asks for a resync later than the period: the sweep covers it.
+      return { status: 200, body: JSON.stringify({ ...sync(request), resyncAfterSeconds: name === 'eager' ? 5 : 45 }) };
     };
   });
   after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'periodic' }));
@@ -455,7 +456,7 @@ describe('a failing parent is retried alone with backoff; resyncPeriodSeconds an
     const reply = JSON.parse(answer.text);
     assert.deepEqual(reply.keys, [parentKey('broken')]);
     const riding = Object.fromEntries(reply.requeues.map(({ key, notBefore }: { key: string; notBefore: string }) => [key, Date.parse(notBefore)]));
-    assert.deepEqual(Object.keys(riding).sort(), ['metacontroller.k8s.io/CompositeController:periodic', parentKey('eager')].sort(), 'one parent\'s resyncAfterSeconds requeues that parent, not the whole sweep');
+    assert.deepEqual(Object.keys(riding).sort(), ['metacontroller.k8s.io/CompositeController:periodic', parentKey('eager')].sort(), 'a parent\'s resyncAfterSeconds shorter than the period requeues that parent, not the whole sweep; a longer one is left to the sweep');
     assert.ok(riding['metacontroller.k8s.io/CompositeController:periodic'] >= started + 29_000, `the sweep is due after its 30 s period (${answer.text})`);
     assert.ok(riding[parentKey('eager')] >= started + 4_000 && riding[parentKey('eager')] < started + 29_000, `the eager parent is due after 5 s (${answer.text})`);
     assert.ok(await podOf('steady'), 'the healthy parent got its pod');
@@ -477,6 +478,7 @@ describe('a failing parent is retried alone with backoff; resyncPeriodSeconds an
     const answer = await deliver(fn.url, requeue);
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     assert.deepEqual({ steady: hookCallsFor('steady'), eager: hookCallsFor('eager') }, { steady: calls.steady, eager: calls.eager + 1 });
+    assert.deepEqual(answer.body.keys, [parentKey('eager')], 'its own requeue again');
   });
 });
 
