@@ -67,6 +67,15 @@ const configMapHook = (request: any) => {
 };
 // Not finalized yet: asks to be called again in a second (Metacontroller's resyncAfterSeconds),
 // as a finalize hook waiting on something outside must.
+/** Calls of the periodic controller's sync hook per parent; it fails for 'stubborn' while that is in `failing`. */
+const periodicCalls = new Map<string, number>();
+const periodicHook = (request: any) => {
+  const name = request.parent.metadata.name;
+  periodicCalls.set(name, (periodicCalls.get(name) ?? 0) + 1);
+  if (failing.has(name)) throw new Error(`scripted failure for ${name}`);
+  // A field the CRD's status schema keeps (an unknown one would be pruned).
+  return { status: { currentPod: 'synced' }, children: [] };
+};
 const finalizeHook = (request: any) => (finalizable.has(request.parent.metadata.name) ? { children: [], finalized: true } : { children: [], finalized: false, resyncAfterSeconds: 1 });
 
 const readyOf = async (name: string) => {
@@ -80,7 +89,7 @@ const createParent = (kind: ResourceKind, name: string, image: string) =>
 
 before(async () => {
   cluster = await startTestCluster();
-  hooks = await serveHooks({ hooks: { '/sync': sync, '/configmap': configMapHook, '/finalize': finalizeHook } });
+  hooks = await serveHooks({ hooks: { '/sync': sync, '/configmap': configMapHook, '/finalize': finalizeHook, '/periodic': periodicHook } });
   const { objects } = await applyGeneratedObjects(cluster.kube, [composite]);
   say(`${objects.length} generated objects of the composite function applied`);
   plane = new EventPlane({
@@ -189,5 +198,36 @@ describe('a CompositeController applied while the plane runs is served through i
     await createParent(MetaImmortalContainer, 'after-second-2', 'nginx:latest');
     await eventually(() => cluster.kube.get(Pod, { namespace: 'default', name: 'after-second-2-immortalpod' }), 60_000, 'the pod of after-second-2');
     assert.equal(await cluster.kube.get(ConfigMap, { namespace: 'default', name: 'second-2-image' }), undefined, 'no ConfigMap for a parent of the deleted controller');
+  });
+
+  test('resyncPeriodSeconds keeps sweeping while one parent fails: the sweep\'s requeue rides through the broker with the failing parent\'s retries', async () => {
+    const PERIODIC = 'periodic';
+    await cluster.kube.create(CompositeControllerKind, {
+      apiVersion: 'metacontroller.k8s.io/v1alpha1',
+      kind: 'CompositeController',
+      metadata: { name: PERIODIC },
+      spec: {
+        generateSelector: true,
+        resyncPeriodSeconds: 3,
+        parentResource: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', resource: 'immortalcontainers' },
+        childResources: [{ apiVersion: 'v1', resource: 'configmaps', updateStrategy: { method: 'InPlace' } }],
+        hooks: { sync: { webhook: { url: 'http://second.hooks.test/periodic' } } },
+      },
+    });
+    await eventually(async () => (await readyOf(sourceName(PERIODIC, 'parents'))) === 'True Ready', 60_000, 'the periodic controller\'s parent source Ready', () => readyOf(sourceName(PERIODIC, 'parents')));
+    failing.add('stubborn');
+    await createParent(PlainImmortalContainer, 'calm', 'busybox:1');
+    await createParent(PlainImmortalContainer, 'stubborn', 'busybox:1');
+    const synced = async (name: string) => (await cluster.kube.get<KubeObject & { status?: { currentPod?: string } }>(PlainImmortalContainer, { namespace: 'default', name }))?.status?.currentPod === 'synced';
+    await eventually(() => synced('calm'), 60_000, 'calm synced');
+    await eventually(async () => (periodicCalls.get('stubborn') ?? 0) > 0, 60_000, 'a sync of stubborn');
+    // From here on calm changes nothing: only sweeps call its hook, one per period.
+    const calmBefore = periodicCalls.get('calm') ?? 0;
+    await eventually(async () => (periodicCalls.get('calm') ?? 0) >= calmBefore + 3, 60_000, 'three more sweeps while stubborn fails', async () => JSON.stringify(Object.fromEntries(periodicCalls)));
+    assert.ok((periodicCalls.get('stubborn') ?? 0) > (periodicCalls.get('calm') ?? 0), `stubborn is retried between sweeps too: ${JSON.stringify(Object.fromEntries(periodicCalls))}`);
+    say(`resyncPeriodSeconds 3 with one parent failing: hook calls ${JSON.stringify(Object.fromEntries(periodicCalls))}`);
+    failing.delete('stubborn');
+    await eventually(() => synced('stubborn'), 60_000, 'stubborn synced once its hook answers');
+    await cluster.kube.delete(CompositeControllerKind, { namespace: '', name: PERIODIC });
   });
 });
