@@ -7,10 +7,10 @@
 //                          parent's and its children's events bring (routing.ts).
 //
 // One parent's failure never stops the others: each is reported on its own parent (SyncError
-// Event) and, from a sweep, to the runtime as a failed key of its own (ReconcileResult.otherKeys):
-// it is retried alone with the broker's backoff, while the sweep keeps its requeue (its
-// controller's resyncPeriodSeconds), as upstream retries only the failing parent's work item.
-// A hook's resyncAfterSeconds requeues its parent alone, in a sweep too.
+// Event). A parent key that failed is retried with backoff. A sweep reports its failed parents
+// as failed keys of their own (ReconcileResult.failedKeys), so they alone are retried with
+// backoff, unless its controller has a resyncPeriodSeconds: then the sweep asks for its requeue,
+// and the failed parents are tried again with the next sweep (Sweep.result explains why).
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go (every parent is its own work
 // item, so failures are independent; Start: resyncPeriodSeconds; a hook's resyncAfterSeconds
@@ -18,7 +18,6 @@
 import { resyncPeriodMs } from '../composite/controller-spec.ts';
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { TerminalError, TransientError } from '../runtime/errors.ts';
-import { MAX_KEYS_PER_EVENT } from '../runtime/events.ts';
 import { apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject } from '../runtime/kinds.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
@@ -61,7 +60,7 @@ async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise
     await Promise.all(Array.from({ length: Math.min(PARENT_CONCURRENCY, page.items.length) }, worker));
   }
   const period = resyncPeriodMs(composite.controller);
-  return sweep.sweepResult((period ?? 0) / 1000);
+  return sweep.result(period ? period / 1000 : 0, 'report');
 }
 
 /** One parent, under every controller of its kind (normally one). */
@@ -73,28 +72,16 @@ async function reconcileParent(key: KindKey, ctx: ReconcileContext): Promise<Rec
   // Candidates are listed for this parent alone, by its child selector (sync-parent.ts).
   const sweep = new Sweep(ctx, undefined);
   for (const composite of composites) await sweep.sync(composite, parent);
-  return sweep.parentResult();
+  return sweep.result(0, 'throw');
 }
 
-/**
- * Parents requeued on their own by one sweep (their hooks' resyncAfterSeconds); beyond this, the
- * sweep requeues itself when the soonest of the rest is due (and syncs them all then): a reply
- * carries at most MAX_KEYS_PER_EVENT keys, and the failed parents come first.
- */
-const PARENT_REQUEUES_PER_SWEEP = MAX_KEYS_PER_EVENT / 2;
-
-/**
- * Syncs parents, keeping each one's requested resync and failure. A parent's own key throws its
- * failure (the broker retries it with backoff) and returns its requeue; a sweep reports its
- * parents' as keys of their own (ReconcileResult.otherKeys), so a failing parent neither redoes
- * the sweep nor stops its period, and one parent's short resyncAfterSeconds does not resync them all.
- */
+/** Syncs parents, keeping the earliest requested resync and every failure. */
 class Sweep {
   readonly #ctx: ReconcileContext;
   readonly #hookUrls: UrlRewrite[];
   readonly #listed: CandidateLists | undefined;
   readonly #failures: { key: KindKey; error: TransientError }[] = [];
-  readonly #requeues: { key: KindKey; requeueAfterSeconds: number }[] = [];
+  #resyncAfterSeconds = 0;
 
   constructor(ctx: ReconcileContext, listed: CandidateLists | undefined) {
     const hookUrls = parseHookUrls(ctx.config.COMPOSITE_HOOK_URLS ?? '');
@@ -109,7 +96,7 @@ class Sweep {
     const key = kindKey(composite.parentKind, keyOf(parent));
     try {
       const synced = await syncParent(composite, parent, { kube, events, hookUrls: this.#hookUrls, listed: this.#listed });
-      if (synced.resyncAfterSeconds > 0) this.#requeues.push({ key, requeueAfterSeconds: synced.resyncAfterSeconds });
+      if (synced.resyncAfterSeconds > 0) this.#resyncAfterSeconds = this.#resyncAfterSeconds ? Math.min(this.#resyncAfterSeconds, synced.resyncAfterSeconds) : synced.resyncAfterSeconds;
     } catch (error) {
       const failure = error instanceof TransientError ? error : new TransientError((error as Error).message, { cause: error });
       log.warn({ parent: parent.metadata.name, err: failure.message }, 'sync of a parent failed; retried');
@@ -117,32 +104,35 @@ class Sweep {
     }
   }
 
-  /** One parent's result: its failure thrown (retried with backoff after the shortest Retry-After all agree on), or its soonest requeue. */
-  parentResult(): ReconcileResult | undefined {
-    const failures = this.#failures;
-    if (failures.length > 0) {
-      const waits = failures.map(({ error }) => error.retryAfterSeconds).filter((seconds): seconds is number => seconds !== undefined);
-      const message = `${failures.length} parent(s) failed to sync: ${failures.slice(0, 3).map(({ error }) => error.message).join('; ')}${failures.length > 3 ? '; …' : ''}`;
-      throw new TransientError(message, { retryAfterSeconds: waits.length === failures.length ? Math.min(...waits) : undefined });
-    }
-    return soonest(this.#requeues.map(({ requeueAfterSeconds }) => requeueAfterSeconds));
-  }
-
   /**
-   * A sweep's result: its period as its own requeue, its parents' failures and requeues as keys
-   * of their own; a parent due no sooner than the sweep itself is left to the sweep.
+   * The requeue, if any. When a parent failed: the requeue still, if the controller has a
+   * resyncPeriodSeconds; else the failed parents as failed keys of their own (`report`, a sweep),
+   * or a throw, retried after the shortest Retry-After all agree on (`throw`, one parent's key).
+   *
+   * Why the period wins: a reconcile's answer is one reply, so a sweep can either have its failed
+   * parents retried at once (and its own requeue wait for the function's resync, answers.ts) or
+   * ask for its requeue, not both. Reporting them would stop the periodic resync of every parent
+   * of the controller until the function's resync (upstream resyncs each parent on its own, and
+   * retries only the failing key: controller.go Start and processNextWorkItem). So the period
+   * keeps running, and it is what retries the failed parents: each sweep tries them again (each
+   * failure is again a SyncError Event on its parent), and any event of a failed parent retries
+   * that parent alone, with the broker's backoff. Without a period the sweep loses nothing by
+   * having them retried alone, as upstream does.
    */
-  sweepResult(periodSeconds: number): ReconcileResult | undefined {
-    const requeues = this.#requeues.sort((a, b) => a.requeueAfterSeconds - b.requeueAfterSeconds);
-    const own = soonest([periodSeconds, requeues[PARENT_REQUEUES_PER_SWEEP]?.requeueAfterSeconds ?? 0]);
-    const reported = requeues.slice(0, PARENT_REQUEUES_PER_SWEEP).filter(({ requeueAfterSeconds }) => !own || requeueAfterSeconds < own.requeueAfterSeconds!);
-    const otherKeys = [...this.#failures, ...reported];
-    return own || otherKeys.length ? { ...own, ...(otherKeys.length ? { otherKeys } : {}) } : undefined;
+  result(periodSeconds: number, failures: 'report' | 'throw'): ReconcileResult | undefined {
+    const failed = this.#failures;
+    const candidates = [this.#resyncAfterSeconds, periodSeconds].filter((seconds) => seconds > 0);
+    const requeue = candidates.length ? { requeueAfterSeconds: Math.min(...candidates) } : undefined;
+    if (failed.length > 0 && periodSeconds > 0) {
+      this.#ctx.log.warn({ failed: failed.length, requeueAfterSeconds: requeue!.requeueAfterSeconds }, 'parents failed to sync; the periodic resync retries them');
+      return requeue;
+    }
+    if (failed.length > 0 && failures === 'report') return { ...requeue, failedKeys: failed };
+    if (failed.length > 0) {
+      const waits = failed.map(({ error }) => error.retryAfterSeconds).filter((seconds): seconds is number => seconds !== undefined);
+      const message = `${failed.length} parent(s) failed to sync: ${failed.slice(0, 3).map(({ error }) => error.message).join('; ')}${failed.length > 3 ? '; …' : ''}`;
+      throw new TransientError(message, { retryAfterSeconds: waits.length === failed.length ? Math.min(...waits) : undefined });
+    }
+    return requeue;
   }
-}
-
-/** The soonest of the positive delays, as a requeue. */
-function soonest(delays: number[]): ReconcileResult | undefined {
-  const positive = delays.filter((seconds) => seconds > 0);
-  return positive.length ? { requeueAfterSeconds: Math.min(...positive) } : undefined;
 }

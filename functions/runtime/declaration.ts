@@ -128,12 +128,13 @@ export interface ReconcileContext {
 export interface ReconcileResult {
   requeueAfterSeconds?: number;
   /**
-   * Other keys this reconcile worked on (a CompositeController's sweep syncs its parents), of the
-   * reconciled kind or a runtime kind, answered as keys of the event: one that failed (`error`) is
-   * retried on its own with the broker's backoff (a TerminalError is not), one that asked for a
-   * requeue comes back on its own; this key's own result stands beside them.
+   * Other keys this reconcile worked on that failed (a CompositeController's sweep syncs its
+   * parents), of the reconciled kind or a runtime kind: each is answered as a failed key of the
+   * event, so it alone is retried, with the broker's backoff, and the keys that succeeded are not
+   * redone (a TerminalError is not retried). A requeue goes the way of any requeue beside a
+   * failed key: it waits for the resync (answers.ts).
    */
-  otherKeys?: { key: KindKey; requeueAfterSeconds?: number; error?: Error }[];
+  failedKeys?: { key: KindKey; error: Error }[];
 }
 
 /**

@@ -11,17 +11,14 @@ export const PING_TYPE = 'dev.knative.sources.ping';
 /**
  * A function's request to itself, carried in a reply CloudEvent that the broker routes back to
  * it: reconcile these keys (the failed keys of a fan-out, or a requeue), not before
- * `opfnnotbefore`. Data: `{"keys": ["<group>/<Kind>:<namespace>/<name>", …], "requeues":
- * [{"key": "…", "notBefore": "<RFC 3339>"}, …]}`; `requeues` (optional) are keys that ride along
- * untouched until their own time comes, so failed keys retried at once do not cost them their
- * requeue (answers.ts).
+ * `opfnnotbefore`. Data: `{"keys": ["<group>/<Kind>:<namespace>/<name>", …]}`.
  */
 export const RECONCILE_TYPE = 'dev.opfn.reconcile';
 /** Extension naming the function an event is for (the Trigger filters on it). */
 export const FUNCTION_EXTENSION = 'opfnfunction';
 /** Extension holding the RFC 3339 time before which a reconcile event is not due. */
 export const NOT_BEFORE_EXTENSION = 'opfnnotbefore';
-/** Keys one reconcile event may carry, requeues included: bounds the reply (about 300 bytes a key at most). */
+/** Keys one reconcile event may carry: bounds the reply (about 300 bytes a key at most). */
 export const MAX_KEYS_PER_EVENT = 1000;
 
 /** Input that can never succeed: answered 400 and never retried (dead-lettered by the broker). */
@@ -47,13 +44,7 @@ export type FunctionEvent =
   | { type: 'change'; action: ChangeAction; mode: 'ref' | 'resource'; ref: ObjectReference; object?: KubeObject; id: string }
   | { type: 'resync'; id: string }
   /** Keys as sent (parsed against the function's kinds by the host); notBefore from opfnnotbefore. */
-  | { type: 'reconcile'; keys: string[]; requeues: CarriedRequeue<string>[]; notBefore?: Date; id: string };
-
-/** A key a reconcile event carries until it is due. */
-export interface CarriedRequeue<Key> {
-  key: Key;
-  notBefore: Date;
-}
+  | { type: 'reconcile'; keys: string[]; notBefore?: Date; id: string };
 
 /** An ApiServerSource change: which object, what happened, and its body in Resource mode. */
 export type ChangeEvent = Extract<FunctionEvent, { type: 'change' }>;
@@ -247,27 +238,18 @@ function interpretReconcile(event: CloudEventV1<unknown>): FunctionEvent {
       throw new BadEventError(`${RECONCILE_TYPE} event data must be a JSON object {"keys": [...]}`);
     }
   }
-  const { keys, requeues } = (data ?? {}) as { keys?: unknown; requeues?: unknown };
+  const keys = (data as { keys?: unknown } | null)?.keys;
   if (!Array.isArray(keys) || keys.length === 0 || !keys.every((key) => typeof key === 'string')) {
     throw new BadEventError(`${RECONCILE_TYPE} event data must be {"keys": [...]} with at least one key string`);
   }
-  if (requeues !== undefined && !Array.isArray(requeues)) throw new BadEventError(`${RECONCILE_TYPE} event "requeues" must be a list of {"key", "notBefore"}`);
-  const carried = (requeues ?? []) as unknown[];
-  if (keys.length + carried.length > MAX_KEYS_PER_EVENT) throw new BadEventError(`${RECONCILE_TYPE} event carries ${keys.length + carried.length} keys; at most ${MAX_KEYS_PER_EVENT} are accepted`);
-  const parsedRequeues = carried.map((entry): CarriedRequeue<string> => {
-    const { key, notBefore } = (entry ?? {}) as { key?: unknown; notBefore?: unknown };
-    if (typeof key !== 'string') throw new BadEventError(`${RECONCILE_TYPE} event "requeues" entries must be {"key": "<key>", "notBefore": "<RFC 3339>"}`);
-    return { key, notBefore: rfc3339Time(notBefore, `requeue ${key.slice(0, 80)}: notBefore`) };
-  });
+  if (keys.length > MAX_KEYS_PER_EVENT) throw new BadEventError(`${RECONCILE_TYPE} event carries ${keys.length} keys; at most ${MAX_KEYS_PER_EVENT} are accepted`);
   const raw = event[NOT_BEFORE_EXTENSION];
-  return { type: 'reconcile', keys: keys as string[], requeues: parsedRequeues, notBefore: raw === undefined ? undefined : rfc3339Time(String(raw), NOT_BEFORE_EXTENSION), id: event.id };
-}
-
-/** An RFC 3339 time; else a BadEventError naming `what` (the value cut to 40 characters). */
-function rfc3339Time(raw: unknown, what: string): Date {
-  const time = new Date(String(raw));
-  if (typeof raw !== 'string' || !/^\d{4}-\d{2}-\d{2}T/.test(raw) || Number.isNaN(time.getTime())) throw new BadEventError(`${what} "${String(raw).slice(0, 40)}" is not an RFC 3339 time`);
-  return time;
+  let notBefore: Date | undefined;
+  if (raw !== undefined) {
+    notBefore = new Date(String(raw));
+    if (!/^\d{4}-\d{2}-\d{2}T/.test(String(raw)) || Number.isNaN(notBefore.getTime())) throw new BadEventError(`${NOT_BEFORE_EXTENSION} "${String(raw)}" is not an RFC 3339 time`);
+  }
+  return { type: 'reconcile', keys: keys as string[], notBefore, id: event.id };
 }
 
 const str = (value: unknown): string => (typeof value === 'string' ? value : '');

@@ -13,9 +13,9 @@ import type { Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { resolveConfig } from './config.ts';
-import type { FunctionDeclaration, ReconcileContext, ReconcileResult } from './declaration.ts';
+import type { FunctionDeclaration, ReconcileContext } from './declaration.ts';
 import { BadKeyError, statusForError, TerminalError, TransientError } from './errors.ts';
-import { BadEventError, decodeCloudEvent, interpretEvent, type CarriedRequeue, type FunctionEvent } from './events.ts';
+import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from './events.ts';
 import { httpClient, type HttpClient } from './http.ts';
 import { groupKind, keyOf, keyProblem, kindKey, kindKeyString, parseKindKey, sameKind, splitKindKey, type KindKey, type KubeObject } from './kinds.ts';
 import { ApiError, KubeClient } from './kube.ts';
@@ -23,7 +23,7 @@ import { createLogger } from './log.ts';
 import { createMetrics, type FunctionMetrics } from './metrics.ts';
 import { reconcileWithFinalizer } from './finalizing.ts';
 import { EventSink } from './recorder.ts';
-import { answerFor, failedResult, type KeyOutcome, type KeyResult, type Outcome } from './answers.ts';
+import { answerFor, failedResult, type KeyResult, type Outcome } from './answers.ts';
 import { keysForEvent, uniqueKeys } from './routing.ts';
 import { hintFromFirstRead } from './reference-reads.ts';
 import { SeenObjects, skipReason } from './skips.ts';
@@ -76,15 +76,6 @@ export const MAX_REQUEUE_SECONDS = 30 * 24 * 3600;
 export function requeueTime(requeueAfterSeconds: number | undefined, now: Date): number | undefined {
   if (requeueAfterSeconds === undefined || !(requeueAfterSeconds >= 0)) return undefined;
   return now.getTime() + Math.min(requeueAfterSeconds, MAX_REQUEUE_SECONDS) * 1000;
-}
-
-/** The outcomes of the other keys a reconcile reports: failed (a TerminalError is not retried) or requeued. */
-function otherOutcomes(otherKeys: NonNullable<ReconcileResult['otherKeys']>, now: Date): KeyOutcome[] {
-  return otherKeys.flatMap(({ key, error, requeueAfterSeconds }): KeyOutcome[] => {
-    if (error) return error instanceof TerminalError ? [] : [{ key, result: failedResult(error) }];
-    const requeueAt = requeueTime(requeueAfterSeconds, now);
-    return requeueAt === undefined ? [] : [{ key, result: { type: 'done', requeueAt } }];
-  });
 }
 
 export class FunctionHost {
@@ -186,26 +177,19 @@ export class FunctionHost {
     const eventLog = () => (child ??= log.child({ ceId: event.id }));
     const reconciled = declaration.reconciles;
     let keys: KindKey[];
-    let carried: CarriedRequeue<KindKey>[] = [];
     let hint: KubeObject | undefined;
     try {
       if (event.type === 'resync') {
         keys = [];
         for await (const page of kube.pages(reconciled)) keys.push(...page.items.map((item) => kindKey(reconciled, keyOf(item))));
       } else if (event.type === 'reconcile') {
-        const parsed = await Promise.all([...event.keys, ...event.requeues.map(({ key }) => key)].map((text) => this.#parseKey(text, eventLog())));
+        const parsed = await Promise.all(event.keys.map((text) => this.#parseKey(text, eventLog())));
         const bad = parsed.find((key): key is string => typeof key === 'string');
         if (bad) return { status: 400, body: { error: `reconcile event: ${bad}` } };
-        const dueBy = now().getTime() + NOT_BEFORE_TOLERANCE_MS;
-        if (event.notBefore && event.notBefore.getTime() > dueBy) {
+        if (event.notBefore && event.notBefore.getTime() > now().getTime() + NOT_BEFORE_TOLERANCE_MS) {
           return { status: 200, body: { ignored: `not due until ${event.notBefore.toISOString()}; the function keeps its due time and its resync catches up` } };
         }
-        // The requeues that are due run now; the others ride along untouched (answers.ts), unless also named to run now.
-        const requeues = event.requeues.map(({ notBefore }, index) => ({ key: parsed[event.keys.length + index] as KindKey, notBefore }));
-        const due = ({ notBefore }: CarriedRequeue<KindKey>) => notBefore.getTime() <= dueBy;
-        keys = uniqueKeys([...(parsed.slice(0, event.keys.length) as KindKey[]), ...requeues.filter(due).map(({ key }) => key)]);
-        const running = new Set(keys.map(kindKeyString));
-        carried = requeues.filter((requeue) => !due(requeue) && !running.has(kindKeyString(requeue.key)));
+        keys = uniqueKeys(parsed as KindKey[]);
       } else {
         const skip = skipReason(declaration, event, kube.ownWrites, this.#seen);
         if (skip) return { status: 200, body: { ignored: skip } };
@@ -220,7 +204,7 @@ export class FunctionHost {
       eventLog()[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, 'could not work out what the event concerns');
       return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
     }
-    return this.#reconcileAll(keys, carried, eventLog(), hint);
+    return this.#reconcileAll(keys, eventLog(), hint);
   }
 
   /** The key a reconcile event names: of the reconciled kind, or of a kind the function resolves at run time; else why not. */
@@ -236,15 +220,15 @@ export class FunctionHost {
     return kind ? parseKindKey(text, [kind]) : parsed;
   }
 
-  /** Reconciles the keys (a few at a time) and turns their results, and the requeues riding along, into one answer. */
-  async #reconcileAll(keys: KindKey[], carried: CarriedRequeue<KindKey>[], log: Logger, hint?: KubeObject): Promise<Outcome> {
-    const reconciled: KeyOutcome[] = new Array(keys.length);
+  /** Reconciles the keys (a few at a time) and turns their results into one answer. */
+  async #reconcileAll(keys: KindKey[], log: Logger, hint?: KubeObject): Promise<Outcome> {
+    const results: KeyResult[] = new Array(keys.length);
     let next = 0;
     const worker = async () => {
-      for (let index = next++; index < keys.length; index = next++) reconciled[index] = { key: keys[index], result: await this.reconcileKey(keys[index], log, hint) };
+      for (let index = next++; index < keys.length; index = next++) results[index] = await this.reconcileKey(keys[index], log, hint);
     };
     await Promise.all(Array.from({ length: Math.min(this.#options.resyncConcurrency, keys.length) }, worker));
-    return answerFor(this.#options.declaration.name, reconciled, carried, this.#options.now());
+    return answerFor(this.#options.declaration.name, keys, results, this.#options.now());
   }
 
   /**
@@ -273,9 +257,10 @@ export class FunctionHost {
         const requeue = result?.requeueAfterSeconds;
         const seconds = observe(requeue !== undefined ? 'requeue' : 'success');
         if (ctx.hint && sameKind(key.kind, ctx.hint.apiVersion, ctx.hint.kind)) this.#seen.remember(key, ctx.hint);
-        log.debug({ ms: Math.round(seconds * 1000), requeueAfterSeconds: requeue, otherKeys: result?.otherKeys?.length }, 'reconciled');
-        const others = result?.otherKeys && otherOutcomes(result.otherKeys, now());
-        return { type: 'done', requeueAt: requeueTime(requeue, now()), ...(others?.length ? { others } : {}) };
+        log.debug({ ms: Math.round(seconds * 1000), requeueAfterSeconds: requeue, failedKeys: result?.failedKeys?.length }, 'reconciled');
+        // A TerminalError is not retried (its reconcile reported it).
+        const failedKeys = result?.failedKeys?.filter(({ error }) => !(error instanceof TerminalError)).map(({ key, error }) => ({ key, result: failedResult(error) }));
+        return { type: 'done', requeueAt: requeueTime(requeue, now()), ...(failedKeys?.length ? { failedKeys } : {}) };
       } catch (error) {
         const status = statusForError(error);
         if (error instanceof TerminalError) {

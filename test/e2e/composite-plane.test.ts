@@ -200,7 +200,7 @@ describe('a CompositeController applied while the plane runs is served through i
     assert.equal(await cluster.kube.get(ConfigMap, { namespace: 'default', name: 'second-2-image' }), undefined, 'no ConfigMap for a parent of the deleted controller');
   });
 
-  test('resyncPeriodSeconds keeps sweeping while one parent fails: the sweep\'s requeue rides through the broker with the failing parent\'s retries', async () => {
+  test('resyncPeriodSeconds keeps sweeping while one parent fails, through the broker\'s held requeues; the failing parent is retried by each sweep and, alone, by its own events', async () => {
     const PERIODIC = 'periodic';
     await cluster.kube.create(CompositeControllerKind, {
       apiVersion: 'metacontroller.k8s.io/v1alpha1',

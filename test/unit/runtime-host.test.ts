@@ -10,7 +10,7 @@ import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import { resolveConfig } from '../../functions/runtime/config.ts';
 import { cronProblem } from '../../functions/runtime/cron.ts';
 import { defineFunction, type ReconcileResult } from '../../functions/runtime/declaration.ts';
-import { BadKeyError, statusForError, TerminalError, TransientError } from '../../functions/runtime/errors.ts';
+import { statusForError, TerminalError, TransientError } from '../../functions/runtime/errors.ts';
 import { httpClient } from '../../functions/runtime/http.ts';
 import { ConfigMap, InvalidPathSegmentError, objectPath, parseKindKey, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
@@ -29,8 +29,7 @@ function hostFor(reconcile: (key: ObjectKey) => Promise<ReconcileResult | void>,
 }
 
 const widgetEvent = (name: string) => apiServerSourceEvent({ server: 'https://x', kind: Widget, object: { metadata: { name, namespace: 'ns' } }, action: 'update', mode: 'Reference' });
-const reconcileEvent = (keys: string[], notBefore?: string, requeues?: { key: string; notBefore: string }[]) =>
-  new CloudEvent<unknown>({ type: 'dev.opfn.reconcile', source: '/opfn/functions/widgets', opfnfunction: 'widgets', ...(notBefore ? { opfnnotbefore: notBefore } : {}), datacontenttype: 'application/json', data: { keys, ...(requeues ? { requeues } : {}) } });
+const reconcileEvent = (keys: string[], notBefore?: string) => new CloudEvent<unknown>({ type: 'dev.opfn.reconcile', source: '/opfn/functions/widgets', opfnfunction: 'widgets', ...(notBefore ? { opfnnotbefore: notBefore } : {}), datacontenttype: 'application/json', data: { keys } });
 const receive = (host: ReturnType<typeof hostFor>, event: CloudEvent<unknown>) => {
   const message = HTTP.binary(event);
   return host.receive(message.headers as Record<string, string>, Buffer.from(message.body as string));
@@ -127,66 +126,45 @@ describe('answers', () => {
     assert.deepEqual(Object.fromEntries(calls), { a: 1, bad: 2, c: 1, d: 1 }, 'the keys that succeeded were not redone');
   });
 
-  test('a fan-out where one key fails and another asks to come back: the failed key is retried alone and with backoff, the requeue rides along untouched until due', async () => {
-    let now = new Date('2025-05-01T00:00:00Z');
-    const calls = new Map<string, number>();
+  test('a fan-out where one key fails and another asks to come back: the reply names only the failed key, so it is retried alone and with backoff', async () => {
     const host = hostFor(async ({ name }) => {
-      calls.set(name, (calls.get(name) ?? 0) + 1);
       if (name === 'bad') throw new TransientError('still broken');
       return { requeueAfterSeconds: 30 };
-    }, () => now);
+    });
     const first = await receive(host, reconcileEvent([key('bad'), key('periodic')]));
     assert.equal(first.status, 200);
-    assert.equal(first.reply!.headers['ce-opfnnotbefore'], undefined, 'due at once: the failed key is retried now');
-    const reply = JSON.parse(first.reply!.body);
-    assert.deepEqual(reply, { keys: [key('bad')], requeues: [{ key: key('periodic'), notBefore: '2025-05-01T00:00:30Z' }] });
-    const retry = await receive(host, reconcileEvent(reply.keys, undefined, reply.requeues));
-    assert.equal(retry.status, 503, 'alone, its failure is the whole answer: the broker backs off (and retries this event, the requeue with it)');
-    assert.deepEqual(Object.fromEntries(calls), { bad: 2, periodic: 1 }, 'the requeue was not reconciled before its time');
-    now = new Date('2025-05-01T00:00:31Z');
-    const due = await receive(host, reconcileEvent(reply.keys, undefined, reply.requeues));
-    assert.deepEqual(Object.fromEntries(calls), { bad: 3, periodic: 2 }, 'a retry after the requeue is due runs it');
-    assert.deepEqual(JSON.parse(due.reply!.body), { keys: [key('bad')], requeues: [{ key: key('periodic'), notBefore: '2025-05-01T00:01:01Z' }] });
+    assert.deepEqual(JSON.parse(first.reply!.body), { keys: [key('bad')] }, 'the requeued key does not ride along (it would make every round a partial success)');
+    const retry = await receive(host, reconcileEvent([key('bad')]));
+    assert.equal(retry.status, 503, 'alone, its failure is the whole answer: the broker backs off');
   });
 
-  test('requeues of different times: the reply is due with the soonest and names the keys due then; the later ones ride along', async () => {
-    const delays: Record<string, number> = { soon: 10, 'also-soon': 10.5, later: 300 };
-    const host = hostFor(async ({ name }) => ({ requeueAfterSeconds: delays[name] }));
-    const outcome = await receive(host, reconcileEvent(['later', 'soon', 'also-soon'].map(key)));
-    assert.equal(outcome.reply!.headers['ce-opfnnotbefore'], '2025-05-01T00:00:10Z');
-    assert.deepEqual(JSON.parse(outcome.reply!.body), { keys: [key('soon'), key('also-soon')], requeues: [{ key: key('later'), notBefore: '2025-05-01T00:05:00Z' }] });
-    assert.deepEqual(outcome.body, { reconciled: 3, failed: 0, requeued: 3 });
-  });
-
-  test('otherKeys: other keys a reconcile reports are answered as keys of the event: a failed one is retried on its own, a requeued one comes back on its own, and its own requeue stands', async () => {
+  test('failedKeys: other keys a reconcile reports as failed are retried alone, as failed keys of the event; a TerminalError is not retried', async () => {
     const host = hostFor(async ({ name }): Promise<ReconcileResult> => {
       if (name !== 'sweep') throw new TransientError(`${name} still broken`);
       return {
-        requeueAfterSeconds: 60,
-        otherKeys: [
+        failedKeys: [
           { key: { kind: Widget, namespace: 'ns', name: 'p1' }, error: new TransientError('hook answered 500') },
           { key: { kind: Widget, namespace: 'ns', name: 'p2' }, error: new TerminalError('spec is nonsense', { reason: 'InvalidSpec' }) },
-          { key: { kind: Widget, namespace: 'ns', name: 'p3' }, requeueAfterSeconds: 5 },
-          { key: { kind: Widget, namespace: 'ns', name: 'p4' } },
+          { key: { kind: Widget, namespace: 'ns', name: 'p1' }, error: new TransientError('reported twice') },
         ],
       };
     });
     const outcome = await receive(host, widgetEvent('sweep'));
     assert.equal(outcome.status, 200);
-    assert.deepEqual(outcome.body, { reconciled: 2, failed: 1, requeued: 2, retrying: 1, failures: [{ key: key('p1'), error: 'hook answered 500' }] }, 'a TerminalError is not retried; a key with neither is nothing to answer for');
-    const reply = JSON.parse(outcome.reply!.body);
-    assert.deepEqual(reply, { keys: [key('p1')], requeues: [{ key: key('p3'), notBefore: '2025-05-01T00:00:05Z' }, { key: key('sweep'), notBefore: '2025-05-01T00:01:00Z' }] });
-    const retry = await receive(host, reconcileEvent(reply.keys, undefined, reply.requeues));
-    assert.equal(retry.status, 503, 'the parent alone fails: backoff');
+    assert.deepEqual(outcome.body, { reconciled: 1, failed: 1, requeued: 0, retrying: 1, failures: [{ key: key('p1'), error: 'hook answered 500' }] });
+    assert.deepEqual(JSON.parse(outcome.reply!.body), { keys: [key('p1')] }, 'due at once; the sweep itself is not redone');
+    const retry = await receive(host, reconcileEvent([key('p1')]));
+    assert.equal(retry.status, 503, 'alone, its failure is the whole answer: the broker backs off');
   });
 
-  test('keys that can never succeed are dropped, the requeues riding with them go on', async () => {
-    const host = hostFor(async () => { throw new BadKeyError('never'); });
-    const outcome = await receive(host, reconcileEvent([key('doomed')], undefined, [{ key: key('later'), notBefore: '2025-05-01T01:00:00Z' }]));
-    assert.equal(outcome.status, 200);
-    assert.equal(outcome.reply!.headers['ce-opfnnotbefore'], '2025-05-01T01:00:00Z');
-    assert.deepEqual(JSON.parse(outcome.reply!.body), { keys: [key('later')] });
-    assert.equal((await receive(host, reconcileEvent([key('doomed')]))).status, 400, 'alone: 400, nothing to carry on');
+  test('a Retry-After only when every failed key asked for one: one key\'s wait does not hold back the others', async () => {
+    const host = hostFor(async ({ name }) => {
+      if (name.startsWith('limited')) throw new TransientError('429', { retryAfterSeconds: name === 'limited-a' ? 7 : 3 });
+      throw new TransientError('500');
+    });
+    assert.equal((await receive(host, reconcileEvent([key('limited-a'), key('limited-b')]))).retryAfterSeconds, 3, 'all asked: the shortest');
+    const mixed = await receive(host, reconcileEvent([key('limited-a'), key('plain')]));
+    assert.deepEqual([mixed.status, mixed.retryAfterSeconds], [503, undefined], 'the plain failure is retried with the broker\'s backoff alone');
   });
 
   test('TerminalError is answered 200 (retrying cannot help); other errors by class', async () => {

@@ -82,13 +82,13 @@ describe('kinds known only at run time', () => {
 
   test('a reconcile event names a run-time kind by <group>/<Kind>; an unknown kind is refused with 400', async () => {
     const { host, reconciled } = hostWith(gadgets);
-    const good = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/g2', 'example.com/Controller:c1'], requeues: [], id: 'r1' });
+    const good = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/g2', 'example.com/Controller:c1'], id: 'r1' });
     assert.equal(good.status, 200, JSON.stringify(good.body));
     assert.deepEqual(reconciled.map(kindKeyString).sort(), ['example.com/Controller:c1', 'gadgets.example.com/Gadget:team-a/g2']);
-    const unknown = await host.handle({ type: 'reconcile', keys: ['widgets.example.com/Widget:team-a/w1'], requeues: [], id: 'r2' });
+    const unknown = await host.handle({ type: 'reconcile', keys: ['widgets.example.com/Widget:team-a/w1'], id: 'r2' });
     assert.equal(unknown.status, 400);
     assert.match(String(unknown.body.error), /not a kind this function reconciles/);
-    const invalid = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/..'], requeues: [], id: 'r3' });
+    const invalid = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/..'], id: 'r3' });
     assert.equal(invalid.status, 400);
     assert.match(String(invalid.body.error), /invalid object name/);
   });
@@ -96,13 +96,13 @@ describe('kinds known only at run time', () => {
   test('a failed key of a run-time kind is named in the reply, and that reply is a reconcile event the host takes back', async () => {
     let failing = true;
     const { host, reconciled } = hostWith(gadgets, (key) => failing && key.name === 'bad');
-    const answer = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/good', 'gadgets.example.com/Gadget:team-a/bad'], requeues: [], id: 'r4' });
+    const answer = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/good', 'gadgets.example.com/Gadget:team-a/bad'], id: 'r4' });
     assert.equal(answer.status, 200);
     assert.ok(answer.reply, 'a reply names the failed key');
     const { keys } = JSON.parse(answer.reply.body) as { keys: string[] };
     assert.deepEqual(keys, ['gadgets.example.com/Gadget:team-a/bad']);
     failing = false;
-    const again = await host.handle({ type: 'reconcile', keys, requeues: [], id: 'r5' });
+    const again = await host.handle({ type: 'reconcile', keys, id: 'r5' });
     assert.equal(again.status, 200);
     assert.equal(again.reply, undefined);
     assert.deepEqual(reconciled.map((key) => key.name), ['good', 'bad', 'bad']);
@@ -111,7 +111,7 @@ describe('kinds known only at run time', () => {
   test('a function without runtimeKinds still refuses keys and events of other kinds as before', async () => {
     const declaration = defineFunction({ name: 'static-test', description: 'test', reconciles: Controller, rbac: [], async reconcile() {} });
     const host = createFunctionHost(declaration, { kube: unreachableKube(), log: quietLog, metrics: createMetrics(declaration.name) });
-    const answer = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/g1'], requeues: [], id: 'r6' });
+    const answer = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/g1'], id: 'r6' });
     assert.equal(answer.status, 400);
     const ignored = await host.handle(change(Gadget, 'team-a', 'g1'));
     assert.match(String(ignored.body.ignored), /concerns no Controller/);
