@@ -60,7 +60,7 @@ async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise
     await Promise.all(Array.from({ length: Math.min(PARENT_CONCURRENCY, page.items.length) }, worker));
   }
   const period = resyncPeriodMs(composite.controller);
-  return sweep.result(period ? period / 1000 : 0, 'report');
+  return sweep.result(period ? period / 1000 : 0, 'sweep');
 }
 
 /** One parent, under every controller of its kind (normally one). */
@@ -72,7 +72,7 @@ async function reconcileParent(key: KindKey, ctx: ReconcileContext): Promise<Rec
   // Candidates are listed for this parent alone, by its child selector (sync-parent.ts).
   const sweep = new Sweep(ctx, undefined);
   for (const composite of composites) await sweep.sync(composite, parent);
-  return sweep.result(0, 'throw');
+  return sweep.result(0, 'parent');
 }
 
 /** Syncs parents, keeping the earliest requested resync and every failure. */
@@ -106,8 +106,8 @@ class Sweep {
 
   /**
    * The requeue, if any. When a parent failed: the requeue still, if the controller has a
-   * resyncPeriodSeconds; else the failed parents as failed keys of their own (`report`, a sweep),
-   * or a throw, retried after the shortest Retry-After all agree on (`throw`, one parent's key).
+   * resyncPeriodSeconds; else, for a sweep, the failed parents as failed keys of their own, and
+   * for one parent's key a throw, retried after the shortest Retry-After all agree on.
    *
    * Why the period wins: a reconcile's answer is one reply, so a sweep can either have its failed
    * parents retried at once (and its own requeue wait for the function's resync, answers.ts) or
@@ -119,19 +119,19 @@ class Sweep {
    * that parent alone, with the broker's backoff. Without a period the sweep loses nothing by
    * having them retried alone, as upstream does.
    */
-  result(periodSeconds: number, failures: 'report' | 'throw'): ReconcileResult | undefined {
-    const failed = this.#failures;
+  result(periodSeconds: number, answering: 'sweep' | 'parent'): ReconcileResult | undefined {
+    const failures = this.#failures;
     const candidates = [this.#resyncAfterSeconds, periodSeconds].filter((seconds) => seconds > 0);
     const requeue = candidates.length ? { requeueAfterSeconds: Math.min(...candidates) } : undefined;
-    if (failed.length > 0 && periodSeconds > 0) {
-      this.#ctx.log.warn({ failed: failed.length, requeueAfterSeconds: requeue!.requeueAfterSeconds }, 'parents failed to sync; the periodic resync retries them');
+    if (failures.length > 0 && periodSeconds > 0) {
+      this.#ctx.log.warn({ failed: failures.length, requeueAfterSeconds: requeue!.requeueAfterSeconds }, 'parents failed to sync; the periodic resync retries them');
       return requeue;
     }
-    if (failed.length > 0 && failures === 'report') return { ...requeue, failedKeys: failed };
-    if (failed.length > 0) {
-      const waits = failed.map(({ error }) => error.retryAfterSeconds).filter((seconds): seconds is number => seconds !== undefined);
-      const message = `${failed.length} parent(s) failed to sync: ${failed.slice(0, 3).map(({ error }) => error.message).join('; ')}${failed.length > 3 ? '; …' : ''}`;
-      throw new TransientError(message, { retryAfterSeconds: waits.length === failed.length ? Math.min(...waits) : undefined });
+    if (failures.length > 0 && answering === 'sweep') return { ...requeue, failedKeys: failures };
+    if (failures.length > 0) {
+      const waits = failures.map(({ error }) => error.retryAfterSeconds).filter((seconds): seconds is number => seconds !== undefined);
+      const message = `${failures.length} parent(s) failed to sync: ${failures.slice(0, 3).map(({ error }) => error.message).join('; ')}${failures.length > 3 ? '; …' : ''}`;
+      throw new TransientError(message, { retryAfterSeconds: waits.length === failures.length ? Math.min(...waits) : undefined });
     }
     return requeue;
   }
