@@ -17,7 +17,7 @@
 // requeues that parent).
 import { resyncPeriodMs } from '../composite/controller-spec.ts';
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
-import { TerminalError, TransientError } from '../runtime/errors.ts';
+import { agreedRetryAfter, TerminalError, TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject } from '../runtime/kinds.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
@@ -129,9 +129,8 @@ class Sweep {
     }
     if (failures.length > 0 && answering === 'sweep') return { ...requeue, failedKeys: failures };
     if (failures.length > 0) {
-      const waits = failures.map(({ error }) => error.retryAfterSeconds).filter((seconds): seconds is number => seconds !== undefined);
       const message = `${failures.length} parent(s) failed to sync: ${failures.slice(0, 3).map(({ error }) => error.message).join('; ')}${failures.length > 3 ? '; …' : ''}`;
-      throw new TransientError(message, { retryAfterSeconds: waits.length === failures.length ? Math.min(...waits) : undefined });
+      throw new TransientError(message, { retryAfterSeconds: agreedRetryAfter(failures.map(({ error }) => error.retryAfterSeconds)) });
     }
     return requeue;
   }

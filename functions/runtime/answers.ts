@@ -13,7 +13,7 @@
 // The keys a reconcile reports as failed besides its own (ReconcileResult.failedKeys: a
 // CompositeController's sweep and its parents) count as failed keys of the event.
 // Nothing here grows with the number of keys except the reply, which is bounded.
-import { statusForError, TransientError } from './errors.ts';
+import { agreedRetryAfter, statusForError, TransientError } from './errors.ts';
 import { MAX_KEYS_PER_EVENT } from './events.ts';
 import { kindKeyString, type KindKey } from './kinds.ts';
 import { reconcileReply, type ReplyEvent } from './reply.ts';
@@ -62,10 +62,7 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
   // Keys that can never succeed (400) are not worth a reply: they are reported and dropped.
   if (succeeded === 0 && failed.length > 0) {
     const status = retryable.length === 0 ? 400 : retryable.every(({ result }) => result.status === 503) ? 503 : 500;
-    // A Retry-After only when every retried key asked for one: one key's wait must not hold back
-    // a key the broker would retry sooner.
-    const waits = retryable.map(({ result }) => result.retryAfterSeconds).filter((seconds): seconds is number => seconds !== undefined);
-    const retryAfterSeconds = waits.length > 0 && waits.length === retryable.length ? Math.min(...waits) : undefined;
+    const retryAfterSeconds = agreedRetryAfter(retryable.map(({ result }) => result.retryAfterSeconds));
     return { status, body: { error: listed[0].error, ...counts, failures: listed }, retryAfterSeconds };
   }
   // More failures than a reply may carry: the whole event is retried (truthful, if costly).

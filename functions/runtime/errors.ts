@@ -21,6 +21,14 @@ export class TransientError extends Error {
   }
 }
 
+/**
+ * The Retry-After (seconds) several failures agree on: the shortest, when every one of them asked
+ * for one; else none, so one failure's wait never holds back another the broker would retry sooner.
+ */
+export function agreedRetryAfter(waits: (number | undefined)[]): number | undefined {
+  return waits.length > 0 && waits.every((seconds) => seconds !== undefined) ? Math.min(...(waits as number[])) : undefined;
+}
+
 export class TerminalError extends Error {
   /** Kubernetes Event reason (UpperCamelCase), e.g. "InvalidSpec". */
   readonly reason: string;
