@@ -140,7 +140,7 @@ export interface PlaneOptions {
 export interface PlaneStats {
   source: SourceStats;
   broker: Record<string, TriggerStats>;
-  heldReplies: number;
+  heldRequeues: number;
   activator: Record<string, FunctionStats>;
 }
 
@@ -237,6 +237,6 @@ export class EventPlane {
   }
 
   stats(): PlaneStats {
-    return { source: this.source.stats(), broker: this.broker.stats(), heldReplies: this.broker.heldReplies, activator: this.activator.stats() };
+    return { source: this.source.stats(), broker: this.broker.stats(), heldRequeues: this.broker.heldRequeues, activator: this.activator.stats() };
   }
 }

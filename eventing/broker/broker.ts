@@ -37,8 +37,8 @@ export interface BrokerOptions {
   maxInFlight?: number;
   /** Direct routes to subscribers (the activator's warm path); default: none. */
   route?: DirectRoute;
-  /** Replies due later (opfnnotbefore) held at most; default 10000. */
-  maxHeldReplies?: number;
+  /** Requeued keys (of reconcile replies due later) held at most; default 10000. */
+  maxHeldKeys?: number;
   log: Logger;
 }
 
@@ -90,7 +90,7 @@ export class Broker {
     this.#deadLetters = new DeadLetterSink({ file: resolvePath(options.deadLetterFile), maxBytes: options.deadLetterMaxBytes, dispatcher: this.#dispatcher, log: this.#log });
     this.#ingress = new Ingress({ log: this.#log, ingest: (event) => this.#ingest(event, 'ingress'), accepting: () => !this.#intakeClosed });
     this.#replies = new ReplyRouter({
-      maxHeld: options.maxHeldReplies,
+      maxHeldKeys: options.maxHeldKeys,
       log: this.#log,
       ingest: (event) => this.#ingest(event, 'reply'),
       deadLetters: this.#deadLetters,
@@ -183,8 +183,8 @@ export class Broker {
     return out;
   }
 
-  /** Replies held until their opfnnotbefore time. */
-  get heldReplies(): number {
+  /** Requeued keys held until they are due. */
+  get heldRequeues(): number {
     return this.#replies.held;
   }
 

@@ -1,97 +1,242 @@
-// "Reconcile this key again after D" across scale-to-zero: a function answers 2xx with a reply
-// CloudEvent carrying the extension `opfnnotbefore` (RFC 3339 due time; see the runtime contract,
-// RUNTIME-CONTRACT.md "Requeue semantics"). Knative's broker delivers replies at once (the
-// function then drops an early one and its PingSource resync catches up); the local broker does
-// better and holds such a reply until it is due, then routes it like any reply. controller-runtime
-// keeps the same promise with its workqueue's AddAfter, which lives in the controller's memory.
+// "Reconcile this key again after D" across scale-to-zero, kept per key as controller-runtime's
+// workqueue keeps AddAfter in the controller's memory. A function answers 2xx with a reply
+// CloudEvent of type dev.opfn.reconcile whose keys are due later: the event's `opfnnotbefore`
+// (RFC 3339) and, for a key due later still, its own time in the data's `notBefore` (README,
+// "Writing a function"; functions/runtime/reply.ts writes them). Knative's broker delivers replies
+// at once (the function then drops the keys not yet due and its PingSource resync catches up);
+// the local broker does better and holds each key until it is due.
 //
-// - Replies that are due (or carry no/an unreadable due time) go on at once.
-// - Identical requeues (same function, type and data) are held once, at the earliest due time,
-//   so repeated reconciles of a key never multiply its timers.
-// - The count is bounded: beyond `maxHeld` a reply goes on at once with a log line (the function
-//   sees it early and keeps its own due time in status, so nothing is lost but a timer).
-// - On close every held reply is dropped with a log line ("dropped because the plane stopped"):
-//   the functions' resync reconciles those keys after the next start.
+// - Keys that are due (or carry no/an unreadable due time) go on at once, in the reply itself.
+// - One entry per (function, key), at the earliest time asked for: repeated reconciles of a key,
+//   and fan-outs naming it, never multiply its timers, and a key comes back at its own time, not
+//   with the earliest key of the reply that named it (which made a fan-out of N keys with N due
+//   times cost about N²/2 reconciles).
+// - Keys due at the same time share a timer and are released together, as one reconcile event
+//   per function of at most MAX_KEYS_PER_EVENT keys.
+// - Memory is bounded: at most `maxKeys` keys of at most MAX_HELD_KEY_LENGTH characters. A key
+//   beyond the count is dropped with a log line: the function keeps its own due time (in status)
+//   and its resync catches up, which is all an early delivery would have done. A longer key goes
+//   on at once (no real key is that long; the function refuses it).
+// - On close every held key is dropped with a log line per function: the resync reconciles those
+//   keys after the next start.
+import { randomUUID } from 'node:crypto';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { FUNCTION_EXTENSION, NOT_BEFORE_EXTENSION } from '../../functions/runtime/events.ts';
+import { FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE } from '../../functions/runtime/events.ts';
 import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
+import { TTL_ATTRIBUTE } from './ttl.ts';
 
 // The extension is the runtime's (functions/runtime/events.ts): one name on both ends of the wire.
 export { NOT_BEFORE_EXTENSION };
-export const DEFAULT_MAX_HELD = 10_000;
+export const DEFAULT_MAX_HELD_KEYS = 10_000;
+/** The runtime's keys are at most about 330 characters; a longer one is refused by the function anyway. */
+export const MAX_HELD_KEY_LENGTH = 1024;
+/** Keys named in log lines about many keys. */
+const LOGGED_KEYS = 3;
 
-/** When the event is due: a time in ms, or 'now' (absent, past, or not a valid timestamp → `problem`). */
-export function dueAt(event: CloudEventV1<unknown>, now: number): { at: number } | { at: 'now'; problem?: string } {
-  const raw = event[NOT_BEFORE_EXTENSION];
+type Due = { at: number } | { at: 'now'; problem?: string };
+
+/** When a due time is: a time in ms, or 'now' (absent, past, or not a valid timestamp → `problem`). */
+function dueAt(raw: unknown, now: number): Due {
   if (raw === undefined || raw === null || raw === '') return { at: 'now' };
   const at = typeof raw === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(raw) ? Date.parse(raw) : Number.NaN;
-  if (!Number.isFinite(at)) return { at: 'now', problem: `${NOT_BEFORE_EXTENSION} ${JSON.stringify(raw)} is not an RFC 3339 time` };
+  if (!Number.isFinite(at)) return { at: 'now', problem: `due time ${JSON.stringify(raw)} is not an RFC 3339 time` };
   return at > now ? { at } : { at: 'now' };
 }
 
-interface Held {
-  event: CloudEventV1<unknown>;
+/** A key of a function to deliver again at `at`. */
+export interface Requeue {
+  function: string;
+  key: string;
   at: number;
+  /** knativebrokerttl of the reply that asked (the ingress decrements it on release). */
+  ttl?: number;
+  source: string;
+}
+
+export interface ReplySplit {
+  /** What goes on now: the reply unchanged, the reply narrowed to its due keys, or nothing. */
+  now?: CloudEventV1<unknown>;
+  later: Requeue[];
+  /** Unreadable due times, for a log line (they count as due now). */
+  problems: string[];
+}
+
+/** The data of a reconcile reply, whether the broker keeps it as bytes (binary mode) or as JSON. */
+function reconcileData(event: CloudEventV1<unknown>): { keys: string[]; notBefore: Record<string, unknown> } | undefined {
+  let data: unknown = event.data;
+  try {
+    if (typeof event.data_base64 === 'string') data = JSON.parse(Buffer.from(event.data_base64, 'base64').toString('utf8'));
+    else if (typeof data === 'string') data = JSON.parse(data);
+  } catch {
+    return undefined;
+  }
+  if (typeof data !== 'object' || data === null) return undefined;
+  const { keys, notBefore } = data as { keys?: unknown; notBefore?: unknown };
+  if (!Array.isArray(keys) || keys.length === 0 || !keys.every((key) => typeof key === 'string')) return undefined;
+  return { keys, notBefore: typeof notBefore === 'object' && notBefore !== null && !Array.isArray(notBefore) ? (notBefore as Record<string, unknown>) : {} };
+}
+
+/**
+ * Splits a reply into what is due now and the keys to hold. Only a reconcile reply with readable
+ * keys is split; anything else (another type, data the function will refuse) goes on as it is,
+ * early if it asked for later: the broker does not guess what such an event means.
+ */
+export function splitReply(event: CloudEventV1<unknown>, now: number): ReplySplit {
+  const eventDue = dueAt(event[NOT_BEFORE_EXTENSION], now);
+  const problems = 'problem' in eventDue && eventDue.problem ? [`${NOT_BEFORE_EXTENSION}: ${eventDue.problem}`] : [];
+  const fn = event[FUNCTION_EXTENSION];
+  const data = event.type === RECONCILE_TYPE && typeof fn === 'string' ? reconcileData(event) : undefined;
+  if (!data) {
+    if (eventDue.at !== 'now') problems.push(`a ${String(event.type)} reply is not a reconcile reply with keys, so it is not held`);
+    return { now: event, later: [], problems };
+  }
+  const dueNow: string[] = [];
+  const later: Requeue[] = [];
+  const ttl = typeof event[TTL_ATTRIBUTE] === 'number' ? (event[TTL_ATTRIBUTE] as number) : undefined;
+  for (const key of data.keys) {
+    // A key's own time is the more specific; an unreadable one falls back to the event's.
+    let due = eventDue;
+    if (Object.hasOwn(data.notBefore, key)) {
+      const own = dueAt(data.notBefore[key], now);
+      if ('problem' in own && own.problem) problems.push(`key ${key}: ${own.problem}`);
+      else due = own;
+    }
+    if (due.at === 'now' || key.length > MAX_HELD_KEY_LENGTH) dueNow.push(key);
+    else later.push({ function: fn as string, key, at: due.at, ttl, source: event.source });
+  }
+  if (later.length === 0) return { now: event, later, problems };
+  if (dueNow.length === 0) return { later, problems };
+  const { [NOT_BEFORE_EXTENSION]: _due, data: _data, data_base64: _bytes, ...attributes } = event;
+  return { now: { ...attributes, datacontenttype: 'application/json', data: { keys: dueNow } } as CloudEventV1<unknown>, later, problems };
+}
+
+/** The keys due at one time, under one timer. */
+interface Bucket {
+  ids: Set<string>;
   timer: NodeJS.Timeout;
 }
 
-export class ReplyHold {
-  readonly #held = new Map<string, Held>();
+export class RequeueHold {
+  /** By `${function}\n${key}`: one entry each. */
+  readonly #held = new Map<string, Requeue>();
+  /** By due time: keys due at the same time share a timer and leave together. */
+  readonly #buckets = new Map<number, Bucket>();
   readonly #max: number;
   readonly #log: Logger;
   readonly #release: (event: CloudEventV1<unknown>) => void;
 
-  constructor(options: { maxHeld?: number; log: Logger; release: (event: CloudEventV1<unknown>) => void }) {
-    this.#max = options.maxHeld ?? DEFAULT_MAX_HELD;
+  constructor(options: { maxKeys?: number; log: Logger; release: (event: CloudEventV1<unknown>) => void }) {
+    this.#max = options.maxKeys ?? DEFAULT_MAX_HELD_KEYS;
     this.#log = options.log;
     this.#release = options.release;
   }
 
+  /** Keys held. */
   get size(): number {
     return this.#held.size;
   }
 
-  /** Holds the event until it is due; false when it should go on now. */
-  hold(event: CloudEventV1<unknown>, now = Date.now()): boolean {
-    const due = dueAt(event, now);
-    if (due.at === 'now') {
-      if ('problem' in due && due.problem) this.#log.warn({ id: event.id, type: event.type }, `${due.problem}; routing the reply now`);
-      return false;
-    }
-    const identity = JSON.stringify([event.opfnfunction, event.type, event.data ?? event.data_base64 ?? null]);
-    const existing = this.#held.get(identity);
-    if (existing) {
-      if (existing.at <= due.at) {
-        this.#log.debug({ id: event.id, heldId: existing.event.id }, 'requeue already held at an earlier time');
-        return true;
+  /** Holds each key until it is due (the earliest time asked for, per function and key). */
+  add(requeues: Requeue[], now = Date.now()): void {
+    const refused: string[] = [];
+    for (const requeue of requeues) {
+      const id = `${requeue.function}\n${requeue.key}`;
+      const existing = this.#held.get(id);
+      if (existing) {
+        existing.ttl = maxTtl(existing.ttl, requeue.ttl);
+        if (existing.at <= requeue.at) continue;
+        this.#unbucket(id, existing.at);
+      } else if (this.#held.size >= this.#max) {
+        refused.push(requeue.key);
+        continue;
       }
-      clearTimeout(existing.timer);
-      this.#held.delete(identity);
-    } else if (this.#held.size >= this.#max) {
-      this.#log.warn({ id: event.id, held: this.#held.size, notBefore: event[NOT_BEFORE_EXTENSION] }, `${this.#held.size} requeues already held; routing this one now`);
-      return false;
+      this.#held.set(id, { ...requeue, ttl: maxTtl(existing?.ttl, requeue.ttl) });
+      const bucket = this.#buckets.get(requeue.at);
+      if (bucket) bucket.ids.add(id);
+      else this.#buckets.set(requeue.at, { ids: new Set([id]), timer: this.#arm(requeue.at, now) });
     }
-    const timer = setTimeout(() => {
-      this.#held.delete(identity);
-      this.#release(event);
-    }, Math.min(due.at - now, MAX_TIMER_MS));
-    timer.unref();
-    this.#held.set(identity, { event, at: due.at, timer });
-    return true;
-  }
-
-  /** Drops everything held (plane stopping), one log line per event. */
-  dropAll(): number {
-    const count = this.#held.size;
-    for (const held of this.#held.values()) {
-      clearTimeout(held.timer);
-      this.#log.info(
-        { id: held.event.id, type: held.event.type, function: held.event[FUNCTION_EXTENSION], notBefore: held.event[NOT_BEFORE_EXTENSION] },
-        'held requeue dropped because the plane stopped (the next resync reconciles its keys)',
+    if (refused.length > 0) {
+      this.#log.warn(
+        { function: requeues[0].function, refused: refused.length, keys: refused.slice(0, LOGGED_KEYS), held: this.#held.size },
+        `${this.#held.size} requeued keys already held; ${refused.length} more dropped (the function keeps its due times and its resync reconciles them)`,
       );
     }
+  }
+
+  /** Drops everything held (plane stopping), one log line per function. */
+  dropAll(): number {
+    const count = this.#held.size;
+    const byFunction = new Map<string, { dropped: number; keys: string[] }>();
+    for (const held of this.#held.values()) {
+      const summary = byFunction.get(held.function) ?? { dropped: 0, keys: [] };
+      summary.dropped++;
+      if (summary.keys.length < LOGGED_KEYS) summary.keys.push(held.key);
+      byFunction.set(held.function, summary);
+    }
+    for (const [fn, summary] of byFunction) {
+      this.#log.info({ function: fn, ...summary }, 'held requeues dropped because the plane stopped (the next resync reconciles their keys)');
+    }
+    for (const bucket of this.#buckets.values()) clearTimeout(bucket.timer);
+    this.#buckets.clear();
     this.#held.clear();
     return count;
   }
+
+  #unbucket(id: string, at: number): void {
+    const bucket = this.#buckets.get(at);
+    if (!bucket) return;
+    bucket.ids.delete(id);
+    if (bucket.ids.size > 0) return;
+    clearTimeout(bucket.timer);
+    this.#buckets.delete(at);
+  }
+
+  #arm(at: number, now: number): NodeJS.Timeout {
+    // A wait beyond a timer's range (a requeue 30 days ahead) fires early and re-arms.
+    const timer = setTimeout(() => {
+      const bucket = this.#buckets.get(at);
+      if (!bucket) return;
+      if (Date.now() < at) {
+        bucket.timer = this.#arm(at, Date.now());
+        return;
+      }
+      this.#buckets.delete(at);
+      this.#releaseDue(bucket.ids);
+    }, Math.min(at - now, MAX_TIMER_MS));
+    timer.unref();
+    return timer;
+  }
+
+  /** One reconcile event per function and MAX_KEYS_PER_EVENT keys. */
+  #releaseDue(ids: Set<string>): void {
+    const byFunction = new Map<string, Requeue[]>();
+    for (const id of ids) {
+      const held = this.#held.get(id)!;
+      this.#held.delete(id);
+      const due = byFunction.get(held.function);
+      if (due) due.push(held);
+      else byFunction.set(held.function, [held]);
+    }
+    for (const [fn, due] of byFunction) {
+      for (let start = 0; start < due.length; start += MAX_KEYS_PER_EVENT) {
+        const batch = due.slice(start, start + MAX_KEYS_PER_EVENT);
+        const ttl = batch.reduce<number | undefined>((highest, requeue) => maxTtl(highest, requeue.ttl), undefined);
+        this.#release({
+          specversion: '1.0',
+          id: randomUUID(),
+          source: batch[0].source,
+          type: RECONCILE_TYPE,
+          [FUNCTION_EXTENSION]: fn,
+          datacontenttype: 'application/json',
+          data: { keys: batch.map((requeue) => requeue.key) },
+          // The freshest reason to reconcile among the batch: an old requeue chain running out
+          // of TTL must not take a key that was asked for afresh with it.
+          ...(ttl === undefined ? {} : { [TTL_ATTRIBUTE]: ttl }),
+        });
+      }
+    }
+  }
 }
+
+const maxTtl = (a: number | undefined, b: number | undefined): number | undefined => (a === undefined ? b : b === undefined ? a : Math.max(a, b));

@@ -1,18 +1,19 @@
 // The filter's reply path (knative/eventing pkg/broker/filter/filter_handler.go): a subscriber's
 // reply CloudEvent goes back into the broker's ingress (carrying the delivered event's TTL, which
-// the ingress decrements), or, with a due time in the future, is held until then (hold.ts).
+// the ingress decrements); the keys of a reconcile reply that are due later are held until then,
+// each at its own time (hold.ts).
 // A reply the broker cannot take is dead-lettered to the file, never lost silently.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { withErrorExtensions } from '../delivery.ts';
 import type { DeadLetterSink } from './dead-letters.ts';
-import { dueAt, NOT_BEFORE_EXTENSION, ReplyHold } from './hold.ts';
+import { RequeueHold, splitReply } from './hold.ts';
 
-/** open: replies routed or held; stopping: routed only when due now; closed: dropped. */
+/** open: replies routed or held; stopping: only what is due now is routed; closed: dropped. */
 export type ReplyState = 'open' | 'stopping' | 'closed';
 
 export class ReplyRouter {
-  readonly #hold: ReplyHold;
+  readonly #hold: RequeueHold;
   readonly #inFlight = new Set<Promise<void>>();
   readonly #log: Logger;
   readonly #ingest: (event: CloudEventV1<unknown>) => Promise<unknown>;
@@ -21,7 +22,7 @@ export class ReplyRouter {
   readonly #onSettled: () => void;
 
   constructor(options: {
-    maxHeld?: number;
+    maxHeldKeys?: number;
     log: Logger;
     ingest: (event: CloudEventV1<unknown>) => Promise<unknown>;
     deadLetters: DeadLetterSink;
@@ -33,10 +34,10 @@ export class ReplyRouter {
     this.#deadLetters = options.deadLetters;
     this.#state = options.state;
     this.#onSettled = options.onSettled;
-    this.#hold = new ReplyHold({ maxHeld: options.maxHeld, log: options.log, release: (event) => this.#routeNow(event, 'held') });
+    this.#hold = new RequeueHold({ maxKeys: options.maxHeldKeys, log: options.log, release: (event) => this.#routeNow(event, 'held') });
   }
 
-  /** Replies held until their opfnnotbefore time. */
+  /** Requeued keys held until they are due. */
   get held(): number {
     return this.#hold.size;
   }
@@ -46,7 +47,7 @@ export class ReplyRouter {
     return this.#inFlight.size;
   }
 
-  /** Drops every held reply (the plane is stopping); returns how many. */
+  /** Drops every held key (the plane is stopping); returns how many. */
   dropHeld(): number {
     return this.#hold.dropAll();
   }
@@ -58,16 +59,15 @@ export class ReplyRouter {
       this.#log.info({ trigger: from, id: reply.id, type: reply.type }, 'reply dropped because the plane stopped');
       return;
     }
-    if (state === 'stopping') {
-      if (dueAt(reply, Date.now()).at !== 'now') {
-        // Stopping: a requeue for later cannot be kept; the resync covers it after the next start.
-        this.#log.info({ trigger: from, id: reply.id, notBefore: reply[NOT_BEFORE_EXTENSION] }, 'requeue dropped because the plane stopped (the next resync reconciles its keys)');
-        return;
-      }
-    } else if (this.#hold.hold(reply)) {
-      return;
+    const now = Date.now();
+    const { now: dueNow, later, problems } = splitReply(reply, now);
+    for (const problem of problems) this.#log.warn({ trigger: from, id: reply.id, type: reply.type }, `${problem}; routing it now`);
+    if (later.length > 0) {
+      // Stopping: a requeue for later cannot be kept; the resync covers it after the next start.
+      if (state === 'stopping') this.#log.info({ trigger: from, id: reply.id, dropped: later.length }, 'requeue dropped because the plane stopped (the next resync reconciles its keys)');
+      else this.#hold.add(later, now);
     }
-    this.#routeNow(reply, from);
+    if (dueNow) this.#routeNow(dueNow, from);
   }
 
   #routeNow(event: CloudEventV1<unknown>, from: string): void {

@@ -1,8 +1,8 @@
 // How the results of a delivery's keys become one answer (Knative delivery rules, DESIGN.md):
 //
 //   every key done                         200, empty body (counts in the outcome header)
-//   some keys asked to come back later     200 + reply CloudEvent naming them, due when the
-//                                          soonest is (opfnnotbefore)
+//   some keys asked to come back later     200 + reply CloudEvent naming them, each with its
+//                                          own due time (the soonest is opfnnotbefore)
 //   some keys failed, others succeeded     200 + reply naming only the failed ones: the broker
 //                                          routes it back at once; the keys that succeeded are
 //                                          not redone, and requeues wait for the resync
@@ -78,13 +78,13 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
     // coming due in a retry makes that round a partial success, which restarts the broker's
     // backoff of the failing key; and a forged event could have the broker hold any keys. That
     // needs a per-key delaying queue in the broker, not a field in the reply.
-    return { status: 200, body: { ...counts, retrying: retryable.length, failures: listed }, reply: reconcileReply(functionName, retryable.map(({ key }) => kindKeyString(key))) };
+    return { status: 200, body: { ...counts, retrying: retryable.length, failures: listed }, reply: reconcileReply(functionName, retryable.map(({ key }) => ({ key: kindKeyString(key) }))) };
   }
   if (requeued.length > 0) {
-    // One reply, due when the earliest key is; later ones find they are early and ask again.
+    // One reply, each key with its own due time (the local broker holds each until then).
     // Beyond the limit a requeue is dropped: the function keeps its due time, the resync catches up.
     const soonest = requeued.sort((a, b) => a.at - b.at).slice(0, MAX_KEYS_PER_EVENT);
-    return { status: 200, body: counts, reply: reconcileReply(functionName, soonest.map(({ key }) => kindKeyString(key)), new Date(Math.max(soonest[0].at, now.getTime()))) };
+    return { status: 200, body: counts, reply: reconcileReply(functionName, soonest.map(({ key, at }) => ({ key: kindKeyString(key), at: Math.max(at, now.getTime()) }))) };
   }
   return { status: 200, body: counts };
 }

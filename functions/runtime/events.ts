@@ -11,7 +11,8 @@ export const PING_TYPE = 'dev.knative.sources.ping';
 /**
  * A function's request to itself, carried in a reply CloudEvent that the broker routes back to
  * it: reconcile these keys (the failed keys of a fan-out, or a requeue), not before
- * `opfnnotbefore`. Data: `{"keys": ["<group>/<Kind>:<namespace>/<name>", …]}`.
+ * `opfnnotbefore`. Data: `{"keys": ["<group>/<Kind>:<namespace>/<name>", …]}`, and for keys due
+ * later than the event, `"notBefore": {"<key>": "<RFC 3339>", …}`.
  */
 export const RECONCILE_TYPE = 'dev.opfn.reconcile';
 /** Extension naming the function an event is for (the Trigger filters on it). */
@@ -43,8 +44,11 @@ export const CHANGE_ACTIONS: readonly ChangeAction[] = ['add', 'update', 'delete
 export type FunctionEvent =
   | { type: 'change'; action: ChangeAction; mode: 'ref' | 'resource'; ref: ObjectReference; object?: KubeObject; id: string }
   | { type: 'resync'; id: string }
-  /** Keys as sent (parsed against the function's kinds by the host); notBefore from opfnnotbefore. */
-  | { type: 'reconcile'; keys: string[]; notBefore?: Date; id: string };
+  /**
+   * Keys as sent (parsed against the function's kinds by the host); notBefore from opfnnotbefore;
+   * keyNotBefore: the keys due later than that, with their own times (the data's `notBefore`).
+   */
+  | { type: 'reconcile'; keys: string[]; notBefore?: Date; keyNotBefore?: Map<string, Date>; id: string };
 
 /** An ApiServerSource change: which object, what happened, and its body in Resource mode. */
 export type ChangeEvent = Extract<FunctionEvent, { type: 'change' }>;
@@ -244,12 +248,23 @@ function interpretReconcile(event: CloudEventV1<unknown>): FunctionEvent {
   }
   if (keys.length > MAX_KEYS_PER_EVENT) throw new BadEventError(`${RECONCILE_TYPE} event carries ${keys.length} keys; at most ${MAX_KEYS_PER_EVENT} are accepted`);
   const raw = event[NOT_BEFORE_EXTENSION];
-  let notBefore: Date | undefined;
-  if (raw !== undefined) {
-    notBefore = new Date(String(raw));
-    if (!/^\d{4}-\d{2}-\d{2}T/.test(String(raw)) || Number.isNaN(notBefore.getTime())) throw new BadEventError(`${NOT_BEFORE_EXTENSION} "${String(raw)}" is not an RFC 3339 time`);
+  const notBefore = raw === undefined ? undefined : rfc3339Time(raw, NOT_BEFORE_EXTENSION);
+  const perKey = (data as { notBefore?: unknown }).notBefore;
+  if (perKey === undefined) return { type: 'reconcile', keys: keys as string[], notBefore, id: event.id };
+  if (typeof perKey !== 'object' || perKey === null || Array.isArray(perKey)) throw new BadEventError(`${RECONCILE_TYPE} event data's notBefore must be an object {"<key>": "<RFC 3339 time>"}`);
+  const named = new Set(keys as string[]);
+  const keyNotBefore = new Map<string, Date>();
+  for (const [key, time] of Object.entries(perKey)) {
+    if (!named.has(key)) throw new BadEventError(`${RECONCILE_TYPE} event data's notBefore names ${JSON.stringify(key.slice(0, 100))}, which is not one of its keys`);
+    keyNotBefore.set(key, rfc3339Time(time, `notBefore of ${key.slice(0, 100)}`));
   }
-  return { type: 'reconcile', keys: keys as string[], notBefore, id: event.id };
+  return { type: 'reconcile', keys: keys as string[], notBefore, keyNotBefore, id: event.id };
+}
+
+function rfc3339Time(raw: unknown, what: string): Date {
+  const time = new Date(String(raw));
+  if (typeof raw !== 'string' || !/^\d{4}-\d{2}-\d{2}T/.test(raw) || Number.isNaN(time.getTime())) throw new BadEventError(`${what} ${JSON.stringify(String(raw).slice(0, 100))} is not an RFC 3339 time`);
+  return time;
 }
 
 const str = (value: unknown): string => (typeof value === 'string' ? value : '');

@@ -1,10 +1,10 @@
 // The reply CloudEvent a function answers with when part of its work is still to do: the failed
 // keys of a fan-out (retried on their own, without redoing the keys that succeeded) or keys to
-// reconcile again later (requeueAfterSeconds). A 2xx answer whose body is a CloudEvent is a
-// reply in Knative's broker (filter_handler.go): it re-enters the broker, and the Trigger that
-// selects on `opfnfunction` routes it back to this function with its delivery policy. The
-// local broker holds a reply whose `opfnnotbefore` lies in the future until it is due; Knative
-// delivers at once, and the function drops it as not yet due (its resync catches up).
+// reconcile again later (requeueAfterSeconds), each at its own time. A 2xx answer whose body is
+// a CloudEvent is a reply in Knative's broker (filter_handler.go): it re-enters the broker, and
+// the Trigger that selects on `opfnfunction` routes it back to this function with its delivery
+// policy. The local broker holds each key of a reply until it is due (eventing/broker/hold.ts);
+// Knative delivers at once, and the function drops the keys not yet due (its resync catches up).
 import { randomUUID } from 'node:crypto';
 import { FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE } from './events.ts';
 
@@ -14,13 +14,20 @@ export interface ReplyEvent {
   body: string;
 }
 
-const rfc3339 = (date: Date): string => date.toISOString().replace(/\.\d+Z$/, 'Z');
+/** A key of a reply and, for a requeue, when it is due (ms since the epoch). */
+export interface ReplyKey {
+  key: string;
+  at?: number;
+}
 
 /**
  * The reply event for `keys` (1 to MAX_KEYS_PER_EVENT; each key string is at most about 330
- * bytes, so a reply stays well under the broker's body limit).
+ * bytes, so a reply stays well under the broker's body limit). When every key has a due time,
+ * `opfnnotbefore` is the earliest and the data's `notBefore` names the keys due later, with
+ * their own times. Times keep their milliseconds: rounded to whole seconds, a 5 s requeue came
+ * back every 6 s.
  */
-export function reconcileReply(functionName: string, keys: string[], notBefore?: Date): ReplyEvent {
+export function reconcileReply(functionName: string, keys: ReplyKey[]): ReplyEvent {
   if (keys.length === 0 || keys.length > MAX_KEYS_PER_EVENT) throw new Error(`a reconcile reply carries 1 to ${MAX_KEYS_PER_EVENT} keys, not ${keys.length}`);
   const headers: Record<string, string> = {
     'content-type': 'application/json',
@@ -30,7 +37,12 @@ export function reconcileReply(functionName: string, keys: string[], notBefore?:
     'ce-type': RECONCILE_TYPE,
     [`ce-${FUNCTION_EXTENSION}`]: functionName,
   };
-  // Whole seconds, rounded up: never due before the requested time.
-  if (notBefore) headers[`ce-${NOT_BEFORE_EXTENSION}`] = rfc3339(new Date(Math.ceil(notBefore.getTime() / 1000) * 1000));
-  return { headers, body: JSON.stringify({ keys }) };
+  const data: { keys: string[]; notBefore?: Record<string, string> } = { keys: keys.map(({ key }) => key) };
+  if (keys.every(({ at }) => at !== undefined)) {
+    const earliest = Math.min(...keys.map(({ at }) => at!));
+    headers[`ce-${NOT_BEFORE_EXTENSION}`] = new Date(earliest).toISOString();
+    const later = keys.filter(({ at }) => at! > earliest);
+    if (later.length > 0) data.notBefore = Object.fromEntries(later.map(({ key, at }) => [key, new Date(at!).toISOString()]));
+  }
+  return { headers, body: JSON.stringify(data) };
 }

@@ -186,10 +186,16 @@ export class FunctionHost {
         const parsed = await Promise.all(event.keys.map((text) => this.#parseKey(text, eventLog())));
         const bad = parsed.find((key): key is string => typeof key === 'string');
         if (bad) return { status: 400, body: { error: `reconcile event: ${bad}` } };
-        if (event.notBefore && event.notBefore.getTime() > now().getTime() + NOT_BEFORE_TOLERANCE_MS) {
-          return { status: 200, body: { ignored: `not due until ${event.notBefore.toISOString()}; the function keeps its due time and its resync catches up` } };
+        // Keys not yet due come from a broker that does not hold requeues (Knative's): dropped,
+        // neither done nor failed; the function keeps its due times and its resync catches up.
+        const dueTimes = event.keys.map((text) => (event.keyNotBefore?.get(text) ?? event.notBefore)?.getTime() ?? 0);
+        const dueBy = now().getTime() + NOT_BEFORE_TOLERANCE_MS;
+        const due = (parsed as KindKey[]).filter((_key, index) => dueTimes[index] <= dueBy);
+        if (due.length === 0) {
+          const earliest = new Date(Math.min(...dueTimes));
+          return { status: 200, body: { ignored: `not due until ${earliest.toISOString()}; the function keeps its due time and its resync catches up` } };
         }
-        keys = uniqueKeys(parsed as KindKey[]);
+        keys = uniqueKeys(due);
       } else {
         const skip = skipReason(declaration, event, kube.ownWrites, this.#seen);
         if (skip) return { status: 200, body: { ignored: skip } };

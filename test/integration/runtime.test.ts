@@ -4,7 +4,10 @@
 // of the function's own writes costing no request.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { CloudEvent, HTTP } from 'cloudevents';
+import { join } from 'node:path';
+import { CloudEvent, HTTP, type CloudEventV1 } from 'cloudevents';
+import { Broker } from '../../eventing/broker.ts';
+import { resyncEvent } from '../../eventing/plane.ts';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
@@ -18,8 +21,9 @@ import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import { applyChild } from '../../functions/runtime/reconciler.ts';
 import { EventSink } from '../../functions/runtime/recorder.ts';
 import { OUTCOME_HEADER } from '../../functions/runtime/server.ts';
-import { quietLog, serveFunction, startTestCluster, untilWatchCacheHolds, type TestCluster } from '../support/cluster.ts';
+import { eventually, quietLog, serveFunction, startTestCluster, untilWatchCacheHolds, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+import { tempDir } from '../support/temp.ts';
 
 let cluster: TestCluster;
 let kube: KubeClient;
@@ -125,6 +129,51 @@ describe('fan-out at scale', () => {
       assert.equal(calls.get(name(7)), 3);
       assert.equal(calls.get(name(1234)), 4);
     } finally {
+      await fn.close();
+    }
+  });
+});
+
+describe('requeues of a fan-out, through the local broker', () => {
+  test('keys asking to come back at different times each come back once, at its own time, never early', async () => {
+    const namespace = 'requeue-fanout';
+    const count = 60;
+    const stepMs = 50;
+    await createNamespace(namespace);
+    for (let i = 0; i < count; i++) assert.equal((await cluster.cp.request('POST', `/api/v1/namespaces/${namespace}/configmaps`, { metadata: { name: `cm-${i}` } })).status, 201);
+    let start = 0;
+    const calls = new Map<string, number>();
+    const early = new Set<string>();
+    const done = new Set<string>();
+    const declaration = defineFunction({
+      name: 'configmap-requeues',
+      description: 'test: ConfigMap cm-<i> asks to come back (i + 1) × 50 ms after the first resync',
+      reconciles: ConfigMap,
+      rbac: [],
+      reconcile: async (key: ObjectKey) => {
+        if (key.namespace !== namespace) return;
+        calls.set(key.name, (calls.get(key.name) ?? 0) + 1);
+        const left = start + (Number(key.name.slice(3)) + 1) * stepMs - Date.now();
+        if (left > 0) {
+          if (calls.get(key.name)! > 1) early.add(key.name);
+          return { requeueAfterSeconds: left / 1000 };
+        }
+        done.add(key.name);
+      },
+    });
+    const fn = await serve(declaration);
+    const broker = new Broker({ deadLetterFile: join(tempDir('requeue-fanout-'), 'dead-letters.jsonl'), log: quietLog, triggers: [{ name: declaration.name, subscriber: fn.url, filter: { attributes: { opfnfunction: declaration.name } } }] });
+    try {
+      start = Date.now();
+      await broker.publish(resyncEvent(declaration) as CloudEventV1<unknown>);
+      await eventually(async () => done.size === count, 30_000, 'every key reconciled at its time', async () => `${done.size} of ${count}`);
+      await broker.idle();
+      assert.deepEqual([...early], [], 'no key delivered before its time');
+      const reconciles = [...calls.values()].reduce((sum, n) => sum + n, 0);
+      // One reply due with its soonest key made a fan-out of N due times cost about N²/2 reconciles.
+      assert.ok(reconciles <= 2 * count, `${reconciles} reconciles for ${count} keys: the resync's, and one each when due`);
+    } finally {
+      await broker.close();
       await fn.close();
     }
   });

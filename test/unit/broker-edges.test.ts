@@ -193,45 +193,65 @@ describe('Broker shutdown', () => {
 });
 
 describe('Broker requeue holding (opfnnotbefore)', () => {
-  it('holds a reply until it is due, then routes it like any reply', async () => {
+  const requeueReply = (res: ServerResponse, due: string, data: unknown) => {
+    res.writeHead(200, { 'ce-specversion': '1.0', 'ce-id': `r-${Math.random()}`, 'ce-source': '/fn', 'ce-type': 'dev.opfn.reconcile', 'ce-opfnfunction': 'fn', 'ce-opfnnotbefore': due, 'content-type': 'application/json' });
+    res.end(JSON.stringify(data));
+  };
+  const keysOf = (received: Received) => JSON.parse(received.body.toString()).keys;
+
+  it('holds a reply\'s keys until they are due, then routes them like any reply', async () => {
     const due = () => new Date(Date.now() + 600).toISOString();
-    const fn = await subscriber((req, res, count) => {
-      if (count === 1) {
-        res.writeHead(200, { 'ce-specversion': '1.0', 'ce-id': 'requeue-1', 'ce-source': '/fn', 'ce-type': 'dev.opfn.reconcile', 'ce-opfnfunction': 'fn', 'ce-opfnnotbefore': due(), 'content-type': 'application/json' });
-        res.end('{"keys":["default/a"]}');
-        return;
-      }
+    const fn = await subscriber((_req, res, count) => {
+      if (count === 1) return requeueReply(res, due(), { keys: ['default/a'] });
       res.writeHead(202).end();
     });
     const { broker } = newBroker({ triggers: [{ name: 'fn', subscriber: fn.url, filter: { attributes: { opfnfunction: 'fn' } } }] });
     try {
       const sent = Date.now();
       await broker.publish(event({ opfnfunction: 'fn' }));
-      await waitFor(() => broker.heldReplies === 1, 'the reply to be held');
+      await waitFor(() => broker.heldRequeues === 1, 'the key to be held');
       assert.equal(fn.requests.length, 1, 'not delivered before it is due');
-      await waitFor(() => fn.requests.length === 2, 'the held reply to be delivered');
+      await waitFor(() => fn.requests.length === 2, 'the held key to be delivered');
       assert.ok((fn.requests[1]?.at ?? 0) - sent >= 550, 'delivered at its due time');
-      assert.equal(fn.requests[1]?.headers['ce-id'], 'requeue-1');
-      assert.equal(fn.requests[1]?.body.toString(), '{"keys":["default/a"]}');
-      assert.equal(broker.heldReplies, 0);
+      assert.equal(fn.requests[1]?.headers['ce-type'], 'dev.opfn.reconcile');
+      assert.equal(fn.requests[1]?.headers['ce-opfnnotbefore'], undefined);
+      assert.equal(fn.requests[1]?.headers['ce-knativebrokerttl'], undefined, 'the filter strips the TTL');
+      assert.deepEqual(keysOf(fn.requests[1]!), ['default/a']);
+      assert.equal(broker.heldRequeues, 0);
     } finally {
       await broker.close();
     }
   });
 
-  it('identical requeues are held once; close drops them with a log line', async () => {
-    const later = new Date(Date.now() + 60_000).toISOString();
-    const fn = await subscriber((_req, res) => {
-      res.writeHead(200, { 'ce-specversion': '1.0', 'ce-id': `r-${Math.random()}`, 'ce-source': '/fn', 'ce-type': 'dev.opfn.reconcile', 'ce-opfnfunction': 'fn', 'ce-opfnnotbefore': later, 'content-type': 'application/json' });
-      res.end('{"keys":["default/a"]}');
+  it('each key of a reply comes back alone at its own time, never early; keys due now go on at once', async () => {
+    const start = Date.now();
+    const at = (ms: number) => new Date(start + ms).toISOString();
+    const fn = await subscriber((_req, res, count) => {
+      if (count === 1) return requeueReply(res, at(-1), { keys: ['now', 'soon', 'later'], notBefore: { soon: at(300), later: at(700) } });
+      res.writeHead(202).end();
     });
+    const { broker } = newBroker({ triggers: [{ name: 'fn', subscriber: fn.url, filter: { attributes: { opfnfunction: 'fn' } } }] });
+    try {
+      await broker.publish(event({ opfnfunction: 'fn' }));
+      await waitFor(() => fn.requests.length === 4, 'the three keys');
+      assert.deepEqual(fn.requests.slice(1).map(keysOf), [['now'], ['soon'], ['later']]);
+      assert.ok(fn.requests[2]!.at >= start + 300, 'soon: not before its time');
+      assert.ok(fn.requests[3]!.at >= start + 700, 'later: not before its time');
+    } finally {
+      await broker.close();
+    }
+  });
+
+  it('a key is held once, at the earliest time asked for; close drops what is held with a log line', async () => {
+    const later = new Date(Date.now() + 60_000).toISOString();
+    const fn = await subscriber((_req, res) => requeueReply(res, later, { keys: ['default/a'] }));
     const { broker, lines } = newBroker({ triggers: [{ name: 'fn', subscriber: fn.url, filter: { attributes: { opfnfunction: 'fn', type: 't' } } }] });
     for (let i = 0; i < 3; i++) await broker.publish(event({ opfnfunction: 'fn' }));
     await broker.idle();
     await waitFor(() => fn.requests.length === 3, 'three deliveries');
-    assert.equal(broker.heldReplies, 1);
+    assert.equal(broker.heldRequeues, 1);
     await broker.close();
-    assert.ok(lines.some((l) => /dropped because the plane stopped/.test(String(l.msg))), 'a log line for the dropped requeue');
+    assert.ok(lines.some((l) => /dropped because the plane stopped/.test(String(l.msg)) && l.dropped === 1), 'a log line for the dropped requeue');
   });
 });
 

@@ -91,15 +91,46 @@ describe('answers', () => {
     assert.deepEqual(outcome.body, { reconciled: 1, failed: 0, requeued: 1 });
     assert.equal(outcome.reply?.headers['ce-type'], 'dev.opfn.reconcile');
     assert.equal(outcome.reply?.headers['ce-opfnfunction'], 'widgets');
-    assert.equal(outcome.reply?.headers['ce-opfnnotbefore'], '2025-05-01T00:01:30Z');
+    assert.equal(outcome.reply?.headers['ce-opfnnotbefore'], '2025-05-01T00:01:30.000Z');
     assert.deepEqual(JSON.parse(outcome.reply!.body), { keys: [key('a')] });
+  });
+
+  test('keys of a fan-out requeued at different times: one reply, each key with its own time to the millisecond', async () => {
+    const after = new Map([['a', 90], ['b', 5.25], ['c', 90], ['d', 12.5]]);
+    const host = hostFor(async ({ name }) => ({ requeueAfterSeconds: after.get(name) }));
+    const outcome = await receive(host, reconcileEvent(['a', 'b', 'c', 'd'].map(key)));
+    assert.equal(outcome.status, 200);
+    assert.deepEqual(outcome.body, { reconciled: 4, failed: 0, requeued: 4 });
+    assert.equal(outcome.reply?.headers['ce-opfnnotbefore'], '2025-05-01T00:00:05.250Z', 'the event is due with its soonest key (not rounded up to a whole second)');
+    assert.deepEqual(JSON.parse(outcome.reply!.body), {
+      keys: [key('b'), key('d'), key('a'), key('c')],
+      notBefore: { [key('d')]: '2025-05-01T00:00:12.500Z', [key('a')]: '2025-05-01T00:01:30.000Z', [key('c')]: '2025-05-01T00:01:30.000Z' },
+    });
+  });
+
+  test('a reconcile event delivered before its keys are due (Knative delivers replies at once): only the due keys are reconciled, the others neither done nor failed', async () => {
+    const calls: string[] = [];
+    const host = hostFor(async ({ name }) => {
+      calls.push(name);
+    });
+    const event = (notBefore: string | undefined, perKey?: Record<string, string>) =>
+      new CloudEvent<unknown>({ type: 'dev.opfn.reconcile', source: '/opfn/functions/widgets', opfnfunction: 'widgets', ...(notBefore ? { opfnnotbefore: notBefore } : {}), datacontenttype: 'application/json', data: { keys: ['a', 'b', 'c'].map(key), ...(perKey ? { notBefore: perKey } : {}) } });
+    // The clock reads 2025-05-01T00:00:00Z; a key due within the 1 s tolerance counts as due.
+    const mixed = await receive(host, event('2025-05-01T00:00:00.500Z', { [key('b')]: '2025-05-01T00:00:30Z', [key('c')]: '2025-05-01T00:10:00Z' }));
+    assert.deepEqual([mixed.status, mixed.body, calls], [200, { reconciled: 1, failed: 0, requeued: 0 }, ['a']]);
+    const none = await receive(host, event('2025-05-01T00:00:30Z', { [key('c')]: '2025-05-01T00:10:00Z' }));
+    assert.equal(none.status, 200);
+    assert.match(String(none.body.ignored), /not due until 2025-05-01T00:00:30.000Z/);
+    assert.deepEqual(calls, ['a'], 'nothing reconciled early');
+    const perKeyOnly = await receive(host, event(undefined, { [key('a')]: '2025-05-01T00:00:30Z' }));
+    assert.deepEqual([perKeyOnly.body.reconciled, calls], [2, ['a', 'b', 'c']], 'a key without a time of its own is due with the event');
   });
 
   test('a requeue too far for a Date (a hook\'s resyncAfterSeconds 1e13, Infinity) comes back after MAX_REQUEUE_SECONDS; NaN or negative: none', async () => {
     for (const far of [1e13, 1e300, Infinity]) {
       const outcome = await receive(hostFor(async () => ({ requeueAfterSeconds: far })), widgetEvent('a'));
       assert.equal(outcome.status, 200, `${far}: the reconcile succeeded, so does its answer`);
-      assert.equal(outcome.reply?.headers['ce-opfnnotbefore'], new Date(Date.parse('2025-05-01T00:00:00Z') + MAX_REQUEUE_SECONDS * 1000).toISOString().replace('.000', ''));
+      assert.equal(outcome.reply?.headers['ce-opfnnotbefore'], new Date(Date.parse('2025-05-01T00:00:00Z') + MAX_REQUEUE_SECONDS * 1000).toISOString());
     }
     for (const none of [NaN, -5]) {
       const outcome = await receive(hostFor(async () => ({ requeueAfterSeconds: none })), widgetEvent('a'));
