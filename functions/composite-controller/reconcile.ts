@@ -10,7 +10,8 @@
 // Event). A parent key that failed is retried with backoff. A sweep reports its failed parents
 // as failed keys of their own (ReconcileResult.failedKeys), so they alone are retried with
 // backoff, unless its controller has a resyncPeriodSeconds: then the sweep asks for its requeue,
-// and the failed parents are tried again with the next sweep (Sweep.result explains why).
+// and the failed parents are tried again with the next sweep (Sweep.result explains why). A
+// parent whose hook asked for resyncAfterSeconds is requeued alone, at its own time.
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go (every parent is its own work
 // item, so failures are independent; Start: resyncPeriodSeconds; a hook's resyncAfterSeconds
@@ -18,6 +19,7 @@
 import { resyncPeriodMs } from '../composite/controller-spec.ts';
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { agreedRetryAfter, TerminalError, TransientError } from '../runtime/errors.ts';
+import { MAX_KEYS_PER_EVENT } from '../runtime/events.ts';
 import { apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject } from '../runtime/kinds.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
@@ -81,7 +83,8 @@ class Sweep {
   readonly #hookUrls: UrlRewrite[];
   readonly #listed: CandidateLists | undefined;
   readonly #failures: { key: KindKey; error: TransientError }[] = [];
-  #resyncAfterSeconds = 0;
+  /** The parents whose hooks asked to be called again (resyncAfterSeconds > 0). */
+  readonly #resyncs: { key: KindKey; afterSeconds: number }[] = [];
 
   constructor(ctx: ReconcileContext, listed: CandidateLists | undefined) {
     const hookUrls = parseHookUrls(ctx.config.COMPOSITE_HOOK_URLS ?? '');
@@ -96,7 +99,7 @@ class Sweep {
     const key = kindKey(composite.parentKind, keyOf(parent));
     try {
       const synced = await syncParent(composite, parent, { kube, events, hookUrls: this.#hookUrls, listed: this.#listed });
-      if (synced.resyncAfterSeconds > 0) this.#resyncAfterSeconds = this.#resyncAfterSeconds ? Math.min(this.#resyncAfterSeconds, synced.resyncAfterSeconds) : synced.resyncAfterSeconds;
+      if (synced.resyncAfterSeconds > 0) this.#resyncs.push({ key, afterSeconds: synced.resyncAfterSeconds });
     } catch (error) {
       const failure = error instanceof TransientError ? error : new TransientError((error as Error).message, { cause: error });
       log.warn({ parent: parent.metadata.name, err: failure.message }, 'sync of a parent failed; retried');
@@ -105,9 +108,15 @@ class Sweep {
   }
 
   /**
-   * The requeue, if any. When a parent failed: the requeue still, if the controller has a
-   * resyncPeriodSeconds; else, for a sweep, the failed parents as failed keys of their own, and
-   * for one parent's key a throw, retried after the shortest Retry-After all agree on.
+   * The requeues, if any. A sweep requeues each parent whose hook asked for resyncAfterSeconds on
+   * its own, at its own time (ReconcileResult.requeueKeys, as upstream's enqueueAfter of that
+   * parent), and itself after the period; beyond the keys one answer carries, it comes back
+   * itself at the soonest of them instead, which syncs every parent again, but none late. One
+   * parent's key asks for the soonest of its controllers' hooks.
+   *
+   * When a parent failed: the requeues still, if the controller has a resyncPeriodSeconds; else,
+   * for a sweep, the failed parents as failed keys of their own, and for one parent's key a
+   * throw, retried after the shortest Retry-After all agree on.
    *
    * Why the period wins: a reconcile's answer is one reply, so a sweep can either have its failed
    * parents retried at once (and its own requeue wait for the function's resync, answers.ts) or
@@ -121,10 +130,14 @@ class Sweep {
    */
   result(periodSeconds: number, answering: 'sweep' | 'parent'): ReconcileResult | undefined {
     const failures = this.#failures;
-    const candidates = [this.#resyncAfterSeconds, periodSeconds].filter((seconds) => seconds > 0);
-    const requeue = candidates.length ? { requeueAfterSeconds: Math.min(...candidates) } : undefined;
+    const apart = answering === 'sweep' && this.#resyncs.length <= MAX_KEYS_PER_EVENT;
+    const own = [periodSeconds, ...(apart ? [] : this.#resyncs.map(({ afterSeconds }) => afterSeconds))].filter((seconds) => seconds > 0);
+    const requeues: ReconcileResult = {};
+    if (own.length > 0) requeues.requeueAfterSeconds = Math.min(...own);
+    if (apart && this.#resyncs.length > 0) requeues.requeueKeys = this.#resyncs;
+    const requeue = Object.keys(requeues).length > 0 ? requeues : undefined;
     if (failures.length > 0 && periodSeconds > 0) {
-      this.#ctx.log.warn({ failed: failures.length, requeueAfterSeconds: requeue!.requeueAfterSeconds }, 'parents failed to sync; the periodic resync retries them');
+      this.#ctx.log.warn({ failed: failures.length, requeueAfterSeconds: requeue?.requeueAfterSeconds }, 'parents failed to sync; the periodic resync retries them');
       return requeue;
     }
     if (failures.length > 0 && answering === 'sweep') return { ...requeue, failedKeys: failures };

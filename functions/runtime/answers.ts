@@ -10,8 +10,8 @@
 //                                          dead-letters with the reason); 400 if none could
 //                                          ever succeed
 //   more failed keys than a reply carries  503: the whole event is retried (truthful, if costly)
-// The keys a reconcile reports as failed besides its own (ReconcileResult.failedKeys: a
-// CompositeController's sweep and its parents) count as failed keys of the event.
+// The keys a reconcile reports as failed or requeued besides its own (ReconcileResult.failedKeys
+// and requeueKeys: a CompositeController's sweep and its parents) count as keys of the event.
 // Nothing here grows with the number of keys except the reply, which is bounded.
 import { agreedRetryAfter, statusForError, TransientError } from './errors.ts';
 import { MAX_KEYS_PER_EVENT } from './events.ts';
@@ -30,7 +30,7 @@ export interface Outcome {
 export type FailedResult = { type: 'failed'; status: number; error: string; retryAfterSeconds?: number };
 
 /** The result of one key's reconcile, with the other keys it reported as failed. */
-export type KeyResult = { type: 'done'; requeueAt?: number; failedKeys?: { key: KindKey; result: FailedResult }[] } | FailedResult;
+export type KeyResult = { type: 'done'; requeueAt?: number; failedKeys?: { key: KindKey; result: FailedResult }[]; requeueKeys?: { key: KindKey; at: number }[] } | FailedResult;
 
 /** A failed key's result: its status by error class (statusForError), and a TransientError's Retry-After. */
 export function failedResult(error: unknown): FailedResult {
@@ -46,15 +46,23 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
     const id = kindKeyString(key);
     if (!failures.has(id)) failures.set(id, { key, result });
   };
-  const requeued: { key: KindKey; at: number }[] = [];
+  // A key requeued twice (by its own reconcile and by another's) comes back at the earlier time.
+  const requeues = new Map<string, { key: KindKey; at: number }>();
+  const requeue = (key: KindKey, at: number) => {
+    const id = kindKeyString(key);
+    const earlier = requeues.get(id);
+    if (!earlier || at < earlier.at) requeues.set(id, { key, at });
+  };
   let succeeded = 0;
   keys.forEach((key, index) => {
     const result = results[index];
     if (result.type === 'failed') return fail(key, result);
     succeeded++;
-    if (result.requeueAt !== undefined) requeued.push({ key, at: result.requeueAt });
+    if (result.requeueAt !== undefined) requeue(key, result.requeueAt);
+    for (const other of result.requeueKeys ?? []) requeue(other.key, other.at);
     for (const other of result.failedKeys ?? []) fail(other.key, other.result);
   });
+  const requeued = [...requeues.values()];
   const failed = [...failures.values()];
   const counts = { reconciled: succeeded, failed: failed.length, requeued: requeued.length };
   const listed = failed.slice(0, LISTED_FAILURES).map(({ key, result }) => ({ key: kindKeyString(key), error: result.error }));

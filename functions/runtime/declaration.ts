@@ -135,6 +135,14 @@ export interface ReconcileResult {
    * failed key: it waits for the resync (answers.ts).
    */
   failedKeys?: { key: KindKey; error: Error }[];
+  /**
+   * Other keys this reconcile worked on that asked to come back later (a CompositeController's
+   * sweep: a parent's hook answered resyncAfterSeconds), of the reconciled kind or a runtime
+   * kind: each is requeued on its own, at its own time, as requeueAfterSeconds requeues this key.
+   * An answer carries at most MAX_KEYS_PER_EVENT requeued keys (the soonest); the others wait for
+   * the resync, as do requeues beside a failed key.
+   */
+  requeueKeys?: { key: KindKey; afterSeconds: number }[];
 }
 
 /**

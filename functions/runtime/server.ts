@@ -266,7 +266,11 @@ export class FunctionHost {
         log.debug({ ms: Math.round(seconds * 1000), requeueAfterSeconds: requeue, failedKeys: result?.failedKeys?.length }, 'reconciled');
         // A TerminalError is not retried (its reconcile reported it).
         const failedKeys = result?.failedKeys?.filter(({ error }) => !(error instanceof TerminalError)).map(({ key, error }) => ({ key, result: failedResult(error) }));
-        return { type: 'done', requeueAt: requeueTime(requeue, now()), ...(failedKeys?.length ? { failedKeys } : {}) };
+        const requeueKeys = result?.requeueKeys?.flatMap(({ key, afterSeconds }) => {
+          const at = requeueTime(afterSeconds, now());
+          return at === undefined ? [] : [{ key, at }];
+        });
+        return { type: 'done', requeueAt: requeueTime(requeue, now()), ...(failedKeys?.length ? { failedKeys } : {}), ...(requeueKeys?.length ? { requeueKeys } : {}) };
       } catch (error) {
         const status = statusForError(error);
         if (error instanceof TerminalError) {

@@ -128,9 +128,9 @@ describe("the seed's Metacontroller ImmortalContainer, manifests unchanged", () 
     const answer = await nudge();
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     assert.equal(await getPod(), undefined, 'the finished pod was deleted');
-    // The answer asks for the controller again soon (a reply event the broker holds), so the
-    // pod comes back without waiting for the next resync.
-    assert.deepEqual(answer.body.keys, ['metacontroller.k8s.io/CompositeController:immortalcontainer-controller'], JSON.stringify(answer.body));
+    // The answer asks for the parent again soon, alone (a reply event the broker holds), so the
+    // pod comes back without waiting for the next resync or syncing the controller's other parents.
+    assert.deepEqual(answer.body.keys, ['immortalcontainers.flugel.it/ImmortalContainer:default/example-immortalcontainer'], JSON.stringify(answer.body));
     assert.deepEqual((await getParent())!.status, { currentPod: '', observedGeneration: 1 });
     assert.equal((await nudge()).status, 200);
     const replaced = await getPod();
@@ -457,6 +457,31 @@ describe('resyncPeriodSeconds survives a failing parent', () => {
     const reconcile = new CloudEvent({ specversion: '1.0', id: 'r-broken', source: '/opfn/functions/composite', type: 'dev.opfn.reconcile', datacontenttype: 'application/json', data: { keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/broken'] } });
     const answer = await deliver(fn.url, reconcile);
     assert.equal(answer.status, 503, JSON.stringify(answer.body));
+  });
+});
+
+describe('a hook\'s resyncAfterSeconds in a sweep', () => {
+  const paced = { ...controllerFor('paced', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}paced` } } }) };
+  paced.spec = { ...(paced.spec as object), resyncPeriodSeconds: 300 };
+  const resyncAfter = new Map([['quick', 20], ['slow', 600]]);
+  before(async () => {
+    await kube.create(CompositeControllerKind, paced);
+    for (const name of [...resyncAfter.keys(), 'unpaced']) await parentFor(name, 'paced');
+    script = (_path, request) => ({ status: 200, body: JSON.stringify({ ...sync(request), resyncAfterSeconds: resyncAfter.get(request.parent.metadata.name) }) });
+  });
+  after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'paced' }));
+
+  test('requeues each parent that asked alone, at its own time, and the sweep after its period (not every parent at the soonest)', async () => {
+    const started = Date.now();
+    const answer = await nudgeWithHeaders('paced');
+    assert.equal(answer.status, 200, answer.text);
+    const reply = JSON.parse(answer.text) as { keys: string[]; notBefore?: Record<string, string> };
+    const parentKey = (name: string) => `immortalcontainer.flugel.it/ImmortalContainer:default/${name}`;
+    assert.deepEqual(reply.keys, [parentKey('quick'), 'metacontroller.k8s.io/CompositeController:paced', parentKey('slow')], 'soonest first; the parent without resyncAfterSeconds is not requeued');
+    const dueIn = (time: string | null | undefined) => (Date.parse(time ?? '') - started) / 1000;
+    assert.ok(dueIn(answer.notBefore) >= 19 && dueIn(answer.notBefore) <= 25, `quick in about 20 s (${answer.notBefore})`);
+    assert.ok(dueIn(reply.notBefore?.['metacontroller.k8s.io/CompositeController:paced']) >= 299, 'the sweep after its 300 s period');
+    assert.ok(dueIn(reply.notBefore?.[parentKey('slow')]) >= 599, 'slow in about 600 s');
   });
 });
 

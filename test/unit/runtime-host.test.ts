@@ -108,6 +108,24 @@ describe('answers', () => {
     });
   });
 
+  test('requeueKeys: other keys a reconcile requeues come back each at its own time, a key asked for twice at the earlier; beside a failed key they wait for the resync', async () => {
+    const other = (name: string) => ({ key: { kind: Widget, namespace: 'ns', name }, afterSeconds: name === 'p1' ? 30 : 10 });
+    const host = hostFor(async ({ name }) => {
+      if (name === 'sweep') return { requeueAfterSeconds: 60, requeueKeys: [other('p1'), other('p2'), { ...other('p1'), afterSeconds: 5 }, { ...other('p3'), afterSeconds: -1 }] };
+      if (name === 'p2') return { requeueAfterSeconds: 20 };
+      if (name === 'bad') throw new TransientError('not yet');
+    });
+    const answer = await receive(host, reconcileEvent([key('sweep'), key('p2')]));
+    assert.deepEqual(answer.body, { reconciled: 2, failed: 0, requeued: 3 });
+    assert.equal(answer.reply?.headers['ce-opfnnotbefore'], '2025-05-01T00:00:05.000Z');
+    assert.deepEqual(JSON.parse(answer.reply!.body), {
+      keys: [key('p1'), key('p2'), key('sweep')],
+      notBefore: { [key('p2')]: '2025-05-01T00:00:10.000Z', [key('sweep')]: '2025-05-01T00:01:00.000Z' },
+    });
+    const withFailure = await receive(host, reconcileEvent([key('sweep'), key('bad')]));
+    assert.deepEqual(JSON.parse(withFailure.reply!.body), { keys: [key('bad')] }, 'only the failed key, retried at once');
+  });
+
   test('a reconcile event delivered before its keys are due (Knative delivers replies at once): only the due keys are reconciled, the others neither done nor failed', async () => {
     const calls: string[] = [];
     const host = hostFor(async ({ name }) => {
