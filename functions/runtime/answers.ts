@@ -80,12 +80,11 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
     // and ask again, so a key that keeps failing would come back at once, round after round,
     // never alone and so never with the broker's backoff. A requeue dropped here is caught up by
     // the resync (the function keeps its due time), as one beyond a reply's room is.
-    // Carrying requeues in the reply, untouched until due, was tried (2026-11-24) and undone:
-    // replies then differ by their requeues' times, so the local broker no longer holds identical
-    // requeues once and every extra trigger of a key starts a requeue chain of its own; a requeue
-    // coming due in a retry makes that round a partial success, which restarts the broker's
-    // backoff of the failing key; and a forged event could have the broker hold any keys. That
-    // needs a per-key delaying queue in the broker, not a field in the reply.
+    // Carrying the requeues in this reply with their own times would do on the local broker,
+    // which holds each key apart (hold.ts) so the failed keys are retried alone. Knative's broker
+    // delivers the reply whole and retries it whole: a requeue coming due in a retry would make
+    // that round a partial success, whose new reply restarts the backoff of the failing key, so
+    // it would be retried without backoff for as long as the other key requeues itself.
     return { status: 200, body: { ...counts, retrying: retryable.length, failures: listed }, reply: reconcileReply(functionName, retryable.map(({ key }) => ({ key: kindKeyString(key) }))) };
   }
   if (requeued.length > 0) {
