@@ -37,8 +37,8 @@ export interface BrokerOptions {
   maxInFlight?: number;
   /** Direct routes to subscribers (the activator's warm path); default: none. */
   route?: DirectRoute;
-  /** Requeued keys (of reconcile replies due later) held at most; default 10000. */
-  maxHeldKeys?: number;
+  /** Requeued keys (of reconcile replies due later) held at most per function; default 10000. */
+  maxHeldKeysPerFunction?: number;
   log: Logger;
 }
 
@@ -90,7 +90,7 @@ export class Broker {
     this.#deadLetters = new DeadLetterSink({ file: resolvePath(options.deadLetterFile), maxBytes: options.deadLetterMaxBytes, dispatcher: this.#dispatcher, log: this.#log });
     this.#ingress = new Ingress({ log: this.#log, ingest: (event) => this.#ingest(event, 'ingress'), accepting: () => !this.#intakeClosed });
     this.#replies = new ReplyRouter({
-      maxHeldKeys: options.maxHeldKeys,
+      maxHeldKeysPerFunction: options.maxHeldKeysPerFunction,
       log: this.#log,
       ingest: (event) => this.#ingest(event, 'reply'),
       deadLetters: this.#deadLetters,
@@ -229,7 +229,8 @@ export class Broker {
     await ingressClosed;
     await this.#dispatcher.close();
     this.#draining.clear();
-    this.#log.info({ dropped }, 'broker closed');
+    // Held requeues dropped: those held at the signal, and those replied while draining.
+    this.#log.info({ dropped: dropped + this.#replies.droppedWhileStopping }, 'broker closed');
     this.#checkIdle();
   }
 

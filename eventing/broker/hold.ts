@@ -6,15 +6,18 @@
 // at once (the function then drops the keys not yet due and its PingSource resync catches up);
 // the local broker does better and holds each key until it is due.
 //
-// - Keys that are due (or carry no/an unreadable due time) go on at once, in the reply itself.
+// - Keys that are due (or carry no/an unreadable due time) go on at once, in the reply itself
+//   (narrowed to them when other keys are held or a due time was unreadable).
 // - One entry per (function, key), at the earliest time asked for: repeated reconciles of a key,
 //   and fan-outs naming it, never multiply its timers, and a key comes back at its own time, not
 //   with the earliest key of the reply that named it (which made a fan-out of N keys with N due
 //   times cost about N²/2 reconciles).
 // - Keys due at the same time share a timer and are released together, as one reconcile event
 //   per function of at most MAX_KEYS_PER_EVENT keys.
-// - Memory is bounded: at most `maxKeys` keys of at most MAX_HELD_KEY_LENGTH characters. A key
-//   beyond the count is dropped with a log line: the function keeps its own due time (in status)
+// - Memory is bounded: at most `maxKeysPerFunction` keys per function (each function has its own
+//   room, so one function's many requeues never crowd out another's), each of at most
+//   MAX_HELD_KEY_LENGTH characters; the functions are the plane's Triggers. A key beyond the
+//   count is dropped with a log line: the function keeps its own due time (in status)
 //   and its resync catches up, which is all an early delivery would have done. A longer key goes
 //   on at once (no real key is that long; the function refuses it).
 // - On close every held key is dropped with a log line per function: the resync reconciles those
@@ -84,112 +87,111 @@ function reconcileData(event: CloudEventV1<unknown>): { keys: string[]; notBefor
  */
 export function splitReply(event: CloudEventV1<unknown>, now: number): ReplySplit {
   const eventDue = dueAt(event[NOT_BEFORE_EXTENSION], now);
-  const problems = 'problem' in eventDue && eventDue.problem ? [`${NOT_BEFORE_EXTENSION}: ${eventDue.problem}`] : [];
+  const problems = 'problem' in eventDue && eventDue.problem ? [`${NOT_BEFORE_EXTENSION}: ${eventDue.problem}, so the keys without a time of their own go on now`] : [];
   const fn = event[FUNCTION_EXTENSION];
   const data = event.type === RECONCILE_TYPE && typeof fn === 'string' ? reconcileData(event) : undefined;
   if (!data) {
-    if (eventDue.at !== 'now') problems.push(`a ${String(event.type)} reply is not a reconcile reply with keys, so it is not held`);
+    if (eventDue.at !== 'now') problems.push(`a ${String(event.type)} reply asked for later but is not a reconcile reply with keys, so it goes on now, unheld`);
     return { now: event, later: [], problems };
   }
   const dueNow: string[] = [];
   const later: Requeue[] = [];
   const ttl = typeof event[TTL_ATTRIBUTE] === 'number' ? (event[TTL_ATTRIBUTE] as number) : undefined;
   for (const key of data.keys) {
-    // A key's own time is the more specific; an unreadable one falls back to the event's.
-    let due = eventDue;
-    if (Object.hasOwn(data.notBefore, key)) {
-      const own = dueAt(data.notBefore[key], now);
-      if ('problem' in own && own.problem) problems.push(`key ${key}: ${own.problem}`);
-      else due = own;
-    }
+    // A key's own time is the more specific (an unreadable one: due now, as for the event's).
+    const due = Object.hasOwn(data.notBefore, key) ? dueAt(data.notBefore[key], now) : eventDue;
+    if (due !== eventDue && 'problem' in due && due.problem) problems.push(`key ${key}: ${due.problem}, so it goes on now`);
     if (due.at === 'now' || key.length > MAX_HELD_KEY_LENGTH) dueNow.push(key);
     else later.push({ function: fn as string, key, at: due.at, ttl, source: event.source });
   }
-  if (later.length === 0) return { now: event, later, problems };
+  if (later.length === 0 && problems.length === 0) return { now: event, later, problems };
   if (dueNow.length === 0) return { later, problems };
+  // Narrowed to the keys due now, without the due times (an unreadable one would have the
+  // function refuse the whole event).
   const { [NOT_BEFORE_EXTENSION]: _due, data: _data, data_base64: _bytes, ...attributes } = event;
   return { now: { ...attributes, datacontenttype: 'application/json', data: { keys: dueNow } } as CloudEventV1<unknown>, later, problems };
 }
 
 /** The keys due at one time, under one timer. */
 interface Bucket {
-  ids: Set<string>;
+  requeues: Set<Requeue>;
   timer: NodeJS.Timeout;
 }
 
 export class RequeueHold {
-  /** By `${function}\n${key}`: one entry each. */
-  readonly #held = new Map<string, Requeue>();
+  /** By function, then key: one entry each. */
+  readonly #held = new Map<string, Map<string, Requeue>>();
   /** By due time: keys due at the same time share a timer and leave together. */
   readonly #buckets = new Map<number, Bucket>();
-  readonly #max: number;
+  #size = 0;
+  readonly #maxPerFunction: number;
   readonly #log: Logger;
   readonly #release: (event: CloudEventV1<unknown>) => void;
 
-  constructor(options: { maxKeys?: number; log: Logger; release: (event: CloudEventV1<unknown>) => void }) {
-    this.#max = options.maxKeys ?? DEFAULT_MAX_HELD_KEYS;
+  constructor(options: { maxKeysPerFunction?: number; log: Logger; release: (event: CloudEventV1<unknown>) => void }) {
+    this.#maxPerFunction = options.maxKeysPerFunction ?? DEFAULT_MAX_HELD_KEYS;
     this.#log = options.log;
     this.#release = options.release;
   }
 
-  /** Keys held. */
+  /** Keys held, of every function. */
   get size(): number {
-    return this.#held.size;
+    return this.#size;
   }
 
   /** Holds each key until it is due (the earliest time asked for, per function and key). */
   add(requeues: Requeue[], now = Date.now()): void {
-    const refused: string[] = [];
+    const refused: Requeue[] = [];
     for (const requeue of requeues) {
-      const id = `${requeue.function}\n${requeue.key}`;
-      const existing = this.#held.get(id);
+      let keys = this.#held.get(requeue.function);
+      if (!keys) this.#held.set(requeue.function, (keys = new Map()));
+      const existing = keys.get(requeue.key);
       if (existing) {
         existing.ttl = maxTtl(existing.ttl, requeue.ttl);
         if (existing.at <= requeue.at) continue;
-        this.#unbucket(id, existing.at);
-      } else if (this.#held.size >= this.#max) {
-        refused.push(requeue.key);
+        this.#unbucket(existing);
+      } else if (keys.size >= this.#maxPerFunction) {
+        // Each function has its own room: one function's many requeues never crowd out another's.
+        refused.push(requeue);
         continue;
+      } else {
+        this.#size++;
       }
-      this.#held.set(id, { ...requeue, ttl: maxTtl(existing?.ttl, requeue.ttl) });
-      const bucket = this.#buckets.get(requeue.at);
-      if (bucket) bucket.ids.add(id);
-      else this.#buckets.set(requeue.at, { ids: new Set([id]), timer: this.#arm(requeue.at, now) });
+      const held = { ...requeue, ttl: maxTtl(existing?.ttl, requeue.ttl) };
+      keys.set(requeue.key, held);
+      const bucket = this.#buckets.get(held.at);
+      if (bucket) bucket.requeues.add(held);
+      else this.#buckets.set(held.at, { requeues: new Set([held]), timer: this.#arm(held.at, now) });
     }
     if (refused.length > 0) {
       this.#log.warn(
-        { function: requeues[0].function, refused: refused.length, keys: refused.slice(0, LOGGED_KEYS), held: this.#held.size },
-        `${this.#held.size} requeued keys already held; ${refused.length} more dropped (the function keeps its due times and its resync reconciles them)`,
+        { function: refused[0].function, refused: refused.length, keys: refused.slice(0, LOGGED_KEYS).map(({ key }) => key), max: this.#maxPerFunction },
+        `${this.#maxPerFunction} requeued keys of the function already held; ${refused.length} more dropped (the function keeps its due times and its resync reconciles them)`,
       );
     }
   }
 
   /** Drops everything held (plane stopping), one log line per function. */
   dropAll(): number {
-    const count = this.#held.size;
-    const byFunction = new Map<string, { dropped: number; keys: string[] }>();
-    for (const held of this.#held.values()) {
-      const summary = byFunction.get(held.function) ?? { dropped: 0, keys: [] };
-      summary.dropped++;
-      if (summary.keys.length < LOGGED_KEYS) summary.keys.push(held.key);
-      byFunction.set(held.function, summary);
-    }
-    for (const [fn, summary] of byFunction) {
-      this.#log.info({ function: fn, ...summary }, 'held requeues dropped because the plane stopped (the next resync reconciles their keys)');
+    const count = this.#size;
+    for (const [fn, keys] of this.#held) {
+      if (keys.size === 0) continue;
+      this.#log.info({ function: fn, dropped: keys.size, keys: [...keys.keys()].slice(0, LOGGED_KEYS) }, 'held requeues dropped because the plane stopped (the next resync reconciles their keys)');
     }
     for (const bucket of this.#buckets.values()) clearTimeout(bucket.timer);
     this.#buckets.clear();
     this.#held.clear();
+    this.#size = 0;
     return count;
   }
 
-  #unbucket(id: string, at: number): void {
-    const bucket = this.#buckets.get(at);
+  #unbucket(requeue: Requeue): void {
+    const bucket = this.#buckets.get(requeue.at);
     if (!bucket) return;
-    bucket.ids.delete(id);
-    if (bucket.ids.size > 0) return;
+    bucket.requeues.delete(requeue);
+    if (bucket.requeues.size > 0) return;
     clearTimeout(bucket.timer);
-    this.#buckets.delete(at);
+    this.#buckets.delete(requeue.at);
   }
 
   #arm(at: number, now: number): NodeJS.Timeout {
@@ -202,23 +204,24 @@ export class RequeueHold {
         return;
       }
       this.#buckets.delete(at);
-      this.#releaseDue(bucket.ids);
+      this.#releaseDue(bucket.requeues);
     }, Math.min(at - now, MAX_TIMER_MS));
     timer.unref();
     return timer;
   }
 
   /** One reconcile event per function and MAX_KEYS_PER_EVENT keys. */
-  #releaseDue(ids: Set<string>): void {
+  #releaseDue(requeues: Set<Requeue>): void {
     const byFunction = new Map<string, Requeue[]>();
-    for (const id of ids) {
-      const held = this.#held.get(id)!;
-      this.#held.delete(id);
-      const due = byFunction.get(held.function);
-      if (due) due.push(held);
-      else byFunction.set(held.function, [held]);
+    for (const requeue of requeues) {
+      this.#held.get(requeue.function)?.delete(requeue.key);
+      this.#size--;
+      const due = byFunction.get(requeue.function);
+      if (due) due.push(requeue);
+      else byFunction.set(requeue.function, [requeue]);
     }
     for (const [fn, due] of byFunction) {
+      if (this.#held.get(fn)?.size === 0) this.#held.delete(fn);
       for (let start = 0; start < due.length; start += MAX_KEYS_PER_EVENT) {
         const batch = due.slice(start, start + MAX_KEYS_PER_EVENT);
         const ttl = batch.reduce<number | undefined>((highest, requeue) => maxTtl(highest, requeue.ttl), undefined);

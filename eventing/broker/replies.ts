@@ -20,9 +20,10 @@ export class ReplyRouter {
   readonly #deadLetters: DeadLetterSink;
   readonly #state: () => ReplyState;
   readonly #onSettled: () => void;
+  #droppedWhileStopping = 0;
 
   constructor(options: {
-    maxHeldKeys?: number;
+    maxHeldKeysPerFunction?: number;
     log: Logger;
     ingest: (event: CloudEventV1<unknown>) => Promise<unknown>;
     deadLetters: DeadLetterSink;
@@ -34,7 +35,7 @@ export class ReplyRouter {
     this.#deadLetters = options.deadLetters;
     this.#state = options.state;
     this.#onSettled = options.onSettled;
-    this.#hold = new RequeueHold({ maxKeys: options.maxHeldKeys, log: options.log, release: (event) => this.#routeNow(event, 'held') });
+    this.#hold = new RequeueHold({ maxKeysPerFunction: options.maxHeldKeysPerFunction, log: options.log, release: (event) => this.#routeNow(event, 'held') });
   }
 
   /** Requeued keys held until they are due. */
@@ -52,6 +53,11 @@ export class ReplyRouter {
     return this.#hold.dropAll();
   }
 
+  /** Keys due later in replies that came back while the plane was stopping (dropped). */
+  get droppedWhileStopping(): number {
+    return this.#droppedWhileStopping;
+  }
+
   /** Routes the reply that `from` (a trigger) answered with. */
   route(reply: CloudEventV1<unknown>, from: string): void {
     const state = this.#state();
@@ -61,11 +67,14 @@ export class ReplyRouter {
     }
     const now = Date.now();
     const { now: dueNow, later, problems } = splitReply(reply, now);
-    for (const problem of problems) this.#log.warn({ trigger: from, id: reply.id, type: reply.type }, `${problem}; routing it now`);
-    if (later.length > 0) {
-      // Stopping: a requeue for later cannot be kept; the resync covers it after the next start.
-      if (state === 'stopping') this.#log.info({ trigger: from, id: reply.id, dropped: later.length }, 'requeue dropped because the plane stopped (the next resync reconciles its keys)');
-      else this.#hold.add(later, now);
+    for (const problem of problems) this.#log.warn({ trigger: from, id: reply.id, type: reply.type }, problem);
+    if (later.length > 0 && state === 'stopping') {
+      // A requeue for later cannot be kept; the resync covers it after the next start. Counted
+      // into the broker's closing line rather than a line per reply.
+      this.#droppedWhileStopping += later.length;
+      this.#log.debug({ trigger: from, id: reply.id, dropped: later.length }, 'requeue dropped because the plane is stopping');
+    } else if (later.length > 0) {
+      this.#hold.add(later, now);
     }
     if (dueNow) this.#routeNow(dueNow, from);
   }

@@ -242,9 +242,27 @@ describe('Broker requeue holding (opfnnotbefore)', () => {
     }
   });
 
-  it('a key is held once, at the earliest time asked for; close drops what is held with a log line', async () => {
-    const later = new Date(Date.now() + 60_000).toISOString();
-    const fn = await subscriber((_req, res) => requeueReply(res, later, { keys: ['default/a'] }));
+  it('keys for later replied while the broker drains are dropped and counted in its closing line, not logged reply by reply', async () => {
+    let answer: () => void = () => undefined;
+    const answered = new Promise<void>((resolve) => {
+      answer = resolve;
+    });
+    const fn = await subscriber(async (_req, res) => {
+      await answered;
+      requeueReply(res, new Date(Date.now() + 60_000).toISOString(), { keys: ['default/a', 'default/b'] });
+    });
+    const { broker, lines } = newBroker({ triggers: [{ name: 'fn', subscriber: fn.url, filter: { attributes: { opfnfunction: 'fn' } } }] });
+    await broker.publish(event({ opfnfunction: 'fn' }));
+    await waitFor(() => fn.requests.length === 1, 'the delivery');
+    const closed = broker.close();
+    answer();
+    await closed;
+    assert.equal(lines.filter((l) => /requeue dropped/.test(String(l.msg)) && l.level === 30).length, 0, 'no info line per reply');
+    assert.equal(lines.find((l) => l.msg === 'broker closed')?.dropped, 2);
+  });
+
+  it('a key asked for at several times is held once; close drops what is held with a log line', async () => {
+    const fn = await subscriber((_req, res, count) => requeueReply(res, new Date(Date.now() + 60_000 - count * 1000).toISOString(), { keys: ['default/a'] }));
     const { broker, lines } = newBroker({ triggers: [{ name: 'fn', subscriber: fn.url, filter: { attributes: { opfnfunction: 'fn', type: 't' } } }] });
     for (let i = 0; i < 3; i++) await broker.publish(event({ opfnfunction: 'fn' }));
     await broker.idle();

@@ -21,10 +21,10 @@ function captureLog() {
   return { log: pino({ level: 'debug' }, { write: (chunk: string) => chunk.split('\n').filter((l) => l.trim()).forEach((l) => lines.push(JSON.parse(l))) }), lines };
 }
 
-function newHold(maxKeys?: number) {
+function newHold(maxKeysPerFunction?: number) {
   const released: CloudEventV1<unknown>[] = [];
   const { log, lines } = captureLog();
-  const hold = new RequeueHold({ maxKeys, log, release: (event) => released.push(event) });
+  const hold = new RequeueHold({ maxKeysPerFunction, log, release: (event) => released.push(event) });
   return { hold, released, lines };
 }
 
@@ -57,26 +57,30 @@ describe('splitReply', () => {
   });
 
   test('what the broker cannot read goes on now, with a problem to log when it asked for later; the function refuses or drops it', () => {
-    const cases: Array<[string, CloudEventV1<unknown>, RegExp | undefined]> = [
-      ['another type', reply({ keys: ['a'] }, { type: 'com.example.other', opfnnotbefore: iso(1000) }), /not a reconcile reply/],
+    const cases: Array<[string, CloudEventV1<unknown>, RegExp]> = [
+      ['another type', reply({ keys: ['a'] }, { type: 'com.example.other', opfnnotbefore: iso(1000) }), /not a reconcile reply with keys, so it goes on now, unheld/],
       ['no keys', reply({ nothing: true }, { opfnnotbefore: iso(1000) }), /not a reconcile reply/],
       ['bytes that are not JSON', reply(undefined, { data_base64: Buffer.from('{nope').toString('base64'), opfnnotbefore: iso(1000) }), /not a reconcile reply/],
-      ['an unreadable due time', reply({ keys: ['a'] }, { opfnnotbefore: 'tomorrow' }), /opfnnotbefore: due time "tomorrow" is not an RFC 3339 time/],
     ];
     for (const [what, event, problem] of cases) {
       const split = splitReply(event, NOW);
       assert.equal(split.now, event, what);
       assert.equal(split.later.length, 0, what);
-      assert.match(split.problems.join('; '), problem!, what);
+      assert.match(split.problems.join('; '), problem, what);
     }
   });
 
-  test('a key\'s unreadable own time falls back to the event\'s; a key longer than any real key is not held', () => {
+  test('an unreadable due time makes its keys due now, and the reply goes on without the due times (the function would refuse it whole)', () => {
+    const eventLevel = splitReply(reply({ keys: ['a', 'b'], notBefore: { b: iso(2000) } }, { opfnnotbefore: 'tomorrow' }), NOW);
+    assert.deepEqual(eventLevel.later.map(({ key, at }) => [key, at - NOW]), [['b', 2000]], 'b has a time of its own');
+    assert.deepEqual([keysOf(eventLevel.now!), eventLevel.now!.opfnnotbefore], [['a'], undefined]);
+    assert.match(eventLevel.problems.join(), /opfnnotbefore: due time "tomorrow" is not an RFC 3339 time, so the keys without a time of their own go on now/);
+
     const long = 'k'.repeat(2000);
-    const split = splitReply(reply({ keys: ['a', long], notBefore: { a: 'soon' } }, { opfnnotbefore: iso(2000) }), NOW);
-    assert.deepEqual(split.later.map(({ key, at }) => [key, at - NOW]), [['a', 2000]]);
-    assert.deepEqual(keysOf(split.now!), [long]);
-    assert.match(split.problems.join(), /key a: due time "soon"/);
+    const ownTime = splitReply(reply({ keys: ['a', long], notBefore: { a: 'soon' } }, { opfnnotbefore: iso(2000) }), NOW);
+    assert.deepEqual(ownTime.later, [], 'a: its unreadable own time is due now; the over-long key is never held');
+    assert.deepEqual([keysOf(ownTime.now!), ownTime.now!.opfnnotbefore, (ownTime.now!.data as { notBefore?: unknown }).notBefore], [['a', long], undefined, undefined]);
+    assert.match(ownTime.problems.join(), /key a: due time "soon" is not an RFC 3339 time, so it goes on now/);
   });
 });
 
@@ -108,17 +112,30 @@ describe('RequeueHold', () => {
     assert.notEqual(released[0].id, released[1].id);
   });
 
-  test('bounded by a count of keys: beyond it a key is dropped with a log line; close drops the rest with a line per function', () => {
+  test('bounded by a count of keys per function: beyond it a key is dropped with a log line, another function keeps its room; close drops the rest with a line per function', () => {
     const { hold, lines } = newHold(2);
     hold.add([requeue('a', 60_000), requeue('b', 60_000), requeue('c', 60_000), requeue('d', 60_000)]);
     assert.equal(hold.size, 2);
-    hold.add([requeue('a', 30_000)]);
-    assert.equal(hold.size, 2, 'a key already held is moved, not refused');
+    hold.add([requeue('a', 30_000), requeue('x', 60_000, { function: 'other' })]);
+    assert.equal(hold.size, 3, 'a key already held is moved, not refused; the other function has room of its own');
     const refused = lines.find((line) => /more dropped/.test(String(line.msg)));
-    assert.deepEqual([refused?.refused, refused?.keys], [2, ['c', 'd']]);
-    assert.equal(hold.dropAll(), 2);
+    assert.deepEqual([refused?.function, refused?.refused, refused?.keys], ['fn', 2, ['c', 'd']]);
+    assert.equal(hold.dropAll(), 3);
     const dropped = lines.filter((line) => /dropped because the plane stopped/.test(String(line.msg)));
-    assert.deepEqual(dropped.map((line) => [line.function, line.dropped, line.keys]), [['fn', 2, ['a', 'b']]]);
+    assert.deepEqual(dropped.map((line) => [line.function, line.dropped, line.keys]), [['fn', 2, ['a', 'b']], ['other', 1, ['x']]]);
+    assert.equal(hold.size, 0);
+  });
+
+  test('a key moved to an earlier time leaves at that time, once', async () => {
+    const { hold, released } = newHold();
+    hold.add([requeue('a', 60_000), requeue('b', 60_000)]);
+    hold.add([requeue('a', 30)]);
+    await sleep(100);
+    assert.deepEqual(released.map(keysOf), [['a']]);
+    assert.equal(hold.size, 1, 'b still held; a is not held twice');
+    hold.add([requeue('b', 20)]);
+    await sleep(100);
+    assert.deepEqual(released.map(keysOf), [['a'], ['b']]);
     assert.equal(hold.size, 0);
   });
 });
