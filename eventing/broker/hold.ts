@@ -25,7 +25,7 @@
 import { randomUUID } from 'node:crypto';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE } from '../../functions/runtime/events.ts';
+import { dueTimeMs, FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE } from '../../functions/runtime/events.ts';
 import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
 import { TTL_ATTRIBUTE } from './ttl.ts';
 
@@ -42,8 +42,8 @@ type Due = { at: number } | { at: 'now'; problem?: string };
 /** When a due time is: a time in ms, or 'now' (absent, past, or not a valid timestamp → `problem`). */
 function dueAt(raw: unknown, now: number): Due {
   if (raw === undefined || raw === null || raw === '') return { at: 'now' };
-  const at = typeof raw === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(raw) ? Date.parse(raw) : Number.NaN;
-  if (!Number.isFinite(at)) return { at: 'now', problem: `due time ${JSON.stringify(raw)} is not an RFC 3339 time` };
+  const at = dueTimeMs(raw);
+  if (at === undefined) return { at: 'now', problem: `due time ${JSON.stringify(raw)} is not an RFC 3339 time` };
   return at > now ? { at } : { at: 'now' };
 }
 
@@ -123,7 +123,6 @@ export class RequeueHold {
   readonly #held = new Map<string, Map<string, Requeue>>();
   /** By due time: keys due at the same time share a timer and leave together. */
   readonly #buckets = new Map<number, Bucket>();
-  #size = 0;
   readonly #maxPerFunction: number;
   readonly #log: Logger;
   readonly #release: (event: CloudEventV1<unknown>) => void;
@@ -136,29 +135,30 @@ export class RequeueHold {
 
   /** Keys held, of every function. */
   get size(): number {
-    return this.#size;
+    let size = 0;
+    for (const keys of this.#held.values()) size += keys.size;
+    return size;
   }
 
   /** Holds each key until it is due (the earliest time asked for, per function and key). */
   add(requeues: Requeue[], now = Date.now()): void {
     const refused: Requeue[] = [];
     for (const requeue of requeues) {
-      let keys = this.#held.get(requeue.function);
-      if (!keys) this.#held.set(requeue.function, (keys = new Map()));
-      const existing = keys.get(requeue.key);
-      if (existing) {
-        existing.ttl = maxTtl(existing.ttl, requeue.ttl);
-        if (existing.at <= requeue.at) continue;
-        this.#unbucket(existing);
+      const keys = this.#held.get(requeue.function) ?? new Map<string, Requeue>();
+      let held = keys.get(requeue.key);
+      if (held) {
+        held.ttl = maxTtl(held.ttl, requeue.ttl);
+        if (held.at <= requeue.at) continue;
+        this.#unbucket(held);
+        held.at = requeue.at;
       } else if (keys.size >= this.#maxPerFunction) {
         // Each function has its own room: one function's many requeues never crowd out another's.
         refused.push(requeue);
         continue;
       } else {
-        this.#size++;
+        keys.set(requeue.key, (held = { ...requeue }));
+        this.#held.set(requeue.function, keys);
       }
-      const held = { ...requeue, ttl: maxTtl(existing?.ttl, requeue.ttl) };
-      keys.set(requeue.key, held);
       const bucket = this.#buckets.get(held.at);
       if (bucket) bucket.requeues.add(held);
       else this.#buckets.set(held.at, { requeues: new Set([held]), timer: this.#arm(held.at, now) });
@@ -173,15 +173,13 @@ export class RequeueHold {
 
   /** Drops everything held (plane stopping), one log line per function. */
   dropAll(): number {
-    const count = this.#size;
+    const count = this.size;
     for (const [fn, keys] of this.#held) {
-      if (keys.size === 0) continue;
       this.#log.info({ function: fn, dropped: keys.size, keys: [...keys.keys()].slice(0, LOGGED_KEYS) }, 'held requeues dropped because the plane stopped (the next resync reconciles their keys)');
     }
     for (const bucket of this.#buckets.values()) clearTimeout(bucket.timer);
     this.#buckets.clear();
     this.#held.clear();
-    this.#size = 0;
     return count;
   }
 
@@ -215,7 +213,6 @@ export class RequeueHold {
     const byFunction = new Map<string, Requeue[]>();
     for (const requeue of requeues) {
       this.#held.get(requeue.function)?.delete(requeue.key);
-      this.#size--;
       const due = byFunction.get(requeue.function);
       if (due) due.push(requeue);
       else byFunction.set(requeue.function, [requeue]);

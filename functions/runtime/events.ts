@@ -261,10 +261,20 @@ function interpretReconcile(event: CloudEventV1<unknown>): FunctionEvent {
   return { type: 'reconcile', keys: keys as string[], notBefore, keyNotBefore, id: event.id };
 }
 
+/**
+ * A due time (opfnnotbefore, a key's notBefore) in ms since the epoch, or undefined when it is not
+ * an RFC 3339 time: the one rule on both ends of the wire, so the local broker holds exactly the
+ * times a function accepts (eventing/broker/hold.ts).
+ */
+export function dueTimeMs(raw: unknown): number | undefined {
+  const at = typeof raw === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(raw) ? Date.parse(raw) : Number.NaN;
+  return Number.isFinite(at) ? at : undefined;
+}
+
 function rfc3339Time(raw: unknown, what: string): Date {
-  const time = new Date(String(raw));
-  if (typeof raw !== 'string' || !/^\d{4}-\d{2}-\d{2}T/.test(raw) || Number.isNaN(time.getTime())) throw new BadEventError(`${what} ${JSON.stringify(String(raw).slice(0, 100))} is not an RFC 3339 time`);
-  return time;
+  const at = dueTimeMs(raw);
+  if (at === undefined) throw new BadEventError(`${what} ${JSON.stringify(String(raw).slice(0, 100))} is not an RFC 3339 time`);
+  return new Date(at);
 }
 
 const str = (value: unknown): string => (typeof value === 'string' ? value : '');
