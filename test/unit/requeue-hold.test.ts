@@ -8,6 +8,7 @@ import type { CloudEventV1 } from 'cloudevents';
 import { pino } from 'pino';
 import { RequeueHold, splitReply, type Requeue } from '../../eventing/broker/hold.ts';
 import { MAX_KEYS_PER_EVENT } from '../../functions/runtime/events.ts';
+import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
 
 const NOW = Date.parse('2026-01-01T00:00:00Z');
 const iso = (ms: number) => new Date(NOW + ms).toISOString();
@@ -136,6 +137,22 @@ describe('RequeueHold', () => {
     hold.add([requeue('b', 20)]);
     await sleep(100);
     assert.deepEqual(released.map(keysOf), [['a'], ['b']]);
+    assert.equal(hold.size, 0);
+  });
+
+  test('a key due beyond a timer\'s range (about 24.8 days) is re-armed, not released early', (t) => {
+    // Node fires a longer timer after 1 ms, so the hold caps each wait and re-checks the clock.
+    t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: NOW });
+    const { hold, released } = newHold();
+    const thirtyDays = 30 * 24 * 3600_000;
+    hold.add([requeue('a', thirtyDays)]);
+    t.mock.timers.tick(MAX_TIMER_MS);
+    assert.deepEqual(released, [], 'the first timer ran out; the key is not due yet');
+    assert.equal(hold.size, 1);
+    t.mock.timers.tick(thirtyDays - MAX_TIMER_MS - 1);
+    assert.deepEqual(released, [], 'still 1 ms early');
+    t.mock.timers.tick(1);
+    assert.deepEqual(released.map(keysOf), [['a']]);
     assert.equal(hold.size, 0);
   });
 });
