@@ -3,25 +3,31 @@
 import type { Readable, Writable } from 'node:stream';
 import type { Logger } from 'pino';
 
+/** Longest line relayed; the rest of a longer one is dropped, not relayed as lines of its own. */
 const MAX_LINE = 64 * 1024;
 
 export function pipeLines(stream: Readable, emit: (line: string) => void): void {
   let buf = '';
+  // Inside an overlong line whose start was emitted: skip to its end.
+  let skipping = false;
   stream.setEncoding('utf8');
   stream.on('data', (chunk: string) => {
     buf += chunk;
     let nl: number;
     while ((nl = buf.indexOf('\n')) >= 0) {
-      emit(buf.slice(0, nl).replace(/\r$/, ''));
+      if (!skipping) emit(buf.slice(0, nl).replace(/\r$/, ''));
+      skipping = false;
       buf = buf.slice(nl + 1);
     }
     if (buf.length > MAX_LINE) {
-      emit(buf);
+      // Its pieces as lines of their own would look like records (a JSON log line cut in parts).
+      if (!skipping) emit(`${buf.slice(0, MAX_LINE)}… (line longer than ${MAX_LINE} characters, cut)`);
+      skipping = true;
       buf = '';
     }
   });
   stream.on('end', () => {
-    if (buf) emit(buf);
+    if (buf && !skipping) emit(buf);
     buf = '';
   });
   stream.on('error', () => {});

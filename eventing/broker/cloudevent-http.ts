@@ -8,6 +8,7 @@
 //   the client reads an answer instead of a connection reset.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { CloudEvent, HTTP, type CloudEventV1 } from 'cloudevents';
+import { quote } from '../../functions/runtime/quote.ts';
 
 /** Thrown by readBody when a body exceeds its limit (the caller answers 413). */
 export class BodyTooLarge extends Error {
@@ -83,7 +84,7 @@ export function eventProblem(event: unknown): string | undefined {
     if (typeof record[attr] !== 'string' || record[attr] === '') return `attribute ${attr} must be a non-empty string`;
   }
   for (const key of Object.keys(record)) {
-    if (key !== 'data_base64' && !/^[a-z0-9]+$/.test(key)) return `attribute name ${JSON.stringify(key)} is not lowercase letters and digits`;
+    if (key !== 'data_base64' && !/^[a-z0-9]+$/.test(key)) return `attribute name ${quote(key)} is not lowercase letters and digits`;
   }
   return undefined;
 }
@@ -125,7 +126,7 @@ export function parseMessage(rawHeaders: IncomingHttpHeaders | Record<string, st
   const sdkEvent = parsed as CloudEvent<unknown>;
   try {
     const valid = sdkEvent.validate();
-    if (!valid && sdkEvent.specversion !== '0.3') throw new Error(`unsupported specversion ${JSON.stringify(sdkEvent.specversion)}`);
+    if (!valid && sdkEvent.specversion !== '0.3') throw new Error(`unsupported specversion ${quote(sdkEvent.specversion)}`);
   } catch (err) {
     throw new Error(describeSdkError(err));
   }
@@ -144,7 +145,7 @@ export function parseMessage(rawHeaders: IncomingHttpHeaders | Record<string, st
   if (time === undefined || time === null) {
     delete event.time;
   } else if (typeof time !== 'string' || !RFC3339.test(time.trim())) {
-    throw new Error(`attribute time ${JSON.stringify(time)} is not an RFC 3339 timestamp`);
+    throw new Error(`attribute time ${quote(time)} is not an RFC 3339 timestamp`);
   } else {
     event.time = time;
   }

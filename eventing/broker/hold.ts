@@ -28,6 +28,7 @@ import type { Logger } from 'pino';
 import { dueTimeMs, FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE } from '../../functions/runtime/events.ts';
 import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
 import { TTL_ATTRIBUTE } from './ttl.ts';
+import { quote } from '../../functions/runtime/quote.ts';
 
 // The extension is the runtime's (functions/runtime/events.ts): one name on both ends of the wire.
 export { NOT_BEFORE_EXTENSION };
@@ -43,7 +44,7 @@ type Due = { at: number } | { at: 'now'; problem?: string };
 function dueAt(raw: unknown, now: number): Due {
   if (raw === undefined || raw === null || raw === '') return { at: 'now' };
   const at = dueTimeMs(raw);
-  if (at === undefined) return { at: 'now', problem: `due time ${JSON.stringify(raw)} is not an RFC 3339 time` };
+  if (at === undefined) return { at: 'now', problem: `due time ${quote(raw)} is not an RFC 3339 time` };
   return at > now ? { at } : { at: 'now' };
 }
 

@@ -13,6 +13,7 @@ import type { Checked } from './hook-response.ts';
 import { webhookTarget } from './hook-client.ts';
 import { parentFilter } from './selector.ts';
 import { parseApiVersion, type CompositeController, type ResolvedResource } from './types.ts';
+import { quote } from '../runtime/quote.ts';
 
 const METHODS = new Set(['OnDelete', 'Recreate', 'InPlace', 'RollingRecreate', 'RollingInPlace']);
 
@@ -33,7 +34,7 @@ export function checkController(object: KubeObject): Checked<CompositeController
       return fail(`spec.childResources[${index}] needs apiVersion and resource`);
     }
     const method = child.updateStrategy?.method;
-    if (method !== undefined && !METHODS.has(method)) return fail(`spec.childResources[${index}].updateStrategy.method "${method}" is not one of ${[...METHODS].join(', ')}`);
+    if (method !== undefined && !METHODS.has(method)) return fail(`spec.childResources[${index}].updateStrategy.method ${quote(method)} is not one of ${[...METHODS].join(', ')}`);
   }
   const filter = parentFilter(spec);
   if (!filter.ok) return fail(`spec.parentResource.labelSelector: ${filter.reason}`);

@@ -16,6 +16,7 @@ import https from 'node:https';
 import { MAX_TIMER_MS } from '../runtime/timers.ts';
 import { parseHookResponse } from './hook-response.ts';
 import type { CompositeHookResponse, HookVersion, Webhook } from './types.ts';
+import { quote } from '../runtime/quote.ts';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
 /** A hook answer larger than this is refused rather than buffered. */
@@ -92,7 +93,7 @@ export function postJson(target: HookTarget, payload: unknown, options: CallOpti
   try {
     url = new URL(target.url);
   } catch {
-    return Promise.resolve(syncError('config', `invalid webhook URL "${target.url}"`));
+    return Promise.resolve(syncError('config', `invalid webhook URL ${quote(target.url)}`));
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return Promise.resolve(syncError('config', `unsupported webhook URL scheme "${url.protocol}"`));
   const body = Buffer.from(JSON.stringify(payload));

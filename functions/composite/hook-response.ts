@@ -21,6 +21,7 @@ import type { KubeObject } from '../runtime/kinds.ts';
 import { firstDuplicateKey } from './duplicate-keys.ts';
 import { describeKey, CONTROLLER_UID_LABEL, type Selector } from './selector.ts';
 import type { CompositeHookResponse, HookVersion, ResolvedResource, Webhook } from './types.ts';
+import { quote } from '../runtime/quote.ts';
 
 export type Checked<T> = { ok: true; value: T } | { ok: false; reason: string };
 
@@ -32,7 +33,7 @@ const CHILDREN_ONLY: ReadonlySet<string> = new Set(['children']);
 export function strictDuplicate(body: string, unchecked: ReadonlySet<string> = new Set()): string | undefined {
   try {
     const path = firstDuplicateKey(body, unchecked);
-    return path ? `strict validation failed: duplicate field "${path}"` : undefined;
+    return path ? `strict validation failed: duplicate field ${quote(path)}` : undefined;
   } catch {
     return 'strict validation failed: JSON nested too deeply';
   }
@@ -63,7 +64,7 @@ export function parseHookResponse(body: string, options: { version: HookVersion;
   const fields = raw as Record<string, unknown>;
   if (options.strict) {
     const unknown = Object.keys(fields).filter((key) => !RESPONSE_FIELDS.has(key));
-    if (unknown.length > 0) return fail(`strict validation failed: unknown field${unknown.length > 1 ? 's' : ''} ${unknown.map((key) => `"${key}"`).join(', ')}`);
+    if (unknown.length > 0) return fail(`strict validation failed: unknown field${unknown.length > 1 ? 's' : ''} ${unknown.slice(0, 10).map((key) => quote(key)).join(', ')}${unknown.length > 10 ? ` and ${unknown.length - 10} more` : ''}`);
     const duplicate = strictDuplicate(body, CHILDREN_ONLY);
     if (duplicate) return fail(duplicate);
   }
@@ -126,7 +127,7 @@ export function desiredChildren(input: DesiredChildrenInput): Checked<KubeObject
     const rule = input.childRules.find((candidate) => candidate.apiVersion === child.apiVersion && candidate.kind === child.kind);
     if (!rule) {
       const declared = input.childRules.map((candidate) => `${candidate.kind} ${candidate.apiVersion}`).join(', ') || 'none';
-      return { ok: false, reason: `desired child ${what} (apiVersion ${JSON.stringify(child.apiVersion ?? '')}) is not one of the controller's childResources (${declared})` };
+      return { ok: false, reason: `desired child ${what} (apiVersion ${quote(child.apiVersion ?? '')}) is not one of the controller's childResources (${declared})` };
     }
     const nameProblem = objectNameProblem(child.metadata.name);
     if (nameProblem) return { ok: false, reason: `desired child ${what}: metadata.name ${nameProblem}` };

@@ -17,6 +17,7 @@ import type { KubeObject } from '../runtime/kinds.ts';
 import { applyUpdate, forCreate } from './apply.ts';
 import { controllerRefFor } from './claim.ts';
 import { groupKindKey, groupVersionKindKey, type ChildUpdateMethod, type ResolvedResource } from './types.ts';
+import { quote } from '../runtime/quote.ts';
 
 /** Completes "the child has been …" once the shell has carried it out. */
 export type ChildOperation =
@@ -102,6 +103,6 @@ function planUpdate(observed: KubeObject, desired: KubeObject, method: ChildUpda
     case 'RollingInPlace':
       return { action: 'update', observed, object: applied.object };
     default:
-      return { action: 'error', child: desired, reason: `invalid update strategy for ${desired.kind}: unknown method "${String(method)}"` };
+      return { action: 'error', child: desired, reason: `invalid update strategy for ${desired.kind}: unknown method ${quote(String(method))}` };
   }
 }

@@ -10,6 +10,7 @@ import type { KubeObject } from '../runtime/kinds.ts';
 import { strictDuplicate, type Checked } from './hook-response.ts';
 import { compileSelector } from './selector.ts';
 import type { CustomizeHookResponse, HookVersion, LabelSelector, RelatedResourceRule, ResolvedResource } from './types.ts';
+import { quote } from '../runtime/quote.ts';
 
 const RULE_FIELDS = new Set(['apiVersion', 'resource', 'labelSelector', 'namespaceSelector', 'namespace', 'names']);
 const SELECTOR_FIELDS = new Set(['matchLabels', 'matchExpressions']);
@@ -28,7 +29,7 @@ export function parseCustomizeResponse(body: string, options: { version: HookVer
   const fields = raw as Record<string, unknown>;
   if (options.strict) {
     const unknown = Object.keys(fields).filter((key) => key !== 'relatedResources');
-    if (unknown.length > 0) return fail(`strict validation failed: unknown field "${unknown[0]}"`);
+    if (unknown.length > 0) return fail(`strict validation failed: unknown field ${quote(unknown[0])}`);
     const duplicate = strictDuplicate(body);
     if (duplicate) return fail(duplicate);
   }
@@ -40,12 +41,12 @@ export function parseCustomizeResponse(body: string, options: { version: HookVer
     const r = rule as Record<string, unknown>;
     if (options.strict) {
       const unknown = Object.keys(r).find((key) => !RULE_FIELDS.has(key));
-      if (unknown) return fail(`strict validation failed: unknown field "${where}.${unknown}"`);
+      if (unknown) return fail(`strict validation failed: unknown field ${quote(`${where}.${unknown}`)}`);
       for (const name of ['labelSelector', 'namespaceSelector']) {
         const selector = r[name];
         if (selector && typeof selector === 'object') {
           const extra = Object.keys(selector).find((key) => !SELECTOR_FIELDS.has(key));
-          if (extra) return fail(`strict validation failed: unknown field "${where}.${name}.${extra}"`);
+          if (extra) return fail(`strict validation failed: unknown field ${quote(`${where}.${name}.${extra}`)}`);
         }
       }
     }
@@ -85,7 +86,7 @@ export function relatedQueries(rules: RelatedResourceRule[], resolved: ResolvedR
   const parentNamespace = context.parent.metadata.namespace ?? '';
   for (const [index, rule] of rules.entries()) {
     const resource = resolved[index];
-    if (!resource) return { ok: false, reason: `can't find related resource "${rule.resource}" in ${rule.apiVersion}` };
+    if (!resource) return { ok: false, reason: `can't find related resource ${quote(rule.resource)} in ${rule.apiVersion}` };
     const hasLabelSelector = rule.labelSelector !== undefined && rule.labelSelector !== null;
     const hasNamespaceSelector = rule.namespaceSelector !== undefined && rule.namespaceSelector !== null;
     const namespace = rule.namespace ?? '';

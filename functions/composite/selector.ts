@@ -7,6 +7,7 @@
 // doNotMatchLabels (parentResource.labelSelector; absent = every parent).
 import type { KubeObject } from '../runtime/kinds.ts';
 import type { CompositeControllerSpec, LabelSelector } from './types.ts';
+import { quote } from '../runtime/quote.ts';
 
 export const CONTROLLER_UID_LABEL = 'controller-uid';
 
@@ -40,7 +41,7 @@ export function compileSelector(selector: LabelSelector): SelectorResult {
   }
   for (const expression of selector.matchExpressions ?? []) {
     const values = expression?.values ?? [];
-    if (!Array.isArray(values) || values.some((value) => typeof value !== 'string')) return { ok: false, reason: `values of "${expression?.key}" must be strings` };
+    if (!Array.isArray(values) || values.some((value) => typeof value !== 'string')) return { ok: false, reason: `values of ${quote(expression?.key)} must be strings` };
     switch (expression?.operator) {
       case 'In':
       case 'NotIn':
@@ -51,7 +52,7 @@ export function compileSelector(selector: LabelSelector): SelectorResult {
         if (values.length > 0) return { ok: false, reason: `values set must be empty for exists and does not exist` };
         break;
       default:
-        return { ok: false, reason: `"${String(expression?.operator)}" is not a valid label selector operator` };
+        return { ok: false, reason: `${quote(String(expression?.operator))} is not a valid label selector operator` };
     }
     if (typeof expression.key !== 'string' || expression.key === '') return { ok: false, reason: 'a label selector key must be a non-empty string' };
     requirements.push({ key: expression.key, operator: expression.operator, values: [...values] });

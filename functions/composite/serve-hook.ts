@@ -9,6 +9,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { HookRequestError } from './types.ts';
+import { quote } from '../runtime/quote.ts';
 
 /** A pure hook: the decoded request in, the response object out (or a Promise of it). */
 export type HookFunction = (request: never) => unknown;
@@ -64,7 +65,7 @@ async function handle(options: HookServerOptions, request: http.IncomingMessage,
   if (!hook) return reply(response, 404, { error: `no hook at ${path}` });
   if (request.method !== 'POST') return reply(response, 405, { error: 'hooks are called with POST' }, { Allow: 'POST' });
   const type = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-  if (type !== 'application/json') return reply(response, 415, { error: `expected Content-Type application/json, got "${request.headers['content-type'] ?? ''}"` });
+  if (type !== 'application/json') return reply(response, 415, { error: `expected Content-Type application/json, got ${quote(request.headers['content-type'] ?? '')}` });
 
   const limit = options.maxRequestBytes ?? MAX_REQUEST_BYTES;
   const body = await readLimited(request, limit);

@@ -10,6 +10,7 @@ import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
 import { ConfigMap, isValidNamespace, Secret } from '../runtime/kinds.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
+import { quote } from '../runtime/quote.ts';
 
 export const CopyratorRuleKind: ResourceKind = {
   group: 'flant.com',
@@ -84,13 +85,13 @@ export const copiesSelector = (rule: KubeObject): string =>
 /** Why a rule cannot be acted on, or undefined when it is well-formed. */
 export function ruleProblem(rule: CopyratorRule, secretsEnabled: boolean): ConditionInput | undefined {
   const invalid = (message: string): ConditionInput => ({ type: 'Ready', status: 'False', reason: 'InvalidRule', message });
-  if (rule.ruleType !== 'configmap' && rule.ruleType !== 'secret') return invalid(`ruleType must be configmap or secret, not ${JSON.stringify(rule.ruleType)}`);
-  if (!isValidNamespace(rule.namespace)) return invalid(`namespace ${JSON.stringify(rule.namespace)} is not a valid namespace name`);
+  if (rule.ruleType !== 'configmap' && rule.ruleType !== 'secret') return invalid(`ruleType must be configmap or secret, not ${quote(rule.ruleType)}`);
+  if (!isValidNamespace(rule.namespace)) return invalid(`namespace ${quote(rule.namespace)} is not a valid namespace name`);
   const selector = rule.selector ?? {};
   if (typeof selector !== 'object' || Array.isArray(selector)) return invalid('selector must be a map of label names to values');
   for (const [name, value] of Object.entries(selector)) {
-    if (!LABEL_NAME.test(name)) return invalid(`selector label name ${JSON.stringify(name)} is not a valid label name`);
-    if (typeof value !== 'string' || value.length > 63 || !LABEL_VALUE.test(value)) return invalid(`selector value ${JSON.stringify(value)} of ${name} is not a valid label value`);
+    if (!LABEL_NAME.test(name)) return invalid(`selector label name ${quote(name)} is not a valid label name`);
+    if (typeof value !== 'string' || value.length > 63 || !LABEL_VALUE.test(value)) return invalid(`selector value ${quote(value)} of ${quote(name)} is not a valid label value`);
   }
   if (rule.ruleType === 'secret' && !secretsEnabled) {
     return { type: 'Ready', status: 'False', reason: 'SecretsDisabled', message: 'this copyrator was deployed without access to Secrets (COPYRATOR_SECRETS=false)' };

@@ -8,6 +8,7 @@
 // the client always asks for every supported currency at once, and a per-process cache keyed by
 // the refresh slot makes all reconciles of one slot share that single request.
 import { ResponseTooLargeError, retryAfterMs, type HttpClient } from '../runtime/http.ts';
+import { quote } from '../runtime/quote.ts';
 /** The currencies the CRD's enum allows. */
 export const CURRENCIES = ['CAD', 'CHF', 'GBP', 'JPY', 'PLN', 'USD'] as const;
 export type Currency = (typeof CURRENCIES)[number];
@@ -98,12 +99,6 @@ export function rateString(value: unknown): string | undefined {
   return /^\d+(\.\d+)?$/.test(text) ? text : undefined;
 }
 
-/** What a value looks like in an error message: never more than a few dozen characters of it. */
-const excerpt = (value: unknown): string => {
-  const text = JSON.stringify(value) ?? String(value);
-  return text.length > 40 ? `${text.slice(0, 40)}… (${text.length} characters)` : text;
-};
-
 /**
  * Parses a 200 answer; throws ProviderError on anything that is not the documented shape: a
  * wrong base, a date that is not YYYY-MM-DD, a rate of a supported currency that is not a
@@ -111,38 +106,59 @@ const excerpt = (value: unknown): string => {
  * from the answer is not an error of the whole answer: it fails that currency's ExchangeRates
  * only (CurrencyNotQuoted).
  */
-export function parseQuote(body: string): Quote {
+export function parseQuote(body: string, redact: (text: string) => string = (text) => text): Quote {
+  const shown = (value: unknown, maxChars: number) => quote(typeof value === 'string' ? redact(value) : value, maxChars);
   let parsed: unknown;
   try {
     parsed = JSON.parse(body);
   } catch {
-    throw new ProviderError(`provider answered malformed JSON: ${JSON.stringify(body.slice(0, 80))}`);
+    throw new ProviderError(`provider answered malformed JSON: ${shown(body, 80)}`);
   }
   const answer = parsed as { base?: unknown; date?: unknown; rates?: unknown } | null;
   if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) throw new ProviderError('provider answer is not a JSON object');
   if (typeof answer.base !== 'string' || typeof answer.date !== 'string' || typeof answer.rates !== 'object' || answer.rates === null || Array.isArray(answer.rates)) {
     throw new ProviderError('provider answer lacks base, date or rates');
   }
-  if (answer.base !== BASE_CURRENCY) throw new ProviderError(`provider answered rates for base ${excerpt(answer.base)}, not ${BASE_CURRENCY}`);
-  if (!isProviderDate(answer.date)) throw new ProviderError(`provider answered date ${excerpt(answer.date)}, not YYYY-MM-DD`);
+  if (answer.base !== BASE_CURRENCY) throw new ProviderError(`provider answered rates for base ${shown(answer.base, 40)}, not ${BASE_CURRENCY}`);
+  if (!isProviderDate(answer.date)) throw new ProviderError(`provider answered date ${shown(answer.date, 40)}, not YYYY-MM-DD`);
   const answered = answer.rates as Record<string, unknown>;
   const rates: Record<string, string> = {};
   for (const currency of CURRENCIES) {
     if (!Object.hasOwn(answered, currency)) continue;
     const rate = rateString(answered[currency]);
-    if (rate === undefined) throw new ProviderError(`provider answered rate ${excerpt(answered[currency])} for ${currency}, not a positive decimal number`);
+    if (rate === undefined) throw new ProviderError(`provider answered rate ${shown(answered[currency], 40)} for ${currency}, not a positive decimal number`);
     rates[currency] = rate;
   }
   return { base: answer.base, date: answer.date, rates };
 }
 
-/** The provider's error message: Frankfurter's {"message"}, else the start of the body. */
+/** The provider's error message: Frankfurter's {"message"}, else the start of the body; an excerpt either way. */
 function describeFailure(status: number, body: string): string {
   try {
     const message = (JSON.parse(body) as { message?: unknown }).message;
-    if (typeof message === 'string') return `provider answered ${status}: ${message}`;
+    if (typeof message === 'string') return `provider answered ${status}: ${quote(message, 200)}`;
   } catch { /* not JSON */ }
-  return `provider answered ${status}${body ? `: ${body.slice(0, 120)}` : ''}`;
+  return `provider answered ${status}${body ? `: ${quote(body, 120)}` : ''}`;
+}
+
+/**
+ * `text` without the values of the headers we sent (the API key comes from a Secret): a provider
+ * that answers "invalid key <key>" must not put it into status, Events and logs. A value's words
+ * are removed too ("Bearer <token>" echoed as just the token).
+ */
+export function withoutSentHeaders(text: string, headers: Record<string, string>): string {
+  const secrets = Object.values(headers)
+    .flatMap((value) => [value, ...value.split(/\s+/)])
+    .filter((value) => value.length >= 6)
+    .sort((a, b) => b.length - a.length);
+  let redacted = text;
+  for (const secret of secrets) {
+    redacted = redacted.replaceAll(secret, '[redacted]');
+    // A JSON answer may carry the value with JSON escapes.
+    const escaped = JSON.stringify(secret).slice(1, -1);
+    if (escaped !== secret) redacted = redacted.replaceAll(escaped, '[redacted]');
+  }
+  return redacted;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -156,10 +172,12 @@ export function frankfurter(options: FrankfurterOptions): RateProvider {
       answer = await get(url, { headers: { accept: 'application/json', ...options.headers }, timeoutMs: options.timeoutMs });
     } catch (error) {
       if (error instanceof ResponseTooLargeError) throw new ProviderError(`provider answered ${error.status} with more than ${error.limitBytes} bytes; not read`);
-      throw new ProviderError(`provider ${options.baseUrl} unreachable: ${(error as Error).message}`);
+      throw new ProviderError(`provider ${options.baseUrl} unreachable: ${withoutSentHeaders((error as Error).message, options.headers)}`);
     }
-    if (answer.status === 200) return parseQuote(answer.body);
-    throw new ProviderError(describeFailure(answer.status, answer.body), { retryAfterSeconds: retryAfterSeconds(answer.headers.get('retry-after') ?? undefined) });
+    // Removed before any of the answer is quoted (and maybe cut mid-value) into a message.
+    const redact = (text: string) => withoutSentHeaders(text, options.headers);
+    if (answer.status === 200) return parseQuote(answer.body, redact);
+    throw new ProviderError(describeFailure(answer.status, redact(answer.body)), { retryAfterSeconds: retryAfterSeconds(answer.headers.get('retry-after') ?? undefined) });
   };
   return {
     async latest() {

@@ -16,6 +16,7 @@
 import { TerminalError, TransientError } from './errors.ts';
 import { apiVersionOf, type ResourceKind } from './kinds.ts';
 import { ApiError, type KubeClient } from './kube.ts';
+import { quote } from './quote.ts';
 
 interface ApiResource {
   name: string;
@@ -75,7 +76,7 @@ export class Discovery {
     const group = slash < 0 ? '' : apiVersion.slice(0, slash);
     const version = slash < 0 ? apiVersion : apiVersion.slice(slash + 1);
     if (!version || /[^A-Za-z0-9.-]/.test(group) || /[^A-Za-z0-9]/.test(version)) {
-      throw new TerminalError(`"${apiVersion}" is not an apiVersion (group/version, or a version of the core group)`, { reason: 'InvalidApiVersion' });
+      throw new TerminalError(`${quote(apiVersion)} is not an apiVersion (group/version, or a version of the core group)`, { reason: 'InvalidApiVersion' });
     }
     const path = group ? `/apis/${group}/${version}` : `/api/${version}`;
     let document: GroupVersionDocument | undefined;

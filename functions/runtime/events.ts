@@ -3,6 +3,7 @@
 // The event is a doorbell: it names an object, and the function re-reads that object.
 import { HTTP, type CloudEvent, type CloudEventV1 } from 'cloudevents';
 import { isValidName, isValidNamespace, type KubeObject } from './kinds.ts';
+import { quote } from './quote.ts';
 
 export const APISERVER_TYPE_PREFIX = 'dev.knative.apiserver.';
 /** The type of an ApiServerSource event: what the source sends and a Trigger filter must match. */
@@ -96,7 +97,7 @@ export function decodeWithSdk(headers: Record<string, string>, text: string): Cl
   } catch (error) {
     throw new BadEventError(`invalid CloudEvent: ${describe(error)}`);
   }
-  if (event.specversion !== '1.0') throw new BadEventError(`unsupported specversion "${event.specversion}": only 1.0 is accepted`);
+  if (event.specversion !== '1.0') throw new BadEventError(`unsupported specversion ${quote(event.specversion)}: only 1.0 is accepted`);
   return event;
 }
 
@@ -202,7 +203,7 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
   if (event.type === PING_TYPE) return { type: 'resync', id: event.id };
   if (event.type === RECONCILE_TYPE) return interpretReconcile(event);
   const match = APISERVER_TYPE.exec(event.type);
-  if (!match) throw new BadEventError(`unknown event type "${event.type}": expected ${APISERVER_TYPE_PREFIX}{ref,resource}.{add,update,delete} or ${PING_TYPE}`);
+  if (!match) throw new BadEventError(`unknown event type ${quote(event.type)}: expected ${APISERVER_TYPE_PREFIX}{ref,resource}.{add,update,delete} or ${PING_TYPE}`);
   const mode = match[1] as 'ref' | 'resource';
   const action = match[2] as ChangeAction;
   let data: unknown = event.data;
@@ -216,7 +217,7 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
       data = JSON.parse(text);
     } catch {
       // A JSON string body (already parsed by the SDK) or non-JSON text: name what arrived.
-      throw new BadEventError(`${event.type} event data must be a JSON object, got the string ${JSON.stringify(text.length > 64 ? `${text.slice(0, 64)}…` : text)}`);
+      throw new BadEventError(`${event.type} event data must be a JSON object, got the string ${quote(text)}`);
     }
   }
   if (typeof data !== 'object' || data === null || Array.isArray(data)) throw new BadEventError(`${event.type} event data must be a JSON object`);
@@ -226,8 +227,8 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
     ? { apiVersion: str(event.apiversion ?? body.apiVersion), kind: str(event.kind ?? body.kind), namespace: str(event.namespace ?? body.namespace), name: str(event.name ?? body.name) }
     : { apiVersion: str(body.apiVersion ?? event.apiversion), kind: str(body.kind ?? event.kind), namespace: str(body.metadata?.namespace ?? event.namespace), name: str(body.metadata?.name ?? event.name) };
   if (!ref.apiVersion || !ref.kind) throw new BadEventError(`${event.type} event names no apiVersion/kind (extensions apiversion and kind, or the data)`);
-  if (!isValidName(ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got "${ref.name}")`);
-  if (ref.namespace && !isValidNamespace(ref.namespace)) throw new BadEventError(`${event.type} event has an invalid namespace "${ref.namespace}"`);
+  if (!isValidName(ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got ${quote(ref.name)})`);
+  if (ref.namespace && !isValidNamespace(ref.namespace)) throw new BadEventError(`${event.type} event has an invalid namespace ${quote(ref.namespace)}`);
   if (mode === 'resource' && (typeof body.metadata !== 'object' || body.metadata === null)) throw new BadEventError(`${event.type} event data is not a Kubernetes object (no metadata)`);
   return { type: 'change', action, mode, ref, object: mode === 'resource' ? (body as KubeObject) : undefined, id: event.id };
 }
@@ -255,8 +256,8 @@ function interpretReconcile(event: CloudEventV1<unknown>): FunctionEvent {
   const named = new Set(keys as string[]);
   const keyNotBefore = new Map<string, Date>();
   for (const [key, time] of Object.entries(perKey)) {
-    if (!named.has(key)) throw new BadEventError(`${RECONCILE_TYPE} event data's notBefore names ${JSON.stringify(key.slice(0, 100))}, which is not one of its keys`);
-    keyNotBefore.set(key, rfc3339Time(time, `notBefore of ${key.slice(0, 100)}`));
+    if (!named.has(key)) throw new BadEventError(`${RECONCILE_TYPE} event data's notBefore names ${quote(key, 100)}, which is not one of its keys`);
+    keyNotBefore.set(key, rfc3339Time(time, `notBefore of ${quote(key, 100)}`));
   }
   return { type: 'reconcile', keys: keys as string[], notBefore, keyNotBefore, id: event.id };
 }
@@ -273,7 +274,7 @@ export function dueTimeMs(raw: unknown): number | undefined {
 
 function rfc3339Time(raw: unknown, what: string): Date {
   const at = dueTimeMs(raw);
-  if (at === undefined) throw new BadEventError(`${what} ${JSON.stringify(String(raw).slice(0, 100))} is not an RFC 3339 time`);
+  if (at === undefined) throw new BadEventError(`${what} ${quote(raw, 100)} is not an RFC 3339 time`);
   return new Date(at);
 }
 

@@ -1,6 +1,7 @@
 // What the runtime needs to know about a Kubernetes resource type to address it without
 // a discovery round trip: every function declares its kinds fully, so no API call is
 // ever spent finding out a plural or whether a kind is namespaced.
+import { quote } from './quote.ts';
 
 export interface ResourceKind {
   /** API group; "" for the core group. */
@@ -79,14 +80,14 @@ export function parseKindKey(text: string, kinds: ResourceKind[]): KindKey | str
   const parts = splitKindKey(text);
   if (typeof parts === 'string') return parts;
   const kind = kinds.find((candidate) => groupKind(candidate) === parts.groupKind);
-  if (!kind) return `"${parts.groupKind}" is not a kind this function reconciles`;
+  if (!kind) return `${quote(parts.groupKind)} is not a kind this function reconciles`;
   return keyProblem(kind, parts.key) ?? kindKey(kind, parts.key);
 }
 
 /** The `<group>/<Kind>` and the namespace and name of a key's string form, unchecked; or why it is not one. */
 export function splitKindKey(text: string): { groupKind: string; key: ObjectKey } | string {
   const colon = text.lastIndexOf(':');
-  if (colon <= 0) return `"${text}" is not a key (<group>/<Kind>:<namespace>/<name>)`;
+  if (colon <= 0) return `${quote(text)} is not a key (<group>/<Kind>:<namespace>/<name>)`;
   const rest = text.slice(colon + 1);
   const slash = rest.indexOf('/');
   return { groupKind: text.slice(0, colon), key: slash < 0 ? { namespace: '', name: rest } : { namespace: rest.slice(0, slash), name: rest.slice(slash + 1) } };
@@ -103,8 +104,8 @@ export const isValidNamespace = (namespace: unknown): namespace is string => typ
 
 /** Why `key` cannot name an object of `kind`, as the API server would judge it; undefined when it can. */
 export function keyProblem(kind: ResourceKind, key: ObjectKey): string | undefined {
-  if (!isValidName(key.name)) return `invalid object name "${key.name}" (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253)`;
-  if (kind.namespaced && !isValidNamespace(key.namespace)) return `invalid namespace "${key.namespace}" (a DNS-1123 label: lower-case letters, digits and '-', at most 63)`;
+  if (!isValidName(key.name)) return `invalid object name ${quote(key.name)} (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253)`;
+  if (kind.namespaced && !isValidNamespace(key.namespace)) return `invalid namespace ${quote(key.namespace)} (a DNS-1123 label: lower-case letters, digits and '-', at most 63)`;
   return undefined;
 }
 
@@ -115,7 +116,7 @@ export function keyProblem(kind: ResourceKind, key: ObjectKey): string | undefin
  */
 export class InvalidPathSegmentError extends Error {
   constructor(what: string, value: string) {
-    super(`refusing to address ${what} "${value}": it is not a valid path segment ('.', '..', empty, or contains '/' or '%')`);
+    super(`refusing to address ${what} ${quote(value)}: it is not a valid path segment ('.', '..', empty, or contains '/' or '%')`);
     this.name = 'InvalidPathSegmentError';
   }
 }

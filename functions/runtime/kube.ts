@@ -12,6 +12,7 @@ import { HttpMethod, RequestContext } from '@kubernetes/client-node/dist/gen/htt
 import { Agent, getGlobalDispatcher, request, type Dispatcher } from 'undici';
 import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import { OwnWrites } from './own-writes.ts';
+import { boundedMessage } from './quote.ts';
 
 export { OwnWrites } from './own-writes.ts';
 
@@ -220,7 +221,8 @@ function errorFromResponse(what: string, code: number, text: string): ApiError {
   if (code === 404 && !(status?.reason === 'NotFound' && status.details?.name)) {
     return new ApiError(404, NOT_SERVED, `${what}: the API server does not serve this resource (is its CustomResourceDefinition installed and Established, or is the server still starting?)`, status);
   }
-  return new ApiError(code, status?.reason ?? String(code), `${what}: ${status?.message ?? (text.slice(0, 200) || code)}`, status);
+  // An Invalid answer quotes the refused value whole; the message goes into logs and conditions.
+  return new ApiError(code, status?.reason ?? String(code), `${what}: ${status?.message === undefined ? text.slice(0, 200) || code : boundedMessage(status.message)}`, status);
 }
 
 interface Answer {
@@ -500,7 +502,7 @@ export class KubeClient {
       const event = JSON.parse(line) as WatchEvent<T>;
       if (event.type === 'ERROR') {
         const status = event.object as unknown as KubeStatus;
-        throw new ApiError(status.code ?? 500, status.reason ?? 'WatchError', `watch ${kind.plural}: ${status.message ?? 'error'}`, status);
+        throw new ApiError(status.code ?? 500, status.reason ?? 'WatchError', `watch ${kind.plural}: ${boundedMessage(status.message ?? 'error')}`, status);
       }
       yield event;
     }

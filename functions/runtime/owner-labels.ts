@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import { isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import type { KubeClient } from './kube.ts';
+import { quote } from './quote.ts';
 
 const LABEL_VALUE_MAX = 63;
 const HASH_CHARS = 16;
@@ -31,12 +32,12 @@ export async function ownerFromLabels(
   const value = child.metadata.labels?.[labels.name];
   if (!value) return `no ${labels.name} label`;
   const namespace = labels.namespace ? child.metadata.labels?.[labels.namespace] ?? '' : child.metadata.namespace ?? '';
-  if (ownerKind.namespaced && !isValidNamespace(namespace)) return `owner namespace "${namespace}" is not a valid namespace`;
+  if (ownerKind.namespaced && !isValidNamespace(namespace)) return `owner namespace ${quote(namespace)} is not a valid namespace`;
   const scope = ownerKind.namespaced ? namespace : '';
-  if (!isHashedLabelValue(value)) return isValidName(value) ? { namespace: scope, name: value } : `owner name "${value}" is not a valid name`;
+  if (!isHashedLabelValue(value)) return isValidName(value) ? { namespace: scope, name: value } : `owner name ${quote(value)} is not a valid name`;
   for await (const page of kube.pages(ownerKind, { namespace: scope || undefined })) {
     const owner = page.items.find((item) => ownerLabelValue(item.metadata.name ?? '') === value);
     if (owner) return { namespace: scope, name: owner.metadata.name! };
   }
-  return `no ${ownerKind.kind} in ${scope || 'the cluster'} has a name that hashes to "${value}"`;
+  return `no ${ownerKind.kind} in ${scope || 'the cluster'} has a name that hashes to ${quote(value)}`;
 }

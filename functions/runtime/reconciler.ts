@@ -5,6 +5,7 @@
 import { StatusConflictError } from './errors.ts';
 import { apiVersionOf, keyOf, keyString, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import { isAlreadyExists, isConflict, isNotFound, type KubeClient } from './kube.ts';
+import { boundedMessage } from './quote.ts';
 
 export { StatusConflictError } from './errors.ts';
 export type { EventRecorder } from './recorder.ts';
@@ -23,13 +24,14 @@ export type ConditionInput = Omit<Condition, 'lastTransitionTime'>;
 
 /**
  * Returns the conditions with `next` set. lastTransitionTime only moves when the status flips,
- * as kubectl wait and every controller-runtime controller expect.
+ * as kubectl wait and every controller-runtime controller expect. The message is bounded: it
+ * may quote an answer from outside, and an oversized one would fail the whole status write.
  */
 export function setCondition(conditions: Condition[] | undefined, next: ConditionInput, now: Date = new Date()): Condition[] {
   const current = conditions ?? [];
   const previous = current.find((condition) => condition.type === next.type);
   const lastTransitionTime = previous && previous.status === next.status ? previous.lastTransitionTime : now.toISOString().replace(/\.\d+Z$/, 'Z');
-  return [...current.filter((condition) => condition.type !== next.type), { ...next, lastTransitionTime }];
+  return [...current.filter((condition) => condition.type !== next.type), { ...next, message: boundedMessage(next.message), lastTransitionTime }];
 }
 
 /** Deep equality of JSON values: decides whether a status write is needed at all. */

@@ -20,6 +20,7 @@ import type { Logger } from 'pino';
 import { apiVersionOf, CoreEvent, type KubeObject, type ResourceKind } from './kinds.ts';
 import { isNotFound, type KubeClient } from './kube.ts';
 import { setRecent } from './recent.ts';
+import { boundedMessage } from './quote.ts';
 
 /** Records Kubernetes Events (kubectl describe shows them) on reconciled objects. */
 export interface EventRecorder {
@@ -92,6 +93,7 @@ export class EventSink {
   }
 
   record(object: KubeObject, kind: ResourceKind, type: 'Normal' | 'Warning', reason: string, message: string, log: Logger = this.#log): void {
+    message = boundedMessage(message);
     if (type === 'Normal' && !this.#takeNormalToken()) {
       log.debug({ reason }, 'Kubernetes Event not recorded: Normal Events are rate limited');
       return;

@@ -18,7 +18,7 @@ import {
   valuesFor,
   type ExchangeRate,
 } from '../../functions/exchange-rate/desired.ts';
-import { CURRENCIES, frankfurter, httpGet, isProviderDate, MAX_ANSWER_BYTES, parseQuote, ProviderError, rateString, SlotCache, type Quote, type RateProvider } from '../../functions/exchange-rate/provider.ts';
+import { CURRENCIES, frankfurter, httpGet, isProviderDate, MAX_ANSWER_BYTES, parseQuote, ProviderError, rateString, SlotCache, withoutSentHeaders, type Quote, type RateProvider } from '../../functions/exchange-rate/provider.ts';
 import { httpClient } from '../../functions/runtime/http.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
 
@@ -191,11 +191,26 @@ describe('the Frankfurter client against the stand-in', () => {
 
   test("an error answer carries the provider's message and status", async () => {
     standIn.mode = { type: 'error', status: 422, body: '{"message":"invalid currency"}' };
-    await assert.rejects(client().latest(), (error: Error) => error instanceof ProviderError && error.message === 'provider answered 422: invalid currency');
+    await assert.rejects(client().latest(), (error: Error) => error instanceof ProviderError && error.message === 'provider answered 422: "invalid currency"');
     standIn.mode = { type: 'error', status: 404, body: '{"message":"not found"}' };
-    await assert.rejects(client().latest(), /provider answered 404: not found/);
+    await assert.rejects(client().latest(), /provider answered 404: "not found"/);
     standIn.mode = { type: 'error', status: 502, body: '<html>bad gateway</html>' };
-    await assert.rejects(client().latest(), /provider answered 502: <html>bad gateway/);
+    await assert.rejects(client().latest(), /provider answered 502: "<html>bad gateway/);
+  });
+
+  test("a provider's message is quoted in a few hundred characters with its control characters escaped, and never repeats the key we sent", async () => {
+    standIn.mode = { type: 'error', status: 503, body: JSON.stringify({ message: `${'M'.repeat(60_000)}\nINJECT\u001b[31m` }) };
+    await assert.rejects(client().latest(), (error: Error) => error instanceof ProviderError && error.message.length < 300 && /^provider answered 503: "M{200}"… \(60012 characters\)$/.test(error.message));
+    standIn.mode = { type: 'error', status: 503, body: JSON.stringify({ message: 'bad\u001b[31mred' }) };
+    await assert.rejects(client().latest(), (error: Error) => error.message === 'provider answered 503: "bad\\u001b[31mred"');
+    // The key comes from a Secret: a provider echoing it must not put it into status, Events, logs.
+    const key = 'APIKEYMARK9-s3cr"et';
+    for (const body of [JSON.stringify({ message: `invalid access key ${key}` }), `<html>invalid key ${key} for Bearer</html>`]) {
+      standIn.mode = { type: 'error', status: 401, body };
+      await assert.rejects(client({ headers: { Authorization: `Bearer ${key}` } }).latest(), (error: Error) => !error.message.includes('APIKEYMARK9') && /\[redacted\]/.test(error.message), body);
+    }
+    assert.equal(withoutSentHeaders('rate 1.05 for token abc123def', { Authorization: 'Bearer abc123def', Accept: 'json' }), 'rate 1.05 for token [redacted]');
+    assert.throws(() => parseQuote(JSON.stringify({ base: 'EUR', date: 'key APIKEYMARK9-long', rates: {} }), (text) => withoutSentHeaders(text, { 'X-Api-Key': 'APIKEYMARK9-long' })), /date "key \[redacted\]"/);
   });
 
   test('429 with Retry-After: the hint is kept for the next attempt', async () => {
@@ -222,13 +237,14 @@ describe('the Frankfurter client against the stand-in', () => {
     assert.ok(isProviderDate('2026-11-20') && isProviderDate('2024-02-29'));
     for (const bad of ['d', '2026-11-20T00:00:00Z', '2026-13-01', '2025-02-29', '20261120', ' 2026-11-20', 12, null]) assert.equal(isProviderDate(bad), false, String(bad));
     const huge = 'x'.repeat(2_000_000);
-    assert.throws(() => parseQuote(JSON.stringify({ base: 'EUR', date: huge, rates: { USD: 1.05 } })), (error: Error) => error instanceof ProviderError && error.message.length < 200 && /date "x+… \(2000002 characters\), not YYYY-MM-DD/.test(error.message));
+    assert.throws(() => parseQuote(JSON.stringify({ base: 'EUR', date: huge, rates: { USD: 1.05 } })), (error: Error) => error instanceof ProviderError && error.message.length < 200 && /date "x{40}"… \(2000000 characters\), not YYYY-MM-DD/.test(error.message));
   });
 
   test('a rate that is not a plain positive decimal is a provider error, not a "1e+21" in the ConfigMap', () => {
     assert.equal(rateString(1.0523), '1.0523');
     assert.equal(rateString(162), '162');
     for (const bad of [1e21, 1e-7, 0, -1, '1.1', null, Number.NaN]) assert.equal(rateString(bad), undefined, String(bad));
+    assert.throws(() => parseQuote('{"base":"EUR","date":"2026-11-20","rates":{"USD":1e999}}'), /rate Infinity for USD/, 'not "rate null"');
     for (const bad of ['1e21', '0', '-1', '"1.1"', 'null']) {
       assert.throws(() => parseQuote(`{"base":"EUR","date":"2026-11-20","rates":{"USD":1.05,"CHF":${bad}}}`), (error: Error) => error instanceof ProviderError && /for CHF, not a positive decimal number/.test(error.message), bad);
     }

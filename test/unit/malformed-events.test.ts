@@ -78,6 +78,8 @@ for (const declaration of functions) {
         assert.equal(typeof answer.json?.error, 'string', `a JSON {error} reason: ${answer.text}`);
         assert.match(String(answer.json?.error), malformed.reason);
         assert.doesNotMatch(String(answer.json?.error), /\n/, 'the reason is one line');
+        // Whatever the request carried: the reason goes into logs and dead letters.
+        assert.ok(String(answer.json?.error).length <= 400, `the reason stays short: ${String(answer.json?.error).length} characters`);
         assert.deepEqual(apiRequests, [], 'no Kubernetes API request');
         assert.deepEqual(provider.requests, [], 'no outbound request');
       });
