@@ -100,20 +100,32 @@ export class KnativeControllers {
       await this.#serial;
       return this.#startDerived();
     }
+    const applyEvent = (event: CloudEventV1<unknown>): Promise<void> => {
+      const ext = event as unknown as { apiversion: string; kind: string };
+      const handler = handlers.get(`${ext.apiversion} ${ext.kind}`);
+      if (!handler) return Promise.resolve();
+      const object = event.data as KubeObject;
+      return event.type.endsWith('.delete') ? handler.remove(object) : handler.apply(object);
+    };
+    // The first listing is applied in the order objects name each other, as in memory: the kinds
+    // are listed side by side, and an ApiServerSource applied before its Trigger would send the
+    // add event of every existing object to a broker with no Trigger for it yet (dropped).
+    let listing: CloudEventV1<unknown>[] | undefined = [];
     this.#watcher = new LocalSource({
       kube,
       sources: [{ name: 'knative-objects', mode: 'Resource', resources: watched.map(([kind]) => ({ kind })) }],
       sink: async (event) => {
-        const ext = event as unknown as { apiversion: string; kind: string };
-        const handler = handlers.get(`${ext.apiversion} ${ext.kind}`);
-        if (!handler) return;
-        const object = event.data as KubeObject;
-        await (event.type.endsWith('.delete') ? handler.remove(object) : handler.apply(object));
+        if (listing) listing.push(event);
+        else await applyEvent(event);
       },
       log: log.child({ component: 'knative' }),
       resyncIntervalMs: 0,
     });
     await this.#watcher.start();
+    const rank = (event: CloudEventV1<unknown>) => watched.findIndex(([kind]) => kind.kind === (event as unknown as { kind: string }).kind);
+    // Queued in order before any later event can be (stable sort: one object's events keep theirs).
+    for (const event of listing.sort((a, b) => rank(a) - rank(b))) void applyEvent(event);
+    listing = undefined;
     await this.#serial;
     await this.#startDerived();
   }

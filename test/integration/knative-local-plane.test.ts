@@ -43,9 +43,13 @@ const readyReason = async (kind: ResourceKind, name: string) => {
   return condition ? `${condition.status} ${condition.reason}` : 'none';
 };
 
+const createImmortal = (name: string) => cluster.kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image: 'nginx:1.27' } });
+
 before(async () => {
   cluster = await startTestCluster();
-  const { objects, crdsInstalled } = await applyGeneratedObjects(cluster.kube, [immortalContainer]);
+  // Resync hourly: an object that existed before the start must reach the function by its add event.
+  const { objects, crdsInstalled } = await applyGeneratedObjects(cluster.kube, [immortalContainer], {}, 3_600_000);
+  await createImmortal('existed-before-start');
   say(`${crdsInstalled} stand-in Knative CRDs installed; ${objects.length} generated objects applied`);
   const events: { name: string; type: string }[] = [];
   const server = createServer((req, res) => {
@@ -78,7 +82,6 @@ after(async () => {
   rmSync(stateDir, { recursive: true, force: true });
 });
 
-const createImmortal = (name: string) => cluster.kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image: 'nginx:1.27' } });
 const podExists = async (name: string) => Boolean(await cluster.kube.get(Pod, { namespace: 'default', name: `${name}-immortalpod` }));
 const patchSubscriber = (subscriber: unknown) => cluster.kube.mergePatch(Trigger, { namespace: NS, name: immortalContainer.name }, { spec: { subscriber: { ref: null, uri: null, ...(subscriber as object) } } });
 
@@ -98,6 +101,13 @@ describe('the generated objects run on the local plane', () => {
     }
     const trigger = (await conditionOf(Trigger, immortalContainer.name)).object as KubeObject & { status: { subscriberUri: string } };
     assert.equal(trigger.status.subscriberUri, functionUrl);
+  });
+
+  test('an ImmortalContainer that existed before the plane started reaches the function at start, not at the next resync', async () => {
+    // The Knative objects are listed side by side; applied as listed, the ApiServerSource sent the
+    // add events of existing objects before its Trigger existed, and the broker dropped them.
+    await eventually(() => podExists('existed-before-start'), 20_000, 'pod of existed-before-start');
+    say('ImmortalContainer existed-before-start, created before the plane started → pod created at start');
   });
 
   test('an ImmortalContainer created now reaches the function through source, broker and Trigger', async () => {
