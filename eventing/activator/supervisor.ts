@@ -82,7 +82,8 @@ export class InstanceSupervisor {
     try {
       child = spawn(spec.command, spec.args, {
         env: { ...process.env, K_SERVICE: spec.name, ...spec.env, PORT: String(inst.port), HOST: '127.0.0.1' },
-        stdio: ['ignore', 'pipe', 'pipe'],
+        // The IPC channel is never used to send: its closing tells the function the plane is gone.
+        stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
         detached: true,
       });
     } catch (err) {
@@ -93,7 +94,8 @@ export class InstanceSupervisor {
     inst.child = child;
     inst.pid = child.pid;
     // The plane's process may end without close() (a second Ctrl-C, a test stopped by Ctrl-C):
-    // a function process, in a process group of its own, must not outlive it.
+    // a function process, in a process group of its own, must not outlive it. Killed outright,
+    // the plane runs no hook: then the function sees its IPC channel close and stops itself.
     child.once('exit', atExit(() => child.kill('SIGKILL')));
     if (child.stdout) pipeLines(child.stdout, lineSink(this.#childOutput, this.#log, spec.name, inst.n, 'stdout'));
     if (child.stderr) pipeLines(child.stderr, lineSink(this.#childOutput, this.#log, spec.name, inst.n, 'stderr'));

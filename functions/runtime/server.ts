@@ -343,10 +343,10 @@ export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   const port = Number(process.env.PORT ?? 8080);
   const server = host.app.listen(port, process.env.HOST ?? '0.0.0.0');
   let stopping = false;
-  const shutdown = async (signal: string) => {
+  const shutdown = async (cause: string) => {
     if (stopping) return;
     stopping = true;
-    log.info({ signal }, 'draining in-flight events before exit');
+    log.info({ cause }, 'draining in-flight events before exit');
     await host.drain();
     server.close();
     server.closeIdleConnections();
@@ -358,6 +358,15 @@ export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   // without draining.
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  // Started by the local plane (its activator opens an IPC channel): a plane killed outright
+  // (SIGKILL, out of memory) runs no exit hook, and the channel closing is the only news of it.
+  // Nothing is drained then: no answer can reach a broker that is gone, and the log's pipe is
+  // broken too (pino would retry its write forever). A reconcile cut short is retried by the
+  // plane that starts next, from its listing.
+  if (process.channel) {
+    process.channel.unref();
+    process.once('disconnect', () => process.exit(0));
+  }
   await new Promise<void>((resolve, reject) => server.once('listening', resolve).once('error', reject));
   log.info({ port, startupMs: Math.round(performance.now()) }, `${declaration.name} ready`);
   return server;

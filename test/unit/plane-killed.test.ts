@@ -1,0 +1,62 @@
+// A plane killed outright (SIGKILL, the out-of-memory killer) runs no exit hook: its function
+// processes, each in a process group of its own, learn of it from their IPC channel closing and
+// stop themselves instead of serving on, holding their credentials and port, forever.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { tempDir } from '../support/temp.ts';
+
+const ACTIVATOR = fileURLToPath(new URL('../../eventing/activator.ts', import.meta.url));
+const FUNCTION_MAIN = fileURLToPath(new URL('../../functions/runtime/main.ts', import.meta.url));
+
+/** Running: not gone and not a zombie (a process whose parent died waits for init to reap it). */
+const alive = (pid: number) => {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0] !== 'Z';
+  } catch {
+    return false;
+  }
+};
+
+test('a function process started by a plane that is then SIGKILLed stops itself', async () => {
+  const dir = tempDir('opfn-plane-killed-');
+  // Never reached: the function starts without asking the API anything.
+  const kubeconfig = join(dir, 'kubeconfig');
+  writeFileSync(kubeconfig, JSON.stringify({ apiVersion: 'v1', kind: 'Config', clusters: [{ name: 'c', cluster: { server: 'http://127.0.0.1:9' } }], users: [{ name: 'u', user: { token: 't' } }], contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }], 'current-context': 'x' }));
+  const plane = `
+    import { pino } from 'pino';
+    import { Activator } from ${JSON.stringify(ACTIVATOR)};
+    const activator = new Activator({
+      log: pino({ level: 'info' }),
+      childOutput: 'log',
+      functions: [{ name: 'immortal-container', command: process.execPath, args: [${JSON.stringify(FUNCTION_MAIN)}, 'immortal-container'], env: { KUBECONFIG: ${JSON.stringify(kubeconfig)} }, scaling: { minScale: 1, maxScale: 1, target: 10, containerConcurrency: 0 } }],
+    });
+    await activator.listen();
+    await activator.start();`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', plane], { stdio: ['ignore', 'pipe', 'inherit'], cwd: fileURLToPath(new URL('../..', import.meta.url)) });
+  let output = '';
+  // Whatever happens below, the plane does not outlive the test (it would keep the runner waiting).
+  after(() => child.kill('SIGKILL'));
+  const functionPid = await new Promise<number>((resolve, reject) => {
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString('utf8');
+      for (const line of output.split('\n')) {
+        const record = line.startsWith('{') ? (JSON.parse(line) as { msg?: string; pid?: number }) : undefined;
+        if (record?.pid && /ready$/.test(record.msg ?? '')) resolve(record.pid);
+      }
+    });
+    child.once('exit', () => reject(new Error(`the plane ended before its function was ready:\n${output}`)));
+    setTimeout(() => reject(new Error(`no function ready within 20 s:\n${output}`)), 20_000).unref();
+  });
+  assert.ok(alive(functionPid), 'the function runs');
+  child.kill('SIGKILL');
+  const deadline = Date.now() + 10_000;
+  while (alive(functionPid) && Date.now() < deadline) await sleep(100);
+  const survived = alive(functionPid);
+  if (survived) process.kill(functionPid, 'SIGKILL');
+  assert.equal(survived, false, `function process ${functionPid} outlived the plane by 10 s`);
+});
