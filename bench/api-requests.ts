@@ -30,6 +30,7 @@ import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '.
 import { Pod } from '../functions/runtime/kinds.ts';
 import { deliver, serveFunction, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { requestDifference, scrapeRequestTotals, type RequestCounts } from './apiserver-metrics.ts';
+import { benchFlags } from './harness.ts';
 
 /** Counters are incremented when the handler returns, a moment after the client has its answer. */
 const SETTLE_MS = 150;
@@ -60,7 +61,11 @@ function mode(results: Counts[]): { counts: Counts; agree: number } {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { reps: { type: 'string', default: '5' }, label: { type: 'string', default: 'local' }, 'controller-manager': { type: 'boolean', default: false } } });
+  const { values } = benchFlags('npm run bench:api-requests -- [--reps 5] [--label name] [--controller-manager]\n' +
+    '  --reps    repetitions of each case; the table shows the most common count (default 5)\n' +
+    '  --label   name of the JSON result file under bench/results/ (default local)\n' +
+    '  --controller-manager  also run kube-controller-manager (its garbage collector reads new pods\' owners)',
+  () => parseArgs({ options: { reps: { type: 'string', default: '5' }, label: { type: 'string', default: 'local' }, 'controller-manager': { type: 'boolean', default: false }, help: { type: 'boolean', default: false } } }));
   const reps = Number(values.reps);
   if (!Number.isInteger(reps) || reps < 1) {
     console.error(`--reps must be a positive integer, got "${values.reps}"`);

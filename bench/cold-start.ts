@@ -36,6 +36,7 @@ import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
 import { deliver, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
+import { benchFlags } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const FUNCTION = 'immortal-container';
@@ -165,7 +166,10 @@ const median = (values: number[]) => {
 const ms = (value: number | undefined) => (value === undefined || Number.isNaN(value) ? '-' : `${Math.round(value)}`);
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { runs: { type: 'string', default: '7' }, label: { type: 'string', default: 'local' } } });
+  const { values } = benchFlags('npm run bench:cold-start -- [--runs 7] [--label name]\n' +
+    '  --runs   interleaved runs of each variant, after one unmeasured round (default 7)\n' +
+    '  --label  name of the JSON result file under bench/results/ (default local)',
+  () => parseArgs({ options: { runs: { type: 'string', default: '7' }, label: { type: 'string', default: 'local' }, help: { type: 'boolean', default: false } } }));
   const runs = Number(values.runs);
   if (!Number.isInteger(runs) || runs < 1) {
     console.error(`--runs must be a positive integer, got "${values.runs}"`);

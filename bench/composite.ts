@@ -42,7 +42,7 @@ import { eventually, startTestCluster, type TestCluster } from '../test/support/
 import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../test/support/examples.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
+import { benchFlags, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const Parent = MetaImmortalContainer;
@@ -131,11 +131,8 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { n: { type: 'string', default: '200' }, label: { type: 'string', default: 'local' }, help: { type: 'boolean', default: false } } });
-  if (values.help) {
-    console.log('npm run bench:composite -- [--n 200] [--label name]\n  --n      parents (one pod each), side by side with direct writes (default 200)\n  --label  name of the JSON result file under bench/results/ (default local)');
-    return;
-  }
+  const { values } = benchFlags('npm run bench:composite -- [--n 200] [--label name]\n  --n      parents (one pod each), side by side with direct writes (default 200)\n  --label  name of the JSON result file under bench/results/ (default local)',
+    () => parseArgs({ options: { n: { type: 'string', default: '200' }, label: { type: 'string', default: 'local' }, help: { type: 'boolean', default: false } } }));
   const n = Number(values.n);
   if (!Number.isInteger(n) || n < 1) {
     console.error(`--n takes a positive integer (got "${values.n}")`);

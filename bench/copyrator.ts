@@ -1,6 +1,6 @@
 // CopyratorRule convergence through the local plane vs direct writes of the same copies, side by
 // side in one run against a real control plane:
-//   npx node bench/copyrator.ts [--namespaces 50] [--configmaps 20] [--bundled]
+//   npm run bench:copyrator -- [--namespaces 50] [--configmaps 20] [--bundled]
 //   create   a rule is created → every copy exists (namespaces × configmaps)
 //   update   every source changes → every copy carries the change
 //   delete   the rule is deleted → every copy is gone (its finalizer)
@@ -18,9 +18,13 @@ import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
 import { tempDir } from '../test/support/temp.ts';
-import { planeStateDir } from './harness.ts';
+import { benchFlags, planeStateDir } from './harness.ts';
 
-const { values } = parseArgs({ options: { namespaces: { type: 'string', default: '50' }, configmaps: { type: 'string', default: '20' }, bundled: { type: 'boolean', default: false } } });
+const { values } = benchFlags('npm run bench:copyrator -- [--namespaces 50] [--configmaps 20] [--bundled]\n' +
+  '  --namespaces  namespaces of the bench, each getting every copy, besides the control plane\'s own (default 50)\n' +
+  '  --configmaps  ConfigMaps the rule copies from its source namespace (default 20)\n' +
+  '  --bundled     run the function bundled, as npm start does (default: its TypeScript sources)',
+() => parseArgs({ options: { namespaces: { type: 'string', default: '50' }, configmaps: { type: 'string', default: '20' }, bundled: { type: 'boolean', default: false }, help: { type: 'boolean', default: false } } }));
 const namespaceCount = Number(values.namespaces);
 const configMapCount = Number(values.configmaps);
 const WRITE_CONCURRENCY = 16;

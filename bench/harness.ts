@@ -9,6 +9,28 @@ import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-m
 import type { ConvergenceWatch } from './convergence.ts';
 import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
 
+/**
+ * A bench script's flags, parsed before anything starts: `--help` prints `usage` and exits 0; an
+ * unknown or malformed flag is one line on stderr (`bench: Unknown option '--x'; --help lists
+ * the flags`), exit 2, not a stack trace. `parse` is the script's `parseArgs` call, which must
+ * declare `help`.
+ */
+export function benchFlags<T extends { values: { help?: boolean } }>(usage: string, parse: () => T): T {
+  let parsed: T;
+  try {
+    parsed = parse();
+  } catch (error) {
+    if (!String((error as { code?: unknown }).code).startsWith('ERR_PARSE_ARGS_')) throw error;
+    console.error(`bench: ${(error as Error).message}; --help lists the flags`);
+    process.exit(2);
+  }
+  if (parsed.values.help) {
+    console.log(usage);
+    process.exit(0);
+  }
+  return parsed;
+}
+
 /** Writes in flight at once on the direct side, and the user's creates on the plane side. */
 export const CONCURRENCY = 32;
 

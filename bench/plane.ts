@@ -44,7 +44,7 @@ import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { brokerTotal, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
+import { benchFlags, brokerTotal, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** Objects of the unmeasured round each side runs first (main). */
@@ -209,7 +209,15 @@ function printTable(results: RunResult[]): void {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: {
+  const { values } = benchFlags('npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--warm 1] [--sources] [--controller-manager] [--cpu-prof DIR]\n' +
+    '  --n        object counts to run, side by side with direct writes (default 200,500)\n' +
+    '  --reps     repetitions of each count (default 1)\n' +
+    '  --label    name of the JSON result file under bench/results/ (default local)\n' +
+    '  --warm     objects the plane converges before each measured burst (default 1: the function has started, V8 has not yet optimised its hot path)\n' +
+    '  --sources  run the function from its TypeScript sources instead of the bundle\n' +
+    '  --controller-manager  also run kube-controller-manager (garbage collector) during the runs\n' +
+    '  --cpu-prof DIR  write the function processes\' CPU profiles there (run the bench itself under node --cpu-prof for the plane\'s)',
+    () => parseArgs({ options: {
     n: { type: 'string', default: '200,500' },
     reps: { type: 'string', default: '1' },
     label: { type: 'string', default: 'local' },
@@ -218,18 +226,7 @@ async function main(): Promise<void> {
     'controller-manager': { type: 'boolean', default: false },
     'cpu-prof': { type: 'string' },
     help: { type: 'boolean', default: false },
-  } });
-  if (values.help) {
-    console.log('npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--warm 1] [--sources] [--controller-manager]\n' +
-      '  --n        object counts to run, side by side with direct writes (default 200,500)\n' +
-      '  --reps     repetitions of each count (default 1)\n' +
-      '  --label    name of the JSON result file under bench/results/ (default local)\n' +
-      '  --warm     objects the plane converges before each measured burst (default 1: the function has started, V8 has not yet optimised its hot path)\n' +
-      '  --sources  run the function from its TypeScript sources instead of the bundle\n' +
-      '  --controller-manager  also run kube-controller-manager (garbage collector) during the runs\n' +
-      '  --cpu-prof DIR  write the function processes\' CPU profiles there (run the bench itself under node --cpu-prof for the plane\'s)');
-    return;
-  }
+  } }));
   const sizes = values.n.split(',').map(Number);
   const reps = Number(values.reps);
   const warmObjects = Number(values.warm);

@@ -26,20 +26,28 @@ import { Pod } from '../functions/runtime/kinds.ts';
 import { KubeClient } from '../functions/runtime/kube.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
-import { planeStateDir } from './harness.ts';
+import { benchFlags, planeStateDir } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const NAMESPACE = 'soak';
 const stamp = () => new Date().toISOString().slice(11, 19);
 
-const { values } = parseArgs({ options: {
+const { values } = benchFlags('npm run soak -- [--minutes 10] [--objects 200] [--rate 20] [--resync 30] [--sample 15] [--label name]\n' +
+  '  --minutes  how long the churn lasts, then at most 2 minutes of waiting for convergence (default 10)\n' +
+  '  --objects  ImmortalContainers kept alive, about (default 200)\n' +
+  '  --rate     operations per second: create, change an image, delete (default 20)\n' +
+  '  --resync   seconds between resync pings (default 30)\n' +
+  '  --sample   seconds between RSS samples of every process (default 15)\n' +
+  '  --label    name of the JSON result file under bench/results/ (default local)',
+() => parseArgs({ options: {
   minutes: { type: 'string', default: '10' },
   objects: { type: 'string', default: '200' },
   rate: { type: 'string', default: '20' },
   resync: { type: 'string', default: '30' },
   sample: { type: 'string', default: '15' },
   label: { type: 'string', default: 'local' },
-} });
+  help: { type: 'boolean', default: false },
+} }));
 const [minutes, objects, rate, resyncSeconds, sampleSeconds] = [values.minutes, values.objects, values.rate, values.resync, values.sample].map(Number);
 if (![minutes, objects, rate, resyncSeconds, sampleSeconds].every((value) => Number.isFinite(value) && value > 0)) {
   console.error('--minutes, --objects, --rate, --resync and --sample take positive numbers');
