@@ -111,14 +111,16 @@ export const matchesSelector = (selector: Record<string, string>, labels: Record
 export const isCopy = (object: KubeObject): boolean => object.metadata.annotations?.[RULE_ANNOTATION] !== undefined;
 
 /**
- * A service-account token belongs to its namespace's ServiceAccount: a copy elsewhere would be
- * deleted by the token controller at once and made again, forever.
+ * Secret types never copied. A service-account token belongs to its namespace's ServiceAccount:
+ * a copy elsewhere would be deleted by the token controller at once and made again, forever. A
+ * bootstrap token is a credential to join a node, honoured only in kube-system: copying one there
+ * would let whoever may create a Secret and a rule in their own namespace mint it.
  */
-const SERVICE_ACCOUNT_TOKEN = 'kubernetes.io/service-account-token';
+const NEVER_COPIED_TYPES = new Set(['kubernetes.io/service-account-token', 'bootstrap.kubernetes.io/token']);
 
-/** The source objects a rule copies: matching, in the source namespace, not copies themselves, not being deleted. */
+/** The source objects a rule copies: matching, in the source namespace, not copies themselves, not being deleted, not of a type never copied. */
 export const sourcesOf = (listed: CopyableObject[]): CopyableObject[] =>
-  listed.filter((object) => !isCopy(object) && !object.metadata.deletionTimestamp && object.type !== SERVICE_ACCOUNT_TOKEN);
+  listed.filter((object) => !isCopy(object) && !object.metadata.deletionTimestamp && !NEVER_COPIED_TYPES.has(object.type ?? ''));
 
 /** The namespaces copies go to: Active ones other than the source namespace. */
 export const targetNamespaces = (rule: CopyratorRule, namespaces: KubeObject[]): string[] =>

@@ -96,12 +96,14 @@ describe('a copy', () => {
     assert.deepEqual(copies.map((copy) => `${copy.metadata.namespace}/${copy.metadata.name}`), ['a/x', 'a/y', 'd/x', 'd/y']);
   });
 
-  test('is never itself a source, nor is an object being deleted or a service-account token', () => {
+  test('is never itself a source, nor is an object being deleted, a service-account token or a bootstrap token', () => {
     const copyInSource = stored(desiredCopy(rule({ metadata: { name: 'other', namespace: 'x', uid: 'o' } }), source('z'), 'default'));
     const deleting = source('gone');
     deleting.metadata.deletionTimestamp = '2026-01-01T00:00:00Z';
     const token = { ...source('token'), kind: 'Secret', type: 'kubernetes.io/service-account-token' };
-    assert.deepEqual(sourcesOf([source('a'), copyInSource, deleting, token]).map((object) => object.metadata.name), ['a']);
+    // A tenant's bootstrap token copied into kube-system would be a working credential to join a node.
+    const bootstrap = { ...source('bootstrap-token-abcdef'), kind: 'Secret', type: 'bootstrap.kubernetes.io/token' };
+    assert.deepEqual(sourcesOf([source('a'), copyInSource, deleting, token, bootstrap]).map((object) => object.metadata.name), ['a']);
   });
 
   test('of a rule with a 253-character name is labelled with a stable hash and named exactly by annotation', () => {
