@@ -3,12 +3,14 @@
 // local control plane when no cluster is configured at all (or with --local). A configured
 // cluster that does not answer is an error naming the reason, never a silent switch to another
 // cluster: a VPN blip must not point the operators somewhere else.
-import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { loadAllFunctions, loadFunction } from '../functions/index.ts';
+import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import { KubeClient } from '../functions/runtime/kube.ts';
 import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
+import type { Trigger } from './broker.ts';
 import { applyCrds, readManifestFile } from './crds.ts';
 import { applyGeneratedObjects } from './knative/local.ts';
 import { DEFAULT_OPTIONS } from './manifests/options.ts';
@@ -46,11 +48,16 @@ export const PLANE_STATE_FILE = 'plane.json';
 export const serviceAccountClients = (controlPlane: ControlPlane) =>
   async (namespace: string, account: string): Promise<KubeClient> => KubeClient.fromFile(await controlPlane.serviceAccountKubeconfig(namespace, account));
 
-/** Which cluster configuration kubectl would use, if any (KUBECONFIG files that exist, ~/.kube/config, in-cluster). */
+/**
+ * Which cluster configuration kubectl would use, if any (KUBECONFIG files that exist, ~/.kube/config,
+ * in-cluster). A KUBECONFIG none of whose files exists is a mistake, not "no cluster": a typo
+ * must not point the operators at a new local control plane unannounced.
+ */
 export function configuredCluster(env: NodeJS.ProcessEnv = process.env): string | undefined {
   const files = (env.KUBECONFIG ?? '').split(':').filter((file) => file.trim() !== '');
   const existing = files.filter((file) => existsSync(file));
   if (existing.length > 0) return `KUBECONFIG ${existing.join(':')}`;
+  if (files.length > 0) throw new Error(`KUBECONFIG names no file that exists (${files.join(':')}). Fix or unset it, or run with --local to use a new local control plane.`);
   if (files.length === 0) {
     const home = resolve(env.HOME ?? env.USERPROFILE ?? '.', '.kube/config');
     if (existsSync(home)) return home;
@@ -82,6 +89,9 @@ export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfig
 
 export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; stop(): Promise<void> }> {
   const { say } = options;
+  // Before any cluster is touched: a mistyped function or a missing triggers file costs nothing.
+  const functions = options.functions?.length ? await Promise.all(options.functions.map(loadFunction)) : await loadAllFunctions();
+  const triggers = triggersFromManifests((options.triggerFiles ?? []).flatMap(readManifestFile));
   mkdirSync(options.stateDir, { recursive: true });
   let controlPlane: ControlPlane | undefined;
   const configured = options.local ? undefined : configuredCluster();
@@ -99,13 +109,14 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
   }
 
   try {
-    const plane = await startPlane(cluster, options, controlPlane);
+    const plane = await startPlane(cluster, { functions, triggers }, options, controlPlane);
     if (controlPlane) say(`Try: kubectl apply -f crds/examples/immortalcontainer.yaml && kubectl get immortalcontainers,pods`);
     const stateFile = join(options.stateDir, PLANE_STATE_FILE);
     return {
       plane,
       stop: async () => {
-        rmSync(stateFile, { force: true });
+        // Only our own record: a second plane started from the same folder must not erase the first's.
+        if (planeRecordedIn(stateFile) === process.pid) rmSync(stateFile, { force: true });
         await plane.stop();
         const stats = plane.stats();
         for (const [name, fn] of Object.entries(stats.activator)) {
@@ -123,12 +134,15 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
   }
 }
 
-async function startPlane(cluster: { kube: KubeClient; kubeconfigPath: string }, options: DevOptions, controlPlane?: ControlPlane): Promise<EventPlane> {
+async function startPlane(
+  cluster: { kube: KubeClient; kubeconfigPath: string },
+  { functions, triggers }: { functions: FunctionDeclaration[]; triggers: Trigger[] },
+  options: DevOptions,
+  controlPlane?: ControlPlane,
+): Promise<EventPlane> {
   const { log, say } = options;
   await applyCrds(cluster.kube);
   say('CRDs installed and established.');
-  const functions = options.functions?.length ? await Promise.all(options.functions.map(loadFunction)) : await loadAllFunctions();
-  const triggers = triggersFromManifests((options.triggerFiles ?? []).flatMap(readManifestFile));
   const bundleDir = join(options.stateDir, 'dist');
   const launch = options.bundle ? await bundledFunctions(bundleDir) : undefined;
   say(options.bundle ? `Functions bundled (esbuild); they run from ${bundleDir}, as in the image.` : 'Functions run from their TypeScript sources; edits apply at the next cold start.');
@@ -162,8 +176,30 @@ async function startPlane(cluster: { kube: KubeClient; kubeconfigPath: string },
   });
   const { brokerUrl } = await plane.start();
   if (!controlPlane) say(`Knative objects generated by \`opfn manifests\` run in memory (nothing installed on the cluster): ${plane.knative!.describe()}.`);
-  writeFileSync(join(options.stateDir, PLANE_STATE_FILE), JSON.stringify({ pid: process.pid, brokerUrl }, null, 2));
+  const stateFile = join(options.stateDir, PLANE_STATE_FILE);
+  const other = planeRecordedIn(stateFile);
+  if (other !== undefined && other !== process.pid && isRunning(other)) say(`Another plane (pid ${other}) runs from ${options.stateDir}: \`opfn dead-letters replay\` keeps using its broker (pass --broker ${brokerUrl} for this one's).`);
+  else writeFileSync(stateFile, JSON.stringify({ pid: process.pid, brokerUrl }, null, 2));
   for (const trigger of triggers) say(`Trigger ${trigger.name} → ${trigger.subscriber}`);
   say(`Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, 'dead-letters.jsonl')}. Ctrl-C stops everything.`);
   return plane;
+}
+
+/** The pid of the plane `file` records, if it is readable. */
+function planeRecordedIn(file: string): number | undefined {
+  try {
+    const pid = (JSON.parse(readFileSync(file, 'utf8')) as { pid?: unknown }).pid;
+    return typeof pid === 'number' ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }

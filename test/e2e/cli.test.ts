@@ -2,7 +2,7 @@
 // function served and invoked by hand.
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { freePort } from '../../cluster/control-plane.ts';
 import { readDeadLetterFile } from '../../eventing/broker.ts';
@@ -114,8 +114,13 @@ spec:
   filter: {attributes: {type: dev.knative.apiserver.resource.add, kind: ImmortalContainer}}
   subscriber: {uri: "http://127.0.0.1:${(audit.address() as { port: number }).port}/"}
 `);
-  const { child: dev, match } = await startOpfn(['dev', '--idle', '5', '--triggers', triggers, '--log-format', 'pretty'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { KUBECONFIG: join(stateDir, 'no-such-kubeconfig'), LOG_LEVEL: 'info' });
+  // Another plane runs from the same folder (this test process stands in for it): its record, which
+  // `opfn dead-letters replay` reads, is neither overwritten nor removed when this one stops.
+  const planeRecord = join(stateDir, 'plane.json');
+  writeFileSync(planeRecord, JSON.stringify({ pid: process.pid, brokerUrl: 'http://127.0.0.1:9/' }));
+  const { child: dev, match } = await startOpfn(['dev', '--idle', '5', '--triggers', triggers, '--log-format', 'pretty'], /export KUBECONFIG=(\S+)[\s\S]*Running immortal-container/, { KUBECONFIG: '', LOG_LEVEL: 'info' });
   const kubeconfig = match[1];
+  assert.match(match[0], new RegExp(`Another plane \\(pid ${process.pid}\\) runs from .*--broker http://127\\.0\\.0\\.1:\\d+`));
   let later = '';
   for (const stream of [dev.stdout!, dev.stderr!]) stream.on('data', (chunk: Buffer) => (later += chunk.toString()));
   try {
@@ -134,6 +139,8 @@ spec:
   assert.equal(existsSync(kubeconfig), false, 'the local control plane was stopped and removed');
   const leftovers = await promisify(execFile)('pgrep', ['-f', dirname(kubeconfig)]).then((r) => r.stdout.trim(), () => '');
   assert.equal(leftovers, '', 'no process of the plane or the control plane is left');
+  assert.equal(JSON.parse(readFileSync(planeRecord, 'utf8')).pid, process.pid, "the other plane's record is left as it was");
+  rmSync(planeRecord);
 });
 
 test('opfn dev with a configured cluster that does not answer fails with the reason and the --local hint', async () => {
@@ -150,6 +157,28 @@ current-context: c
     const lines = (error.stderr ?? '').trim().split('\n');
     assert.equal(lines.length, 1, `one line: ${error.stderr}`);
     assert.match(lines[0]!, /configured cluster .*unreachable-kubeconfig.* does not answer: .*https:\/\/127\.0\.0\.1:1.*--local/);
+    return true;
+  });
+});
+
+test('opfn dev with a KUBECONFIG naming no file that exists fails with the path and the --local hint, and starts no control plane', async () => {
+  const missing = join(stateDir, 'no-such-kubeconfig');
+  await assert.rejects(promisify(execFile)(process.execPath, [OPFN, 'dev'], { env: { ...env, KUBECONFIG: missing } }), (error: Error & { stderr?: string; stdout?: string; code?: number }) => {
+    assert.equal(error.code, 1);
+    assert.match(error.stderr ?? '', new RegExp(`KUBECONFIG names no file that exists \\(${missing.replaceAll('.', '\\.')}\\).*--local`));
+    assert.doesNotMatch(`${error.stdout}${error.stderr}`, /control plane at|Starting a local control plane/i);
+    return true;
+  });
+});
+
+test('opfn dev refuses a mistyped function before it touches any cluster', async () => {
+  // The configured cluster does not answer: the function's name is checked first.
+  const kubeconfig = join(stateDir, 'unreachable-for-typo-kubeconfig');
+  writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\nclusters: [{name: gone, cluster: {server: "https://127.0.0.1:1"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: gone, user: u}}]\ncurrent-context: c\n');
+  await assert.rejects(promisify(execFile)(process.execPath, [OPFN, 'dev', '--functions', 'immortal-containr'], { env: { ...env, KUBECONFIG: kubeconfig } }), (error: Error & { stderr?: string; code?: number }) => {
+    assert.equal(error.code, 1);
+    assert.match(error.stderr ?? '', /unknown function "immortal-containr"; known: .*immortal-container/);
+    assert.doesNotMatch(error.stderr ?? '', /does not answer/);
     return true;
   });
 });
