@@ -222,7 +222,9 @@ deadLetters
       const reason = typeof l.knativeerrordata === 'string' ? Buffer.from(l.knativeerrordata, 'base64').toString('utf8').replace(/\s+/g, ' ').slice(0, 120) : '';
       console.log([l.id, l.type, l.subject ?? l.source, l.knativeerrorcode ?? '-', reason].join('  '));
     }
-    say(`${entries.length} dead letter(s) in ${file}`);
+    // The letters a function refused for good are kept apart (`<file>.refused`), rotated ones too.
+    const files = [...new Set(entries.map((entry) => entry.file))];
+    say(`${entries.length} dead letter(s) in ${files.length > 0 ? files.join(', ') : file}`);
   });
 deadLetters
   .command('replay')
