@@ -107,17 +107,19 @@ export class InstanceSupervisor {
     this.#log.debug({ fn: spec.name, instance: inst.n, pid: child.pid, port: inst.port }, 'function instance spawned');
 
     while (inst.state === 'starting') {
-      if (Date.now() >= deadline) {
-        this.#hooks.startFailed(inst, `did not become ready within ${formatDuration(this.#startTimeoutMs)}`);
-        void this.stop(inst);
-        return;
-      }
       const r = await inst.probe();
       if (inst.state !== 'starting') break;
       if (r === 200) {
         inst.transition('ready');
         this.#log.info({ fn: spec.name, instance: inst.n, pid: inst.pid, port: inst.port }, `function instance ${spec.name}#${inst.n} ready`);
         this.#hooks.ready(inst);
+        return;
+      }
+      // Checked after a probe, not before: a plane that was itself paused past the deadline
+      // (SIGSTOP, a suspended laptop) asks once more instead of stopping a ready instance.
+      if (Date.now() >= deadline) {
+        this.#hooks.startFailed(inst, `did not become ready within ${formatDuration(this.#startTimeoutMs)}`);
+        void this.stop(inst);
         return;
       }
       await sleep(PROBE_INTERVAL_MS);

@@ -1,6 +1,8 @@
-// A plane killed outright (SIGKILL, the out-of-memory killer) runs no exit hook: its function
-// processes, each in a process group of its own, learn of it from their IPC channel closing and
-// stop themselves instead of serving on, holding their credentials and port, forever.
+// The plane's own process, killed or paused. Killed outright (SIGKILL, the out-of-memory killer),
+// it runs no exit hook: its function processes, each in a process group of its own, learn of it
+// from their IPC channel closing and stop themselves instead of serving on, holding their
+// credentials and port, forever. Paused past a new instance's start deadline (SIGSTOP, a
+// suspended laptop), it asks the instance once more instead of stopping one that is ready.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -11,6 +13,8 @@ import { fileURLToPath } from 'node:url';
 import { tempDir } from '../support/temp.ts';
 
 const ACTIVATOR = fileURLToPath(new URL('../../eventing/activator.ts', import.meta.url));
+const TINY_FUNCTION = fileURLToPath(new URL('../fixtures/tiny-function.ts', import.meta.url));
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const FUNCTION_MAIN = fileURLToPath(new URL('../../functions/runtime/main.ts', import.meta.url));
 
 /** Running: not gone and not a zombie (a process whose parent died waits for init to reap it). */
@@ -37,7 +41,7 @@ test('a function process started by a plane that is then SIGKILLed stops itself'
     });
     await activator.listen();
     await activator.start();`;
-  const child = spawn(process.execPath, ['--input-type=module', '-e', plane], { stdio: ['ignore', 'pipe', 'inherit'], cwd: fileURLToPath(new URL('../..', import.meta.url)) });
+  const child = spawn(process.execPath, ['--input-type=module', '-e', plane], { stdio: ['ignore', 'pipe', 'inherit'], cwd: ROOT });
   let output = '';
   // Whatever happens below, the plane does not outlive the test (it would keep the runner waiting).
   after(() => child.kill('SIGKILL'));
@@ -59,4 +63,39 @@ test('a function process started by a plane that is then SIGKILLed stops itself'
   const survived = alive(functionPid);
   if (survived) process.kill(functionPid, 'SIGKILL');
   assert.equal(survived, false, `function process ${functionPid} outlived the plane by 10 s`);
+});
+
+test('a plane paused past a new instance\'s start deadline asks it once more: the instance that became ready meanwhile is kept', async () => {
+  const plane = `
+    import { pino } from 'pino';
+    import { Activator } from ${JSON.stringify(ACTIVATOR)};
+    const activator = new Activator({
+      log: pino({ level: 'debug' }),
+      childOutput: 'log',
+      startTimeoutMs: 1500,
+      functions: [{ name: 'slow', command: process.execPath, args: [${JSON.stringify(TINY_FUNCTION)}], env: { READY_DELAY_MS: '800' }, scaling: { minScale: 1, maxScale: 1, target: 10, containerConcurrency: 0 } }],
+    });
+    await activator.listen();
+    await activator.start().catch(() => {});`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', plane], { stdio: ['ignore', 'pipe', 'inherit'], cwd: ROOT });
+  after(() => child.kill('SIGKILL'));
+  let output = '';
+  let paused = false;
+  const outcome = await new Promise<string>((resolve, reject) => {
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString('utf8');
+      if (!paused && /function instance spawned/.test(output)) {
+        // Paused while the instance starts, and resumed after its deadline has passed.
+        paused = true;
+        child.kill('SIGSTOP');
+        setTimeout(() => child.kill('SIGCONT'), 2500);
+      }
+      const settled = /function instance slow#1 ready|failed to start[^"]*/.exec(output);
+      if (settled) resolve(settled[0]);
+    });
+    child.once('exit', () => reject(new Error(`the plane ended first:\n${output}`)));
+    setTimeout(() => reject(new Error(`no outcome within 20 s:\n${output}`)), 20_000).unref();
+  });
+  assert.ok(paused, 'the plane was paused while its instance started');
+  assert.equal(outcome, 'function instance slow#1 ready');
 });
