@@ -104,7 +104,8 @@ export function rateString(value: unknown): string | undefined {
  * wrong base, a date that is not YYYY-MM-DD, a rate of a supported currency that is not a
  * plain positive decimal. Currencies not asked for are dropped. A supported currency missing
  * from the answer is not an error of the whole answer: it fails that currency's ExchangeRates
- * only (CurrencyNotQuoted).
+ * only (CurrencyNotQuoted). `redact` takes out of a quoted value what must never be shown (the
+ * headers we sent, withoutSentHeaders).
  */
 export function parseQuote(body: string, redact: (text: string) => string = (text) => text): Quote {
   const shown = (value: unknown, maxChars: number) => quote(typeof value === 'string' ? redact(value) : value, maxChars);

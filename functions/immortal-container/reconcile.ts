@@ -2,13 +2,14 @@
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { Pod, sameKind, type ObjectKey } from '../runtime/kinds.ts';
 import { ApiError } from '../runtime/kube.ts';
+import { boundedMessage } from '../runtime/quote.ts';
 import { createIfAbsent, getAnnounced, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import type { RestartBackoff } from './backoff.ts';
 import { desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, type ImmortalContainer, type PodObject } from './desired.ts';
 
 /** The Ready condition's current reason and message: a problem already reported is not reported again. */
 const reported = (owner: ImmortalContainer, reason: string, message: string) =>
-  owner.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === message) ?? false;
+  owner.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === boundedMessage(message)) ?? false;
 
 /** A pod of the ImmortalContainer `key` names, as created: Pending (or no phase yet), not being deleted. */
 const asCreated = (pod: PodObject, key: ObjectKey): boolean =>
