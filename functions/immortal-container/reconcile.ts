@@ -47,12 +47,10 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
   const podHint = hint?.kind === 'Pod' && hint.metadata.name === podKey.name && hint.metadata.namespace === key.namespace ? (hint as PodObject) : undefined;
   if (podHint && podAction(owner, podHint, now()).type === 'keep' && jsonEqual(nextStatus(owner, owner, podHint), owner.status)) return;
 
-  // An update of the ImmortalContainer itself whose fresh read shows its current generation
+  // An event about the ImmortalContainer itself whose fresh read shows its current generation
   // already carried out with a healthy pod tells nothing new about the pod: changes of the pod
-  // come as the pod's own events, and the resync (no hint) reads everything. One read. Not an
-  // add: one of a settled object comes from a listing (the plane starting, a lost watch), and
-  // the pod may have been deleted or may have ended unseen meanwhile (pod adds are not wanted).
-  if (hint?.kind === ImmortalContainerKind.kind && ctx.change === 'update' && settled(owner, podKey.name)) return;
+  // come as the pod's own events, and the resync (no hint) reads everything. One read.
+  if (hint?.kind === ImmortalContainerKind.kind && settled(owner, podKey.name)) return;
 
   // Create first, read only when it exists: a new object costs no read of a pod that cannot be
   // there yet. Invalid objects (422) are reported in the status, since retrying cannot help.

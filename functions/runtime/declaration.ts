@@ -122,14 +122,6 @@ export interface ReconcileContext {
    * Absent for resyncs, fan-outs and runs shared by several events.
    */
   hint?: KubeObject;
-  /**
-   * What the event announced, when it maps to this one key: 'add', 'update' or 'delete' of the
-   * object it names (this key's object, or one that maps to it). An add of an object that already
-   * has a status comes from a listing (a source starting, or relisting after a lost watch), after
-   * which anything may have changed unseen: check everything then, as a controller-runtime
-   * controller does after its informers' first list. Absent for resyncs, fan-outs and shared runs.
-   */
-  change?: ChangeAction;
 }
 
 /** "Reconcile this key again after D" (controller-runtime's Result.RequeueAfter). */

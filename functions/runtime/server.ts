@@ -15,7 +15,7 @@ import type { Logger } from 'pino';
 import { resolveConfig } from './config.ts';
 import type { FunctionDeclaration, ReconcileContext } from './declaration.ts';
 import { BadKeyError, statusForError, TerminalError, TransientError } from './errors.ts';
-import { BadEventError, decodeCloudEvent, interpretEvent, type ChangeAction, type FunctionEvent } from './events.ts';
+import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from './events.ts';
 import { httpClient, type HttpClient } from './http.ts';
 import { groupKind, keyOf, keyProblem, kindKey, kindKeyString, parseKindKey, sameKind, splitKindKey, type KindKey, type KubeObject } from './kinds.ts';
 import { ApiError, KubeClient } from './kube.ts';
@@ -178,7 +178,6 @@ export class FunctionHost {
     const reconciled = declaration.reconciles;
     let keys: KindKey[];
     let hint: KubeObject | undefined;
-    let change: ChangeAction | undefined;
     try {
       if (event.type === 'resync') {
         keys = [];
@@ -205,14 +204,13 @@ export class FunctionHost {
         // The body is a hint for the one object it maps to (its own key, or its owner's); a
         // delete's body is the object's last state, not its present one.
         if (event.object && event.action !== 'delete' && keys.length === 1) hint = { apiVersion: event.ref.apiVersion, kind: event.ref.kind, ...event.object };
-        if (keys.length === 1) change = event.action;
       }
     } catch (error) {
       const status = statusForError(error);
       eventLog()[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, 'could not work out what the event concerns');
       return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
     }
-    return this.#reconcileAll(keys, eventLog(), hint, change);
+    return this.#reconcileAll(keys, eventLog(), hint);
   }
 
   /** The key a reconcile event names: of the reconciled kind, or of a kind the function resolves at run time; else why not. */
@@ -229,11 +227,11 @@ export class FunctionHost {
   }
 
   /** Reconciles the keys (a few at a time) and turns their results into one answer. */
-  async #reconcileAll(keys: KindKey[], log: Logger, hint?: KubeObject, change?: ChangeAction): Promise<Outcome> {
+  async #reconcileAll(keys: KindKey[], log: Logger, hint?: KubeObject): Promise<Outcome> {
     const results: KeyResult[] = new Array(keys.length);
     let next = 0;
     const worker = async () => {
-      for (let index = next++; index < keys.length; index = next++) results[index] = await this.reconcileKey(keys[index], log, hint, change);
+      for (let index = next++; index < keys.length; index = next++) results[index] = await this.reconcileKey(keys[index], log, hint);
     };
     await Promise.all(Array.from({ length: Math.min(this.#options.resyncConcurrency, keys.length) }, worker));
     return answerFor(this.#options.declaration.name, keys, results, this.#options.now());
@@ -242,9 +240,9 @@ export class FunctionHost {
   /**
    * One reconcile of one key, coalesced with the other requests for it (workqueue.ts); returns
    * the failure, if any, instead of throwing. `hint` is the event's body for this object (trusted
-   * only to do less) and `change` what the event announced; a shared follow-up run gets neither.
+   * only to do less; a shared follow-up run gets none).
    */
-  reconcileKey(key: KindKey, parentLog: Logger, hint?: KubeObject, change?: ChangeAction): Promise<KeyResult> {
+  reconcileKey(key: KindKey, parentLog: Logger, hint?: KubeObject): Promise<KeyResult> {
     const { metrics, now } = this.#options;
     const id = kindKeyString(key);
     const log = parentLog.child({ key: id });
@@ -258,7 +256,7 @@ export class FunctionHost {
         metrics.reconcileSeconds.observe({ result }, seconds);
         return seconds;
       };
-      const ctx = this.#context(log, shared ? undefined : hint, shared ? undefined : change);
+      const ctx = this.#context(log, shared ? undefined : hint);
       if (announced && !shared) ctx.kube = hintFromFirstRead(ctx, key);
       try {
         const result = await reconcileWithFinalizer(this.#options.declaration, key, ctx);
@@ -291,9 +289,9 @@ export class FunctionHost {
     });
   }
 
-  #context(log: Logger, hint: KubeObject | undefined, change: ChangeAction | undefined): ReconcileContext {
+  #context(log: Logger, hint: KubeObject | undefined): ReconcileContext {
     const { kube, config, http, now } = this.#options;
-    return { kube, log, events: this.#events.recorder(log), config, http, now, hint, change };
+    return { kube, log, events: this.#events.recorder(log), config, http, now, hint };
   }
 
   /** Stops taking events (readiness turns 503) and resolves when in-flight ones are answered and recorded Events written. */

@@ -71,10 +71,7 @@ export function skipReason(declaration: FunctionDeclaration, event: Extract<Func
   const kind = kindOf(declaration, event.ref);
   if (!kind) return undefined;
   const what = `${event.ref.kind} ${event.ref.namespace ? `${event.ref.namespace}/` : ''}${event.ref.name}`;
-  // Not an add of the reconciled kind: one at a version we wrote comes from a listing (the source
-  // restarting, or relisting after a lost watch), and its children may have changed unseen.
-  const listed = event.action === 'add' && kind === declaration.reconciles;
-  if (!listed && ownWrites.isOwn(kind, object)) return `${what} is at the version this function wrote (resourceVersion ${object.metadata.resourceVersion})`;
+  if (ownWrites.isOwn(kind, object)) return `${what} is at the version this function wrote (resourceVersion ${object.metadata.resourceVersion})`;
   if (kind !== declaration.reconciles || event.action !== 'update') return undefined;
   const generation = object.metadata.generation;
   const observed = (object.status as { observedGeneration?: unknown } | undefined)?.observedGeneration;

@@ -94,25 +94,6 @@ describe('the seed walkthrough', () => {
     assert.equal((await getIc(key))!.status!.startTimes, 2);
   });
 
-  test('a pod deleted unseen (the plane was down) is recreated on the add event of the listing that follows; an update of the settled object still costs one read', async () => {
-    const listedKey = { namespace: 'default', name: 'listed-after-restart' };
-    const example = exampleImmortalContainer();
-    await kube.create<ImmortalContainer>(ImmortalContainerKind, { ...example, metadata: { name: listedKey.name, namespace: 'default' } }, 'default');
-    assert.equal((await deliver(fn.url, event(ImmortalContainerKind, (await getIc(listedKey))!, 'add'))).status, 200);
-    const settled = (await getIc(listedKey))!;
-    assert.deepEqual([settled.status?.startTimes, settled.status?.conditions?.find((c) => c.type === 'Ready')?.reason], [1, 'PodPending']);
-    // Deleted while nothing watched: no pod event will ever come.
-    await kube.delete(Pod, podKeyOf(listedKey));
-    await eventually(async () => !(await kube.get(Pod, podKeyOf(listedKey))), 10_000, 'pod gone');
-    assert.equal((await deliver(fn.url, event(ImmortalContainerKind, settled, 'update', 'Resource'))).status, 200);
-    assert.equal(await kube.get(Pod, podKeyOf(listedKey)), undefined, 'an update of a settled object tells nothing new about its pod: skipped after one read');
-    // The source starting again lists every object: a settled one arrives as an add.
-    assert.equal((await deliver(fn.url, event(ImmortalContainerKind, settled, 'add', 'Resource'))).status, 200);
-    assert.ok(await kube.get(Pod, podKeyOf(listedKey)), 'the add of a listing checks the pod and recreates it');
-    assert.equal((await getIc(listedKey))!.status!.startTimes, 2);
-    await kube.delete(ImmortalContainerKind, listedKey);
-  });
-
   test('a pod that finished (phase Failed) is started again after a back-off, through a requeue reply', async () => {
     // A second instance of the function with a clock the test moves.
     let clock = new Date();
