@@ -28,7 +28,7 @@ import { broker as brokerObject, deadLetterSink } from './manifests/broker.ts';
 import { DEFAULT_OPTIONS, type ManifestOptions } from './manifests/options.ts';
 import { pingSource } from './manifests/ping-source.ts';
 import { validateManifests } from './manifests/validate.ts';
-import { kindsOf } from './manifests/wiring.ts';
+import { FUNCTION_EXTENSION, kindsOf } from './manifests/wiring.ts';
 import type { SourceStats } from './source.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -222,7 +222,31 @@ export class EventPlane {
       await this.stop({ drainTimeoutMs: 0 });
       throw new Error(`the plane cannot run its Knative objects:\n  ${problems.join('\n  ')}`);
     }
+    await this.#resyncWhatExists();
     return { activatorUrl, brokerUrl };
+  }
+
+  /**
+   * One resync at start of each function that has objects, as a controller-runtime manager
+   * reconciles every object after its informers' first list. The sources' add events of objects
+   * whose status says all is done are skipped, so what changed while the plane was down (a pod
+   * deleted or ended, a copy edited) would otherwise wait for the next scheduled resync. A
+   * function without objects stays at zero.
+   */
+  async #resyncWhatExists(): Promise<void> {
+    const { functions, kube, log } = this.#options;
+    const withObjects = new Set<string>();
+    for (const declaration of functions) {
+      try {
+        for await (const page of kube.pages(declaration.reconciles, { limit: 1 })) {
+          if (page.items.length > 0) withObjects.add(declaration.name);
+          break;
+        }
+      } catch (error) {
+        log.debug({ function: declaration.name, reason: (error as Error).message }, 'no resync at start: its objects could not be listed');
+      }
+    }
+    await this.knative?.pings.fireNow((event) => withObjects.has(String(event[FUNCTION_EXTENSION])));
   }
 
   /**

@@ -43,13 +43,16 @@ const readyReason = async (kind: ResourceKind, name: string) => {
   return condition ? `${condition.status} ${condition.reason}` : 'none';
 };
 
-const createImmortal = (name: string) => cluster.kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image: 'nginx:1.27' } });
+const createImmortal = (name: string) => cluster.kube.create<KubeObject>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image: 'nginx:1.27' } });
 
 before(async () => {
   cluster = await startTestCluster();
   // Resync hourly: an object that existed before the start must reach the function by its add event.
   const { objects, crdsInstalled } = await applyGeneratedObjects(cluster.kube, [immortalContainer], {}, 3_600_000);
   await createImmortal('existed-before-start');
+  // Its status says all was done (as the plane left it), but its pod was deleted while no plane ran.
+  const settled = await createImmortal('settled-without-pod');
+  await cluster.kube.replace(ImmortalContainerKind, { ...settled, status: { currentPod: 'settled-without-pod-immortalpod', startTimes: 1, observedGeneration: settled.metadata.generation, conditions: [{ type: 'Ready', status: 'False', reason: 'PodPending', message: 'pod settled-without-pod-immortalpod is Pending', lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z') }] } }, 'status');
   say(`${crdsInstalled} stand-in Knative CRDs installed; ${objects.length} generated objects applied`);
   const events: { name: string; type: string }[] = [];
   const server = createServer((req, res) => {
@@ -108,6 +111,14 @@ describe('the generated objects run on the local plane', () => {
     // add events of existing objects before its Trigger existed, and the broker dropped them.
     await eventually(() => podExists('existed-before-start'), 20_000, 'pod of existed-before-start');
     say('ImmortalContainer existed-before-start, created before the plane started → pod created at start');
+  });
+
+  test('a settled ImmortalContainer whose pod went while no plane ran is repaired by the resync at start, not at the next scheduled one', async () => {
+    // Its add event is skipped (its status says all is done); the plane resyncs each function that has objects once at start.
+    await eventually(() => podExists('settled-without-pod'), 20_000, 'pod of settled-without-pod');
+    const repaired = await cluster.kube.get<KubeObject & { status?: { startTimes?: number } }>(ImmortalContainerKind, { namespace: 'default', name: 'settled-without-pod' });
+    assert.equal(repaired?.status?.startTimes, 2);
+    say('ImmortalContainer settled-without-pod, its pod deleted while no plane ran → pod recreated at start, startTimes 2');
   });
 
   test('an ImmortalContainer created now reaches the function through source, broker and Trigger', async () => {

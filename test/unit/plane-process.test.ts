@@ -84,17 +84,23 @@ test('a plane paused past a new instance\'s start deadline asks it once more: th
   const outcome = await new Promise<string>((resolve, reject) => {
     child.stdout.on('data', (chunk: Buffer) => {
       output += chunk.toString('utf8');
-      if (!paused && /function instance spawned/.test(output)) {
-        // Paused while the instance starts, and resumed after its deadline has passed.
+      const spawned = /"port":(\d+)[^\n]*function instance spawned/.exec(output);
+      if (!paused && spawned) {
         paused = true;
+        const pausedAt = Date.now();
         child.kill('SIGSTOP');
-        setTimeout(() => child.kill('SIGCONT'), 2500);
+        // Resumed once the instance is ready (asked here, while the plane sleeps) and its deadline has passed.
+        void (async () => {
+          while (!(await fetch(`http://127.0.0.1:${spawned[1]}/health/readiness`).then((r) => r.ok, () => false))) await sleep(100);
+          await sleep(Math.max(0, pausedAt + 2000 - Date.now()));
+          child.kill('SIGCONT');
+        })();
       }
       const settled = /function instance slow#1 ready|failed to start[^"]*/.exec(output);
       if (settled) resolve(settled[0]);
     });
     child.once('exit', () => reject(new Error(`the plane ended first:\n${output}`)));
-    setTimeout(() => reject(new Error(`no outcome within 20 s:\n${output}`)), 20_000).unref();
+    setTimeout(() => reject(new Error(`no outcome within 30 s:\n${output}`)), 30_000).unref();
   });
   assert.ok(paused, 'the plane was paused while its instance started');
   assert.equal(outcome, 'function instance slow#1 ready');
