@@ -106,6 +106,7 @@ export class InstanceSupervisor {
     child.on('exit', (code, signal) => this.#gone(inst, code, signal));
     this.#log.debug({ fn: spec.name, instance: inst.n, pid: child.pid, port: inst.port }, 'function instance spawned');
 
+    let askedAfterDeadline = false;
     while (inst.state === 'starting') {
       const r = await inst.probe();
       if (inst.state !== 'starting') break;
@@ -115,9 +116,14 @@ export class InstanceSupervisor {
         this.#hooks.ready(inst);
         return;
       }
-      // Checked after a probe, not before: a plane that was itself paused past the deadline
-      // (SIGSTOP, a suspended laptop) asks once more instead of stopping a ready instance.
+      // Past the deadline, one more probe begun now decides: a plane that was itself paused
+      // (SIGSTOP, a suspended laptop) finds its probe timed out by the clock it slept through,
+      // and must not stop an instance that became ready meanwhile.
       if (Date.now() >= deadline) {
+        if (!askedAfterDeadline) {
+          askedAfterDeadline = true;
+          continue;
+        }
         this.#hooks.startFailed(inst, `did not become ready within ${formatDuration(this.#startTimeoutMs)}`);
         void this.stop(inst);
         return;

@@ -72,8 +72,8 @@ test('a plane paused past a new instance\'s start deadline asks it once more: th
     const activator = new Activator({
       log: pino({ level: 'debug' }),
       childOutput: 'log',
-      startTimeoutMs: 1500,
-      functions: [{ name: 'slow', command: process.execPath, args: [${JSON.stringify(TINY_FUNCTION)}], env: { READY_DELAY_MS: '800' }, scaling: { minScale: 1, maxScale: 1, target: 10, containerConcurrency: 0 } }],
+      startTimeoutMs: 5000,
+      functions: [{ name: 'slow', command: process.execPath, args: [${JSON.stringify(TINY_FUNCTION)}], env: { READY_DELAY_MS: '300' }, scaling: { minScale: 1, maxScale: 1, target: 10, containerConcurrency: 0 } }],
     });
     await activator.listen();
     await activator.start().catch(() => {});`;
@@ -92,7 +92,7 @@ test('a plane paused past a new instance\'s start deadline asks it once more: th
         // Resumed once the instance is ready (asked here, while the plane sleeps) and its deadline has passed.
         void (async () => {
           while (!(await fetch(`http://127.0.0.1:${spawned[1]}/health/readiness`).then((r) => r.ok, () => false))) await sleep(100);
-          await sleep(Math.max(0, pausedAt + 2000 - Date.now()));
+          await sleep(Math.max(0, pausedAt + 5500 - Date.now()));
           child.kill('SIGCONT');
         })();
       }
