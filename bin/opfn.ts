@@ -233,15 +233,11 @@ deadLetters
   .option('--broker <url>', 'broker ingress URL (default: the one the running `opfn dev` wrote to its state folder)')
   .action(async (options: { file?: string; broker?: string }) => {
     const { replayDeadLetterFile } = await import('../eventing/broker.ts');
-    const { PLANE_STATE_FILE } = await import('../eventing/dev.ts');
-    let broker = options.broker;
+    const { planeRecord } = await import('../eventing/dev.ts');
+    const broker = options.broker ?? planeRecord(STATE_DIR)?.brokerUrl;
     if (!broker) {
-      try {
-        broker = (JSON.parse(readFileSync(join(STATE_DIR, PLANE_STATE_FILE), 'utf8')) as { brokerUrl: string }).brokerUrl;
-      } catch {
-        say(`opfn dead-letters replay: no running plane found in ${STATE_DIR} (start \`opfn dev\`), or pass --broker <url>`);
-        process.exit(1);
-      }
+      say(`opfn dead-letters replay: no running plane found in ${STATE_DIR} (start \`opfn dev\`), or pass --broker <url>`);
+      process.exit(1);
     }
     const result = await replayDeadLetterFile(deadLetterFile(options), broker);
     for (const failed of result.failed) say(`not replayed: ${failed.id}: ${failed.reason}`);

@@ -341,10 +341,10 @@ export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   const port = Number(process.env.PORT ?? 8080);
   const server = host.app.listen(port, process.env.HOST ?? '0.0.0.0');
   let stopping = false;
-  const shutdown = async (cause: string) => {
+  const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
-    log.info({ cause }, 'draining in-flight events before exit');
+    log.info({ signal }, 'draining in-flight events before exit');
     await host.drain();
     server.close();
     server.closeIdleConnections();
