@@ -235,18 +235,17 @@ export class EventPlane {
    */
   async #resyncWhatExists(): Promise<void> {
     const { functions, kube, log } = this.#options;
-    const withObjects = new Set<string>();
-    for (const declaration of functions) {
+    // Asked only for a function with a Ready PingSource (none when resyncs are off): one `limit=1` list.
+    await this.knative?.pings.fireNow(async (event) => {
+      const declaration = functions.find((fn) => fn.name === event[FUNCTION_EXTENSION]);
+      if (!declaration) return false;
       try {
-        for await (const page of kube.pages(declaration.reconciles, { limit: 1 })) {
-          if (page.items.length > 0) withObjects.add(declaration.name);
-          break;
-        }
+        for await (const page of kube.pages(declaration.reconciles, { limit: 1 })) return page.items.length > 0;
       } catch (error) {
         log.debug({ function: declaration.name, reason: (error as Error).message }, 'no resync at start: its objects could not be listed');
       }
-    }
-    await this.knative?.pings.fireNow((event) => withObjects.has(String(event[FUNCTION_EXTENSION])));
+      return false;
+    });
   }
 
   /**

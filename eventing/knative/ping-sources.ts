@@ -104,11 +104,11 @@ export class PingSourceController {
   }
 
   /** Sends at once, off schedule, the ping of each Ready PingSource whose event `wanted` takes (the plane's resync at start). */
-  async fireNow(wanted: (event: CloudEvent<unknown>) => boolean): Promise<void> {
+  async fireNow(wanted: (event: CloudEvent<unknown>) => Promise<boolean>): Promise<void> {
     for (const [key, object] of this.#sources) {
       if (!pingPlan(object, this.#brokers).schedule) continue;
       const event = pingEvent(object);
-      if (!wanted(event)) continue;
+      if (!(await wanted(event))) continue;
       await this.#publish(event).catch((error: unknown) => this.#log.warn({ pingsource: key, reason: (error as Error).message }, `ping of ${key} not accepted by the broker`));
     }
   }
