@@ -116,8 +116,10 @@ describe('the generated objects run on the local plane', () => {
   test('a settled ImmortalContainer whose pod went while no plane ran is repaired by the resync at start, not at the next scheduled one', async () => {
     // Its add event is skipped (its status says all is done); the plane resyncs each function that has objects once at start.
     await eventually(() => podExists('settled-without-pod'), 20_000, 'pod of settled-without-pod');
-    const repaired = await cluster.kube.get<KubeObject & { status?: { startTimes?: number } }>(ImmortalContainerKind, { namespace: 'default', name: 'settled-without-pod' });
-    assert.equal(repaired?.status?.startTimes, 2);
+    // The status is written just after the pod is created: read it once that reconcile is done.
+    const startTimes = async () => (await cluster.kube.get<KubeObject & { status?: { startTimes?: number } }>(ImmortalContainerKind, { namespace: 'default', name: 'settled-without-pod' }))?.status?.startTimes;
+    await eventually(async () => (await startTimes()) !== 1, 10_000, 'the status write after the new pod');
+    assert.equal(await startTimes(), 2);
     say('ImmortalContainer settled-without-pod, its pod deleted while no plane ran → pod recreated at start, startTimes 2');
   });
 
