@@ -262,11 +262,11 @@ describe('activator', () => {
     const { a, cap } = await activator([tiny('crashy')]);
     const warm = await request(`${a.urlFor('crashy')}/warm`);
     const pid1 = warm.json().pid as number;
-    const slow = request(`${a.urlFor('crashy')}/slow?ms=5000`);
-    await sleep(200); // the slow request is in flight on the same instance
+    const slow = Array.from({ length: 5 }, () => request(`${a.urlFor('crashy')}/slow?ms=5000`));
+    await sleep(200); // the slow requests are in flight on the same instance
     const crash = await request(`${a.urlFor('crashy')}/crash`);
     assert.equal(crash.status, 502, crash.text);
-    assert.equal((await slow).status, 502, 'the in-flight request on the crashed instance failed with 502');
+    for (const r of await Promise.all(slow)) assert.equal(r.status, 502, 'every in-flight request on the crashed instance failed with 502');
     assert.equal(alive(pid1), false);
     const next = await request(`${a.urlFor('crashy')}/after`);
     assert.equal(next.status, 200, next.text);
@@ -274,6 +274,9 @@ describe('activator', () => {
     const reasons = scaleEvents(cap, 'crashy').map((e) => e.reason);
     assert.deepEqual(reasons, ['cold start', 'crashed (exit 1)', 'cold start']);
     assert.ok(cap.lines.some((l) => l.level === 50 && l.code === 1 && l.pid === pid1), 'the crash is logged with its exit code');
+    // One line for the crash, not one more per request it held.
+    const loud = cap.lines.filter((l) => (l.level as number) >= 40 && l.fn === 'crashy');
+    assert.equal(loud.length, 1, JSON.stringify(loud));
   });
 
   test('readiness that never comes answers 503 after startTimeoutMs and stops the child', async () => {
