@@ -23,18 +23,18 @@ const seconds = (value: string): number => {
  * `npm start` one Ctrl-C arrives twice (the terminal signals the process group and npm forwards
  * it), so a signal within a second of the first counts as the same one.
  */
-function untilSignal(stop: () => Promise<void>): void {
+function untilSignal(stop: () => Promise<void>, says: { stopping: string; forced: string }): void {
   let stopping = false;
   let firstAt = 0;
   const handler = async (signal: string) => {
     if (stopping) {
       if (performance.now() - firstAt < 1000) return;
-      say(`${signal} again: exiting now (deliveries still running are cut; child processes are killed)`);
+      say(`${signal} again: exiting now (${says.forced})`);
       process.exit(130);
     }
     stopping = true;
     firstAt = performance.now();
-    say(`${signal}: stopping (intake first, then waiting for deliveries in flight; Ctrl-C again to force)...`);
+    say(`${signal}: stopping (${says.stopping}; Ctrl-C again to force)...`);
     try {
       await stop();
     } catch (error) {
@@ -87,7 +87,7 @@ program
         log: createLogger(undefined, process.env.LOG_LEVEL ?? 'info', format),
         say,
       });
-      untilSignal(running.stop);
+      untilSignal(running.stop, { stopping: 'intake first, then waiting for deliveries in flight', forced: 'deliveries still running are cut; child processes are killed' });
     } catch (error) {
       say(`opfn dev: ${(error as Error).message}`);
       process.exit(1);
@@ -119,10 +119,13 @@ cluster
       writeFileSync(CLUSTER_STATE, JSON.stringify({ pid: process.pid, server: cp.server, kubeconfig: cp.kubeconfigPath }, null, 2));
       say(`control plane ready at ${cp.server} in ${((performance.now() - started) / 1000).toFixed(1)}s, CRDs installed`);
       console.log(`export KUBECONFIG=${cp.kubeconfigPath}`);
-      untilSignal(async () => {
-        rmSync(CLUSTER_STATE, { force: true });
-        await cp.stop();
-      });
+      untilSignal(
+        async () => {
+          rmSync(CLUSTER_STATE, { force: true });
+          await cp.stop();
+        },
+        { stopping: 'kube-controller-manager and kube-apiserver first, then etcd', forced: 'the control plane processes are killed' },
+      );
     } catch (error) {
       say(`opfn cluster up: ${(error as Error).message}`);
       process.exit(1);

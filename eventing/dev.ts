@@ -64,13 +64,16 @@ export function configuredCluster(env: NodeJS.ProcessEnv = process.env): string 
   return undefined;
 }
 
-/** The cluster of KUBECONFIG (or ~/.kube/config) if it answers within 3 s, else the reason. */
-export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfigPath: string } | { reason: string }> {
+/**
+ * The cluster of KUBECONFIG (or ~/.kube/config) if it answers within 3 s; else what is wrong, as
+ * the rest of a sentence that begins "the configured cluster", and what to fix.
+ */
+export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfigPath: string } | { problem: string; fix: string }> {
   let kube: KubeClient;
   try {
     kube = KubeClient.fromEnvironment();
   } catch (error) {
-    return { reason: (error as Error).message };
+    return { problem: `cannot be loaded: ${(error as Error).message}`, fix: 'Fix the kubeconfig' };
   }
   try {
     await Promise.race([
@@ -78,8 +81,10 @@ export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfig
       new Promise((_, reject) => setTimeout(() => reject(new Error('no answer within 3s')), 3000).unref()),
     ]);
   } catch (error) {
-    const message = (error as Error).message;
-    return { reason: message.includes(kube.server) ? message : `${kube.server}: ${message}` };
+    const { message, code, path } = error as NodeJS.ErrnoException;
+    // A CA, certificate or token file the kubeconfig names is read on the first request.
+    if (path) return { problem: `names a file that cannot be read: ${path} (${code})`, fix: 'Fix the kubeconfig' };
+    return { problem: `does not answer: ${message.includes(kube.server) ? message : `${kube.server}: ${message}`}`, fix: 'Fix the connection' };
   }
   const kubeconfigPath = process.env.KUBECONFIG?.split(':').find((file) => existsSync(file)) ?? resolve(process.env.HOME ?? '.', '.kube/config');
   return { kube, kubeconfigPath };
@@ -93,10 +98,10 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
   mkdirSync(options.stateDir, { recursive: true });
   let controlPlane: ControlPlane | undefined;
   const configured = options.local ? undefined : configuredCluster();
-  let cluster: { kube: KubeClient; kubeconfigPath: string } | { reason: string };
+  let cluster: Awaited<ReturnType<typeof reachableCluster>>;
   if (configured) {
     cluster = await reachableCluster();
-    if ('reason' in cluster) throw new Error(`the configured cluster (${configured}) does not answer: ${cluster.reason}. Fix the connection, or run with --local to use a new local control plane instead.`);
+    if ('problem' in cluster) throw new Error(`the configured cluster (${configured}) ${cluster.problem}. ${cluster.fix}, or run with --local to use a new local control plane instead.`);
     say(`Using the cluster at ${cluster.kube.server} (${configured}).`);
   } else {
     say(options.local ? 'Starting a local control plane (--local): etcd + kube-apiserver + kube-controller-manager.' : 'No cluster configured (no KUBECONFIG file, no ~/.kube/config, not in a pod); starting a local control plane (etcd + kube-apiserver + kube-controller-manager).');

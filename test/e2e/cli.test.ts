@@ -54,6 +54,8 @@ test('opfn --help lists every command', async () => {
 test('cluster up → env → serve + invoke → down', async () => {
   const { child: cluster, match } = await startOpfn(['cluster', 'up'], /^export KUBECONFIG=(\S+)$/m);
   const kubeconfig = match[1];
+  let later = '';
+  cluster.stderr!.on('data', (chunk: Buffer) => (later += chunk.toString()));
   try {
     assert.equal((await opfn('cluster', 'env')).stdout.trim(), `export KUBECONFIG=${kubeconfig}`);
     const kube = kubeFor(kubeconfig);
@@ -75,7 +77,8 @@ test('cluster up → env → serve + invoke → down', async () => {
     }
 
     await opfn('cluster', 'down');
-    await exited(cluster);
+    assert.equal(await exited(cluster), 0);
+    assert.match(later, /SIGTERM: stopping \(kube-controller-manager and kube-apiserver first, then etcd; Ctrl-C again to force\)/);
     await assert.rejects(opfn('cluster', 'env'), /no local cluster is running/);
   } finally {
     cluster.kill('SIGTERM');
@@ -157,6 +160,25 @@ current-context: c
     const lines = (error.stderr ?? '').trim().split('\n');
     assert.equal(lines.length, 1, `one line: ${error.stderr}`);
     assert.match(lines[0]!, /configured cluster .*unreachable-kubeconfig.* does not answer: .*https:\/\/127\.0\.0\.1:1.*--local/);
+    return true;
+  });
+});
+
+test('opfn dev with a kubeconfig naming a CA file that is missing says which file, not that the cluster does not answer', async () => {
+  const kubeconfig = join(stateDir, 'missing-ca-kubeconfig');
+  const ca = join(stateDir, 'no-such-ca.crt');
+  writeFileSync(kubeconfig, `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", certificate-authority: "${ca}"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`);
+  await assert.rejects(promisify(execFile)(process.execPath, [OPFN, 'dev'], { env: { ...env, KUBECONFIG: kubeconfig } }), (error: Error & { stderr?: string; code?: number }) => {
+    assert.equal(error.code, 1);
+    const line = (error.stderr ?? '').trim();
+    assert.match(line, new RegExp(`configured cluster .*missing-ca-kubeconfig.* names a file that cannot be read: ${ca.replaceAll('.', '\\.')} \\(ENOENT\\)\\. Fix the kubeconfig, or run with --local`));
+    assert.doesNotMatch(line, /does not answer/);
     return true;
   });
 });
