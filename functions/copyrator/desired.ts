@@ -8,6 +8,7 @@
 // marked as the rule's by labels (for listing) and annotations (the exact rule and source).
 import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
 import { ConfigMap, isValidNamespace, Secret } from '../runtime/kinds.ts';
+import { PART_OF } from '../runtime/knative-objects.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
 import { quote } from '../runtime/quote.ts';
@@ -122,10 +123,24 @@ const NEVER_COPIED_TYPES = new Set(['kubernetes.io/service-account-token', 'boot
 export const sourcesOf = (listed: CopyableObject[]): CopyableObject[] =>
   listed.filter((object) => !isCopy(object) && !object.metadata.deletionTimestamp && !NEVER_COPIED_TYPES.has(object.type ?? ''));
 
-/** The namespaces copies go to: Active ones other than the source namespace. */
+/** A namespace labelled so receives no copies (and loses those it has): a cluster admin's opt-out, e.g. for kube-system. */
+export const EXCLUDE_LABEL = 'copyrator.flant.com/exclude';
+
+/**
+ * A namespace copies never go to: opted out, or where operator-functions itself is installed
+ * (the generated Namespace carries PART_OF). There a copy could plant what a function reads as
+ * its own configuration (e.g. an API key Secret that does not exist yet); labelling a namespace
+ * takes rights a rule's author does not have.
+ */
+const isExcluded = (namespace: KubeObject): boolean => {
+  const labels = namespace.metadata.labels ?? {};
+  return labels[EXCLUDE_LABEL] === 'true' || Object.entries(PART_OF).every(([name, value]) => labels[name] === value);
+};
+
+/** The namespaces copies go to: Active ones other than the source namespace, not excluded. */
 export const targetNamespaces = (rule: CopyratorRule, namespaces: KubeObject[]): string[] =>
   namespaces
-    .filter((namespace) => (namespace as { status?: { phase?: string } }).status?.phase === 'Active' && !namespace.metadata.deletionTimestamp)
+    .filter((namespace) => (namespace as { status?: { phase?: string } }).status?.phase === 'Active' && !namespace.metadata.deletionTimestamp && !isExcluded(namespace))
     .map((namespace) => namespace.metadata.name!)
     .filter((name) => name !== rule.namespace);
 

@@ -8,9 +8,10 @@ import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../
 import { readManifests, CRD_DIR } from '../../eventing/crds.ts';
 import { join } from 'node:path';
 import copyrator, { copyratorFunction } from '../../functions/copyrator/index.ts';
-import { CopyratorRuleKind, FINALIZER, RULE_ANNOTATION, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
+import { CopyratorRuleKind, EXCLUDE_LABEL, FINALIZER, RULE_ANNOTATION, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
 import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
+import { PART_OF } from '../../functions/runtime/knative-objects.ts';
 import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
@@ -122,6 +123,20 @@ describe('the seed example rule', () => {
     const namespace = await createNamespace('late-comer');
     await send(Namespace, namespace, 'add');
     assert.deepEqual((await getCm('late-comer', 'shared-settings'))?.data, { mode: 'blue' });
+  });
+
+  test("a namespace labelled copyrator.flant.com/exclude=true loses its copies; operator-functions' own namespace never gets any", async () => {
+    const optedOut = await createNamespace('opted-out');
+    await send(Namespace, optedOut, 'add');
+    assert.ok(await getCm('opted-out', 'shared-settings'), 'copied before the label');
+    const labelled = await kube.mergePatch(Namespace, { namespace: '', name: 'opted-out' }, { metadata: { labels: { [EXCLUDE_LABEL]: 'true' } } });
+    await send(Namespace, labelled, 'update');
+    assert.equal(await getCm('opted-out', 'shared-settings'), undefined, 'its copy is removed');
+    // Where the functions run, a copy could plant a Secret a function reads as its own configuration.
+    const install = await kube.create(Namespace, { metadata: { name: 'opfn-install', labels: PART_OF } });
+    await send(Namespace, install, 'add');
+    assert.equal(await getCm('opfn-install', 'shared-settings'), undefined);
+    assert.ok(await getCm('team-a', 'shared-settings'), 'the other namespaces keep theirs');
   });
 
   test('a source update reaches every copy', async () => {

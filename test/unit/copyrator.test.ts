@@ -7,6 +7,7 @@ import {
   copyUpToDate,
   desiredCopies,
   desiredCopy,
+  EXCLUDE_LABEL,
   isManagedBy,
   MAX_LISTED_CONFLICTS,
   newConflicts,
@@ -27,6 +28,7 @@ import {
 import { ruleKeyOfCopy } from '../../functions/copyrator/mapping.ts';
 import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { PART_OF } from '../../functions/runtime/knative-objects.ts';
 
 const rule = (overrides: Partial<CopyratorRule> = {}): CopyratorRule => ({
   apiVersion: 'flant.com/v1',
@@ -92,6 +94,10 @@ describe('a copy', () => {
   test('goes to every Active namespace but the source, none being deleted', () => {
     const namespaces = [namespace('default'), namespace('a'), namespace('b', 'Terminating'), namespace('c', 'Active', true), namespace('d')];
     assert.deepEqual(targetNamespaces(rule(), namespaces), ['a', 'd']);
+    const optedOut = { ...namespace('e'), metadata: { name: 'e', labels: { [EXCLUDE_LABEL]: 'true' } } };
+    const install = { ...namespace('f'), metadata: { name: 'f', labels: { ...PART_OF } } };
+    const notQuite = { ...namespace('g'), metadata: { name: 'g', labels: { [EXCLUDE_LABEL]: 'yes' } } };
+    assert.deepEqual(targetNamespaces(rule(), [...namespaces, optedOut, install, notQuite]), ['a', 'd', 'g'], 'opted out, and where operator-functions runs: no copies');
     const copies = desiredCopies(rule(), [source('x'), source('y')], ['a', 'd']);
     assert.deepEqual(copies.map((copy) => `${copy.metadata.namespace}/${copy.metadata.name}`), ['a/x', 'a/y', 'd/x', 'd/y']);
   });
