@@ -37,7 +37,23 @@ export function applyUpdate(observed: KubeObject, desired: KubeObject): ApplyRes
   for (const field of SYSTEM_FIELDS) revert(merged, observed as unknown as JsonObject, ['metadata', field]);
   revert(merged, observed as unknown as JsonObject, ['status']);
   const object = withLastApplied(merged as unknown as KubeObject, update);
-  return { ok: true, object, changed: !jsonEqual(object, observed) };
+  return { ok: true, object, changed: !jsonEqual(comparable(object), comparable(observed)) };
+}
+
+/**
+ * The object with its last-applied annotation parsed, for the "changed?" question. Upstream
+ * compares the annotation's text, which its one writer (Go's json.Marshal) makes canonical; an
+ * annotation written by another writer (an earlier version of this function, a hand edit) that
+ * says the same must not make every child look changed, which under Recreate deletes it.
+ */
+function comparable(object: KubeObject): KubeObject {
+  const text = object.metadata.annotations?.[LAST_APPLIED_ANNOTATION];
+  if (!text) return object;
+  try {
+    return { ...object, metadata: { ...object.metadata, annotations: { ...object.metadata.annotations, [LAST_APPLIED_ANNOTATION]: JSON.parse(text) } } };
+  } catch {
+    return object;
+  }
 }
 
 /** The object to POST for a missing child: the annotation records the hook's object as given. */
@@ -63,9 +79,27 @@ export function lastAppliedOf(object: KubeObject): { ok: true; value: JsonObject
 }
 
 function withLastApplied(object: KubeObject, applied: KubeObject): KubeObject {
-  const annotations = { ...(object.metadata?.annotations ?? {}), [LAST_APPLIED_ANNOTATION]: JSON.stringify(applied) };
+  const annotations = { ...(object.metadata?.annotations ?? {}), [LAST_APPLIED_ANNOTATION]: goJsonMarshal(applied as unknown as Json) };
   return { ...object, metadata: { ...object.metadata, annotations } };
 }
+
+/**
+ * The annotation's text as Metacontroller writes it (Go's json.Marshal of decoded JSON): object
+ * keys sorted by their UTF-8 bytes, `<`, `>`, `&`, U+2028 and U+2029 escaped. Children it made
+ * then read as unchanged here, and children made here as unchanged by Metacontroller, whatever
+ * order the hook's keys come in.
+ */
+export function goJsonMarshal(value: Json | undefined): string {
+  if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? 'null' : goJsonMarshal(item))).join(',')}]`;
+  if (isObject(value)) {
+    const keys = Object.keys(value).filter((key) => value[key] !== undefined).sort(byUtf8);
+    return `{${keys.map((key) => `${goString(key)}:${goJsonMarshal(value[key])}`).join(',')}}`;
+  }
+  return typeof value === 'string' ? goString(value) : JSON.stringify(value ?? null);
+}
+
+const byUtf8 = (a: string, b: string): number => Buffer.compare(Buffer.from(a), Buffer.from(b));
+const goString = (text: string): string => JSON.stringify(text).replace(/[<>&\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 
 /** nullifyLastAppliedAnnotation: the hook cannot smuggle in its own idea of the last applied object. */
 function withoutLastApplied(object: KubeObject): KubeObject {
@@ -111,7 +145,7 @@ function mergeObject(destination: JsonObject, lastApplied: JsonObject | null, de
 
 function mergeArray(destination: Json[], lastApplied: Json[] | null, desired: Json[] | null): Json {
   const mergeKey = detectListMapKey(destination, lastApplied ?? [], desired ?? []);
-  // An ordinary list is replaced as a whole.
+  // An ordinary list is replaced as a whole; so is one where no known key is unique.
   if (!mergeKey) return structuredClone(desired);
   const destMap = listMap(mergeKey, destination);
   mergeObject(destMap, listMap(mergeKey, lastApplied ?? []), listMap(mergeKey, desired ?? []));
@@ -136,7 +170,14 @@ function listMap(mergeKey: string, list: Json[]): JsonObject {
 /** Go's fmt %v of a merge key value: strings as they are, other scalars printed. */
 const mergeKeyString = (value: Json | undefined): string => (typeof value === 'string' ? value : value === null || value === undefined ? '<nil>' : String(value));
 
-/** A list of objects sharing one of the known merge keys is treated as a map keyed by it. */
+/**
+ * A list of objects sharing one of the known merge keys is treated as a map keyed by it: the
+ * first known key every item has and no two items of one list share. Upstream takes the first
+ * key every item has, unique or not, and then merges two items of one key into one entry
+ * written twice (a Service's `port: 53` over UDP and over TCP), which the API server refuses on
+ * every sync; a unique key (there, `name`) merges them as they are, and a list with none is
+ * replaced as a whole, as the hook gave it.
+ */
 function detectListMapKey(...lists: Json[][]): string {
   let common: Set<string> | undefined;
   for (const list of lists) {
@@ -149,7 +190,8 @@ function detectListMapKey(...lists: Json[][]): string {
       for (const key of common) if (!Object.hasOwn(item, key)) common.delete(key);
     }
   }
-  return KNOWN_MERGE_KEYS.find((key) => common?.has(key)) ?? '';
+  const unique = (key: string) => lists.every((list) => new Set(list.map((item) => mergeKeyString((item as JsonObject)[key]))).size === list.length);
+  return KNOWN_MERGE_KEYS.find((key) => common?.has(key) && unique(key)) ?? '';
 }
 
 /** revertField: the field as observed, or absent if it was absent. */

@@ -12,7 +12,7 @@ import type { KubeObject } from '../runtime/kinds.ts';
 import type { Checked } from './hook-response.ts';
 import { webhookTarget } from './hook-client.ts';
 import { parentFilter } from './selector.ts';
-import { parseApiVersion, type CompositeController, type ResolvedResource } from './types.ts';
+import { parseApiVersion, UNSUPPORTED_WEBHOOK_FIELDS, type CompositeController, type ResolvedResource } from './types.ts';
 import { quote } from '../runtime/quote.ts';
 
 const METHODS = new Set(['OnDelete', 'Recreate', 'InPlace', 'RollingRecreate', 'RollingInPlace']);
@@ -44,9 +44,14 @@ export function checkController(object: KubeObject): Checked<CompositeController
     const hook = spec.hooks[hookType];
     if (!hook) continue;
     if (hook.version !== undefined && hook.version !== 'v1' && hook.version !== 'v2') return fail(`hooks.${hookType}.version must be v1 or v2`);
+    // Called without them, a hook would refuse every call or be reached over an unverified connection.
+    const credentials = UNSUPPORTED_WEBHOOK_FIELDS.find((field) => (hook.webhook as Record<string, unknown> | undefined)?.[field] != null);
+    if (credentials) return fail(`hooks.${hookType}.webhook.${credentials} is not supported by operator-functions (its hooks are called without TLS settings or credentials)`);
     const target = webhookTarget(hook.webhook);
     if (!target.ok) return fail(`hooks.${hookType}: ${target.failure.reason}`);
   }
+  const endpointConfigs = (spec as { endpointConfigs?: unknown }).endpointConfigs;
+  if (Array.isArray(endpointConfigs) && endpointConfigs.length > 0) return fail('spec.endpointConfigs is not supported by operator-functions (its hooks are called without TLS settings or credentials)');
   return { ok: true, value: object as CompositeController };
 }
 

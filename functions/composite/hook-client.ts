@@ -55,15 +55,16 @@ export function webhookTarget(webhook: Webhook | undefined): HookResult<HookTarg
 const DURATION_UNITS: Record<string, number> = { ns: 1e-6, us: 1e-3, µs: 1e-3, μs: 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
 /**
- * A Go duration ("10s", "1m30s", "1.5s") in milliseconds; 10 s when absent, invalid or not
- * positive; at most MAX_TIMER_MS (an effectively unbounded wait, as upstream's would be; a
+ * A Go duration ("10s", "1m30s", "1.5s", ".5s", "+2m") in milliseconds; 10 s when absent,
+ * invalid or not positive; at most MAX_TIMER_MS (an effectively unbounded wait, as upstream's would be; a
  * longer timer would fire after 1 ms and time out every call of a webhook with a `timeout` of
  * about 596.5 h or more).
  */
 export function webhookTimeoutMs(timeout: string | undefined): number {
-  if (!timeout || !/^(\d+(\.\d+)?(ns|us|µs|μs|ms|s|m|h))+$/.test(timeout)) return DEFAULT_TIMEOUT_MS;
+  // time.ParseDuration's grammar: each number has a digit on one side of its point at least.
+  if (!timeout || !/^\+?((\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$/.test(timeout)) return DEFAULT_TIMEOUT_MS;
   let total = 0;
-  for (const [, amount, unit] of timeout.matchAll(/(\d+(?:\.\d+)?)(ns|us|µs|μs|ms|s|m|h)/g)) total += Number(amount) * DURATION_UNITS[unit!]!;
+  for (const [, amount, unit] of timeout.matchAll(/(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g)) total += Number(amount) * DURATION_UNITS[unit!]!;
   return total > 0 ? Math.min(total, MAX_TIMER_MS) : DEFAULT_TIMEOUT_MS;
 }
 
@@ -87,20 +88,38 @@ export interface CallOptions {
 
 const agents = { 'http:': new http.Agent({ keepAlive: true }), 'https:': new https.Agent({ keepAlive: true }) };
 
-/** POSTs the JSON payload and returns the body of a 200 answer, or why there is none. */
-export function postJson(target: HookTarget, payload: unknown, options: CallOptions = {}): Promise<HookResult<string>> {
+/** Redirects followed at most, as Go's http.Client. */
+const MAX_REDIRECTS = 10;
+
+/**
+ * POSTs the JSON payload and returns the body of a 200 answer, or why there is none. A 307 or 308
+ * is followed with the same POST, up to 10 times, as upstream's Go client does (a Flask hook
+ * mounted at `/sync/` answers `/sync` with a 308); the timeout covers the whole chain.
+ */
+export async function postJson(target: HookTarget, payload: unknown, options: CallOptions = {}): Promise<HookResult<string>> {
+  const body = Buffer.from(JSON.stringify(payload));
+  const deadline = Date.now() + target.timeoutMs;
+  let url = target.url;
+  for (let redirects = 0; ; redirects++) {
+    const outcome = await postOnce(url, body, deadline, target, options);
+    if (!('location' in outcome)) return outcome;
+    if (redirects === MAX_REDIRECTS) return syncError('status', `http error: POST ${target.url}: stopped after ${MAX_REDIRECTS} redirects`);
+    url = outcome.location;
+  }
+}
+
+function postOnce(target: string, body: Buffer, deadline: number, hook: HookTarget, options: CallOptions): Promise<HookResult<string> | { location: string }> {
   let url: URL;
   try {
-    url = new URL(target.url);
+    url = new URL(target);
   } catch {
-    return Promise.resolve(syncError('config', `invalid webhook URL ${quote(target.url)}`));
+    return Promise.resolve(syncError('config', `invalid webhook URL ${quote(target)}`));
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return Promise.resolve(syncError('config', `unsupported webhook URL scheme "${url.protocol}"`));
-  const body = Buffer.from(JSON.stringify(payload));
   const transport = url.protocol === 'https:' ? https : http;
   return new Promise((resolve) => {
     let settled = false;
-    const finish = (result: HookResult<string>) => {
+    const finish = (result: HookResult<string> | { location: string }) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
@@ -111,14 +130,27 @@ export function postJson(target: HookTarget, payload: unknown, options: CallOpti
       agent: options.agent ?? agents[url.protocol as 'http:' | 'https:'],
       headers: { 'Content-Type': 'application/json', 'Content-Length': body.length },
     });
-    // One deadline for the whole exchange, body included (Go's http.Client.Timeout).
+    // One deadline for the whole exchange, body and redirects included (Go's http.Client.Timeout).
     const timer = setTimeout(() => {
-      finish(syncError('timeout', `http error: POST ${target.url}: timed out after ${target.timeoutMs} ms`));
+      finish(syncError('timeout', `http error: POST ${hook.url}: timed out after ${hook.timeoutMs} ms`));
       request.destroy();
-    }, target.timeoutMs);
-    request.on('error', (error) => finish(syncError('unreachable', `http error: POST ${target.url}: ${error.message}`)));
+    }, Math.max(0, deadline - Date.now()));
+    request.on('error', (error) => finish(syncError('unreachable', `http error: POST ${target}: ${error.message}`)));
     request.on('response', (response) => {
       const status = response.statusCode ?? 0;
+      const location = response.headers.location;
+      if ((status === 307 || status === 308) && location) {
+        response.resume();
+        let next: string;
+        try {
+          next = new URL(location, url).href;
+        } catch {
+          finish(syncError('status', `http error: POST ${target}: ${status} to an invalid Location ${quote(location)}`));
+          return;
+        }
+        finish({ location: next });
+        return;
+      }
       if (status === 429) {
         const header = response.headers['retry-after'];
         const seconds = retryAfterSeconds(Array.isArray(header) ? header[0] : header, options.now?.() ?? new Date());
@@ -132,7 +164,7 @@ export function postJson(target: HookTarget, payload: unknown, options: CallOpti
       response.on('data', (chunk: Buffer) => {
         size += chunk.length;
         if (size > limit) {
-          finish(syncError('too-large', `hook answer from ${target.url} is larger than ${limit} bytes`));
+          finish(syncError('too-large', `hook answer from ${target} is larger than ${limit} bytes`));
           request.destroy();
           return;
         }

@@ -44,7 +44,8 @@ export interface ServiceReference {
   name: string;
   namespace: string;
   port?: number;
-  protocol?: 'http' | 'https';
+  /** The URL scheme: http (default) or https. */
+  protocol?: string;
 }
 
 export interface Webhook {
@@ -58,6 +59,9 @@ export interface Webhook {
   responseUnMarshallMode?: 'loose' | 'strict';
   etag?: unknown;
 }
+
+/** Upstream's TLS and credential settings of a hook (webhook fields, or `endpointConfigs` by host); none is supported here. */
+export const UNSUPPORTED_WEBHOOK_FIELDS = ['caBundle', 'clientTLS', 'authorization', 'basicAuth'] as const;
 
 export type HookVersion = 'v1' | 'v2';
 

@@ -272,6 +272,28 @@ describe('kinds known only at run time', () => {
     const events = await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=no-hooks' });
     assert.ok(events.items.some((event) => event.reason === 'InvalidController' && /no hooks defined/.test(String(event.message))), JSON.stringify(events.items.map((event) => event.message)));
   });
+
+  test("upstream's hook credentials apply unchanged and are kept, and the controller is refused for them: never called without", async () => {
+    const authorization = { credentials: { secretRef: { name: 'hook-token', namespace: 'default', key: 'token' } } };
+    await kube.create(CompositeControllerKind, {
+      apiVersion: 'metacontroller.k8s.io/v1alpha1',
+      kind: 'CompositeController',
+      metadata: { name: 'with-credentials' },
+      spec: {
+        parentResource: { apiVersion: 'immortalcontainers.flugel.it/v1alpha1', resource: 'immortalcontainers', ignoreStatusChanges: true },
+        endpointConfigs: [],
+        hooks: { sync: { webhook: { url: 'https://127.0.0.1:9/sync', timeout: '.5s', authorization } } },
+      },
+    });
+    const stored = (await kube.get(CompositeControllerKind, { namespace: '', name: 'with-credentials' })) as unknown as { spec: { hooks: { sync: { webhook: Record<string, unknown> } }; parentResource: Record<string, unknown> } };
+    assert.deepEqual(stored.spec.hooks.sync.webhook.authorization, authorization, 'not pruned by the schema');
+    assert.equal(stored.spec.parentResource.ignoreStatusChanges, true);
+    const answer = await nudge('with-credentials');
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    await fn.host.flushEvents();
+    const events = await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=with-credentials' });
+    assert.ok(events.items.some((event) => event.reason === 'InvalidController' && /webhook.authorization is not supported/.test(String(event.message))), JSON.stringify(events.items.map((event) => event.message)));
+  });
 });
 
 /** A CompositeController over the plain ImmortalContainer kind, for parents labelled `strategy=<name>`. */

@@ -1,7 +1,7 @@
 // The 3-way merge against the last-applied annotation (functions/composite/apply.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { applyUpdate, forCreate, LAST_APPLIED_ANNOTATION, threeWayMerge } from '../../../functions/composite/apply.ts';
+import { applyUpdate, forCreate, goJsonMarshal, LAST_APPLIED_ANNOTATION, threeWayMerge } from '../../../functions/composite/apply.ts';
 import type { KubeObject } from '../../../functions/runtime/kinds.ts';
 
 const merge = (observed: string, lastApplied: string, desired: string) => threeWayMerge(JSON.parse(observed), JSON.parse(lastApplied), JSON.parse(desired));
@@ -190,5 +190,46 @@ describe('applyUpdate', () => {
     const object = forCreate(desired);
     assert.deepEqual(JSON.parse(object.metadata.annotations![LAST_APPLIED_ANNOTATION]!), desired);
     assert.equal(desired.metadata.annotations, undefined);
+  });
+
+  test('the annotation is written as Go writes it: keys sorted by bytes, <, >, & and U+2028 escaped', () => {
+    const desired = { kind: 'ConfigMap', apiVersion: 'v1', metadata: { name: 'x' }, data: { b: '2', a: 'x&y<z>', 10: '\u2028', 9: 'n' } } as unknown as KubeObject;
+    // What Go's json.Marshal printed for the same object (metacontroller's SetLastApplied).
+    assert.equal(
+      forCreate(desired).metadata.annotations![LAST_APPLIED_ANNOTATION],
+      '{"apiVersion":"v1","data":{"10":"\\u2028","9":"n","a":"x\\u0026y\\u003cz\\u003e","b":"2"},"kind":"ConfigMap","metadata":{"name":"x"}}',
+    );
+    assert.equal(goJsonMarshal([1.5, null, true, { é: 1, z: 2 }]), '[1.5,null,true,{"z":2,"é":1}]');
+  });
+
+  test("the hook's key order, or an annotation another writer wrote in another order, is no change", () => {
+    const desired = (data: Record<string, string>): KubeObject => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c', namespace: 'n' }, data } as KubeObject);
+    const created = forCreate(desired({ a: '1', b: '2' }));
+    const reordered = applyUpdate(created, desired({ b: '2', a: '1' }));
+    assert.ok(reordered.ok);
+    assert.equal(reordered.changed, false, 'a Recreate child would be deleted and made again');
+    const otherWriter = { ...created, metadata: { ...created.metadata, annotations: { [LAST_APPLIED_ANNOTATION]: JSON.stringify(desired({ b: '2', a: '1' })) } } };
+    const same = applyUpdate(otherWriter, desired({ a: '1', b: '2' }));
+    assert.ok(same.ok);
+    assert.equal(same.changed, false);
+    const changed = applyUpdate(otherWriter, desired({ a: '1', b: '3' }));
+    assert.ok(changed.ok);
+    assert.equal(changed.changed, true);
+  });
+
+  test('a list whose first known key repeats merges by a unique one, and loses no item', () => {
+    const service = (ports: object[]): KubeObject => ({ apiVersion: 'v1', kind: 'Service', metadata: { name: 's', namespace: 'n' }, spec: { ports } } as KubeObject);
+    const ports = [{ name: 'dns', port: 53, protocol: 'UDP' }, { name: 'dns-tcp', port: 53, protocol: 'TCP' }];
+    const created = forCreate(service(ports));
+    // As the API server stores it: a targetPort defaulted on each.
+    const observed = service(ports.map((port) => ({ ...port, targetPort: 53 })));
+    observed.metadata.annotations = created.metadata.annotations;
+    const again = applyUpdate(observed, service(ports));
+    assert.ok(again.ok);
+    const portsOf = (object: KubeObject) => (object as unknown as { spec: { ports: unknown } }).spec.ports;
+    assert.deepEqual(portsOf(again.object), portsOf(observed));
+    assert.equal(again.changed, false);
+    // No unique known key at all: the hook's list as given.
+    assert.deepEqual(merge('{"l":[{"port":1,"a":1},{"port":1,"a":2}]}', '{"l":[]}', '{"l":[{"port":1,"b":1},{"port":1,"b":2}]}'), { l: [{ port: 1, b: 1 }, { port: 1, b: 2 }] });
   });
 });

@@ -17,6 +17,7 @@ const reasonOf = (result: { ok: boolean; reason?: string }) => (result.ok ? '' :
 describe('checkController', () => {
   test("the seed's manifest is accepted unchanged", () => {
     assert.ok(checkController(seed).ok);
+    assert.ok(checkController(withSpec({ endpointConfigs: [], parentResource: { ...(seed as { spec: { parentResource: object } }).spec.parentResource, ignoreStatusChanges: true } })).ok, 'ignoreStatusChanges and an empty endpointConfigs are accepted');
   });
 
   test('what would fail every sync is found up front, with the controller named', () => {
@@ -29,6 +30,10 @@ describe('checkController', () => {
       [withSpec({ childResources: [{ apiVersion: 'v1' }] }), /childResources\[0\] needs apiVersion and resource/],
       [withSpec({ childResources: [{ apiVersion: 'v1', resource: 'pods', updateStrategy: { method: 'Sometimes' } }] }), /method "Sometimes" is not one of/],
       [withSpec({ parentResource: { apiVersion: 'a/v1', resource: 'x', labelSelector: { matchExpressions: [{ key: 'k', operator: 'In' }] } } }), /labelSelector: for 'In' operator, values set can't be empty/],
+      // Never called without the credentials or CA the hook expects.
+      [withSpec({ hooks: { sync: { webhook: { url: 'https://x', authorization: { credentials: { secretRef: { name: 's', namespace: 'n', key: 'k' } } } } } } }), /hooks.sync.webhook.authorization is not supported by operator-functions/],
+      [withSpec({ hooks: { sync: { webhook: { url: 'http://x' } }, finalize: { webhook: { url: 'https://x', caBundle: { inline: 'PEM' } } } } }), /hooks.finalize.webhook.caBundle is not supported/],
+      [withSpec({ endpointConfigs: [{ host: 'x', basicAuth: {} }] }), /spec.endpointConfigs is not supported/],
     ];
     for (const [object, reason] of cases) assert.match(reasonOf(checkController(object)), reason);
   });

@@ -166,6 +166,25 @@ describe('hook client', () => {
     assert.equal('cause' in failure && failure.cause, 'too-large');
   });
 
+  test('a 307 or 308 is followed with the same POST, as Go follows it; a loop stops after 10; a 302 is an answer', async () => {
+    behaviour = (request, response, body) => {
+      if (request.url === '/sync') answer(308, '', { Location: '/sync/' })(request, response);
+      else if (request.url === '/sync/') answer(307, '', { Location: `${base}/final` })(request, response);
+      else if (request.url === '/final') answer(200, JSON.stringify({ status: { got: JSON.parse(body) } }))(request, response);
+      else if (request.url === '/loop') answer(307, '', { Location: '/loop' })(request, response);
+      else answer(302, 'moved', { Location: '/final' })(request, response);
+    };
+    seen.length = 0;
+    const followed = await call({}, { parent: { n: 1 } });
+    assert.ok(followed.ok, JSON.stringify(followed));
+    assert.deepEqual(followed.value.status, { got: { parent: { n: 1 } } });
+    assert.deepEqual(seen.map((request) => `${request.method} ${request.url} ${request.body}`), ['/sync', '/sync/', '/final'].map((path) => `POST ${path} {"parent":{"n":1}}`));
+    const loop = failureOf(await call({ url: `${base}/loop` }));
+    assert.match(loop.reason, /stopped after 10 redirects/);
+    const found = failureOf(await call({ url: `${base}/found` }));
+    assert.match(found.reason, /unsupported status code: 302/);
+  });
+
   test('postJson returns the raw 200 body', async () => {
     behaviour = answer(200, '{"relatedResources":[]}');
     const result = await postJson({ url: `${base}/customize`, timeoutMs: 1000 }, {});
@@ -190,7 +209,11 @@ describe('webhook configuration', () => {
     assert.equal(webhookTimeoutMs('1.5s'), 1500);
     assert.equal(webhookTimeoutMs('500ms'), 500);
     assert.equal(webhookTimeoutMs('1h'), 3_600_000);
-    for (const value of [undefined, '', '0s', '10', 'ten seconds', '-1s']) assert.equal(webhookTimeoutMs(value), DEFAULT_TIMEOUT_MS, String(value));
+    // Forms time.ParseDuration takes too.
+    assert.equal(webhookTimeoutMs('.5s'), 500);
+    assert.equal(webhookTimeoutMs('2.s'), 2000);
+    assert.equal(webhookTimeoutMs('+3s'), 3000);
+    for (const value of [undefined, '', '0s', '10', 'ten seconds', '-1s', '.s', '1..5s']) assert.equal(webhookTimeoutMs(value), DEFAULT_TIMEOUT_MS, String(value));
     // Longer than a Node timer can wait: the longest it can (about 24.8 days).
     assert.equal(webhookTimeoutMs('596h'), 596 * 3_600_000);
     assert.equal(webhookTimeoutMs('600h'), MAX_TIMER_MS);
