@@ -3,12 +3,12 @@
 // local control plane when no cluster is configured at all (or with --local). A configured
 // cluster that does not answer is an error naming the reason, never a silent switch to another
 // cluster: a VPN blip must not point the operators somewhere else.
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { delimiter, join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { loadAllFunctions, loadFunction } from '../functions/index.ts';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
-import { KubeClient } from '../functions/runtime/kube.ts';
+import { configuredKubeconfig, KubeClient } from '../functions/runtime/kube.ts';
 import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
 import type { Trigger } from './broker.ts';
 import { applyCrds, readManifestFile } from './crds.ts';
@@ -54,21 +54,18 @@ export const serviceAccountClients = (controlPlane: ControlPlane) =>
  * must not point the operators at a new local control plane unannounced.
  */
 export function configuredCluster(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  const files = (env.KUBECONFIG ?? '').split(':').filter((file) => file.trim() !== '');
-  const existing = files.filter((file) => existsSync(file));
-  if (existing.length > 0) return `KUBECONFIG ${existing.join(':')}`;
-  if (files.length > 0) throw new Error(`KUBECONFIG names no file that exists (${files.join(':')}). Fix or unset it, or run with --local to use a new local control plane.`);
-  const home = resolve(env.HOME ?? env.USERPROFILE ?? '.', '.kube/config');
-  if (existsSync(home)) return home;
-  if (env.KUBERNETES_SERVICE_HOST) return 'in-cluster service account';
-  return undefined;
+  const listed = (env.KUBECONFIG ?? '').split(delimiter).filter((file) => file.trim() !== '');
+  const found = configuredKubeconfig(env);
+  if (found && found.files.length > 0) return listed.length > 0 ? `KUBECONFIG ${found.files.join(delimiter)}` : found.files[0];
+  if (listed.length > 0) throw new Error(`KUBECONFIG names no file that exists (${listed.join(delimiter)}). Fix or unset it, or run with --local to use a new local control plane.`);
+  return found ? 'in-cluster service account' : undefined;
 }
 
 /**
  * The cluster of KUBECONFIG (or ~/.kube/config) if it answers within 3 s; else what is wrong, as
  * the rest of a sentence that begins "the configured cluster", and what to fix.
  */
-export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfigPath: string } | { problem: string; fix: string }> {
+export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfigPath: string | undefined } | { problem: string; fix: string }> {
   let kube: KubeClient;
   try {
     kube = KubeClient.fromEnvironment();
@@ -86,8 +83,10 @@ export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfig
     if (path) return { problem: `names a file that cannot be read: ${path} (${code})`, fix: 'Fix the kubeconfig' };
     return { problem: `does not answer: ${message.includes(kube.server) ? message : `${kube.server}: ${message}`}`, fix: 'Fix the connection' };
   }
-  const kubeconfigPath = process.env.KUBECONFIG?.split(':').find((file) => existsSync(file)) ?? resolve(process.env.HOME ?? '.', '.kube/config');
-  return { kube, kubeconfigPath };
+  // The function processes find the cluster where this process did: the same files, or, in a
+  // pod, its service account (no KUBECONFIG).
+  const files = configuredKubeconfig()?.files ?? [];
+  return { kube, kubeconfigPath: files.length > 0 ? files.join(delimiter) : undefined };
 }
 
 export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; stop(): Promise<void> }> {
@@ -137,7 +136,7 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
 }
 
 async function startPlane(
-  cluster: { kube: KubeClient; kubeconfigPath: string },
+  cluster: { kube: KubeClient; kubeconfigPath: string | undefined },
   { functions, triggers }: { functions: FunctionDeclaration[]; triggers: Trigger[] },
   options: DevOptions,
   controlPlane?: ControlPlane,

@@ -94,8 +94,8 @@ export async function bundledFunctions(outdir: string): Promise<Required<Pick<Pl
 export interface PlaneOptions {
   functions: FunctionDeclaration[];
   kube: KubeClient;
-  /** Kubeconfig file the function processes use. */
-  kubeconfigPath: string;
+  /** The KUBECONFIG of the function processes (a file, or files joined by ':'); undefined: in a pod, its service account. */
+  kubeconfigPath: string | undefined;
   /** Per function, a kubeconfig of its own identity (its generated ServiceAccount) instead. */
   functionKubeconfigs?: Record<string, string>;
   log: Logger;

@@ -10,8 +10,8 @@ export interface FunctionProcessSpec {
   name: string;
   command: string;
   args: string[];
-  /** Merged over process.env; the activator sets PORT and HOST=127.0.0.1 (and K_SERVICE unless given) per instance. */
-  env?: Record<string, string>;
+  /** Merged over process.env (undefined: unset); the activator sets PORT and HOST=127.0.0.1 (and K_SERVICE unless given) per instance. */
+  env?: Record<string, string | undefined>;
   scaling: Scaling;
   /** Knative Serving's per-request timeout (revision timeoutSeconds); default 300 (revision-timeout-seconds). */
   timeoutSeconds?: number;

@@ -22,7 +22,7 @@ export interface ProcessSpec {
   name: string;
   command: string;
   args: string[];
-  env?: Record<string, string>;
+  env?: Record<string, string | undefined>;
 }
 
 export interface ExitInfo {

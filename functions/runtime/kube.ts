@@ -3,7 +3,7 @@
 // that addresses kinds from their declarations, so no discovery call is ever made.
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { delimiter, join } from 'node:path';
 import { createSecureContext } from 'node:tls';
 // The two modules of client-node this needs, not its index: that one loads every generated API
 // group, watch, exec, attach, cp, port-forward and metrics client (and ws, tar-fs, jsonpath…).
@@ -57,17 +57,35 @@ export class ConnectionReusingKubeConfig extends KubeConfig {
   static fromEnvironment(options: ConnectionOptions = {}): ConnectionReusingKubeConfig {
     // With nothing configured client-node falls back to http://localhost:8080, which then fails
     // with a TLS message that hides the real problem.
-    const home = process.env.HOME ?? process.env.USERPROFILE ?? '';
-    if (!process.env.KUBECONFIG && !process.env.KUBERNETES_SERVICE_HOST && !existsSync(join(home, '.kube', 'config'))) {
-      throw new Error('no Kubernetes cluster configured: set KUBECONFIG (or create ~/.kube/config), or run in a pod with a service account');
-    }
+    const found = configuredKubeconfig();
+    if (!found) throw new Error('no Kubernetes cluster configured: set KUBECONFIG (or create ~/.kube/config), or run in a pod with a service account');
     const config = new ConnectionReusingKubeConfig(options);
-    config.loadFromDefault();
-    if (!config.getCurrentCluster()) {
-      throw new Error('no Kubernetes cluster configured: set KUBECONFIG, or run in a pod with a service account');
+    if (found.inCluster) config.loadFromCluster();
+    const [first, ...rest] = found.files;
+    if (first) config.loadFromFile(first);
+    for (const file of rest) {
+      const more = new KubeConfig();
+      more.loadFromFile(file);
+      config.mergeConfig(more);
     }
+    if (!config.getCurrentCluster()) throw new Error(`no current cluster in ${found.files.join(delimiter) || 'the in-cluster configuration'}`);
     return config;
   }
+}
+
+/**
+ * Where the cluster is configured, as kubectl looks: the KUBECONFIG files that exist (merged in
+ * order; a missing one is skipped, as kubectl skips it), else ~/.kube/config when KUBECONFIG is
+ * unset, else a pod's service account. The plane and its function processes all use this.
+ */
+export function configuredKubeconfig(env: NodeJS.ProcessEnv = process.env): { files: string[]; inCluster: boolean } | undefined {
+  const listed = (env.KUBECONFIG ?? '').split(delimiter).filter((file) => file.trim() !== '');
+  const files = listed.filter((file) => existsSync(file));
+  if (files.length > 0) return { files, inCluster: false };
+  const home = join(env.HOME ?? env.USERPROFILE ?? '', '.kube', 'config');
+  if (listed.length === 0 && existsSync(home)) return { files: [home], inCluster: false };
+  if (env.KUBERNETES_SERVICE_HOST) return { files: [], inCluster: true };
+  return undefined;
 }
 
 export interface ConnectionOptions {

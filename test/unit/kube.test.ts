@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { HttpMethod, RequestContext } from '@kubernetes/client-node';
 import { ConfigMap } from '../../functions/runtime/kinds.ts';
-import { ApiError, ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
+import { ApiError, configuredKubeconfig, ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
 import { tempDir } from '../support/temp.ts';
 
 function withEnv<T>(changes: Record<string, string | undefined>, run: () => T): T {
@@ -29,6 +29,26 @@ test('with nothing configured, fromEnvironment says so in one line', () => {
   const emptyHome = tempDir('opfn-home-');
   withEnv({ KUBECONFIG: undefined, KUBERNETES_SERVICE_HOST: undefined, HOME: emptyHome }, () => {
     assert.throws(() => ConnectionReusingKubeConfig.fromEnvironment(), /^Error: no Kubernetes cluster configured: set KUBECONFIG/);
+  });
+});
+
+test('the cluster is found as kubectl finds it: KUBECONFIG files that exist, merged; ~/.kube/config only without KUBECONFIG; else in a pod', () => {
+  const dir = tempDir('opfn-kc-find-');
+  const home = tempDir('opfn-home-');
+  const cluster = join(dir, 'cluster');
+  const user = join(dir, 'user');
+  writeFileSync(cluster, 'apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://10.0.0.1:6443"}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n');
+  writeFileSync(user, 'apiVersion: v1\nkind: Config\nusers: [{name: u, user: {token: t}}]\n');
+  const missing = join(dir, 'missing');
+  const found = (env: NodeJS.ProcessEnv) => configuredKubeconfig({ HOME: home, ...env });
+  assert.deepEqual(found({ KUBECONFIG: `${missing}:${cluster}:${user}` }), { files: [cluster, user], inCluster: false });
+  assert.equal(found({ KUBECONFIG: missing }), undefined, 'a KUBECONFIG of missing files does not fall back to ~/.kube/config');
+  assert.deepEqual(found({ KUBECONFIG: missing, KUBERNETES_SERVICE_HOST: '10.0.0.1' }), { files: [], inCluster: true });
+  assert.equal(found({}), undefined);
+  withEnv({ KUBECONFIG: `${missing}:${cluster}:${user}` }, () => {
+    const config = ConnectionReusingKubeConfig.fromEnvironment();
+    assert.equal(config.getCurrentCluster()?.server, 'https://10.0.0.1:6443', 'the missing file is skipped');
+    assert.equal(config.getCurrentUser()?.token, 't', 'the user comes from the second file');
   });
 });
 
