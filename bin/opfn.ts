@@ -5,11 +5,12 @@ import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import type { ChangeAction } from '../eventing/apiserver-events.ts';
 import { functionNames, loadFunction } from '../functions/index.ts';
+import { CLUSTER_STATE_FILE, DEAD_LETTER_FILE } from '../eventing/state-files.ts';
 
 // Commands import what they need when they run, so `opfn --help` answers at once.
 
 const STATE_DIR = resolve(process.env.OPFN_STATE_DIR ?? '.opfn');
-const CLUSTER_STATE = join(STATE_DIR, 'cluster.json');
+const CLUSTER_STATE = join(STATE_DIR, CLUSTER_STATE_FILE);
 const say = (line: string) => process.stderr.write(`${line}\n`);
 
 const seconds = (value: string): number => {
@@ -201,8 +202,8 @@ program
 
 const deadLetters = program
   .command('dead-letters')
-  .description(`events the broker could not deliver (default file ${join(STATE_DIR, 'dead-letters.jsonl')}, 0600, rotated to .1 at 64 MiB; events a function refused for good, a 4xx, apart in <file>.refused, rotated at 8 MiB)`);
-const deadLetterFile = (options: { file?: string }) => resolve(options.file ?? join(STATE_DIR, 'dead-letters.jsonl'));
+  .description(`events the broker could not deliver (default file ${join(STATE_DIR, DEAD_LETTER_FILE)}, 0600, rotated to .1 at 64 MiB; events a function refused for good, a 4xx, apart in <file>.refused, rotated at 8 MiB)`);
+const deadLetterFile = (options: { file?: string }) => resolve(options.file ?? join(STATE_DIR, DEAD_LETTER_FILE));
 deadLetters
   .command('list')
   .description('one line per dead letter, oldest first: id, type, subject, status and reason')

@@ -16,6 +16,7 @@ import { applyGeneratedObjects } from './knative/local.ts';
 import { DEFAULT_OPTIONS } from './manifests/options.ts';
 import { serviceAccountName } from './manifests/rbac.ts';
 import { bundledFunctions, EventPlane, triggersFromManifests, type PlaneOptions } from './plane.ts';
+import { DEAD_LETTER_FILE, PLANE_STATE_FILE } from './state-files.ts';
 
 export interface DevOptions {
   functions?: string[];
@@ -38,8 +39,6 @@ export interface DevOptions {
   replace?: Record<string, string>;
 }
 
-/** Where the running plane writes its broker URL, for `opfn dead-letters replay`. */
-export const PLANE_STATE_FILE = 'plane.json';
 
 /**
  * A client per ServiceAccount of `controlPlane`: on a control plane of its own the plane runs each
@@ -181,7 +180,7 @@ async function startPlane(
   if (other !== undefined && other !== process.pid && isRunning(other)) say(`Another plane (pid ${other}) runs from ${options.stateDir}: \`opfn dead-letters replay\` keeps using its broker (pass --broker ${brokerUrl} for this one's).`);
   else writeFileSync(join(options.stateDir, PLANE_STATE_FILE), JSON.stringify({ pid: process.pid, brokerUrl }, null, 2));
   for (const trigger of triggers) say(`Trigger ${trigger.name} → ${trigger.subscriber}`);
-  say(`Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, 'dead-letters.jsonl')}. Ctrl-C stops everything.`);
+  say(`Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, DEAD_LETTER_FILE)}. Ctrl-C stops everything.`);
   return plane;
 }
 

@@ -18,6 +18,7 @@ import type { KubeObject } from '../functions/runtime/kinds.ts';
 import type { KubeClient } from '../functions/runtime/kube.ts';
 import { Activator, type FunctionStats } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
+import { DEAD_LETTER_FILE } from './state-files.ts';
 import { compositeSourcesFor, inMemoryConfig } from './knative/composite-sources.ts';
 import { KnativeControllers } from './knative/controllers.ts';
 import { pingEvent, withResyncInterval } from './knative/ping-sources.ts';
@@ -190,7 +191,7 @@ export class EventPlane {
     this.broker = new Broker({
       triggers: [],
       delivery: options.delivery,
-      deadLetterFile: join(options.stateDir, 'dead-letters.jsonl'),
+      deadLetterFile: join(options.stateDir, DEAD_LETTER_FILE),
       log: log.child({ component: 'broker' }),
       route: options.directDelivery === false ? undefined : (subscriber, partitionKey) => this.activator.lease(subscriber, partitionKey),
     });

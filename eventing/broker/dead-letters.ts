@@ -13,7 +13,7 @@
 // event) are kept apart, in `<file>.refused` with an eighth of the cap. Anyone who can reach the
 // ingress can make such letters at will (a forged 3.9 MB event answered 400), and in one file
 // forty of them would rotate away every letter of real work whose retries ran out.
-import { chmod, mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
@@ -27,6 +27,9 @@ const REFUSED_SHARE = 1 / 8;
 
 /** Where the letters of events refused for good are kept, beside the dead-letter file `path`. */
 export const refusedLettersFile = (path: string): string => `${path}.refused`;
+
+/** The refused letters' file gets a share of the cap. */
+const refusedCap = (maxBytes: number): number => Math.max(1, Math.floor(maxBytes * REFUSED_SHARE));
 
 /** The subscriber refused the event for good (SelectiveRetry does not retry its 4xx answer). */
 const isRefusal = (failure: DeliveryFailure): boolean => failure.status !== undefined && failure.status >= 400 && failure.status < 500 && !isRetryableStatus(failure.status);
@@ -148,11 +151,6 @@ export async function clearDeadLetterFile(path: string): Promise<number> {
   return removed;
 }
 
-/** Makes an existing dead-letter file private (0600); a missing file is fine. */
-export async function restrictDeadLetterFile(path: string): Promise<void> {
-  await chmod(path, 0o600).catch(() => undefined);
-}
-
 export class DeadLetterSink {
   readonly #file: string;
   readonly #maxBytes: number;
@@ -179,7 +177,7 @@ export class DeadLetterSink {
       'event dead-lettered',
     );
     if (target.kind === 'http') await this.toHttp(target.url, letter, delivery, context);
-    else if (isRefusal(failure)) await this.toFile(letter, context, refusedLettersFile(target.path), Math.max(1, Math.floor(this.#maxBytes * REFUSED_SHARE)));
+    else if (isRefusal(failure)) await this.toFile(letter, context, refusedLettersFile(target.path), refusedCap(this.#maxBytes));
     else await this.toFile(letter, context, target.path);
   }
 
@@ -241,12 +239,13 @@ export interface ReplayResult {
  */
 export async function replayDeadLetterFile(path: string, brokerUrl: string): Promise<ReplayResult> {
   const result: ReplayResult = { replayed: 0, failed: [] };
-  for (const family of [path, refusedLettersFile(path)]) await replayFamily(family, brokerUrl, result);
+  await replayFamily(path, DEFAULT_DEAD_LETTER_MAX_BYTES, brokerUrl, result);
+  await replayFamily(refusedLettersFile(path), refusedCap(DEFAULT_DEAD_LETTER_MAX_BYTES), brokerUrl, result);
   return result;
 }
 
 /** Replays one file and its rotated predecessor into `result`; what is not accepted goes back to the same file. */
-async function replayFamily(path: string, brokerUrl: string, result: ReplayResult): Promise<void> {
+async function replayFamily(path: string, maxBytes: number, brokerUrl: string, result: ReplayResult): Promise<void> {
   const aside = `${path}.replaying-${process.pid}`;
   const moved: string[] = [];
   for (const file of [`${path}.1`, path]) {
@@ -279,7 +278,7 @@ async function replayFamily(path: string, brokerUrl: string, result: ReplayResul
       }
     }
   }
-  for (const line of rest) await appendJsonLine(path, line);
+  for (const line of rest) await appendJsonLine(path, line, { maxBytes });
   for (const file of moved) await rm(file, { force: true });
 }
 
