@@ -34,9 +34,8 @@ import type { SourceStats } from './source.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-// Where the declaration-level wiring lives now (the generator's building blocks); re-exported for
-// the code that imported it from here.
-export { FUNCTION_EXTENSION, isSecret, sourcesFor, triggerFor } from './manifests/wiring.ts';
+// The declaration-level wiring (the generator's building blocks) that plane users need too.
+export { FUNCTION_EXTENSION, sourcesFor } from './manifests/wiring.ts';
 
 /**
  * The Knative objects the plane runs for `functions` when they do not live in an API server:

@@ -16,7 +16,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { isAlreadyExists, type KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { applyCrds } from '../crds.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -75,10 +75,6 @@ export async function installKnativeCrds(kube: KubeClient): Promise<number> {
     const existing = await kube.request('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${crd.metadata.name}`).catch(() => undefined);
     if (!existing) missing.push(crd);
   }
-  try {
-    await applyCrds(kube, missing);
-  } catch (error) {
-    if (!isAlreadyExists(error)) throw error;
-  }
+  await applyCrds(kube, missing); // one created meanwhile by another plane is replaced, not an error
   return missing.length;
 }

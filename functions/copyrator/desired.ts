@@ -254,7 +254,7 @@ export const updatedCopy = (desired: CopyableObject, existing: CopyableObject): 
 });
 
 /** A same-named object that is not this rule's copy: whose it is, in words. */
-export function conflictFor(rule: KubeObject, existing: KubeObject): Conflict {
+export function conflictFor(existing: KubeObject): Conflict {
   const other = existing.metadata.annotations?.[RULE_ANNOTATION];
   const where = `${existing.metadata.namespace}/${existing.metadata.name}`;
   return other

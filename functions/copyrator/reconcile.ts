@@ -89,7 +89,7 @@ async function createCopy(kube: KubeClient, rule: CopyratorRule, ruleType: RuleT
   // The name is taken: by our copy that lost its labels, by another rule's copy, or by a foreign object.
   const existing = await kube.get<CopyableObject>(kind, { namespace: desired.metadata.namespace!, name: desired.metadata.name! });
   if (!existing) throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} vanished between create and read; will retry`);
-  if (!isManagedBy(existing, rule)) return { conflict: conflictFor(rule, existing) };
+  if (!isManagedBy(existing, rule)) return { conflict: conflictFor(existing) };
   const action = updateAction(desired, existing);
   if (action.type === 'keep') return 'unchanged';
   if (action.type === 'replace') throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} cannot be updated in place (immutable, or another Secret type); will replace on retry`);

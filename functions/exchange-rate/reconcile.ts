@@ -3,7 +3,7 @@
 // the next refresh.
 import type { ReconcileContext } from '../runtime/declaration.ts';
 import { ConfigMap, type ObjectKey } from '../runtime/kinds.ts';
-import { ApiError } from '../runtime/kube.ts';
+import { isConflict } from '../runtime/kube.ts';
 import { createIfAbsent, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { ConfigError, parseConfig, type ProviderConfig } from './config.ts';
 import {
@@ -109,11 +109,11 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
     case 'update':
       try {
         await kube.replace(ConfigMap, action.desired);
+        log.info({ configMap: cmKey.name, rate: values?.rate }, values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet');
       } catch (error) {
-        // 409: changed under us; its update event brings the next reconcile.
-        if (!(error instanceof ApiError) || error.code !== 409) throw error;
+        // Changed under us; its update event brings the next reconcile.
+        if (!isConflict(error)) throw error;
       }
-      log.info({ configMap: cmKey.name, rate: values?.rate }, values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet');
       return undefined;
   }
 }

@@ -1,6 +1,7 @@
 // ImmortalContainer's desired state, computed without any API call: which pod should exist,
 // what to do about the pod that does exist, and what the status should say.
-import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
+import type { KubeObject, ObjectKey, ResourceKind } from '../runtime/kinds.ts';
+import { boundedMessage } from '../runtime/quote.ts';
 import { controllerReference, isControlledBy, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
 import { restartBackoff, secondsUntil, type RestartBackoff } from './backoff.ts';
 
@@ -41,7 +42,8 @@ export interface PodObject extends KubeObject {
   status?: { phase?: string };
 }
 
-export const podNameFor = (owner: ImmortalContainer): string => `${owner.metadata.name}-immortalpod`;
+const POD_SUFFIX = '-immortalpod';
+export const podNameFor = (owner: ImmortalContainer): string => `${owner.metadata.name}${POD_SUFFIX}`;
 
 export function desiredPod(owner: ImmortalContainer): PodObject {
   return {
@@ -129,3 +131,19 @@ function readyCondition(pod: PodObject | undefined, generation: number): Conditi
   if (pod.status?.phase === 'Running') return { type: 'Ready', status: 'True', reason: 'PodRunning', message: `pod ${pod.metadata.name} is running`, observedGeneration: generation };
   return { type: 'Ready', status: 'False', reason: 'PodPending', message: `pod ${pod.metadata.name} is ${pod.status?.phase ?? 'Pending'}`, observedGeneration: generation };
 }
+
+/** The Ready condition's current reason and message: a problem already reported is not reported again. */
+export const reported = (owner: ImmortalContainer, reason: string, message: string) =>
+  owner.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === boundedMessage(message)) ?? false;
+
+/** A pod of the ImmortalContainer `key` names, as created: Pending (or no phase yet), not being deleted. */
+export const asCreated = (pod: PodObject, key: ObjectKey): boolean =>
+  pod.metadata.name === `${key.name}${POD_SUFFIX}` && pod.metadata.namespace === key.namespace && !pod.metadata.deletionTimestamp
+  && (pod.status?.phase ?? 'Pending') === 'Pending'
+  && (pod.metadata.ownerReferences?.some((owner) => owner.controller && owner.kind === ImmortalContainerKind.kind && owner.name === key.name) ?? false);
+
+/** The status says the current generation was carried out and its pod was healthy then. */
+export const settled = (owner: ImmortalContainer, podName: string): boolean => {
+  const ready = owner.status?.conditions?.find((condition) => condition.type === 'Ready');
+  return owner.status?.observedGeneration === owner.metadata.generation && owner.status?.currentPod === podName && (ready?.reason === 'PodRunning' || ready?.reason === 'PodPending');
+};

@@ -2,26 +2,9 @@
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { Pod, sameKind, type ObjectKey } from '../runtime/kinds.ts';
 import { ApiError } from '../runtime/kube.ts';
-import { boundedMessage } from '../runtime/quote.ts';
 import { createIfAbsent, getAnnounced, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import type { RestartBackoff } from './backoff.ts';
-import { desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, type ImmortalContainer, type PodObject } from './desired.ts';
-
-/** The Ready condition's current reason and message: a problem already reported is not reported again. */
-const reported = (owner: ImmortalContainer, reason: string, message: string) =>
-  owner.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === boundedMessage(message)) ?? false;
-
-/** A pod of the ImmortalContainer `key` names, as created: Pending (or no phase yet), not being deleted. */
-const asCreated = (pod: PodObject, key: ObjectKey): boolean =>
-  pod.metadata.name === `${key.name}-immortalpod` && pod.metadata.namespace === key.namespace && !pod.metadata.deletionTimestamp
-  && (pod.status?.phase ?? 'Pending') === 'Pending'
-  && (pod.metadata.ownerReferences?.some((owner) => owner.controller && owner.kind === ImmortalContainerKind.kind && owner.name === key.name) ?? false);
-
-/** The status says the current generation was carried out and its pod was healthy then. */
-const settled = (owner: ImmortalContainer, podName: string): boolean => {
-  const ready = owner.status?.conditions?.find((condition) => condition.type === 'Ready');
-  return owner.status?.observedGeneration === owner.metadata.generation && owner.status?.currentPod === podName && (ready?.reason === 'PodRunning' || ready?.reason === 'PodPending');
-};
+import { asCreated, desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, reported, settled, type ImmortalContainer, type PodObject } from './desired.ts';
 
 export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
   const { kube, log, events, now } = ctx;

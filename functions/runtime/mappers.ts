@@ -25,18 +25,3 @@ export function matching<T extends KubeObject = KubeObject>(kind: ResourceKind, 
     return keys;
   };
 }
-
-/**
- * The object a label on the changed object names (`namespaceLabel` for another namespace; else
- * the changed object's own). Needs the object: in Reference mode without a body it reads it, and
- * an object already gone maps to nothing (the resync catches up).
- */
-export function byLabel(nameLabel: string, options: { namespaceLabel?: string; kind?: ResourceKind } = {}): Mapper {
-  return async (change, { kube }) => {
-    const object = change.object ?? (options.kind && !change.deleted ? await kube.get(options.kind, change.key) : undefined);
-    const name = object?.metadata.labels?.[nameLabel];
-    if (!name) return [];
-    const namespace = options.namespaceLabel ? object.metadata.labels?.[options.namespaceLabel] ?? '' : change.key.namespace;
-    return [{ namespace, name }];
-  };
-}

@@ -1,5 +1,5 @@
-// Reconcile helpers every function uses: idempotent child creation (createIfAbsent, applyChild,
-// after controllerutil.CreateOrUpdate and its OperationResult words), status writes with
+// Reconcile helpers for function authors: idempotent child creation (createIfAbsent, and
+// applyChild after controllerutil.CreateOrUpdate and its OperationResult words), status writes with
 // optimistic concurrency, standard conditions, and finalizers (controllerutil.AddFinalizer /
 // RemoveFinalizer; Metacontroller's finalizer Manager). Kubernetes Events are in recorder.ts.
 import { StatusConflictError } from './errors.ts';

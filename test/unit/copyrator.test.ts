@@ -186,8 +186,8 @@ describe('ownership', () => {
     const copy = stored(desiredCopy(rule(), source('x'), 'a'));
     assert.ok(isManagedBy(copy, rule()));
     assert.equal(isManagedBy(copy, rule({ metadata: { name: 'main-rule', namespace: 'other', uid: 'u' } })), false);
-    assert.equal(conflictFor(rule({ metadata: { name: 'second', namespace: 'default', uid: 'u2' } }), copy).reason, 'OtherRule');
-    assert.equal(conflictFor(rule(), { metadata: { name: 'x', namespace: 'a' } }).reason, 'NotManaged');
+    assert.equal(conflictFor(copy).reason, 'OtherRule');
+    assert.equal(conflictFor({ metadata: { name: 'x', namespace: 'a' } }).reason, 'NotManaged');
   });
 
   test('the mapper takes the rule from a copy only when the annotation names a valid key', () => {

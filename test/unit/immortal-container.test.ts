@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
-  CONTAINER_NAME,
+  asCreated,
   COUNTED_POD_HISTORY,
   desiredPod,
   GENERATION_ANNOTATION,
@@ -10,11 +10,14 @@ import {
   OWNER_LABEL,
   podAction,
   podNameFor,
+  reported,
+  settled,
   type ImmortalContainer,
   type ImmortalContainerStatus,
   type PodObject,
 } from '../../functions/immortal-container/desired.ts';
 import type { Condition } from '../../functions/runtime/reconciler.ts';
+import { boundedMessage } from '../../functions/runtime/quote.ts';
 import { backoffSeconds, restartBackoff, type RestartBackoff } from '../../functions/immortal-container/backoff.ts';
 
 const T0 = new Date('2025-03-01T12:00:00Z');
@@ -46,14 +49,11 @@ describe('desiredPod', () => {
     assert.equal(podNameFor(ic), 'web-immortalpod');
     assert.equal(pod.metadata.namespace, 'prod');
     assert.deepEqual(pod.spec?.containers, [{ name: 'acontainer', image: 'nginx:1.27' }]);
-    assert.equal(CONTAINER_NAME, 'acontainer');
     assert.deepEqual(pod.metadata.labels, { controller: 'web' });
-    assert.equal(OWNER_LABEL, 'controller');
     assert.deepEqual(pod.metadata.ownerReferences, [
       { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', name: 'web', uid: 'owner-uid-1', controller: true, blockOwnerDeletion: true },
     ]);
     assert.deepEqual(pod.metadata.annotations, { [GENERATION_ANNOTATION]: '7' });
-    assert.equal(GENERATION_ANNOTATION, 'immortalcontainer.flugel.it/generation');
   });
 
   test('an object without a generation gets annotation "0"', () => {
@@ -313,5 +313,36 @@ describe('restart back-off (CrashLoopBackOff)', () => {
   test('nextStatus keeps the back-off it is given', () => {
     const backoff: RestartBackoff = { quickFailures: 2, failedPod: 'p', notBefore: '2025-03-01T12:00:20Z' };
     assert.deepEqual(nextStatus(ic, ic, failed('p'), undefined, backoff)?.restartBackoff, backoff);
+  });
+});
+
+describe('what the reconcile may skip (pure)', () => {
+  const key = { namespace: 'prod', name: 'web' };
+  test('a pod as created: ours, Pending or no phase yet, not going', () => {
+    assert.equal(asCreated(podFor(owner()), key), true);
+    assert.equal(asCreated(podFor(owner(), { phase: 'Pending' }), key), true);
+    assert.equal(asCreated(podFor(owner(), { phase: 'Running' }), key), false, 'started');
+    assert.equal(asCreated(podFor(owner(), { deletionTimestamp: '2026-01-01T00:00:00Z' }), key), false, 'going');
+    assert.equal(asCreated(podFor(owner()), { namespace: 'prod', name: 'other' }), false, 'of another ImmortalContainer');
+    const foreign = podFor(owner());
+    foreign.metadata.ownerReferences = [];
+    assert.equal(asCreated(foreign, key), false, 'not controlled by it');
+  });
+
+  test('settled: this generation carried out, its pod healthy then', () => {
+    const status = (generation: number, reason: string): ImmortalContainerStatus => ({ observedGeneration: generation, currentPod: 'web-immortalpod', conditions: [{ type: 'Ready', status: 'True', reason, message: '', lastTransitionTime: '' }] as Condition[] });
+    assert.equal(settled(owner({ status: status(2, 'PodRunning') }), 'web-immortalpod'), true);
+    assert.equal(settled(owner({ status: status(1, 'PodRunning') }), 'web-immortalpod'), false, 'an older generation');
+    assert.equal(settled(owner({ status: status(2, 'PodMissing') }), 'web-immortalpod'), false, 'its pod was missing');
+    assert.equal(settled(owner({ status: status(2, 'PodRunning') }), 'other-pod'), false);
+  });
+
+  test('reported: the same reason and (bounded) message are already on Ready', () => {
+    const long = 'x'.repeat(5000);
+    // As setCondition stored it: bounded.
+    const ic = owner({ status: { conditions: [{ type: 'Ready', status: 'False', reason: 'PodInvalid', message: boundedMessage(long), lastTransitionTime: '' }] as Condition[] } });
+    assert.equal(reported(ic, 'PodInvalid', long), true, 'a long refusal is not posted again on every reconcile');
+    assert.equal(reported(ic, 'PodInvalid', 'other'), false);
+    assert.equal(reported(ic, 'Other', long), false);
   });
 });
