@@ -28,6 +28,7 @@ import { parseHookUrls, type UrlRewrite } from './hooks.ts';
 import { INSTALL_CONFIG } from '../runtime/knative-objects.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { syncParent, type ResolvedComposite } from './sync-parent.ts';
+import { forEachLimited } from '../runtime/limit.ts';
 
 /** Parents synced at once in a sweep: hooks are remote calls, the API server is shared. */
 const PARENT_CONCURRENCY = 8;
@@ -55,11 +56,7 @@ async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise
   // An install limited to one namespace (OPFN_SCOPE=namespace) may only list there.
   const namespace = ctx.config[INSTALL_CONFIG.scope] === 'namespace' && composite.parentKind.namespaced ? ctx.config[INSTALL_CONFIG.namespace] : undefined;
   for await (const page of ctx.kube.pages(composite.parentKind, { namespace })) {
-    let next = 0;
-    const worker = async () => {
-      for (let index = next++; index < page.items.length; index = next++) await sweep.sync(composite, page.items[index]!);
-    };
-    await Promise.all(Array.from({ length: Math.min(PARENT_CONCURRENCY, page.items.length) }, worker));
+    await forEachLimited(page.items, PARENT_CONCURRENCY, (parent) => sweep.sync(composite, parent));
   }
   const period = resyncPeriodMs(composite.controller);
   return sweep.result(period ? period / 1000 : 0, 'sweep');

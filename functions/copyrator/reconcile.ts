@@ -8,6 +8,7 @@ import { Namespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts'
 import { ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
 import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { TransientError } from '../runtime/errors.ts';
+import { forEachLimited } from '../runtime/limit.ts';
 import {
   conflictFor,
   CopyratorRuleKind,
@@ -34,14 +35,6 @@ import {
 
 /** Writes in flight at once for one rule: enough to hide API latency, few enough to stay polite. */
 const WRITE_CONCURRENCY = 16;
-
-async function forEachLimited<T>(items: T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
-  const queue = [...items];
-  const worker = async () => {
-    for (let item = queue.shift(); item !== undefined; item = queue.shift()) await work(item);
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, queue.length) }, worker));
-}
 
 type Outcome = 'created' | 'updated' | 'deleted' | 'unchanged' | { conflict: Conflict };
 

@@ -6,7 +6,7 @@
 // in status (nextRefreshAt) and reconcile answers "again after D"; an early reconcile is a cheap
 // no-op. Refreshes fall on multiples of the interval (wall clock), so every ExchangeRate is due at
 // the same moment and one provider request per process serves them all.
-import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
+import { rfc3339, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { controllerReference, isControlledBy, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
 import type { Quote } from './provider.ts';
@@ -53,8 +53,6 @@ export interface RateValues {
 
 /** Deterministic: the ExchangeRate's own name (valid and unique per namespace by construction). */
 export const configMapNameFor = (rate: ExchangeRate): string => rate.metadata.name!;
-
-const rfc3339 = (date: Date): string => date.toISOString().replace(/\.\d+Z$/, 'Z');
 
 /** The refresh slot `now` falls in: slots are multiples of the interval since the epoch. */
 export const slotOf = (now: Date, intervalSeconds: number): number => Math.floor(now.getTime() / 1000 / intervalSeconds);

@@ -5,6 +5,7 @@
 // survives the function scaling to zero; the wait is a requeue (requeueAfterSeconds).
 import type { PodObject } from './desired.ts';
 import { CONTAINER_NAME } from './desired.ts';
+import { rfc3339 } from '../runtime/kinds.ts';
 
 export const BACKOFF_INITIAL_SECONDS = 10;
 export const BACKOFF_MAX_SECONDS = 300;
@@ -19,8 +20,6 @@ export interface RestartBackoff {
   /** RFC 3339: the replacement is not created before this. */
   notBefore: string;
 }
-
-const rfc3339 = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
 
 export const backoffSeconds = (quickFailures: number): number =>
   quickFailures <= 0 ? 0 : Math.min(BACKOFF_INITIAL_SECONDS * 2 ** (quickFailures - 1), BACKOFF_MAX_SECONDS);

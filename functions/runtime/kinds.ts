@@ -158,3 +158,6 @@ export const ConfigMap: ResourceKind = { group: '', version: 'v1', kind: 'Config
 export const Secret: ResourceKind = { group: '', version: 'v1', kind: 'Secret', plural: 'secrets', namespaced: true };
 export const Namespace: ResourceKind = { group: '', version: 'v1', kind: 'Namespace', plural: 'namespaces', namespaced: false };
 export const CoreEvent: ResourceKind = { group: '', version: 'v1', kind: 'Event', plural: 'events', namespaced: true };
+
+/** A Kubernetes metav1.Time: RFC 3339 in UTC, whole seconds (the API server drops fractions). */
+export const rfc3339 = (at: Date | number): string => new Date(at).toISOString().replace(/\.\d+Z$/, 'Z');

@@ -3,7 +3,7 @@
 // optimistic concurrency, standard conditions, and finalizers (controllerutil.AddFinalizer /
 // RemoveFinalizer; Metacontroller's finalizer Manager). Kubernetes Events are in recorder.ts.
 import { StatusConflictError } from './errors.ts';
-import { apiVersionOf, keyOf, keyString, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+import { apiVersionOf, keyOf, keyString, rfc3339, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import { isAlreadyExists, isConflict, isNotFound, type KubeClient } from './kube.ts';
 import { boundedMessage } from './quote.ts';
 
@@ -30,7 +30,7 @@ export type ConditionInput = Omit<Condition, 'lastTransitionTime'>;
 export function setCondition(conditions: Condition[] | undefined, next: ConditionInput, now: Date = new Date()): Condition[] {
   const current = conditions ?? [];
   const previous = current.find((condition) => condition.type === next.type);
-  const lastTransitionTime = previous && previous.status === next.status ? previous.lastTransitionTime : now.toISOString().replace(/\.\d+Z$/, 'Z');
+  const lastTransitionTime = previous && previous.status === next.status ? previous.lastTransitionTime : rfc3339(now);
   return [...current.filter((condition) => condition.type !== next.type), { ...next, message: boundedMessage(next.message), lastTransitionTime }];
 }
 

@@ -17,7 +17,7 @@
 // says. Warnings are never limited.
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import { apiVersionOf, CoreEvent, type KubeObject, type ResourceKind } from './kinds.ts';
+import { apiVersionOf, CoreEvent, rfc3339, type KubeObject, type ResourceKind } from './kinds.ts';
 import { isNotFound, type KubeClient } from './kube.ts';
 import { setRecent } from './recent.ts';
 import { boundedMessage } from './quote.ts';
@@ -60,8 +60,6 @@ interface Similar {
   lastSeen: number;
 }
 
-const timestamp = (date: Date): string => date.toISOString().replace(/\.\d+Z$/, 'Z');
-
 export class EventSink {
   readonly #kube: KubeClient;
   readonly #component: string;
@@ -103,7 +101,7 @@ export class EventSink {
     const combined = this.#combine(similarKey, message);
     if (combined) message = `${COMBINED_PREFIX}${message}`;
     const key = combined ? similarKey : JSON.stringify([similarKey, message]);
-    const now = timestamp(this.#now());
+    const now = rfc3339(this.#now());
     let aggregate = this.#cache.get(key);
     if (aggregate) {
       aggregate.count++;

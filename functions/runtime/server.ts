@@ -28,6 +28,7 @@ import { keysForEvent, uniqueKeys } from './routing.ts';
 import { hintFromFirstRead } from './reference-reads.ts';
 import { SeenObjects, skipReason } from './skips.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
+import { forEachLimited } from './limit.ts';
 
 export interface FunctionHostOptions {
   declaration: FunctionDeclaration;
@@ -229,11 +230,9 @@ export class FunctionHost {
   /** Reconciles the keys (a few at a time) and turns their results into one answer. */
   async #reconcileAll(keys: KindKey[], log: Logger, hint?: KubeObject): Promise<Outcome> {
     const results: KeyResult[] = new Array(keys.length);
-    let next = 0;
-    const worker = async () => {
-      for (let index = next++; index < keys.length; index = next++) results[index] = await this.reconcileKey(keys[index], log, hint);
-    };
-    await Promise.all(Array.from({ length: Math.min(this.#options.resyncConcurrency, keys.length) }, worker));
+    await forEachLimited(keys, this.#options.resyncConcurrency, async (key, index) => {
+      results[index] = await this.reconcileKey(key, log, hint);
+    });
     return answerFor(this.#options.declaration.name, keys, results, this.#options.now());
   }
 
