@@ -12,7 +12,7 @@
 // SufficientPermissions, Deployed, Ready (apiserver_lifecycle.go); `status.sinkUri`.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { apiVersionOf, keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { apiVersionOf, isValidGroupVersion, keyOf, keyString, parseApiVersion, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { formatLabelSelector, type LabelSelector } from '../manifests/sources.ts';
 import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';
@@ -45,7 +45,8 @@ export class KindResolver {
   async resolve(apiVersion: string, kind: string): Promise<ResourceKind | undefined> {
     const known = this.#known.find((k) => apiVersionOf(k) === apiVersion && k.kind === kind);
     if (known) return known;
-    const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+    const { group, version } = parseApiVersion(apiVersion);
+    if (!isValidGroupVersion({ group, version })) return undefined; // it would go into a URL
     // A miss in a list read earlier reads it again, once: a CRD may have added the kind to that
     // group-version since (client-go's DeferredDiscoveryRESTMapper resets on a miss too).
     const cached = this.#versions.has(apiVersion);
@@ -60,7 +61,7 @@ export class KindResolver {
   async #find(apiVersion: string, group: string, version: string, kind: string): Promise<{ name: string; namespaced: boolean } | undefined> {
     let resources = this.#versions.get(apiVersion);
     if (!resources) {
-      resources = this.#kube.request<{ resources: { name: string; kind: string; namespaced: boolean }[] }>('GET', group ? `/apis/${group}/${version}` : `/api/${version}`).then((list) => list.resources);
+      resources = this.#kube.request<{ resources: { name: string; kind: string; namespaced: boolean }[] }>('GET', group ? `/apis/${group}/${version}` : `/api/${version}`).then((list) => list.resources ?? []);
       this.#versions.set(apiVersion, resources);
       resources.catch(() => this.#versions.delete(apiVersion));
     }

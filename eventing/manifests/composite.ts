@@ -28,7 +28,7 @@ import { checkController, policyRulesFor } from '../../functions/composite/contr
 import type { CompositeController, ResolvedResource } from '../../functions/composite/types.ts';
 import { COMPOSITE_FUNCTION, managedObjectKeys } from '../../functions/composite-controller/eventing.ts';
 import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/declaration.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { parseApiVersion, type KubeObject } from '../../functions/runtime/kinds.ts';
 import { clusterScopedOf, RBAC_API } from '../../functions/runtime/knative-objects.ts';
 import { mergeRules } from '../../functions/runtime/rbac.ts';
 import { CRD_DIR, readManifests } from '../crds.ts';
@@ -58,7 +58,7 @@ export function readCompositeControllers(text: string, what: string, crds: KubeO
   const known = [...crds, ...objects.filter((object) => object.kind === 'CustomResourceDefinition')].map((crd) => crd.spec as CrdSpec);
   const builtInClusterScoped = clusterScopedOf([]);
   const resolve = (apiVersion: string, resource: string): ResolvedResource => {
-    const group = apiVersion.includes('/') ? apiVersion.slice(0, apiVersion.indexOf('/')) : '';
+    const { group } = parseApiVersion(apiVersion);
     const crd = known.find((spec) => spec.group === group && spec.names?.plural === resource);
     return { apiVersion, resource, kind: crd?.names.kind ?? '', namespaced: crd ? crd.scope !== 'Cluster' : !builtInClusterScoped.has(`${group}/${resource}`) };
   };

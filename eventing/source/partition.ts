@@ -10,7 +10,7 @@
 // which do not say which kind a function reconciles) is keyed by its controller owner when it has
 // one, else by itself: right for the reconciled kind and for children with an ownerReference; a
 // watched kind then gets a key it does not need, which costs nothing (any instance serves it).
-import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
+import { parseApiVersion, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 
 export const PARTITION_KEY_EXTENSION = 'partitionkey';
@@ -50,4 +50,4 @@ export function partitionKey(rule: PartitionRule | undefined, object: KubeObject
 }
 
 const keyOf = (namespace: string, name: string) => `${namespace}/${ownerLabelValue(name)}`;
-const groupOf = (apiVersion: string | undefined) => (apiVersion?.includes('/') ? apiVersion.slice(0, apiVersion.indexOf('/')) : '');
+const groupOf = (apiVersion: string | undefined) => (apiVersion ? parseApiVersion(apiVersion).group : '');

@@ -12,7 +12,8 @@ import type { KubeObject, ObjectKey } from '../runtime/kinds.ts';
 import { controllerOf } from './claim.ts';
 import { finalizerName, isOurs } from './finalize.ts';
 import { childSelector, type Selector } from './selector.ts';
-import { parseApiVersion, type CompositeController } from './types.ts';
+import type { CompositeController } from './types.ts';
+import { parseApiVersion } from '../runtime/kinds.ts';
 
 export interface ParentKind {
   group: string;

@@ -8,11 +8,11 @@
 // controller_revision.go fails every sync of a controller without a sync hook. Upstream runs
 // with broad rights; the rules below are what its calls need for one controller.
 import type { PolicyRule } from '../runtime/declaration.ts';
-import type { KubeObject } from '../runtime/kinds.ts';
+import { parseApiVersion, type KubeObject } from '../runtime/kinds.ts';
 import type { Checked } from './hook-response.ts';
 import { webhookTarget } from './hook-client.ts';
 import { parentFilter } from './selector.ts';
-import { parseApiVersion, UNSUPPORTED_WEBHOOK_FIELDS, type CompositeController, type ResolvedResource } from './types.ts';
+import { UNSUPPORTED_WEBHOOK_FIELDS, type CompositeController, type ResolvedResource } from './types.ts';
 import { quote } from '../runtime/quote.ts';
 
 const METHODS = new Set(['OnDelete', 'Recreate', 'InPlace', 'RollingRecreate', 'RollingInPlace']);

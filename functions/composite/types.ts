@@ -5,7 +5,7 @@
 // pkg/controller/composite/api/v1/hooks.go (CompositeHookRequest, CompositeHookResponse) and
 // pkg/controller/common/api/api.go (GroupVersionKind.MarshalText: the `<Kind>.<version>` /
 // `<Kind>.<group>/<version>` keys of `children` and `related`).
-import type { KubeObject } from '../runtime/kinds.ts';
+import { parseApiVersion, type KubeObject } from '../runtime/kinds.ts';
 
 /** metav1.LabelSelector */
 export interface LabelSelector {
@@ -138,12 +138,6 @@ export interface RelatedResourceRule extends ResourceRule {
 
 export interface CustomizeHookResponse {
   relatedResources: RelatedResourceRule[];
-}
-
-/** Splits an apiVersion the way upstream's ParseAPIVersion does: no slash = core group. */
-export function parseApiVersion(apiVersion: string): { group: string; version: string } {
-  const slash = apiVersion.indexOf('/');
-  return slash < 0 ? { group: '', version: apiVersion } : { group: apiVersion.slice(0, slash), version: apiVersion.slice(slash + 1) };
 }
 
 /** The outer key of `children`/`related`: GroupVersionKind.MarshalText upstream. */

@@ -14,7 +14,7 @@
 // AtomicStatusUpdate). That answer is re-read after SUBRESOURCE_REFRESH_MS, upstream's discovery
 // interval, since a CRD may gain or lose the subresource while its kind stays served.
 import { TerminalError, TransientError } from './errors.ts';
-import { apiVersionOf, type ResourceKind } from './kinds.ts';
+import { apiVersionOf, isValidGroupVersion, parseApiVersion, type ResourceKind } from './kinds.ts';
 import { ApiError, type KubeClient } from './kube.ts';
 import { quote } from './quote.ts';
 
@@ -72,10 +72,8 @@ export class Discovery {
   }
 
   async #fetch(apiVersion: string): Promise<void> {
-    const slash = apiVersion.indexOf('/');
-    const group = slash < 0 ? '' : apiVersion.slice(0, slash);
-    const version = slash < 0 ? apiVersion : apiVersion.slice(slash + 1);
-    if (!version || /[^A-Za-z0-9.-]/.test(group) || /[^A-Za-z0-9]/.test(version)) {
+    const { group, version } = parseApiVersion(apiVersion);
+    if (!isValidGroupVersion({ group, version })) {
       throw new TerminalError(`${quote(apiVersion)} is not an apiVersion (group/version, or a version of the core group)`, { reason: 'InvalidApiVersion' });
     }
     const path = group ? `/apis/${group}/${version}` : `/api/${version}`;

@@ -145,11 +145,19 @@ export function objectPath(kind: ResourceKind, key: ObjectKey, subresource?: str
   return subresource ? `${base}/${subresource}` : base;
 }
 
+/** Splits an apiVersion as apimachinery's ParseGroupVersion does: no slash = the core group. */
+export function parseApiVersion(apiVersion: string): { group: string; version: string } {
+  const slash = apiVersion.indexOf('/');
+  return slash < 0 ? { group: '', version: apiVersion } : { group: apiVersion.slice(0, slash), version: apiVersion.slice(slash + 1) };
+}
+
+/** A group (a DNS subdomain, or '' for the core group) and version that can go into a discovery path (`/apis/<group>/<version>`) as they are. */
+export const isValidGroupVersion = ({ group, version }: { group: string; version: string }): boolean =>
+  /^[A-Za-z0-9]+$/.test(version) && (group === '' || isValidName(group));
+
 /** Same group and kind (version-agnostic), the identity used when matching owners and events. */
 export function sameKind(kind: ResourceKind, apiVersion: string | undefined, kindName: string | undefined): boolean {
-  if (kindName !== kind.kind || apiVersion === undefined) return false;
-  const group = apiVersion.includes('/') ? apiVersion.slice(0, apiVersion.lastIndexOf('/')) : '';
-  return group === kind.group;
+  return kindName === kind.kind && apiVersion !== undefined && parseApiVersion(apiVersion).group === kind.group;
 }
 
 // Built-in kinds the functions create, own or watch.
