@@ -14,6 +14,7 @@ import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { apiVersionOf, isValidGroupVersion, keyOf, keyString, parseApiVersion, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
+import { guessedResource } from '../../functions/runtime/knative-objects.ts';
 import { formatLabelSelector, type LabelSelector } from '../manifests/sources.ts';
 import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';
 import type { BrokerDirectory } from './brokers.ts';
@@ -65,7 +66,9 @@ export class KindResolver {
       this.#versions.set(apiVersion, resources);
       resources.catch(() => this.#versions.delete(apiVersion));
     }
-    return (await resources.catch(() => [])).find((resource) => resource.kind === kind && !resource.name.includes('/'));
+    // As Knative's adapter: the resource guessed from the kind, if discovery serves it; a kind
+    // with an irregular plural is not found, here as there (watchableBySource).
+    return (await resources.catch(() => [])).find((resource) => resource.name === guessedResource(kind) && resource.kind === kind);
   }
 }
 
@@ -83,7 +86,7 @@ export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolve
   const resources = [];
   for (const resource of spec.resources ?? []) {
     const kind = resource.apiVersion && resource.kind ? await kinds.resolve(resource.apiVersion, resource.kind) : undefined;
-    if (!kind) return fail('Deployed', 'UnknownKind', `${resource.apiVersion ?? '?'} ${resource.kind ?? '?'} is not served by the API server`);
+    if (!kind) return fail('Deployed', 'UnknownKind', `${resource.apiVersion ?? '?'} ${resource.kind ?? '?'} is not served by the API server as "${guessedResource(resource.kind ?? '')}", the resource an ApiServerSource watches for that kind`);
     resources.push({ kind, ...(resource.selector ? { labelSelector: formatLabelSelector(resource.selector) } : {}) });
   }
   if (!resources.length) return fail('Deployed', 'NoResources', 'spec.resources is empty');

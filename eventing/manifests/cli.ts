@@ -11,6 +11,7 @@ import { generateManifests, renderManifests } from './index.ts';
 import { openfaasStack } from './openfaas.ts';
 import { DEFAULT_OPTIONS, KAFKA_BROKER_CLASS, type ManifestOptions } from './options.ts';
 import { validateManifests } from './validate.ts';
+import { unwatchedKinds } from './wiring.ts';
 
 export interface ManifestCommand {
   target: 'knative' | 'openfaas';
@@ -86,6 +87,11 @@ export function runManifests(command: ManifestCommand, declarations: FunctionDec
     write(`# note: broker class ${command.brokerClass} is neither ${DEFAULT_OPTIONS.brokerClass} nor ${KAFKA_BROKER_CLASS}; it must be installed on the cluster\n`);
   }
   const files = manifestFiles(command, declarations);
+  for (const declaration of command.target === 'knative' ? declarations : []) {
+    for (const { kind, guessed } of unwatchedKinds(declaration)) {
+      write(`# note: ${declaration.name}: Knative's ApiServerSource cannot watch ${kind.kind} (it looks for the resource "${guessed}", the CRD serves "${kind.plural}"); its changes reach ${declaration.name} through its resync PingSource (${declaration.resyncSchedule})\n`);
+    }
+  }
   if (!command.out) {
     // One stream for `| kubectl apply -f -`: kustomization.yaml is not an object to apply.
     const text = Object.entries(files).filter(([name]) => name !== 'kustomization.yaml').map(([, content]) => content);

@@ -10,21 +10,25 @@
 import { unwantedChanges, type FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { apiServerEventType, FUNCTION_EXTENSION } from '../../functions/runtime/events.ts';
 import { apiVersionOf, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { guessedResource, watchableBySource } from '../../functions/runtime/knative-objects.ts';
 import type { SubscriptionsApiFilter } from '../filters.ts';
 import type { SourceSpec } from '../source.ts';
 
 /** CloudEvent extension naming the function a source serves (ApiServerSource ceOverrides). */
 export { FUNCTION_EXTENSION };
 
-/** The ApiServerSources of one function. */
+/**
+ * The ApiServerSources of one function. A kind no ApiServerSource can watch (watchableBySource)
+ * is left out: its changes reach the function through its resync only (unwatchedKinds).
+ */
 export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
   const extensions = { [FUNCTION_EXTENSION]: declaration.name };
   const primary = declaration.reconciles;
-  const sources: SourceSpec[] = [{ name: `${declaration.name}-objects`, mode: isSecret(primary) ? 'Reference' : 'Resource', resources: [{ kind: primary }], extensions }];
+  const sources: SourceSpec[] = watchableBySource(primary) ? [{ name: `${declaration.name}-objects`, mode: isSecret(primary) ? 'Reference' : 'Resource', resources: [{ kind: primary }], extensions }] : [];
   const related = [
     ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel })),
     ...declaration.watches.map((watched) => ({ kind: watched.kind, labelSelector: watched.labelSelector })),
-  ];
+  ].filter((resource) => watchableBySource(resource.kind));
   const resources = related.filter((r) => !isSecret(r.kind));
   const secrets = related.filter((r) => isSecret(r.kind));
   if (resources.length) sources.push({ name: `${declaration.name}-related`, mode: 'Resource', resources, extensions });
@@ -57,6 +61,12 @@ export function triggerFor(declaration: FunctionDeclaration): { name: string; fi
     },
   }));
   return { name: declaration.name, filter: { attributes: own }, ...(unwanted.length ? { filters: [exact(FUNCTION_EXTENSION, declaration.name), ...unwanted] } : {}) };
+}
+
+/** The function's kinds that no ApiServerSource can watch, each with the resource Knative would look for. */
+export function unwatchedKinds(declaration: FunctionDeclaration): { kind: ResourceKind; guessed: string }[] {
+  const kinds = [declaration.reconciles, ...declaration.owns.map((owned) => owned.kind), ...declaration.watches.map((watched) => watched.kind)];
+  return kinds.filter((kind) => !watchableBySource(kind)).map((kind) => ({ kind, guessed: guessedResource(kind.kind) }));
 }
 
 /** Every kind a function's sources send (its own, owned and watched kinds). */

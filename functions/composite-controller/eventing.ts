@@ -35,7 +35,7 @@ import { FUNCTION_EXTENSION } from '../runtime/events.ts';
 import { ApiError, isAlreadyExists, isConflict, type KubeClient } from '../runtime/kube.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, isValidNamespace, keyOf, type KubeObject, type OwnerReference, type ResourceKind } from '../runtime/kinds.ts';
-import { apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, type Placement } from '../runtime/knative-objects.ts';
+import { apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, type Placement, watchableBySource } from '../runtime/knative-objects.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { mergeRules } from '../runtime/rbac.ts';
 import { CompositeControllerKind } from './kinds.ts';
@@ -124,10 +124,13 @@ export function eventingObjectsFor(controller: KubeObject, kinds: ControllerKind
     serviceAccountName: account,
     extensions,
   }, options);
+  // A kind no ApiServerSource can watch would keep its source from ever becoming Ready: left
+  // out (the function reports it; its parents are synced by the resync).
+  const watchedChildren = children.filter(watchableBySource);
   const objects = [
     ...identity(account, rules, clusterScopedOf(all), options, labels),
-    source('parents', [kinds.parent]),
-    ...(children.length ? [source('children', children)] : []),
+    ...(watchableBySource(kinds.parent) ? [source('parents', [kinds.parent])] : []),
+    ...(watchedChildren.length ? [source('children', watchedChildren)] : []),
   ];
   return objects.map((object) => ({ ...object, metadata: { ...object.metadata, ownerReferences: [owner] } }));
 }

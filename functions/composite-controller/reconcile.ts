@@ -25,7 +25,7 @@ import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
 import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eventing.ts';
 import { parseHookUrls, type UrlRewrite } from './hooks.ts';
-import { INSTALL_CONFIG } from '../runtime/knative-objects.ts';
+import { guessedResource, INSTALL_CONFIG, watchableBySource } from '../runtime/knative-objects.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { syncParent, type ResolvedComposite } from './sync-parent.ts';
 import { forEachLimited } from '../runtime/limit.ts';
@@ -49,6 +49,9 @@ async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise
     const options = eventingOptionsFrom(ctx.config);
     if (typeof options === 'string') throw new TerminalError(options, { reason: 'InvalidConfig' });
     const results = await ensureEventing(object, { parent: composite.parentKind, children: composite.childKinds }, ctx, options);
+    for (const kind of [composite.parentKind, ...composite.childKinds].filter((kind) => !watchableBySource(kind))) {
+      ctx.events.warning(object, CompositeControllerKind, 'KindNotWatchable', `${kind.kind} is served as "${kind.plural}", but an ApiServerSource watches "${guessedResource(kind.kind)}" for it: its changes reach this controller only through its resync`);
+    }
     const changed = results.filter((result) => result.operation !== 'unchanged');
     if (changed.length) ctx.log.info({ controller: key.name, changed: changed.map((result) => `${result.operation} ${result.kind} ${result.name}`) }, 'event sources of the CompositeController brought in line');
   }

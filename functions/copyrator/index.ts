@@ -38,6 +38,11 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
     name: 'copyrator',
     description: 'Copies the ConfigMaps or Secrets a CopyratorRule selects from its source namespace into every active namespace and keeps the copies in step.',
     reconciles: CopyratorRuleKind,
+    // The seed's CRD names the plural `copyrators`, which Knative's ApiServerSource cannot watch
+    // (it guesses `copyratorrules`): a new or changed rule reaches the function through this
+    // resync only, so it runs every minute rather than every five (a rule's reconcile that
+    // changes nothing costs three lists).
+    resyncSchedule: '* * * * *',
     watches,
     rbac,
     finalizer: { name: FINALIZER, finalize: (rule, ctx) => finalizeCopies(rule, ruleTypes, ctx.kube, ctx.log) },

@@ -25,6 +25,27 @@ export const RBAC_API = 'rbac.authorization.k8s.io/v1';
 export const PART_OF = { 'app.kubernetes.io/part-of': 'operator-functions' };
 export const FUNCTION_LABEL = 'operator-functions.dev/function';
 
+/**
+ * The resource an ApiServerSource watches for a kind. Knative never asks discovery: it guesses
+ * with apimachinery's meta.UnsafeGuessKindToResource (lower case; `endpoints` kept; a final `s`
+ * gets `es`, a final `y` becomes `ies`; else `s`), in its access check and its adapter alike
+ * (knative/eventing pkg/reconciler/apiserversource), and watches only if discovery serves that name.
+ */
+export function guessedResource(kind: string): string {
+  const singular = kind.toLowerCase();
+  if (singular === '' || singular.endsWith('endpoints')) return singular;
+  if (singular.endsWith('s')) return `${singular}es`;
+  if (singular.endsWith('y')) return `${singular.slice(0, -1)}ies`;
+  return `${singular}s`;
+}
+
+/**
+ * Can an ApiServerSource watch this kind at all? Not when its plural is irregular (CopyratorRule's
+ * is `copyrators`, the guess `copyratorrules`): the source's access check asks about a resource
+ * no role grants, so the whole source never becomes Ready, and its adapter would find nothing to watch.
+ */
+export const watchableBySource = (kind: ResourceKind): boolean => kind.plural === guessedResource(kind.kind);
+
 /** Labels of a generated object: part of operator-functions, its component, and the function it serves. */
 export function objectLabels(component: string, functionName?: string): Record<string, string> {
   return { ...PART_OF, 'app.kubernetes.io/component': component, ...(functionName ? { [FUNCTION_LABEL]: functionName } : {}) };

@@ -60,7 +60,12 @@ export class ConnectionReusingKubeConfig extends KubeConfig {
     const found = configuredKubeconfig();
     if (!found) throw new Error('no Kubernetes cluster configured: set KUBECONFIG (or create ~/.kube/config), or run in a pod with a service account');
     const config = new ConnectionReusingKubeConfig(options);
-    if (found.inCluster) config.loadFromCluster();
+    if (found.inCluster) {
+      // Without it (automountServiceAccountToken: false) every request would fail, each with a
+      // message about something else; a function must not report ready like that.
+      if (!existsSync(SERVICE_ACCOUNT_TOKEN)) throw new Error(`in a pod (KUBERNETES_SERVICE_HOST is set) but no service-account token at ${SERVICE_ACCOUNT_TOKEN}: mount one (automountServiceAccountToken: true), or set KUBECONFIG`);
+      config.loadFromCluster();
+    }
     const [first, ...rest] = found.files;
     if (first) config.loadFromFile(first);
     for (const file of rest) {
@@ -72,6 +77,9 @@ export class ConnectionReusingKubeConfig extends KubeConfig {
     return config;
   }
 }
+
+/** Where the kubelet mounts a pod's service-account token (client-node's loadFromCluster reads it there). */
+const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
 
 /**
  * Where the cluster is configured, as kubectl looks: the KUBECONFIG files that exist (merged in

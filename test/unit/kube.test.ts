@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, utimesSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -32,7 +32,7 @@ test('with nothing configured, fromEnvironment says so in one line', () => {
   });
 });
 
-test('the cluster is found as kubectl finds it: KUBECONFIG files that exist, merged; ~/.kube/config only without KUBECONFIG; else in a pod', () => {
+test('the cluster is found as kubectl finds it: KUBECONFIG files that exist, merged; ~/.kube/config only without KUBECONFIG; else in a pod, with its token', (t) => {
   const dir = tempDir('opfn-kc-find-');
   const home = tempDir('opfn-home-');
   const cluster = join(dir, 'cluster');
@@ -45,6 +45,13 @@ test('the cluster is found as kubectl finds it: KUBECONFIG files that exist, mer
   assert.equal(found({ KUBECONFIG: missing }), undefined, 'a KUBECONFIG of missing files does not fall back to ~/.kube/config');
   assert.deepEqual(found({ KUBECONFIG: missing, KUBERNETES_SERVICE_HOST: '10.0.0.1' }), { files: [], inCluster: true });
   assert.equal(found({}), undefined);
+  // "In a pod" without the token the kubelet would mount (this machine has none).
+  if (existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token')) t.diagnostic('not checked: this machine has a service-account token mounted');
+  else {
+    withEnv({ KUBECONFIG: undefined, KUBERNETES_SERVICE_HOST: '10.0.0.1', HOME: home }, () => {
+      assert.throws(() => ConnectionReusingKubeConfig.fromEnvironment(), /in a pod \(KUBERNETES_SERVICE_HOST is set\) but no service-account token at \/var\/run\/secrets\/kubernetes.io\/serviceaccount\/token/);
+    });
+  }
   withEnv({ KUBECONFIG: `${missing}:${cluster}:${user}` }, () => {
     const config = ConnectionReusingKubeConfig.fromEnvironment();
     assert.equal(config.getCurrentCluster()?.server, 'https://10.0.0.1:6443', 'the missing file is skipped');

@@ -12,7 +12,7 @@ import { parseAllDocuments } from 'yaml';
 import { loadAllFunctions } from '../../functions/index.ts';
 import { defineFunction, type FunctionDeclaration, type PolicyRule } from '../../functions/runtime/declaration.ts';
 import { Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
-import { manifestFiles, manifestOptions } from '../../eventing/manifests/cli.ts';
+import { manifestFiles, manifestOptions, runManifests } from '../../eventing/manifests/cli.ts';
 import { functionObjects, generateManifests, renderManifests } from '../../eventing/manifests/index.ts';
 import { openfaasStack } from '../../eventing/manifests/openfaas.ts';
 import { DEFAULT_OPTIONS, type ManifestOptions } from '../../eventing/manifests/options.ts';
@@ -20,6 +20,8 @@ import { functionRules } from '../../eventing/manifests/rbac.ts';
 import { parseLabelSelector } from '../../eventing/manifests/sources.ts';
 import { validateManifests } from '../../eventing/manifests/validate.ts';
 import { sourcesFor } from '../../eventing/plane.ts';
+import { unwatchedKinds } from '../../eventing/manifests/wiring.ts';
+import { guessedResource } from '../../functions/runtime/knative-objects.ts';
 import { matchesTrigger } from '../../eventing/filters.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -292,5 +294,23 @@ describe('changes a declaration leaves out (`changes`)', () => {
     for (const changes of [[], ['create'], ['add', 'add']]) {
       assert.throws(() => declare({ owns: [{ kind: PodKind, changes }] }), /changes of Pod must name some of add, update, delete, each once/);
     }
+  });
+});
+
+describe("kinds Knative's ApiServerSource cannot watch", () => {
+  test('the resource is guessed from the kind as apimachinery guesses it', () => {
+    const cases: [string, string][] = [['Pod', 'pods'], ['Ingress', 'ingresses'], ['NetworkPolicy', 'networkpolicies'], ['Endpoints', 'endpoints'], ['ImmortalContainer', 'immortalcontainers'], ['CopyratorRule', 'copyratorrules'], ['Person', 'persons']];
+    for (const [kind, resource] of cases) assert.equal(guessedResource(kind), resource, kind);
+  });
+
+  test("only CopyratorRule (plural copyrators) among the seed kinds; it gets no source, and its resync runs every minute instead", async () => {
+    const all = await loadAllFunctions();
+    assert.deepEqual(all.flatMap((declaration) => unwatchedKinds(declaration).map(({ kind, guessed }) => `${declaration.name}: ${kind.kind} ${kind.plural} (guess ${guessed})`)), ['copyrator: CopyratorRule copyrators (guess copyratorrules)']);
+    const copyrator = all.find((declaration) => declaration.name === 'copyrator')!;
+    assert.deepEqual(sourcesFor(copyrator).flatMap((source) => source.resources.map((resource) => resource.kind.kind)).sort(), ['ConfigMap', 'Namespace', 'Secret']);
+    assert.equal(copyrator.resyncSchedule, '* * * * *');
+    const written: string[] = [];
+    runManifests({ target: 'knative' }, [copyrator], (text) => written.push(text));
+    assert.match(written.join(''), /^# note: copyrator: Knative's ApiServerSource cannot watch CopyratorRule \(it looks for the resource "copyratorrules", the CRD serves "copyrators"\)/m);
   });
 });

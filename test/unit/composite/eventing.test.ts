@@ -211,3 +211,13 @@ describe('configuration', () => {
     assert.match(String(eventingOptionsFrom({ OPFN_NAMESPACE: 'ns', OPFN_BROKER: 'b', OPFN_SCOPE: 'world' })), /OPFN_SCOPE "world"/);
   });
 });
+
+describe('kinds an ApiServerSource cannot watch', () => {
+  test("a parent whose plural is not Knative's guess gets no source (it would never become Ready); its watchable children keep theirs", () => {
+    const Person: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Person', plural: 'people', namespaced: true };
+    const objects = eventingObjectsFor(controller, { parent: Person, children: [Pod] }, cluster);
+    const sources = byKind(objects, 'ApiServerSource');
+    assert.deepEqual(sources.map((source) => source.metadata.name), ['opfn-cc-immortalcontainer-controller-children']);
+    assert.deepEqual(spec(sources[0]!).resources, [{ apiVersion: 'v1', kind: 'Pod' }]);
+  });
+});
