@@ -1,11 +1,11 @@
 #!/usr/bin/env node
 // opfn: the operator-functions command line.
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import type { ChangeAction } from '../eventing/apiserver-events.ts';
 import { functionNames, loadFunction } from '../functions/index.ts';
-import { CLUSTER_STATE_FILE, DEAD_LETTER_FILE } from '../eventing/state-files.ts';
+import { CLUSTER_STATE_FILE, clusterRecord, DEAD_LETTER_FILE, isRunning, planeRecord } from '../eventing/state-files.ts';
 
 // Commands import what they need when they run, so `opfn --help` answers at once.
 
@@ -100,13 +100,10 @@ cluster
   .command('up')
   .description('start the control plane with the CRDs installed and keep it running until Ctrl-C or `opfn cluster down`')
   .action(async () => {
-    if (existsSync(CLUSTER_STATE)) {
-      const state = JSON.parse(readFileSync(CLUSTER_STATE, 'utf8'));
-      try {
-        process.kill(state.pid, 0);
-        say(`a local cluster is already running (pid ${state.pid}); export KUBECONFIG=${state.kubeconfig}`);
-        process.exit(1);
-      } catch { /* stale state file: that process is gone */ }
+    const running = clusterRecord(STATE_DIR);
+    if (running?.pid !== undefined && isRunning(running.pid)) {
+      say(`a local cluster is already running (pid ${running.pid}); export KUBECONFIG=${running.kubeconfig}`);
+      process.exit(1);
     }
     const { startControlPlane } = await import('../cluster/control-plane.ts');
     const { applyCrds } = await import('../eventing/crds.ts');
@@ -136,11 +133,11 @@ cluster
   .command('down')
   .description('stop the control plane started by `opfn cluster up`')
   .action(async () => {
-    if (!existsSync(CLUSTER_STATE)) {
+    const pid = clusterRecord(STATE_DIR)?.pid;
+    if (pid === undefined) {
       say('no local cluster is running');
       return;
     }
-    const { pid } = JSON.parse(readFileSync(CLUSTER_STATE, 'utf8'));
     try {
       process.kill(pid, 'SIGTERM');
     } catch {
@@ -155,11 +152,12 @@ cluster
   .command('env')
   .description('print the KUBECONFIG line for the running local cluster (eval "$(opfn cluster env)")')
   .action(() => {
-    if (!existsSync(CLUSTER_STATE)) {
+    const running = clusterRecord(STATE_DIR);
+    if (running?.pid === undefined || !running.kubeconfig || !isRunning(running.pid)) {
       say('no local cluster is running; start one with: npx opfn cluster up');
       process.exit(1);
     }
-    console.log(`export KUBECONFIG=${JSON.parse(readFileSync(CLUSTER_STATE, 'utf8')).kubeconfig}`);
+    console.log(`export KUBECONFIG=${running.kubeconfig}`);
   });
 
 program
@@ -237,7 +235,6 @@ deadLetters
   .option('--broker <url>', 'broker ingress URL (default: the one the running `opfn dev` wrote to its state folder)')
   .action(async (options: { file?: string; broker?: string }) => {
     const { replayDeadLetterFile } = await import('../eventing/broker.ts');
-    const { planeRecord } = await import('../eventing/dev.ts');
     const broker = options.broker ?? planeRecord(STATE_DIR)?.brokerUrl;
     if (!broker) {
       say(`opfn dead-letters replay: no running plane found in ${STATE_DIR} (start \`opfn dev\`), or pass --broker <url>`);

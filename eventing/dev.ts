@@ -3,7 +3,7 @@
 // local control plane when no cluster is configured at all (or with --local). A configured
 // cluster that does not answer is an error naming the reason, never a silent switch to another
 // cluster: a VPN blip must not point the operators somewhere else.
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { delimiter, join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { loadAllFunctions, loadFunction } from '../functions/index.ts';
@@ -16,7 +16,7 @@ import { applyGeneratedObjects } from './knative/local.ts';
 import { DEFAULT_OPTIONS } from './manifests/options.ts';
 import { serviceAccountName } from './manifests/rbac.ts';
 import { bundledFunctions, EventPlane, triggersFromManifests, type PlaneOptions } from './plane.ts';
-import { DEAD_LETTER_FILE, PLANE_STATE_FILE } from './state-files.ts';
+import { DEAD_LETTER_FILE, isRunning, PLANE_STATE_FILE, planeRecord } from './state-files.ts';
 
 export interface DevOptions {
   functions?: string[];
@@ -184,21 +184,3 @@ async function startPlane(
   return plane;
 }
 
-/** What the plane running from `stateDir` recorded (`opfn dead-letters replay` reads its broker), if it is readable. */
-export function planeRecord(stateDir: string): { pid?: number; brokerUrl?: string } | undefined {
-  try {
-    const { pid, brokerUrl } = JSON.parse(readFileSync(join(stateDir, PLANE_STATE_FILE), 'utf8')) as { pid?: unknown; brokerUrl?: unknown };
-    return { pid: typeof pid === 'number' ? pid : undefined, brokerUrl: typeof brokerUrl === 'string' ? brokerUrl : undefined };
-  } catch {
-    return undefined;
-  }
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}

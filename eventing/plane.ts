@@ -144,8 +144,6 @@ export interface PlaneStats {
   activator: Record<string, FunctionStats>;
 }
 
-/** How long `stop()` lets deliveries in flight finish by default. */
-export const DEFAULT_DRAIN_MS = 10_000;
 
 /** The cores less one for the API server and the plane, at least 1 (see PlaneOptions.hostInstanceLimit). */
 export const defaultHostInstanceLimit = (): number => Math.max(1, availableParallelism() - 1);
@@ -255,7 +253,7 @@ export class EventPlane {
    */
   async stop(options: { drainTimeoutMs?: number } = {}): Promise<void> {
     await this.knative?.stop();
-    await this.broker.close({ drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_MS });
+    await this.broker.close({ drainTimeoutMs: options.drainTimeoutMs });
     await this.activator.close();
   }
 

@@ -51,6 +51,7 @@ export type { TriggerStats };
 
 const DEFAULT_QUEUE_LIMIT = 1000;
 const DEFAULT_MAX_IN_FLIGHT = 64;
+/** How long close() lets deliveries in flight finish by default. */
 const DEFAULT_DRAIN_MS = 10_000;
 
 export class Broker {

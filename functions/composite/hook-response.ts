@@ -17,7 +17,7 @@
 // child of a namespaced parent in another namespace: its ownerReference cannot cross namespaces,
 // so the garbage collector deletes it (OwnerRefInvalidNamespace) and every sync creates it
 // again, while upstream reports success.
-import type { KubeObject } from '../runtime/kinds.ts';
+import { isValidNamespace, type KubeObject } from '../runtime/kinds.ts';
 import { firstDuplicateKey } from './duplicate-keys.ts';
 import { describeKey, CONTROLLER_UID_LABEL, type Selector } from './selector.ts';
 import type { CompositeHookResponse, HookVersion, ResolvedResource, Webhook } from './types.ts';
@@ -135,7 +135,7 @@ export function desiredChildren(input: DesiredChildrenInput): Checked<KubeObject
     if (typeof namespace !== 'string') return { ok: false, reason: `desired child ${what}: metadata.namespace must be a string` };
     if (rule.namespaced && namespace === '') return { ok: false, reason: `desired child ${what}: a namespaced ${rule.kind} needs a namespace (the parent is cluster-scoped)` };
     if (!rule.namespaced && namespace !== '') return { ok: false, reason: `desired child ${what}: ${rule.kind} is cluster-scoped and cannot have a namespace` };
-    if (namespace && !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(namespace)) return { ok: false, reason: `desired child ${what}: metadata.namespace is not a valid namespace name` };
+    if (namespace && !isValidNamespace(namespace)) return { ok: false, reason: `desired child ${what}: metadata.namespace is not a valid namespace name` };
     const parentNamespace = input.parent.metadata.namespace ?? '';
     if (rule.namespaced && parentNamespace && namespace !== parentNamespace) {
       return { ok: false, reason: `desired child ${what}: a child of a namespaced parent must be in the parent's namespace "${parentNamespace}" (an ownerReference cannot cross namespaces; the garbage collector would delete it)` };

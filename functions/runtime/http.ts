@@ -50,12 +50,12 @@ export class ResponseTooLargeError extends TransientError {
 
 export const DEFAULT_HTTP_TIMEOUT_MS = 10_000;
 /** Far above any answer a function expects, far below the memory of an instance (256Mi). */
-export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
 const NULL_BODY_STATUSES = new Set([101, 204, 205, 304]);
 
 export function httpClient(options: { timeoutMs?: number; maxBodyBytes?: number } = {}): HttpClient {
   const defaultTimeout = options.timeoutMs ?? DEFAULT_HTTP_TIMEOUT_MS;
-  const defaultMaxBody = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const defaultMaxBody = options.maxBodyBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
   return {
     async fetch(url, request = {}) {
       const { timeoutMs = defaultTimeout, maxBodyBytes = defaultMaxBody, ...init } = request;

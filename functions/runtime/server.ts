@@ -52,7 +52,7 @@ export const OUTCOME_HEADER = 'x-opfn-outcome';
 const asciiJson = (value: unknown): string => JSON.stringify(value).replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 
 /** Objects up to the API server's limit (about 1.5 MiB) in a Resource-mode event, with room for JSON escaping. */
-export const DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024;
+export const DEFAULT_MAX_EVENT_BYTES = 3 * 1024 * 1024;
 /**
  * Connections a function opens to the API server at most (it never watches). A burst comes in
  * hundreds at a time (the broker's bound is the function's target × max scale), and with a
@@ -93,7 +93,7 @@ export class FunctionHost {
   constructor(options: FunctionHostOptions) {
     const { declaration } = options;
     this.#options = {
-      maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+      maxBodyBytes: DEFAULT_MAX_EVENT_BYTES,
       resyncConcurrency: 8,
       http: httpClient(),
       now: () => new Date(),

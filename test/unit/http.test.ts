@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { DEFAULT_MAX_BODY_BYTES, httpClient, ResponseTooLargeError, retryAfterMs } from '../../functions/runtime/http.ts';
+import { DEFAULT_MAX_RESPONSE_BYTES, httpClient, ResponseTooLargeError, retryAfterMs } from '../../functions/runtime/http.ts';
 
 describe('http: response bodies are read with a bound', () => {
   let base: string;
@@ -36,8 +36,8 @@ describe('http: response bodies are read with a bound', () => {
 
   test('a body up to the bound is returned whole; one byte more fails, naming status and bound', async () => {
     const http = httpClient();
-    assert.equal((await (await http.fetch(`${base}/?size=${DEFAULT_MAX_BODY_BYTES}`)).text()).length, DEFAULT_MAX_BODY_BYTES);
-    await assert.rejects(http.fetch(`${base}/?size=${DEFAULT_MAX_BODY_BYTES + 1}`), (error: unknown) =>
+    assert.equal((await (await http.fetch(`${base}/?size=${DEFAULT_MAX_RESPONSE_BYTES}`)).text()).length, DEFAULT_MAX_RESPONSE_BYTES);
+    await assert.rejects(http.fetch(`${base}/?size=${DEFAULT_MAX_RESPONSE_BYTES + 1}`), (error: unknown) =>
       error instanceof ResponseTooLargeError && error.status === 200 && /^GET http:\/\/127\.0\.0\.1:\d+\/: answered 200 with a body over 1048576 bytes; not read$/.test(error.message));
   });
 
