@@ -2,8 +2,8 @@
 // from the list's resourceVersion; resume a dropped watch from the last version seen; re-list
 // only on 410 Gone) with a store that turns each change into an ApiServerSource event.
 import type { Logger } from 'pino';
-import { collectionPath, keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ApiError, NOT_SERVED, type KubeClient, type WatchEvent } from '../../functions/runtime/kube.ts';
+import { keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ApiError, LIST_PAGE_SIZE, NOT_SERVED, type KubeClient, type WatchEvent } from '../../functions/runtime/kube.ts';
 import { apiServerSourceAttributes, type ChangeAction } from '../apiserver-events.ts';
 import { abortable, BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, describe, jitter, sleep } from './backoff.ts';
 import type { Counters, Delivery } from './delivery.ts';
@@ -12,26 +12,17 @@ import type { SourceResource, SourceSpec } from './types.ts';
 
 /** A watch that ends normally this fast without a single event is treated as a failure (as client-go does). */
 const SHORT_WATCH_MS = 1000;
-/** client-go's pager default page size. */
-export const LIST_PAGE_SIZE = 500;
+export { LIST_PAGE_SIZE };
 
 /** Every object of the kind, page by page (limit/continue); the resourceVersion of the snapshot. */
 async function listAll(kube: KubeClient, kind: ResourceKind, labelSelector: string | undefined, pageSize: number, signal: AbortSignal): Promise<{ items: KubeObject[]; resourceVersion?: string }> {
   const items: KubeObject[] = [];
-  let token: string | undefined;
   let resourceVersion: string | undefined;
-  do {
-    const page = await abortable(
-      kube.request<{ items: KubeObject[]; metadata: { resourceVersion?: string; continue?: string } }>('GET', collectionPath(kind), {
-        resource: kind.plural,
-        query: { labelSelector, limit: String(pageSize), continue: token },
-      }),
-      signal,
-    );
-    items.push(...page.items);
-    resourceVersion = page.metadata.resourceVersion;
-    token = page.metadata.continue || undefined;
-  } while (token);
+  const pages = kube.pages(kind, { labelSelector, limit: pageSize });
+  for (let page = await abortable(pages.next(), signal); !page.done; page = await abortable(pages.next(), signal)) {
+    items.push(...page.value.items);
+    resourceVersion ??= page.value.metadata?.resourceVersion;
+  }
   return { items, resourceVersion };
 }
 

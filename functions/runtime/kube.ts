@@ -170,7 +170,7 @@ export interface ObjectList<T> {
   metadata: { resourceVersion?: string; continue?: string };
 }
 
-/** Page size of lists: big enough for few round trips, small enough to bound each answer. */
+/** Page size of lists (client-go's pager default): big enough for few round trips, small enough to bound each answer. */
 export const LIST_PAGE_SIZE = 500;
 
 /** Authentication headers and connection pool, prepared once per identity. */
