@@ -42,6 +42,13 @@ function startOpfn(args: string[], pattern: RegExp, extraEnv: Record<string, str
   });
 }
 
+/** A kubeconfig file in the state folder for one cluster (`cluster`'s fields) and a token user; JSON is YAML too. */
+function writeKubeconfig(name: string, cluster: Record<string, string | boolean>): string {
+  const path = join(stateDir, name);
+  writeFileSync(path, JSON.stringify({ apiVersion: 'v1', kind: 'Config', clusters: [{ name: 'c', cluster }], users: [{ name: 'u', user: { token: 't' } }], contexts: [{ name: 'c', context: { cluster: 'c', user: 'u' } }], 'current-context': 'c' }));
+  return path;
+}
+
 const exited = (child: ChildProcess) => new Promise<number | null>((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', resolve)));
 
 test('opfn --help lists every command', async () => {
@@ -147,14 +154,7 @@ spec:
 });
 
 test('opfn dev with a configured cluster that does not answer fails with the reason and the --local hint', async () => {
-  const kubeconfig = join(stateDir, 'unreachable-kubeconfig');
-  writeFileSync(kubeconfig, `apiVersion: v1
-kind: Config
-clusters: [{name: gone, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: gone, user: u}}]
-current-context: c
-`);
+  const kubeconfig = writeKubeconfig('unreachable-kubeconfig', { server: 'https://127.0.0.1:1', 'insecure-skip-tls-verify': true });
   await assert.rejects(promisify(execFile)(process.execPath, [OPFN, 'dev'], { env: { ...env, KUBECONFIG: kubeconfig } }), (error: Error & { stderr?: string; code?: number }) => {
     assert.equal(error.code, 1);
     const lines = (error.stderr ?? '').trim().split('\n');
@@ -165,15 +165,8 @@ current-context: c
 });
 
 test('opfn dev with a kubeconfig naming a CA file that is missing says which file, not that the cluster does not answer', async () => {
-  const kubeconfig = join(stateDir, 'missing-ca-kubeconfig');
   const ca = join(stateDir, 'no-such-ca.crt');
-  writeFileSync(kubeconfig, `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", certificate-authority: "${ca}"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`);
+  const kubeconfig = writeKubeconfig('missing-ca-kubeconfig', { server: 'https://127.0.0.1:1', 'certificate-authority': ca });
   await assert.rejects(promisify(execFile)(process.execPath, [OPFN, 'dev'], { env: { ...env, KUBECONFIG: kubeconfig } }), (error: Error & { stderr?: string; code?: number }) => {
     assert.equal(error.code, 1);
     const line = (error.stderr ?? '').trim();
@@ -195,8 +188,7 @@ test('opfn dev with a KUBECONFIG naming no file that exists fails with the path 
 
 test('opfn dev refuses a mistyped function before it touches any cluster', async () => {
   // The configured cluster does not answer: the function's name is checked first.
-  const kubeconfig = join(stateDir, 'unreachable-for-typo-kubeconfig');
-  writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\nclusters: [{name: gone, cluster: {server: "https://127.0.0.1:1"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: gone, user: u}}]\ncurrent-context: c\n');
+  const kubeconfig = writeKubeconfig('unreachable-for-typo-kubeconfig', { server: 'https://127.0.0.1:1' });
   await assert.rejects(promisify(execFile)(process.execPath, [OPFN, 'dev', '--functions', 'immortal-containr'], { env: { ...env, KUBECONFIG: kubeconfig } }), (error: Error & { stderr?: string; code?: number }) => {
     assert.equal(error.code, 1);
     assert.match(error.stderr ?? '', /unknown function "immortal-containr"; known: .*immortal-container/);
