@@ -144,7 +144,6 @@ export interface PlaneStats {
   activator: Record<string, FunctionStats>;
 }
 
-
 /** The cores less one for the API server and the plane, at least 1 (see PlaneOptions.hostInstanceLimit). */
 export const defaultHostInstanceLimit = (): number => Math.max(1, availableParallelism() - 1);
 

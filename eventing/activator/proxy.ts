@@ -140,8 +140,8 @@ export function proxy(target: ProxyTarget, req: http.IncomingMessage, res: http.
     release();
     void checked.then(({ gone }) => {
       const reason = `function "${target.fn}" instance #${target.instance} failed: ${err.code ?? err.message}${gone ? ' (instance exited)' : ''}`;
-      // An instance that exited has one ERROR line with its in-flight count; a line per request
-      // it held (hundreds in a burst) would bury it.
+      // An instance that exited gets one ERROR line (how it ended); a line per request it held
+      // (hundreds in a burst) would bury it.
       log[gone ? 'debug' : 'warn']({ fn: target.fn, instance: target.instance, err: err.message }, 'activator: upstream request failed');
       if (!res.destroyed) sendError(res, 502, reason);
     });
