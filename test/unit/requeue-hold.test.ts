@@ -3,7 +3,6 @@
 // keys that come due together released together, and memory bounded by a count of keys.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino } from 'pino';
 import { RequeueHold, splitReply, type Requeue } from '../../eventing/broker/hold.ts';
@@ -86,24 +85,28 @@ describe('splitReply', () => {
 });
 
 describe('RequeueHold', () => {
-  test('one entry per function and key, at the earliest time asked for', async () => {
+  test('one entry per function and key, at the earliest time asked for', (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: NOW });
     const { hold, released } = newHold();
     hold.add([requeue('a', 60_000), requeue('b', 60_000)]);
     hold.add([requeue('a', 120_000), requeue('b', 40), requeue('b', 30_000, { function: 'other' })]);
     assert.equal(hold.size, 3, 'a, b, and b of another function');
-    await sleep(120);
+    t.mock.timers.tick(120);
     assert.deepEqual(released.map((event) => [event.opfnfunction, keysOf(event)]), [['fn', ['b']]], 'b at its earlier time; a not at its later one');
     assert.equal(hold.size, 2);
     hold.dropAll();
   });
 
-  test('keys due at the same time leave as one reconcile event per function, at most MAX_KEYS_PER_EVENT keys each, with the freshest TTL', async () => {
+  test('keys due at the same time leave as one reconcile event per function, at most MAX_KEYS_PER_EVENT keys each, with the freshest TTL', (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: NOW });
     const { hold, released } = newHold();
     const at = Date.now() + 50;
     const keys = Array.from({ length: MAX_KEYS_PER_EVENT + 1 }, (_, i) => `k${i}`);
     hold.add(keys.map((key, i) => ({ function: 'fn', key, at, source: '/opfn/functions/fn', ttl: i === 7 ? 250 : 3 })));
     hold.add([{ function: 'other', key: 'x', at, source: '/opfn/functions/other' }]);
-    await sleep(150);
+    t.mock.timers.tick(49);
+    assert.equal(released.length, 0, 'not before their time');
+    t.mock.timers.tick(1);
     assert.deepEqual(released.map((event) => [event.opfnfunction, keysOf(event).length]), [['fn', MAX_KEYS_PER_EVENT], ['fn', 1], ['other', 1]]);
     assert.deepEqual(released.map((event) => event.knativebrokerttl), [250, 3, undefined]);
     for (const event of released) {
@@ -127,15 +130,16 @@ describe('RequeueHold', () => {
     assert.equal(hold.size, 0);
   });
 
-  test('a key moved to an earlier time leaves at that time, once', async () => {
+  test('a key moved to an earlier time leaves at that time, once', (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: NOW });
     const { hold, released } = newHold();
     hold.add([requeue('a', 60_000), requeue('b', 60_000)]);
     hold.add([requeue('a', 30)]);
-    await sleep(100);
+    t.mock.timers.tick(100);
     assert.deepEqual(released.map(keysOf), [['a']]);
     assert.equal(hold.size, 1, 'b still held; a is not held twice');
     hold.add([requeue('b', 20)]);
-    await sleep(100);
+    t.mock.timers.tick(100);
     assert.deepEqual(released.map(keysOf), [['a'], ['b']]);
     assert.equal(hold.size, 0);
   });
