@@ -38,7 +38,7 @@ export interface FunctionHostOptions {
   /** Larger requests are refused with 413; a Resource-mode event for the largest object the API server stores (about 1.5 MiB) fits. */
   maxBodyBytes?: number;
   /** Keys reconciled at once during a fan-out (resync, mapper, reply). */
-  resyncConcurrency?: number;
+  fanOutConcurrency?: number;
   /** The declared config; resolved from the environment when omitted. */
   config?: Readonly<Record<string, string>>;
   http?: HttpClient;
@@ -94,7 +94,7 @@ export class FunctionHost {
     const { declaration } = options;
     this.#options = {
       maxBodyBytes: DEFAULT_MAX_EVENT_BYTES,
-      resyncConcurrency: 8,
+      fanOutConcurrency: 8,
       http: httpClient(),
       now: () => new Date(),
       ...options,
@@ -230,7 +230,7 @@ export class FunctionHost {
   /** Reconciles the keys (a few at a time) and turns their results into one answer. */
   async #reconcileAll(keys: KindKey[], log: Logger, hint?: KubeObject): Promise<Outcome> {
     const results: KeyResult[] = new Array(keys.length);
-    await forEachLimited(keys, this.#options.resyncConcurrency, async (key, index) => {
+    await forEachLimited(keys, this.#options.fanOutConcurrency, async (key, index) => {
       results[index] = await this.reconcileKey(key, log, hint);
     });
     return answerFor(this.#options.declaration.name, keys, results, this.#options.now());
