@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import type { CloudEventV1 } from 'cloudevents';
-import { bundledFunctions, EventPlane, resyncEvent } from '../eventing/plane.ts';
+import { bundledFunctions, EventPlane, pollEvent } from '../eventing/plane.ts';
 import copyrator from '../functions/copyrator/index.ts';
 import { CopyratorRuleKind, desiredCopy, type CopyableObject, type CopyratorRule } from '../functions/copyrator/desired.ts';
 import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
@@ -84,14 +84,14 @@ async function phase(run: () => Promise<unknown>, done: () => Promise<boolean>):
 }
 
 const rule: CopyratorRule = { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'bench', namespace: SOURCE }, ruleType: 'configmap', selector: { copyrator: 'bench' }, namespace: SOURCE };
-// A rule's own changes reach the function through its resync only (Knative's ApiServerSource
+// A rule's own changes reach the function through its poll only (Knative's ApiServerSource
 // cannot watch CopyratorRules: it guesses `copyratorrules`, the seed's CRD serves `copyrators`);
-// the resync its PingSource sends every minute is sent at once, so the phases measure the copying.
-const resync = () => plane.broker.publish(resyncEvent(copyrator) as CloudEventV1<unknown>);
+// the poll its PingSource sends every minute is sent at once, so the phases measure the copying.
+const poll = () => plane.broker.publish(pollEvent(copyrator) as CloudEventV1<unknown>);
 const viaPlane = {
   create: await phase(async () => {
     await kube.create(CopyratorRuleKind, rule);
-    await resync();
+    await poll();
   }, async () => (await copies('v1')) === expected),
   update: await phase(
     () => inParallel(Array.from({ length: configMapCount }, (_, i) => i), (i) => kube.mergePatch(ConfigMap, { namespace: SOURCE, name: sourceName(i) }, { data: { version: 'v2' } })),
@@ -99,7 +99,7 @@ const viaPlane = {
   ),
   delete: await phase(async () => {
     await kube.delete(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' });
-    await resync();
+    await poll();
   }, async () => (await copies()) === 0 && !(await kube.get(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }))),
 };
 await plane.stop();

@@ -27,7 +27,7 @@ import { StatusBoard } from './knative/status.ts';
 import { functionObjects } from './manifests/index.ts';
 import { broker as brokerObject, deadLetterSink } from './manifests/broker.ts';
 import { DEFAULT_OPTIONS, type ManifestOptions } from './manifests/options.ts';
-import { pingSource } from './manifests/ping-source.ts';
+import { pingSources } from './manifests/ping-source.ts';
 import { validateManifests } from './manifests/validate.ts';
 import { FUNCTION_EXTENSION, kindsOf } from './manifests/wiring.ts';
 import type { SourceStats } from './source.ts';
@@ -72,9 +72,16 @@ export function triggersFromManifests(objects: KubeObject[]): Trigger[] {
     });
 }
 
-/** The event of a function's generated PingSource (its resync), as the plane sends it. */
+/** The event of a function's generated resync PingSource, as the plane sends it. */
 export function resyncEvent(declaration: FunctionDeclaration): CloudEvent<unknown> {
-  return pingEvent(pingSource(declaration, DEFAULT_OPTIONS));
+  return pingEvent(pingSources(declaration, DEFAULT_OPTIONS)[0]);
+}
+
+/** The event of a function's generated poll PingSource (only a kind no ApiServerSource can watch has one). */
+export function pollEvent(declaration: FunctionDeclaration): CloudEvent<unknown> {
+  const poll = pingSources(declaration, DEFAULT_OPTIONS)[1];
+  if (!poll) throw new Error(`${declaration.name} has no poll: its kind ${declaration.reconciles.kind} is watched by its ApiServerSource`);
+  return pingEvent(poll);
 }
 
 /**

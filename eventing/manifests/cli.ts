@@ -89,7 +89,8 @@ export function runManifests(command: ManifestCommand, declarations: FunctionDec
   const files = manifestFiles(command, declarations);
   for (const declaration of command.target === 'knative' ? declarations : []) {
     for (const { kind, guessed } of unwatchedKinds(declaration)) {
-      write(`# note: ${declaration.name}: Knative's ApiServerSource cannot watch ${kind.kind} (it looks for the resource "${guessed}", the CRD serves "${kind.plural}"); its changes reach ${declaration.name} through its resync PingSource (${declaration.resyncSchedule})\n`);
+      const how = kind === declaration.reconciles ? `its poll PingSource (every minute)` : `its resync PingSource (${declaration.resyncSchedule})`;
+      write(`# note: ${declaration.name}: Knative's ApiServerSource cannot watch ${kind.kind} (it looks for the resource "${guessed}", the CRD serves "${kind.plural}"); its changes reach ${declaration.name} through ${how}\n`);
     }
   }
   if (!command.out) {

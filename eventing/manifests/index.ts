@@ -1,7 +1,7 @@
 // Everything `kubectl apply -k` needs to run the functions on Knative, generated from their
 // declarations, in the order an apply must meet them: the namespace, the CRDs of the functions'
 // kinds, the broker and dead-letter sink, then per function its identity, Knative Service,
-// Trigger, PingSource and ApiServerSources (each source with its identity).
+// Trigger, PingSources and ApiServerSources (each source with its identity).
 //
 // The output is a set of files (one per function, so a change to one function shows in one
 // file) plus a kustomization.yaml listing them; eventing/manifests/cli.ts writes them.
@@ -11,7 +11,7 @@ import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts'
 import { CRD_DIR, readManifests } from '../crds.ts';
 import { broker, deadLetterSink, namespaceObject } from './broker.ts';
 import { DEFAULT_OPTIONS, type ManifestOptions } from './options.ts';
-import { pingSource } from './ping-source.ts';
+import { pingSources } from './ping-source.ts';
 import { functionIdentity } from './rbac.ts';
 import { knativeService } from './service.ts';
 import { sourceObjects } from './sources.ts';
@@ -25,7 +25,7 @@ export function functionObjects(declaration: FunctionDeclaration, options: Manif
     ...functionIdentity(declaration, options),
     knativeService(declaration, options),
     trigger(declaration, options),
-    pingSource(declaration, options),
+    ...pingSources(declaration, options),
     ...sourceObjects(declaration, options),
   ];
 }

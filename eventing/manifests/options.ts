@@ -51,6 +51,8 @@ export function labels(component: string, declaration?: FunctionDeclaration): Re
 export const DEAD_LETTER_SERVICE = 'opfn-dead-letters';
 /** A function's PingSource, named as resyncEvent() in plane.ts names its source. */
 export const pingSourceName = (declaration: FunctionDeclaration): string => `${declaration.name}-resync`;
+/** A function's poll PingSource (eventing/manifests/ping-source.ts), named as pollEvent() in plane.ts names its source. */
+export const pollSourceName = (declaration: FunctionDeclaration): string => `${declaration.name}-poll`;
 /** The ServiceAccount an ApiServerSource's adapter runs as. */
 export const sourceServiceAccountName = (sourceName: string): string => `opfn-${sourceName}-source`;
 

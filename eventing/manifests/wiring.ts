@@ -19,7 +19,8 @@ export { FUNCTION_EXTENSION };
 
 /**
  * The ApiServerSources of one function. A kind no ApiServerSource can watch (watchableBySource)
- * is left out: its changes reach the function through its resync only (unwatchedKinds).
+ * is left out (unwatchedKinds): the reconciled kind's changes reach the function through its poll
+ * (ping-source.ts), an owned or watched kind's through its resync.
  */
 export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
   const extensions = { [FUNCTION_EXTENSION]: declaration.name };

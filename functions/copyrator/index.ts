@@ -37,12 +37,14 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
   return defineFunction({
     name: 'copyrator',
     description: 'Copies the ConfigMaps or Secrets a CopyratorRule selects from its source namespace into every active namespace and keeps the copies in step.',
-    reconciles: CopyratorRuleKind,
     // The seed's CRD names the plural `copyrators`, which Knative's ApiServerSource cannot watch
-    // (it guesses `copyratorrules`): a new or changed rule reaches the function through this
-    // resync only, so it runs every minute rather than every five (a rule's reconcile that
-    // changes nothing costs three lists).
-    resyncSchedule: '* * * * *',
+    // (it guesses `copyratorrules`): rules are polled every minute instead (one list; only a rule
+    // whose spec the function has not observed, being deleted or without its finalizer is
+    // reconciled: eventing/manifests/ping-source.ts).
+    reconciles: CopyratorRuleKind,
+    // A rule's labels and annotations mean nothing to it, so a poll can tell a settled rule from
+    // its generation alone, in any instance.
+    readsMetadata: false,
     watches,
     rbac,
     finalizer: { name: FINALIZER, finalize: (rule, ctx) => finalizeCopies(rule, ruleTypes, ctx.kube, ctx.log) },

@@ -1,5 +1,5 @@
 // What an incoming CloudEvent means for a function, decided without touching the API:
-// an ApiServerSource change (Reference or Resource mode), a PingSource resync, or bad input.
+// an ApiServerSource change (Reference or Resource mode), a PingSource resync or poll, or bad input.
 // The event is a doorbell: it names an object, and the function re-reads that object.
 import { HTTP, type CloudEvent, type CloudEventV1 } from 'cloudevents';
 import { isValidName, isValidNamespace, type KubeObject } from './kinds.ts';
@@ -9,6 +9,12 @@ export const APISERVER_TYPE_PREFIX = 'dev.knative.apiserver.';
 /** The type of an ApiServerSource event: what the source sends and a Trigger filter must match. */
 export const apiServerEventType = (mode: 'ref' | 'resource', action: ChangeAction): string => `${APISERVER_TYPE_PREFIX}${mode}.${action}`;
 export const PING_TYPE = 'dev.knative.sources.ping';
+/**
+ * The data of a poll ping (a second PingSource, for a reconciled kind no ApiServerSource can
+ * watch): reconcile only the objects whose status has not caught up with them. Any other ping is
+ * a full resync; a forged poll only does less.
+ */
+export const POLL_DATA = { poll: true } as const;
 /**
  * A function's request to itself, carried in a reply CloudEvent that the broker routes back to
  * it: reconcile these keys (the failed keys of a fan-out, or a requeue), not before
@@ -45,6 +51,7 @@ export const CHANGE_ACTIONS: readonly ChangeAction[] = ['add', 'update', 'delete
 export type FunctionEvent =
   | { type: 'change'; action: ChangeAction; mode: 'ref' | 'resource'; ref: ObjectReference; object?: KubeObject; id: string }
   | { type: 'resync'; id: string }
+  | { type: 'poll'; id: string }
   /**
    * Keys as sent (parsed against the function's kinds by the host); notBefore from opfnnotbefore;
    * keyNotBefore: the keys due later than that, with their own times (the data's `notBefore`).
@@ -198,9 +205,11 @@ function checkStructured(contentType: string, text: string): void {
 // The SDK's ValidationError message lists its errors on further lines; a reason is one line.
 const describe = (error: unknown): string => String((error as Error)?.message ?? error).replace(/\s*\n\s*/g, '; ');
 
+const isPoll = (data: unknown): boolean => typeof data === 'object' && data !== null && (data as { poll?: unknown }).poll === POLL_DATA.poll;
+
 /** What a validated CloudEvent asks of a function; throws BadEventError when it cannot mean anything. */
 export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
-  if (event.type === PING_TYPE) return { type: 'resync', id: event.id };
+  if (event.type === PING_TYPE) return { type: isPoll(event.data) ? 'poll' : 'resync', id: event.id };
   if (event.type === RECONCILE_TYPE) return interpretReconcile(event);
   const match = APISERVER_TYPE.exec(event.type);
   if (!match) throw new BadEventError(`unknown event type ${quote(event.type)}: expected ${APISERVER_TYPE_PREFIX}{ref,resource}.{add,update,delete} or ${PING_TYPE}`);

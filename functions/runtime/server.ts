@@ -26,7 +26,7 @@ import { EventSink } from './recorder.ts';
 import { answerFor, failedResult, type KeyResult, type Outcome } from './answers.ts';
 import { keysForEvent, uniqueKeys } from './routing.ts';
 import { hintFromFirstRead } from './reference-reads.ts';
-import { SeenObjects, skipReason } from './skips.ts';
+import { isSettled, SeenObjects, skipReason } from './skips.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
 import { forEachLimited } from './limit.ts';
 
@@ -180,9 +180,17 @@ export class FunctionHost {
     let keys: KindKey[];
     let hint: KubeObject | undefined;
     try {
-      if (event.type === 'resync') {
+      if (event.type === 'resync' || event.type === 'poll') {
         keys = [];
-        for await (const page of kube.pages(reconciled)) keys.push(...page.items.map((item) => kindKey(reconciled, keyOf(item))));
+        let listed = 0;
+        for await (const page of kube.pages(reconciled)) {
+          listed += page.items.length;
+          for (const item of page.items) {
+            const key = kindKey(reconciled, keyOf(item));
+            if (event.type === 'resync' || !isSettled(declaration, key, item, this.#seen)) keys.push(key);
+          }
+        }
+        if (keys.length === 0 && event.type === 'poll') return { status: 200, body: { ignored: `poll: all ${listed} ${reconciled.kind} objects settled` } };
       } else if (event.type === 'reconcile') {
         const parsed = await Promise.all(event.keys.map((text) => this.#parseKey(text, eventLog())));
         const bad = parsed.find((key): key is string => typeof key === 'string');

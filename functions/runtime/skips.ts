@@ -4,11 +4,12 @@
 //
 //   echo         the object is exactly the version this process itself just wrote (its own pod
 //                create, its own status write): the reconcile that wrote it knew all of it.
-//   status only  an update of the reconciled kind whose generation equals
-//                status.observedGeneration, not being deleted, with the declared finalizer in
-//                place; for a function that reads the object's labels or annotations
-//                (`readsMetadata`, the default) also with the metadata this process last
-//                reconciled: only the status changed.
+//   status only  an update of the reconciled kind that is settled (isSettled): its generation
+//                equals status.observedGeneration, not being deleted, with the declared
+//                finalizer in place; for a function that reads the object's labels or
+//                annotations (`readsMetadata`, the default) also with the metadata this process
+//                last reconciled: only the status changed. A poll reconciles only the objects
+//                of its listing that are not settled.
 //   unwanted     a change of an owned or watched kind the declaration leaves out (`changes`):
 //                its Trigger does not deliver it, and one that comes anyway is not reconciled.
 // Deletes are never skipped as echoes: a re-list's synthesized delete may carry the last version we wrote.
@@ -73,12 +74,22 @@ export function skipReason(declaration: FunctionDeclaration, event: Extract<Func
   const what = `${event.ref.kind} ${event.ref.namespace ? `${event.ref.namespace}/` : ''}${event.ref.name}`;
   if (ownWrites.isOwn(kind, object)) return `${what} is at the version this function wrote (resourceVersion ${object.metadata.resourceVersion})`;
   if (kind !== declaration.reconciles || event.action !== 'update') return undefined;
+  const key = { kind, namespace: kind.namespaced ? event.ref.namespace : '', name: event.ref.name };
+  if (!isSettled(declaration, key, object, seen)) return undefined;
+  return `${what}: only its status changed (generation ${object.metadata.generation} observed)`;
+}
+
+/**
+ * True when an object of the reconciled kind shows that its last reconcile saw all of it: its
+ * generation equals status.observedGeneration, it is not being deleted, the declared finalizer is
+ * in place, and for a function that reads labels or annotations (`readsMetadata`) this process
+ * last reconciled the same metadata.
+ */
+export function isSettled(declaration: FunctionDeclaration, key: KindKey, object: KubeObject, seen: SeenObjects): boolean {
   const generation = object.metadata.generation;
   const observed = (object.status as { observedGeneration?: unknown } | undefined)?.observedGeneration;
-  if (generation === undefined || generation !== observed || object.metadata.deletionTimestamp) return undefined;
+  if (generation === undefined || generation !== observed || object.metadata.deletionTimestamp) return false;
   const finalizer = declaration.finalizer?.name;
-  if (finalizer && !object.metadata.finalizers?.includes(finalizer)) return undefined;
-  const key = { kind, namespace: kind.namespaced ? event.ref.namespace : '', name: event.ref.name };
-  if (declaration.readsMetadata && !seen.same(key, object)) return undefined;
-  return `${what}: only its status changed (generation ${generation} observed)`;
+  if (finalizer && !object.metadata.finalizers?.includes(finalizer)) return false;
+  return !declaration.readsMetadata || seen.same(key, object);
 }

@@ -1,7 +1,7 @@
 // The runtime against a real API server: answers that stay small at 1500 objects, paginated
 // resyncs, failed keys retried on their own, the declared finalizer, applyChild, aggregated
-// Kubernetes Events, ownership across namespaces by label (hash form included), and the echoes
-// of the function's own writes costing no request.
+// Kubernetes Events, ownership across namespaces by label (hash form included), polls reconciling
+// only what is not settled, and the echoes of the function's own writes costing no request.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { join } from 'node:path';
@@ -11,8 +11,10 @@ import { resyncEvent } from '../../eventing/plane.ts';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
+import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
 import { defineFunction, type FunctionDeclaration, type ReconcileContext } from '../../functions/runtime/declaration.ts';
 import { TransientError } from '../../functions/runtime/errors.ts';
+import { POLL_DATA } from '../../functions/runtime/events.ts';
 import { ConfigMap, CoreEvent, Namespace, Pod, type KubeObject, type ObjectKey } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
 import { matching } from '../../functions/runtime/mappers.ts';
@@ -55,7 +57,7 @@ async function post(url: string, message: CloudEvent<unknown> | { headers: Recor
   return { status: response.status, headers: response.headers, text, outcome: outcome ? JSON.parse(outcome) : undefined };
 }
 
-const ping = () => new CloudEvent<unknown>({ type: 'dev.knative.sources.ping', source: '/apis/v1/namespaces/default/pingsources/x', datacontenttype: 'application/json', data: {} });
+const ping = (data: object = {}) => new CloudEvent<unknown>({ type: 'dev.knative.sources.ping', source: '/apis/v1/namespaces/default/pingsources/x', datacontenttype: 'application/json', data });
 const replyOf = (answer: Awaited<ReturnType<typeof post>>) => ({ headers: Object.fromEntries([...answer.headers].filter(([name]) => name.startsWith('ce-') || name === 'content-type')), body: answer.text });
 const metricValue = async (metrics: FunctionMetrics, verb: string, resource: string) =>
   (await metrics.apiRequests.get()).values.filter((v) => v.labels.verb === verb && v.labels.resource === resource).reduce((sum, v) => sum + v.value, 0);
@@ -325,6 +327,62 @@ describe('routing', () => {
       const namespaceAdded = apiServerSourceEvent({ server: cluster.cp.server, kind: Namespace, object: { metadata: { name: 'copies' } }, action: 'add', mode: 'Resource' });
       assert.equal((await post(fn.url, namespaceAdded)).status, 200);
       assert.deepEqual(reconciled, [`owners/${longName}`, `owners/${longName}`]);
+    } finally {
+      await fn.close();
+    }
+  });
+});
+
+describe('poll (a kind no ApiServerSource can watch)', () => {
+  test('one list; only objects that are not settled are reconciled, where a resync reconciles all', async () => {
+    // ExchangeRates: no other test here makes any, so the listing is this test's alone.
+    const namespace = 'poll';
+    const finalizer = 'example.com/poll';
+    await createNamespace(namespace);
+    const seen: string[] = [];
+    const declaration = defineFunction({
+      name: 'rate-poll',
+      description: 'test: records what a poll reconciles',
+      reconciles: ExchangeRateKind,
+      rbac: [],
+      readsMetadata: false,
+      finalizer: { name: finalizer, finalize: async (object: KubeObject) => (seen.push(`finalize ${object.metadata.name}`), true) },
+      reconcile: async (key: ObjectKey) => void seen.push(`reconcile ${key.name}`),
+    });
+    const observe = async (object: KubeObject) => kube.replace(ExchangeRateKind, { ...object, status: { observedGeneration: object.metadata.generation } }, 'status');
+    const make = async (name: string, options: { observed?: boolean; finalizers?: string[] }) => {
+      const created = await kube.create<KubeObject>(ExchangeRateKind, { apiVersion: 'operators.brennerm.github.io/v1', kind: 'ExchangeRate', metadata: { name, namespace, finalizers: options.finalizers }, spec: { currency: 'USD' } });
+      return options.observed ? observe(created) : created;
+    };
+    await make('settled', { observed: true, finalizers: [finalizer] });
+    await make('new', {});
+    const edited = await make('edited', { observed: true, finalizers: [finalizer] });
+    await kube.replace(ExchangeRateKind, { ...edited, spec: { currency: 'CAD' } });
+    await make('no-finalizer', { observed: true });
+    await make('deleting', { observed: true, finalizers: [finalizer] });
+    await kube.delete(ExchangeRateKind, { namespace, name: 'deleting' });
+    const fn = await serve(declaration, await kubeconfigWithDeclaredRbac(cluster.cp, declaration));
+    try {
+      const answer = await post(fn.url, ping(POLL_DATA));
+      assert.equal(answer.status, 200, answer.text);
+      assert.deepEqual(seen.sort(), ['finalize deleting', 'reconcile edited', 'reconcile new', 'reconcile no-finalizer']);
+      assert.equal(await kube.get(ExchangeRateKind, { namespace, name: 'deleting' }), undefined, 'finalized and gone');
+      // The reconciles added the finalizer; once their generations are observed, a poll costs one list and reconciles nothing...
+      for (const name of ['new', 'edited', 'no-finalizer']) {
+        const current = (await kube.get(ExchangeRateKind, { namespace, name }))!;
+        assert.deepEqual(current.metadata.finalizers, [finalizer], name);
+        await observe(current);
+      }
+      seen.length = 0;
+      const before = await fn.requests();
+      const settled = await post(fn.url, ping(POLL_DATA));
+      assert.equal(settled.status, 200);
+      assert.match(settled.outcome.ignored, /^poll: all 4 ExchangeRate objects settled$/);
+      assert.deepEqual(seen, []);
+      assert.equal(await fn.requests() - before, 1, 'one request: the list');
+      // ...where a resync reconciles every one.
+      assert.equal((await post(fn.url, ping())).status, 200);
+      assert.deepEqual(seen.sort(), ['reconcile edited', 'reconcile new', 'reconcile no-finalizer', 'reconcile settled']);
     } finally {
       await fn.close();
     }

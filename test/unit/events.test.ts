@@ -5,7 +5,7 @@ import { describe, test } from 'node:test';
 import { CloudEvent, HTTP } from 'cloudevents';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
-import { BadEventError, decodeCloudEvent, interpretEvent, PING_TYPE, type FunctionEvent } from '../../functions/runtime/events.ts';
+import { BadEventError, decodeCloudEvent, interpretEvent, PING_TYPE, POLL_DATA, type FunctionEvent } from '../../functions/runtime/events.ts';
 import { kindKeyString, Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { binaryHeaders, malformedEvents, referenceData } from '../support/malformed-events.ts';
@@ -133,12 +133,23 @@ describe('cluster-scoped objects', () => {
 });
 
 describe('PingSource', () => {
-  test('a ping is a resync, whatever its data', () => {
-    for (const data of [undefined, { note: 'every 5 minutes' }, 'plain text']) {
-      const event = new CloudEvent<unknown>({ specversion: '1.0', id: 'ping-7', source: '/apis/v1/namespaces/default/pingsources/resync', type: PING_TYPE, data });
+  const ping = (data: unknown) => new CloudEvent<unknown>({ specversion: '1.0', id: 'ping-7', source: '/apis/v1/namespaces/default/pingsources/resync', type: PING_TYPE, data });
+
+  test('a ping is a resync, whatever its data but a poll\'s', () => {
+    for (const data of [undefined, { note: 'every 5 minutes' }, 'plain text', { poll: 'true' }, { poll: false }, [POLL_DATA]]) {
+      const event = ping(data);
       assert.deepEqual(interpretEvent(event), { type: 'resync', id: 'ping-7' });
       assert.deepEqual(viaBinary(event), { type: 'resync', id: 'ping-7' });
       assert.deepEqual(viaStructured(event), { type: 'resync', id: 'ping-7' });
+    }
+  });
+
+  test('a ping with the poll data is a poll, in both content modes', () => {
+    for (const data of [POLL_DATA, { ...POLL_DATA, note: 'every minute' }]) {
+      const event = ping(data);
+      assert.deepEqual(interpretEvent(event), { type: 'poll', id: 'ping-7' });
+      assert.deepEqual(viaBinary(event), { type: 'poll', id: 'ping-7' });
+      assert.deepEqual(viaStructured(event), { type: 'poll', id: 'ping-7' });
     }
   });
 });

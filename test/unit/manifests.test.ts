@@ -8,6 +8,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import type { CloudEventV1 } from 'cloudevents';
 import { parseAllDocuments } from 'yaml';
 import { loadAllFunctions } from '../../functions/index.ts';
 import { defineFunction, type FunctionDeclaration, type PolicyRule } from '../../functions/runtime/declaration.ts';
@@ -19,7 +20,8 @@ import { DEFAULT_OPTIONS, type ManifestOptions } from '../../eventing/manifests/
 import { functionRules } from '../../eventing/manifests/rbac.ts';
 import { parseLabelSelector } from '../../eventing/manifests/sources.ts';
 import { validateManifests } from '../../eventing/manifests/validate.ts';
-import { sourcesFor } from '../../eventing/plane.ts';
+import { pollEvent, resyncEvent, sourcesFor } from '../../eventing/plane.ts';
+import { interpretEvent } from '../../functions/runtime/events.ts';
 import { unwatchedKinds } from '../../eventing/manifests/wiring.ts';
 import { guessedResource } from '../../functions/runtime/knative-objects.ts';
 import { matchesTrigger } from '../../eventing/filters.ts';
@@ -57,8 +59,9 @@ for (const declaration of functions) {
     test('counts and kinds', () => {
       const sources = sourcesFor(declaration).length;
       const counts = Object.fromEntries(['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'Service', 'Trigger', 'PingSource', 'ApiServerSource'].map((kind) => [kind, byKind(objects, kind).length]));
-      assert.deepEqual(counts, { ServiceAccount: 1 + sources, ClusterRole: 1 + sources, ClusterRoleBinding: 1 + sources, Service: 1, Trigger: 1, PingSource: 1, ApiServerSource: sources });
-      assert.equal(objects.length, 3 * (1 + sources) + 3 + sources);
+      const pings = unwatchedKinds(declaration).some(({ kind }) => kind === declaration.reconciles) ? 2 : 1;
+      assert.deepEqual(counts, { ServiceAccount: 1 + sources, ClusterRole: 1 + sources, ClusterRoleBinding: 1 + sources, Service: 1, Trigger: 1, PingSource: pings, ApiServerSource: sources });
+      assert.equal(objects.length, 3 * (1 + sources) + 2 + pings + sources);
     });
 
     test('the ApiServerSources are the plane\'s sources (names, modes, kinds, selectors, opfnfunction)', () => {
@@ -303,14 +306,23 @@ describe("kinds Knative's ApiServerSource cannot watch", () => {
     for (const [kind, resource] of cases) assert.equal(guessedResource(kind), resource, kind);
   });
 
-  test("only CopyratorRule (plural copyrators) among the seed kinds; it gets no source, and its resync runs every minute instead", async () => {
+  test("only CopyratorRule (plural copyrators) among the seed kinds; it gets no source but a poll PingSource every minute beside its resync", async () => {
     const all = await loadAllFunctions();
     assert.deepEqual(all.flatMap((declaration) => unwatchedKinds(declaration).map(({ kind, guessed }) => `${declaration.name}: ${kind.kind} ${kind.plural} (guess ${guessed})`)), ['copyrator: CopyratorRule copyrators (guess copyratorrules)']);
     const copyrator = all.find((declaration) => declaration.name === 'copyrator')!;
     assert.deepEqual(sourcesFor(copyrator).flatMap((source) => source.resources.map((resource) => resource.kind.kind)).sort(), ['ConfigMap', 'Namespace', 'Secret']);
-    assert.equal(copyrator.resyncSchedule, '* * * * *');
+    const pings = byKind(functionObjects(copyrator, DEFAULT_OPTIONS), 'PingSource').map((ping) => [ping.metadata.name, spec(ping).schedule, spec(ping).data, spec(ping).ceOverrides]);
+    assert.deepEqual(pings, [
+      ['copyrator-resync', '*/5 * * * *', '{}', { extensions: { opfnfunction: 'copyrator' } }],
+      ['copyrator-poll', '* * * * *', '{"poll":true}', { extensions: { opfnfunction: 'copyrator' } }],
+    ]);
+    // What the plane sends for each is what the function reads as a poll and a resync.
+    assert.equal(interpretEvent(pollEvent(copyrator) as CloudEventV1<unknown>).type, 'poll');
+    assert.equal(interpretEvent(resyncEvent(copyrator) as CloudEventV1<unknown>).type, 'resync');
+    assert.throws(() => pollEvent(all.find((declaration) => declaration.name === 'immortal-container')!), /immortal-container has no poll: its kind ImmortalContainer is watched by its ApiServerSource/);
+    for (const declaration of all.filter((d) => d !== copyrator)) assert.deepEqual(byKind(functionObjects(declaration, DEFAULT_OPTIONS), 'PingSource').map((ping) => ping.metadata.name), [`${declaration.name}-resync`]);
     const written: string[] = [];
     runManifests({ target: 'knative' }, [copyrator], (text) => written.push(text));
-    assert.match(written.join(''), /^# note: copyrator: Knative's ApiServerSource cannot watch CopyratorRule \(it looks for the resource "copyratorrules", the CRD serves "copyrators"\)/m);
+    assert.match(written.join(''), /^# note: copyrator: Knative's ApiServerSource cannot watch CopyratorRule \(it looks for the resource "copyratorrules", the CRD serves "copyrators"\); its changes reach copyrator through its poll PingSource \(every minute\)$/m);
   });
 });
