@@ -1,13 +1,14 @@
-// One queued event's way to its subscriber: Knative's dispatcher retry loop (pkg/kncloudevents
-// RetryConfig: `delivery.retry` attempts after the first, backoff between them, retry only what
-// SelectiveRetry allows; a 429/503's Retry-After lengthens the wait), each attempt sent directly
-// to a function instance when the route offers one (the activator's warm path, chosen by the
-// event's `partitionkey`), else to the subscriber's URL. What never succeeds goes to the
-// dead-letter sink with the last failure.
+// Knative's dispatcher retry loop (pkg/kncloudevents RetryConfig: `delivery.retry` attempts after
+// the first, backoff between them, retry only what SelectiveRetry allows; a 429/503's Retry-After
+// lengthens the wait), shared by the two ways an event leaves the broker: one queued event's way
+// to its subscriber, each attempt sent directly to a function instance when the route offers one
+// (the activator's warm path, chosen by the event's `partitionkey`), else to the subscriber's
+// URL, with what never succeeds going to the dead-letter sink with the last failure; and a
+// letter's way to an HTTP dead-letter sink (dead-letters.ts).
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { backoffDelayMs, retryAfterDelayMs, type DeliveryFailure } from '../delivery.ts';
-import { judge, type DirectRoute, type Dispatcher } from './dispatcher.ts';
+import { backoffDelayMs, retryAfterDelayMs, type DeliveryFailure, type ResolvedDelivery } from '../delivery.ts';
+import { judge, type DirectRoute, type Dispatcher, type Verdict } from './dispatcher.ts';
 import type { QueueItem, TriggerQueue } from './trigger-queue.ts';
 import { withoutTtl } from './ttl.ts';
 
@@ -20,40 +21,54 @@ export interface AttemptContext {
   log: Logger;
 }
 
+export type RetryResult =
+  | { ok: true; reply?: CloudEventV1<unknown>; attempts: number }
+  /** `closed`: stopped before an attempt because the broker cut deliveries; `failure` is the last attempt's, if any. */
+  | { ok: false; failure?: DeliveryFailure; closed: boolean; attempts: number };
+
+/** Sends with `attempt` (given the retry number, 0 first) until it succeeds, fails for good, the retries run out or `closed()`. */
+export async function withRetries(dispatcher: Pick<Dispatcher, 'sleep'>, delivery: ResolvedDelivery, closed: () => boolean, attempt: (retry: number) => Promise<Verdict>): Promise<RetryResult> {
+  let failure: DeliveryFailure | undefined;
+  let askedWaitMs = 0;
+  for (let retry = 0; retry <= delivery.retry; retry += 1) {
+    if (retry > 0) await dispatcher.sleep(Math.max(backoffDelayMs(delivery, retry), askedWaitMs));
+    if (closed()) return { ok: false, failure, closed: true, attempts: retry };
+    const verdict = await attempt(retry);
+    if (verdict.ok) return { ok: true, reply: verdict.reply, attempts: retry + 1 };
+    failure = verdict.failure;
+    if (!verdict.retryable || closed()) return { ok: false, failure, closed: false, attempts: retry + 1 };
+    askedWaitMs = retryAfterDelayMs(failure.status ?? 0, verdict.retryAfter, delivery.retryAfterMaxMs);
+  }
+  return { ok: false, failure, closed: false, attempts: delivery.retry + 1 };
+}
+
 /** Delivers `item` with retries; resolves with the subscriber's reply, or undefined (no reply, or dead-lettered). */
 export async function deliverWithRetries(ctx: AttemptContext, queue: TriggerQueue, item: QueueItem): Promise<CloudEventV1<unknown> | undefined> {
   const { trigger, delivery } = queue;
   const outgoing = withoutTtl(item.event);
   const partitionKey = typeof outgoing.partitionkey === 'string' ? outgoing.partitionkey : undefined;
-  let failure: DeliveryFailure | undefined;
-  let askedWaitMs = 0;
-  for (let attempt = 0; attempt <= delivery.retry; attempt += 1) {
-    if (attempt > 0) {
-      queue.stats.retried += 1;
-      await ctx.dispatcher.sleep(Math.max(backoffDelayMs(delivery, attempt), askedWaitMs));
-    }
-    if (ctx.closed()) {
-      failure = { ...failure, destination: trigger.subscriber, reason: `broker closed before the event was delivered${failure ? ` (last failure: ${failure.reason})` : ''}` };
-      break;
-    }
+  let direct = false;
+  const result = await withRetries(ctx.dispatcher, delivery, ctx.closed, async (retry) => {
+    if (retry > 0) queue.stats.retried += 1;
     const lease = ctx.route?.(trigger.subscriber, partitionKey);
+    direct = lease !== undefined;
     if (lease) queue.stats.direct += 1;
     const timeoutMs = minTimeout(delivery.timeoutMs, lease?.timeoutMs ?? 0);
     const outcome = await ctx.dispatcher.send(lease?.url ?? trigger.subscriber, outgoing, timeoutMs, true, lease !== undefined);
     lease?.release(outcome.kind === 'error' && !outcome.timedOut ? 'unreachable' : 'answered');
     const verdict = judge(trigger.subscriber, outcome);
-    if (verdict.ok) {
-      queue.stats.delivered += 1;
-      ctx.log.debug({ trigger: trigger.name, id: item.event.id, attempts: attempt + 1, direct: lease !== undefined, reply: verdict.reply !== undefined }, 'event delivered');
-      return verdict.reply;
+    if (!verdict.ok && verdict.retryable && retry < delivery.retry) {
+      ctx.log.debug({ trigger: trigger.name, id: item.event.id, attempt: retry + 1, reason: verdict.failure.reason }, 'delivery failed; will retry');
     }
-    failure = verdict.failure;
-    askedWaitMs = retryAfterDelayMs(failure.status ?? 0, verdict.retryAfter, delivery.retryAfterMaxMs);
-    if (!verdict.retryable || ctx.closed()) break;
-    if (attempt < delivery.retry) {
-      ctx.log.debug({ trigger: trigger.name, id: item.event.id, attempt: attempt + 1, reason: failure.reason }, 'delivery failed; will retry');
-    }
+    return verdict;
+  });
+  if (result.ok) {
+    queue.stats.delivered += 1;
+    ctx.log.debug({ trigger: trigger.name, id: item.event.id, attempts: result.attempts, direct, reply: result.reply !== undefined }, 'event delivered');
+    return result.reply;
   }
+  const last = result.failure;
+  const failure = result.closed ? { ...last, destination: trigger.subscriber, reason: `broker closed before the event was delivered${last ? ` (last failure: ${last.reason})` : ''}` } : last;
   await ctx.deadLetter(queue, item.event, failure ?? { destination: trigger.subscriber, reason: 'delivery failed' });
   return undefined;
 }

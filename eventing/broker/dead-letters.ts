@@ -17,8 +17,9 @@ import { mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { backoffDelayMs, isRetryableStatus, withErrorExtensions, type DeadLetterTarget, type DeliveryFailure, type ResolvedDelivery } from '../delivery.ts';
-import type { Dispatcher } from './dispatcher.ts';
+import { isRetryableStatus, withErrorExtensions, type DeadLetterTarget, type DeliveryFailure, type ResolvedDelivery } from '../delivery.ts';
+import { withRetries } from './attempts.ts';
+import { judge, type Dispatcher } from './dispatcher.ts';
 
 /** Default cap of the dead-letter file (the rotated `.1` may hold as much again). */
 export const DEFAULT_DEAD_LETTER_MAX_BYTES = 64 * 1024 * 1024;
@@ -202,17 +203,16 @@ export class DeadLetterSink {
     }
   }
 
+  /** Undefined when the sink took the letter; else why not. */
   async #sendToSink(url: string, letter: CloudEventV1<unknown>, delivery: ResolvedDelivery): Promise<string | undefined> {
-    let last = 'not attempted';
-    for (let attempt = 0; attempt <= delivery.retry; attempt += 1) {
-      if (attempt > 0) await this.#dispatcher.sleep(backoffDelayMs(delivery, attempt));
+    // A closing broker needs no check of its own: its dispatcher then fails every send at once, for good.
+    const result = await withRetries(this.#dispatcher, delivery, () => false, async () => {
       const outcome = await this.#dispatcher.send(url, letter, delivery.timeoutMs, false);
-      if (outcome.kind === 'response' && outcome.status >= 200 && outcome.status < 300) return undefined;
-      const retryable = outcome.kind === 'error' ? outcome.retryable : isRetryableStatus(outcome.status);
-      last = outcome.kind === 'error' ? outcome.message : `sink answered ${outcome.status}`;
-      if (!retryable) break;
-    }
-    return last;
+      // Any 2xx: Knative reads only a dead-letter sink's status, not its body.
+      if (outcome.kind === 'response' && outcome.status >= 200 && outcome.status < 300) return { ok: true };
+      return judge(url, outcome);
+    });
+    return result.ok ? undefined : result.failure?.reason ?? 'not attempted';
   }
 }
 

@@ -536,6 +536,27 @@ describe('Broker delivery', () => {
     }
   });
 
+  it("an HTTP sink's 503 with Retry-After: 1 is waited for as a subscriber's is, and a 2xx with a body is taken", async () => {
+    const sink = await startSubscriber((_req, res, n) => {
+      if (n === 1) res.writeHead(503, { 'retry-after': '1' }).end();
+      else res.writeHead(200, { 'content-type': 'text/plain' }).end('stored');
+    });
+    const sub = await startSubscriber(answer(400));
+    const { broker, deadLetterFile } = newBroker({ triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S', deadLetterSink: sink.url } }] });
+    try {
+      await broker.publish(event());
+      await broker.idle();
+      assert.equal(sink.requests.length, 2);
+      const wait = (sink.requests[1]?.at ?? 0) - (sink.requests[0]?.at ?? 0);
+      assert.ok(wait >= 998, `waited ${wait} ms`);
+      assert.deepEqual(await readDeadLetters(deadLetterFile), [], 'the sink took it: nothing in the file');
+    } finally {
+      await broker.close();
+      await sub.close();
+      await sink.close();
+    }
+  });
+
   it('reuses keep-alive connections', async () => {
     const sub = await startSubscriber(answer(202));
     const { broker } = newBroker({ triggers: [{ name: 't', subscriber: sub.url }], maxInFlight: 1 });
