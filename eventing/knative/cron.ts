@@ -3,11 +3,8 @@
 // once, by cronProblem in functions/runtime/cron.ts (robfig/cron's standard parser, as Knative's
 // PingSource uses); this module only evaluates. As in cron, when both day fields are restricted
 // a day matching either one fires.
-import { cronProblem } from '../../functions/runtime/cron.ts';
+import { CRON_DESCRIPTORS, CRON_FIELDS, cronFieldValue, cronProblem } from '../../functions/runtime/cron.ts';
 
-const RANGES = [[0, 59], [0, 23], [1, 31], [1, 12], [0, 7]] as const;
-const NAMES = [undefined, undefined, undefined, ['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug', 'sep', 'oct', 'nov', 'dec'], ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat']] as const;
-const DESCRIPTORS: Record<string, string> = { '@yearly': '0 0 1 1 *', '@annually': '0 0 1 1 *', '@monthly': '0 0 1 * *', '@weekly': '0 0 * * 0', '@daily': '0 0 * * *', '@midnight': '0 0 * * *', '@hourly': '0 * * * *' };
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
 export type Schedule = { sets: Set<number>[]; eitherDay: boolean } | { everyMs: number };
@@ -23,18 +20,16 @@ export function parseSchedule(text: string): Schedule {
     const everyMs = [...body.matchAll(/(\d+)(ms|s|m|h)/g)].reduce((sum, [, n, unit]) => sum + Number(n) * UNIT_MS[unit], 0);
     return { everyMs: Math.max(everyMs, 1000) };
   }
-  const parts = (DESCRIPTORS[body] ?? body).split(/\s+/);
+  const parts = (CRON_DESCRIPTORS[body] ?? body).split(/\s+/);
   const sets = parts.map((part, index) => {
-    const [min, max] = RANGES[index];
-    const value = (token: string) => {
-      const named = NAMES[index]?.indexOf(token.toLowerCase() as never) ?? -1;
-      return named >= 0 ? named + (index === 3 ? 1 : 0) : Number(token);
-    };
+    const field = CRON_FIELDS[index];
+    // cronProblem has checked every value.
+    const value = (token: string) => cronFieldValue(token, field)!;
     const set = new Set<number>();
     for (const item of part.split(',')) {
       const [range, step] = item.split('/');
-      const [from, to] = range === '*' || range === '?' ? [min, max] : range.includes('-') ? range.split('-').map(value) : [value(range), step ? max : value(range)];
-      for (let v = from; v <= to; v += step ? Number(step) : 1) set.add(index === 4 && v === 7 ? 0 : v);
+      const [from, to] = range === '*' || range === '?' ? [field.min, field.max] : range.includes('-') ? range.split('-').map(value) : [value(range), step ? field.max : value(range)];
+      for (let v = from; v <= to; v += step ? Number(step) : 1) set.add(v);
     }
     return set;
   });

@@ -194,11 +194,13 @@ describe('PingSources', () => {
     assert.equal(at('30 9 * * 1-5', '2026-11-21T10:00:00Z'), '2026-11-23T09:30:00.000Z', 'Saturday → Monday');
     assert.equal(at('0 0 29 2 *', '2026-03-01T00:00:00Z'), '2028-02-29T00:00:00.000Z');
     assert.equal(at('0 0 1 * 0', '2026-11-23T00:00:00Z'), '2026-11-29T00:00:00.000Z', 'either day field when both are restricted');
-    assert.equal(at('15,45 * * * 7', '2026-11-22T10:20:00Z'), '2026-11-22T10:45:00.000Z', '7 is Sunday');
+    assert.equal(at('15,45 * * * 0', '2026-11-22T10:20:00Z'), '2026-11-22T10:45:00.000Z', '0 is Sunday');
+    assert.equal(at('0 0 * * 5/2', '2026-11-21T10:00:00Z'), '2026-11-27T00:00:00.000Z', 'a step from a day of week runs to Saturday (6), as in robfig/cron: Friday only');
     assert.equal(at('0 12 * jan-mar mon', '2026-11-23T00:00:00Z'), '2027-01-04T12:00:00.000Z', 'names');
     assert.equal(at('@every 90s', '2026-11-23T00:00:00Z'), '2026-11-23T00:01:30.000Z');
     assert.equal(at('CRON_TZ=UTC 0 0 * * *', '2026-11-23T01:00:00Z'), '2026-11-24T00:00:00.000Z');
-    for (const bad of ['* * * *', '60 * * * *', '*/0 * * * *', 'a * * * *', '5-1 * * * *', 'CRON_TZ=Europe/Zurich 0 0 * * *']) assert.throws(() => parseSchedule(bad), /schedule/);
+    // 7 for Sunday too: robfig/cron, which Knative's PingSource validation uses, refuses it.
+    for (const bad of ['* * * *', '60 * * * *', '*/0 * * * *', 'a * * * *', '5-1 * * * *', 'CRON_TZ=Europe/Zurich 0 0 * * *', '0 0 * * 7', '0 0 * * 1-7']) assert.throws(() => parseSchedule(bad), /schedule/);
   });
 });
 

@@ -265,6 +265,8 @@ describe('building blocks', () => {
     assert.match(cronProblem('* * * *')!, /expected 5 fields/);
     assert.match(cronProblem('60 * * * *')!, /minute field "60"/);
     assert.match(cronProblem('*/0 * * * *')!, /step "0"/);
+    // Knative's PingSource validation (robfig/cron v3) refuses a 7 for Sunday; so does the declaration.
+    assert.match(cronProblem('0 0 * * 7')!, /day of week field "7": "7" is outside 0-6/);
     assert.throws(() => defineFunction({ name: 'fx', description: '', reconciles: Widget, rbac: [], reconcile: async () => {}, resyncSchedule: 'every 5 minutes' }), /resyncSchedule "every 5 minutes" is not a cron expression/);
   });
 
