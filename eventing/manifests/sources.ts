@@ -4,17 +4,12 @@
 // in 'cluster' scope) is built by apiServerSourceObject in functions/runtime/knative-objects.ts,
 // shared with the sources the composite function manages per CompositeController.
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { apiVersionOf, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { apiVersionOf, type KubeObject, type LabelSelector } from '../../functions/runtime/kinds.ts';
 import { sourcesFor } from './wiring.ts';
 import type { SourceSpec } from '../source.ts';
 import { apiServerSourceObject } from '../../functions/runtime/knative-objects.ts';
 import { labels, sourceServiceAccountName, type ManifestOptions } from './options.ts';
 import { clusterScopedResources, identity, sourceRules } from './rbac.ts';
-
-export interface LabelSelector {
-  matchLabels?: Record<string, string>;
-  matchExpressions?: { key: string; operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist'; values?: string[] }[];
-}
 
 /**
  * A label selector string as list/watch take it (`app`, `!app`, `app=x`, `app!=x`,

@@ -51,6 +51,18 @@ export interface ObjectMeta {
   finalizers?: string[];
 }
 
+/** metav1.LabelSelector: every requirement must hold (matchLabels are `key In (value)`). */
+export interface LabelSelector {
+  matchLabels?: Record<string, string>;
+  matchExpressions?: LabelSelectorRequirement[];
+}
+
+export interface LabelSelectorRequirement {
+  key: string;
+  operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist';
+  values?: string[];
+}
+
 /** Any Kubernetes object; functions narrow `spec`/`status` with their own types. */
 export interface KubeObject {
   apiVersion?: string;

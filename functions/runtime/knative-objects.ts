@@ -15,7 +15,7 @@
 // `sink`. A source in namespace N watches namespaced kinds in N only, unless `namespaceSelector`
 // (knative/eventing#6665) selects more: in 'cluster' scope it carries an empty one (every namespace).
 import type { PolicyRule } from './declaration.ts';
-import type { KubeObject, ResourceKind } from './kinds.ts';
+import type { KubeObject, LabelSelector, ResourceKind } from './kinds.ts';
 
 export const KNATIVE_SERVICE_API = 'serving.knative.dev/v1';
 export const EVENTING_API = 'eventing.knative.dev/v1';
@@ -115,7 +115,7 @@ export function identity(name: string, rules: PolicyRule[], clusterScoped: Set<s
 export interface SourceResource {
   apiVersion: string;
   kind: string;
-  selector?: { matchLabels?: Record<string, string>; matchExpressions?: { key: string; operator: string; values?: string[] }[] };
+  selector?: LabelSelector;
 }
 
 /** One ApiServerSource object sending to the broker `brokerName`. */
