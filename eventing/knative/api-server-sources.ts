@@ -12,10 +12,9 @@
 // SufficientPermissions, Deployed, Ready (apiserver_lifecycle.go); `status.sinkUri`.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { apiVersionOf, isValidGroupVersion, keyOf, keyString, parseApiVersion, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { apiVersionOf, isValidGroupVersion, keyOf, keyString, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { guessedResource } from '../../functions/runtime/knative-objects.ts';
-import type { LabelSelector } from '../../functions/runtime/kinds.ts';
 import { formatLabelSelector } from '../manifests/sources.ts';
 import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';
 import type { BrokerDirectory } from './brokers.ts';
