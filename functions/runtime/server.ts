@@ -335,6 +335,15 @@ export function createFunctionHost(declaration: FunctionDeclaration, overrides: 
   return new FunctionHost({ ...options, declaration, kube, log, metrics });
 }
 
+/**
+ * How long an idle keep-alive connection to the function stays open: longer than the proxy in
+ * front keeps one. Knative's queue-proxy reaches the function through Go's http.Transport
+ * (knative.dev/pkg/network, cloned from http.DefaultTransport: idle connections kept 90 s); with
+ * Node's default of 5 s it may send a request on a connection Node is closing, and a POST that
+ * fails so is answered 502 (Go retries only idempotent requests on a closed idle connection).
+ */
+export const KEEP_ALIVE_TIMEOUT_MS = 95_000;
+
 /** Serves the function on PORT (default 8080, as Knative sets it) until SIGTERM/SIGINT. */
 export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   const log = createLogger(declaration.name);
@@ -347,6 +356,7 @@ export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   }
   const port = Number(process.env.PORT ?? 8080);
   const server = host.app.listen(port, process.env.HOST ?? '0.0.0.0');
+  server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
   let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) return;

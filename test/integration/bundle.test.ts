@@ -5,6 +5,7 @@
 // not produce, a source folder the bundles need but the build stage does not copy), this fails.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { Agent as HttpAgent, get as httpGet } from 'node:http';
 import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { freePort } from '../../cluster/control-plane.ts';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,7 @@ import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
 import { Pod } from '../../functions/runtime/kinds.ts';
+import { KEEP_ALIVE_TIMEOUT_MS } from '../../functions/runtime/server.ts';
 import { deliver, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
@@ -395,6 +397,14 @@ describe('the image entry', () => {
       await sleep(20);
     }
     assert.match(running.output().stdout, /"msg":"immortal-container ready"/);
+    // Idle connections outlive the queue-proxy's (Go's 90 s), so it never reuses one being closed.
+    const keepAlive = await new Promise<string | undefined>((resolve, reject) => {
+      httpGet(`${base}health/readiness`, { agent: new HttpAgent({ keepAlive: true }) }, (response) => {
+        response.resume();
+        resolve(response.headers['keep-alive'] as string | undefined);
+      }).on('error', reject);
+    });
+    assert.equal(keepAlive, `timeout=${KEEP_ALIVE_TIMEOUT_MS / 1000}`);
 
     const ic = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
       apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer',
