@@ -203,23 +203,30 @@ export type CopyAction =
   /** What the API server refuses to change in place (frozenFieldsDiffer): delete, then create. */
   | { type: 'replace'; desired: CopyableObject; existing: CopyableObject }
   | { type: 'delete'; existing: CopyableObject }
-  | { type: 'keep'; existing: CopyableObject };
+  | { type: 'keep'; existing: CopyableObject }
+  /** The name is held by an object that is not this rule's copy: reported, never written. */
+  | { type: 'blocked'; existing: CopyableObject };
 
 /**
  * What to do, given the wanted copies and the rule's copies found by its label (`observed`, already
- * narrowed to this rule by isManagedBy). A wanted copy with no observed counterpart is created;
- * the create itself finds out (409) whether a foreign object holds the name.
+ * narrowed to this rule by isManagedBy). A wanted copy with no observed counterpart is created,
+ * unless `taken` (objects of the same names that are not this rule's copies, from a possibly stale
+ * read) shows its name held: then it is blocked, without a write. A create still finds out (409)
+ * what the read did not show yet.
  */
-export function planCopies(desired: CopyableObject[], observed: CopyableObject[]): CopyAction[] {
+export function planCopies(desired: CopyableObject[], observed: CopyableObject[], taken: CopyableObject[] = []): CopyAction[] {
   const existing = new Map(observed.map((object) => [copyKey(object), object]));
+  const holders = new Map(taken.map((object) => [copyKey(object), object]));
   const wanted = new Set<string>();
   const actions: CopyAction[] = [];
   for (const copy of desired) {
     const key = copyKey(copy);
     wanted.add(key);
     const found = existing.get(key);
-    if (!found || found.metadata.deletionTimestamp) actions.push({ type: 'create', desired: copy });
-    else actions.push(updateAction(copy, found));
+    const holder = holders.get(key);
+    if (found && !found.metadata.deletionTimestamp) actions.push(updateAction(copy, found));
+    else if (holder && !holder.metadata.deletionTimestamp) actions.push({ type: 'blocked', existing: holder });
+    else actions.push({ type: 'create', desired: copy });
   }
   for (const object of observed) {
     if (!wanted.has(copyKey(object)) && !object.metadata.deletionTimestamp) actions.push({ type: 'delete', existing: object });

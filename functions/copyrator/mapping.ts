@@ -2,7 +2,11 @@
 // EnqueueRequestsFromMapFunc, pkg/handler/enqueue_mapped.go). ApiServerSource sends only the new
 // object, so a mapper cannot rely on a label still being there: a source that lost its selector
 // label must still wake its rule. Hence:
-//   - any object in a rule's source namespace wakes that rule (added, changed, unlabelled, deleted);
+//   - an object in a rule's source namespace wakes that rule when the rule selects it, and when
+//     the rule has a copy of it (it was a source: it lost its label, or was deleted); the copies
+//     come from one list of that name from the watch cache (a copy made a moment ago may be
+//     missing there: the resync then removes it). An object no rule selects or copies wakes
+//     nothing, however many rules read from its namespace;
 //   - a copy (rule annotation) wakes the rule that made it when it was deleted or differs from
 //     what its source makes of it (a hand edit). A copy that is exactly as the rule would write
 //     it wakes nothing: that is the echo of the rule's own write. The event body may make the
@@ -16,9 +20,9 @@
 //     next resync.
 // A forged event can only cause reconciles of rules that exist; reconcile re-reads everything.
 import type { MapperContext, WatchedChange } from '../runtime/declaration.ts';
-import { isValidName, isValidNamespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts';
+import { isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
 import type { KubeClient } from '../runtime/kube.ts';
-import { copyUpToDate, CopyratorRuleKind, desiredCopy, kindOf, sourcesOf, matchesSelector, ruleRef, RULE_ANNOTATION, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
+import { copyUpToDate, CopyratorRuleKind, desiredCopy, kindOf, sourcesOf, matchesSelector, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
 
 /** The `<namespace>/<name>` an annotation names, when it names a valid key (it reaches a URL). */
 function keyIn(value: unknown): ObjectKey | undefined {
@@ -54,14 +58,26 @@ async function isEcho(kube: KubeClient, rule: CopyratorRule, copy: CopyableObjec
   return source !== undefined && copyUpToDate(copy, desiredCopy(rule, source, copy.metadata.namespace!));
 }
 
+/** Those of `rules` (which read from the object's namespace) that hold a copy of the object. */
+async function rulesWithCopiesOf(kube: KubeClient, kind: ResourceKind, source: ObjectKey, rules: CopyratorRule[]): Promise<ObjectKey[]> {
+  const copies = await kube.list(kind, { fieldSelector: `metadata.name=${source.name}`, labelSelector: RULE_NAME_LABEL, cached: true });
+  const copied = new Set(copies.items.filter((copy) => copy.metadata.annotations?.[SOURCE_ANNOTATION] === `${source.namespace}/${source.name}`).map((copy) => copy.metadata.annotations?.[RULE_ANNOTATION]));
+  return rules.filter((rule) => copied.has(ruleRef(rule))).map(keyOfRule);
+}
+
 export function rulesForChange(ruleType: RuleType) {
   const kind = kindOf(ruleType);
   return async (change: WatchedChange, { kube }: MapperContext): Promise<ObjectKey[]> => {
     // Reference mode (Secrets) carries no body: read the object unless the event says it is gone.
     const object = (change.object ?? (change.deleted ? undefined : await kube.get(kind, change.key))) as CopyableObject | undefined;
-    const allRules = (await kube.list<CopyratorRule>(CopyratorRuleKind)).items;
+    // From the watch cache: every ConfigMap and Secret event in the cluster reads this list.
+    const allRules = (await kube.list<CopyratorRule>(CopyratorRuleKind, { cached: true })).items;
     const rules = allRules.filter((rule) => rule.ruleType === ruleType);
-    const keys = rules.filter((rule) => rule.namespace === change.key.namespace).map(keyOfRule);
+    const readers = rules.filter((rule) => rule.namespace === change.key.namespace);
+    const isSource = object !== undefined && sourcesOf([object]).length > 0;
+    const selecting = readers.filter((rule) => isSource && matchesSelector(rule.selector, object!.metadata.labels));
+    const others = readers.filter((rule) => !selecting.includes(rule));
+    const keys = [...selecting.map(keyOfRule), ...(others.length ? await rulesWithCopiesOf(kube, kind, change.key, others) : [])];
 
     const ownerKey = ruleKeyOfCopy(object);
     const owner = ownerKey && allRules.find((rule) => ruleRef(rule) === `${ownerKey.namespace}/${ownerKey.name}`);

@@ -4,7 +4,7 @@
 // Secret contents never leave this file in any form but the API writes themselves: logs, Events
 // and status name objects, never their data.
 import type { ReconcileContext } from '../runtime/declaration.ts';
-import { Namespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts';
+import { Namespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
 import { ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
 import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { TransientError } from '../runtime/errors.ts';
@@ -45,6 +45,8 @@ async function apply(kube: KubeClient, rule: CopyratorRule, ruleType: RuleType, 
   switch (action.type) {
     case 'keep':
       return 'unchanged';
+    case 'blocked':
+      return { conflict: conflictFor(action.existing) };
     case 'delete':
       // The uid precondition: never delete an object that replaced the copy we judged.
       await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
@@ -90,22 +92,45 @@ async function createCopy(kube: KubeClient, rule: CopyratorRule, ruleType: RuleT
   return 'updated';
 }
 
+/**
+ * The objects holding the names of copies still to be made that are not this rule's copies: one
+ * list per name, across namespaces, from the API server's watch cache. A rule whose copies
+ * collide with objects in many namespaces so costs one read per name on each reconcile, not a
+ * failed create and a read per namespace. The cache is as fresh as the events: the
+ * ApiServerSource's watch is served from it, so when the delete of a blocking object wakes the
+ * rule, the cache already knows it is gone; an object created since meets its 409 on create.
+ */
+async function namesTaken(kube: KubeClient, kind: ResourceKind, rule: CopyratorRule, creates: CopyableObject[]): Promise<CopyableObject[]> {
+  const names = [...new Set(creates.map((copy) => copy.metadata.name!))];
+  const wanted = new Set(creates.map((copy) => `${copy.metadata.namespace}/${copy.metadata.name}`));
+  const taken: CopyableObject[] = [];
+  await forEachLimited(names, WRITE_CONCURRENCY, async (name) => {
+    const { items } = await kube.list<CopyableObject>(kind, { fieldSelector: `metadata.name=${name}`, cached: true });
+    taken.push(...items.filter((object) => wanted.has(`${object.metadata.namespace}/${object.metadata.name}`) && !isManagedBy(object, rule)));
+  });
+  return taken;
+}
+
 /** Brings the rule's copies to the desired set; returns what is in place. Throws only on reads. */
-async function converge(kube: KubeClient, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown }> {
+async function converge({ kube, shared }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown }> {
   const kind = kindOf(rule.ruleType);
-  // Copies of the kind the rule no longer copies (its ruleType changed) are removed as well.
+  // Copies of the kind the rule no longer copies (its ruleType changed) are removed as well; from
+  // the watch cache, as there are almost never any.
   const formerTypes = ruleTypes.filter((ruleType) => ruleType !== rule.ruleType);
   const [listed, namespaces, observed, ...former] = await Promise.all([
     kube.list<CopyableObject>(kind, { namespace: rule.namespace, labelSelector: selectorString(rule.selector) || undefined }),
-    kube.list(Namespace),
+    // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
+    shared('namespaces', () => kube.list(Namespace)),
     kube.list<CopyableObject>(kind, { labelSelector: copiesSelector(rule) }),
-    ...formerTypes.map((ruleType) => kube.list<CopyableObject>(kindOf(ruleType), { labelSelector: copiesSelector(rule) })),
+    ...formerTypes.map((ruleType) => kube.list<CopyableObject>(kindOf(ruleType), { labelSelector: copiesSelector(rule), cached: true })),
   ]);
   const sources = sourcesOf(listed.items);
   const desired = desiredCopies(rule, sources, targetNamespaces(rule, namespaces.items));
   const ours = observed.items.filter((object) => isManagedBy(object, rule));
+  const creates = planCopies(desired, ours).flatMap((action) => (action.type === 'create' ? [action.desired] : []));
+  const taken = creates.length ? await namesTaken(kube, kind, rule, creates) : [];
   const actions: [RuleType, CopyAction][] = [
-    ...planCopies(desired, ours).map((action): [RuleType, CopyAction] => [rule.ruleType, action]),
+    ...planCopies(desired, ours, taken).map((action): [RuleType, CopyAction] => [rule.ruleType, action]),
     ...former.flatMap((list, index) => list.items.filter((object) => isManagedBy(object, rule)).map((existing): [RuleType, CopyAction] => [formerTypes[index], { type: 'delete', existing }])),
   ];
   const counts: Record<string, number> = { created: 0, updated: 0, deleted: 0, unchanged: 0 };
@@ -131,7 +156,8 @@ async function converge(kube: KubeClient, rule: CopyratorRule, ruleTypes: RuleTy
 
 export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
   const secretsEnabled = ruleTypes.includes('secret');
-  return async (key: ObjectKey, { kube, log, events }: ReconcileContext): Promise<void> => {
+  return async (key: ObjectKey, ctx: ReconcileContext): Promise<void> => {
+    const { kube, log, events } = ctx;
     const rule = await kube.get<CopyratorRule>(CopyratorRuleKind, key);
     // Going: the runtime runs finalizeCopies instead. Gone: its finalizer removed the copies, but
     // a replica that read the rule just before may have written one after; remove such orphans.
@@ -148,7 +174,7 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
       return;
     }
 
-    const tally = await converge(kube, rule, ruleTypes, log);
+    const tally = await converge(ctx, rule, ruleTypes, log);
     const { created, updated, deleted } = tally.counts;
     if (created || updated || deleted) {
       const message = `copies: ${created} created, ${updated} updated, ${deleted} deleted; ${tally.copies} in place`;

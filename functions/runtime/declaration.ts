@@ -122,6 +122,13 @@ export interface ReconcileContext {
    * Absent for resyncs, fan-outs and runs shared by several events.
    */
   hint?: KubeObject;
+  /**
+   * A read shared by every key of this event (a resync, a poll, a mapper's keys): the first key
+   * to ask for `name` runs `read`, the others get its answer. For reads that every key makes
+   * alike and whose staleness harms nothing, e.g. the namespaces each CopyratorRule copies into:
+   * 1000 rules in a resync list them once, not 1000 times. Each event reads afresh.
+   */
+  shared<T>(name: string, read: () => Promise<T>): Promise<T>;
 }
 
 /** "Reconcile this key again after D" (controller-runtime's Result.RequeueAfter). */

@@ -238,8 +238,9 @@ export class FunctionHost {
   /** Reconciles the keys (a few at a time) and turns their results into one answer. */
   async #reconcileAll(keys: KindKey[], log: Logger, hint?: KubeObject): Promise<Outcome> {
     const results: KeyResult[] = new Array(keys.length);
+    const reads = sharedReads();
     await forEachLimited(keys, this.#options.fanOutConcurrency, async (key, index) => {
-      results[index] = await this.reconcileKey(key, log, hint);
+      results[index] = await this.reconcileKey(key, log, hint, reads);
     });
     return answerFor(this.#options.declaration.name, keys, results, this.#options.now());
   }
@@ -249,7 +250,7 @@ export class FunctionHost {
    * the failure, if any, instead of throwing. `hint` is the event's body for this object (trusted
    * only to do less; a shared follow-up run gets none).
    */
-  reconcileKey(key: KindKey, parentLog: Logger, hint?: KubeObject): Promise<KeyResult> {
+  reconcileKey(key: KindKey, parentLog: Logger, hint?: KubeObject, reads = sharedReads()): Promise<KeyResult> {
     const { metrics, now } = this.#options;
     const id = kindKeyString(key);
     const log = parentLog.child({ key: id });
@@ -263,7 +264,7 @@ export class FunctionHost {
         metrics.reconcileSeconds.observe({ result }, seconds);
         return seconds;
       };
-      const ctx = this.#context(log, shared ? undefined : hint);
+      const ctx = this.#context(log, shared ? undefined : hint, reads);
       if (announced && !shared) ctx.kube = hintFromFirstRead(ctx, key);
       try {
         const result = await reconcileWithFinalizer(this.#options.declaration, key, ctx);
@@ -296,9 +297,9 @@ export class FunctionHost {
     });
   }
 
-  #context(log: Logger, hint: KubeObject | undefined): ReconcileContext {
+  #context(log: Logger, hint: KubeObject | undefined, shared: ReconcileContext['shared']): ReconcileContext {
     const { kube, config, http, now } = this.#options;
-    return { kube, log, events: this.#events.recorder(log), config, http, now, hint };
+    return { kube, log, events: this.#events.recorder(log), config, http, now, hint, shared };
   }
 
   /** Stops taking events (readiness turns 503) and resolves when in-flight ones are answered and recorded Events written. */
@@ -315,6 +316,20 @@ export class FunctionHost {
   flushEvents(): Promise<void> {
     return this.#events.flush();
   }
+}
+
+/** ReconcileContext.shared for one event: each read once; a read that failed is tried again by the next key that asks. */
+function sharedReads(): ReconcileContext['shared'] {
+  const reads = new Map<string, Promise<unknown>>();
+  return <T>(name: string, read: () => Promise<T>): Promise<T> => {
+    let pending = reads.get(name) as Promise<T> | undefined;
+    if (!pending) {
+      pending = read();
+      reads.set(name, pending);
+      pending.catch(() => reads.delete(name));
+    }
+    return pending;
+  };
 }
 
 /**

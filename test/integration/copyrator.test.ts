@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
+import { resyncEvent } from '../../eventing/plane.ts';
 import { readManifests, CRD_DIR } from '../../eventing/crds.ts';
 import { join } from 'node:path';
 import copyrator, { copyratorFunction } from '../../functions/copyrator/index.ts';
@@ -12,7 +13,7 @@ import { CopyratorRuleKind, EXCLUDE_LABEL, FINALIZER, RULE_ANNOTATION, SOURCE_AN
 import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
 import { PART_OF } from '../../functions/runtime/knative-objects.ts';
-import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { deliver, eventually, kubeFor, serveFunction, startTestCluster, untilWatchCacheForgets, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 let cluster: TestCluster;
@@ -169,6 +170,22 @@ describe('the seed example rule', () => {
     assert.equal(await reconciles() - beforeReconciles, 0);
   });
 
+  test("a ConfigMap in the rule's source namespace that it neither selects nor copies wakes no rule", async () => {
+    const reconciles = async () => (await fn.metrics.reconciles.get()).values.reduce((sum, value) => sum + value.value, 0);
+    const before = await reconciles();
+    const unrelated = await kube.create(ConfigMap, configMap('default', 'unrelated', { app: 'x' }));
+    const answer = await send(ConfigMap, unrelated, 'add');
+    assert.match(JSON.stringify(answer.body), /concerns no CopyratorRule/);
+    assert.equal(await reconciles() - before, 0);
+    // Selected: wakes the rule.
+    const selected = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'default', name: 'unrelated' }, { metadata: { labels: { copyrator: 'true' } } });
+    assert.equal((await send(ConfigMap, selected, 'update')).body.reconciled, 1);
+    assert.ok(await getCm('team-a', 'unrelated'));
+    await kube.delete(ConfigMap, { namespace: 'default', name: 'unrelated' });
+    await send(ConfigMap, selected, 'delete');
+    assert.equal(await getCm('team-a', 'unrelated'), undefined);
+  });
+
   test('a source that loses its label loses its copies; a deleted source too', async () => {
     const unlabelled = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'default', name: 'shared-binary' }, { metadata: { labels: { copyrator: null } } });
     await send(ConfigMap, unlabelled, 'update');
@@ -206,6 +223,7 @@ describe('conflicts', () => {
   test('deleting the object that blocked a copy wakes the rule at once (its status listed it), and the copy appears', async () => {
     const blocker = (await getCm('team-a', 'app-config'))!;
     await kube.delete(ConfigMap, { namespace: 'team-a', name: 'app-config' });
+    await untilWatchCacheForgets(kube, ConfigMap, { namespace: 'team-a', name: 'app-config' });
     const answer = await send(ConfigMap, blocker, 'delete');
     assert.equal(answer.body.reconciled, 1, JSON.stringify(answer.body));
     const copy = (await getCm('team-a', 'app-config'))!;
@@ -229,6 +247,24 @@ describe('conflicts', () => {
     // The first rule, reconciled again, still finds everything in place.
     await ruleEvent((await getRule({ namespace: 'src-conflict', name: 'share' }))!);
     assert.equal((await getRule({ namespace: 'src-conflict', name: 'share' }))!.status!.conflictCount, 1);
+    // Known conflicts cost no write: the names are read (one list per name), not tried.
+    const creates = async () => (await fn.metrics.apiRequests.get()).values.filter((v) => v.labels.verb === 'post' && v.labels.resource === 'configmaps').reduce((sum, v) => sum + v.value, 0);
+    const before = await creates();
+    await ruleEvent((await getRule({ namespace: 'team-b', name: 'share-again' }))!);
+    assert.equal(await creates() - before, 0);
+    const again = (await getRule({ namespace: 'team-b', name: 'share-again' }))!.status!;
+    assert.deepEqual(again.conflicts, status.conflicts, 'the same conflicts reported');
+  });
+
+  test('a resync of every rule lists the namespaces once', async () => {
+    const namespaceLists = async () => (await fn.metrics.apiRequests.get()).values.filter((v) => v.labels.resource === 'namespaces').reduce((sum, v) => sum + v.value, 0);
+    const rules = (await kube.list(CopyratorRuleKind)).items.length;
+    assert.ok(rules >= 3, `${rules} rules`);
+    const before = await namespaceLists();
+    const answer = await deliver(fn.url, resyncEvent(copyrator));
+    assert.equal(answer.status, 200);
+    assert.equal(answer.body.reconciled, rules);
+    assert.equal(await namespaceLists() - before, 1, `${rules} rules, one list of namespaces`);
   });
 });
 

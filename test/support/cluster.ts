@@ -6,7 +6,7 @@ import { HTTP, type CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
 import { applyCrds } from '../../eventing/crds.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
+import type { KubeObject, ObjectKey, ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ConnectionReusingKubeConfig, KubeClient, type RequestObserver } from '../../functions/runtime/kube.ts';
 import { createMetrics, type FunctionMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost, OUTCOME_HEADER, type FunctionHost, type FunctionHostOptions } from '../../functions/runtime/server.ts';
@@ -114,4 +114,12 @@ export async function untilWatchCacheHolds(kube: KubeClient, kind: ResourceKind,
   const key = { namespace: object.metadata.namespace ?? '', name: object.metadata.name! };
   await eventually(async () => (await kube.get(kind, key, { cached: true }))?.metadata.resourceVersion === object.metadata.resourceVersion,
     2000, `the watch cache to hold ${key.name} at resourceVersion ${object.metadata.resourceVersion}`);
+}
+
+/**
+ * Waits until the API server's watch cache no longer holds the object: what an event delivered
+ * by the plane implies, as the ApiServerSource's watch is served from that cache.
+ */
+export async function untilWatchCacheForgets(kube: KubeClient, kind: ResourceKind, key: ObjectKey): Promise<void> {
+  await eventually(async () => (await kube.get(kind, key, { cached: true })) === undefined, 2000, `the watch cache to forget ${key.namespace}/${key.name}`);
 }

@@ -136,6 +136,15 @@ describe('planCopies', () => {
     assert.deepEqual(plan, ['keep keep', 'update change', 'create new', 'delete gone']);
   });
 
+  test('a name another object holds is blocked without a write; one being deleted is tried', () => {
+    const [free, held, dying] = desiredCopies(r, [source('free'), source('held'), source('dying')], ['a']);
+    const foreign = { ...stored(held), metadata: { ...stored(held).metadata, annotations: {} } };
+    const leaving = { ...stored(dying), metadata: { ...stored(dying).metadata, annotations: {}, deletionTimestamp: '2026-01-01T00:00:00Z' } };
+    const plan = planCopies([free, held, dying], [], [foreign, leaving]);
+    assert.deepEqual(plan.map((action) => action.type), ['create', 'blocked', 'create']);
+    assert.equal(plan[1].type === 'blocked' && plan[1].existing, foreign);
+  });
+
   test('a copy being deleted is created again rather than updated', () => {
     const [wanted] = desiredCopies(r, [source('x')], ['a']);
     const dying = stored(wanted);

@@ -36,6 +36,33 @@ const receive = (host: ReturnType<typeof hostFor>, event: CloudEvent<unknown>) =
 };
 const key = (name: string) => `example.com/Widget:ns/${name}`;
 
+describe('reads shared by the keys of one event', () => {
+  test('each name is read once per event; a failed read is tried again by the next key; the next event reads afresh', async () => {
+    let reads = 0;
+    let failNext = true;
+    const declaration = defineFunction({
+      name: 'widgets', description: 'test', reconciles: Widget, rbac: [],
+      reconcile: async (_key, ctx) => {
+        await ctx.shared('namespaces', async () => {
+          reads++;
+          if (failNext) {
+            failNext = false;
+            throw new TransientError('the first read fails');
+          }
+          return ['a', 'b'];
+        });
+      },
+    });
+    const host = createFunctionHost(declaration, { kube: unreachableKube(), log: quietLog, metrics: createMetrics('widgets'), fanOutConcurrency: 1 });
+    const keys = ['w1', 'w2', 'w3', 'w4'].map(key);
+    const first = await receive(host, reconcileEvent(keys));
+    assert.equal(reads, 2, 'the failed read, then one for the three other keys');
+    assert.deepEqual((first.body as { failures?: { key: string }[] }).failures?.map((failure) => failure.key), [key('w1')]);
+    await receive(host, reconcileEvent(keys));
+    assert.equal(reads, 3, 'one more for the next event');
+  });
+});
+
 describe('per-key coalescing', () => {
   test('doorbells for a running key share one follow-up run; each is answered 200 after it', async () => {
     let running = 0;
