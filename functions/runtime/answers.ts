@@ -74,7 +74,11 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
     return { status, body: { error: listed[0].error, ...counts, failures: listed }, retryAfterSeconds };
   }
   // More failures than a reply may carry: the whole event is retried (truthful, if costly).
-  if (retryable.length > MAX_KEYS_PER_EVENT) return { status: 503, body: { error: `${retryable.length} keys failed, more than a reply can carry; first: ${listed[0].error}`, ...counts, failures: listed } };
+  // With the Retry-After the failed keys agree on (a hook's 429), as when every key failed.
+  if (retryable.length > MAX_KEYS_PER_EVENT) {
+    const retryAfterSeconds = agreedRetryAfter(retryable.map(({ result }) => result.retryAfterSeconds));
+    return { status: 503, body: { error: `${retryable.length} keys failed, more than a reply can carry; first: ${listed[0].error}`, ...counts, failures: listed }, retryAfterSeconds };
+  }
   if (retryable.length > 0) {
     // Only the failed keys: a requeued key riding along would succeed again in the reply's round
     // and ask again, so a key that keeps failing would come back at once, round after round,

@@ -16,6 +16,8 @@ import { ConfigMap, InvalidPathSegmentError, objectPath, parseKindKey, type Obje
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { isHashedLabelValue, ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import { createFunctionHost, MAX_REQUEUE_SECONDS } from '../../functions/runtime/server.ts';
+import { answerFor, failedResult, type KeyResult } from '../../functions/runtime/answers.ts';
+import { MAX_KEYS_PER_EVENT } from '../../functions/runtime/events.ts';
 import { setRecent } from '../../functions/runtime/recent.ts';
 import { KeyedWorkQueue } from '../../functions/runtime/workqueue.ts';
 import { quietLog, unreachableKube } from '../support/cluster.ts';
@@ -120,6 +122,16 @@ describe('answers', () => {
     assert.equal(outcome.reply?.headers['ce-opfnfunction'], 'widgets');
     assert.equal(outcome.reply?.headers['ce-opfnnotbefore'], '2025-05-01T00:01:30.000Z');
     assert.deepEqual(JSON.parse(outcome.reply!.body), { keys: [key('a')] });
+  });
+
+  test("more failed keys than a reply carries: 503 with the Retry-After they agree on (a hook's 429 in a sweep)", () => {
+    const keys = Array.from({ length: MAX_KEYS_PER_EVENT + 2 }, (_, i) => ({ kind: Widget, namespace: 'ns', name: `w${i}` }));
+    const results: KeyResult[] = keys.map((_, i) => (i === 0 ? { type: 'done' } : failedResult(new TransientError('hook answered 429', { retryAfterSeconds: 30 + (i % 2) }))));
+    const outcome = answerFor('widgets', keys, results, new Date());
+    assert.equal(outcome.status, 503);
+    assert.equal(outcome.retryAfterSeconds, 30, 'the shortest wait all asked for');
+    results[1] = failedResult(new TransientError('no wait asked'));
+    assert.equal(answerFor('widgets', keys, results, new Date()).retryAfterSeconds, undefined, 'one key asked for none: none');
   });
 
   test('keys of a fan-out requeued at different times: one reply, each key with its own time to the millisecond', async () => {
