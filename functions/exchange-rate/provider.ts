@@ -34,15 +34,19 @@ export interface RateProvider {
 
 /**
  * The provider could not be asked or answered badly; carries the provider's own words. Reconcile
- * turns it into Ready=False (the last good rate stays) and a retry after `retryAfterSeconds`.
+ * turns it into Ready=False (the last good rate stays) and a retry after `retryAfterSeconds`, or
+ * at `retryAt` when the slot cache set it (the time it asks the provider again, shared by every
+ * ExchangeRate of the process).
  */
 export class ProviderError extends Error {
   readonly retryAfterSeconds?: number;
+  readonly retryAt?: Date;
 
-  constructor(message: string, options: { retryAfterSeconds?: number } = {}) {
+  constructor(message: string, options: { retryAfterSeconds?: number; retryAt?: Date } = {}) {
     super(message);
     this.name = 'ProviderError';
     this.retryAfterSeconds = options.retryAfterSeconds;
+    this.retryAt = options.retryAt;
   }
 }
 
@@ -197,43 +201,85 @@ export function frankfurter(options: FrankfurterOptions): RateProvider {
   };
 }
 
-/** One provider request: its slot, when it was made, and its answer once there. */
+/**
+ * When a failed request may be repeated: after the retry interval, or after the provider's
+ * Retry-After when that is longer (a shorter hint does not make a failing provider asked sooner).
+ */
+export const retryTime = (askedAt: number, retrySeconds: number, hintSeconds: number | undefined): Date => new Date(askedAt + Math.max(retrySeconds, hintSeconds ?? 0) * 1000);
+
+/** One provider request: its slot, when it was made (the reconcile clock), and the promise of its answer. */
 interface Asked {
   slot: number;
   at: number;
   quote: Promise<Quote>;
-  answer?: Quote;
 }
 
 /**
  * Shares one provider request among every reconcile of the same refresh slot in this process
- * (the in-flight promise, then its answer until the slot ends). Failures are not kept: the next
- * reconcile asks again, after its own backoff. An answer lacking a currency is kept for the others
- * but not for that currency past the retry interval: the first reconcile of that currency after it
- * asks again, and every reconcile meanwhile shares that new request (so the provider sees one
- * request per retry interval, however many ExchangeRates wait for the currency).
+ * (the in-flight promise, then its answer until the slot ends). An answer lacking a currency is
+ * kept for the others but not for that currency past the retry interval: the first reconcile of
+ * that currency after it asks again, and every reconcile meanwhile shares that new request (so
+ * the provider sees one request per retry interval, however many ExchangeRates wait for the
+ * currency).
+ *
+ * A failure is kept too, for every currency and slot, until its retry time (retryTime): every
+ * reconcile meanwhile fails at once with the same words and the same retryAt, without a network
+ * call. Not keeping it let each of 1000 due ExchangeRates ask a failing provider again, each with
+ * its in-request retries (375 requests and 195 s for one resync; a 429's Retry-After was honoured
+ * per object only, 487 requests within its 300 s).
  */
 export class SlotCache {
   readonly #provider: RateProvider;
-  readonly #retryMs: number;
-  #asked?: Asked;
+  readonly #retrySeconds: number;
+  /** The request under way, if any. */
+  #asking?: Asked;
+  /** The last good answer and when it was asked for. */
+  #answered?: { slot: number; at: number; quote: Quote };
+  /** The last failure, until its retry time; cleared by a good answer. */
+  #failed?: { error: ProviderError; until: Date };
 
   constructor(provider: RateProvider, retrySeconds: number) {
     this.#provider = provider;
-    this.#retryMs = retrySeconds * 1000;
+    this.#retrySeconds = retrySeconds;
   }
 
   latest(slot: number, currency: string, now: Date): Promise<Quote> {
-    const asked = this.#asked;
-    if (asked?.slot === slot && (!asked.answer || asked.answer.rates[currency] !== undefined || now.getTime() - asked.at < this.#retryMs)) return asked.quote;
-    const entry: Asked = { slot, at: now.getTime(), quote: this.#provider.latest() };
-    this.#asked = entry;
-    entry.quote.then(
-      (answer) => (entry.answer = answer),
-      () => {
-        if (this.#asked === entry) this.#asked = undefined;
-      },
-    );
+    const answered = this.#answered;
+    if (answered?.slot === slot && (answered.quote.rates[currency] !== undefined || now.getTime() - answered.at < this.#retrySeconds * 1000)) return Promise.resolve(answered.quote);
+    if (this.#asking?.slot === slot) return this.#asking.quote;
+    const failed = this.#failed;
+    if (failed && now.getTime() < failed.until.getTime()) return Promise.reject(failed.error);
+    return this.#ask(slot, now.getTime());
+  }
+
+  #ask(slot: number, at: number): Promise<Quote> {
+    const entry: Asked = {
+      slot,
+      at,
+      quote: this.#provider.latest().then(
+        (quote) => {
+          // Two requests overlap only across a slot's end; the older one's outcome does not replace the newer's.
+          if (!this.#answered || this.#answered.at <= at) {
+            this.#answered = { slot, at, quote };
+            this.#failed = undefined;
+          }
+          return quote;
+        },
+        (error: unknown) => {
+          // Anything but a ProviderError is a bug, not the provider's state: not kept.
+          if (!(error instanceof ProviderError)) throw error;
+          const until = retryTime(at, this.#retrySeconds, error.retryAfterSeconds);
+          const failed = new ProviderError(error.message, { retryAfterSeconds: error.retryAfterSeconds, retryAt: until });
+          if (!(this.#answered && this.#answered.at > at)) this.#failed = { error: failed, until };
+          throw failed;
+        },
+      ),
+    };
+    this.#asking = entry;
+    const done = () => {
+      if (this.#asking === entry) this.#asking = undefined;
+    };
+    entry.quote.then(done, done);
     return entry.quote;
   }
 }

@@ -24,7 +24,8 @@ import {
 } from './desired.ts';
 import { frankfurter, httpGet, ProviderError, SlotCache, type HttpGet } from './provider.ts';
 
-const PROVIDER_ATTEMPTS = 3;
+/** Attempts of one provider call (first try included); exported for the tests that count requests. */
+export const PROVIDER_ATTEMPTS = 3;
 const PROVIDER_BACKOFF_MS = 500;
 
 /** One provider (and its slot cache) per process and configuration. */
@@ -61,7 +62,7 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
   let nextRefreshAt: Date;
   if (refreshDue(rate, now, config.refreshSeconds)) {
     const slot = slotOf(now, config.refreshSeconds);
-    let retryAfter = config.retrySeconds;
+    let retryAt = new Date(now.getTime() + config.retrySeconds * 1000);
     try {
       const result = fromQuote(rate, await slotCacheFor(config, httpGet(ctx.http)).latest(slot, rate.spec.currency, now));
       if ('values' in result) fetched = result.values;
@@ -69,10 +70,12 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
     } catch (error) {
       if (!(error instanceof ProviderError)) throw error;
       problem = providerProblem(rate, error.message);
-      retryAfter = error.retryAfterSeconds ?? retryAfter;
+      // The slot cache's retry time: every ExchangeRate failing on the same request is due again
+      // when the cache asks the provider again, not before (it would fail at once) nor one by one.
+      retryAt = error.retryAt ?? retryAt;
     }
-    // After a failure, ask again soon (when the provider said, if it did), else at the slot's end.
-    nextRefreshAt = problem ? new Date(now.getTime() + Math.min(config.refreshSeconds, retryAfter) * 1000) : slotEnd(slot, config.refreshSeconds);
+    // After a failure, ask again at the retry time (within one interval), else at the slot's end.
+    nextRefreshAt = problem ? new Date(Math.min(retryAt.getTime(), now.getTime() + config.refreshSeconds * 1000)) : slotEnd(slot, config.refreshSeconds);
     if (problem) {
       log.warn({ reason: problem.reason }, problem.message);
       if (problem.reason !== rate.status?.conditions?.find((condition) => condition.type === 'Ready')?.reason) await events.warning(rate, ExchangeRateKind, problem.reason, problem.message);

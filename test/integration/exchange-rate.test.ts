@@ -8,6 +8,7 @@ import { CloudEvent } from 'cloudevents';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
 import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
 import exchangeRate from '../../functions/exchange-rate/index.ts';
+import { PROVIDER_ATTEMPTS } from '../../functions/exchange-rate/reconcile.ts';
 import { ExchangeRateKind, OWNER_LABEL, type ExchangeRate, type RateConfigMap } from '../../functions/exchange-rate/desired.ts';
 import { resolveConfig } from '../../functions/runtime/config.ts';
 import { PING_TYPE } from '../../functions/runtime/events.ts';
@@ -61,6 +62,7 @@ before(async () => {
   const config = resolveConfig(exchangeRate.name, exchangeRate.config, functionConfig);
   fn = await serveFunction(exchangeRate, kubeconfig, { config, now: () => new Date(clock) });
   await kube.create(Namespace, { metadata: { name: 'many' } });
+  await kube.create(Namespace, { metadata: { name: 'herd' } });
 });
 
 after(async () => {
@@ -303,5 +305,80 @@ describe('scale', () => {
     await resync();
     assert.equal(standIn.requests.length - before, 1, 'the next refresh of all 100: one request');
     assert.equal((await getCm({ namespace: 'many', name: 'rate-3' }))?.data?.rate, '170.25');
+  });
+});
+
+describe('a failing provider, many ExchangeRates', () => {
+  const HERD = 40;
+  const currencies = ['CAD', 'CHF', 'GBP', 'JPY', 'PLN', 'USD'];
+  const herd = async () => (await kube.list<ExchangeRate>(ExchangeRateKind, { namespace: 'herd' })).items;
+  const requestsDuring = async (step: () => Promise<unknown>) => {
+    const before = standIn.requests.length;
+    await step();
+    return standIn.requests.length - before;
+  };
+
+  before(async () => {
+    await Promise.all(Array.from({ length: HERD }, (_, i) => kube.create(ExchangeRateKind, newRate('herd', `herd-${i}`, currencies[i % currencies.length]))));
+    standIn.mode = { type: 'rates' };
+    clock += HOUR;
+    await resync();
+    assert.equal((await herd()).filter((rate) => ready(rate)?.status === 'True').length, HERD);
+  });
+
+  after(() => {
+    standIn.mode = { type: 'rates' };
+  });
+
+  test('the provider down: one provider call per retry interval for all of them, the rest fail at once', async () => {
+    standIn.mode = { type: 'error', status: 500, body: '{"message":"boom"}' };
+    clock += HOUR;
+    const failedAt = clock;
+    assert.equal(await requestsDuring(resync), PROVIDER_ATTEMPTS, 'one call (its in-request attempts), not one per ExchangeRate');
+    const failing = await herd();
+    for (const rate of failing) {
+      assert.deepEqual([ready(rate)?.status, ready(rate)?.reason, ready(rate)?.message], ['False', 'ProviderError', 'provider answered 500: "boom"; keeping the last rate'], rate.metadata.name);
+      assert.equal(Date.parse(rate.status!.nextRefreshAt!), failedAt + 30_000, 'all due again when the cache asks again');
+    }
+
+    // Within the retry interval: a new ExchangeRate (due at once) fails without a call; the others are not due and stay as they are.
+    clock += 10_000;
+    const latecomer = await kube.create<ExchangeRate>(ExchangeRateKind, newRate('herd', 'latecomer', 'GBP'));
+    assert.equal(await requestsDuring(() => touch(latecomer, 'add')), 0, 'the kept failure answers');
+    const late = (await getRate({ namespace: 'herd', name: 'latecomer' }))!;
+    assert.deepEqual([ready(late)?.reason, ready(late)?.message], ['ProviderError', 'provider answered 500: "boom"; no rate for GBP yet']);
+    assert.equal(Date.parse(late.status!.nextRefreshAt!), failedAt + 30_000);
+    assert.equal(await requestsDuring(resync), 0);
+
+    clock = failedAt + 30_000;
+    assert.equal(await requestsDuring(resync), PROVIDER_ATTEMPTS, 'at the retry time: one call again');
+    const again = await herd();
+    assert.equal(again.filter((rate) => ready(rate)?.reason === 'ProviderError').length, HERD + 1);
+
+    standIn.mode = { type: 'rates' };
+    clock += 30_000;
+    assert.equal(await requestsDuring(resync), 1, 'recovery: one request');
+    assert.equal((await herd()).filter((rate) => ready(rate)?.status === 'True').length, HERD + 1);
+  });
+
+  test("a 429's Retry-After holds every ExchangeRate of the process, not only the one that got it", async () => {
+    standIn.mode = { type: 'error', status: 429, body: '{"message":"slow down"}', retryAfter: '300' };
+    clock += HOUR;
+    const limitedAt = clock;
+    assert.equal(await requestsDuring(resync), 1, 'one request; the hint ends the in-request retries');
+
+    // Past our own retry interval, before the provider's: what is due anyway (a spec change, a new object) does not ask.
+    clock = limitedAt + 61_000;
+    assert.equal(await requestsDuring(async () => touch(await kube.mergePatch(ExchangeRateKind, { namespace: 'herd', name: 'herd-0' }, { spec: { currency: 'JPY' } }))), 0);
+    assert.match(ready(await getRate({ namespace: 'herd', name: 'herd-0' }))!.message, /^provider answered 429: "slow down"; no rate for JPY yet$/);
+    const other = await kube.create<ExchangeRate>(ExchangeRateKind, newRate('herd', 'latecomer-2', 'USD'));
+    assert.equal(await requestsDuring(() => touch(other, 'add')), 0);
+    assert.equal(await requestsDuring(resync), 0);
+    for (const rate of await herd()) assert.equal(Date.parse(rate.status!.nextRefreshAt!), limitedAt + 300_000, `${rate.metadata.name}: due when the provider allows`);
+
+    standIn.mode = { type: 'rates' };
+    clock = limitedAt + 300_000;
+    assert.equal(await requestsDuring(resync), 1, 'after the Retry-After: one request for all');
+    assert.deepEqual([ready(await getRate({ namespace: 'herd', name: 'herd-0' }))?.status, (await getCm({ namespace: 'herd', name: 'herd-0' }))?.data?.rate], ['True', String(standIn.rates.JPY)]);
   });
 });

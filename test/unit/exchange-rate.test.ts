@@ -291,9 +291,8 @@ describe('the slot cache', () => {
     return provider;
   };
 
-  test('100 concurrent reconciles of one slot share one request; the next slot asks again; failures are not kept', async () => {
-    let fail = false;
-    const provider = counting(() => (fail ? new ProviderError('down') : { base: 'EUR', date: '2026-11-20', rates: { USD: '1' } }));
+  test('100 concurrent reconciles of one slot share one request; the next slot asks again', async () => {
+    const provider = counting(() => ({ base: 'EUR', date: '2026-11-20', rates: { USD: '1' } }));
     const cache = new SlotCache(provider satisfies RateProvider, 60);
     await Promise.all(Array.from({ length: 100 }, () => cache.latest(7, 'USD', t0)));
     assert.equal(provider.calls, 1);
@@ -301,10 +300,60 @@ describe('the slot cache', () => {
     assert.equal(provider.calls, 1, 'kept for the rest of the slot');
     await cache.latest(8, 'USD', later(3600));
     assert.equal(provider.calls, 2);
+  });
+
+  test('a failure is kept until the retry interval: one request per interval, every other reconcile fails at once with the same words and retry time', async () => {
+    let fail = true;
+    const provider = counting(() => (fail ? new ProviderError('provider answered 500: "boom"') : { base: 'EUR', date: '2026-11-20', rates: { USD: '1', CHF: '0.9' } }));
+    const cache = new SlotCache(provider, 60);
+    const failures = async (count: number, at: Date, slot = 7) => {
+      const outcomes = await Promise.allSettled(Array.from({ length: count }, (_, i) => cache.latest(slot, i % 2 ? 'USD' : 'CHF', at)));
+      return outcomes.map((outcome) => (outcome.status === 'rejected' ? (outcome.reason as ProviderError) : assert.fail('answered')));
+    };
+    const first = await failures(100, t0);
+    assert.equal(provider.calls, 1, 'concurrent reconciles share the failing request');
+    const kept = await failures(100, later(59));
+    assert.equal(provider.calls, 1, 'within the retry interval: no request, every currency fails at once');
+    assert.equal((await failures(1, later(59), 8))[0].message, 'provider answered 500: "boom"', 'a new slot too');
+    assert.equal(provider.calls, 1);
+    for (const error of [...first, ...kept]) {
+      assert.ok(error instanceof ProviderError);
+      assert.equal(error.message, 'provider answered 500: "boom"');
+      assert.equal(error.retryAt?.toISOString(), later(60).toISOString(), 'the time the cache asks again');
+    }
+    fail = false;
+    await Promise.all(Array.from({ length: 10 }, () => cache.latest(7, 'USD', later(60))));
+    assert.equal(provider.calls, 2, 'at the retry time: one request, shared');
+    await cache.latest(7, 'CHF', later(61));
+    assert.equal(provider.calls, 2, 'a good answer ends the failure');
+  });
+
+  test("a provider's Retry-After longer than the retry interval holds every reconcile, of any slot, until it passes; a shorter one does not shorten the interval", async () => {
+    let retryAfterSeconds: number | undefined = 300;
+    const provider = counting(() => new ProviderError('provider answered 429: "slow down"', { retryAfterSeconds }));
+    const cache = new SlotCache(provider, 60);
+    const errors: ProviderError[] = [];
+    for (const [seconds, slot, count] of [[0, 7, 1], [61, 7, 50], [299, 7, 50], [299, 8, 50]]) {
+      const outcomes = await Promise.allSettled(Array.from({ length: count }, () => cache.latest(slot, 'JPY', later(seconds))));
+      for (const outcome of outcomes) errors.push(outcome.status === 'rejected' ? outcome.reason : assert.fail('answered'));
+    }
+    assert.equal(provider.calls, 1, 'one request within the Retry-After, for all');
+    assert.ok(errors.every((error) => /slow down/.test(error.message) && error.retryAt?.getTime() === later(300).getTime()), 'each says when the provider allows');
+    retryAfterSeconds = 5;
+    await assert.rejects(cache.latest(8, 'USD', later(300)), (error: ProviderError) => error.retryAt?.getTime() === later(360).getTime());
+    await assert.rejects(cache.latest(8, 'USD', later(359)));
+    assert.equal(provider.calls, 2, 'a hint shorter than the interval: the interval');
+  });
+
+  test('a failure asking again for a missing currency does not take the kept answer from the other currencies', async () => {
+    let fail = false;
+    const provider = counting(() => (fail ? new ProviderError('down') : { base: 'EUR', date: '2026-11-20', rates: { USD: '1.05' } }));
+    const cache = new SlotCache(provider, 60);
+    await cache.latest(7, 'PLN', t0);
     fail = true;
-    await assert.rejects(cache.latest(9, 'USD', later(7200)));
-    await assert.rejects(cache.latest(9, 'USD', later(7201)));
-    assert.equal(provider.calls, 4, 'a failure is asked again');
+    await assert.rejects(cache.latest(7, 'PLN', later(60)), /down/);
+    assert.equal((await cache.latest(7, 'USD', later(61))).rates.USD, '1.05');
+    assert.equal(provider.calls, 2);
   });
 
   test('a currency missing from the kept answer is asked again after the retry interval, by one request for all', async () => {
