@@ -108,6 +108,21 @@ export function fromQuote(rate: ExchangeRate, quote: Quote): QuoteResult {
 /** Ready=False after the provider failed (its words), saying what stays in place meanwhile. */
 export const providerProblem = (rate: ExchangeRate, message: string): ConditionInput => ({ type: 'Ready', status: 'False', reason: 'ProviderError', message: `${message}; ${whatIsKept(rate)}` });
 
+/** Reasons of a failed refresh: status.nextRefreshAt is then a retry time, not a slot end. */
+const FAILED_REFRESH = new Set(['ProviderError', 'CurrencyNotQuoted']);
+
+/**
+ * The Ready condition a reconcile that does not refresh (not due yet) must keep: the failed
+ * refresh's, until the retry. Otherwise such a reconcile would set Ready=True (RateCurrent) while
+ * the provider is still down, write status for it, and the next failure would warn again.
+ * Undefined when the last refresh succeeded (Ready=True is then recomputed from status).
+ */
+export function standingProblem(rate: ExchangeRate): ConditionInput | undefined {
+  const ready = rate.status?.conditions?.find((condition) => condition.type === 'Ready');
+  if (ready?.status !== 'False' || !FAILED_REFRESH.has(ready.reason)) return undefined;
+  return { type: ready.type, status: ready.status, reason: ready.reason, message: ready.message };
+}
+
 /**
  * The ConfigMap for these values; without values (the currency changed and no rate of the new
  * one came yet) it holds no data at all, so that no reader takes the old currency's rate for the

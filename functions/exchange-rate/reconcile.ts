@@ -17,6 +17,7 @@ import {
   scheduledRefresh,
   slotEnd,
   slotOf,
+  standingProblem,
   valuesFor,
   type ExchangeRate,
   type RateConfigMap,
@@ -78,11 +79,15 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
     nextRefreshAt = problem ? new Date(Math.min(retryAt.getTime(), now.getTime() + config.refreshSeconds * 1000)) : slotEnd(slot, config.refreshSeconds);
     if (problem) {
       log.warn({ reason: problem.reason }, problem.message);
+      // Once per outage and object: the next failures (the cache's fail-fast ones, each retry) find
+      // Ready already False for the same reason, which a not-due reconcile keeps (standingProblem).
       if (problem.reason !== rate.status?.conditions?.find((condition) => condition.type === 'Ready')?.reason) await events.warning(rate, ExchangeRateKind, problem.reason, problem.message);
     }
   } else {
-    // Not due: refreshDue found a due time.
+    // Not due: refreshDue found a due time. While it is a retry time, the failed refresh's
+    // condition stands: the last refresh failed and nothing new is known.
     nextRefreshAt = scheduledRefresh(rate, now, config.refreshSeconds)!;
+    problem = standingProblem(rate);
   }
 
   // Without values (a new currency, no rate of it yet) the ConfigMap is emptied, never left

@@ -12,7 +12,7 @@ import { PROVIDER_ATTEMPTS } from '../../functions/exchange-rate/reconcile.ts';
 import { ExchangeRateKind, OWNER_LABEL, type ExchangeRate, type RateConfigMap } from '../../functions/exchange-rate/desired.ts';
 import { resolveConfig } from '../../functions/runtime/config.ts';
 import { PING_TYPE } from '../../functions/runtime/events.ts';
-import { ConfigMap, Namespace, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, CoreEvent, Namespace, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
 import { deliver, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
@@ -42,6 +42,12 @@ const resync = async () => {
 
 const getRate = (key: ObjectKey) => kube.get<ExchangeRate>(ExchangeRateKind, key);
 const getCm = (key: ObjectKey) => kube.get<RateConfigMap>(ConfigMap, key);
+/** ProviderError Warnings posted on an ExchangeRate so far (the recorder's counts, after its queue is written). */
+const providerWarnings = async (key: ObjectKey) => {
+  await fn.host.flushEvents();
+  const events = (await kube.list<KubeObject & { involvedObject?: { name?: string }; reason?: string; count?: number }>(CoreEvent, { namespace: key.namespace })).items;
+  return events.filter((event) => event.involvedObject?.name === key.name && event.reason === 'ProviderError').reduce((sum, event) => sum + (event.count ?? 1), 0);
+};
 const ready = (rate: ExchangeRate | undefined) => rate?.status?.conditions?.find((condition) => condition.type === 'Ready');
 const newRate = (namespace: string, name: string, currency: string, labels?: Record<string, string>): ExchangeRate => ({
   apiVersion: 'operators.brennerm.github.io/v1', kind: 'ExchangeRate', metadata: { name, namespace, ...(labels ? { labels } : {}) }, spec: { currency },
@@ -330,7 +336,7 @@ describe('a failing provider, many ExchangeRates', () => {
     standIn.mode = { type: 'rates' };
   });
 
-  test('the provider down: one provider call per retry interval for all of them, the rest fail at once', async () => {
+  test('the provider down: one provider call per retry interval for all of them, the rest fail at once; one Warning each', async () => {
     standIn.mode = { type: 'error', status: 500, body: '{"message":"boom"}' };
     clock += HOUR;
     const failedAt = clock;
@@ -349,11 +355,14 @@ describe('a failing provider, many ExchangeRates', () => {
     assert.deepEqual([ready(late)?.reason, ready(late)?.message], ['ProviderError', 'provider answered 500: "boom"; no rate for GBP yet']);
     assert.equal(Date.parse(late.status!.nextRefreshAt!), failedAt + 30_000);
     assert.equal(await requestsDuring(resync), 0);
+    const versions = (rates: ExchangeRate[]) => rates.filter((rate) => rate.metadata.name !== 'latecomer').map((rate) => `${rate.metadata.name}@${rate.metadata.resourceVersion}`).sort();
+    assert.deepEqual(versions(await herd()), versions(failing), 'a not-due reconcile writes nothing: Ready stays False');
 
     clock = failedAt + 30_000;
     assert.equal(await requestsDuring(resync), PROVIDER_ATTEMPTS, 'at the retry time: one call again');
     const again = await herd();
     assert.equal(again.filter((rate) => ready(rate)?.reason === 'ProviderError').length, HERD + 1);
+    for (const rate of again) assert.equal(await providerWarnings({ namespace: 'herd', name: rate.metadata.name! }), 1, `${rate.metadata.name}: one Warning for the outage`);
 
     standIn.mode = { type: 'rates' };
     clock += 30_000;
@@ -381,4 +390,46 @@ describe('a failing provider, many ExchangeRates', () => {
     assert.equal(await requestsDuring(resync), 1, 'after the Retry-After: one request for all');
     assert.deepEqual([ready(await getRate({ namespace: 'herd', name: 'herd-0' }))?.status, (await getCm({ namespace: 'herd', name: 'herd-0' }))?.data?.rate], ['True', String(standIn.rates.JPY)]);
   });
+});
+
+describe('Ready during an outage', () => {
+  const key = { namespace: 'default', name: 'exchange-rate-usd' };
+
+  test('stays False across reconciles that are not due, until a refresh succeeds; the outage is warned once', async () => {
+    standIn.mode = { type: 'rates' };
+    clock += HOUR;
+    await touch((await getRate(key))!);
+    assert.equal(ready((await getRate(key))!)?.status, 'True', 'the provider answers before the outage');
+    standIn.mode = { type: 'error', status: 503, body: '{"message":"maintenance"}' };
+    clock += HOUR;
+    const warned = await providerWarnings(key);
+    await touch((await getRate(key))!);
+    const failed = (await getRate(key))!;
+    assert.deepEqual([ready(failed)?.status, ready(failed)?.reason], ['False', 'ProviderError']);
+    assert.equal(await providerWarnings(key), warned + 1);
+
+    clock += 10_000;
+    assert.equal(await requestsAfterTouch(key), 0, 'not due');
+    const notDue = (await getRate(key))!;
+    assert.deepEqual([ready(notDue)?.status, ready(notDue)?.reason], ['False', 'ProviderError'], 'not back to RateCurrent while the provider is down');
+    assert.equal(notDue.metadata.resourceVersion, failed.metadata.resourceVersion, 'no status write');
+
+    clock += 20_000;
+    assert.equal(await requestsAfterTouch(key), PROVIDER_ATTEMPTS, 'due: asked again');
+    assert.deepEqual([ready((await getRate(key))!)?.status, await providerWarnings(key)], ['False', warned + 1], 'still down: no second Warning');
+    clock += 10_000;
+    assert.equal(await requestsAfterTouch(key), 0);
+    assert.equal(ready((await getRate(key))!)?.status, 'False');
+
+    standIn.mode = { type: 'rates' };
+    clock += 20_000;
+    assert.equal(await requestsAfterTouch(key), 1);
+    assert.deepEqual([ready((await getRate(key))!)?.status, ready((await getRate(key))!)?.reason], ['True', 'RateCurrent']);
+  });
+
+  const requestsAfterTouch = async (rateKey: ObjectKey) => {
+    const before = standIn.requests.length;
+    await touch((await getRate(rateKey))!);
+    return standIn.requests.length - before;
+  };
 });

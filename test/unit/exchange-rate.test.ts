@@ -15,6 +15,7 @@ import {
   scheduledRefresh,
   slotEnd,
   slotOf,
+  standingProblem,
   valuesFor,
   type ExchangeRate,
 } from '../../functions/exchange-rate/desired.ts';
@@ -141,6 +142,26 @@ describe('status', () => {
     const chf = rate({ currency: 'CHF', status: before });
     assert.equal(providerProblem(chf, 'provider answered 503: down').message, 'provider answered 503: down; keeping the last rate');
     assert.equal(nextStatus(chf, chf, { problem, now: at('2026-11-23T10:00:00Z'), nextRefreshAt: at('2026-11-23T10:01:00Z') })!.rate, '0.93');
+  });
+
+  test('a reconcile that is not due keeps a failed refresh\'s Ready=False until the retry, and writes nothing', () => {
+    const problem = providerProblem(rate({ status: { rate: '1.05', currency: 'USD' } }), 'provider answered 500: "boom"');
+    const failed = rate({ status: { rate: '1.05', currency: 'USD', base: 'EUR', date: '2026-11-20', observedGeneration: 1 } });
+    failed.status = nextStatus(failed, failed, { problem, now: at('2026-11-23T11:00:05Z'), nextRefreshAt: at('2026-11-23T11:01:05Z') })!;
+    const notDue = at('2026-11-23T11:00:15Z');
+    assert.equal(refreshDue(failed, notDue, 3600), false);
+    assert.deepEqual(standingProblem(failed), { type: 'Ready', status: 'False', reason: 'ProviderError', message: 'provider answered 500: "boom"; keeping the last rate' });
+    // What reconcile's not-due branch computes: the same status, so updateStatus writes nothing.
+    const kept = nextStatus(failed, failed, { problem: standingProblem(failed), now: notDue, nextRefreshAt: scheduledRefresh(failed, notDue, 3600)! });
+    assert.deepEqual(kept, failed.status);
+
+    const notQuoted = rate({ status: { ...failed.status, conditions: [{ type: 'Ready', status: 'False', reason: 'CurrencyNotQuoted', message: 'no USD; keeping the last rate', lastTransitionTime: '2026-11-23T11:00:05Z' }] } });
+    assert.equal(standingProblem(notQuoted)?.reason, 'CurrencyNotQuoted');
+    // After a good refresh (or a problem a refresh does not cause) nothing stands: Ready is recomputed.
+    const current = nextStatus(failed, failed, { fetched: values, now: notDue, nextRefreshAt: at('2026-11-23T12:00:00Z') })!;
+    assert.equal(standingProblem(rate({ status: current })), undefined);
+    const taken = rate({ status: { ...current, conditions: [{ type: 'Ready', status: 'False', reason: 'ConfigMapNameTaken', message: 'taken', lastTransitionTime: '2026-11-23T11:00:05Z' }] } });
+    assert.equal(standingProblem(taken), undefined);
   });
 
   test('a currency missing from the answer is reported for that object only', () => {
