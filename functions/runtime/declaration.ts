@@ -126,7 +126,8 @@ export interface ReconcileContext {
    * A read shared by every key of this event (a resync, a poll, a mapper's keys): the first key
    * to ask for `name` runs `read`, the others get its answer. For reads that every key makes
    * alike and whose staleness harms nothing, e.g. the namespaces each CopyratorRule copies into:
-   * 1000 rules in a resync list them once, not 1000 times. Each event reads afresh.
+   * 1000 rules in a resync list them once, not 1000 times. Each event reads afresh, and so does
+   * a run several events share (workqueue.ts): an answer read for one event may predate another's change.
    */
   shared<T>(name: string, read: () => Promise<T>): Promise<T>;
 }

@@ -264,7 +264,8 @@ export class FunctionHost {
         metrics.reconcileSeconds.observe({ result }, seconds);
         return seconds;
       };
-      const ctx = this.#context(log, shared ? undefined : hint, reads);
+      // A run several events share may be older than some of their changes: it reads afresh.
+      const ctx = this.#context(log, shared ? undefined : hint, shared ? sharedReads() : reads);
       if (announced && !shared) ctx.kube = hintFromFirstRead(ctx, key);
       try {
         const result = await reconcileWithFinalizer(this.#options.declaration, key, ctx);

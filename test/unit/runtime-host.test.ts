@@ -63,6 +63,34 @@ describe('reads shared by the keys of one event', () => {
     await receive(host, reconcileEvent(keys));
     assert.equal(reads, 3, 'one more for the next event');
   });
+
+  test('a run several events share reads afresh, never one event\'s answer that may predate another\'s change', async () => {
+    let generation = 0;
+    const seen: string[] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const declaration = defineFunction({
+      name: 'widgets', description: 'test', reconciles: Widget, rbac: [],
+      reconcile: async ({ name }, ctx) => {
+        if (name === 'busy' && seen.length === 0) {
+          seen.push('busy:first');
+          await gate;
+          return;
+        }
+        seen.push(`${name}:${await ctx.shared('namespaces', async () => ++generation)}`);
+      },
+    });
+    const host = createFunctionHost(declaration, { kube: unreachableKube(), log: quietLog, metrics: createMetrics('widgets'), fanOutConcurrency: 1 });
+    const first = receive(host, reconcileEvent([key('busy')]));
+    await new Promise((resolve) => setImmediate(resolve));
+    // Two events each ring for `busy` (running) and one other key; the follow-up of `busy` serves both.
+    const second = receive(host, reconcileEvent([key('a'), key('busy')]));
+    const third = receive(host, reconcileEvent([key('b'), key('busy')]));
+    await new Promise((resolve) => setImmediate(resolve));
+    release();
+    await Promise.all([first, second, third]);
+    assert.deepEqual(seen, ['busy:first', 'a:1', 'b:2', 'busy:3']);
+  });
 });
 
 describe('per-key coalescing', () => {
