@@ -209,29 +209,37 @@ export type CopyAction =
 
 /**
  * What to do, given the wanted copies and the rule's copies found by its label (`observed`, already
- * narrowed to this rule by isManagedBy). A wanted copy with no observed counterpart is created,
- * unless `taken` (objects of the same names that are not this rule's copies, from a possibly stale
- * read) shows its name held: then it is blocked, without a write. A create still finds out (409)
- * what the read did not show yet.
+ * narrowed to this rule by isManagedBy). A wanted copy with no observed counterpart is created
+ * (blockTaken then holds back those whose name is known to be held).
  */
-export function planCopies(desired: CopyableObject[], observed: CopyableObject[], taken: CopyableObject[] = []): CopyAction[] {
+export function planCopies(desired: CopyableObject[], observed: CopyableObject[]): CopyAction[] {
   const existing = new Map(observed.map((object) => [copyKey(object), object]));
-  const holders = new Map(taken.map((object) => [copyKey(object), object]));
   const wanted = new Set<string>();
   const actions: CopyAction[] = [];
   for (const copy of desired) {
     const key = copyKey(copy);
     wanted.add(key);
     const found = existing.get(key);
-    const holder = holders.get(key);
-    if (found && !found.metadata.deletionTimestamp) actions.push(updateAction(copy, found));
-    else if (holder && !holder.metadata.deletionTimestamp) actions.push({ type: 'blocked', existing: holder });
-    else actions.push({ type: 'create', desired: copy });
+    if (!found || found.metadata.deletionTimestamp) actions.push({ type: 'create', desired: copy });
+    else actions.push(updateAction(copy, found));
   }
   for (const object of observed) {
     if (!wanted.has(copyKey(object)) && !object.metadata.deletionTimestamp) actions.push({ type: 'delete', existing: object });
   }
   return actions;
+}
+
+/**
+ * The plan with each create whose name `taken` shows held (objects that are not this rule's copies,
+ * from a possibly stale read) blocked, without a write. A name held by an object being deleted is
+ * still tried, and a create still finds out (409) what the read did not show yet.
+ */
+export function blockTaken(actions: CopyAction[], taken: CopyableObject[]): CopyAction[] {
+  const holders = new Map(taken.filter((object) => !object.metadata.deletionTimestamp).map((object) => [copyKey(object), object]));
+  return actions.map((action) => {
+    const holder = action.type === 'create' ? holders.get(copyKey(action.desired)) : undefined;
+    return holder ? { type: 'blocked', existing: holder } : action;
+  });
 }
 
 /**

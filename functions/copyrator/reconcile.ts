@@ -10,6 +10,7 @@ import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { forEachLimited } from '../runtime/limit.ts';
 import {
+  blockTaken,
   conflictFor,
   CopyratorRuleKind,
   copiesSelector,
@@ -127,10 +128,11 @@ async function converge({ kube, shared }: ReconcileContext, rule: CopyratorRule,
   const sources = sourcesOf(listed.items);
   const desired = desiredCopies(rule, sources, targetNamespaces(rule, namespaces.items));
   const ours = observed.items.filter((object) => isManagedBy(object, rule));
-  const creates = planCopies(desired, ours).flatMap((action) => (action.type === 'create' ? [action.desired] : []));
+  const plan = planCopies(desired, ours);
+  const creates = plan.flatMap((action) => (action.type === 'create' ? [action.desired] : []));
   const taken = creates.length ? await namesTaken(kube, kind, rule, creates) : [];
   const actions: [RuleType, CopyAction][] = [
-    ...planCopies(desired, ours, taken).map((action): [RuleType, CopyAction] => [rule.ruleType, action]),
+    ...blockTaken(plan, taken).map((action): [RuleType, CopyAction] => [rule.ruleType, action]),
     ...former.flatMap((list, index) => list.items.filter((object) => isManagedBy(object, rule)).map((existing): [RuleType, CopyAction] => [formerTypes[index], { type: 'delete', existing }])),
   ];
   const counts: Record<string, number> = { created: 0, updated: 0, deleted: 0, unchanged: 0 };

@@ -13,6 +13,7 @@ import {
   newConflicts,
   nextStatus,
   planCopies,
+  blockTaken,
   RULE_ANNOTATION,
   RULE_NAME_LABEL,
   RULE_NAMESPACE_LABEL,
@@ -140,7 +141,7 @@ describe('planCopies', () => {
     const [free, held, dying] = desiredCopies(r, [source('free'), source('held'), source('dying')], ['a']);
     const foreign = { ...stored(held), metadata: { ...stored(held).metadata, annotations: {} } };
     const leaving = { ...stored(dying), metadata: { ...stored(dying).metadata, annotations: {}, deletionTimestamp: '2026-01-01T00:00:00Z' } };
-    const plan = planCopies([free, held, dying], [], [foreign, leaving]);
+    const plan = blockTaken(planCopies([free, held, dying], []), [foreign, leaving]);
     assert.deepEqual(plan.map((action) => action.type), ['create', 'blocked', 'create']);
     assert.equal(plan[1].type === 'blocked' && plan[1].existing, foreign);
   });
