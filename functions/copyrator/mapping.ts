@@ -75,8 +75,9 @@ export function rulesForChange(ruleType: RuleType) {
     const rules = allRules.filter((rule) => rule.ruleType === ruleType);
     const readers = rules.filter((rule) => rule.namespace === change.key.namespace);
     const isSource = object !== undefined && sourcesOf([object]).length > 0;
-    const selecting = readers.filter((rule) => isSource && matchesSelector(rule.selector, object!.metadata.labels));
-    const others = readers.filter((rule) => !selecting.includes(rule));
+    const selecting: CopyratorRule[] = [];
+    const others: CopyratorRule[] = [];
+    for (const rule of readers) (isSource && matchesSelector(rule.selector, object!.metadata.labels) ? selecting : others).push(rule);
     const keys = [...selecting.map(keyOfRule), ...(others.length ? await rulesWithCopiesOf(kube, kind, change.key, others) : [])];
 
     const ownerKey = ruleKeyOfCopy(object);
