@@ -235,8 +235,8 @@ export class SlotCache {
   #asking?: Asked;
   /** The last good answer and when it was asked for. */
   #answered?: { slot: number; at: number; quote: Quote };
-  /** The last failure, until its retry time; cleared by a good answer. */
-  #failed?: { error: ProviderError; until: Date };
+  /** The last failure, until its retryAt; cleared by a good answer. */
+  #failed?: ProviderError & { retryAt: Date };
 
   constructor(provider: RateProvider, retrySeconds: number) {
     this.#provider = provider;
@@ -248,7 +248,7 @@ export class SlotCache {
     if (answered?.slot === slot && (answered.quote.rates[currency] !== undefined || now.getTime() - answered.at < this.#retrySeconds * 1000)) return Promise.resolve(answered.quote);
     if (this.#asking?.slot === slot) return this.#asking.quote;
     const failed = this.#failed;
-    if (failed && now.getTime() < failed.until.getTime()) return Promise.reject(failed.error);
+    if (failed && now.getTime() < failed.retryAt.getTime()) return Promise.reject(failed);
     return this.#ask(slot, now.getTime());
   }
 
@@ -268,9 +268,8 @@ export class SlotCache {
         (error: unknown) => {
           // Anything but a ProviderError is a bug, not the provider's state: not kept.
           if (!(error instanceof ProviderError)) throw error;
-          const until = retryTime(at, this.#retrySeconds, error.retryAfterSeconds);
-          const failed = new ProviderError(error.message, { retryAfterSeconds: error.retryAfterSeconds, retryAt: until });
-          if (!(this.#answered && this.#answered.at > at)) this.#failed = { error: failed, until };
+          const failed = new ProviderError(error.message, { retryAfterSeconds: error.retryAfterSeconds, retryAt: retryTime(at, this.#retrySeconds, error.retryAfterSeconds) }) as ProviderError & { retryAt: Date };
+          if (!(this.#answered && this.#answered.at > at)) this.#failed = failed;
           throw failed;
         },
       ),
