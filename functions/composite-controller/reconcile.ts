@@ -11,7 +11,10 @@
 // as failed keys of their own (ReconcileResult.failedKeys), so they alone are retried with
 // backoff, unless its controller has a resyncPeriodSeconds: then the sweep asks for its requeue,
 // and the failed parents are tried again with the next sweep (Sweep.result explains why). A
-// parent whose hook asked for resyncAfterSeconds is requeued alone, at its own time.
+// parent whose hook asked for resyncAfterSeconds is requeued alone, at its own time. A sweep
+// syncs parents until the delivery's deadline (ReconcileContext.deadline) and hands the rest back
+// as deferred keys, each then synced on its own: 1200 parents behind a 3 s hook would otherwise
+// take 450 s, past the request's timeout, and every retry would start the sweep over.
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go (every parent is its own work
 // item, so failures are independent; Start: resyncPeriodSeconds; a hook's resyncAfterSeconds
@@ -27,7 +30,7 @@ import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eve
 import { parseHookUrls, type UrlRewrite } from './hooks.ts';
 import { guessedResource, INSTALL_CONFIG, watchableBySource } from '../runtime/knative-objects.ts';
 import { CompositeControllerKind } from './kinds.ts';
-import { syncParent, type ResolvedComposite } from './sync-parent.ts';
+import { governs, syncParent, type ResolvedComposite } from './sync-parent.ts';
 import { forEachLimited } from '../runtime/limit.ts';
 
 /** Parents synced at once in a sweep: hooks are remote calls, the API server is shared. */
@@ -55,7 +58,7 @@ async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise
     const changed = results.filter((result) => result.operation !== 'unchanged');
     if (changed.length) ctx.log.info({ controller: key.name, changed: changed.map((result) => `${result.operation} ${result.kind} ${result.name}`) }, 'event sources of the CompositeController brought in line');
   }
-  const sweep = new Sweep(ctx, sharedLists(ctx.kube));
+  const sweep = new Sweep(ctx, sharedLists(ctx.kube), ctx.deadline);
   // An install limited to one namespace (OPFN_SCOPE=namespace) may only list there.
   const namespace = ctx.config[INSTALL_CONFIG.scope] === 'namespace' && composite.parentKind.namespaced ? ctx.config[INSTALL_CONFIG.namespace] : undefined;
   for await (const page of ctx.kube.pages(composite.parentKind, { namespace })) {
@@ -72,31 +75,43 @@ async function reconcileParent(key: KindKey, ctx: ReconcileContext): Promise<Rec
   const parent = await ctx.kube.get<KubeObject>(key.kind, key);
   if (!parent) return undefined;
   // Candidates are listed for this parent alone, by its child selector (sync-parent.ts).
-  const sweep = new Sweep(ctx, undefined);
+  const sweep = new Sweep(ctx, undefined, Infinity);
   for (const composite of composites) await sweep.sync(composite, parent);
   return sweep.result(0, 'parent');
 }
 
-/** Syncs parents, keeping the earliest requested resync and every failure. */
+/** Syncs parents until its deadline, keeping the earliest requested resync, every failure and the parents left. */
 class Sweep {
   readonly #ctx: ReconcileContext;
   readonly #hookUrls: UrlRewrite[];
   readonly #listed: CandidateLists | undefined;
+  readonly #deadline: number;
+  #started = 0;
   readonly #failures: { key: KindKey; error: TransientError }[] = [];
   /** The parents whose hooks asked to be called again (resyncAfterSeconds > 0). */
   readonly #resyncs: { key: KindKey; afterSeconds: number }[] = [];
+  /** The parents not synced because the deadline had passed. */
+  readonly #deferred: KindKey[] = [];
 
-  constructor(ctx: ReconcileContext, listed: CandidateLists | undefined) {
+  constructor(ctx: ReconcileContext, listed: CandidateLists | undefined, deadline: number) {
     const hookUrls = parseHookUrls(ctx.config.COMPOSITE_HOOK_URLS ?? '');
     if (typeof hookUrls === 'string') throw new TerminalError(hookUrls, { reason: 'InvalidConfig' });
     this.#ctx = ctx;
     this.#hookUrls = hookUrls;
     this.#listed = listed;
+    this.#deadline = deadline;
   }
 
   async sync(composite: ResolvedComposite, parent: KubeObject): Promise<void> {
-    const { kube, events, log } = this.#ctx;
+    const { kube, events, log, now } = this.#ctx;
     const key = kindKey(composite.parentKind, keyOf(parent));
+    // The first parent is always synced: every delivery gets something done. A parent the
+    // controller does not govern costs nothing to pass over (syncParent would do the same).
+    if (this.#started > 0 && now().getTime() >= this.#deadline) {
+      if (governs(composite, parent)) this.#deferred.push(key);
+      return;
+    }
+    this.#started++;
     try {
       const synced = await syncParent(composite, parent, { kube, events, hookUrls: this.#hookUrls, listed: this.#listed });
       if (synced.resyncAfterSeconds > 0) this.#resyncs.push({ key, afterSeconds: synced.resyncAfterSeconds });
@@ -105,6 +120,14 @@ class Sweep {
       log.warn({ parent: parent.metadata.name, err: failure.message }, 'sync of a parent failed; retried');
       this.#failures.push({ key, error: failure });
     }
+  }
+
+  /** What the sweep asks of the answer: the requeues and failures (below), and the parents it left undone (deferredKeys). */
+  result(periodSeconds: number, answering: 'sweep' | 'parent'): ReconcileResult | undefined {
+    const result = this.#requeuesAndFailures(periodSeconds, answering);
+    if (this.#deferred.length === 0) return result;
+    this.#ctx.log.info({ synced: this.#started, deferred: this.#deferred.length }, 'sweep stopped at the delivery deadline; the parents left are synced one by one');
+    return { ...result, deferredKeys: this.#deferred };
   }
 
   /**
@@ -128,7 +151,7 @@ class Sweep {
    * that parent alone, with the broker's backoff. Without a period the sweep loses nothing by
    * having them retried alone, as upstream does.
    */
-  result(periodSeconds: number, answering: 'sweep' | 'parent'): ReconcileResult | undefined {
+  #requeuesAndFailures(periodSeconds: number, answering: 'sweep' | 'parent'): ReconcileResult | undefined {
     const failures = this.#failures;
     const apart = answering === 'sweep' && this.#resyncs.length <= MAX_KEYS_PER_EVENT;
     const own = [periodSeconds, ...(apart ? [] : this.#resyncs.map(({ afterSeconds }) => afterSeconds))].filter((seconds) => seconds > 0);

@@ -87,13 +87,17 @@ export async function syncParent(composite: ResolvedComposite, listed: KubeObjec
   }
 }
 
+/** Is this parent the controller's to sync: selected by its labelSelector, or still carrying its finalizer? */
+export const governs = (composite: ResolvedComposite, parent: KubeObject): boolean =>
+  isOurs(parent, finalizerName(composite.controller), composite.parentFilter.matches(parent.metadata.labels ?? {}));
+
 async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, env: SyncEnvironment): Promise<ParentSynced> {
   const { controller, parentKind } = composite;
   const { kube, events } = env;
   const name = finalizerName(controller);
   const enabled = finalizerEnabled(controller);
   const matches = composite.parentFilter.matches(listed.metadata.labels ?? {});
-  if (!isOurs(listed, name, matches)) return { resyncAfterSeconds: 0 };
+  if (!governs(composite, listed)) return { resyncAfterSeconds: 0 };
 
   let parent: KubeObject | undefined = { ...listed, apiVersion: apiVersionOf(parentKind), kind: parentKind.kind };
   const action = finalizerAction(parent, name, enabled);

@@ -10,9 +10,16 @@
 //                                          dead-letters with the reason); 400 if none could
 //                                          ever succeed
 //   more failed keys than a reply carries  503: the whole event is retried (truthful, if costly)
-// The keys a reconcile reports as failed or requeued besides its own (ReconcileResult.failedKeys
-// and requeueKeys: a CompositeController's sweep and its parents) count as keys of the event.
-// Nothing here grows with the number of keys except the reply, which is bounded.
+//   keys not started within the budget     200 + reply naming them (with the failed keys, and
+//   (deferred, server.ts)                  the requeues when nothing failed), so the answer goes
+//                                          back before the request times out and the rest is
+//                                          done in the reply's round; beyond a reply's room, a
+//                                          window at a random place of them (the others wait for
+//                                          the resync, and no key is always the one left out)
+// The keys a reconcile reports as failed, requeued or deferred besides its own
+// (ReconcileResult.failedKeys, requeueKeys, deferredKeys: a CompositeController's sweep and its
+// parents) count as keys of the event. Nothing here grows with the number of keys except the
+// reply, which is bounded.
 import { agreedRetryAfter, statusForError, TransientError } from './errors.ts';
 import { MAX_KEYS_PER_EVENT } from './events.ts';
 import { kindKeyString, type KindKey } from './kinds.ts';
@@ -29,8 +36,11 @@ export interface Outcome {
 
 export type FailedResult = { type: 'failed'; status: number; error: string; retryAfterSeconds?: number };
 
-/** The result of one key's reconcile, with the other keys it reported as failed. */
-export type KeyResult = { type: 'done'; requeueAt?: number; failedKeys?: { key: KindKey; result: FailedResult }[]; requeueKeys?: { key: KindKey; at: number }[] } | FailedResult;
+/** The result of one key's reconcile, with the other keys it reported; 'deferred': not started within the delivery's budget. */
+export type KeyResult =
+  | { type: 'done'; requeueAt?: number; failedKeys?: { key: KindKey; result: FailedResult }[]; requeueKeys?: { key: KindKey; at: number }[]; deferredKeys?: KindKey[] }
+  | FailedResult
+  | { type: 'deferred' };
 
 /** A failed key's result: its status by error class (statusForError), and a TransientError's Retry-After. */
 export function failedResult(error: unknown): FailedResult {
@@ -40,7 +50,11 @@ export function failedResult(error: unknown): FailedResult {
 /** Failures listed in a 5xx body: enough to debug, bounded whatever the number of keys. */
 const LISTED_FAILURES = 5;
 
-export function answerFor(functionName: string, keys: KindKey[], results: KeyResult[], now: Date): Outcome {
+/**
+ * `random` places the window of deferred keys a reply carries when there are more than it has
+ * room for (a start in [0, 1) of the list, wrapping around).
+ */
+export function answerFor(functionName: string, keys: KindKey[], results: KeyResult[], now: Date, random: () => number = Math.random): Outcome {
   const failures = new Map<string, { key: KindKey; result: FailedResult }>();
   const fail = (key: KindKey, result: FailedResult) => {
     const id = kindKeyString(key);
@@ -53,18 +67,26 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
     const earlier = requeues.get(id);
     if (!earlier || at < earlier.at) requeues.set(id, { key, at });
   };
+  const deferrals = new Map<string, KindKey>();
+  const defer = (key: KindKey) => deferrals.set(kindKeyString(key), key);
   let succeeded = 0;
   keys.forEach((key, index) => {
     const result = results[index];
     if (result.type === 'failed') return fail(key, result);
+    if (result.type === 'deferred') return defer(key);
     succeeded++;
     if (result.requeueAt !== undefined) requeue(key, result.requeueAt);
     for (const other of result.requeueKeys ?? []) requeue(other.key, other.at);
     for (const other of result.failedKeys ?? []) fail(other.key, other.result);
+    for (const other of result.deferredKeys ?? []) defer(other);
   });
+  // A key that is retried or deferred comes back at once anyway.
+  for (const id of [...failures.keys(), ...deferrals.keys()]) requeues.delete(id);
+  for (const id of failures.keys()) deferrals.delete(id);
   const requeued = [...requeues.values()];
   const failed = [...failures.values()];
-  const counts = { reconciled: succeeded, failed: failed.length, requeued: requeued.length };
+  const deferred = [...deferrals.values()];
+  const counts = { reconciled: succeeded, failed: failed.length, requeued: requeued.length, ...(deferred.length ? { deferred: deferred.length } : {}) };
   const listed = failed.slice(0, LISTED_FAILURES).map(({ key, result }) => ({ key: kindKeyString(key), error: result.error }));
   const retryable = failed.filter(({ result }) => result.status >= 500);
   // Keys that can never succeed (400) are not worth a reply: they are reported and dropped.
@@ -78,6 +100,16 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
   if (retryable.length > MAX_KEYS_PER_EVENT) {
     const retryAfterSeconds = agreedRetryAfter(retryable.map(({ result }) => result.retryAfterSeconds));
     return { status: 503, body: { error: `${retryable.length} keys failed, more than a reply can carry; first: ${listed[0].error}`, ...counts, failures: listed }, retryAfterSeconds };
+  }
+  if (deferred.length > 0) {
+    // The failed keys, then as many deferred ones as there is room for, then (when nothing
+    // failed, for the reason below) the soonest requeues with their own times. A failed key rides
+    // along with the rest without backoff, but only for as long as deferred keys remain.
+    const room = MAX_KEYS_PER_EVENT - retryable.length;
+    const carried = deferred.length <= room ? deferred : windowOf(deferred, room, random);
+    const later = retryable.length > 0 ? [] : requeued.sort((a, b) => a.at - b.at).slice(0, room - carried.length);
+    const replyKeys = [...retryable.map(({ key }) => ({ key: kindKeyString(key) })), ...carried.map((key) => ({ key: kindKeyString(key) })), ...later.map(({ key, at }) => ({ key: kindKeyString(key), at: Math.max(at, now.getTime()) }))];
+    return { status: 200, body: { ...counts, ...(retryable.length ? { retrying: retryable.length, failures: listed } : {}), ...(carried.length < deferred.length ? { deferredLeft: deferred.length - carried.length } : {}) }, reply: reconcileReply(functionName, replyKeys) };
   }
   if (retryable.length > 0) {
     // Only the failed keys: a requeued key riding along would succeed again in the reply's round
@@ -98,4 +130,10 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
     return { status: 200, body: counts, reply: reconcileReply(functionName, soonest.map(({ key, at }) => ({ key: kindKeyString(key), at: Math.max(at, now.getTime()) }))) };
   }
   return { status: 200, body: counts };
+}
+
+/** `size` consecutive items of `items` from a random start, wrapping around. */
+function windowOf<T>(items: T[], size: number, random: () => number): T[] {
+  const start = Math.floor(random() * items.length);
+  return [...items.slice(start), ...items.slice(0, start)].slice(0, size);
 }

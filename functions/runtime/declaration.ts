@@ -130,6 +130,13 @@ export interface ReconcileContext {
    * a run several events share (workqueue.ts): an answer read for one event may predate another's change.
    */
   shared<T>(name: string, read: () => Promise<T>): Promise<T>;
+  /**
+   * When this delivery stops starting work (ms since the epoch; server.ts DELIVERY_BUDGET_MS
+   * after it arrived), so that its answer goes back before the request times out. A reconcile
+   * that works through many items (a CompositeController's sweep) starts none after it and
+   * reports the items it left as deferredKeys; the host does the same with an event's keys.
+   */
+  deadline: number;
 }
 
 /** "Reconcile this key again after D" (controller-runtime's Result.RequeueAfter). */
@@ -151,6 +158,12 @@ export interface ReconcileResult {
    * the resync, as do requeues beside a failed key.
    */
   requeueKeys?: { key: KindKey; afterSeconds: number }[];
+  /**
+   * Other keys this reconcile had to leave undone because the delivery's deadline passed, of the
+   * reconciled kind or a runtime kind: the answer hands them back in its reply, to be done at once
+   * in the reply's own delivery (answers.ts).
+   */
+  deferredKeys?: KindKey[];
 }
 
 /**

@@ -1,6 +1,7 @@
 // The reply CloudEvent a function answers with when part of its work is still to do: the failed
-// keys of a fan-out (retried on their own, without redoing the keys that succeeded) or keys to
-// reconcile again later (requeueAfterSeconds), each at its own time. A 2xx answer whose body is
+// keys of a fan-out (retried on their own, without redoing the keys that succeeded), the keys it
+// had no time to start (server.ts DELIVERY_BUDGET_MS), or keys to reconcile again later
+// (requeueAfterSeconds), each at its own time. A 2xx answer whose body is
 // a CloudEvent is a reply in Knative's broker (filter_handler.go): it re-enters the broker, and
 // the Trigger that selects on `opfnfunction` routes it back to this function with its delivery
 // policy. The local broker holds each key of a reply until it is due (eventing/broker/hold.ts);
@@ -23,9 +24,9 @@ export interface ReplyKey {
 /**
  * The reply event for `keys` (1 to MAX_KEYS_PER_EVENT; each key string is at most about 330
  * bytes, so a reply stays well under the broker's body limit). When every key has a due time,
- * `opfnnotbefore` is the earliest and the data's `notBefore` names the keys due later, with
- * their own times. Times keep their milliseconds: rounded to whole seconds, a 5 s requeue came
- * back every 6 s.
+ * `opfnnotbefore` is the earliest; the data's `notBefore` names the keys due later than the
+ * event, with their own times. Times keep their milliseconds: rounded to whole seconds, a 5 s
+ * requeue came back every 6 s.
  */
 export function reconcileReply(functionName: string, keys: ReplyKey[]): ReplyEvent {
   if (keys.length === 0 || keys.length > MAX_KEYS_PER_EVENT) throw new Error(`a reconcile reply carries 1 to ${MAX_KEYS_PER_EVENT} keys, not ${keys.length}`);
@@ -38,11 +39,11 @@ export function reconcileReply(functionName: string, keys: ReplyKey[]): ReplyEve
     [`ce-${FUNCTION_EXTENSION}`]: functionName,
   };
   const data: { keys: string[]; notBefore?: Record<string, string> } = { keys: keys.map(({ key }) => key) };
-  if (keys.every(({ at }) => at !== undefined)) {
-    const earliest = Math.min(...keys.map(({ at }) => at!));
-    headers[`ce-${NOT_BEFORE_EXTENSION}`] = new Date(earliest).toISOString();
-    const later = keys.filter(({ at }) => at! > earliest);
-    if (later.length > 0) data.notBefore = Object.fromEntries(later.map(({ key, at }) => [key, new Date(at!).toISOString()]));
-  }
+  const timed = keys.filter((key): key is Required<ReplyKey> => key.at !== undefined);
+  // Due when its earliest key is, if every key has a time; else at once.
+  const eventDue = timed.length === keys.length ? Math.min(...timed.map(({ at }) => at)) : -Infinity;
+  if (eventDue > -Infinity) headers[`ce-${NOT_BEFORE_EXTENSION}`] = new Date(eventDue).toISOString();
+  const later = timed.filter(({ at }) => at > eventDue);
+  if (later.length > 0) data.notBefore = Object.fromEntries(later.map(({ key, at }) => [key, new Date(at).toISOString()]));
   return { headers, body: JSON.stringify(data) };
 }

@@ -39,6 +39,8 @@ export interface FunctionHostOptions {
   maxBodyBytes?: number;
   /** Keys reconciled at once during a fan-out (resync, mapper, reply). */
   fanOutConcurrency?: number;
+  /** How long a delivery starts work; default DELIVERY_BUDGET_MS. */
+  deliveryBudgetMs?: number;
   /** The declared config; resolved from the environment when omitted. */
   config?: Readonly<Record<string, string>>;
   http?: HttpClient;
@@ -62,6 +64,16 @@ export const DEFAULT_MAX_EVENT_BYTES = 3 * 1024 * 1024;
  * between), and the burst as fast or faster.
  */
 const API_CONNECTIONS = 32;
+/**
+ * How long one delivery keeps starting work (keys of a fan-out, parents of a sweep) after it
+ * arrived; what is not started by then goes back in its reply (answers.ts) and is done in the
+ * reply's own delivery. The answer must reach the broker before the request times out (Knative
+ * Serving's timeoutSeconds, 300 s by default): past it the activator answers 504 while the work
+ * goes on, and each of the broker's retries does the whole fan-out again.
+ * 30 s leaves the keys already started the rest of that time to finish (a hook's call, a
+ * CopyratorRule's writes), and costs a fan-out that fits in it nothing.
+ */
+export const DELIVERY_BUDGET_MS = 30_000;
 /** A reconcile event this early is delivered by a broker that does not hold replies (Knative): dropped. */
 const NOT_BEFORE_TOLERANCE_MS = 1000;
 /** How long a draining process waits for its Kubernetes Events to be written. */
@@ -95,6 +107,7 @@ export class FunctionHost {
     this.#options = {
       maxBodyBytes: DEFAULT_MAX_EVENT_BYTES,
       fanOutConcurrency: 8,
+      deliveryBudgetMs: DELIVERY_BUDGET_MS,
       http: httpClient(),
       now: () => new Date(),
       ...options,
@@ -173,6 +186,7 @@ export class FunctionHost {
   /** Reconciles what the event concerns. Never throws. */
   async handle(event: FunctionEvent): Promise<Outcome> {
     const { declaration, kube, log, now } = this.#options;
+    const deadline = this.#deadline();
     // Made on first use: most events are skipped below without a line logged.
     let child: Logger | undefined;
     const eventLog = () => (child ??= log.child({ ceId: event.id }));
@@ -219,7 +233,12 @@ export class FunctionHost {
       eventLog()[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, 'could not work out what the event concerns');
       return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
     }
-    return this.#reconcileAll(keys, eventLog(), hint);
+    return this.#reconcileAll(keys, eventLog(), deadline, hint);
+  }
+
+  /** When a delivery arriving now stops starting work. */
+  #deadline(): number {
+    return this.#options.now().getTime() + this.#options.deliveryBudgetMs;
   }
 
   /** The key a reconcile event names: of the reconciled kind, or of a kind the function resolves at run time; else why not. */
@@ -235,14 +254,20 @@ export class FunctionHost {
     return kind ? parseKindKey(text, [kind]) : parsed;
   }
 
-  /** Reconciles the keys (a few at a time) and turns their results into one answer. */
-  async #reconcileAll(keys: KindKey[], log: Logger, hint?: KubeObject): Promise<Outcome> {
+  /**
+   * Reconciles the keys (a few at a time) and turns their results into one answer. Keys not
+   * started by the deadline are deferred, except the first: every delivery gets something done.
+   */
+  async #reconcileAll(keys: KindKey[], log: Logger, deadline: number, hint?: KubeObject): Promise<Outcome> {
+    const { fanOutConcurrency, now, declaration } = this.#options;
     const results: KeyResult[] = new Array(keys.length);
     const reads = sharedReads();
-    await forEachLimited(keys, this.#options.fanOutConcurrency, async (key, index) => {
-      results[index] = await this.reconcileKey(key, log, hint, reads);
+    await forEachLimited(keys, fanOutConcurrency, async (key, index) => {
+      results[index] = index > 0 && now().getTime() >= deadline ? { type: 'deferred' } : await this.reconcileKey(key, log, hint, reads, deadline);
     });
-    return answerFor(this.#options.declaration.name, keys, results, this.#options.now());
+    const outcome = answerFor(declaration.name, keys, results, now());
+    if (outcome.body.deferred) log.warn({ ...outcome.body, budgetMs: this.#options.deliveryBudgetMs }, 'delivery budget spent; the keys not started go back in the reply');
+    return outcome;
   }
 
   /**
@@ -250,7 +275,7 @@ export class FunctionHost {
    * the failure, if any, instead of throwing. `hint` is the event's body for this object (trusted
    * only to do less; a shared follow-up run gets none).
    */
-  reconcileKey(key: KindKey, parentLog: Logger, hint?: KubeObject, reads = sharedReads()): Promise<KeyResult> {
+  reconcileKey(key: KindKey, parentLog: Logger, hint?: KubeObject, reads = sharedReads(), deadline = this.#deadline()): Promise<KeyResult> {
     const { metrics, now } = this.#options;
     const id = kindKeyString(key);
     const log = parentLog.child({ key: id });
@@ -264,8 +289,9 @@ export class FunctionHost {
         metrics.reconcileSeconds.observe({ result }, seconds);
         return seconds;
       };
-      // A run several events share may be older than some of their changes: it reads afresh.
-      const ctx = this.#context(log, shared ? undefined : hint, shared ? sharedReads() : reads);
+      // A run several events share may be older than some of their changes: it reads afresh,
+      // and has a budget of its own (it starts when the run before it ends).
+      const ctx = this.#context(log, shared ? undefined : hint, shared ? sharedReads() : reads, shared ? this.#deadline() : deadline);
       if (announced && !shared) ctx.kube = hintFromFirstRead(ctx, key);
       try {
         const result = await reconcileWithFinalizer(this.#options.declaration, key, ctx);
@@ -279,7 +305,8 @@ export class FunctionHost {
           const at = requeueTime(afterSeconds, now());
           return at === undefined ? [] : [{ key, at }];
         });
-        return { type: 'done', requeueAt: requeueTime(requeue, now()), ...(failedKeys?.length ? { failedKeys } : {}), ...(requeueKeys?.length ? { requeueKeys } : {}) };
+        const deferredKeys = result?.deferredKeys;
+        return { type: 'done', requeueAt: requeueTime(requeue, now()), ...(failedKeys?.length ? { failedKeys } : {}), ...(requeueKeys?.length ? { requeueKeys } : {}), ...(deferredKeys?.length ? { deferredKeys } : {}) };
       } catch (error) {
         const status = statusForError(error);
         if (error instanceof TerminalError) {
@@ -298,9 +325,9 @@ export class FunctionHost {
     });
   }
 
-  #context(log: Logger, hint: KubeObject | undefined, shared: ReconcileContext['shared']): ReconcileContext {
+  #context(log: Logger, hint: KubeObject | undefined, shared: ReconcileContext['shared'], deadline: number): ReconcileContext {
     const { kube, config, http, now } = this.#options;
-    return { kube, log, events: this.#events.recorder(log), config, http, now, hint, shared };
+    return { kube, log, events: this.#events.recorder(log), config, http, now, hint, shared, deadline };
   }
 
   /** Stops taking events (readiness turns 503) and resolves when in-flight ones are answered and recorded Events written. */

@@ -393,19 +393,19 @@ describe('update strategies and the parent labelSelector', () => {
 const keyOfPod = (name: string) => ({ namespace: 'default', name: `${name}-immortalpod` });
 
 /** POSTs a CloudEvent and keeps the answer's headers (Retry-After). */
-async function nudgeWithHeaders(name: string) {
+async function nudgeWithHeaders(name: string, url = fn.url) {
   const { headers, body } = HTTP.binary(apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: { metadata: { name } }, action: 'update', mode: 'Reference' }) as CloudEvent<unknown>) as { headers: Record<string, string>; body: string };
-  return post(headers, body);
+  return post(headers, body, url);
 }
 
-async function post(headers: Record<string, string>, body: string) {
-  const response = await fetch(fn.url, { method: 'POST', headers, body });
+async function post(headers: Record<string, string>, body: string, url = fn.url) {
+  const response = await fetch(url, { method: 'POST', headers, body });
   return { status: response.status, headers: Object.fromEntries(response.headers), retryAfter: response.headers.get('retry-after'), notBefore: response.headers.get('ce-opfnnotbefore'), text: await response.text() };
 }
 
 /** Delivers a reply as the broker routes it back: its CloudEvent headers and body, untouched. */
-const deliverReply = (answer: Awaited<ReturnType<typeof post>>) =>
-  post(Object.fromEntries(Object.entries(answer.headers).filter(([name]) => name.startsWith('ce-') || name === 'content-type')), answer.text);
+const deliverReply = (answer: Awaited<ReturnType<typeof post>>, url = fn.url) =>
+  post(Object.fromEntries(Object.entries(answer.headers).filter(([name]) => name.startsWith('ce-') || name === 'content-type')), answer.text, url);
 
 describe('hook failures: a Warning Event SyncError on the parent, the parent retried alone; other controllers unaffected', () => {
   before(async () => {
@@ -504,6 +504,54 @@ describe('a hook\'s resyncAfterSeconds in a sweep', () => {
     assert.ok(dueIn(answer.notBefore) >= 19 && dueIn(answer.notBefore) <= 25, `quick in about 20 s (${answer.notBefore})`);
     assert.ok(dueIn(reply.notBefore?.['metacontroller.k8s.io/CompositeController:paced']) >= 299, 'the sweep after its 300 s period');
     assert.ok(dueIn(reply.notBefore?.[parentKey('slow')]) >= 599, 'slow in about 600 s');
+  });
+});
+
+describe('a sweep longer than its delivery budget', () => {
+  // Each hook call takes 1.5 s and the function starts work for 1 s per delivery: the sweep syncs
+  // the parents it started (8 at once) and hands the others back, each to be synced alone.
+  const hasty = { ...controllerFor('hasty', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}hasty` } } }) };
+  hasty.spec = { ...(hasty.spec as object), resyncPeriodSeconds: 300 };
+  const names = Array.from({ length: 12 }, (_, index) => `hasty-${index}`);
+  const parentKey = (name: string) => `immortalcontainer.flugel.it/ImmortalContainer:default/${name}`;
+  let budgeted: RunningFunction;
+  before(async () => {
+    budgeted = await serveFunction(composite, await kubeconfigWithDeclaredRbac(cluster.cp, composite), {
+      config: { COMPOSITE_HOOK_URLS: `${SCRIPTED_HOOK_URL}=${scriptedUrl}`, COMPOSITE_EVENT_SOURCES: 'plane' },
+      deliveryBudgetMs: 1000,
+    });
+    await kube.create(CompositeControllerKind, hasty);
+    for (const name of names) await parentFor(name, 'hasty');
+    script = (_path, request) => ({ status: 200, body: JSON.stringify(sync(request)), delayMs: 1500 });
+  });
+  after(async () => {
+    await budgeted?.close();
+    await kube.delete(CompositeControllerKind, { namespace: '', name: 'hasty' });
+  });
+
+  test('the parents not started by the deadline come back in the reply, beside the period; the reply\'s round syncs them', async () => {
+    const started = Date.now();
+    const answer = await nudgeWithHeaders('hasty', budgeted.url);
+    assert.equal(answer.status, 200, answer.text);
+    const reply = JSON.parse(answer.text) as { keys: string[]; notBefore?: Record<string, string> };
+    const withPod = new Set<string>();
+    for (const name of names) if (await podOf(name)) withPod.add(name);
+    const deferred = names.filter((name) => !withPod.has(name));
+    assert.ok(withPod.size >= 1 && deferred.length >= 4, `some parents synced, the rest deferred (${withPod.size} synced)`);
+    const controllerKey = 'metacontroller.k8s.io/CompositeController:hasty';
+    assert.deepEqual([...reply.keys.slice(0, -1)].sort(), deferred.map(parentKey).sort(), 'every parent left, due now');
+    assert.equal(reply.keys.at(-1), controllerKey, 'then the sweep, after its period');
+    assert.equal(answer.notBefore, null, 'the reply is due at once');
+    assert.ok((Date.parse(reply.notBefore?.[controllerKey] ?? '') - started) / 1000 >= 299, 'the sweep after its 300 s period');
+    assert.equal(JSON.parse(answer.headers[OUTCOME_HEADER]!).deferred, deferred.length);
+    // The broker routes the reply back; each round syncs what it starts within its budget.
+    let round = await deliverReply(answer, budgeted.url);
+    for (let rounds = 1; rounds < names.length && JSON.parse(round.text || '{}').keys?.some((key: string) => key !== controllerKey); rounds++) {
+      assert.equal(round.status, 200, round.text);
+      round = await deliverReply(round, budgeted.url);
+    }
+    assert.equal(round.status, 200, round.text);
+    for (const name of names) assert.ok(await podOf(name), `${name} has its pod`);
   });
 });
 

@@ -300,6 +300,75 @@ describe('answers', () => {
   });
 });
 
+describe('the delivery budget', () => {
+  /** A host on a clock that each reconcile moves on by `stepSeconds`; keys reconciled one at a time. */
+  function budgetedHost(budgetSeconds: number, reconcile: (name: string, deadline: number) => Promise<ReconcileResult | void>, stepSeconds = 10) {
+    let clock = Date.parse('2025-05-01T00:00:00Z');
+    const declaration = defineFunction({
+      name: 'widgets', description: 'test', reconciles: Widget, rbac: [],
+      reconcile: async ({ name }, ctx) => {
+        clock += stepSeconds * 1000;
+        return reconcile(name, ctx.deadline);
+      },
+    });
+    return createFunctionHost(declaration, { kube: unreachableKube(), log: quietLog, metrics: createMetrics('widgets'), fanOutConcurrency: 1, deliveryBudgetMs: budgetSeconds * 1000, now: () => new Date(clock) });
+  }
+  const replyOf = (outcome: { reply?: { body: string } }) => JSON.parse(outcome.reply!.body) as { keys: string[]; notBefore?: Record<string, string> };
+
+  test('keys not started within the budget go back in the reply, due at once; the reply\'s delivery does them', async () => {
+    const calls: string[] = [];
+    const deadlines = new Set<number>();
+    const host = budgetedHost(25, async (name, deadline) => {
+      calls.push(name);
+      deadlines.add(deadline);
+    });
+    const first = await receive(host, reconcileEvent(['a', 'b', 'c', 'd', 'e'].map(key)));
+    assert.equal(first.status, 200);
+    assert.deepEqual(first.body, { reconciled: 3, failed: 0, requeued: 0, deferred: 2 }, 'started at 0, 10 and 20 s; at 30 s the 25 s budget is spent');
+    assert.deepEqual(replyOf(first), { keys: [key('d'), key('e')] });
+    assert.equal(first.reply!.headers['ce-opfnnotbefore'], undefined);
+    assert.deepEqual([...deadlines], [Date.parse('2025-05-01T00:00:25Z')], 'ctx.deadline: the budget after the event arrived');
+    const second = await receive(host, reconcileEvent(replyOf(first).keys));
+    assert.deepEqual([second.status, second.body, second.reply], [200, { reconciled: 2, failed: 0, requeued: 0 }, undefined], 'its own budget');
+    assert.deepEqual(calls, ['a', 'b', 'c', 'd', 'e'], 'each key once');
+  });
+
+  test('the first key is always started; when every key started failed, the whole event is retried with backoff', async () => {
+    const host = budgetedHost(0, async (name) => {
+      if (name === 'bad') throw new TransientError('not yet');
+    });
+    const one = await receive(host, reconcileEvent(['a', 'b'].map(key)));
+    assert.deepEqual([one.status, one.body.reconciled, replyOf(one).keys], [200, 1, [key('b')]]);
+    const failing = await receive(host, reconcileEvent(['bad', 'b'].map(key)));
+    assert.deepEqual([failing.status, failing.body.deferred, failing.reply], [503, 1, undefined]);
+  });
+
+  test('beside deferred keys: a failed key rides along (no requeue then); with no failure, the requeues too, each at its own time', async () => {
+    const host = budgetedHost(15, async (name) => {
+      if (name === 'bad') throw new TransientError('not yet');
+      if (name === 'periodic') return { requeueAfterSeconds: 60 };
+    });
+    const withFailure = await receive(host, reconcileEvent(['periodic', 'bad', 'c'].map(key)));
+    assert.deepEqual(withFailure.body, { reconciled: 1, failed: 1, requeued: 1, deferred: 1, retrying: 1, failures: [{ key: key('bad'), error: 'not yet' }] });
+    assert.deepEqual(replyOf(withFailure), { keys: [key('bad'), key('c')] });
+    const clean = await receive(host, reconcileEvent(['periodic', 'b', 'c'].map(key)));
+    assert.deepEqual(replyOf(clean), { keys: [key('c'), key('periodic')], notBefore: { [key('periodic')]: '2025-05-01T00:01:30.000Z' } });
+    assert.equal(clean.reply!.headers['ce-opfnnotbefore'], undefined, 'due at once, for the deferred key');
+  });
+
+  test('deferredKeys a reconcile reports (a sweep\'s parents) go back in the reply; more than it carries: a window at a random place, the rest counted', () => {
+    const widget = (name: string) => ({ kind: Widget, namespace: 'ns', name });
+    const parents = Array.from({ length: 1500 }, (_, i) => widget(`p${i}`));
+    const results: KeyResult[] = [{ type: 'done', deferredKeys: parents, failedKeys: [{ key: widget('failing'), result: failedResult(new TransientError('hook 500')) }] }];
+    const outcome = answerFor('widgets', [widget('sweep')], results, new Date(), () => 0.5);
+    assert.equal(outcome.status, 200);
+    assert.deepEqual({ ...outcome.body, failures: undefined }, { reconciled: 1, failed: 1, requeued: 0, deferred: 1500, retrying: 1, failures: undefined, deferredLeft: 501 });
+    const carried = replyOf(outcome).keys;
+    assert.equal(carried.length, MAX_KEYS_PER_EVENT);
+    assert.deepEqual([carried[0], carried[1], carried.at(-1)], [key('failing'), key('p750'), key('p248')], 'the failed key, then 999 deferred from the middle, wrapping around');
+  });
+});
+
 describe('Kubernetes Events on shutdown', () => {
   test('drain() waits until the Events recorded by finished reconciles have been written (or given up)', async () => {
     const posts: number[] = [];
