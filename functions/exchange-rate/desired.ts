@@ -108,8 +108,22 @@ export function fromQuote(rate: ExchangeRate, quote: Quote): QuoteResult {
 /** Ready=False after the provider failed (its words), saying what stays in place meanwhile. */
 export const providerProblem = (rate: ExchangeRate, message: string): ConditionInput => ({ type: 'Ready', status: 'False', reason: 'ProviderError', message: `${message}; ${whatIsKept(rate)}` });
 
+/**
+ * The condition of the last refresh, beside Ready (as Knative's resources keep one condition per
+ * part beside the Ready that sums them up): True (`RateFetched`) or False with the failure's
+ * reason. Ready says one thing at a time, and a ConfigMap problem takes precedence there, so it
+ * cannot also remember that the refresh failed.
+ */
+export const REFRESHED = 'Refreshed';
 /** Reasons of a failed refresh: status.nextRefreshAt is then a retry time, not a slot end. */
 const FAILED_REFRESH = new Set(['ProviderError', 'CurrencyNotQuoted']);
+
+/** The last refresh's failure, if it failed: its Refreshed condition (or, written before there was one, its Ready). */
+export function lastRefreshFailure(rate: ExchangeRate): Condition | undefined {
+  const conditions = rate.status?.conditions ?? [];
+  const failed = conditions.find((condition) => condition.type === REFRESHED) ?? conditions.find((condition) => condition.type === 'Ready' && FAILED_REFRESH.has(condition.reason));
+  return failed?.status === 'False' ? failed : undefined;
+}
 
 /**
  * The Ready condition a reconcile that does not refresh (not due yet) must keep: the failed
@@ -118,9 +132,8 @@ const FAILED_REFRESH = new Set(['ProviderError', 'CurrencyNotQuoted']);
  * Undefined when the last refresh succeeded (Ready=True is then recomputed from status).
  */
 export function standingProblem(rate: ExchangeRate): ConditionInput | undefined {
-  const ready = rate.status?.conditions?.find((condition) => condition.type === 'Ready');
-  if (ready?.status !== 'False' || !FAILED_REFRESH.has(ready.reason)) return undefined;
-  return { type: ready.type, status: ready.status, reason: ready.reason, message: ready.message };
+  const failed = lastRefreshFailure(rate);
+  return failed && { type: 'Ready', status: 'False', reason: failed.reason, message: failed.message };
 }
 
 /**
@@ -163,8 +176,10 @@ export function configMapAction(rate: ExchangeRate, existing: RateConfigMap | un
 export interface RefreshOutcome {
   /** Fresh values, when this reconcile fetched them. */
   fetched?: RateValues;
-  /** The fetch (or the ConfigMap) failed: Ready=False with the provider's words. */
+  /** Ready=False: the fetch failed (the provider's words), the ConfigMap is blocked, the configuration is invalid. */
   problem?: ConditionInput;
+  /** The refresh's failure (fetched now, or standing until the retry): Refreshed=False; else fetched: Refreshed=True. */
+  refreshProblem?: ConditionInput;
   now: Date;
   /** When to refresh next: the slot's end after a fetch, soon after a failure. */
   nextRefreshAt: Date;
@@ -190,6 +205,13 @@ export function nextStatus(current: ExchangeRate, actedOn: ExchangeRate, outcome
     configMap: configMapNameFor(actedOn),
     nextRefreshAt: rfc3339(outcome.nextRefreshAt),
     observedGeneration: generation,
-    conditions: setCondition(status.conditions, { ...condition, observedGeneration: generation }, outcome.now),
+    conditions: refreshedConditions(setCondition(status.conditions, { ...condition, observedGeneration: generation }, outcome.now), outcome, generation),
   };
+}
+
+/** The conditions with Refreshed set by this reconcile's refresh; unchanged when it neither fetched nor has a failure to keep. */
+function refreshedConditions(conditions: Condition[], { fetched, refreshProblem, now }: RefreshOutcome, observedGeneration: number): Condition[] {
+  if (refreshProblem) return setCondition(conditions, { ...refreshProblem, type: REFRESHED, observedGeneration }, now);
+  if (fetched) return setCondition(conditions, { type: REFRESHED, status: 'True', reason: 'RateFetched', message: `provider date ${fetched.date}`, observedGeneration }, now);
+  return conditions;
 }

@@ -17,6 +17,7 @@ import {
   scheduledRefresh,
   slotEnd,
   slotOf,
+  lastRefreshFailure,
   standingProblem,
   valuesFor,
   type ExchangeRate,
@@ -81,7 +82,7 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
       log.warn({ reason: problem.reason }, problem.message);
       // Once per outage and object: the next failures (the cache's fail-fast ones, each retry) find
       // Ready already False for the same reason, which a not-due reconcile keeps (standingProblem).
-      if (problem.reason !== rate.status?.conditions?.find((condition) => condition.type === 'Ready')?.reason) await events.warning(rate, ExchangeRateKind, problem.reason, problem.message);
+      if (problem.reason !== lastRefreshFailure(rate)?.reason) await events.warning(rate, ExchangeRateKind, problem.reason, problem.message);
     }
   } else {
     // Not due: refreshDue found a due time. While it is a retry time, the failed refresh's
@@ -91,9 +92,11 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
   }
 
   // Without values (a new currency, no rate of it yet) the ConfigMap is emptied, never left
-  // holding the former currency's rate.
+  // holding the former currency's rate. A ConfigMap problem is Ready's reason; the refresh's
+  // failure stays in Refreshed, so the next reconcile still knows it (standingProblem).
+  const refreshProblem = problem;
   problem = (await ensureConfigMap(ctx, rate, valuesFor(rate, fetched))) ?? problem;
-  await updateStatus<ExchangeRate>(kube, ExchangeRateKind, key, (current) => nextStatus(current, rate, { fetched, problem, now, nextRefreshAt }), rate);
+  await updateStatus<ExchangeRate>(kube, ExchangeRateKind, key, (current) => nextStatus(current, rate, { fetched, problem, refreshProblem, now, nextRefreshAt }), rate);
   return { requeueAfterSeconds: Math.max(1, Math.ceil((nextRefreshAt.getTime() - now.getTime()) / 1000)) };
 }
 

@@ -18,6 +18,7 @@ import {
   standingProblem,
   valuesFor,
   type ExchangeRate,
+  type ExchangeRateStatus,
 } from '../../functions/exchange-rate/desired.ts';
 import { CURRENCIES, frankfurter, httpGet, isProviderDate, MAX_ANSWER_BYTES, parseQuote, ProviderError, rateString, SlotCache, withoutSentHeaders, type Quote, type RateProvider } from '../../functions/exchange-rate/provider.ts';
 import { httpClient } from '../../functions/runtime/http.ts';
@@ -162,6 +163,26 @@ describe('status', () => {
     assert.equal(standingProblem(rate({ status: current })), undefined);
     const taken = rate({ status: { ...current, conditions: [{ type: 'Ready', status: 'False', reason: 'ConfigMapNameTaken', message: 'taken', lastTransitionTime: '2026-11-23T11:00:05Z' }] } });
     assert.equal(standingProblem(taken), undefined);
+  });
+
+  test('a failed refresh beside a taken ConfigMap name: Ready says ConfigMapNameTaken, Refreshed keeps the failure, so once the name is free a reconcile not due keeps Ready=False, not RateCurrent', () => {
+    const condition = (status: ExchangeRateStatus, type: string) => status.conditions?.find((found) => found.type === type);
+    const failing = rate({ status: { rate: '1.05', currency: 'USD', base: 'EUR', date: '2026-11-20', observedGeneration: 1 } });
+    const refreshProblem = providerProblem(failing, 'provider answered 500: "boom"');
+    const taken = { type: 'Ready', status: 'False' as const, reason: 'ConfigMapNameTaken', message: 'ConfigMap exchange-rate-usd exists and is not controlled by this ExchangeRate' };
+    failing.status = nextStatus(failing, failing, { problem: taken, refreshProblem, now: at('2026-11-23T11:00:05Z'), nextRefreshAt: at('2026-11-23T11:01:05Z') })!;
+    assert.equal(condition(failing.status, 'Ready')?.reason, 'ConfigMapNameTaken');
+    assert.deepEqual([condition(failing.status, 'Refreshed')?.status, condition(failing.status, 'Refreshed')?.reason], ['False', 'ProviderError']);
+    // The foreign ConfigMap is deleted; its event brings a reconcile before the retry time.
+    const notDue = at('2026-11-23T11:00:15Z');
+    assert.equal(refreshDue(failing, notDue, 3600), false);
+    const standing = standingProblem(failing);
+    const freed = nextStatus(failing, failing, { problem: standing, refreshProblem: standing, now: notDue, nextRefreshAt: scheduledRefresh(failing, notDue, 3600)! })!;
+    assert.deepEqual([condition(freed, 'Ready')?.status, condition(freed, 'Ready')?.reason], ['False', 'ProviderError']);
+    // The retry succeeds: Refreshed=True, nothing stands any more.
+    const refreshed = nextStatus(rate({ status: freed }), rate({ status: freed }), { fetched: values, now: at('2026-11-23T11:01:05Z'), nextRefreshAt: at('2026-11-23T12:00:00Z') })!;
+    assert.deepEqual([condition(refreshed, 'Ready')?.reason, condition(refreshed, 'Refreshed')?.status, condition(refreshed, 'Refreshed')?.reason], ['RateCurrent', 'True', 'RateFetched']);
+    assert.equal(standingProblem(rate({ status: refreshed })), undefined);
   });
 
   test('a currency missing from the answer is reported for that object only', () => {
