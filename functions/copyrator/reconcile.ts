@@ -160,7 +160,8 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
   const secretsEnabled = ruleTypes.includes('secret');
   return async (key: ObjectKey, ctx: ReconcileContext): Promise<void> => {
     const { kube, log, events } = ctx;
-    const rule = await kube.get<CopyratorRule>(CopyratorRuleKind, key);
+    // The runtime read the rule to drive its finalizer (ctx.current): not read twice.
+    const rule = (ctx.current as CopyratorRule | undefined) ?? (await kube.get<CopyratorRule>(CopyratorRuleKind, key));
     // Going: the runtime runs finalizeCopies instead. Gone: its finalizer removed the copies, but
     // a replica that read the rule just before may have written one after; remove such orphans.
     if (!rule) {

@@ -123,6 +123,13 @@ export interface ReconcileContext {
    */
   hint?: KubeObject;
   /**
+   * The reconciled object as the runtime has just read it from the API server (or written it:
+   * the answer to adding the declared finalizer), when it had to before calling reconcile (a
+   * declared finalizer): as good as the reconcile's own read, so use it instead of reading again.
+   * Absent when the runtime did not read it, or found it gone.
+   */
+  current?: KubeObject;
+  /**
    * A read shared by every key of this event (a resync, a poll, a mapper's keys): the first key
    * to ask for `name` runs `read`, the others get its answer. For reads that every key makes
    * alike and whose staleness harms nothing, e.g. the namespaces each CopyratorRule copies into:

@@ -26,6 +26,6 @@ export async function reconcileWithFinalizer(declaration: FunctionDeclaration, k
     return undefined;
   }
   const current = has ? object : await ensureFinalizer(kube, key.kind, object, finalizer.name);
-  // A fresh read: as good a hint as any event body.
-  return declaration.reconcile(key, { ...ctx, hint: current ?? object });
+  // A fresh read: as good a hint as any event body, and one read the reconcile need not make again.
+  return declaration.reconcile(key, { ...ctx, hint: current ?? object, current: current ?? undefined });
 }

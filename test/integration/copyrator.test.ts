@@ -256,15 +256,16 @@ describe('conflicts', () => {
     assert.deepEqual(again.conflicts, status.conflicts, 'the same conflicts reported');
   });
 
-  test('a resync of every rule lists the namespaces once', async () => {
-    const namespaceLists = async () => (await fn.metrics.apiRequests.get()).values.filter((v) => v.labels.resource === 'namespaces').reduce((sum, v) => sum + v.value, 0);
+  test('a resync of every rule lists the namespaces once, and reads each rule once (the finalizer\'s read is the reconcile\'s)', async () => {
+    const count = async (resource: string, verb?: string) => (await fn.metrics.apiRequests.get()).values.filter((v) => v.labels.resource === resource && (!verb || v.labels.verb === verb)).reduce((sum, v) => sum + v.value, 0);
     const rules = (await kube.list(CopyratorRuleKind)).items.length;
     assert.ok(rules >= 3, `${rules} rules`);
-    const before = await namespaceLists();
+    const [namespaceLists, ruleReads] = [await count('namespaces'), await count(CopyratorRuleKind.plural, 'get')];
     const answer = await deliver(fn.url, resyncEvent(copyrator));
     assert.equal(answer.status, 200);
     assert.equal(answer.body.reconciled, rules);
-    assert.equal(await namespaceLists() - before, 1, `${rules} rules, one list of namespaces`);
+    assert.equal(await count('namespaces') - namespaceLists, 1, `${rules} rules, one list of namespaces`);
+    assert.equal(await count(CopyratorRuleKind.plural, 'get') - ruleReads, 1 + rules, `the resync's list, then ${rules} rules read once each`);
   });
 });
 
