@@ -167,11 +167,7 @@ export function desiredCopy(rule: CopyratorRule, source: CopyableObject, namespa
   return copy;
 }
 
-export function desiredCopies(rule: CopyratorRule, sources: CopyableObject[], namespaces: string[]): CopyableObject[] {
-  return namespaces.flatMap((namespace) => sources.map((source) => desiredCopy(rule, source, namespace)));
-}
-
-const copyKey = (object: KubeObject): string => `${object.metadata.namespace}/${object.metadata.name}`;
+export const copyKey = (object: KubeObject): string => `${object.metadata.namespace}/${object.metadata.name}`;
 
 /** The parts of a copy the rule decides; anything else (server fields) is ignored when comparing. */
 const content = (object: CopyableObject) => ({
@@ -208,25 +204,40 @@ export type CopyAction =
   | { type: 'blocked'; existing: CopyableObject };
 
 /**
- * What to do, given the wanted copies and the rule's copies found by its label (`observed`, already
- * narrowed to this rule by isManagedBy). A wanted copy with no observed counterpart is created
- * (blockTaken then holds back those whose name is known to be held).
+ * The copies a rule wants, as what they are made of (each source in each target namespace)
+ * rather than as objects: a rule copying 1000 sources into 100 namespaces wants 100 000 copies,
+ * more than a function's memory holds, so they are made one page or chunk at a time.
  */
-export function planCopies(desired: CopyableObject[], observed: CopyableObject[]): CopyAction[] {
-  const existing = new Map(observed.map((object) => [copyKey(object), object]));
-  const wanted = new Set<string>();
-  const actions: CopyAction[] = [];
-  for (const copy of desired) {
-    const key = copyKey(copy);
-    wanted.add(key);
-    const found = existing.get(key);
-    if (!found || found.metadata.deletionTimestamp) actions.push({ type: 'create', desired: copy });
-    else actions.push(updateAction(copy, found));
+export interface WantedCopies {
+  rule: CopyratorRule;
+  /** By name: the copy wanted in a target namespace carries its source's name. */
+  sources: Map<string, CopyableObject>;
+  namespaces: string[];
+  targets: Set<string>;
+}
+
+export function wantedCopies(rule: CopyratorRule, sources: CopyableObject[], namespaces: string[]): WantedCopies {
+  return { rule, sources: new Map(sources.map((source) => [source.metadata.name!, source])), namespaces, targets: new Set(namespaces) };
+}
+
+/**
+ * What to do with the rule's copies found by its label (a page of them, already narrowed to this
+ * rule by isManagedBy): keep, update or replace each copy still wanted, delete the others. A copy
+ * being deleted is left alone: it is not counted present, so missingCopies makes its successor.
+ */
+export function planObserved(wanted: WantedCopies, observed: CopyableObject[]): CopyAction[] {
+  return observed.flatMap((object): CopyAction[] => {
+    if (object.metadata.deletionTimestamp) return [];
+    const source = wanted.targets.has(object.metadata.namespace!) ? wanted.sources.get(object.metadata.name!) : undefined;
+    return [source ? updateAction(desiredCopy(wanted.rule, source, object.metadata.namespace!), object) : { type: 'delete', existing: object }];
+  });
+}
+
+/** The wanted copies that `present` (namespace/name of the rule's copies in place) lacks, namespace by namespace. */
+export function* missingCopies(wanted: WantedCopies, present: ReadonlySet<string>): Generator<CopyableObject> {
+  for (const namespace of wanted.namespaces) {
+    for (const [name, source] of wanted.sources) if (!present.has(`${namespace}/${name}`)) yield desiredCopy(wanted.rule, source, namespace);
   }
-  for (const object of observed) {
-    if (!wanted.has(copyKey(object)) && !object.metadata.deletionTimestamp) actions.push({ type: 'delete', existing: object });
-  }
-  return actions;
 }
 
 /**

@@ -1,5 +1,6 @@
-// CopyratorRule reconcile: reads the rule, its sources, the namespaces and its copies, carries
-// out planCopies, writes status. Clean-up on deletion runs under the rule's finalizer.
+// CopyratorRule reconcile: reads the rule, its sources, the namespaces and its copies (a page at
+// a time), carries out planObserved and missingCopies, writes status. Clean-up on deletion runs
+// under the rule's finalizer.
 //
 // Secret contents never leave this file in any form but the API writes themselves: logs, Events
 // and status name objects, never their data.
@@ -12,20 +13,22 @@ import { forEachLimited } from '../runtime/limit.ts';
 import {
   blockTaken,
   conflictFor,
+  copyKey,
   CopyratorRuleKind,
   copiesSelector,
-  desiredCopies,
   isManagedBy,
   kindOf,
+  missingCopies,
   newConflicts,
   nextStatus,
-  planCopies,
+  planObserved,
   ruleProblem,
   selectorString,
   sourcesOf,
   targetNamespaces,
   updateAction,
   updatedCopy,
+  wantedCopies,
   type Conflict,
   type CopyableObject,
   type CopyAction,
@@ -95,63 +98,118 @@ async function createCopy(kube: KubeClient, rule: CopyratorRule, ruleType: RuleT
 
 /**
  * The objects holding the names of copies still to be made that are not this rule's copies: one
- * list per name, across namespaces, from the API server's watch cache. A rule whose copies
- * collide with objects in many namespaces so costs one read per name on each reconcile, not a
- * failed create and a read per namespace. The cache is as fresh as the events: the
- * ApiServerSource's watch is served from it, so when the delete of a blocking object wakes the
- * rule, the cache already knows it is gone; an object created since meets its 409 on create.
+ * list per name, across namespaces, from the API server's watch cache, made once per reconcile
+ * and kept as metadata (all a conflict report needs). A rule whose copies collide with objects in
+ * many namespaces so costs one read per name on each reconcile, not a failed create and a read
+ * per namespace. The cache is as fresh as the events: the ApiServerSource's watch is served from
+ * it, so when the delete of a blocking object wakes the rule, the cache already knows it is gone;
+ * an object created since meets its 409 on create.
  */
-async function namesTaken(kube: KubeClient, kind: ResourceKind, rule: CopyratorRule, creates: CopyableObject[]): Promise<CopyableObject[]> {
-  const names = [...new Set(creates.map((copy) => copy.metadata.name!))];
-  const wanted = new Set(creates.map((copy) => `${copy.metadata.namespace}/${copy.metadata.name}`));
-  const taken: CopyableObject[] = [];
-  await forEachLimited(names, WRITE_CONCURRENCY, async (name) => {
-    const { items } = await kube.list<CopyableObject>(kind, { fieldSelector: `metadata.name=${name}`, cached: true });
-    taken.push(...items.filter((object) => wanted.has(`${object.metadata.namespace}/${object.metadata.name}`) && !isManagedBy(object, rule)));
-  });
-  return taken;
+function takenNames(kube: KubeClient, kind: ResourceKind, rule: CopyratorRule): (creates: CopyableObject[]) => Promise<CopyableObject[]> {
+  const holdersByName = new Map<string, Promise<CopyableObject[]>>();
+  const holdersOf = (name: string) => {
+    let holders = holdersByName.get(name);
+    if (!holders) {
+      holders = kube.list<CopyableObject>(kind, { fieldSelector: `metadata.name=${name}`, cached: true }).then(({ items }) =>
+        items.filter((object) => !isManagedBy(object, rule)).map(({ metadata }) => ({ metadata })));
+      holdersByName.set(name, holders);
+    }
+    return holders;
+  };
+  return async (creates) => {
+    const names = [...new Set(creates.map((copy) => copy.metadata.name!))];
+    const wanted = new Set(creates.map(copyKey));
+    const taken: CopyableObject[] = [];
+    await forEachLimited(names, WRITE_CONCURRENCY, async (name) => {
+      taken.push(...(await holdersOf(name)).filter((object) => wanted.has(copyKey(object))));
+    });
+    return taken;
+  };
 }
 
-/** Brings the rule's copies to the desired set; returns what is in place. Throws only on reads. */
+/** Creates planned and written at once: what a rule with very many missing copies holds in memory. */
+const CREATE_CHUNK = 1000;
+
+/** Carries out actions a few at a time and counts their outcomes; one failed write never stops the others. */
+class CopyWrites {
+  readonly counts: Record<'created' | 'updated' | 'deleted' | 'unchanged', number> = { created: 0, updated: 0, deleted: 0, unchanged: 0 };
+  readonly conflicts: Conflict[] = [];
+  failed = 0;
+  firstError: unknown;
+  readonly #kube: KubeClient;
+  readonly #rule: CopyratorRule;
+  readonly #log: ReconcileContext['log'];
+
+  constructor(kube: KubeClient, rule: CopyratorRule, log: ReconcileContext['log']) {
+    this.#kube = kube;
+    this.#rule = rule;
+    this.#log = log;
+  }
+
+  apply(ruleType: RuleType, actions: CopyAction[]): Promise<void> {
+    return forEachLimited(actions, WRITE_CONCURRENCY, async (action) => {
+      try {
+        const outcome = await apply(this.#kube, this.#rule, ruleType, action);
+        if (typeof outcome === 'string') this.counts[outcome]++;
+        else this.conflicts.push(outcome.conflict);
+      } catch (error) {
+        // Keep going: one failed write must not block the others (manage_children.go does the same).
+        this.failed++;
+        this.firstError ??= error;
+        const target = 'desired' in action ? action.desired : action.existing;
+        this.#log.warn({ err: (error as Error).message, action: action.type, namespace: target.metadata.namespace, name: target.metadata.name }, 'copy write failed');
+      }
+    });
+  }
+}
+
+/** `size` items at a time. */
+function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
+  let chunk: T[] = [];
+  for (const item of items) {
+    chunk.push(item);
+    if (chunk.length === size) {
+      yield chunk;
+      chunk = [];
+    }
+  }
+  if (chunk.length > 0) yield chunk;
+}
+
+/**
+ * Brings the rule's copies to the desired set; returns what is in place. Throws only on reads.
+ * Memory stays bounded whatever the number of copies: they are read a page at a time and each
+ * page judged and written before the next, the missing ones made a chunk at a time; what is kept
+ * throughout is the sources and the names of the copies in place.
+ */
 async function converge({ kube, shared }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown }> {
   const kind = kindOf(rule.ruleType);
   // Copies of the kind the rule no longer copies (its ruleType changed) are removed as well; from
   // the watch cache, as there are almost never any.
   const formerTypes = ruleTypes.filter((ruleType) => ruleType !== rule.ruleType);
-  const [listed, namespaces, observed, ...former] = await Promise.all([
+  const [listed, namespaces, ...former] = await Promise.all([
     kube.list<CopyableObject>(kind, { namespace: rule.namespace, labelSelector: selectorString(rule.selector) || undefined }),
     // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
     shared('namespaces', () => kube.list(Namespace)),
-    kube.list<CopyableObject>(kind, { labelSelector: copiesSelector(rule) }),
     ...formerTypes.map((ruleType) => kube.list<CopyableObject>(kindOf(ruleType), { labelSelector: copiesSelector(rule), cached: true })),
   ]);
   const sources = sourcesOf(listed.items);
-  const desired = desiredCopies(rule, sources, targetNamespaces(rule, namespaces.items));
-  const ours = observed.items.filter((object) => isManagedBy(object, rule));
-  const plan = planCopies(desired, ours);
-  const creates = plan.flatMap((action) => (action.type === 'create' ? [action.desired] : []));
-  const taken = creates.length ? await namesTaken(kube, kind, rule, creates) : [];
-  const actions: [RuleType, CopyAction][] = [
-    ...blockTaken(plan, taken).map((action): [RuleType, CopyAction] => [rule.ruleType, action]),
-    ...former.flatMap((list, index) => list.items.filter((object) => isManagedBy(object, rule)).map((existing): [RuleType, CopyAction] => [formerTypes[index], { type: 'delete', existing }])),
-  ];
-  const counts: Record<string, number> = { created: 0, updated: 0, deleted: 0, unchanged: 0 };
-  const conflicts: Conflict[] = [];
-  let failed = 0;
-  let firstError: unknown;
-  await forEachLimited(actions, WRITE_CONCURRENCY, async ([ruleType, action]) => {
-    try {
-      const outcome = await apply(kube, rule, ruleType, action);
-      if (typeof outcome === 'string') counts[outcome]++;
-      else conflicts.push(outcome.conflict);
-    } catch (error) {
-      // Keep going: one failed write must not block the others (manage_children.go does the same).
-      failed++;
-      firstError ??= error;
-      const target = 'desired' in action ? action.desired : action.existing;
-      log.warn({ err: (error as Error).message, action: action.type, namespace: target.metadata.namespace, name: target.metadata.name }, 'copy write failed');
-    }
-  });
+  const wanted = wantedCopies(rule, sources, targetNamespaces(rule, namespaces.items));
+  const writes = new CopyWrites(kube, rule, log);
+  const present = new Set<string>();
+  for await (const page of kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule) })) {
+    const ours = page.items.filter((object) => isManagedBy(object, rule));
+    for (const object of ours) if (!object.metadata.deletionTimestamp) present.add(copyKey(object));
+    await writes.apply(rule.ruleType, planObserved(wanted, ours));
+  }
+  const taken = takenNames(kube, kind, rule);
+  for (const creates of chunks(missingCopies(wanted, present), CREATE_CHUNK)) {
+    await writes.apply(rule.ruleType, blockTaken(creates.map((desired): CopyAction => ({ type: 'create', desired })), await taken(creates)));
+  }
+  for (const [index, { items }] of former.entries()) {
+    await writes.apply(formerTypes[index]!, items.filter((object) => isManagedBy(object, rule)).map((existing): CopyAction => ({ type: 'delete', existing })));
+  }
+  const { counts, conflicts, failed, firstError } = writes;
   const copies = counts.created + counts.updated + counts.unchanged;
   return { matched: sources.length, copies, conflicts, failed, counts, firstError };
 }
@@ -197,18 +255,23 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
  * none is left, so the runtime may remove the finalizer; a conflict on delete means try again.
  */
 export async function finalizeCopies(rule: KubeObject, ruleTypes: RuleType[], kube: KubeClient, log: ReconcileContext['log']): Promise<boolean> {
-  // Every kind the function copies: the rule's ruleType may have changed since the copies were made.
-  const lists = await Promise.all(ruleTypes.map((ruleType) => kube.list<CopyableObject>(kindOf(ruleType), { labelSelector: copiesSelector(rule) })));
-  const copies = lists.flatMap((list, index) => list.items.filter((object) => isManagedBy(object, rule)).map((copy) => ({ copy, kind: kindOf(ruleTypes[index]) })));
+  let deleted = 0;
   let failed = 0;
-  await forEachLimited(copies, WRITE_CONCURRENCY, async ({ copy, kind }) => {
-    try {
-      await kube.delete(kind, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }, { uid: copy.metadata.uid });
-    } catch (error) {
-      if (!isConflict(error)) log.warn({ err: (error as Error).message, namespace: copy.metadata.namespace, name: copy.metadata.name }, 'could not delete copy');
-      failed++;
+  // Every kind the function copies: the rule's ruleType may have changed since the copies were
+  // made. A page at a time, as converge reads them: a rule may have a hundred thousand.
+  for (const kind of ruleTypes.map(kindOf)) {
+    for await (const page of kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule) })) {
+      await forEachLimited(page.items.filter((object) => isManagedBy(object, rule)), WRITE_CONCURRENCY, async (copy) => {
+        try {
+          await kube.delete(kind, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }, { uid: copy.metadata.uid });
+          deleted++;
+        } catch (error) {
+          if (!isConflict(error)) log.warn({ err: (error as Error).message, namespace: copy.metadata.namespace, name: copy.metadata.name }, 'could not delete copy');
+          failed++;
+        }
+      });
     }
-  });
-  if (copies.length) log.info({ deleted: copies.length - failed, failed }, 'rule deleted: removed its copies');
+  }
+  if (deleted || failed) log.info({ deleted, failed }, 'rule deleted: removed its copies');
   return failed === 0;
 }

@@ -9,7 +9,7 @@ import { resyncEvent } from '../../eventing/plane.ts';
 import { readManifests, CRD_DIR } from '../../eventing/crds.ts';
 import { join } from 'node:path';
 import copyrator, { copyratorFunction } from '../../functions/copyrator/index.ts';
-import { CopyratorRuleKind, EXCLUDE_LABEL, FINALIZER, RULE_ANNOTATION, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
+import { CopyratorRuleKind, EXCLUDE_LABEL, FINALIZER, RULE_ANNOTATION, SOURCE_ANNOTATION, targetNamespaces, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
 import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
 import { PART_OF } from '../../functions/runtime/knative-objects.ts';
@@ -347,6 +347,38 @@ describe('long names', () => {
     await ruleEvent((await getRule({ namespace: 'src-long', name }))!);
     assert.equal(await getCm('team-a', sourceName), undefined);
     await eventually(async () => (await getRule({ namespace: 'src-long', name })) === undefined, 10_000, 'the rule to be gone');
+  });
+});
+
+describe('a rule with more copies than a page of a list and a chunk of creates', () => {
+  test('every copy is made; settled, a reconcile writes nothing; a deleted source takes its copies, across pages; deletion removes them all', async () => {
+    await createNamespace('bulk');
+    const targets = targetNamespaces(newRule('bulk', 'bulk', 'bulk', {}), (await kube.list(Namespace)).items).length;
+    // Past 1000 copies: a page of the copy list is 500, a chunk of creates 1000.
+    const count = Math.ceil(1100 / targets);
+    await Promise.all(Array.from({ length: count }, (_, i) => kube.create(ConfigMap, configMap('bulk', `bulk-${i}`, { bulk: 'yes' }))));
+    const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('bulk', 'bulk', 'bulk', { bulk: 'yes' }));
+    const copiesNow = async () => (await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=bulk' })).items.length;
+    const writes = async () => (await fn.metrics.apiRequests.get()).values.filter((v) => v.labels.resource === 'configmaps' && v.labels.verb !== 'get').reduce((sum, v) => sum + v.value, 0);
+
+    await ruleEvent(rule, 'add');
+    assert.equal(await copiesNow(), count * targets);
+    assert.ok(count * targets > 1000, `${count * targets} copies`);
+    assert.equal((await getRule({ namespace: 'bulk', name: 'bulk' }))!.status?.copies, count * targets);
+
+    const before = await writes();
+    await ruleEvent(rule);
+    assert.equal(await writes() - before, 0, 'settled: no write');
+
+    // Its copies sit in every namespace, so on every page of the copy list.
+    await kube.delete(ConfigMap, { namespace: 'bulk', name: 'bulk-0' });
+    await ruleEvent(rule);
+    assert.equal(await copiesNow(), (count - 1) * targets);
+    assert.equal((await kube.list(ConfigMap, { fieldSelector: 'metadata.name=bulk-0' })).items.length, 0);
+
+    await kube.delete(CopyratorRuleKind, { namespace: 'bulk', name: 'bulk' });
+    await ruleEvent((await getRule({ namespace: 'bulk', name: 'bulk' }))!);
+    assert.equal(await copiesNow(), 0);
   });
 });
 

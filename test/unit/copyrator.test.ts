@@ -4,15 +4,16 @@ import { describe, test } from 'node:test';
 import {
   conflictFor,
   copiesSelector,
+  copyKey,
   copyUpToDate,
-  desiredCopies,
   desiredCopy,
   EXCLUDE_LABEL,
   isManagedBy,
   MAX_LISTED_CONFLICTS,
+  missingCopies,
   newConflicts,
   nextStatus,
-  planCopies,
+  planObserved,
   blockTaken,
   RULE_ANNOTATION,
   RULE_NAME_LABEL,
@@ -23,6 +24,7 @@ import {
   sourcesOf,
   targetNamespaces,
   updateAction,
+  wantedCopies,
   type CopyableObject,
   type CopyratorRule,
 } from '../../functions/copyrator/desired.ts';
@@ -66,6 +68,9 @@ const namespace = (name: string, phase = 'Active', deleting = false): KubeObject
 
 /** The copy as the API server returns it: the desired object plus server fields. */
 const stored = (copy: CopyableObject, uid = 'copy-uid'): CopyableObject => ({ ...structuredClone(copy), metadata: { ...structuredClone(copy.metadata), uid, resourceVersion: '7' } });
+
+/** Every copy the rule wants, as objects (only for a handful here: the function makes them a chunk at a time). */
+const desiredCopies = (r: CopyratorRule, sources: CopyableObject[], namespaces: string[]) => [...missingCopies(wantedCopies(r, sources, namespaces), new Set())];
 
 describe('a copy', () => {
   test('keeps data, binaryData and labels, marks rule and source, and has no server fields', () => {
@@ -125,32 +130,43 @@ describe('a copy', () => {
   });
 });
 
-describe('planCopies', () => {
+describe('planObserved and missingCopies', () => {
   const r = rule();
-  test('creates the missing, updates the changed, keeps the right, deletes the unwanted', () => {
-    const wanted = desiredCopies(r, [source('keep'), source('change'), source('new')], ['a']);
-    const changedByHand = stored(wanted[1]);
+  const named = (action: { type: string; desired?: KubeObject; existing?: KubeObject }) => `${action.type} ${(action.desired ?? action.existing)!.metadata.name}`;
+  test('the copies in place: keeps the right, updates the changed, deletes the unwanted; the missing are created', () => {
+    const wanted = wantedCopies(r, [source('keep'), source('change'), source('new')], ['a']);
+    const [keep, change] = [...missingCopies(wanted, new Set())];
+    const changedByHand = stored(change!);
     changedByHand.data = { key: 'edited by hand' };
     const orphan = stored(desiredCopy(r, source('gone'), 'a'));
-    const observed = [stored(wanted[0]), changedByHand, orphan];
-    const plan = planCopies(wanted, observed).map((action) => `${action.type} ${'desired' in action ? action.desired.metadata.name : action.existing.metadata.name}`);
-    assert.deepEqual(plan, ['keep keep', 'update change', 'create new', 'delete gone']);
+    const elsewhere = stored(desiredCopy(r, source('keep'), 'no-longer-a-target'));
+    const observed = [stored(keep!), changedByHand, orphan, elsewhere];
+    assert.deepEqual(planObserved(wanted, observed).map(named), ['keep keep', 'update change', 'delete gone', 'delete keep']);
+    assert.deepEqual([...missingCopies(wanted, new Set(observed.map(copyKey)))].map(copyKey), ['a/new']);
+  });
+
+  test('missing copies come namespace by namespace, one at a time (never all at once)', () => {
+    const wanted = wantedCopies(r, [source('x'), source('y')], ['a', 'd']);
+    const missing = missingCopies(wanted, new Set(['a/y']));
+    assert.equal(copyKey(missing.next().value as KubeObject), 'a/x');
+    assert.deepEqual([...missing].map(copyKey), ['d/x', 'd/y']);
   });
 
   test('a name another object holds is blocked without a write; one being deleted is tried', () => {
     const [free, held, dying] = desiredCopies(r, [source('free'), source('held'), source('dying')], ['a']);
-    const foreign = { ...stored(held), metadata: { ...stored(held).metadata, annotations: {} } };
-    const leaving = { ...stored(dying), metadata: { ...stored(dying).metadata, annotations: {}, deletionTimestamp: '2026-01-01T00:00:00Z' } };
-    const plan = blockTaken(planCopies([free, held, dying], []), [foreign, leaving]);
+    const foreign = { ...stored(held!), metadata: { ...stored(held!).metadata, annotations: {} } };
+    const leaving = { ...stored(dying!), metadata: { ...stored(dying!).metadata, annotations: {}, deletionTimestamp: '2026-01-01T00:00:00Z' } };
+    const plan = blockTaken([free!, held!, dying!].map((desired) => ({ type: 'create', desired })), [foreign, leaving]);
     assert.deepEqual(plan.map((action) => action.type), ['create', 'blocked', 'create']);
-    assert.equal(plan[1].type === 'blocked' && plan[1].existing, foreign);
+    assert.equal(plan[1]!.type === 'blocked' && plan[1]!.existing, foreign);
   });
 
-  test('a copy being deleted is created again rather than updated', () => {
-    const [wanted] = desiredCopies(r, [source('x')], ['a']);
-    const dying = stored(wanted);
+  test('a copy being deleted is left to go, not updated (the reconcile counts it missing, so its successor is created)', () => {
+    const wanted = wantedCopies(r, [source('x')], ['a']);
+    const [copy] = [...missingCopies(wanted, new Set())];
+    const dying = stored(copy!);
     dying.metadata.deletionTimestamp = '2026-01-01T00:00:00Z';
-    assert.deepEqual(planCopies([wanted], [dying]).map((action) => action.type), ['create']);
+    assert.deepEqual(planObserved(wanted, [dying]), []);
   });
 
   test('ignores server fields when comparing; a label added by hand is an edit', () => {
