@@ -294,6 +294,8 @@ export interface CopyTally {
   conflicts: Conflict[];
   /** Writes that failed for another reason (retried by the next delivery). */
   failed: number;
+  /** The delivery's deadline came first: the copies not judged yet follow in the rule's next delivery. */
+  unfinished?: boolean;
 }
 
 /**
@@ -331,5 +333,6 @@ function readyCondition(tally: CopyTally): ConditionInput {
     return { type: 'Ready', status: 'False', reason: 'CopyConflicts', message: `${tally.copies} copies in place; ${tally.conflicts.length} names held by objects this rule does not manage (see status.conflicts)` };
   }
   if (tally.failed) return { type: 'Ready', status: 'False', reason: 'CopiesFailing', message: `${tally.copies} copies in place; ${tally.failed} writes failed and are being retried` };
+  if (tally.unfinished) return { type: 'Ready', status: 'False', reason: 'CopiesPending', message: `${tally.copies} copies of ${tally.matched} matching objects in place so far; the others follow` };
   return { type: 'Ready', status: 'True', reason: 'CopiesInPlace', message: `${tally.copies} copies of ${tally.matched} matching objects in place` };
 }

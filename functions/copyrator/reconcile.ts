@@ -4,8 +4,8 @@
 //
 // Secret contents never leave this file in any form but the API writes themselves: logs, Events
 // and status name objects, never their data.
-import type { ReconcileContext } from '../runtime/declaration.ts';
-import { Namespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
+import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
+import { kindKey, Namespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
 import { ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
 import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { TransientError } from '../runtime/errors.ts';
@@ -136,6 +136,8 @@ class CopyWrites {
   readonly conflicts: Conflict[] = [];
   failed = 0;
   firstError: unknown;
+  /** Writes made or tried (every action but keep and blocked). */
+  written = 0;
   readonly #kube: KubeClient;
   readonly #rule: CopyratorRule;
   readonly #log: ReconcileContext['log'];
@@ -148,6 +150,7 @@ class CopyWrites {
 
   apply(ruleType: RuleType, actions: CopyAction[]): Promise<void> {
     return forEachLimited(actions, WRITE_CONCURRENCY, async (action) => {
+      if (action.type !== 'keep' && action.type !== 'blocked') this.written++;
       try {
         const outcome = await apply(this.#kube, this.#rule, ruleType, action);
         if (typeof outcome === 'string') this.counts[outcome]++;
@@ -180,9 +183,11 @@ function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
  * Brings the rule's copies to the desired set; returns what is in place. Throws only on reads.
  * Memory stays bounded whatever the number of copies: they are read a page at a time and each
  * page judged and written before the next, the missing ones made a chunk at a time; what is kept
- * throughout is the sources and the names of the copies in place.
+ * throughout is the sources and the names of the copies in place. Time too: once the delivery's
+ * deadline has passed and this run has written something (so that every run gets further), it
+ * stops before the next page or chunk and reports the tally unfinished.
  */
-async function converge({ kube, shared }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown }> {
+async function converge({ kube, shared, now, deadline }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown }> {
   const kind = kindOf(rule.ruleType);
   // Copies of the kind the rule no longer copies (its ruleType changed) are removed as well; from
   // the watch cache, as there are almost never any.
@@ -196,27 +201,32 @@ async function converge({ kube, shared }: ReconcileContext, rule: CopyratorRule,
   const sources = sourcesOf(listed.items);
   const wanted = wantedCopies(rule, sources, targetNamespaces(rule, namespaces.items));
   const writes = new CopyWrites(kube, rule, log);
+  const outOfTime = () => writes.written > 0 && now().getTime() >= deadline;
+  const tally = (unfinished: boolean) => {
+    const { counts, conflicts, failed, firstError } = writes;
+    return { matched: sources.length, copies: counts.created + counts.updated + counts.unchanged, conflicts, failed, counts, firstError, ...(unfinished ? { unfinished } : {}) };
+  };
   const present = new Set<string>();
   for await (const page of kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule) })) {
+    if (outOfTime()) return tally(true);
     const ours = page.items.filter((object) => isManagedBy(object, rule));
     for (const object of ours) if (!object.metadata.deletionTimestamp) present.add(copyKey(object));
     await writes.apply(rule.ruleType, planObserved(wanted, ours));
   }
   const taken = takenNames(kube, kind, rule);
   for (const creates of chunks(missingCopies(wanted, present), CREATE_CHUNK)) {
+    if (outOfTime()) return tally(true);
     await writes.apply(rule.ruleType, blockTaken(creates.map((desired): CopyAction => ({ type: 'create', desired })), await taken(creates)));
   }
   for (const [index, { items }] of former.entries()) {
     await writes.apply(formerTypes[index]!, items.filter((object) => isManagedBy(object, rule)).map((existing): CopyAction => ({ type: 'delete', existing })));
   }
-  const { counts, conflicts, failed, firstError } = writes;
-  const copies = counts.created + counts.updated + counts.unchanged;
-  return { matched: sources.length, copies, conflicts, failed, counts, firstError };
+  return tally(false);
 }
 
 export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
   const secretsEnabled = ruleTypes.includes('secret');
-  return async (key: ObjectKey, ctx: ReconcileContext): Promise<void> => {
+  return async (key: ObjectKey, ctx: ReconcileContext): Promise<ReconcileResult | void> => {
     const { kube, log, events } = ctx;
     // The runtime read the rule to drive its finalizer (ctx.current): not read twice.
     const rule = (ctx.current as CopyratorRule | undefined) ?? (await kube.get<CopyratorRule>(CopyratorRuleKind, key));
@@ -247,6 +257,8 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
     await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, tally), rule);
     // Written status first, so it shows progress; the failed writes are retried with the event.
     if (tally.firstError) throw tally.firstError;
+    // The rest in the rule's next delivery, at once (ReconcileResult.deferredKeys).
+    if (tally.unfinished) return { deferredKeys: [kindKey(CopyratorRuleKind, key)] };
   };
 }
 

@@ -3,6 +3,7 @@
 // send them (rules in Reference mode; ConfigMaps and Namespaces in Resource mode; Secrets in
 // Reference mode); test/e2e/functions.test.ts runs the same through the whole plane.
 import assert from 'node:assert/strict';
+import { CloudEvent } from 'cloudevents';
 import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
 import { resyncEvent } from '../../eventing/plane.ts';
@@ -379,6 +380,39 @@ describe('a rule with more copies than a page of a list and a chunk of creates',
     await kube.delete(CopyratorRuleKind, { namespace: 'bulk', name: 'bulk' });
     await ruleEvent((await getRule({ namespace: 'bulk', name: 'bulk' }))!);
     assert.equal(await copiesNow(), 0);
+  });
+});
+
+describe('a rule whose copies take longer than a delivery', () => {
+  test('each delivery stops at its deadline once it wrote, says CopiesPending with the count so far, and hands the rule on in its reply; the next finishes', async () => {
+    // Every delivery's deadline has passed as it starts: each stops after its first write of a page or chunk.
+    const hurried = await serveFunction(copyrator, cluster.cp.kubeconfigPath, { deliveryBudgetMs: 0 });
+    try {
+      await createNamespace('paced');
+      const targets = targetNamespaces(newRule('paced', 'paced', 'paced', {}), (await kube.list(Namespace)).items).length;
+      const count = Math.ceil(1100 / targets);
+      await Promise.all(Array.from({ length: count }, (_, i) => kube.create(ConfigMap, configMap('paced', `paced-${i}`, { paced: 'yes' }))));
+      const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('paced', 'paced', 'paced', { paced: 'yes' }));
+      const ruleKey = 'flant.com/CopyratorRule:paced/paced';
+      const reconcileEvent = new CloudEvent({ type: 'dev.opfn.reconcile', source: '/test', opfnfunction: 'copyrator', datacontenttype: 'application/json', data: { keys: [ruleKey] } });
+
+      const first = await deliver(hurried.url, reconcileEvent);
+      assert.equal(first.status, 200, JSON.stringify(first.body));
+      assert.deepEqual(first.body, { keys: [ruleKey] }, 'a reply handing the rule on (due at once)');
+      const pending = (await getRule({ namespace: 'paced', name: 'paced' }))!.status!;
+      assert.deepEqual([ready({ status: pending } as CopyratorRule)?.reason, pending.copies], ['CopiesPending', 1000], 'one chunk of creates, then the deadline');
+
+      const second = await deliver(hurried.url, reconcileEvent);
+      assert.equal(second.status, 200, JSON.stringify(second.body));
+      assert.deepEqual([second.body.keys, second.body.reconciled], [undefined, 1], 'done: no reply');
+      const done = (await getRule({ namespace: 'paced', name: 'paced' }))!.status!;
+      assert.deepEqual([ready({ status: done } as CopyratorRule)?.reason, done.copies], ['CopiesInPlace', count * targets]);
+      assert.equal((await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=paced' })).items.length, count * targets);
+      await kube.delete(CopyratorRuleKind, { namespace: 'paced', name: 'paced' });
+      await ruleEvent(rule);
+    } finally {
+      await hurried.close();
+    }
   });
 });
 
