@@ -43,7 +43,7 @@ const WRITE_CONCURRENCY = 16;
 type Outcome = 'created' | 'updated' | 'deleted' | 'unchanged' | { conflict: Conflict };
 
 /** Carries out one action; a same-named object that is not our copy is reported, never touched. */
-async function apply(kube: KubeClient, rule: CopyratorRule, ruleType: RuleType, action: CopyAction): Promise<Outcome> {
+async function apply(kube: KubeClient, rule: KubeObject, ruleType: RuleType, action: CopyAction): Promise<Outcome> {
   const kind = kindOf(ruleType);
   const keyOf = (object: KubeObject): ObjectKey => ({ namespace: object.metadata.namespace!, name: object.metadata.name! });
   switch (action.type) {
@@ -74,7 +74,7 @@ async function apply(kube: KubeClient, rule: CopyratorRule, ruleType: RuleType, 
   }
 }
 
-async function createCopy(kube: KubeClient, rule: CopyratorRule, ruleType: RuleType, desired: CopyableObject): Promise<Outcome> {
+async function createCopy(kube: KubeClient, rule: KubeObject, ruleType: RuleType, desired: CopyableObject): Promise<Outcome> {
   const kind = kindOf(ruleType);
   try {
     await kube.create(kind, desired);
@@ -139,10 +139,10 @@ class CopyWrites {
   /** Writes made or tried (every action but keep and blocked). */
   written = 0;
   readonly #kube: KubeClient;
-  readonly #rule: CopyratorRule;
+  readonly #rule: KubeObject;
   readonly #log: ReconcileContext['log'];
 
-  constructor(kube: KubeClient, rule: CopyratorRule, log: ReconcileContext['log']) {
+  constructor(kube: KubeClient, rule: KubeObject, log: ReconcileContext['log']) {
     this.#kube = kube;
     this.#rule = rule;
     this.#log = log;
@@ -165,6 +165,10 @@ class CopyWrites {
     });
   }
 }
+
+/** Deletes of those of `objects` that are the rule's copies (found by label, confirmed by annotation). */
+const deletesOf = (objects: CopyableObject[], rule: KubeObject): CopyAction[] =>
+  objects.filter((object) => isManagedBy(object, rule)).map((existing) => ({ type: 'delete', existing }));
 
 /** `size` items at a time. */
 function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
@@ -218,9 +222,7 @@ async function converge({ kube, shared, now, deadline }: ReconcileContext, rule:
     if (outOfTime()) return tally(true);
     await writes.apply(rule.ruleType, blockTaken(creates.map((desired): CopyAction => ({ type: 'create', desired })), await taken(creates)));
   }
-  for (const [index, { items }] of former.entries()) {
-    await writes.apply(formerTypes[index]!, items.filter((object) => isManagedBy(object, rule)).map((existing): CopyAction => ({ type: 'delete', existing })));
-  }
+  for (const [index, { items }] of former.entries()) await writes.apply(formerTypes[index]!, deletesOf(items, rule));
   return tally(false);
 }
 
@@ -267,23 +269,12 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
  * none is left, so the runtime may remove the finalizer; a conflict on delete means try again.
  */
 export async function finalizeCopies(rule: KubeObject, ruleTypes: RuleType[], kube: KubeClient, log: ReconcileContext['log']): Promise<boolean> {
-  let deleted = 0;
-  let failed = 0;
+  const writes = new CopyWrites(kube, rule, log);
   // Every kind the function copies: the rule's ruleType may have changed since the copies were
   // made. A page at a time, as converge reads them: a rule may have a hundred thousand.
-  for (const kind of ruleTypes.map(kindOf)) {
-    for await (const page of kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule) })) {
-      await forEachLimited(page.items.filter((object) => isManagedBy(object, rule)), WRITE_CONCURRENCY, async (copy) => {
-        try {
-          await kube.delete(kind, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }, { uid: copy.metadata.uid });
-          deleted++;
-        } catch (error) {
-          if (!isConflict(error)) log.warn({ err: (error as Error).message, namespace: copy.metadata.namespace, name: copy.metadata.name }, 'could not delete copy');
-          failed++;
-        }
-      });
-    }
+  for (const ruleType of ruleTypes) {
+    for await (const page of kube.pages<CopyableObject>(kindOf(ruleType), { labelSelector: copiesSelector(rule) })) await writes.apply(ruleType, deletesOf(page.items, rule));
   }
-  if (deleted || failed) log.info({ deleted, failed }, 'rule deleted: removed its copies');
-  return failed === 0;
+  if (writes.written) log.info({ deleted: writes.counts.deleted, failed: writes.failed }, 'rule deleted: removed its copies');
+  return writes.failed === 0;
 }
