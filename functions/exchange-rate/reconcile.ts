@@ -60,7 +60,7 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
   }
 
   let fetched: RateValues | undefined;
-  let problem: ConditionInput | undefined;
+  let refreshProblem: ConditionInput | undefined;
   let nextRefreshAt: Date;
   if (refreshDue(rate, now, config.refreshSeconds)) {
     const slot = slotOf(now, config.refreshSeconds);
@@ -68,34 +68,33 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
     try {
       const result = fromQuote(rate, await slotCacheFor(config, httpGet(ctx.http)).latest(slot, rate.spec.currency, now));
       if ('values' in result) fetched = result.values;
-      else problem = result.problem;
+      else refreshProblem = result.problem;
     } catch (error) {
       if (!(error instanceof ProviderError)) throw error;
-      problem = providerProblem(rate, error.message);
+      refreshProblem = providerProblem(rate, error.message);
       // The slot cache's retry time: every ExchangeRate failing on the same request is due again
       // when the cache asks the provider again, not before (it would fail at once) nor one by one.
       retryAt = error.retryAt ?? retryAt;
     }
     // After a failure, ask again at the retry time (within one interval), else at the slot's end.
-    nextRefreshAt = problem ? new Date(Math.min(retryAt.getTime(), now.getTime() + config.refreshSeconds * 1000)) : slotEnd(slot, config.refreshSeconds);
-    if (problem) {
-      log.warn({ reason: problem.reason }, problem.message);
+    nextRefreshAt = refreshProblem ? new Date(Math.min(retryAt.getTime(), now.getTime() + config.refreshSeconds * 1000)) : slotEnd(slot, config.refreshSeconds);
+    if (refreshProblem) {
+      log.warn({ reason: refreshProblem.reason }, refreshProblem.message);
       // Once per outage and object: the next failures (the cache's fail-fast ones, each retry) find
-      // Ready already False for the same reason, which a not-due reconcile keeps (standingProblem).
-      if (problem.reason !== lastRefreshFailure(rate)?.reason) await events.warning(rate, ExchangeRateKind, problem.reason, problem.message);
+      // Refreshed already False for the same reason, which a not-due reconcile keeps (standingProblem).
+      if (refreshProblem.reason !== lastRefreshFailure(rate)?.reason) await events.warning(rate, ExchangeRateKind, refreshProblem.reason, refreshProblem.message);
     }
   } else {
     // Not due: refreshDue found a due time. While it is a retry time, the failed refresh's
     // condition stands: the last refresh failed and nothing new is known.
     nextRefreshAt = scheduledRefresh(rate, now, config.refreshSeconds)!;
-    problem = standingProblem(rate);
+    refreshProblem = standingProblem(rate);
   }
 
   // Without values (a new currency, no rate of it yet) the ConfigMap is emptied, never left
   // holding the former currency's rate. A ConfigMap problem is Ready's reason; the refresh's
   // failure stays in Refreshed, so the next reconcile still knows it (standingProblem).
-  const refreshProblem = problem;
-  problem = (await ensureConfigMap(ctx, rate, valuesFor(rate, fetched))) ?? problem;
+  const problem = (await ensureConfigMap(ctx, rate, valuesFor(rate, fetched))) ?? refreshProblem;
   await updateStatus<ExchangeRate>(kube, ExchangeRateKind, key, (current) => nextStatus(current, rate, { fetched, problem, refreshProblem, now, nextRefreshAt }), rate);
   return { requeueAfterSeconds: Math.max(1, Math.ceil((nextRefreshAt.getTime() - now.getTime()) / 1000)) };
 }

@@ -27,5 +27,5 @@ export async function reconcileWithFinalizer(declaration: FunctionDeclaration, k
   }
   const current = has ? object : await ensureFinalizer(kube, key.kind, object, finalizer.name);
   // A fresh read: as good a hint as any event body, and one read the reconcile need not make again.
-  return declaration.reconcile(key, { ...ctx, hint: current ?? object, current: current ?? undefined });
+  return declaration.reconcile(key, { ...ctx, hint: current ?? object, current });
 }
