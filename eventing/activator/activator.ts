@@ -27,7 +27,7 @@ import type net from 'node:net';
 import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { Lease } from '../broker/dispatcher.ts';
-import { checkScaling, scalingOf, type FunctionConfiguration, type FunctionProcessSpec, type FunctionStats } from './configuration.ts';
+import { checkConfiguration, type FunctionConfiguration, type FunctionProcessSpec, type FunctionStats } from './configuration.ts';
 import { routeOf } from './handler.ts';
 import type { Instance } from './instance.ts';
 import { partitionKeyOf } from './lb-policy.ts';
@@ -36,7 +36,7 @@ import { proxy, sendError } from './proxy.ts';
 import { InstanceSupervisor } from './supervisor.ts';
 import { ActivatorError } from './throttler.ts';
 
-export { checkScaling, DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration, type FunctionProcessSpec, type FunctionStats, type Scaling } from './configuration.ts';
+export { checkConfiguration, DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration, type FunctionProcessSpec, type FunctionStats, type Scaling } from './configuration.ts';
 
 export interface ActivatorOptions {
   functions: FunctionProcessSpec[];
@@ -85,7 +85,7 @@ export class Activator {
     for (const spec of options.functions) {
       if (!spec.name || spec.name.includes('/')) throw new Error(`function name "${spec.name}" must be non-empty and contain no "/"`);
       if (this.#fns.has(spec.name)) throw new Error(`function "${spec.name}" is declared twice`);
-      this.#fns.set(spec.name, new FunctionPool(spec, checkScaling(spec.name, spec.scaling, spec.timeoutSeconds), poolOptions));
+      this.#fns.set(spec.name, new FunctionPool(spec, checkConfiguration(spec.name, spec), poolOptions));
     }
   }
 
@@ -135,28 +135,30 @@ export class Activator {
     return out;
   }
 
-  /** The scaling and request timeout a function runs with now. */
-  configurationOf(name: string): FunctionConfiguration {
-    const fn = this.#fn(name);
-    return { scaling: { ...fn.spec.scaling }, timeoutSeconds: fn.timeoutMs / 1000 };
+  /** The scaling, request timeout and delivery budget a function runs with now. */
+  configurationOf(name: string): Required<FunctionConfiguration> {
+    const { scaling, timeoutSeconds, deliveryBudgetSeconds } = this.#fn(name).spec;
+    return { scaling: { ...scaling }, timeoutSeconds, deliveryBudgetSeconds };
   }
 
   /**
-   * Applies a new scaling and request timeout to a running function (a Knative Service edited
-   * live: Serving rolls a new revision; here the same processes carry on). New requests and
-   * every later decision follow the new values at once; no instance is stopped for it except
-   * idle ones above a lowered max-scale (busy ones stop when their last request is answered),
-   * and instances held only by a lowered min-scale fall back to the idle timeout. Throws on an
-   * invalid configuration, leaving the old one in force. Returns whether anything changed.
+   * Applies a new configuration to a running function (a Knative Service edited live: Serving
+   * rolls a new revision; here the same processes carry on). New requests and every later
+   * decision follow the new values at once, and instances started from now on get the new
+   * delivery budget (a running one keeps the one it started with). No instance is stopped for
+   * it except idle ones above a lowered max-scale (busy ones stop when their last request is
+   * answered), and instances held only by a lowered min-scale fall back to the idle timeout.
+   * Throws on an invalid configuration, leaving the old one in force. Returns whether anything
+   * changed.
    */
   configure(name: string, next: FunctionConfiguration): boolean {
     const fn = this.#fn(name);
-    const timeoutSeconds = checkScaling(name, next.scaling, next.timeoutSeconds);
+    const configuration = checkConfiguration(name, next);
     const before = this.configurationOf(name);
-    const scaling = scalingOf(next.scaling);
-    if (JSON.stringify(before) === JSON.stringify({ scaling, timeoutSeconds })) return false;
-    this.#log.info({ fn: name, from: before, to: { scaling, timeoutSeconds } }, `${name} reconfigured: ${JSON.stringify(scaling)}, timeout ${timeoutSeconds}s`);
-    fn.reconfigure(scaling, timeoutSeconds);
+    if (JSON.stringify(before) === JSON.stringify(configuration)) return false;
+    const { scaling, timeoutSeconds, deliveryBudgetSeconds } = configuration;
+    this.#log.info({ fn: name, from: before, to: configuration }, `${name} reconfigured: ${JSON.stringify(scaling)}, timeout ${timeoutSeconds}s, delivery budget ${deliveryBudgetSeconds}s`);
+    fn.reconfigure(configuration);
     return true;
   }
 

@@ -1,29 +1,31 @@
 // What a Knative Service's revision says about running one function, and its checks: the
 // autoscaling annotations (knative/serving pkg/apis/autoscaling: min-scale, max-scale, target),
-// `containerConcurrency` and `timeoutSeconds` (default revision-timeout-seconds, 300), as the
-// local activator takes them at start and through `configure()` (a Service edited live).
+// `containerConcurrency`, `timeoutSeconds` (default revision-timeout-seconds, 300) and the
+// function's delivery budget (its container's OPFN_DELIVERY_BUDGET_SECONDS), as the local
+// activator takes them at start and through `configure()` (a Service edited live).
 import type { Scaling } from '../../functions/runtime/declaration.ts';
+import { deliveryBudgetFor, deliveryBudgetProblem } from '../../functions/runtime/delivery-budget.ts';
 
 export type { Scaling };
 
-export interface FunctionProcessSpec {
+/** Knative Serving's revision-timeout-seconds default. */
+export const DEFAULT_TIMEOUT_SECONDS = 300;
+
+/** What a Knative Service's revision says about running a function: scaling, request timeout and delivery budget. */
+export interface FunctionConfiguration {
+  scaling: Scaling;
+  /** Knative Serving's per-request timeout (revision timeoutSeconds); default 300 (revision-timeout-seconds). */
+  timeoutSeconds?: number;
+  /** How long a delivery starts work, given to each instance as OPFN_DELIVERY_BUDGET_SECONDS; default half the timeout, at most 30 s (delivery-budget.ts). */
+  deliveryBudgetSeconds?: number;
+}
+
+export interface FunctionProcessSpec extends FunctionConfiguration {
   name: string;
   command: string;
   args: string[];
   /** Merged over process.env (undefined: unset); the activator sets PORT and HOST=127.0.0.1 (and K_SERVICE unless given) per instance. */
   env?: Record<string, string | undefined>;
-  scaling: Scaling;
-  /** Knative Serving's per-request timeout (revision timeoutSeconds); default 300 (revision-timeout-seconds). */
-  timeoutSeconds?: number;
-}
-
-/** Knative Serving's revision-timeout-seconds default. */
-export const DEFAULT_TIMEOUT_SECONDS = 300;
-
-/** What a Knative Service's revision says about running a function: scaling and request timeout. */
-export interface FunctionConfiguration {
-  scaling: Scaling;
-  timeoutSeconds?: number;
 }
 
 export interface FunctionStats {
@@ -39,14 +41,18 @@ export interface FunctionStats {
   direct: number;
 }
 
-/** Throws unless `scaling` and `timeoutSeconds` are usable; returns the timeout (default applied). */
-export function checkScaling(name: string, s: Scaling, timeoutSeconds = DEFAULT_TIMEOUT_SECONDS): number {
+/** Throws unless the configuration is usable; returns it with the defaults applied (only the scaling fields of `scaling`). */
+export function checkConfiguration(name: string, configuration: FunctionConfiguration): Required<FunctionConfiguration> {
+  const { scaling: s, timeoutSeconds = DEFAULT_TIMEOUT_SECONDS } = configuration;
   for (const k of ['minScale', 'maxScale', 'target', 'containerConcurrency'] as const) {
     if (!Number.isInteger(s[k]) || s[k] < 0) throw new Error(`function "${name}": scaling.${k} must be a non-negative integer, got ${String(s[k])}`);
   }
   if (s.maxScale > 0 && s.maxScale < s.minScale) throw new Error(`function "${name}": scaling.maxScale (${s.maxScale}) is below minScale (${s.minScale})`);
   if (!(timeoutSeconds >= 0)) throw new Error(`function "${name}": timeoutSeconds must be >= 0, got ${String(timeoutSeconds)}`);
-  return timeoutSeconds;
+  const deliveryBudgetSeconds = configuration.deliveryBudgetSeconds ?? deliveryBudgetFor(timeoutSeconds);
+  const budgetProblem = deliveryBudgetProblem(deliveryBudgetSeconds, timeoutSeconds);
+  if (budgetProblem) throw new Error(`function "${name}": ${budgetProblem}`);
+  return { scaling: scalingOf(s), timeoutSeconds, deliveryBudgetSeconds };
 }
 
 /** Only the four scaling fields (a configuration may come with more keys). */

@@ -10,7 +10,8 @@
 // - Buffered requests always go before a new one takes a slot (see lease()).
 import type http from 'node:http';
 import type { Logger } from 'pino';
-import { scalingOf, type FunctionProcessSpec, type FunctionStats, type Scaling } from './configuration.ts';
+import type { FunctionConfiguration, FunctionProcessSpec, FunctionStats } from './configuration.ts';
+import { DELIVERY_BUDGET_ENV } from '../../functions/runtime/delivery-budget.ts';
 import { desiredScale, effectiveTarget } from './decider.ts';
 import { Instance } from './instance.ts';
 import { pick } from './lb-policy.ts';
@@ -26,7 +27,7 @@ export interface PoolOptions {
 }
 
 export class FunctionPool {
-  spec: FunctionProcessSpec;
+  spec: FunctionProcessSpec & Required<FunctionConfiguration>;
   target: number;
   timeoutMs: number;
   readonly instances: Instance[] = [];
@@ -42,10 +43,11 @@ export class FunctionPool {
   #retryTimer?: NodeJS.Timeout;
   #closed = false;
 
-  constructor(spec: FunctionProcessSpec, timeoutSeconds: number, options: PoolOptions) {
-    this.spec = spec;
-    this.target = effectiveTarget(spec.scaling);
-    this.timeoutMs = timeoutSeconds * 1000;
+  /** `configuration` is the spec's, checked and with its defaults applied (checkConfiguration). */
+  constructor(spec: FunctionProcessSpec, configuration: Required<FunctionConfiguration>, options: PoolOptions) {
+    this.spec = { ...spec, ...configuration };
+    this.target = effectiveTarget(configuration.scaling);
+    this.timeoutMs = configuration.timeoutSeconds * 1000;
     this.#queue = new Throttler<Instance>(spec.name, options.maxQueue);
     this.#log = options.log;
     this.#supervisor = options.supervisor;
@@ -67,11 +69,11 @@ export class FunctionPool {
     return this.instances.filter((i) => i.live).length;
   }
 
-  /** New scaling and timeout (already checked): later decisions follow them, running instances stay. */
-  reconfigure(scaling: Scaling, timeoutSeconds: number): void {
-    this.spec = { ...this.spec, scaling: scalingOf(scaling), timeoutSeconds };
-    this.target = effectiveTarget(this.spec.scaling);
-    this.timeoutMs = timeoutSeconds * 1000;
+  /** A new configuration (checked, defaults applied): later decisions and instances follow it, running instances stay. */
+  reconfigure(configuration: Required<FunctionConfiguration>): void {
+    this.spec = { ...this.spec, ...configuration };
+    this.target = effectiveTarget(configuration.scaling);
+    this.timeoutMs = configuration.timeoutSeconds * 1000;
     if (this.#closed) return;
     for (const inst of this.instances) this.#armIdle(inst);
     this.#trimToMaxScale();
@@ -203,7 +205,8 @@ export class FunctionPool {
     const inst = new Instance(this.name, ++this.#seq);
     this.instances.push(inst);
     this.stats.started++;
-    void this.#supervisor.boot(inst, this.spec);
+    // The function cannot see its timeout; its delivery budget tells it how long to start work.
+    void this.#supervisor.boot(inst, { ...this.spec, env: { [DELIVERY_BUDGET_ENV]: String(this.spec.deliveryBudgetSeconds), ...this.spec.env } });
   }
 
   #stop(inst: Instance, reason: string): void {

@@ -2,13 +2,14 @@
 // `opfn manifests` generates it) is that function, run by the scale-from-zero activator from the
 // same image entry; its address is the activator's URL for it, and its Trigger's deliveries are
 // bounded by the capacity its annotations give. The activator runs the function with the
-// revision template's scaling (autoscaling annotations, containerConcurrency) and timeoutSeconds,
-// and a Service edited live is applied to the running function (Activator.configure), as Serving
-// rolls out a new revision. The generated dead-letter sink (event_display) is not run locally:
+// revision template's scaling (autoscaling annotations, containerConcurrency), timeoutSeconds and
+// delivery budget (the container's OPFN_DELIVERY_BUDGET_SECONDS), and a Service edited live is
+// applied to the running function (Activator.configure), as Serving rolls out a new revision. The generated dead-letter sink (event_display) is not run locally:
 // the broker's dead-letter file stands in for it.
 import type { Scaling } from '../../functions/runtime/declaration.ts';
 import { DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration } from '../activator/activator.ts';
 import { capacityAtMaxScale } from '../activator/decider.ts';
+import { deliveryBudgetFromEnvironment } from '../../functions/runtime/delivery-budget.ts';
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
 import { DEAD_LETTER_SERVICE } from '../manifests/options.ts';
 import { AUTOSCALING } from '../manifests/service.ts';
@@ -35,11 +36,17 @@ export function scalingFromService(service: KubeObject): Scaling {
   return { minScale: number('min-scale', 0), maxScale: number('max-scale', 0), target: number('target', 0), containerConcurrency: template(service).spec?.containerConcurrency ?? 0 };
 }
 
-/** Scaling and request timeout of the revision template (Knative's default timeout where unset). */
+/**
+ * Scaling, request timeout and delivery budget of the revision template (Knative's default
+ * timeout where unset; the budget from the container's OPFN_DELIVERY_BUDGET_SECONDS, else derived
+ * from the timeout as the generated Service's is).
+ */
 export function configurationFromService(service: KubeObject): FunctionConfiguration {
   const timeoutSeconds = (template(service).spec as { timeoutSeconds?: unknown } | undefined)?.timeoutSeconds;
   if (timeoutSeconds !== undefined && (typeof timeoutSeconds !== 'number' || !Number.isInteger(timeoutSeconds) || timeoutSeconds < 0)) throw new Error(`timeoutSeconds ${JSON.stringify(timeoutSeconds)} is not a whole number ≥ 0`);
-  return { scaling: scalingFromService(service), timeoutSeconds: timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS };
+  const env = Object.fromEntries((template(service).spec?.containers?.[0]?.env ?? []).map(({ name, value }) => [name, value]));
+  const deliveryBudgetSeconds = deliveryBudgetFromEnvironment(env);
+  return { scaling: scalingFromService(service), timeoutSeconds: timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS, ...(deliveryBudgetSeconds === undefined ? {} : { deliveryBudgetSeconds }) };
 }
 
 /** A URL (with the function's capacity at full scale, which bounds its Trigger's deliveries), the dead-letter stand-in, or why neither. */
@@ -99,7 +106,7 @@ export class ServiceDirectory {
     try {
       configuration = configurationFromService(service);
     } catch (error) {
-      return { conditions: [notReady('InvalidAnnotation', (error as Error).message)] };
+      return { conditions: [notReady('InvalidConfiguration', (error as Error).message)] };
     }
     try {
       this.#functions.configure(functionOf(service)!, configuration);

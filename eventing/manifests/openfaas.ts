@@ -9,6 +9,7 @@
 // (`opfn dev` with Triggers whose subscriber is the gateway URL), see the README.
 import { stringify } from 'yaml';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import { DELIVERY_BUDGET_ENV, deliveryBudgetFor } from '../../functions/runtime/delivery-budget.ts';
 import type { ManifestOptions } from './options.ts';
 import { serviceAccountName } from './rbac.ts';
 import { READINESS_PATH, TIMEOUT_SECONDS } from './service.ts';
@@ -20,7 +21,15 @@ export function openfaasStack(declarations: FunctionDeclaration[], options: Pick
     skip_build: true,
     readonly_root_filesystem: true,
     // Secret parameters are left out: OpenFaaS mounts secrets as files, the runtime reads the environment.
-    environment: { FUNCTION: declaration.name, ...Object.fromEntries(declaration.config.filter((p) => !p.secret && p.default !== undefined).map((p) => [p.name, p.default])), exec_timeout: `${TIMEOUT_SECONDS}s`, read_timeout: `${TIMEOUT_SECONDS}s`, write_timeout: `${TIMEOUT_SECONDS}s` },
+    // The delivery budget follows the timeouts beside it, as in the Knative Service.
+    environment: {
+      FUNCTION: declaration.name,
+      ...Object.fromEntries(declaration.config.filter((p) => !p.secret && p.default !== undefined).map((p) => [p.name, p.default])),
+      exec_timeout: `${TIMEOUT_SECONDS}s`,
+      read_timeout: `${TIMEOUT_SECONDS}s`,
+      write_timeout: `${TIMEOUT_SECONDS}s`,
+      [DELIVERY_BUDGET_ENV]: String(deliveryBudgetFor(TIMEOUT_SECONDS)),
+    },
     labels: {
       'com.openfaas.scale.min': String(Math.max(declaration.scaling.minScale, 0)),
       ...(declaration.scaling.maxScale > 0 ? { 'com.openfaas.scale.max': String(declaration.scaling.maxScale) } : {}),

@@ -15,6 +15,7 @@
 // pkg/apis/serving/fieldmask.go).
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { DELIVERY_BUDGET_ENV, deliveryBudgetFor } from '../../functions/runtime/delivery-budget.ts';
 import { installConfigValues } from '../../functions/runtime/knative-objects.ts';
 import { KNATIVE_SERVICE_API, labels, type ManifestOptions } from './options.ts';
 import { serviceAccountName } from './rbac.ts';
@@ -32,8 +33,10 @@ export const LIVENESS_PATH = '/health/liveness';
 export const configSecretName = (declaration: FunctionDeclaration): string => `opfn-${declaration.name}-config`;
 
 /**
- * The container's environment: FUNCTION, then the declared configuration with its defaults
- * (change them in the generated file or with kustomize); secret parameters come from the
+ * The container's environment: FUNCTION; the delivery budget for the Service's timeoutSeconds
+ * (the function cannot see the timeout, so edit both together; `opfn manifests` and the local
+ * plane refuse a budget the timeout leaves no room after); then the declared configuration with
+ * its defaults (change them in the generated file or with kustomize). Secret parameters come from the
  * function's config Secret (valueFrom.secretKeyRef, optional when the parameter has a default),
  * so no secret ever sits in a manifest. A parameter about the install itself (INSTALL_CONFIG:
  * namespace, Broker, scope) gets this install's value.
@@ -44,6 +47,7 @@ export function environment(declaration: FunctionDeclaration, options: ManifestO
   if (required.length) throw new Error(`function ${declaration.name}: config ${required.map((p) => p.name).join(', ')} has no default; give it one (or make it secret) so the generated Service can set it`);
   return [
     { name: 'FUNCTION', value: declaration.name },
+    { name: DELIVERY_BUDGET_ENV, value: String(deliveryBudgetFor(TIMEOUT_SECONDS)) },
     ...declaration.config.map((parameter) => (parameter.secret
       ? { name: parameter.name, valueFrom: { secretKeyRef: { name: configSecretName(declaration), key: parameter.name, optional: parameter.default !== undefined } } }
       : { name: parameter.name, value: install[parameter.name] ?? parameter.default })),

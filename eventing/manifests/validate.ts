@@ -12,8 +12,11 @@
 //   Service, source or binding names exists; a Role binding names a generated role.
 // - Names Knative derives others from fit: a Service's first revision `<name>-00001` must be a
 //   DNS-1035 label (63 characters).
+// - A function's delivery budget (OPFN_DELIVERY_BUDGET_SECONDS) leaves room before its Service's
+//   timeoutSeconds: the function cannot see the timeout, and answers after it come too late.
+import { DELIVERY_BUDGET_ENV, deliveryBudgetProblem } from '../../functions/runtime/delivery-budget.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { AUTOSCALING } from './service.ts';
+import { AUTOSCALING, TIMEOUT_SECONDS } from './service.ts';
 
 const ATTRIBUTE_NAME = /^[a-z0-9]{1,20}$/;
 const DNS_1035_LABEL = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
@@ -58,6 +61,9 @@ export function validateManifests(objects: KubeObject[], external: Set<string> =
         const revision = `${metadata.name}-00001`;
         if (revision.length > 63 || !DNS_1035_LABEL.test(revision)) problems.push(`${id(object)}: its revision name ${revision} is not a DNS-1035 label of at most 63 characters`);
         checkServiceAccount(object, spec(object).template?.spec?.serviceAccountName);
+        const budget = (spec(object).template?.spec?.containers?.[0]?.env as { name: string; value?: string }[] | undefined)?.find((e) => e.name === DELIVERY_BUDGET_ENV)?.value;
+        const budgetProblem = budget === undefined ? undefined : deliveryBudgetProblem(Number(budget), spec(object).template?.spec?.timeoutSeconds ?? TIMEOUT_SECONDS);
+        if (budgetProblem) problems.push(`${id(object)}: ${budgetProblem}`);
         break;
       }
       case 'Trigger': {

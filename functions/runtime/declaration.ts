@@ -138,7 +138,7 @@ export interface ReconcileContext {
    */
   shared<T>(name: string, read: () => Promise<T>): Promise<T>;
   /**
-   * When this delivery stops starting work (ms since the epoch; server.ts DELIVERY_BUDGET_MS
+   * When this delivery stops starting work (ms since the epoch; its budget, delivery-budget.ts,
    * after it arrived), so that its answer goes back before the request times out. A reconcile
    * that works through many items (a CompositeController's sweep) starts none after it and
    * reports the items it left as deferredKeys; the host does the same with an event's keys.

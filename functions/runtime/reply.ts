@@ -1,6 +1,6 @@
 // The reply CloudEvent a function answers with when part of its work is still to do: the failed
 // keys of a fan-out (retried on their own, without redoing the keys that succeeded), the keys it
-// had no time to start (server.ts DELIVERY_BUDGET_MS), or keys to reconcile again later
+// had no time to start (delivery-budget.ts), or keys to reconcile again later
 // (requeueAfterSeconds), each at its own time. A 2xx answer whose body is
 // a CloudEvent is a reply in Knative's broker (filter_handler.go): it re-enters the broker, and
 // the Trigger that selects on `opfnfunction` routes it back to this function with its delivery

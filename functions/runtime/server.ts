@@ -29,6 +29,7 @@ import { hintFromFirstRead } from './reference-reads.ts';
 import { isSettled, SeenObjects, skipReason } from './skips.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
 import { forEachLimited } from './limit.ts';
+import { DEFAULT_DELIVERY_BUDGET_SECONDS, deliveryBudgetFromEnvironment } from './delivery-budget.ts';
 
 export interface FunctionHostOptions {
   declaration: FunctionDeclaration;
@@ -39,7 +40,7 @@ export interface FunctionHostOptions {
   maxBodyBytes?: number;
   /** Keys reconciled at once during a fan-out (resync, mapper, reply). */
   fanOutConcurrency?: number;
-  /** How long a delivery starts work; default DELIVERY_BUDGET_MS. */
+  /** How long a delivery starts work (delivery-budget.ts); default DEFAULT_DELIVERY_BUDGET_SECONDS. */
   deliveryBudgetMs?: number;
   /** The declared config; resolved from the environment when omitted. */
   config?: Readonly<Record<string, string>>;
@@ -64,16 +65,6 @@ export const DEFAULT_MAX_EVENT_BYTES = 3 * 1024 * 1024;
  * between), and the burst as fast or faster.
  */
 const API_CONNECTIONS = 32;
-/**
- * How long one delivery keeps starting work (keys of a fan-out, parents of a sweep) after it
- * arrived; what is not started by then goes back in its reply (answers.ts) and is done in the
- * reply's own delivery. The answer must reach the broker before the request times out (Knative
- * Serving's timeoutSeconds, 300 s by default): past it the activator answers 504 while the work
- * goes on, and each of the broker's retries does the whole fan-out again.
- * 30 s leaves the keys already started the rest of that time to finish (a hook's call, a
- * CopyratorRule's writes), and costs a fan-out that fits in it nothing.
- */
-export const DELIVERY_BUDGET_MS = 30_000;
 /** A reconcile event this early is delivered by a broker that does not hold replies (Knative): dropped. */
 const NOT_BEFORE_TOLERANCE_MS = 1000;
 /** How long a draining process waits for its Kubernetes Events to be written. */
@@ -107,7 +98,7 @@ export class FunctionHost {
     this.#options = {
       maxBodyBytes: DEFAULT_MAX_EVENT_BYTES,
       fanOutConcurrency: 8,
-      deliveryBudgetMs: DELIVERY_BUDGET_MS,
+      deliveryBudgetMs: DEFAULT_DELIVERY_BUDGET_SECONDS * 1000,
       http: httpClient(),
       now: () => new Date(),
       ...options,
@@ -392,7 +383,8 @@ export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   const log = createLogger(declaration.name);
   let host: FunctionHost;
   try {
-    host = createFunctionHost(declaration, { log });
+    const budgetSeconds = deliveryBudgetFromEnvironment();
+    host = createFunctionHost(declaration, { log, ...(budgetSeconds === undefined ? {} : { deliveryBudgetMs: budgetSeconds * 1000 }) });
   } catch (error) {
     log.fatal((error as Error).message);
     process.exit(1);

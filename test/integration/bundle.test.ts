@@ -18,11 +18,13 @@ import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
 import { Pod } from '../../functions/runtime/kinds.ts';
-import { KEEP_ALIVE_TIMEOUT_MS } from '../../functions/runtime/server.ts';
+import { DELIVERY_BUDGET_ENV } from '../../functions/runtime/delivery-budget.ts';
+import { reconcileReply } from '../../functions/runtime/reply.ts';
+import { KEEP_ALIVE_TIMEOUT_MS, OUTCOME_HEADER } from '../../functions/runtime/server.ts';
 import { deliver, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
-import { knativeService } from '../../eventing/manifests/service.ts';
+import { knativeService, READINESS_PATH } from '../../eventing/manifests/service.ts';
 import { IMAGE_NODE_FLAGS } from '../../bin/build.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -198,6 +200,18 @@ function startImage(env: Record<string, string | undefined>, as: { uid?: number;
   return { child, output: () => ({ stdout, stderr }), exited };
 }
 
+/** Waits until the started image answers its readiness probe at `base`; fails with its output if it exits or takes over 20 s. */
+async function untilReady(running: ReturnType<typeof startImage>, base: string, readinessPath = READINESS_PATH): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    assert.equal(running.child.exitCode, null, `the function exited: ${running.output().stderr}${running.output().stdout}`);
+    const status = await fetch(`${base}${readinessPath}`).then((response) => response.status, () => 0);
+    if (status === 200) return;
+    assert.ok(Date.now() < deadline, `not ready after 20 s: ${running.output().stdout}${running.output().stderr}`);
+    await sleep(20);
+  }
+}
+
 before(async () => {
   // Cluster start-up and the build run side by side.
   const clusterReady = startTestCluster();
@@ -347,7 +361,10 @@ describe('the image and the generated Knative Service agree', () => {
     assert.equal(uid, container.securityContext.runAsUser, 'USER = the Service\'s runAsUser');
     assert.equal(gid, container.securityContext.runAsGroup, 'USER group = the Service\'s runAsGroup');
     assert.ok(uid > 0 && container.securityContext.runAsNonRoot);
-    assert.deepEqual(container.env.map((e: { name: string }) => e.name), ['FUNCTION'], 'the entry needs only FUNCTION (and the PORT Knative sets)');
+    assert.deepEqual(container.env.map((e: { name: string }) => e.name), ['FUNCTION', DELIVERY_BUDGET_ENV], 'the entry needs only FUNCTION (and the PORT Knative sets); the delivery budget goes with the timeout');
+    const budget = Number(container.env.find((e: { name: string }) => e.name === DELIVERY_BUDGET_ENV).value);
+    const { timeoutSeconds } = (knativeService(immortalContainer, DEFAULT_OPTIONS).spec as any).template.spec;
+    assert.ok(budget > 0 && budget <= timeoutSeconds / 2, `the delivery budget ${budget} s leaves the keys already started at least as long before timeoutSeconds ${timeoutSeconds}`);
     // Written before USER (as root): the runtime USER must still be able to read it.
     const cache = statSync(imagePath(`dist/${immortalContainer.name}.code-cache`));
     assert.ok((cache.mode & 0o004) !== 0 || (cache.uid === (isRoot ? uid : process.getuid!()) && (cache.mode & 0o400) !== 0), `the code cache is readable by USER ${runtime.user} (mode ${(cache.mode & 0o777).toString(8)})`);
@@ -362,14 +379,7 @@ describe('the image and the generated Knative Service agree', () => {
       const port = await freePort();
       const running = startImage({ FUNCTION: immortalContainer.name, KUBECONFIG: kubeconfig, PORT: String(port), NODE_DEBUG: 'opfn' }, as);
       const base = `http://127.0.0.1:${port}`;
-      const deadline = Date.now() + 20_000;
-      for (;;) {
-        assert.equal(running.child.exitCode, null, `the function exited: ${running.output().stderr}${running.output().stdout}`);
-        const readiness = await fetch(`${base}${container.readinessProbe.httpGet.path}`).then((r) => r.status, () => 0);
-        if (readiness === 200) break;
-        assert.ok(Date.now() < deadline, `not ready after 20 s: ${running.output().stdout}${running.output().stderr}`);
-        await sleep(20);
-      }
+      await untilReady(running, base, container.readinessProbe.httpGet.path);
       assert.equal((await fetch(`${base}${container.livenessProbe.httpGet.path}`)).status, 200, 'liveness probe path');
       running.child.kill('SIGTERM');
       assert.equal(await running.exited, 0, 'drains and exits 0 on SIGTERM');
@@ -388,14 +398,7 @@ describe('the image entry', () => {
     const port = await freePort();
     const running = startImage({ FUNCTION: 'immortal-container', KUBECONFIG: functionKubeconfig, PORT: String(port) });
     const base = `http://127.0.0.1:${port}/`;
-    const deadline = Date.now() + 20_000;
-    for (;;) {
-      assert.equal(running.child.exitCode, null, `the function exited: ${running.output().stderr}${running.output().stdout}`);
-      const status = await fetch(`${base}health/readiness`).then((response) => response.status, () => 0);
-      if (status === 200) break;
-      assert.ok(Date.now() < deadline, `not ready after 20 s: ${running.output().stdout}${running.output().stderr}`);
-      await sleep(20);
-    }
+    await untilReady(running, `http://127.0.0.1:${port}`);
     assert.match(running.output().stdout, /"msg":"immortal-container ready"/);
     // Idle connections outlive the queue-proxy's (Go's 90 s), so it never reuses one being closed.
     const keepAlive = await new Promise<string | undefined>((resolve, reject) => {
@@ -445,6 +448,30 @@ describe('the image entry', () => {
       assert.match(lines[0], /immortal-container/, 'names the functions the image has');
     });
   }
+
+  test(`${DELIVERY_BUDGET_ENV} reaches the runtime: at 0 a delivery starts its first key and hands the others back in its reply`, async () => {
+    const port = await freePort();
+    const running = startImage({ FUNCTION: immortalContainer.name, KUBECONFIG: functionKubeconfig, PORT: String(port), [DELIVERY_BUDGET_ENV]: '0' });
+    const base = `http://127.0.0.1:${port}`;
+    await untilReady(running, base);
+    // Keys of objects that do not exist: each reconcile is one read and nothing to do.
+    const keys = ['budget-a', 'budget-b', 'budget-c'].map((name) => `immortalcontainer.flugel.it/ImmortalContainer:default/${name}`);
+    const event = reconcileReply(immortalContainer.name, keys.map((key) => ({ key })));
+    const response = await fetch(`${base}/`, { method: 'POST', headers: event.headers, body: event.body });
+    assert.equal(response.status, 200);
+    assert.deepEqual(JSON.parse(response.headers.get(OUTCOME_HEADER)!), { reconciled: 1, failed: 0, requeued: 0, deferred: 2 });
+    assert.deepEqual((JSON.parse(await response.text()) as { keys: string[] }).keys, keys.slice(1), 'the keys not started, due at once');
+    running.child.kill('SIGTERM');
+    assert.equal(await running.exited, 0);
+  });
+
+  test(`${DELIVERY_BUDGET_ENV} that is not a number of seconds: exits 1 saying so`, { timeout: 20_000 }, async () => {
+    const running = startImage({ FUNCTION: immortalContainer.name, KUBECONFIG: functionKubeconfig, PORT: String(await freePort()), [DELIVERY_BUDGET_ENV]: '30s' });
+    assert.equal(await running.exited, 1);
+    const { stdout } = running.output();
+    const fatal = stdout.trim().split('\n').map((line) => JSON.parse(line) as { level: number; msg: string }).find((line) => line.level === 60);
+    assert.match(fatal?.msg ?? stdout, /OPFN_DELIVERY_BUDGET_SECONDS "30s" is not a number of seconds/);
+  });
 
   test('a code cache made with other node flags is refused in one line on stderr; the function still starts, and writes nothing on a read-only image', async () => {
     const { args } = imageCommand();

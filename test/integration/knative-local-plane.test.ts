@@ -157,7 +157,7 @@ describe('the generated objects run on the local plane', () => {
 
     await patchService({ 'autoscaling.knative.dev/min-scale': '1', 'autoscaling.knative.dev/max-scale': '2' }, { containerConcurrency: 7, timeoutSeconds: 45 });
     await eventually(async () => plane.activator.configurationOf(name).scaling.minScale === 1, 20_000, 'the activator runs min-scale 1');
-    assert.deepEqual(plane.activator.configurationOf(name), { scaling: { ...immortalContainer.scaling, minScale: 1, maxScale: 2, containerConcurrency: 7 }, timeoutSeconds: 45 });
+    assert.deepEqual(plane.activator.configurationOf(name), { scaling: { ...immortalContainer.scaling, minScale: 1, maxScale: 2, containerConcurrency: 7 }, timeoutSeconds: 45, deliveryBudgetSeconds: 30 });
     await eventually(async () => plane.activator.instances(name) >= 1, 20_000, 'min-scale 1 starts an instance without any event');
     await eventually(async () => (await readyReason(KnativeService, name)) === 'True Ready', 20_000, 'the Service is Ready', () => readyReason(KnativeService, name));
     say(`kubectl patch ksvc ${name} --type merge -p '{"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/min-scale":"1","autoscaling.knative.dev/max-scale":"2"}},"spec":{"containerConcurrency":7,"timeoutSeconds":45}}}}' → activator ${JSON.stringify(plane.activator.configurationOf(name))}, ${plane.activator.instances(name)} instance(s), Ready=True`);

@@ -63,8 +63,8 @@ describe('where the function puts the event sources', () => {
   };
 
   test('the generated Service carries the install\'s namespace, Broker and scope', () => {
-    assert.deepEqual(envOf(manifestFiles({ target: 'knative' }, functions)), { OPFN_NAMESPACE: 'operator-functions', OPFN_BROKER: 'operator-functions', OPFN_SCOPE: 'cluster' });
-    assert.deepEqual(envOf(manifestFiles({ target: 'knative', namespace: 'team-a' }, functions)), { OPFN_NAMESPACE: 'team-a', OPFN_BROKER: 'operator-functions', OPFN_SCOPE: 'namespace' });
+    assert.deepEqual(envOf(manifestFiles({ target: 'knative' }, functions)), { OPFN_DELIVERY_BUDGET_SECONDS: '30', OPFN_NAMESPACE: 'operator-functions', OPFN_BROKER: 'operator-functions', OPFN_SCOPE: 'cluster' });
+    assert.deepEqual(envOf(manifestFiles({ target: 'knative', namespace: 'team-a' }, functions)), { OPFN_DELIVERY_BUDGET_SECONDS: '30', OPFN_NAMESPACE: 'team-a', OPFN_BROKER: 'operator-functions', OPFN_SCOPE: 'namespace' });
   });
 });
 

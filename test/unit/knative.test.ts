@@ -8,7 +8,7 @@ import { nextFire, parseSchedule } from '../../eventing/knative/cron.ts';
 import { pingEvent, pingPlan } from '../../eventing/knative/ping-sources.ts';
 import { functionOf, scalingFromService, ServiceDirectory } from '../../eventing/knative/services.ts';
 import { apiServerStatus, nextStatus, sameStatus, StatusBoard } from '../../eventing/knative/status.ts';
-import { checkScaling, type FunctionConfiguration } from '../../eventing/activator/activator.ts';
+import { checkConfiguration, type FunctionConfiguration } from '../../eventing/activator/activator.ts';
 import { brokerTriggerFor, TriggerController, type Resolvers } from '../../eventing/knative/triggers.ts';
 import { deadLetterSink } from '../../eventing/manifests/broker.ts';
 import { functionObjects } from '../../eventing/manifests/index.ts';
@@ -30,7 +30,7 @@ const board = new StatusBoard();
 const services = new ServiceDirectory(board, {
   urlFor: (name) => (name === declaration.name ? FUNCTION_URL : undefined),
   configure: (name, configuration) => {
-    checkScaling(name, configuration.scaling, configuration.timeoutSeconds);
+    checkConfiguration(name, configuration);
     configured.push({ name, configuration });
   },
 });
@@ -129,19 +129,22 @@ describe('Services', () => {
 
   const readyOf = () => board.ready(`Service ${NS}/${declaration.name}`);
 
-  test('the generated Service configures the activator with the declaration\'s scaling and Knative\'s timeout', () => {
-    assert.deepEqual(configured[0], { name: declaration.name, configuration: { scaling: declaration.scaling, timeoutSeconds: 300 } });
+  test('the generated Service configures the activator with the declaration\'s scaling, Knative\'s timeout and the delivery budget for it', () => {
+    assert.deepEqual(configured[0], { name: declaration.name, configuration: { scaling: declaration.scaling, timeoutSeconds: 300, deliveryBudgetSeconds: 30 } });
     assert.equal(readyOf()?.status, 'True');
   });
 
-  test('an edited scaling or timeout is applied to the function, Ready; a bad annotation or an unusable scaling is not, with the reason', async () => {
+  test('an edited scaling, timeout or delivery budget is applied to the function, Ready; a bad annotation, an unusable scaling or a budget the timeout leaves no room after is not, with the reason', async () => {
     const service = find('Service');
     const template = (service.spec as any).template;
     template.metadata.annotations['autoscaling.knative.dev/max-scale'] = '9';
     template.spec.containerConcurrency = 3;
     template.spec.timeoutSeconds = 42;
     await services.apply(service);
-    assert.deepEqual(configured.at(-1)!.configuration, { scaling: { ...declaration.scaling, maxScale: 9, containerConcurrency: 3 }, timeoutSeconds: 42 });
+    const budget = template.spec.containers[0].env.find((e: { name: string }) => e.name === 'OPFN_DELIVERY_BUDGET_SECONDS');
+    budget.value = '20';
+    await services.apply(service);
+    assert.deepEqual(configured.at(-1)!.configuration, { scaling: { ...declaration.scaling, maxScale: 9, containerConcurrency: 3 }, timeoutSeconds: 42, deliveryBudgetSeconds: 20 });
     assert.equal(readyOf()?.status, 'True');
     // The Trigger's bound follows the Service: containerConcurrency × max-scale.
     assert.equal(brokerTriggerFor(find('Trigger'), resolvers).trigger?.maxInFlight, 27);
@@ -149,7 +152,7 @@ describe('Services', () => {
     const applied = configured.length;
     template.metadata.annotations['autoscaling.knative.dev/max-scale'] = 'lots';
     await services.apply(service);
-    assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'InvalidAnnotation']);
+    assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'InvalidConfiguration']);
     template.metadata.annotations['autoscaling.knative.dev/max-scale'] = '1';
     template.metadata.annotations['autoscaling.knative.dev/min-scale'] = '2';
     await services.apply(service);
@@ -158,7 +161,17 @@ describe('Services', () => {
     template.metadata.annotations['autoscaling.knative.dev/min-scale'] = '0';
     template.spec.timeoutSeconds = -1;
     await services.apply(service);
-    assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'InvalidAnnotation']);
+    assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'InvalidConfiguration']);
+    template.spec.timeoutSeconds = 42;
+    budget.value = 'soon';
+    await services.apply(service);
+    assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'InvalidConfiguration']);
+    assert.match(readyOf()!.message!, /OPFN_DELIVERY_BUDGET_SECONDS "soon" is not a number of seconds/);
+    // A budget the timeout leaves no room after: the answers would come after the request timed out.
+    budget.value = '42';
+    await services.apply(service);
+    assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'InvalidScaling']);
+    assert.match(readyOf()!.message!, /OPFN_DELIVERY_BUDGET_SECONDS 42 leaves no time before timeoutSeconds 42/);
     assert.equal(configured.length, applied, 'nothing invalid reached the activator');
     await services.apply(find('Service'));
     assert.equal(readyOf()?.status, 'True');

@@ -195,6 +195,7 @@ describe('validateManifests finds what a dry run would let through', () => {
     ['a source without its own ServiceAccount', (list) => { delete spec(list.find((o) => o.kind === 'ApiServerSource')!).serviceAccountName; }, /no serviceAccountName/],
     ['a source sink that is not the Broker', (list) => { spec(list.find((o) => o.kind === 'ApiServerSource')!).sink = { uri: 'http://x/' }; }, /sink uri/],
     ['a Service name too long for its revision', (list) => { find(list, 'Service').metadata.name = 'x'.repeat(60); }, /revision name/],
+    ['a timeoutSeconds lowered below the delivery budget', (list) => { spec(find(list, 'Service')).template.spec.timeoutSeconds = 25; }, /OPFN_DELIVERY_BUDGET_SECONDS 30 leaves no time before timeoutSeconds 25/],
   ];
   for (const [what, mutate, expected] of cases) {
     test(what, () => {
@@ -247,6 +248,7 @@ test('declared configuration reaches the Service: defaults as values, secrets th
   const service = functionObjects(configured, DEFAULT_OPTIONS).find((o) => o.kind === 'Service')!;
   assert.deepEqual(spec(service).template.spec.containers[0].env, [
     { name: 'FUNCTION', value: 'configured' },
+    { name: 'OPFN_DELIVERY_BUDGET_SECONDS', value: '30' },
     { name: 'PROVIDER_URL', value: 'https://example.com' },
     { name: 'API_KEY', valueFrom: { secretKeyRef: { name: 'opfn-configured-config', key: 'API_KEY', optional: true } } },
     { name: 'TOKEN', valueFrom: { secretKeyRef: { name: 'opfn-configured-config', key: 'TOKEN', optional: false } } },
