@@ -5,7 +5,8 @@
 // a CloudEvent is a reply in Knative's broker (filter_handler.go): it re-enters the broker, and
 // the Trigger that selects on `opfnfunction` routes it back to this function with its delivery
 // policy. The local broker holds each key of a reply until it is due (eventing/broker/hold.ts);
-// Knative delivers at once, and the function drops the keys not yet due (its resync catches up).
+// Knative delivers at once, and the function waits for the keys due within that delivery's budget
+// and drops those due later (its resync catches up).
 import { randomUUID } from 'node:crypto';
 import { FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE } from './events.ts';
 

@@ -10,6 +10,7 @@
 //   500  reconcile failed otherwise: retried, then dead-lettered
 // Which error becomes which answer is decided in one place: statusForError (errors.ts).
 import type { Server } from 'node:http';
+import { setTimeout as delay } from 'node:timers/promises';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { resolveConfig } from './config.ts';
@@ -46,6 +47,8 @@ export interface FunctionHostOptions {
   config?: Readonly<Record<string, string>>;
   http?: HttpClient;
   now?: () => Date;
+  /** Waits for a key named ahead of its due time (tests move a clock instead). */
+  sleep?: (ms: number) => Promise<void>;
 }
 
 export type { Outcome } from './answers.ts';
@@ -65,8 +68,6 @@ export const DEFAULT_MAX_EVENT_BYTES = 3 * 1024 * 1024;
  * between), and the burst as fast or faster.
  */
 const API_CONNECTIONS = 32;
-/** A reconcile event this early is delivered by a broker that does not hold replies (Knative): dropped. */
-const NOT_BEFORE_TOLERANCE_MS = 1000;
 /** How long a draining process waits for its Kubernetes Events to be written. */
 const EVENT_FLUSH_DEADLINE_MS = 5000;
 /**
@@ -101,6 +102,7 @@ export class FunctionHost {
       deliveryBudgetMs: DEFAULT_DELIVERY_BUDGET_SECONDS * 1000,
       http: httpClient(),
       now: () => new Date(),
+      sleep: (ms: number) => delay(ms),
       ...options,
       config: options.config ?? resolveConfig(declaration.name, declaration.config),
     };
@@ -176,7 +178,7 @@ export class FunctionHost {
 
   /** Reconciles what the event concerns. Never throws. */
   async handle(event: FunctionEvent): Promise<Outcome> {
-    const { declaration, kube, log, now } = this.#options;
+    const { declaration, kube, log } = this.#options;
     const deadline = this.#deadline();
     // Made on first use: most events are skipped below without a line logged.
     let child: Logger | undefined;
@@ -184,6 +186,8 @@ export class FunctionHost {
     const reconciled = declaration.reconciles;
     let keys: KindKey[];
     let hint: KubeObject | undefined;
+    /** When each key may start (ms since the epoch), for keys a reconcile event names ahead of their time. */
+    let dueAt: number[] | undefined;
     try {
       if (event.type === 'resync' || event.type === 'poll') {
         keys = [];
@@ -200,16 +204,23 @@ export class FunctionHost {
         const parsed = await Promise.all(event.keys.map((text) => this.#parseKey(text, eventLog())));
         const bad = parsed.find((key): key is string => typeof key === 'string');
         if (bad) return { status: 400, body: { error: `reconcile event: ${bad}` } };
-        // Keys not yet due come from a broker that does not hold requeues (Knative's): dropped,
-        // neither done nor failed; the function keeps its due times and its resync catches up.
+        // Keys not yet due come from a broker that does not hold requeues (Knative's sends a
+        // reply at once). One due within this delivery's budget is waited for here, so a short
+        // requeue (a 10 s CrashLoopBackOff) keeps its time on Knative too; one due later is
+        // dropped, neither done nor failed: the function keeps its due time and its resync
+        // catches up.
         const dueTimes = event.keys.map((text) => (event.keyNotBefore?.get(text) ?? event.notBefore)?.getTime() ?? 0);
-        const dueBy = now().getTime() + NOT_BEFORE_TOLERANCE_MS;
-        const due = (parsed as KindKey[]).filter((_key, index) => dueTimes[index] <= dueBy);
-        if (due.length === 0) {
+        const waited = (parsed as KindKey[]).map((key, index) => ({ key, at: dueTimes[index]! })).filter(({ at }) => at <= deadline);
+        if (waited.length === 0) {
           const earliest = new Date(Math.min(...dueTimes));
           return { status: 200, body: { ignored: `not due until ${earliest.toISOString()}; the function keeps its due time and its resync catches up` } };
         }
-        keys = uniqueKeys(due);
+        if (waited.length < parsed.length) eventLog().info({ dropped: parsed.length - waited.length }, 'keys due after this delivery\'s budget dropped; the resync catches up');
+        // Soonest first (a key named twice counts at its earliest time): each waits for its own time.
+        waited.sort((a, b) => a.at - b.at);
+        keys = uniqueKeys(waited.map(({ key }) => key));
+        const dueOf = new Map(waited.map(({ key, at }) => [key, at]));
+        dueAt = keys.map((key) => dueOf.get(key)!);
       } else {
         const skip = skipReason(declaration, event, kube.ownWrites, this.#seen);
         if (skip) return { status: 200, body: { ignored: skip } };
@@ -224,7 +235,7 @@ export class FunctionHost {
       eventLog()[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, 'could not work out what the event concerns');
       return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
     }
-    return this.#reconcileAll(keys, eventLog(), deadline, hint);
+    return this.#reconcileAll(keys, eventLog(), deadline, hint, dueAt);
   }
 
   /** When a delivery arriving now stops starting work. */
@@ -246,14 +257,17 @@ export class FunctionHost {
   }
 
   /**
-   * Reconciles the keys (a few at a time) and turns their results into one answer. Keys not
-   * started by the deadline are deferred, except the first: every delivery gets something done.
+   * Reconciles the keys (a few at a time, each not before its `dueAt`) and turns their results
+   * into one answer. Keys not started by the deadline are deferred, except the first: every
+   * delivery gets something done.
    */
-  async #reconcileAll(keys: KindKey[], log: Logger, deadline: number, hint?: KubeObject): Promise<Outcome> {
-    const { fanOutConcurrency, now, declaration } = this.#options;
+  async #reconcileAll(keys: KindKey[], log: Logger, deadline: number, hint?: KubeObject, dueAt?: number[]): Promise<Outcome> {
+    const { fanOutConcurrency, now, sleep, declaration } = this.#options;
     const results: KeyResult[] = new Array(keys.length);
     const reads = sharedReads();
     await forEachLimited(keys, fanOutConcurrency, async (key, index) => {
+      const early = (dueAt?.[index] ?? 0) - now().getTime();
+      if (early > 0) await sleep(early);
       results[index] = index > 0 && now().getTime() >= deadline ? { type: 'deferred' } : await this.reconcileKey(key, log, hint, reads, deadline);
     });
     const outcome = answerFor(declaration.name, keys, results, now());

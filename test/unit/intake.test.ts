@@ -138,6 +138,15 @@ describe('bodies and names that reach a URL', () => {
     assert.equal(requests, before);
   });
 
+  test('a reconcile event due within the delivery\'s budget is waited for, then reconciled (503 here: the API is unreachable), never early', async () => {
+    const sent = Date.now();
+    const due = new Date(sent + 400);
+    const answer = await postRaw(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': due.toISOString() }), JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }));
+    assert.equal(answer.status, 503, answer.text);
+    assert.equal(answer.json?.failed, 1, 'reconciled once due');
+    assert.ok(Date.now() >= due.getTime(), 'answered no earlier than the key was due');
+  });
+
   test('a due reconcile event reconciles its keys (503 here: the API is unreachable)', async () => {
     const answer = await postRaw(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': new Date(Date.now() - 1000).toISOString() }), JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }));
     assert.equal(answer.status, 503, answer.text);

@@ -193,22 +193,26 @@ describe('answers', () => {
     assert.deepEqual(JSON.parse(withFailure.reply!.body), { keys: [key('bad')] }, 'only the failed key, retried at once');
   });
 
-  test('a reconcile event delivered before its keys are due (Knative delivers replies at once): only the due keys are reconciled, the others neither done nor failed', async () => {
+  test('a reconcile event delivered before its keys are due (Knative delivers replies at once): a key due within the delivery\'s budget is reconciled at its own time, soonest first; one due later is dropped, neither done nor failed', async () => {
+    let clock = Date.parse('2025-05-01T00:00:00Z');
     const calls: string[] = [];
-    const host = hostFor(async ({ name }) => {
-      calls.push(name);
-    });
+    const declaration = defineFunction({ name: 'widgets', description: 'test', reconciles: Widget, rbac: [], reconcile: async ({ name }) => void calls.push(`${name}@${new Date(clock).toISOString().slice(11, 23)}`) });
+    // The host waits on this clock: a wait moves it on, so no test time passes (one key at a
+    // time: one clock cannot model waits that overlap).
+    const host = createFunctionHost(declaration, { kube: unreachableKube(), log: quietLog, metrics: createMetrics('widgets'), fanOutConcurrency: 1, now: () => new Date(clock), sleep: async (ms) => void (clock += ms) });
     const event = (notBefore: string | undefined, perKey?: Record<string, string>) =>
       new CloudEvent<unknown>({ type: 'dev.opfn.reconcile', source: '/opfn/functions/widgets', opfnfunction: 'widgets', ...(notBefore ? { opfnnotbefore: notBefore } : {}), datacontenttype: 'application/json', data: { keys: ['a', 'b', 'c'].map(key), ...(perKey ? { notBefore: perKey } : {}) } });
-    // The clock reads 2025-05-01T00:00:00Z; a key due within the 1 s tolerance counts as due.
-    const mixed = await receive(host, event('2025-05-01T00:00:00.500Z', { [key('b')]: '2025-05-01T00:00:30Z', [key('c')]: '2025-05-01T00:10:00Z' }));
-    assert.deepEqual([mixed.status, mixed.body, calls], [200, { reconciled: 1, failed: 0, requeued: 0 }, ['a']]);
-    const none = await receive(host, event('2025-05-01T00:00:30Z', { [key('c')]: '2025-05-01T00:10:00Z' }));
+    // Budget 30 s from 00:00:00: a at +20 s and b at +0.5 s are waited for, c at +10 min is not.
+    const mixed = await receive(host, event('2025-05-01T00:00:00.500Z', { [key('a')]: '2025-05-01T00:00:20Z', [key('c')]: '2025-05-01T00:10:00Z' }));
+    assert.deepEqual([mixed.status, mixed.body, mixed.reply], [200, { reconciled: 2, failed: 0, requeued: 0 }, undefined]);
+    assert.deepEqual(calls, ['b@00:00:00.500', 'a@00:00:20.000'], 'each at its own time, the sooner first');
+    // Now 00:00:20: nothing due within the budget (until 00:00:50).
+    const none = await receive(host, event('2025-05-01T00:01:00Z', { [key('c')]: '2025-05-01T00:10:00Z' }));
     assert.equal(none.status, 200);
-    assert.match(String(none.body.ignored), /not due until 2025-05-01T00:00:30.000Z/);
-    assert.deepEqual(calls, ['a'], 'nothing reconciled early');
-    const perKeyOnly = await receive(host, event(undefined, { [key('a')]: '2025-05-01T00:00:30Z' }));
-    assert.deepEqual([perKeyOnly.body.reconciled, calls], [2, ['a', 'b', 'c']], 'a key without a time of its own is due with the event');
+    assert.match(String(none.body.ignored), /not due until 2025-05-01T00:01:00.000Z/);
+    assert.equal(calls.length, 2, 'nothing reconciled early');
+    const perKeyOnly = await receive(host, event(undefined, { [key('a')]: '2025-05-01T00:00:25Z' }));
+    assert.deepEqual([perKeyOnly.body.reconciled, calls.slice(2)], [3, ['b@00:00:20.000', 'c@00:00:20.000', 'a@00:00:25.000']], 'a key without a time of its own is due with the event, at once');
   });
 
   test('a requeue too far for a Date (a hook\'s resyncAfterSeconds 1e13, Infinity) comes back after MAX_REQUEUE_SECONDS; NaN or negative: none', async () => {
