@@ -4,13 +4,18 @@ import { randomUUID } from 'node:crypto';
 import { CloudEvent, type CloudEventV1 } from 'cloudevents';
 import { apiServerEventType } from '../functions/runtime/events.ts';
 import { apiVersionOf, type KubeObject, type ResourceKind } from '../functions/runtime/kinds.ts';
+import { guessedResource } from '../functions/runtime/knative-objects.ts';
 
 export type SourceMode = 'Reference' | 'Resource';
 export type ChangeAction = 'add' | 'update' | 'delete';
 
-/** ApiServerSource's subject: always under /apis, `namespaces//` for cluster-scoped objects. */
+/**
+ * ApiServerSource's subject: always under /apis, `namespaces//` for cluster-scoped objects, and
+ * the resource guessed from the object's kind (Knative's createSelfLink), which for a kind with an
+ * irregular plural is not the one it is served as (a CopyratorRule's subject says `copyratorrules`).
+ */
 export function subjectOf(kind: ResourceKind, namespace: string, name: string): string {
-  return `/apis/${apiVersionOf(kind)}/namespaces/${namespace}/${kind.plural}/${name}`;
+  return `/apis/${apiVersionOf(kind)}/namespaces/${namespace}/${guessedResource(kind.kind)}/${name}`;
 }
 
 export interface ApiServerSourceChange {

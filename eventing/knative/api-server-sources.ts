@@ -31,7 +31,13 @@ interface SourceObjectSpec {
   sink?: { ref?: { kind?: string; name?: string; namespace?: string }; uri?: string };
 }
 
-/** Finds plural and scope of a kind, as a RESTMapper does (one discovery call per API version, cached). */
+/**
+ * Finds what an ApiServerSource's resource watches, as Knative's adapter does: the resource it
+ * guesses from the kind (guessedResource), if discovery serves one of that name, with the kind
+ * and scope discovery gives it (one discovery call per API version, cached). A kind name is thus
+ * only a way to name the resource: `Copyrator` watches CopyratorRules (served as `copyrators`),
+ * and `CopyratorRule` watches nothing (sourceKindName).
+ */
 export class KindResolver {
   readonly #kube: KubeClient;
   readonly #versions = new Map<string, Promise<{ name: string; kind: string; namespaced: boolean }[]>>();
@@ -44,31 +50,30 @@ export class KindResolver {
   }
 
   async resolve(apiVersion: string, kind: string): Promise<ResourceKind | undefined> {
-    const known = this.#known.find((k) => apiVersionOf(k) === apiVersion && k.kind === kind);
+    const resource = guessedResource(kind);
+    const known = this.#known.find((k) => apiVersionOf(k) === apiVersion && k.plural === resource);
     if (known) return known;
     const { group, version } = parseApiVersion(apiVersion);
     if (!isValidGroupVersion({ group, version })) return undefined; // it would go into a URL
     // A miss in a list read earlier reads it again, once: a CRD may have added the kind to that
     // group-version since (client-go's DeferredDiscoveryRESTMapper resets on a miss too).
     const cached = this.#versions.has(apiVersion);
-    let found = await this.#find(apiVersion, group, version, kind);
+    let found = await this.#find(apiVersion, group, version, resource);
     if (!found && cached) {
       this.#versions.delete(apiVersion);
-      found = await this.#find(apiVersion, group, version, kind);
+      found = await this.#find(apiVersion, group, version, resource);
     }
-    return found && { group, version, kind, plural: found.name, namespaced: found.namespaced };
+    return found && { group, version, kind: found.kind, plural: found.name, namespaced: found.namespaced };
   }
 
-  async #find(apiVersion: string, group: string, version: string, kind: string): Promise<{ name: string; namespaced: boolean } | undefined> {
+  async #find(apiVersion: string, group: string, version: string, resource: string): Promise<{ name: string; kind: string; namespaced: boolean } | undefined> {
     let resources = this.#versions.get(apiVersion);
     if (!resources) {
       resources = this.#kube.request<{ resources: { name: string; kind: string; namespaced: boolean }[] }>('GET', group ? `/apis/${group}/${version}` : `/api/${version}`).then((list) => list.resources ?? []);
       this.#versions.set(apiVersion, resources);
       resources.catch(() => this.#versions.delete(apiVersion));
     }
-    // As Knative's adapter: the resource guessed from the kind, if discovery serves it; a kind
-    // with an irregular plural is not found, here as there (watchableBySource).
-    return (await resources.catch(() => [])).find((resource) => resource.name === guessedResource(kind) && resource.kind === kind);
+    return (await resources.catch(() => [])).find((served) => served.name === resource);
   }
 }
 

@@ -11,7 +11,8 @@ import { generateManifests, renderManifests } from './index.ts';
 import { openfaasStack } from './openfaas.ts';
 import { DEFAULT_OPTIONS, KAFKA_BROKER_CLASS, type ManifestOptions } from './options.ts';
 import { validateManifests } from './validate.ts';
-import { unwatchedKinds } from './wiring.ts';
+import { guessedResource } from '../../functions/runtime/knative-objects.ts';
+import { renamedKinds, unwatchedKinds } from './wiring.ts';
 
 export interface ManifestCommand {
   target: 'knative' | 'openfaas';
@@ -90,7 +91,10 @@ export function runManifests(command: ManifestCommand, declarations: FunctionDec
   for (const declaration of command.target === 'knative' ? declarations : []) {
     for (const { kind, guessed } of unwatchedKinds(declaration)) {
       const how = kind === declaration.reconciles ? `its poll PingSource (every minute)` : `its resync PingSource (${declaration.resyncSchedule})`;
-      write(`# note: ${declaration.name}: Knative's ApiServerSource cannot watch ${kind.kind} (it looks for the resource "${guessed}", the CRD serves "${kind.plural}"); its changes reach ${declaration.name} through ${how}\n`);
+      write(`# note: ${declaration.name}: Knative's ApiServerSource cannot watch ${kind.kind} (it looks for the resource "${guessed}", and no kind name makes it look for "${kind.plural}"); its changes reach ${declaration.name} through ${how}\n`);
+    }
+    for (const { kind, named } of renamedKinds(declaration)) {
+      write(`# note: ${declaration.name}: its ApiServerSource names ${kind.kind} as kind ${named}: Knative looks for the resource it guesses from the kind ("${guessedResource(kind.kind)}"), and the CRD serves "${kind.plural}"; the events carry kind ${kind.kind}\n`);
     }
   }
   if (!command.out) {

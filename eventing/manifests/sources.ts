@@ -4,10 +4,10 @@
 // in 'cluster' scope) is built by apiServerSourceObject in functions/runtime/knative-objects.ts,
 // shared with the sources the composite function manages per CompositeController.
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { apiVersionOf, type KubeObject, type LabelSelector } from '../../functions/runtime/kinds.ts';
+import type { KubeObject, LabelSelector } from '../../functions/runtime/kinds.ts';
 import { sourcesFor } from './wiring.ts';
 import type { SourceSpec } from '../source.ts';
-import { apiServerSourceObject } from '../../functions/runtime/knative-objects.ts';
+import { apiServerSourceObject, sourceResource } from '../../functions/runtime/knative-objects.ts';
 import { labels, sourceServiceAccountName, type ManifestOptions } from './options.ts';
 import { clusterScopedResources, identity, sourceRules } from './rbac.ts';
 
@@ -49,8 +49,7 @@ export function apiServerSource(declaration: FunctionDeclaration, source: Source
     labels: labels('source', declaration),
     mode: source.mode,
     resources: source.resources.map((resource) => ({
-      apiVersion: apiVersionOf(resource.kind),
-      kind: resource.kind.kind,
+      ...sourceResource(resource.kind),
       ...(resource.labelSelector ? { selector: parseLabelSelector(resource.labelSelector) } : {}),
     })),
     serviceAccountName: sourceServiceAccountName(source.name),

@@ -10,7 +10,7 @@
 import { unwantedChanges, type FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { apiServerEventType, FUNCTION_EXTENSION } from '../../functions/runtime/events.ts';
 import { apiVersionOf, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { guessedResource, watchableBySource } from '../../functions/runtime/knative-objects.ts';
+import { guessedResource, sourceKindName, watchableBySource } from '../../functions/runtime/knative-objects.ts';
 import type { SubscriptionsApiFilter } from '../filters.ts';
 import type { SourceSpec } from '../source.ts';
 
@@ -64,10 +64,19 @@ export function triggerFor(declaration: FunctionDeclaration): { name: string; fi
   return { name: declaration.name, filter: { attributes: own }, ...(unwanted.length ? { filters: [exact(FUNCTION_EXTENSION, declaration.name), ...unwanted] } : {}) };
 }
 
+const declaredKinds = (declaration: FunctionDeclaration): ResourceKind[] => [declaration.reconciles, ...declaration.owns.map((owned) => owned.kind), ...declaration.watches.map((watched) => watched.kind)];
+
 /** The function's kinds that no ApiServerSource can watch, each with the resource Knative would look for. */
 export function unwatchedKinds(declaration: FunctionDeclaration): { kind: ResourceKind; guessed: string }[] {
-  const kinds = [declaration.reconciles, ...declaration.owns.map((owned) => owned.kind), ...declaration.watches.map((watched) => watched.kind)];
-  return kinds.filter((kind) => !watchableBySource(kind)).map((kind) => ({ kind, guessed: guessedResource(kind.kind) }));
+  return declaredKinds(declaration).filter((kind) => !watchableBySource(kind)).map((kind) => ({ kind, guessed: guessedResource(kind.kind) }));
+}
+
+/** The function's kinds its ApiServerSources name by another kind name, so that Knative finds their resource (sourceKindName). */
+export function renamedKinds(declaration: FunctionDeclaration): { kind: ResourceKind; named: string }[] {
+  return declaredKinds(declaration).flatMap((kind) => {
+    const named = sourceKindName(kind);
+    return named !== undefined && named !== kind.kind ? [{ kind, named }] : [];
+  });
 }
 
 /** Every kind a function's sources send (its own, owned and watched kinds). */

@@ -35,7 +35,7 @@ import { FUNCTION_EXTENSION } from '../runtime/events.ts';
 import { ApiError, isAlreadyExists, isConflict, type KubeClient } from '../runtime/kube.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, isValidNamespace, keyOf, type KubeObject, type OwnerReference, type ResourceKind } from '../runtime/kinds.ts';
-import { apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, type Placement, watchableBySource } from '../runtime/knative-objects.ts';
+import { apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, sourceResource, type Placement, watchableBySource } from '../runtime/knative-objects.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { mergeRules } from '../runtime/rbac.ts';
 import { CompositeControllerKind } from './kinds.ts';
@@ -120,7 +120,7 @@ export function eventingObjectsFor(controller: KubeObject, kinds: ControllerKind
     name: sourceName(owner.name, role),
     labels,
     mode: sent.some(isSecret) ? 'Reference' : 'Resource',
-    resources: sent.map((kind) => ({ apiVersion: apiVersionOf(kind), kind: kind.kind })),
+    resources: sent.map(sourceResource),
     serviceAccountName: account,
     extensions,
   }, options);

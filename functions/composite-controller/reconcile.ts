@@ -53,7 +53,7 @@ async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise
     if (typeof options === 'string') throw new TerminalError(options, { reason: 'InvalidConfig' });
     const results = await ensureEventing(object, { parent: composite.parentKind, children: composite.childKinds }, ctx, options);
     for (const kind of [composite.parentKind, ...composite.childKinds].filter((kind) => !watchableBySource(kind))) {
-      ctx.events.warning(object, CompositeControllerKind, 'KindNotWatchable', `${kind.kind} is served as "${kind.plural}", but an ApiServerSource watches "${guessedResource(kind.kind)}" for it: its changes reach this controller only through its resync`);
+      ctx.events.warning(object, CompositeControllerKind, 'KindNotWatchable', `${kind.kind} is served as "${kind.plural}", and no kind name makes an ApiServerSource watch that (it guesses "${guessedResource(kind.kind)}" from ${kind.kind}): its changes reach this controller only through its resync`);
     }
     const changed = results.filter((result) => result.operation !== 'unchanged');
     if (changed.length) ctx.log.info({ controller: key.name, changed: changed.map((result) => `${result.operation} ${result.kind} ${result.name}`) }, 'event sources of the CompositeController brought in line');

@@ -37,13 +37,12 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
   return defineFunction({
     name: 'copyrator',
     description: 'Copies the ConfigMaps or Secrets a CopyratorRule selects from its source namespace into every active namespace and keeps the copies in step.',
-    // The seed's CRD names the plural `copyrators`, which Knative's ApiServerSource cannot watch
-    // (it guesses `copyratorrules`): rules are polled every minute instead (one list; only a rule
-    // whose spec the function has not observed, being deleted or without its finalizer is
-    // reconciled: eventing/manifests/ping-source.ts).
+    // The seed's CRD names the plural `copyrators`, which Knative's ApiServerSource would guess
+    // wrong from the kind (`copyratorrules`): its source names the kind `Copyrator` instead
+    // (sourceKindName in functions/runtime/knative-objects.ts).
     reconciles: CopyratorRuleKind,
-    // A rule's labels and annotations mean nothing to it, so a poll can tell a settled rule from
-    // its generation alone, in any instance.
+    // A rule's labels and annotations mean nothing to it: an update that changes only them is
+    // skipped, and a settled rule is told from its generation alone, in any instance.
     readsMetadata: false,
     watches,
     rbac,

@@ -15,7 +15,7 @@
 // `sink`. A source in namespace N watches namespaced kinds in N only, unless `namespaceSelector`
 // (knative/eventing#6665) selects more: in 'cluster' scope it carries an empty one (every namespace).
 import type { PolicyRule } from './declaration.ts';
-import type { KubeObject, LabelSelector, ResourceKind } from './kinds.ts';
+import { apiVersionOf, type KubeObject, type LabelSelector, type ResourceKind } from './kinds.ts';
 
 export const KNATIVE_SERVICE_API = 'serving.knative.dev/v1';
 export const EVENTING_API = 'eventing.knative.dev/v1';
@@ -40,11 +40,30 @@ export function guessedResource(kind: string): string {
 }
 
 /**
- * Can an ApiServerSource watch this kind at all? Not when its plural is irregular (CopyratorRule's
- * is `copyrators`, the guess `copyratorrules`): the source's access check asks about a resource
- * no role grants, so the whole source never becomes Ready, and its adapter would find nothing to watch.
+ * The kind an ApiServerSource names to watch `kind`. Knative uses a source's kind for nothing but
+ * that guess: its access check asks about the guessed resource, and its adapter takes the one
+ * discovery serves under that name, whatever kind discovery gives it (knative/eventing
+ * pkg/adapter/apiserver/adapter.go). So a kind whose plural the guess misses (CopyratorRule is
+ * served as `copyrators`, the guess is `copyratorrules`) is watched by naming the kind the plural
+ * is guessed from (`Copyrator`); its events still carry the object's own kind. Undefined when no
+ * kind guesses the plural (one not ending in "s"): such a kind is polled instead.
  */
-export const watchableBySource = (kind: ResourceKind): boolean => kind.plural === guessedResource(kind.kind);
+export function sourceKindName(kind: ResourceKind): string | undefined {
+  if (guessedResource(kind.kind) === kind.plural) return kind.kind;
+  const singular = [kind.plural.replace(/ies$/, 'y'), kind.plural.replace(/es$/, ''), kind.plural.replace(/s$/, '')]
+    .find((candidate) => candidate !== kind.plural && candidate !== '' && guessedResource(candidate) === kind.plural);
+  return singular && `${singular[0]!.toUpperCase()}${singular.slice(1)}`;
+}
+
+/** How an ApiServerSource's `resources` names `kind` (sourceKindName); throws for a kind no source can watch. */
+export function sourceResource(kind: ResourceKind): { apiVersion: string; kind: string } {
+  const name = sourceKindName(kind);
+  if (name === undefined) throw new Error(`no ApiServerSource can watch ${kind.kind}: no kind name guesses its resource "${kind.plural}"`);
+  return { apiVersion: apiVersionOf(kind), kind: name };
+}
+
+/** Can an ApiServerSource watch this kind at all (sourceKindName)? */
+export const watchableBySource = (kind: ResourceKind): boolean => sourceKindName(kind) !== undefined;
 
 /** Labels of a generated object: part of operator-functions, its component, and the function it serves. */
 export function objectLabels(component: string, functionName?: string): Record<string, string> {

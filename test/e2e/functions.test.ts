@@ -8,10 +8,10 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
-import { CloudEvent, type CloudEventV1 } from 'cloudevents';
+import { CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
 import { readDeadLetterFile } from '../../eventing/broker.ts';
-import { EventPlane, FUNCTION_EXTENSION, pollEvent } from '../../eventing/plane.ts';
+import { EventPlane, FUNCTION_EXTENSION } from '../../eventing/plane.ts';
 import copyrator from '../../functions/copyrator/index.ts';
 import { CopyratorRuleKind, RULE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
 import exchangeRate from '../../functions/exchange-rate/index.ts';
@@ -99,18 +99,13 @@ after(async () => {
 });
 
 const getCm = (namespace: string, name: string) => kube.get<CopyableObject>(ConfigMap, { namespace, name });
-/**
- * What copyrator's poll PingSource sends every minute, sent at once: no ApiServerSource can watch
- * CopyratorRules (Knative guesses the resource `copyratorrules`; the seed's CRD serves
- * `copyrators`), so a rule's own changes reach the function through its poll only.
- */
-const pollCopyrator = () => planes[0]!.broker.publish(pollEvent(copyrator) as CloudEventV1<unknown>);
 const converge = <T>(what: string, check: () => Promise<T | undefined | false>) => eventually(check, CONVERGE_MS, what);
 
 describe('copyrator through the plane', () => {
+  // A rule's own changes come through its ApiServerSource, which names the kind `Copyrator` so
+  // that Knative finds the seed CRD's resource `copyrators`: no poll is sent.
   test('the seed example rule copies into existing and later namespaces, follows updates and removals', async () => {
     await kube.create(CopyratorRuleKind, { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'main-rule', namespace: 'default' }, ruleType: 'configmap', selector: { copyrator: 'true' }, namespace: 'default' });
-    await pollCopyrator();
     await converge('copy in team-a', async () => (await getCm('team-a', 'shared'))?.data?.color === 'blue');
     await kube.create(Namespace, { metadata: { name: 'team-late' } });
     await converge('copy in a namespace created later', async () => (await getCm('team-late', 'shared'))?.data?.color === 'blue');
@@ -131,7 +126,6 @@ describe('copyrator through the plane', () => {
     await kube.create(Namespace, { metadata: { name: 'vault' } });
     await kube.create(Secret, { metadata: { name: 'db-password', namespace: 'vault', labels: { share: 'db' } }, stringData: { password: SECRET_VALUE } });
     await kube.create(CopyratorRuleKind, { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'db', namespace: 'vault' }, ruleType: 'secret', selector: { share: 'db' }, namespace: 'vault' });
-    await pollCopyrator();
     await converge('the Secret copied', async () => (await kube.get<CopyableObject>(Secret, { namespace: 'team-a', name: 'db-password' }))?.data?.password === SECRET_B64);
     await kube.delete(Secret, { namespace: 'team-a', name: 'db-password' });
     await converge('the hand-deleted Secret copy back', async () => (await kube.get<CopyableObject>(Secret, { namespace: 'team-a', name: 'db-password' }))?.data?.password === SECRET_B64);
@@ -155,7 +149,6 @@ describe('copyrator through the plane', () => {
     await kube.mergePatch(ConfigMap, { namespace: 'default', name: 'shared' }, { metadata: { labels: { copyrator: 'true' } } });
     await converge('copies back', async () => (await getCm('team-a', 'shared'))?.metadata.annotations?.[RULE_ANNOTATION] === 'default/main-rule');
     await kube.delete(CopyratorRuleKind, { namespace: 'default', name: 'main-rule' });
-    await pollCopyrator();
     await converge('no copy left and the rule gone', async () =>
       (await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=main-rule' })).items.length === 0 && !(await kube.get<CopyratorRule>(CopyratorRuleKind, { namespace: 'default', name: 'main-rule' })));
     assert.ok(await getCm('default', 'shared'), 'the source stays');

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { CloudEvent, HTTP } from 'cloudevents';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
+import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
 import { BadEventError, decodeCloudEvent, interpretEvent, PING_TYPE, POLL_DATA, type FunctionEvent } from '../../functions/runtime/events.ts';
 import { kindKeyString, Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
@@ -130,6 +131,16 @@ describe('cluster-scoped objects', () => {
       }
     });
   }
+});
+
+describe('a kind with an irregular plural', () => {
+  test('its subject names the resource guessed from its kind, as Knative builds it; the event carries the kind itself', () => {
+    const rule = { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'main-rule', namespace: 'default', uid: 'r', resourceVersion: '1' } };
+    const event = apiServerSourceEvent({ server: SERVER, kind: CopyratorRuleKind, object: rule, action: 'add', mode: 'Resource' });
+    assert.equal(CopyratorRuleKind.plural, 'copyrators');
+    assert.equal(event.subject, '/apis/flant.com/v1/namespaces/default/copyratorrules/main-rule');
+    assert.deepEqual(change(interpretEvent(event)).ref, { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', namespace: 'default', name: 'main-rule' });
+  });
 });
 
 describe('PingSource', () => {

@@ -3,7 +3,9 @@
 // scaling, PingSource events and cron schedules, and status conditions.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { localSourceFor } from '../../eventing/knative/api-server-sources.ts';
+import { KindResolver, localSourceFor } from '../../eventing/knative/api-server-sources.ts';
+import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
+import { unreachableKube } from '../support/cluster.ts';
 import { nextFire, parseSchedule } from '../../eventing/knative/cron.ts';
 import { pingEvent, pingPlan } from '../../eventing/knative/ping-sources.ts';
 import { functionOf, scalingFromService, ServiceDirectory } from '../../eventing/knative/services.ts';
@@ -114,6 +116,12 @@ describe('ApiServerSource objects → local sources', () => {
       assert.equal(planned.verdict?.conditions.at(-1)?.reason, reason);
     });
   }
+
+  test('a resource is found from the name guessed from its kind, as Knative\'s adapter finds it: `Copyrator` watches CopyratorRules (served as copyrators), `CopyratorRule` nothing', async () => {
+    const resolver = new KindResolver(unreachableKube(), [CopyratorRuleKind]);
+    assert.deepEqual(await resolver.resolve('flant.com/v1', 'Copyrator'), CopyratorRuleKind);
+    assert.equal(await resolver.resolve('flant.com/v1', 'CopyratorRule'), undefined, 'guessed as copyratorrules, which nothing serves');
+  });
 
   test('label selectors survive the round trip manifest → local source', () => {
     for (const text of ['controller', 'a=b,!c', 'tier in (web,api),x notin (y)']) assert.deepEqual(parseLabelSelector(formatLabelSelector(parseLabelSelector(text))), parseLabelSelector(text));

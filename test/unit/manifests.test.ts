@@ -22,8 +22,8 @@ import { parseLabelSelector } from '../../eventing/manifests/sources.ts';
 import { validateManifests } from '../../eventing/manifests/validate.ts';
 import { pollEvent, resyncEvent, sourcesFor } from '../../eventing/plane.ts';
 import { interpretEvent } from '../../functions/runtime/events.ts';
-import { unwatchedKinds } from '../../eventing/manifests/wiring.ts';
-import { guessedResource } from '../../functions/runtime/knative-objects.ts';
+import { renamedKinds, unwatchedKinds } from '../../eventing/manifests/wiring.ts';
+import { guessedResource, sourceKindName, sourceResource } from '../../functions/runtime/knative-objects.ts';
 import { matchesTrigger } from '../../eventing/filters.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -71,7 +71,8 @@ for (const declaration of functions) {
       planned.forEach((source, index) => {
         const s = spec(generated[index]);
         assert.equal(s.mode, source.mode);
-        assert.deepEqual(s.resources.map((r: any) => `${r.apiVersion} ${r.kind}`), source.resources.map((r) => `${r.kind.group ? `${r.kind.group}/` : ''}${r.kind.version} ${r.kind.kind}`));
+        // The kind Knative guesses each resource from (the kind itself unless its plural is irregular).
+        assert.deepEqual(s.resources.map((r: any) => `${r.apiVersion} ${r.kind}`), source.resources.map((r) => `${r.kind.group ? `${r.kind.group}/` : ''}${r.kind.version} ${sourceKindName(r.kind)}`));
         source.resources.forEach((r, i) => assert.deepEqual(s.resources[i].selector, r.labelSelector ? parseLabelSelector(r.labelSelector) : undefined));
         assert.deepEqual(s.ceOverrides.extensions, { opfnfunction: declaration.name });
         assert.deepEqual(s.sink.ref, { apiVersion: 'eventing.knative.dev/v1', kind: 'Broker', name: DEFAULT_OPTIONS.brokerName });
@@ -302,29 +303,52 @@ describe('changes a declaration leaves out (`changes`)', () => {
   });
 });
 
-describe("kinds Knative's ApiServerSource cannot watch", () => {
+describe("kinds whose plural Knative's ApiServerSource does not guess", () => {
   test('the resource is guessed from the kind as apimachinery guesses it', () => {
     const cases: [string, string][] = [['Pod', 'pods'], ['Ingress', 'ingresses'], ['NetworkPolicy', 'networkpolicies'], ['Endpoints', 'endpoints'], ['ImmortalContainer', 'immortalcontainers'], ['CopyratorRule', 'copyratorrules'], ['Person', 'persons']];
     for (const [kind, resource] of cases) assert.equal(guessedResource(kind), resource, kind);
   });
 
-  test("only CopyratorRule (plural copyrators) among the seed kinds; it gets no source but a poll PingSource every minute beside its resync", async () => {
+  test('a kind whose plural the guess misses is named by a kind its plural is guessed from; one no kind name reaches has none', () => {
+    const kind = (name: string, plural: string) => ({ group: 'example.com', version: 'v1', kind: name, plural, namespaced: true });
+    const cases: [string, string, string | undefined][] = [['Pod', 'pods', 'Pod'], ['CopyratorRule', 'copyrators', 'Copyrator'], ['Policy', 'policies', 'Policy'], ['Shelf', 'shelves', 'Shelve'], ['Datum', 'data', undefined]];
+    for (const [name, plural, named] of cases) {
+      assert.equal(sourceKindName(kind(name, plural)), named, `${name} ${plural}`);
+      if (named) assert.equal(guessedResource(named), plural, 'Knative finds the resource from the name');
+    }
+    assert.throws(() => sourceResource(kind('Datum', 'data')), /no ApiServerSource can watch Datum: no kind name guesses its resource "data"/);
+  });
+
+  test('every seed kind is watched; CopyratorRule (plural copyrators) by its own source, which names it Copyrator, with no poll', async () => {
     const all = await loadAllFunctions();
-    assert.deepEqual(all.flatMap((declaration) => unwatchedKinds(declaration).map(({ kind, guessed }) => `${declaration.name}: ${kind.kind} ${kind.plural} (guess ${guessed})`)), ['copyrator: CopyratorRule copyrators (guess copyratorrules)']);
+    assert.deepEqual(all.flatMap((declaration) => unwatchedKinds(declaration)), []);
+    assert.deepEqual(all.flatMap((declaration) => renamedKinds(declaration).map(({ kind, named }) => `${declaration.name}: ${kind.kind} as ${named}`)), ['copyrator: CopyratorRule as Copyrator']);
     const copyrator = all.find((declaration) => declaration.name === 'copyrator')!;
-    assert.deepEqual(sourcesFor(copyrator).flatMap((source) => source.resources.map((resource) => resource.kind.kind)).sort(), ['ConfigMap', 'Namespace', 'Secret']);
-    const pings = byKind(functionObjects(copyrator, DEFAULT_OPTIONS), 'PingSource').map((ping) => [ping.metadata.name, spec(ping).schedule, spec(ping).data, spec(ping).ceOverrides]);
-    assert.deepEqual(pings, [
-      ['copyrator-resync', '*/5 * * * *', '{}', { extensions: { opfnfunction: 'copyrator' } }],
-      ['copyrator-poll', '* * * * *', '{"poll":true}', { extensions: { opfnfunction: 'copyrator' } }],
-    ]);
-    // What the plane sends for each is what the function reads as a poll and a resync.
-    assert.equal(interpretEvent(pollEvent(copyrator) as CloudEventV1<unknown>).type, 'poll');
-    assert.equal(interpretEvent(resyncEvent(copyrator) as CloudEventV1<unknown>).type, 'resync');
-    assert.throws(() => pollEvent(all.find((declaration) => declaration.name === 'immortal-container')!), /immortal-container has no poll: its kind ImmortalContainer is watched by its ApiServerSource/);
-    for (const declaration of all.filter((d) => d !== copyrator)) assert.deepEqual(byKind(functionObjects(declaration, DEFAULT_OPTIONS), 'PingSource').map((ping) => ping.metadata.name), [`${declaration.name}-resync`]);
+    const objects = functionObjects(copyrator, DEFAULT_OPTIONS);
+    const own = byKind(objects, 'ApiServerSource').find((source) => source.metadata.name === 'copyrator-objects')!;
+    assert.deepEqual([spec(own).mode, spec(own).resources], ['Resource', [{ apiVersion: 'flant.com/v1', kind: 'Copyrator' }]]);
+    for (const declaration of all) assert.deepEqual(byKind(functionObjects(declaration, DEFAULT_OPTIONS), 'PingSource').map((ping) => ping.metadata.name), [`${declaration.name}-resync`]);
+    assert.throws(() => pollEvent(copyrator), /copyrator has no poll: its kind CopyratorRule is watched by its ApiServerSource/);
     const written: string[] = [];
     runManifests({ target: 'knative' }, [copyrator], (text) => written.push(text));
-    assert.match(written.join(''), /^# note: copyrator: Knative's ApiServerSource cannot watch CopyratorRule \(it looks for the resource "copyratorrules", the CRD serves "copyrators"\); its changes reach copyrator through its poll PingSource \(every minute\)$/m);
+    assert.match(written.join(''), /^# note: copyrator: its ApiServerSource names CopyratorRule as kind Copyrator: Knative looks for the resource it guesses from the kind \("copyratorrules"\), and the CRD serves "copyrators"; the events carry kind CopyratorRule$/m);
+  });
+
+  test('a kind no ApiServerSource can watch (plural data) gets no source but a poll PingSource every minute beside its resync', () => {
+    const Datum = { group: 'example.com', version: 'v1', kind: 'Datum', plural: 'data', namespaced: true };
+    const declaration = defineFunction({ name: 'datums', description: 'test', reconciles: Datum, rbac: [], reconcile: async () => {} });
+    assert.deepEqual(unwatchedKinds(declaration).map(({ kind, guessed }) => `${kind.kind} ${kind.plural} (guess ${guessed})`), ['Datum data (guess datums)']);
+    assert.deepEqual(sourcesFor(declaration), []);
+    const pings = byKind(functionObjects(declaration, DEFAULT_OPTIONS), 'PingSource').map((ping) => [ping.metadata.name, spec(ping).schedule, spec(ping).data, spec(ping).ceOverrides]);
+    assert.deepEqual(pings, [
+      ['datums-resync', '*/5 * * * *', '{}', { extensions: { opfnfunction: 'datums' } }],
+      ['datums-poll', '* * * * *', '{"poll":true}', { extensions: { opfnfunction: 'datums' } }],
+    ]);
+    // What the plane sends for each is what the function reads as a poll and a resync.
+    assert.equal(interpretEvent(pollEvent(declaration) as CloudEventV1<unknown>).type, 'poll');
+    assert.equal(interpretEvent(resyncEvent(declaration) as CloudEventV1<unknown>).type, 'resync');
+    const written: string[] = [];
+    runManifests({ target: 'knative' }, [declaration], (text) => written.push(text));
+    assert.match(written.join(''), /^# note: datums: Knative's ApiServerSource cannot watch Datum \(it looks for the resource "datums", and no kind name makes it look for "data"\); its changes reach datums through its poll PingSource \(every minute\)$/m);
   });
 });
