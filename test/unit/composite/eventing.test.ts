@@ -121,6 +121,19 @@ describe('eventingObjectsFor, variants', () => {
     assert.equal(byKind(objects, 'ClusterRoleBinding')[0]!.metadata.name, 'team-a:opfn-cc-immortalcontainer-controller');
   });
 
+  test('a kind whose plural Knative does not guess is named so that it finds it; one no name reaches gets no source (the resync syncs its parents)', () => {
+    const Rule: ResourceKind = { group: 'flant.com', version: 'v1', kind: 'CopyratorRule', plural: 'copyrators', namespaced: true };
+    const Datum: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Datum', plural: 'data', namespaced: true };
+    const objects = eventingObjectsFor(controller, { parent: Rule, children: [Datum, Pod] }, cluster);
+    const sources = byKind(objects, 'ApiServerSource');
+    assert.deepEqual(sources.map((source) => [source.metadata.name.replace(/^opfn-cc-immortalcontainer-controller-/, ''), spec(source).resources]), [
+      ['parents', [{ apiVersion: 'flant.com/v1', kind: 'Copyrator' }]],
+      ['children', [{ apiVersion: 'v1', kind: 'Pod' }]],
+    ]);
+    const granted = byKind(objects, 'ClusterRole')[0]!.rules as { resources: string[] }[];
+    assert.ok(granted.some((rule) => rule.resources.includes('copyrators')), 'the role names the resource the source watches');
+  });
+
   test('a controller without uid cannot own anything: refused, with the reason', () => {
     assert.throws(() => eventingObjectsFor({ metadata: { name: 'x' } }, { parent: Pod, children: [] }, cluster), /without metadata\.name or metadata\.uid/);
   });
