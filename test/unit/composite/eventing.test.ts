@@ -126,7 +126,7 @@ describe('eventingObjectsFor, variants', () => {
     const Datum: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Datum', plural: 'data', namespaced: true };
     const objects = eventingObjectsFor(controller, { parent: Rule, children: [Datum, Pod] }, cluster);
     const sources = byKind(objects, 'ApiServerSource');
-    assert.deepEqual(sources.map((source) => [source.metadata.name.replace(/^opfn-cc-immortalcontainer-controller-/, ''), spec(source).resources]), [
+    assert.deepEqual(sources.map((source) => [source.metadata.name!.replace(/^opfn-cc-immortalcontainer-controller-/, ''), spec(source).resources]), [
       ['parents', [{ apiVersion: 'flant.com/v1', kind: 'Copyrator' }]],
       ['children', [{ apiVersion: 'v1', kind: 'Pod' }]],
     ]);
