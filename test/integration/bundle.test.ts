@@ -399,6 +399,9 @@ describe('the image entry', () => {
     const running = startImage({ FUNCTION: 'immortal-container', KUBECONFIG: functionKubeconfig, PORT: String(port) });
     const base = `http://127.0.0.1:${port}/`;
     await untilReady(running, `http://127.0.0.1:${port}`);
+    // The log line comes through a pipe, the probe's answer through a socket: either may be first.
+    const logged = Date.now() + 5000;
+    while (!running.output().stdout.includes('"msg":"immortal-container ready"') && Date.now() < logged) await sleep(20);
     assert.match(running.output().stdout, /"msg":"immortal-container ready"/);
     // Idle connections outlive the queue-proxy's (Go's 90 s), so it never reuses one being closed.
     const keepAlive = await new Promise<string | undefined>((resolve, reject) => {
