@@ -97,7 +97,8 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   const name = finalizerName(controller);
   const enabled = finalizerEnabled(controller);
   const matches = composite.parentFilter.matches(listed.metadata.labels ?? {});
-  if (!governs(composite, listed)) return { resyncAfterSeconds: 0 };
+  // governs(), with the name and the match this sync needs again below.
+  if (!isOurs(listed, name, matches)) return { resyncAfterSeconds: 0 };
 
   let parent: KubeObject | undefined = { ...listed, apiVersion: apiVersionOf(parentKind), kind: parentKind.kind };
   const action = finalizerAction(parent, name, enabled);
