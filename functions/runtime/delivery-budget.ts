@@ -37,6 +37,7 @@ export function deliveryBudgetFromEnvironment(env: Record<string, string | undef
   const text = env[DELIVERY_BUDGET_ENV];
   if (text === undefined || text.trim() === '') return undefined;
   const seconds = Number(text);
-  if (!Number.isFinite(seconds) || seconds < 0) throw new Error(`${DELIVERY_BUDGET_ENV} "${text}" is not a number of seconds ≥ 0`);
+  // Without a timeout, the only problem a budget can have is not being a number of seconds.
+  if (deliveryBudgetProblem(seconds, 0)) throw new Error(`${DELIVERY_BUDGET_ENV} "${text}" is not a number of seconds ≥ 0`);
   return seconds;
 }
