@@ -16,7 +16,7 @@ import copyrator from '../functions/copyrator/index.ts';
 import { CopyratorRuleKind } from '../functions/copyrator/desired.ts';
 import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
 import { deliver, kubeFor, serveFunction, startTestCluster } from '../test/support/cluster.ts';
-import { benchFlags } from './harness.ts';
+import { benchFlags, pooled } from './harness.ts';
 
 const { values } = benchFlags('npm run bench:copyrator-memory -- [--configmaps 50] [--namespaces 2000] [--heap 160]\n' +
   '  --configmaps  ConfigMaps (1 KiB each) the rule copies (default 50)\n' +
@@ -35,12 +35,6 @@ async function prepareAndRun(): Promise<void> {
   const cluster = await startTestCluster({ controllerManager: false });
   const { kube } = cluster;
   try {
-    const pooled = async (count: number, work: (index: number) => Promise<unknown>) => {
-      let next = 0;
-      await Promise.all(Array.from({ length: 32 }, async () => {
-        for (let index = next++; index < count; index = next++) await work(index);
-      }));
-    };
     process.stderr.write(`creating ${namespaces} namespaces and ${sources} ConfigMaps…\n`);
     await kube.create(Namespace, { metadata: { name: 'source' } });
     await pooled(namespaces, (index) => kube.create(Namespace, { metadata: { name: `target-${index}` } }));

@@ -15,6 +15,7 @@ import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
 import copyrator from '../functions/copyrator/index.ts';
 import { CopyratorRuleKind, desiredCopy, type CopyableObject, type CopyratorRule } from '../functions/copyrator/desired.ts';
 import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
+import { forEachLimited } from '../functions/runtime/limit.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
 import { tempDir } from '../test/support/temp.ts';
@@ -33,12 +34,7 @@ const bundled = values.bundled ? await bundledFunctions(tempDir('opfn-bench-dist
 const cluster = await startTestCluster();
 const { kube } = cluster;
 
-async function inParallel<T>(items: T[], work: (item: T) => Promise<unknown>): Promise<void> {
-  const queue = [...items];
-  await Promise.all(Array.from({ length: WRITE_CONCURRENCY }, async () => {
-    for (let item = queue.shift(); item !== undefined; item = queue.shift()) await work(item);
-  }));
-}
+const inParallel = <T>(items: T[], work: (item: T) => Promise<unknown>): Promise<void> => forEachLimited(items, WRITE_CONCURRENCY, async (item) => void (await work(item)));
 
 // Targets: the bench's own namespaces; the control plane's kube-* and default get copies too and
 // are counted in `expected`.

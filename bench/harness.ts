@@ -3,6 +3,7 @@
 // server from the first write until it is quiet again).
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventPlane } from '../eventing/plane.ts';
+import { forEachLimited } from '../functions/runtime/limit.ts';
 import type { TestCluster } from '../test/support/cluster.ts';
 import { tempFolder } from '../test/support/temp.ts';
 import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
@@ -35,11 +36,8 @@ export function benchFlags<T extends { values: { help?: boolean } }>(usage: stri
 export const CONCURRENCY = 32;
 
 /** Runs `work(i)` for i < n with at most CONCURRENCY at once. */
-export async function pooled(n: number, work: (i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(Array.from({ length: Math.min(CONCURRENCY, n) }, async () => {
-    while (next < n) await work(next++);
-  }));
+export function pooled(n: number, work: (i: number) => Promise<unknown>): Promise<void> {
+  return forEachLimited(Array.from({ length: n }, (_, i) => i), CONCURRENCY, async (i) => void (await work(i)));
 }
 
 /**

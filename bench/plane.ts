@@ -136,7 +136,7 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
     // throughput, not a cold start (bench:cold-start). With the default of one, the burst also
     // pays for V8 compiling the function's hot path as it goes; `--warm 200` shows the rest.
     const warm = new ConvergenceWatch(watcher, warmNamespace);
-    await pooled(warmObjects, (i) => writer.create(ImmortalContainerKind, newIc(warmNamespace, `warm-${i}`)).then(() => undefined));
+    await pooled(warmObjects, (i) => writer.create(ImmortalContainerKind, newIc(warmNamespace, `warm-${i}`)));
     await warm.until(warmObjects, 120_000);
     await warm.stop();
     maxInstances = 0;
