@@ -6,7 +6,10 @@
 // ../shared/knative-crds is there (its schema prunes `namespaceSelector: {}`, which must not
 // count as drift), else the local plane's stand-in.
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import { applyCrds, readManifestFile } from '../../eventing/crds.ts';
 import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/crds.ts';
 import { ApiServerSource } from '../../eventing/knative/kinds.ts';
@@ -15,9 +18,11 @@ import { functionIdentity } from '../../eventing/manifests/rbac.ts';
 import { ensureEventing, eventingObjectsFor, type EventingOptions, type EventingResult } from '../../functions/composite-controller/eventing.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
-import { ConfigMap, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { installConfigValues } from '../../functions/runtime/knative-objects.ts';
+import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
-import { eventually, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { deliver, eventually, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { crdFor } from '../support/examples.ts';
 import { createObjects, kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 const ImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
@@ -38,6 +43,7 @@ let kube: KubeClient;
 let writes: string[] = [];
 let reads: string[] = [];
 let controller: KubeObject;
+let functionKubeconfig: string;
 
 const operations = (results: EventingResult[]) => results.map((result) => `${result.operation} ${result.kind} ${result.name}`);
 const get = (object: KubeObject) => cluster.kube.get(KINDS[object.kind!]!, { namespace: object.metadata.namespace ?? '', name: object.metadata.name! });
@@ -48,8 +54,8 @@ before(async () => {
   console.log(`# ApiServerSource CRD: ${realKnative ? `Knative 1.0.0 from ${realKnative}` : 'the local plane\'s stand-in (no ../shared/knative-crds)'}`);
   await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: options.namespace } });
   // The function's own identity, exactly as generated: proves its rules allow what ensureEventing does.
-  const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite, options.namespace);
-  kube = KubeClient.fromFile(kubeconfig, (verb, resource, code) => {
+  functionKubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite, options.namespace);
+  kube = KubeClient.fromFile(functionKubeconfig, (verb, resource, code) => {
     if (['post', 'put', 'patch', 'delete'].includes(verb)) writes.push(`${verb} ${resource} ${code}`);
     else reads.push(`${verb} ${resource} ${code}`);
   });
@@ -165,5 +171,61 @@ describe('ensureEventing', () => {
       const left = await Promise.all(objects.map(async (object) => ((await get(object)) ? `${object.kind} ${object.metadata.name}` : '')));
       return `still there: ${left.filter(Boolean).join(', ')}`;
     });
+  });
+});
+
+describe('a kind no ApiServerSource can watch', () => {
+  // Plural "sheep": the source guesses a resource from a kind name (Sheep → "sheeps"), and no
+  // kind name guesses "sheep", so no source can watch it (sourceKindName).
+  const Sheep: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Sheep', plural: 'sheep', namespaced: true };
+  const HOOK_URL = 'http://sheep-controller.hooks.test/';
+
+  test('the composite function makes no parents source, warns on the CompositeController, and still syncs the parents it sweeps', async () => {
+    await applyCrds(cluster.kube, [crdFor(Sheep)]);
+    const hookCalls: string[] = [];
+    const hook = createServer((request, response) => {
+      let body = '';
+      request.on('data', (chunk: Buffer) => { body += chunk.toString('utf8'); });
+      request.on('end', () => {
+        hookCalls.push(JSON.parse(body).parent.metadata.name);
+        response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: { seen: true }, children: [] }));
+      });
+    });
+    await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
+    // The function as it runs with its own sources (COMPOSITE_EVENT_SOURCES unset), under its generated identity.
+    const fn = await serveFunction(composite, functionKubeconfig, {
+      config: { ...installConfigValues(options), COMPOSITE_HOOK_URLS: `${HOOK_URL}=http://127.0.0.1:${(hook.address() as AddressInfo).port}/` },
+    });
+    try {
+      const sheepController = await cluster.kube.create(CompositeControllerKind, {
+        apiVersion: 'metacontroller.k8s.io/v1alpha1',
+        kind: 'CompositeController',
+        metadata: { name: 'sheep-controller' },
+        spec: {
+          parentResource: { apiVersion: 'example.com/v1', resource: 'sheep' },
+          childResources: [{ apiVersion: 'v1', resource: 'configmaps' }],
+          hooks: { sync: { webhook: { url: `${HOOK_URL}sync` } } },
+        },
+      });
+      await cluster.kube.create(Sheep, { apiVersion: 'example.com/v1', kind: 'Sheep', metadata: { name: 'dolly', namespace: 'default' } });
+      const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: sheepController, action: 'add', mode: 'Reference' }));
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+
+      const sources = eventingObjectsFor(sheepController, { parent: Sheep, children: [ConfigMap] }, options).filter((object) => object.kind === 'ApiServerSource');
+      assert.deepEqual(sources.map((object) => object.metadata.name), ['opfn-cc-sheep-controller-children']);
+      assert.ok(await get(sources[0]!), 'the children source exists');
+      assert.equal(await cluster.kube.get(ApiServerSource, { namespace: options.namespace, name: 'opfn-cc-sheep-controller-parents' }), undefined);
+      // The sweep still reached the parent: its resync is what brings its changes now.
+      assert.deepEqual(hookCalls, ['dolly']);
+      assert.deepEqual((await cluster.kube.get<KubeObject & { status?: unknown }>(Sheep, { namespace: 'default', name: 'dolly' }))!.status, { seen: true, observedGeneration: 1 });
+      const warning = await eventually(async () => (await cluster.kube.list<KubeObject & { reason?: string; type?: string; message?: string; involvedObject?: { name?: string } }>(CoreEvent)).items
+        .find((event) => event.reason === 'KindNotWatchable' && event.involvedObject?.name === 'sheep-controller'), 15_000, 'the KindNotWatchable Event');
+      assert.equal(warning.type, 'Warning');
+      assert.match(warning.message!, /Sheep is served as "sheep".*guesses "sheeps".*only through its resync/);
+    } finally {
+      await fn.close();
+      hook.close();
+      await cluster.kube.delete(CompositeControllerKind, { namespace: '', name: 'sheep-controller' });
+    }
   });
 });
