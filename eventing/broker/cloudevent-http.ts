@@ -76,15 +76,34 @@ const JSON_TYPE = /^application\/(json|[a-z0-9.+-]*\+json)\s*(;|$)/i;
 const TEXTUAL = /^(text\/|application\/(json|cloudevents\+json|[a-z0-9.+-]*\+json|xml|[a-z0-9.+-]*\+xml|x-www-form-urlencoded|javascript))/i;
 const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
 
-/** Light structural check for publish(); the HTTP ingress runs the SDK's full validation too. */
+/**
+ * What an HTTP header value may hold, as Node checks it before sending (tab, printable ASCII and
+ * the bytes 0x80-0xFF): no CR, LF or other control character, nothing beyond Latin-1.
+ */
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
+/** Why `value` cannot travel as an HTTP header value, if it cannot. */
+export function headerValueProblem(value: string): string | undefined {
+  return HEADER_VALUE.test(value) ? undefined : 'has a control character or a character beyond Latin-1, which an HTTP header cannot carry';
+}
+
+/**
+ * Light structural check for publish(); the HTTP ingress runs the SDK's full validation too.
+ * Every attribute is delivered as a header (binary mode, as Knative's broker delivers), so one
+ * that no header can carry is refused here, at the door: accepted, it could only fail every
+ * delivery attempt and end in the dead-letter file.
+ */
 export function eventProblem(event: unknown): string | undefined {
   if (event === null || typeof event !== 'object' || Array.isArray(event)) return 'expected an object';
   const record = event as Record<string, unknown>;
   for (const attr of ['id', 'source', 'type', 'specversion']) {
     if (typeof record[attr] !== 'string' || record[attr] === '') return `attribute ${attr} must be a non-empty string`;
   }
-  for (const key of Object.keys(record)) {
-    if (key !== 'data_base64' && !/^[a-z0-9]+$/.test(key)) return `attribute name ${quote(key)} is not lowercase letters and digits`;
+  for (const [key, value] of Object.entries(record)) {
+    if (key === 'data' || key === 'data_base64') continue;
+    if (!/^[a-z0-9]+$/.test(key)) return `attribute name ${quote(key)} is not lowercase letters and digits`;
+    const problem = value === undefined ? undefined : headerValueProblem(headerValue(value));
+    if (problem) return `attribute ${key} ${problem}`;
   }
   return undefined;
 }

@@ -18,6 +18,7 @@ import { guessedResource } from '../../functions/runtime/knative-objects.ts';
 import { formatLabelSelector } from '../manifests/sources.ts';
 import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';
 import type { BrokerDirectory } from './brokers.ts';
+import { ceOverridesProblem, overrideExtensions } from './ce-overrides.ts';
 import { ApiServerSource } from './kinds.ts';
 import { cleared, notReady, ready, type StatusWriter, type Verdict } from './status.ts';
 
@@ -86,6 +87,8 @@ export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolve
   if (ref?.kind !== 'Broker' || !ref.name) return fail('SinkProvided', 'NotFound', 'locally an ApiServerSource can only send to a Broker');
   if (!brokers.has(ref.namespace ?? namespace, ref.name)) return fail('SinkProvided', 'NotFound', `Broker "${ref.name}" does not exist`);
   if (spec.owner) return fail('Deployed', 'OwnerFilterUnsupported', 'the local source does not implement spec.owner');
+  const overridesProblem = ceOverridesProblem(spec.ceOverrides);
+  if (overridesProblem) return fail('Deployed', 'InvalidCEOverrides', overridesProblem);
   const selector = spec.namespaceSelector;
   if (selector && (Object.keys(selector.matchLabels ?? {}).length || selector.matchExpressions?.length)) return fail('Deployed', 'NamespaceSelectorUnsupported', 'locally only an empty namespaceSelector (every namespace) or none (this namespace) is supported');
   const resources = [];
@@ -96,7 +99,7 @@ export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolve
   }
   if (!resources.length) return fail('Deployed', 'NoResources', 'spec.resources is empty');
   return {
-    spec: { name: keyString(keyOf(object)), mode: spec.mode ?? 'Reference', resources, ...(spec.ceOverrides?.extensions ? { extensions: spec.ceOverrides.extensions } : {}) },
+    spec: { name: keyString(keyOf(object)), mode: spec.mode ?? 'Reference', resources, ...(spec.ceOverrides?.extensions ? { extensions: overrideExtensions(spec.ceOverrides) } : {}) },
     ...(selector ? {} : { onlyNamespace: namespace }),
   };
 }
@@ -120,6 +123,7 @@ export class ApiServerSourceController {
   readonly #kinds: KindResolver;
   /** Counters of the sources stopped so far (an update restarts a source), so totals never go back. */
   readonly #retired = { emitted: 0, relists: 0, watchRestarts: 0, sinkRetries: 0 };
+  #stopped = false;
 
   constructor(options: SourceControllerOptions) {
     this.#options = options;
@@ -127,6 +131,7 @@ export class ApiServerSourceController {
   }
 
   async apply(object: KubeObject): Promise<void> {
+    if (this.#stopped) return;
     const key = keyString(keyOf(object));
     this.#objects.set(key, object);
     const { kube, brokers, log, status } = this.#options;
@@ -150,15 +155,19 @@ export class ApiServerSourceController {
         log: log.child({ apiserversource: key }),
         resyncIntervalMs: 0,
       });
+      // Running from now on, so that stop() reaches it while it starts: start() resolves only
+      // once the broker took the initial list's events, which may take as long as the broker waits.
+      this.#running.set(key, { source, fingerprint });
       try {
         await source.start();
       } catch (error) {
+        if (this.#running.get(key)?.source === source) this.#running.delete(key);
+        if (this.#stopped) return;
         const message = (error as Error).message;
         const forbidden = /forbidden|403/i.test(message);
         await status.write(ApiServerSource, object, { conditions: [{ type: 'SufficientPermissions', status: forbidden ? 'False' : 'Unknown', reason: forbidden ? 'Forbidden' : 'Unknown', message }, notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message)], fields: cleared('sinkUri') });
         return;
       }
-      this.#running.set(key, { source, fingerprint });
     }
     await status.write(ApiServerSource, object, {
       conditions: [{ type: 'SinkProvided', status: 'True', reason: 'SinkProvided' }, { type: 'SufficientPermissions', status: 'True', reason: 'SufficientPermissions' }, { type: 'Deployed', status: 'True', reason: 'Deployed' }, ready()],
@@ -191,7 +200,9 @@ export class ApiServerSourceController {
     return total;
   }
 
+  /** Stops every source, those still starting too; nothing starts after. */
   async stop(): Promise<void> {
+    this.#stopped = true;
     for (const key of [...this.#running.keys()]) await this.#stop(key);
   }
 

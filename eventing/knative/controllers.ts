@@ -150,9 +150,10 @@ export class KnativeControllers {
   async stop(): Promise<void> {
     await this.#derived?.stop();
     await this.#watcher?.stop();
+    // Sources first: a handler may be waiting for a source's start, which waits for the broker.
+    await this.sources.stop();
     await this.#serial;
     this.pings.stop();
-    await this.sources.stop();
   }
 
   /** Handlers that run one at a time across all kinds, `then` after each change. */

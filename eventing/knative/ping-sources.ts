@@ -10,6 +10,7 @@ import { PING_TYPE } from '../../functions/runtime/events.ts';
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
 import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
 import type { BrokerDirectory } from './brokers.ts';
+import { ceOverridesProblem, overrideExtensions } from './ce-overrides.ts';
 import { nextFire, parseSchedule, type Schedule } from './cron.ts';
 import { PingSource } from './kinds.ts';
 import { cleared, notReady, ready, type StatusWriter, type Verdict } from './status.ts';
@@ -48,7 +49,7 @@ export function pingEvent(object: KubeObject): CloudEvent<unknown> {
     type: PING_TYPE,
     source: `/apis/v1/namespaces/${object.metadata.namespace}/pingsources/${object.metadata.name}`,
     datacontenttype: contentType,
-    ...spec.ceOverrides?.extensions,
+    ...overrideExtensions(spec.ceOverrides),
     data,
   });
 }
@@ -60,6 +61,8 @@ export function pingPlan(object: KubeObject, brokers: Pick<BrokerDirectory, 'has
   const ref = spec.sink?.ref;
   if (ref?.kind !== 'Broker' || !ref.name) return { verdict: { conditions: [{ type: 'SinkProvided', status: 'False', reason: 'NotFound', message: 'locally a PingSource can only send to a Broker' }, notReady('NotFound', 'locally a PingSource can only send to a Broker')], fields: cleared('sinkUri') } };
   if (!brokers.has(ref.namespace ?? namespace, ref.name)) return { verdict: { conditions: [{ type: 'SinkProvided', status: 'False', reason: 'NotFound', message: `Broker "${ref.name}" does not exist` }, notReady('NotFound', `Broker "${ref.name}" does not exist`)], fields: cleared('sinkUri') } };
+  const overridesProblem = ceOverridesProblem(spec.ceOverrides);
+  if (overridesProblem) return { verdict: { conditions: [notReady('InvalidCEOverrides', overridesProblem)], fields: cleared('sinkUri') } };
   if (spec.timezone && spec.timezone !== 'UTC' && spec.timezone !== 'Etc/UTC') return { verdict: { conditions: [notReady('TimezoneUnsupported', `the local plane evaluates schedules in UTC, not ${spec.timezone}`)], fields: cleared('sinkUri') } };
   try {
     const schedule = parseSchedule(spec.schedule ?? '* * * * *');

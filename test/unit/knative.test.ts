@@ -106,6 +106,11 @@ describe('ApiServerSource objects → local sources', () => {
     ['a sink that is not a Broker', (spec) => { spec.sink = { uri: 'http://x/' }; }, 'NotFound'],
     ['a namespaceSelector with labels', (spec) => { spec.namespaceSelector = { matchLabels: { team: 'a' } }; }, 'NamespaceSelectorUnsupported'],
     ['an owner filter', (spec) => { spec.owner = { apiVersion: 'v1', kind: 'Pod' }; }, 'OwnerFilterUnsupported'],
+    // Knative's webhook refuses these, or sdk-go refuses to set them on an event; the stand-in CRD stores them.
+    ['a ceOverrides extension name with a dash', (spec) => { spec.ceOverrides = { extensions: { 'Fn-Name': 'x' } }; }, 'InvalidCEOverrides'],
+    ['a ceOverrides extension that would replace the event\'s type', (spec) => { spec.ceOverrides = { extensions: { Type: 'x' } }; }, 'InvalidCEOverrides'],
+    ['a ceOverrides value with a line break (no HTTP header can carry it)', (spec) => { spec.ceOverrides = { extensions: { team: 'a\r\nb' } }; }, 'InvalidCEOverrides'],
+    ['a ceOverrides value that is not a string', (spec) => { spec.ceOverrides = { extensions: { team: 7 } }; }, 'InvalidCEOverrides'],
   ];
   for (const [what, mutate, reason] of broken) {
     test(`${what}: not started, Ready=False ${reason}`, async () => {
@@ -116,6 +121,12 @@ describe('ApiServerSource objects → local sources', () => {
       assert.equal(planned.verdict?.conditions.at(-1)?.reason, reason);
     });
   }
+
+  test('ceOverrides extension names are lower-cased, as sdk-go\'s SetExtension sets them', async () => {
+    const object = find('ApiServerSource', `${declaration.name}-objects`);
+    (object.spec as any).ceOverrides = { extensions: { opfnfunction: declaration.name, TeamName: 'a' } };
+    assert.deepEqual((await localSourceFor(object, kinds, brokers)).spec?.extensions, { opfnfunction: declaration.name, teamname: 'a' });
+  });
 
   test('a resource is found from the name guessed from its kind, as Knative\'s adapter finds it: `Copyrator` watches CopyratorRules (served as copyrators), `CopyratorRule` nothing', async () => {
     const resolver = new KindResolver(unreachableKube(), [CopyratorRuleKind]);
@@ -204,6 +215,18 @@ describe('PingSources', () => {
     (object.spec as any).timezone = 'UTC';
     (object.spec as any).schedule = '61 * * * *';
     assert.match(pingPlan(object, brokers).verdict.conditions.at(-1)?.message ?? '', /invalid minute field "61"/);
+  });
+
+  test('ceOverrides: a bad one is not Ready (InvalidCEOverrides); names are lower-cased on the event', () => {
+    const brokers = { has: resolvers.brokers.has, url: 'http://broker' };
+    const object = find('PingSource', `${declaration.name}-resync`);
+    (object.spec as any).ceOverrides = { extensions: { 'opfn-function': declaration.name } };
+    const verdict = pingPlan(object, brokers).verdict.conditions.at(-1);
+    assert.equal(verdict?.reason, 'InvalidCEOverrides');
+    assert.match(verdict?.message ?? '', /"opfn-function" is not an extension name/);
+    (object.spec as any).ceOverrides = { extensions: { OpfnFunction: declaration.name } };
+    assert.equal(pingPlan(object, brokers).verdict.conditions.at(-1)?.status, 'True');
+    assert.equal((pingEvent(object) as unknown as Record<string, string>).opfnfunction, declaration.name);
   });
 
   test('cron: next fire times', () => {
