@@ -42,6 +42,9 @@ export interface ExchangeRate extends KubeObject {
 
 export interface RateConfigMap extends KubeObject {
   data?: Record<string, string>;
+  binaryData?: Record<string, string>;
+  /** Once true, data, binaryData and immutable itself can no longer change: only a delete and a create can. */
+  immutable?: boolean;
 }
 
 /** What the ConfigMap holds. */
@@ -161,15 +164,46 @@ export type ConfigMapAction =
   | { type: 'update'; desired: RateConfigMap }
   | { type: 'keep' }
   /** Someone else's ConfigMap holds the name: never touch what is not ours. */
-  | { type: 'blocked'; message: string };
+  | { type: 'blocked'; message: string }
+  /**
+   * Ours, but made immutable (by hand or by a policy) and holding other data: reported, not
+   * replaced. `relabel`, when set, is the object with only its labels corrected (metadata stays
+   * mutable), so that the ConfigMap still routes to its ExchangeRate.
+   */
+  | { type: 'frozen'; message: string; relabel?: RateConfigMap };
 
-/** Without values, a missing ConfigMap is not made (an empty one would tell nobody anything). */
+/** What a ConfigMap holds, in words for a condition message. */
+const holding = (data: Record<string, string> | undefined): string => (data?.rate ? `rate ${data.rate} (provider date ${data.date ?? 'unknown'})` : 'no rate');
+
+/**
+ * Without values, a missing ConfigMap is not made (an empty one would tell nobody anything).
+ *
+ * An immutable ConfigMap of ours whose data is wrong is reported (Ready=False, ConfigMapImmutable),
+ * not deleted and recreated as copyrator does with its copies. Replacing it would need `delete` on
+ * every ConfigMap the function's role reaches, a right this function otherwise never needs
+ * (copyrator has it anyway, to remove copies), and it would undo a deliberate act: `immutable`
+ * cannot be unset, so whoever set it (a person freezing the rate, a policy) chose to stop changes,
+ * and the pods that mount it stopped watching it. The remedy is one `kubectl delete configmap`:
+ * the delete brings a reconcile that recreates it, mutable, from the rate in status.
+ */
 export function configMapAction(rate: ExchangeRate, existing: RateConfigMap | undefined, values: RateValues | undefined): ConfigMapAction {
   const desired = desiredConfigMap(rate, values);
   if (!existing) return values ? { type: 'create', desired } : { type: 'keep' };
   if (!isControlledBy(existing, rate)) return { type: 'blocked', message: `ConfigMap ${existing.metadata.name} exists and is not controlled by this ExchangeRate; delete or rename it` };
-  const same = jsonEqual(existing.data ?? {}, desired.data) && jsonEqual(existing.metadata.labels ?? {}, desired.metadata.labels);
-  if (same) return { type: 'keep' };
+  const sameData = jsonEqual(existing.data ?? {}, desired.data);
+  const sameLabels = jsonEqual(existing.metadata.labels ?? {}, desired.metadata.labels);
+  if (sameData && sameLabels) return { type: 'keep' };
+  // Immutable: only metadata may change; a write must carry data, binaryData and immutable as they are.
+  const relabelled: RateConfigMap = { ...existing, metadata: { ...existing.metadata, labels: desired.metadata.labels } };
+  if (existing.immutable) {
+    if (sameData) return { type: 'update', desired: relabelled };
+    const wanted = values ? `rate ${values.rate} (provider date ${values.date}); delete it and it is recreated with that rate` : `no rate, there being none for ${rate.spec.currency} yet; delete it and it is recreated once there is one`;
+    return {
+      type: 'frozen',
+      message: `ConfigMap ${existing.metadata.name} is immutable and still holds ${holding(existing.data)} where it should hold ${wanted}`,
+      ...(sameLabels ? {} : { relabel: relabelled }),
+    };
+  }
   return { type: 'update', desired: { ...desired, metadata: { ...existing.metadata, labels: desired.metadata.labels } } };
 }
 

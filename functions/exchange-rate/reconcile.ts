@@ -3,7 +3,7 @@
 // the next refresh.
 import type { ReconcileContext } from '../runtime/declaration.ts';
 import { ConfigMap, type ObjectKey } from '../runtime/kinds.ts';
-import { isConflict } from '../runtime/kube.ts';
+import { ApiError, isConflict } from '../runtime/kube.ts';
 import { createIfAbsent, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { ConfigError, parseConfig, type ProviderConfig } from './config.ts';
 import {
@@ -99,19 +99,52 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
   return { requeueAfterSeconds: Math.max(1, Math.ceil((nextRefreshAt.getTime() - now.getTime()) / 1000)) };
 }
 
-/** Creates or corrects the ConfigMap; returns a problem when a foreign object holds its name. */
+/**
+ * Creates or corrects the ConfigMap; returns a problem when it cannot: a foreign object holds its
+ * name, ours is immutable (configMapAction says why it is reported, not replaced), or the API
+ * server refuses the write as invalid (422). None of these is mended by retrying the same write,
+ * so none is thrown (a 500, retried and dead-lettered while status still said RateCurrent): each
+ * is Ready=False with a Warning, and the reconcile that follows a change of either object, or the
+ * next resync, tries again.
+ */
 async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: ExchangeRate, values: RateValues | undefined): Promise<ConditionInput | undefined> {
   const cmKey = { namespace: rate.metadata.namespace!, name: configMapNameFor(rate) };
   const existing = await kube.get<RateConfigMap>(ConfigMap, cmKey);
   const action = configMapAction(rate, existing, values);
+  /** Ready=False for a ConfigMap problem, warned when Ready did not already say it. */
+  const report = (reason: string, message: string): ConditionInput => {
+    const ready = rate.status?.conditions?.find((condition) => condition.type === 'Ready');
+    if (ready?.status !== 'False' || ready.reason !== reason || ready.message !== message) events.warning(rate, ExchangeRateKind, reason, message);
+    log.warn({ configMap: cmKey.name, reason }, message);
+    return { type: 'Ready', status: 'False', reason, message };
+  };
+  /** A write the API server refused as invalid: its words, not a 500 retried forever. */
+  const rejected = (error: unknown): ConditionInput => {
+    if (!(error instanceof ApiError && error.code === 422)) throw error;
+    return report('ConfigMapRejected', `the API server refused to write ConfigMap ${cmKey.name}: ${error.status?.message ?? error.message}`);
+  };
   switch (action.type) {
     case 'keep':
       return undefined;
     case 'blocked':
       await events.warning(rate, ExchangeRateKind, 'ConfigMapNameTaken', action.message);
       return { type: 'Ready', status: 'False', reason: 'ConfigMapNameTaken', message: action.message };
+    case 'frozen':
+      if (action.relabel) {
+        try {
+          await kube.replace(ConfigMap, action.relabel);
+        } catch (error) {
+          if (!isConflict(error)) return rejected(error);
+        }
+      }
+      return report('ConfigMapImmutable', action.message);
     case 'create': {
-      const { created } = await createIfAbsent(kube, ConfigMap, action.desired);
+      let created: boolean;
+      try {
+        ({ created } = await createIfAbsent(kube, ConfigMap, action.desired));
+      } catch (error) {
+        return rejected(error);
+      }
       // Lost a race with another replica: its write carries the same values, or the next reconcile fixes it.
       if (created) log.info({ configMap: cmKey.name, rate: values?.rate }, 'created ConfigMap');
       return undefined;
@@ -122,7 +155,7 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
         log.info({ configMap: cmKey.name, rate: values?.rate }, values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet');
       } catch (error) {
         // Changed under us; its update event brings the next reconcile.
-        if (!isConflict(error)) throw error;
+        if (!isConflict(error)) return rejected(error);
       }
       return undefined;
   }

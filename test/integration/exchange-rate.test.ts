@@ -433,3 +433,52 @@ describe('Ready during an outage', () => {
     return standIn.requests.length - before;
   };
 });
+
+describe('an immutable ConfigMap', () => {
+  const key = { namespace: 'default', name: 'frozen' };
+  const warnings = async (reason: string) => {
+    await fn.host.flushEvents();
+    const events = (await kube.list<KubeObject & { involvedObject?: { name?: string }; reason?: string; count?: number }>(CoreEvent, { namespace: key.namespace })).items;
+    return events.filter((event) => event.involvedObject?.name === key.name && event.reason === reason).reduce((sum, event) => sum + (event.count ?? 1), 0);
+  };
+
+  test('is reported (Ready=False, one Warning, answered 200), not written; status has the new rate; deleting it brings it back with that rate', async () => {
+    standIn.mode = { type: 'rates' };
+    await touch(await kube.create(ExchangeRateKind, newRate('default', 'frozen', 'USD', { team: 'fx' })), 'add');
+    const made = (await getCm(key))!;
+    assert.equal(made.data?.rate, String(standIn.rates.USD));
+    // Frozen by hand (or by a policy); before the fix, every reconcile after the next rate change answered 500.
+    await kube.replace(ConfigMap, { ...made, immutable: true });
+    const usd = standIn.rates.USD;
+    standIn.rates.USD = 1.2;
+    try {
+      clock += HOUR;
+      await touch((await getRate(key))!);
+      const reported = (await getRate(key))!;
+      assert.deepEqual([ready(reported)?.status, ready(reported)?.reason], ['False', 'ConfigMapImmutable']);
+      assert.equal(ready(reported)?.message, `ConfigMap frozen is immutable and still holds rate ${usd} (provider date ${made.data?.date}) where it should hold rate 1.2 (provider date ${standIn.date}); delete it and it is recreated with that rate`);
+      assert.deepEqual([reported.status?.rate, reported.status?.conditions?.find((condition) => condition.type === 'Refreshed')?.reason], ['1.2', 'RateFetched'], 'the refresh itself succeeded');
+      assert.ok(Date.parse(reported.status!.nextRefreshAt!) > clock, 'next refresh ahead, not in the past');
+      assert.equal((await getCm(key))?.data?.rate, String(usd), 'the ConfigMap is left as it is');
+      assert.equal(await warnings('ConfigMapImmutable'), 1);
+
+      // Its labels are metadata, still writable: they follow the ExchangeRate's; the report stands, warned once.
+      await touch(await kube.mergePatch(ExchangeRateKind, key, { metadata: { labels: { team: 'treasury' } } }));
+      const relabelled = (await getCm(key))!;
+      assert.deepEqual([relabelled.metadata.labels?.team, relabelled.immutable, relabelled.data?.rate], ['treasury', true, String(usd)]);
+      assert.equal(ready((await getRate(key))!)?.reason, 'ConfigMapImmutable');
+      assert.equal(await warnings('ConfigMapImmutable'), 1, 'not warned again for the same report');
+
+      // The remedy the message names: delete it; it comes back, mutable, from status, without asking the provider.
+      const before = standIn.requests.length;
+      await kube.delete(ConfigMap, key);
+      await send(ConfigMap, relabelled, 'delete', 'Resource');
+      const remade = (await getCm(key))!;
+      assert.deepEqual([remade.data?.rate, remade.immutable, remade.metadata.labels?.team], ['1.2', undefined, 'treasury']);
+      assert.deepEqual([ready((await getRate(key))!)?.status, ready((await getRate(key))!)?.reason], ['True', 'RateCurrent']);
+      assert.equal(standIn.requests.length, before);
+    } finally {
+      standIn.rates.USD = usd;
+    }
+  });
+});

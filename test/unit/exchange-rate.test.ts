@@ -107,6 +107,24 @@ describe('the ConfigMap', () => {
     assert.equal(configMapAction(chf, { ...ours, data: {} }, undefined).type, 'keep', 'already empty');
     assert.equal(configMapAction(chf, undefined, undefined).type, 'keep', 'none is made empty');
   });
+  test('an immutable one of ours is reported, not written, unless only its labels are wrong', () => {
+    const er = rate();
+    const old = { rate: '1.0', base: 'EUR', date: '2026-11-19' };
+    const frozen = { ...desiredConfigMap(er, old), immutable: true, metadata: { ...desiredConfigMap(er, old).metadata, resourceVersion: '5', uid: 'cm' } };
+    assert.equal(configMapAction(er, frozen, old).type, 'keep', 'right as it is');
+    const action = configMapAction(er, frozen, values);
+    assert.equal(action.type, 'frozen');
+    assert.equal(action.type === 'frozen' && action.message, 'ConfigMap exchange-rate-usd is immutable and still holds rate 1.0 (provider date 2026-11-19) where it should hold rate 1.0523 (provider date 2026-11-20); delete it and it is recreated with that rate');
+    assert.equal(action.type === 'frozen' && action.relabel, undefined, 'labels right: nothing to write');
+
+    const relabelled = rate({ labels: { team: 'treasury' } });
+    const both = configMapAction(relabelled, frozen, values);
+    assert.equal(both.type, 'frozen');
+    assert.deepEqual(both.type === 'frozen' && [both.relabel?.immutable, both.relabel?.data, both.relabel?.metadata.labels?.team, both.relabel?.metadata.resourceVersion], [true, old, 'treasury', '5'], 'only the labels change');
+    const labelsOnly = configMapAction(relabelled, frozen, old);
+    assert.deepEqual(labelsOnly.type === 'update' && [labelsOnly.desired.immutable, labelsOnly.desired.data], [true, old], 'a labels-only write keeps immutable and data');
+    assert.match((configMapAction(rate({ currency: 'CHF', generation: 2 }), frozen, undefined) as { message: string }).message, /should hold no rate, there being none for CHF yet; delete it and it is recreated once there is one$/);
+  });
 });
 
 describe('status', () => {
