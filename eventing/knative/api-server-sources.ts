@@ -7,8 +7,9 @@
 // As Knative's adapter does (knative/eventing pkg/adapter/apiserver): it authenticates as
 // `spec.serviceAccountName` when the plane can issue that account a token (the local control
 // plane can), so a source missing list/watch on a kind fails here as on a cluster; a source
-// without `namespaceSelector` sends only the events of its own namespace (cluster-scoped kinds
-// pass), `namespaceSelector: {}` every namespace. Conditions: SinkProvided,
+// without `namespaceSelector` lists and watches only its own namespace (cluster-scoped kinds
+// everywhere), so a namespace Role suffices as on a cluster, `namespaceSelector: {}` every
+// namespace. Conditions: SinkProvided,
 // SufficientPermissions, Deployed, Ready (apiserver_lifecycle.go); `status.sinkUri`.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
@@ -79,7 +80,7 @@ export class KindResolver {
 }
 
 /** The local source for an ApiServerSource object, or the conditions saying why there is none. */
-export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolver, 'resolve'>, brokers: Pick<BrokerDirectory, 'has'>): Promise<{ spec?: SourceSpec; onlyNamespace?: string; verdict?: Verdict }> {
+export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolver, 'resolve'>, brokers: Pick<BrokerDirectory, 'has'>): Promise<{ spec?: SourceSpec; verdict?: Verdict }> {
   const spec = (object.spec ?? {}) as SourceObjectSpec;
   const namespace = object.metadata.namespace ?? '';
   const fail = (type: string, reason: string, message: string) => ({ verdict: { conditions: [{ type, status: 'False' as const, reason, message }, notReady(reason, message)], fields: cleared('sinkUri') } });
@@ -99,8 +100,13 @@ export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolve
   }
   if (!resources.length) return fail('Deployed', 'NoResources', 'spec.resources is empty');
   return {
-    spec: { name: keyString(keyOf(object)), mode: spec.mode ?? 'Reference', resources, ...(spec.ceOverrides?.extensions ? { extensions: overrideExtensions(spec.ceOverrides) } : {}) },
-    ...(selector ? {} : { onlyNamespace: namespace }),
+    spec: {
+      name: keyString(keyOf(object)),
+      mode: spec.mode ?? 'Reference',
+      resources,
+      ...(selector ? {} : { namespace }),
+      ...(spec.ceOverrides?.extensions ? { extensions: overrideExtensions(spec.ceOverrides) } : {}),
+    },
   };
 }
 
@@ -147,11 +153,10 @@ export class ApiServerSourceController {
       await this.#stop(key);
       const namespace = object.metadata.namespace ?? '';
       const client = account && this.#options.clientFor ? await this.#options.clientFor(namespace, account) : kube;
-      const only = planned.onlyNamespace;
       const source = new LocalSource({
         kube: client,
         sources: [planned.spec],
-        sink: (event) => (only === undefined || !event.namespace || event.namespace === only ? this.#options.publish(event) : Promise.resolve()),
+        sink: this.#options.publish,
         log: log.child({ apiserversource: key }),
         resyncIntervalMs: 0,
       });

@@ -15,10 +15,10 @@ const SHORT_WATCH_MS = 1000;
 export { LIST_PAGE_SIZE };
 
 /** Every object of the kind, page by page (limit/continue); the resourceVersion of the snapshot. */
-async function listAll(kube: KubeClient, kind: ResourceKind, labelSelector: string | undefined, pageSize: number, signal: AbortSignal): Promise<{ items: KubeObject[]; resourceVersion?: string }> {
+async function listAll(kube: KubeClient, kind: ResourceKind, scope: { namespace?: string; labelSelector?: string }, pageSize: number, signal: AbortSignal): Promise<{ items: KubeObject[]; resourceVersion?: string }> {
   const items: KubeObject[] = [];
   let resourceVersion: string | undefined;
-  const pages = kube.pages(kind, { labelSelector, limit: pageSize });
+  const pages = kube.pages(kind, { ...scope, limit: pageSize });
   for (let page = await abortable(pages.next(), signal); !page.done; page = await abortable(pages.next(), signal)) {
     items.push(...page.value.items);
     resourceVersion ??= page.value.metadata?.resourceVersion;
@@ -76,13 +76,15 @@ export class ResourceLoop {
   async run(): Promise<void> {
     const { kube, signal, counters } = this.#ctx;
     const { kind, labelSelector } = this.#resource;
+    // A source limited to one namespace lists and watches only there (cluster-scoped kinds everywhere), as Knative's adapter does.
+    const namespace = kind.namespaced ? this.#spec.namespace : undefined;
     let delay = BACKOFF_INITIAL_MS;
     let needsList = true;
     let watches = 0;
     while (!signal.aborted) {
       try {
         if (needsList) {
-          const list = await listAll(kube, kind, labelSelector, this.#ctx.listPageSize, signal);
+          const list = await listAll(kube, kind, { namespace, labelSelector }, this.#ctx.listPageSize, signal);
           if (this.#listed) counters.relists++;
           const deliveries = await this.#applyList(list.items);
           this.#resourceVersion = list.resourceVersion;
@@ -101,7 +103,7 @@ export class ResourceLoop {
         if (watches++ > 0) counters.watchRestarts++;
         const started = performance.now();
         let events = 0;
-        for await (const event of kube.watch(kind, { resourceVersion: this.#resourceVersion, labelSelector, timeoutSeconds: this.#ctx.watchTimeoutSeconds, signal })) {
+        for await (const event of kube.watch(kind, { namespace, resourceVersion: this.#resourceVersion, labelSelector, timeoutSeconds: this.#ctx.watchTimeoutSeconds, signal })) {
           events++;
           delay = BACKOFF_INITIAL_MS;
           await this.#applyWatchEvent(event);

@@ -18,6 +18,8 @@ export interface SourceSpec {
   name: string;
   mode: SourceMode;
   resources: SourceResource[];
+  /** Only this namespace's objects of namespaced kinds (a Knative source without namespaceSelector: its own); undefined: every namespace. */
+  namespace?: string;
   /** ceOverrides.extensions: added to every event (the plane tags events with their function, e.g. {opfnfunction: 'immortal-container'}). */
   extensions?: Record<string, string>;
 }

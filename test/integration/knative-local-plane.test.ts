@@ -22,9 +22,10 @@ import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
 import { EventPlane } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
-import { Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { createObjects } from '../support/rbac.ts';
 
 const NS = DEFAULT_OPTIONS.namespace;
 const say = (line: string) => console.log(`# ${line}`);
@@ -227,6 +228,38 @@ describe('the generated objects run on the local plane', () => {
     });
     await eventually(async () => (await readyReason(ApiServerSource, 'secrets-without-rights')) === 'False InsufficientPermissions', 30_000, 'Ready False InsufficientPermissions', () => readyReason(ApiServerSource, 'secrets-without-rights'));
     say(`ApiServerSource secrets-without-rights (as opfn-${immortalContainer.name}-objects-source) Ready=False InsufficientPermissions`);
+  });
+
+  test('an ApiServerSource without namespaceSelector, its ServiceAccount bound in its namespace only: Ready, and it sends that namespace\'s changes; a bad ceOverrides edit is refused and later edits still apply', async () => {
+    const name = 'configmaps-here';
+    const broker = { ref: { apiVersion: 'eventing.knative.dev/v1', kind: 'Broker', name: DEFAULT_OPTIONS.brokerName } };
+    // Rights in its own namespace only: Knative's adapter lists and watches there, never cluster-wide.
+    await createObjects(cluster.cp, [
+      { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name, namespace: NS } },
+      { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name, namespace: NS }, rules: [{ apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'watch'] }] },
+      { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name, namespace: NS }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name }, subjects: [{ kind: 'ServiceAccount', name, namespace: NS }] },
+    ]);
+    await cluster.kube.create(Trigger, { apiVersion: 'eventing.knative.dev/v1', kind: 'Trigger', metadata: { name, namespace: NS }, spec: { broker: DEFAULT_OPTIONS.brokerName, filter: { attributes: { opfnfunction: name } }, subscriber: { uri: other.url } } });
+    const source = { apiVersion: 'sources.knative.dev/v1', kind: 'ApiServerSource', metadata: { name, namespace: NS }, spec: { mode: 'Resource', resources: [{ apiVersion: 'v1', kind: 'ConfigMap' }], serviceAccountName: name, ceOverrides: { extensions: { opfnfunction: name } }, sink: broker } };
+    await cluster.kube.create(ApiServerSource, source);
+    try {
+      await eventually(async () => (await readyReason(ApiServerSource, name)) === 'True Ready', 30_000, 'Ready True', () => readyReason(ApiServerSource, name));
+      await cluster.kube.create(ConfigMap, { metadata: { name: 'elsewhere-cm', namespace: 'default' } });
+      await cluster.kube.create(ConfigMap, { metadata: { name: 'here-cm', namespace: NS } });
+      await eventually(async () => other.events.some((e) => e.name === 'here-cm'), 20_000, 'the add of here-cm');
+      assert.ok(!other.events.some((e) => e.name === 'elsewhere-cm'), 'nothing from another namespace');
+      say(`ApiServerSource ${name} (no namespaceSelector, a Role in ${NS} only) Ready; here-cm's add delivered, elsewhere-cm's not`);
+
+      // An extension name Knative's webhook refuses: reported on the object, not sent (the broker would refuse every event).
+      await cluster.kube.mergePatch(ApiServerSource, { namespace: NS, name }, { spec: { ceOverrides: { extensions: { opfnfunction: null, 'Opfn-Function': name } } } });
+      await eventually(async () => (await readyReason(ApiServerSource, name)) === 'False InvalidCEOverrides', 20_000, 'Ready False InvalidCEOverrides', () => readyReason(ApiServerSource, name));
+      await cluster.kube.mergePatch(ApiServerSource, { namespace: NS, name }, { spec: { ceOverrides: { extensions: { 'Opfn-Function': null, opfnfunction: name } } } });
+      await eventually(async () => (await readyReason(ApiServerSource, name)) === 'True Ready', 20_000, 'Ready True again after the fix', () => readyReason(ApiServerSource, name));
+      say(`kubectl patch apiserversource ${name} with extension "Opfn-Function" → Ready=False InvalidCEOverrides; patched back → Ready`);
+    } finally {
+      await cluster.kube.delete(ApiServerSource, { namespace: NS, name });
+      await cluster.kube.delete(Trigger, { namespace: NS, name });
+    }
   });
 });
 

@@ -92,13 +92,13 @@ describe('ApiServerSource objects → local sources', () => {
   test('the generated sources become the plane\'s SourceSpecs (selectors, mode, extensions), every namespace', async () => {
     const related = await localSourceFor(find('ApiServerSource', `${declaration.name}-related`), kinds, brokers);
     assert.deepEqual(related.spec, { name: `${NS}/${declaration.name}-related`, mode: 'Resource', resources: [{ kind: Pod, labelSelector: declaration.owns[0].ownerNameLabel }], extensions: { opfnfunction: declaration.name } });
-    assert.equal(related.onlyNamespace, undefined, 'namespaceSelector {} = every namespace');
+    assert.equal(related.spec?.namespace, undefined, 'namespaceSelector {} = every namespace');
   });
 
-  test('without namespaceSelector a source sends only its own namespace\'s events', async () => {
+  test('without namespaceSelector a source watches only its own namespace', async () => {
     const object = find('ApiServerSource', `${declaration.name}-objects`);
     delete (object.spec as any).namespaceSelector;
-    assert.equal((await localSourceFor(object, kinds, brokers)).onlyNamespace, NS);
+    assert.equal((await localSourceFor(object, kinds, brokers)).spec?.namespace, NS);
   });
 
   const broken: [string, (spec: any) => void, string][] = [
