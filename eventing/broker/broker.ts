@@ -116,8 +116,7 @@ export class Broker {
     const delivery = resolveDelivery(checked, this.#brokerDelivery, this.#deadLetters.file, this.#log);
     const existing = this.#queues.get(checked.name);
     if (existing) {
-      existing.trigger = checked;
-      existing.delivery = delivery;
+      existing.update(checked, delivery);
       this.#log.info({ trigger: checked.name, subscriber: checked.subscriber }, 'trigger updated');
       return;
     }

@@ -31,8 +31,8 @@ interface Waiter {
 }
 
 export class TriggerQueue {
-  trigger: Trigger;
-  delivery: ResolvedDelivery;
+  #trigger: Trigger;
+  #delivery: ResolvedDelivery;
   removed = false;
   readonly stats = { delivered: 0, retried: 0, deadLettered: 0, direct: 0 };
   readonly #items: QueueItem[] = [];
@@ -49,8 +49,8 @@ export class TriggerQueue {
     delivery: ResolvedDelivery,
     options: { queueLimit: number; maxInFlight: number; run: (queue: TriggerQueue, item: QueueItem) => Promise<void>; onSettled: () => void },
   ) {
-    this.trigger = trigger;
-    this.delivery = delivery;
+    this.#trigger = trigger;
+    this.#delivery = delivery;
     this.#queueLimit = options.queueLimit;
     this.#defaultMaxInFlight = options.maxInFlight;
     this.#run = options.run;
@@ -58,6 +58,26 @@ export class TriggerQueue {
   }
 
   readonly #onSettled: () => void;
+
+  /** The Trigger as last added: each delivery attempt reads its subscriber (attempts.ts). */
+  get trigger(): Trigger {
+    return this.#trigger;
+  }
+
+  /** Its delivery policy as last added: a delivery's retry loop takes it when the delivery starts. */
+  get delivery(): ResolvedDelivery {
+    return this.#delivery;
+  }
+
+  /**
+   * The Trigger edited (same name): queued events go to its new subscriber, and a raised
+   * `maxInFlight` starts queued events now rather than when a delivery in flight settles.
+   */
+  update(trigger: Trigger, delivery: ResolvedDelivery): void {
+    this.#trigger = trigger;
+    this.#delivery = delivery;
+    this.#pump();
+  }
 
   /** The trigger's own bound (its function's scaling) or the broker's default. */
   get maxInFlight(): number {

@@ -1,0 +1,65 @@
+// A Trigger edited (added again under its name) while its events are queued or being retried: a
+// raised maxInFlight starts queued events at once, and each retry goes to the subscriber the
+// Trigger has at that attempt, as Knative's broker filter looks the Trigger up per request.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { pino } from 'pino';
+import { Broker } from '../../eventing/broker.ts';
+
+const servers: Server[] = [];
+/** A subscriber that counts requests and answers each with `answer`. */
+async function subscriber(answer: (res: ServerResponse) => unknown): Promise<{ url: string; hits: () => number }> {
+  let hits = 0;
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      hits += 1;
+      answer(res);
+    });
+  });
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, hits: () => hits };
+}
+
+let dir = '';
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'broker-trigger-edits-'));
+});
+after(async () => {
+  for (const server of servers) {
+    server.closeAllConnections();
+    server.close();
+  }
+  await rm(dir, { recursive: true, force: true });
+});
+
+const event = (id: string) => ({ specversion: '1.0' as const, id, source: '/test', type: 't' });
+
+async function waitFor(check: () => boolean, what: string, ms = 2000): Promise<void> {
+  for (const end = Date.now() + ms; !check(); await sleep(10)) if (Date.now() > end) assert.fail(`timed out waiting for ${what}`);
+}
+
+describe('Broker: a Trigger edited while it holds events', () => {
+  it('a raised maxInFlight starts the queued events at once, not when a delivery in flight settles', async () => {
+    const held: ServerResponse[] = [];
+    const fn = await subscriber((res) => held.push(res));
+    const broker = new Broker({ triggers: [{ name: 't', subscriber: fn.url, maxInFlight: 1 }], deadLetterFile: join(dir, 'raise.jsonl'), log: pino({ level: 'silent' }) });
+    try {
+      for (let i = 0; i < 3; i++) await broker.publish(event(`e${i}`));
+      await waitFor(() => fn.hits() === 1, 'the first delivery');
+      broker.addTrigger({ name: 't', subscriber: fn.url, maxInFlight: 3 });
+      await waitFor(() => fn.hits() === 3, 'the two queued events to start', 1000);
+      assert.deepEqual({ ...broker.stats().t, delivered: undefined }, { queued: 0, inFlight: 3, delivered: undefined, retried: 0, deadLettered: 0, direct: 0, maxInFlight: 3 });
+    } finally {
+      for (const res of held) res.writeHead(202).end();
+      await broker.close();
+    }
+  });
+});
