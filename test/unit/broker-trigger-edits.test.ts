@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
-import { Broker } from '../../eventing/broker.ts';
+import { Broker, readDeadLetterFile } from '../../eventing/broker.ts';
 
 const servers: Server[] = [];
 /** A subscriber that counts requests and answers each with `answer`. */
@@ -59,6 +59,26 @@ describe('Broker: a Trigger edited while it holds events', () => {
       assert.deepEqual({ ...broker.stats().t, delivered: undefined }, { queued: 0, inFlight: 3, delivered: undefined, retried: 0, deadLettered: 0, direct: 0, maxInFlight: 3 });
     } finally {
       for (const res of held) res.writeHead(202).end();
+      await broker.close();
+    }
+  });
+
+  it('a retry goes to the subscriber the Trigger has then; the retry policy is the one the delivery began with', async () => {
+    const old = await subscriber((res) => res.writeHead(503).end());
+    const current = await subscriber((res) => res.writeHead(202).end());
+    const file = join(dir, 'edit.jsonl');
+    const delivery = { retry: 3, backoffPolicy: 'linear' as const, backoffDelay: 'PT0.1S' };
+    const broker = new Broker({ triggers: [{ name: 't', subscriber: old.url, delivery }], deadLetterFile: file, log: pino({ level: 'silent' }) });
+    try {
+      await broker.publish(event('e1'));
+      await waitFor(() => old.hits() === 1, 'the first attempt');
+      broker.addTrigger({ name: 't', subscriber: current.url, delivery: { ...delivery, retry: 0 } });
+      await broker.idle();
+      assert.equal(old.hits(), 1, 'no retry to the old subscriber');
+      assert.equal(current.hits(), 1, 'the retry went to the current subscriber, although the edit asks for no retries');
+      assert.deepEqual(await readDeadLetterFile(file), []);
+      assert.equal(broker.stats().t?.delivered, 1);
+    } finally {
       await broker.close();
     }
   });
