@@ -5,6 +5,13 @@
 // (the activator's warm path, chosen by the event's `partitionkey`), else to the subscriber's
 // URL, with what never succeeds going to the dead-letter sink with the last failure; and a
 // letter's way to an HTTP dead-letter sink (dead-letters.ts).
+//
+// A Trigger edited while its event is being retried: in Knative each retry is a new request from
+// the channel's dispatcher to the broker filter, which looks the Trigger up again, so every
+// attempt goes to the Trigger's subscriber as it is then; here too (`queue.trigger` read per
+// attempt). The retry loop itself (retry count, backoff, per-attempt timeout) is the channel
+// dispatcher's RetryConfig, taken from the delivery spec when the event was dispatched, so it
+// stays as the delivery began: an edit applies to events delivered after it.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { backoffDelayMs, retryAfterDelayMs, type DeliveryFailure, type ResolvedDelivery } from '../delivery.ts';
@@ -44,32 +51,35 @@ export async function withRetries(dispatcher: Pick<Dispatcher, 'sleep'>, deliver
 
 /** Delivers `item` with retries; resolves with the subscriber's reply, or undefined (no reply, or dead-lettered). */
 export async function deliverWithRetries(ctx: AttemptContext, queue: TriggerQueue, item: QueueItem): Promise<CloudEventV1<unknown> | undefined> {
-  const { trigger, delivery } = queue;
+  // The loop's policy as the delivery began; the subscriber as the Trigger is at each attempt.
+  const delivery = queue.delivery;
   const outgoing = withoutTtl(item.event);
   const partitionKey = typeof outgoing.partitionkey === 'string' ? outgoing.partitionkey : undefined;
   let direct = false;
   const result = await withRetries(ctx.dispatcher, delivery, ctx.closed, async (retry) => {
     if (retry > 0) queue.stats.retried += 1;
-    const lease = ctx.route?.(trigger.subscriber, partitionKey);
+    const { subscriber, name } = queue.trigger;
+    const lease = ctx.route?.(subscriber, partitionKey);
     direct = lease !== undefined;
     if (lease) queue.stats.direct += 1;
     const timeoutMs = minTimeout(delivery.timeoutMs, lease?.timeoutMs ?? 0);
-    const outcome = await ctx.dispatcher.send(lease?.url ?? trigger.subscriber, outgoing, timeoutMs, true, lease !== undefined);
+    const outcome = await ctx.dispatcher.send(lease?.url ?? subscriber, outgoing, timeoutMs, true, lease !== undefined);
     lease?.release(outcome.kind === 'error' && !outcome.timedOut ? 'unreachable' : 'answered');
-    const verdict = judge(trigger.subscriber, outcome);
+    const verdict = judge(subscriber, outcome);
     if (!verdict.ok && verdict.retryable && retry < delivery.retry) {
-      ctx.log.debug({ trigger: trigger.name, id: item.event.id, attempt: retry + 1, reason: verdict.failure.reason }, 'delivery failed; will retry');
+      ctx.log.debug({ trigger: name, id: item.event.id, attempt: retry + 1, reason: verdict.failure.reason }, 'delivery failed; will retry');
     }
     return verdict;
   });
+  const { name, subscriber } = queue.trigger;
   if (result.ok) {
     queue.stats.delivered += 1;
-    ctx.log.debug({ trigger: trigger.name, id: item.event.id, attempts: result.attempts, direct, reply: result.reply !== undefined }, 'event delivered');
+    ctx.log.debug({ trigger: name, id: item.event.id, attempts: result.attempts, direct, reply: result.reply !== undefined }, 'event delivered');
     return result.reply;
   }
   const last = result.failure;
-  const failure = result.closed ? { ...last, destination: trigger.subscriber, reason: `broker closed before the event was delivered${last ? ` (last failure: ${last.reason})` : ''}` } : last;
-  await ctx.deadLetter(queue, item.event, failure ?? { destination: trigger.subscriber, reason: 'delivery failed' });
+  const failure = result.closed ? { ...last, destination: subscriber, reason: `broker closed before the event was delivered${last ? ` (last failure: ${last.reason})` : ''}` } : last;
+  await ctx.deadLetter(queue, item.event, failure ?? { destination: subscriber, reason: 'delivery failed' });
   return undefined;
 }
 
