@@ -67,11 +67,11 @@ describe('Broker: a Trigger edited while it holds events', () => {
     const old = await subscriber((res) => res.writeHead(503).end());
     const current = await subscriber((res) => res.writeHead(202).end());
     const file = join(dir, 'edit.jsonl');
-    const delivery = { retry: 3, backoffPolicy: 'linear' as const, backoffDelay: 'PT0.1S' };
+    const delivery = { retry: 3, backoffPolicy: 'exponential' as const, backoffDelay: 'PT0.2S' };
     const broker = new Broker({ triggers: [{ name: 't', subscriber: old.url, delivery }], deadLetterFile: file, log: pino({ level: 'silent' }) });
     try {
       await broker.publish(event('e1'));
-      await waitFor(() => old.hits() === 1, 'the first attempt');
+      await waitFor(() => old.hits() >= 1, 'the first attempt');
       broker.addTrigger({ name: 't', subscriber: current.url, delivery: { ...delivery, retry: 0 } });
       await broker.idle();
       assert.equal(old.hits(), 1, 'no retry to the old subscriber');
