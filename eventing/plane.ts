@@ -212,7 +212,7 @@ export class EventPlane {
       kube,
       broker: this.broker,
       brokerUrl,
-      functions: { urlFor: (name) => (functions.some((declaration) => declaration.name === name) ? this.activator.urlFor(name) : undefined), configure: (name, configuration) => this.activator.configure(name, configuration) },
+      functions: { urlFor: (name) => (functions.some((declaration) => declaration.name === name) ? this.activator.urlFor(name) : undefined), configure: (name, configuration) => this.activator.configure(name, configuration), withdraw: (name, reason) => this.activator.withdraw(name, reason) },
       log,
       clientFor: knativeObjects?.clientFor,
       // In memory: one namespace, the plane's own objects; routes (and their stats) by the function's name;

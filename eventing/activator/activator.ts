@@ -155,11 +155,23 @@ export class Activator {
     const fn = this.#fn(name);
     const configuration = checkConfiguration(name, next);
     const before = this.configurationOf(name);
-    if (JSON.stringify(before) === JSON.stringify(configuration)) return false;
+    if (!fn.withdrawn && JSON.stringify(before) === JSON.stringify(configuration)) return false;
     const { scaling, timeoutSeconds, deliveryBudgetSeconds } = configuration;
-    this.#log.info({ fn: name, from: before, to: configuration }, `${name} reconfigured: ${JSON.stringify(scaling)}, timeout ${timeoutSeconds}s, delivery budget ${deliveryBudgetSeconds}s`);
+    this.#log.info({ fn: name, from: before, to: configuration }, `${name} ${fn.withdrawn ? 'runs again' : 'reconfigured'}: ${JSON.stringify(scaling)}, timeout ${timeoutSeconds}s, delivery budget ${deliveryBudgetSeconds}s`);
     fn.reconfigure(configuration);
     return true;
+  }
+
+  /**
+   * The function's Knative Service was deleted: its requests are refused (404 with `reason`) and
+   * its instances stop, as Serving removes the revision's route and pods, until `configure()`
+   * runs it again (the Service created anew).
+   */
+  withdraw(name: string, reason: string): void {
+    const fn = this.#fn(name);
+    if (fn.withdrawn) return;
+    this.#log.info({ fn: name, reason }, `${name} withdrawn: ${reason}`);
+    fn.withdraw(reason);
   }
 
   /**

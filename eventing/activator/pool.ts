@@ -16,7 +16,7 @@ import { desiredScale, effectiveTarget } from './decider.ts';
 import { Instance } from './instance.ts';
 import { pick } from './lb-policy.ts';
 import { formatDuration, type ExitInfo, type InstanceSupervisor } from './supervisor.ts';
-import { Throttler } from './throttler.ts';
+import { ActivatorError, Throttler } from './throttler.ts';
 
 export interface PoolOptions {
   log: Logger;
@@ -42,6 +42,8 @@ export class FunctionPool {
   #failures = 0;
   #retryTimer?: NodeJS.Timeout;
   #closed = false;
+  /** Why the function takes no requests now (its Knative Service was deleted); undefined while it does. */
+  #withdrawn?: string;
 
   /** `configuration` is the spec's, checked and with its defaults applied (checkConfiguration). */
   constructor(spec: FunctionProcessSpec, configuration: Required<FunctionConfiguration>, options: PoolOptions) {
@@ -69,8 +71,28 @@ export class FunctionPool {
     return this.instances.filter((i) => i.live).length;
   }
 
-  /** A new configuration (checked, defaults applied): later decisions and instances follow it, running instances stay. */
+  /** Whether the function was withdrawn (withdraw) and no configuration brought it back since. */
+  get withdrawn(): boolean {
+    return this.#withdrawn !== undefined;
+  }
+
+  /**
+   * No Service runs the function any more (Knative removes the revision's pods and its route):
+   * buffered and new requests are refused with 404 and `reason`, every instance stops (each
+   * answers what it serves first), none starts until a configuration brings it back.
+   */
+  withdraw(reason: string): void {
+    if (this.#withdrawn !== undefined || this.#closed) return;
+    this.#withdrawn = reason;
+    if (this.#retryTimer) clearTimeout(this.#retryTimer);
+    this.#retryTimer = undefined;
+    this.#queue.rejectAll(404, reason);
+    for (const inst of [...this.instances]) if (inst.live) this.#stop(inst, reason);
+  }
+
+  /** A new configuration (checked, defaults applied): later decisions and instances follow it, running instances stay; a withdrawn function runs again. */
   reconfigure(configuration: Required<FunctionConfiguration>): void {
+    this.#withdrawn = undefined;
     this.spec = { ...this.spec, ...configuration };
     this.target = effectiveTarget(configuration.scaling);
     this.timeoutMs = configuration.timeoutSeconds * 1000;
@@ -85,6 +107,7 @@ export class FunctionPool {
 
   /** A slot on a ready instance: immediately, or once one frees up or starts. */
   acquire(res: http.ServerResponse, partitionKey?: string): Promise<Instance> {
+    if (this.#withdrawn !== undefined) return Promise.reject(new ActivatorError(404, this.#withdrawn));
     const inst = this.#pick(partitionKey);
     if (inst) {
       this.#take(inst);
@@ -98,7 +121,7 @@ export class FunctionPool {
 
   /** A slot taken at once for the warm path, or undefined when none has room or requests are buffered. */
   lease(partitionKey?: string): Instance | undefined {
-    if (this.#closed || this.#queue.waiting > 0) return undefined;
+    if (this.#closed || this.#withdrawn !== undefined || this.#queue.waiting > 0) return undefined;
     const inst = this.#pick(partitionKey);
     if (!inst) return undefined;
     this.#take(inst);
@@ -158,7 +181,7 @@ export class FunctionPool {
 
   /** Starts the instances the decider wants (never stops any: idle timers and trims do). */
   scale(afterBackoff = false): void {
-    if (this.#closed) return;
+    if (this.#closed || this.#withdrawn !== undefined) return;
     const live = this.live();
     let demand = this.#queue.waiting;
     for (const i of this.instances) demand += i.inFlight;

@@ -56,8 +56,10 @@ export type Address = { url: string; maxInFlight?: number } | { standIn: 'dead-l
 export interface LocalFunctions {
   /** The activator's URL for a function, or undefined when it does not run it. */
   urlFor(name: string): string | undefined;
-  /** Runs the function with this scaling and timeout from now on; throws when they are not usable. */
+  /** Runs the function with this scaling and timeout from now on (again, if it was withdrawn); throws when they are not usable. */
   configure(name: string, configuration: FunctionConfiguration): void;
+  /** No Service runs the function any more: stop its instances and refuse its requests until configure(). */
+  withdraw(name: string, reason: string): void;
 }
 
 /** Keeps the Services of the local plane, answers where each one is, applies their scaling, and reports their readiness. */
@@ -123,5 +125,10 @@ export class ServiceDirectory {
 
   async remove(service: KubeObject): Promise<void> {
     this.#services.delete(keyString(keyOf(service)));
+    const fn = functionOf(service);
+    if (fn === undefined || !this.#functions.urlFor(fn)) return;
+    // Another Service may run the same function; the function goes with the last one, as the revision's pods do.
+    if ([...this.#services.values()].some((other) => functionOf(other) === fn)) return;
+    this.#functions.withdraw(fn, `Knative Service ${keyString(keyOf(service))} was deleted`);
   }
 }

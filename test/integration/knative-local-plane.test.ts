@@ -261,6 +261,24 @@ describe('the generated objects run on the local plane', () => {
       await cluster.kube.delete(Trigger, { namespace: NS, name });
     }
   });
+
+  test('kubectl delete of the function\'s Service: its instances stop and its address answers 404, its Trigger is not Ready; created again, it runs again', async () => {
+    const key = { namespace: NS, name: immortalContainer.name };
+    const service = (await cluster.kube.get<KubeObject>(KnativeService, key))!;
+    await fetch(functionUrl, { method: 'POST' }); // wakes an instance (the empty request itself is refused)
+    await eventually(async () => plane.activator.instances(immortalContainer.name) > 0, 20_000, 'an instance running');
+    await cluster.kube.delete(KnativeService, key);
+    await eventually(async () => plane.activator.instances(immortalContainer.name) === 0, 30_000, 'no instance left');
+    assert.equal((await fetch(functionUrl, { method: 'POST' })).status, 404);
+    await eventually(async () => (await readyReason(Trigger, immortalContainer.name)).startsWith('False'), 20_000, 'Trigger not Ready', () => readyReason(Trigger, immortalContainer.name));
+    say(`kubectl delete ksvc ${immortalContainer.name} → 0 instances, its address answers 404, Trigger ${await readyReason(Trigger, immortalContainer.name)}`);
+
+    await cluster.kube.create(KnativeService, { apiVersion: service.apiVersion, kind: service.kind, metadata: { name: service.metadata.name, namespace: NS, labels: service.metadata.labels }, spec: service.spec });
+    await eventually(async () => (await readyReason(Trigger, immortalContainer.name)) === 'True Ready', 30_000, 'Trigger Ready again', () => readyReason(Trigger, immortalContainer.name));
+    await createImmortal('after-service-back');
+    await eventually(() => podExists('after-service-back'), 30_000, 'pod of after-service-back');
+    say('kubectl apply the Service again → Trigger Ready; ImmortalContainer after-service-back → its pod created by the function');
+  });
 });
 
 describe('opfn dev against a configured cluster', () => {

@@ -116,3 +116,22 @@ test('an unusable configuration is refused and the old one stays; an unchanged o
   assert.deepEqual(activator.configurationOf('tiny'), before);
   assert.equal(activator.configure('tiny', before), false);
 });
+
+test('withdrawn (its Service deleted): instances stop, a busy one after its answer; requests get 404 with the reason; the same configuration brings it back', async () => {
+  const { activator, url } = await start({ minScale: 1, maxScale: 2 });
+  await eventually(() => activator.instances('tiny') === 1, 'one instance for min-scale 1');
+  const configuration = activator.configurationOf('tiny');
+  const slow = fetch(`${url}/slow?ms=1000`).then((response) => response.status);
+  await eventually(() => activator.stats().tiny.proxied === 1, 'the slow request proxied');
+  activator.withdraw('tiny', 'Knative Service operator-functions/tiny was deleted');
+  assert.equal(await slow, 200, 'the request in flight is answered');
+  const refused = await fetch(url);
+  assert.equal(refused.status, 404);
+  assert.match(await refused.text(), /Knative Service operator-functions\/tiny was deleted/);
+  await eventually(() => activator.instances('tiny') === 0, 'no instance left, min-scale notwithstanding');
+  assert.equal(activator.lease(url), undefined, 'no warm path either');
+  // The Service created again, unchanged: the function runs again (min-scale 1).
+  assert.equal(activator.configure('tiny', configuration), true);
+  await eventually(() => activator.instances('tiny') === 1, 'min-scale 1 again');
+  assert.equal((await fetch(url)).status, 200);
+});

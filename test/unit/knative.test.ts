@@ -26,8 +26,9 @@ const objects = functionObjects(declaration, DEFAULT_OPTIONS);
 const find = (kind: string, name = declaration.name) => structuredClone(objects.find((o) => o.kind === kind && o.metadata.name === name)!);
 const NS = DEFAULT_OPTIONS.namespace;
 const FUNCTION_URL = 'http://127.0.0.1:9999/immortal-container';
-/** What the activator was told to run each function with. */
+/** What the activator was told to run each function with, and which functions it was told to withdraw. */
 const configured: { name: string; configuration: FunctionConfiguration }[] = [];
+const withdrawn: string[] = [];
 const board = new StatusBoard();
 const services = new ServiceDirectory(board, {
   urlFor: (name) => (name === declaration.name ? FUNCTION_URL : undefined),
@@ -35,6 +36,7 @@ const services = new ServiceDirectory(board, {
     checkConfiguration(name, configuration);
     configured.push({ name, configuration });
   },
+  withdraw: (name) => withdrawn.push(name),
 });
 for (const service of [find('Service'), deadLetterSink(DEFAULT_OPTIONS)]) await services.apply(service);
 const resolvers: Resolvers = { brokers: { has: (namespace, name) => namespace === NS && name === DEFAULT_OPTIONS.brokerName }, services };
@@ -193,6 +195,20 @@ describe('Services', () => {
     assert.match(readyOf()!.message!, /OPFN_DELIVERY_BUDGET_SECONDS 42 leaves no time before timeoutSeconds 42/);
     assert.equal(configured.length, applied, 'nothing invalid reached the activator');
     await services.apply(find('Service'));
+    assert.equal(readyOf()?.status, 'True');
+  });
+
+  test('the function is withdrawn with the last Service that runs it, and runs again when one comes back', async () => {
+    const copy = find('Service');
+    copy.metadata.name = `${declaration.name}-copy`;
+    await services.apply(copy);
+    await services.remove(find('Service'));
+    assert.deepEqual(withdrawn, [], 'another Service still runs it');
+    const applied = configured.length;
+    await services.remove(copy);
+    assert.deepEqual(withdrawn, [declaration.name]);
+    await services.apply(find('Service'));
+    assert.equal(configured.length, applied + 1, 'configured again');
     assert.equal(readyOf()?.status, 'True');
   });
 });

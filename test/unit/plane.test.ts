@@ -49,7 +49,7 @@ describe('sourcesFor', () => {
 
 describe('the generated objects the plane runs in memory (planeObjects)', () => {
   const resolversFor = async (objects: KubeObject[]): Promise<Resolvers> => {
-    const services = new ServiceDirectory(new StatusBoard(), { urlFor: (name) => `http://x/${name}`, configure: () => {} });
+    const services = new ServiceDirectory(new StatusBoard(), { urlFor: (name) => `http://x/${name}`, configure: () => {}, withdraw: () => {} });
     for (const service of objects.filter((o) => o.kind === 'Service')) await services.apply(service);
     return { brokers: { has: () => true }, services };
   };
