@@ -18,7 +18,7 @@ import { deliverWithRetries, type AttemptContext } from './attempts.ts';
 import { eventProblem, plainEvent } from './cloudevent-http.ts';
 import { DeadLetterSink } from './dead-letters.ts';
 import { Dispatcher, type DirectRoute } from './dispatcher.ts';
-import { Ingress, MAX_EVENT_BYTES, type IngestResult } from './ingress.ts';
+import { DEFAULT_MAX_WAITING_BYTES, DEFAULT_MAX_WAITING_REQUESTS, Ingress, MAX_EVENT_BYTES, type IngestResult } from './ingress.ts';
 import { ReplyRouter } from './replies.ts';
 import { checkTrigger, positiveInteger, resolveDelivery } from './triggers.ts';
 import { TriggerQueue, type QueueItem, type TriggerStats } from './trigger-queue.ts';
@@ -37,6 +37,13 @@ export interface BrokerOptions {
   maxInFlight?: number;
   /** Direct routes to subscribers (the activator's warm path); default: none. */
   route?: DirectRoute;
+  /**
+   * Ingress requests that may wait while a trigger queue is full, and the bytes of their bodies;
+   * beyond either the ingress answers 503 (pending request queue full). Default 1000 and 32 MiB.
+   * `publish()` is not bounded by them: in-process publishers wait.
+   */
+  maxWaitingRequests?: number;
+  maxWaitingBytes?: number;
   /** Requeued keys (of reconcile replies due later) held at most per function; default 10000. */
   maxHeldKeysPerFunction?: number;
   log: Logger;
@@ -89,7 +96,13 @@ export class Broker {
     for (const warning of this.#brokerDelivery.warnings) this.#log.warn(warning);
     this.#dispatcher = new Dispatcher({ abort: this.#abort.signal, maxResponseBytes: MAX_EVENT_BYTES });
     this.#deadLetters = new DeadLetterSink({ file: resolvePath(options.deadLetterFile), maxBytes: options.deadLetterMaxBytes, dispatcher: this.#dispatcher, log: this.#log });
-    this.#ingress = new Ingress({ log: this.#log, ingest: (event) => this.#ingest(event, 'ingress'), accepting: () => !this.#intakeClosed });
+    this.#ingress = new Ingress({
+      log: this.#log,
+      ingest: (event) => this.#ingest(event, 'ingress'),
+      accepting: () => !this.#intakeClosed,
+      maxWaitingRequests: positiveInteger(options.maxWaitingRequests, DEFAULT_MAX_WAITING_REQUESTS, 'maxWaitingRequests'),
+      maxWaitingBytes: positiveInteger(options.maxWaitingBytes, DEFAULT_MAX_WAITING_BYTES, 'maxWaitingBytes'),
+    });
     this.#replies = new ReplyRouter({
       maxHeldKeysPerFunction: options.maxHeldKeysPerFunction,
       log: this.#log,
