@@ -105,6 +105,11 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   if (action === 'add') parent = await ensureFinalizer(kube, parentKind, parent, name);
   else if (action === 'remove') parent = await removeFinalizer(kube, parentKind, parent, name);
   if (!parent) return { resyncAfterSeconds: 0 };
+  // Checked again with the parent as it is now: a parent outside the labelSelector that was ours
+  // only through a finalizer we just removed (the controller lost its finalize hook) is not
+  // synced (upstream: "Check the finalizer again in case we just removed it").
+  const stillMatches = composite.parentFilter.matches(parent.metadata.labels ?? {});
+  if (!isOurs(parent, name, stillMatches)) return { resyncAfterSeconds: 0 };
 
   const fail = (reason: string): never => {
     events.warning(parent!, parentKind, 'SyncError', `Sync error: ${reason}`);
@@ -122,7 +127,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   if (!selector.ok) return fail(selector.reason);
 
   const observed = await claimChildren(kube, { parent, kind: parentKind }, composite.childKinds, selector.selector, env.listed ?? selectedLists(kube, selector.selector));
-  const hookType = hookToCall(controller, parent, matches);
+  const hookType = hookToCall(controller, parent, stillMatches);
   if (hookType === 'none') return { resyncAfterSeconds: 0 };
   const hook = controller.spec.hooks![hookType]!;
   const customize = controller.spec.hooks?.customize;

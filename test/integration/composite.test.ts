@@ -555,6 +555,25 @@ describe('a sweep longer than its delivery budget', () => {
   });
 });
 
+describe('a parent outside the labelSelector that still carries the finalizer of a controller without a finalize hook', () => {
+  before(async () => {
+    await kube.create(CompositeControllerKind, controllerFor('unfinalized', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}unfinalized` } } }));
+    await kube.create(PlainImmortalContainer, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'left-behind', namespace: 'default', labels: { strategy: 'elsewhere' }, finalizers: ['metacontroller.io/compositecontroller-unfinalized'] }, spec: { image: 'nginx:1' } }, 'default');
+  });
+  after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'unfinalized' }));
+
+  test('its stale finalizer is removed, and nothing else happens: no hook call, no child, no status (upstream checks again after SyncObject)', async () => {
+    script = (_path, request) => ({ status: 200, body: JSON.stringify(sync(request)) });
+    scriptedCalls.length = 0;
+    assert.equal((await nudge('unfinalized')).status, 200);
+    const parent = (await kube.get<Parent>(PlainImmortalContainer, { namespace: 'default', name: 'left-behind' }))!;
+    assert.deepEqual(parent.metadata.finalizers ?? [], [], 'the finalizer is gone');
+    assert.deepEqual(scriptedCalls.map((call) => call.path), [], 'no hook called');
+    assert.equal(await podOf('left-behind'), undefined, 'no child');
+    assert.equal(parent.status, undefined, 'no status');
+  });
+});
+
 describe('finalize hook', () => {
   let finalized = false;
   before(async () => {
