@@ -15,7 +15,7 @@
 import { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs } from '../composite/finalize.ts';
 import type { HookFailure } from '../composite/hook-client.ts';
 import { buildHookRequest } from '../composite/hook-request.ts';
-import type { UpdateStrategies } from '../composite/manage-children.ts';
+import { childErrorsMessage, type UpdateStrategies } from '../composite/manage-children.ts';
 import { childSelector, type Selector } from '../composite/selector.ts';
 import { planSync } from '../composite/sync-plan.ts';
 import type { CompositeController, ResolvedResource } from '../composite/types.ts';
@@ -178,7 +178,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
       else if (!isNotFound(error)) throw error;
     }
   }
-  if (writes.errors.length > 0) return fail(writes.errors.join('; '));
+  if (writes.errors.length > 0) return fail(childErrorsMessage(writes.errors));
   const resync = plan.resyncAfterSeconds;
   const soon = writes.deleted > 0 || statusConflict;
   return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync };

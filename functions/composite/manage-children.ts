@@ -106,3 +106,20 @@ function planUpdate(observed: KubeObject, desired: KubeObject, method: ChildUpda
       return { action: 'error', child: desired, reason: `invalid update strategy for ${desired.kind}: unknown method ${quote(String(method))}` };
   }
 }
+
+/** Child errors named in a sync's error message, each cut to CHILD_ERROR_CHARS; the rest are counted. */
+export const LISTED_CHILD_ERRORS = 3;
+/** With three of them, the message still fits an Event's 1 KiB note whole, its count included. */
+const CHILD_ERROR_CHARS = 250;
+
+/**
+ * The one message for a sync whose child writes failed (upstream aggregates every error): the
+ * first few, each bounded, then how many more. It becomes a SyncError Event and, for a sweep, a
+ * failed key's message in the function's answer, so it must not grow with the number of
+ * children (80 children refused by a full quota made an answer header undici refuses).
+ */
+export function childErrorsMessage(errors: string[]): string {
+  const listed = errors.slice(0, LISTED_CHILD_ERRORS).map((error) => (error.length > CHILD_ERROR_CHARS ? `${error.slice(0, CHILD_ERROR_CHARS)}… (${error.length} characters)` : error));
+  const more = errors.length - listed.length;
+  return `${listed.join('; ')}${more > 0 ? `; and ${more} more child error${more > 1 ? 's' : ''}` : ''}`;
+}

@@ -19,10 +19,11 @@
 // The keys a reconcile reports as failed, requeued or deferred besides its own
 // (ReconcileResult.failedKeys, requeueKeys, deferredKeys: a CompositeController's sweep and its
 // parents) count as keys of the event. Nothing here grows with the number of keys except the
-// reply, which is bounded.
+// reply, which is bounded, nor with the length of a failure's message (LISTED_ERROR_CHARS).
 import { agreedRetryAfter, statusForError, TransientError } from './errors.ts';
 import { MAX_KEYS_PER_EVENT } from './events.ts';
 import { kindKeyString, type KindKey } from './kinds.ts';
+import { boundedMessage } from './quote.ts';
 import { reconcileReply, type ReplyEvent } from './reply.ts';
 
 export interface Outcome {
@@ -49,6 +50,17 @@ export function failedResult(error: unknown): FailedResult {
 
 /** Failures listed in a 5xx body: enough to debug, bounded whatever the number of keys. */
 const LISTED_FAILURES = 5;
+/**
+ * Characters of each listed failure's message. A 2xx answer's body travels in a response header
+ * (server.ts OUTCOME_HEADER), which Node and undici refuse past 16 KiB in all, and a message is
+ * whatever a reconcile threw (a hook's answer, every child error of a sync). Written as ASCII
+ * JSON a character takes at most 6 bytes (\uXXXX), and a key at most about 650, so the listed
+ * failures take under 10 KiB whatever the messages.
+ */
+export const LISTED_ERROR_CHARS = 200;
+const listedError = (message: string): string =>
+  message.length > LISTED_ERROR_CHARS ? `${message.slice(0, LISTED_ERROR_CHARS)}… (cut from ${message.length} characters)` : message;
+
 
 /**
  * `random` places the window of deferred keys a reply carries when there are more than it has
@@ -87,19 +99,19 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
   const failed = [...failures.values()];
   const deferred = [...deferrals.values()];
   const counts = { reconciled: succeeded, failed: failed.length, requeued: requeued.length, ...(deferred.length ? { deferred: deferred.length } : {}) };
-  const listed = failed.slice(0, LISTED_FAILURES).map(({ key, result }) => ({ key: kindKeyString(key), error: result.error }));
+  const listed = failed.slice(0, LISTED_FAILURES).map(({ key, result }) => ({ key: kindKeyString(key), error: listedError(result.error) }));
   const retryable = failed.filter(({ result }) => result.status >= 500);
   // Keys that can never succeed (400) are not worth a reply: they are reported and dropped.
   if (succeeded === 0 && failed.length > 0) {
     const status = retryable.length === 0 ? 400 : retryable.every(({ result }) => result.status === 503) ? 503 : 500;
     const retryAfterSeconds = agreedRetryAfter(retryable.map(({ result }) => result.retryAfterSeconds));
-    return { status, body: { error: listed[0].error, ...counts, failures: listed }, retryAfterSeconds };
+    return { status, body: { error: boundedMessage(failed[0].result.error), ...counts, failures: listed }, retryAfterSeconds };
   }
   // More failures than a reply may carry: the whole event is retried (truthful, if costly).
   // With the Retry-After the failed keys agree on (a hook's 429), as when every key failed.
   if (retryable.length > MAX_KEYS_PER_EVENT) {
     const retryAfterSeconds = agreedRetryAfter(retryable.map(({ result }) => result.retryAfterSeconds));
-    return { status: 503, body: { error: `${retryable.length} keys failed, more than a reply can carry; first: ${listed[0].error}`, ...counts, failures: listed }, retryAfterSeconds };
+    return { status: 503, body: { error: `${retryable.length} keys failed, more than a reply can carry; first: ${boundedMessage(failed[0].result.error)}`, ...counts, failures: listed }, retryAfterSeconds };
   }
   if (deferred.length > 0) {
     // The failed keys, then as many deferred ones as there is room for, then (when nothing

@@ -574,6 +574,26 @@ describe('a parent outside the labelSelector that still carries the finalizer of
   });
 });
 
+describe('a sync whose many child writes fail', () => {
+  before(async () => {
+    await kube.create(CompositeControllerKind, controllerFor('crowded', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}crowded` } } }));
+    await parentFor('crowded-parent', 'crowded');
+  });
+  after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'crowded' }));
+
+  test('one bounded SyncError (the first errors, then how many more), and the sweep\'s answer stays readable (its header under 16 KiB)', async () => {
+    // 80 pods the API server refuses (no containers), with long names that every error repeats.
+    const children = Array.from({ length: 80 }, (_, i) => ({ apiVersion: 'v1', kind: 'Pod', metadata: { name: `crowded-${i}-${'x'.repeat(200)}` }, spec: { containers: [] } }));
+    script = () => ({ status: 200, body: JSON.stringify({ status: {}, children }) });
+    const answer = await nudgeWithHeaders('crowded');
+    assert.equal(answer.status, 200, answer.text);
+    assert.deepEqual(JSON.parse(answer.text), { keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/crowded-parent'] });
+    assert.ok(answer.headers[OUTCOME_HEADER]!.length < 10 * 1024, `outcome header ${answer.headers[OUTCOME_HEADER]!.length} bytes`);
+    const events = await warnings('crowded-parent');
+    assert.ok(events.some((event) => event.reason === 'SyncError' && /; and 77 more child errors$/.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+  });
+});
+
 describe('finalize hook', () => {
   let finalized = false;
   before(async () => {

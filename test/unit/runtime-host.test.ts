@@ -15,7 +15,7 @@ import { httpClient } from '../../functions/runtime/http.ts';
 import { ConfigMap, InvalidPathSegmentError, objectPath, parseKindKey, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { isHashedLabelValue, ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
-import { createFunctionHost, MAX_REQUEUE_SECONDS } from '../../functions/runtime/server.ts';
+import { createFunctionHost, MAX_REQUEUE_SECONDS, OUTCOME_HEADER } from '../../functions/runtime/server.ts';
 import { answerFor, failedResult, type KeyResult } from '../../functions/runtime/answers.ts';
 import { MAX_KEYS_PER_EVENT } from '../../functions/runtime/events.ts';
 import { setRecent } from '../../functions/runtime/recent.ts';
@@ -191,6 +191,32 @@ describe('answers', () => {
     });
     const withFailure = await receive(host, reconcileEvent([key('sweep'), key('bad')]));
     assert.deepEqual(JSON.parse(withFailure.reply!.body), { keys: [key('bad')] }, 'only the failed key, retried at once');
+  });
+
+  test("a 2xx answer's outcome header stays small whatever the failed keys' messages (undici refuses headers over 16 KiB)", async () => {
+    // Each failing key's message is a sweep's parent error listing child errors, with control
+    // and non-ASCII characters, which the header writes as 6-byte \uXXXX escapes.
+    const huge = `can't create Pod default/x: ${'é\u0001"'.repeat(20_000)}`;
+    const host = hostFor(async ({ name }) => {
+      if (name === 'sweep') return { failedKeys: Array.from({ length: 8 }, (_, i) => ({ key: { kind: Widget, namespace: 'ns', name: `p${i}` }, error: new TransientError(huge) })) };
+    });
+    // Served over HTTP as the broker reads it: undici (fetch) throws on a header section over 16 KiB.
+    const server = host.app.listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+    try {
+      const message = HTTP.binary(reconcileEvent([key('sweep')]));
+      const response = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string });
+      assert.equal(response.status, 200);
+      const header = response.headers.get(OUTCOME_HEADER)!;
+      assert.ok(header.length < 10 * 1024, `outcome header ${header.length} bytes`);
+      const failures = JSON.parse(header).failures as { key: string; error: string }[];
+      assert.equal(failures.length, 5);
+      assert.match(failures[0]!.error, /^can't create Pod default\/x: é/);
+      assert.match(failures[0]!.error, /… \(cut from 60028 characters\)$/);
+      await response.text();
+    } finally {
+      server.close();
+    }
   });
 
   test('a reconcile event delivered before its keys are due (Knative delivers replies at once): a key due within the delivery\'s budget is reconciled at its own time, soonest first; one due later is dropped, neither done nor failed', async () => {

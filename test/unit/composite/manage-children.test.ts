@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { forCreate, LAST_APPLIED_ANNOTATION } from '../../../functions/composite/apply.ts';
-import { methodFor, planChildren, updateStrategies, type ChildOperation, type UpdateStrategies } from '../../../functions/composite/manage-children.ts';
+import { childErrorsMessage, methodFor, planChildren, updateStrategies, type ChildOperation, type UpdateStrategies } from '../../../functions/composite/manage-children.ts';
 import type { ResolvedResource } from '../../../functions/composite/types.ts';
 import type { KubeObject } from '../../../functions/runtime/kinds.ts';
 
@@ -120,5 +120,16 @@ describe('planChildren', () => {
     const [operation] = plan([existing(pod('a', 'x'))], [pod('a', 'y')], { 'Pod.': 'Sideways' as never });
     assert.equal(operation?.action, 'error');
     assert.match((operation as { reason: string }).reason, /invalid update strategy for Pod: unknown method "Sideways"/);
+  });
+
+  test("a sync's child errors make one message that does not grow with the children: the first three, each cut, then how many more", () => {
+    assert.equal(childErrorsMessage(['a failed']), 'a failed');
+    assert.equal(childErrorsMessage(['a', 'b', 'c']), 'a; b; c');
+    const quota = (i: number) => `can't create ConfigMap ns/child-${i}: configmaps "child-${i}" is forbidden: exceeded quota: ${'q'.repeat(400)}`;
+    const message = childErrorsMessage(Array.from({ length: 80 }, (_, i) => quota(i)));
+    assert.match(message, /^can't create ConfigMap ns\/child-0: .*; can't create ConfigMap ns\/child-2: .*; and 77 more child errors$/);
+    assert.ok(message.length < 1100, `${message.length} characters`);
+    assert.equal(childErrorsMessage(Array.from({ length: 10_000 }, (_, i) => quota(i))).length, message.length + 2, 'the same size for 10000 children (only the count grows)');
+    assert.match(childErrorsMessage(['a', 'b', 'c', 'd']), /; and 1 more child error$/);
   });
 });
