@@ -141,15 +141,17 @@ class Sweep {
    * for a sweep, the failed parents as failed keys of their own, and for one parent's key a
    * throw, retried after the shortest Retry-After all agree on.
    *
-   * Why the period wins: a reconcile's answer is one reply, so a sweep can either have its failed
-   * parents retried at once (and its own requeue wait for the function's resync, answers.ts) or
-   * ask for its requeue, not both. Reporting them would stop the periodic resync of every parent
-   * of the controller until the function's resync (upstream resyncs each parent on its own, and
-   * retries only the failing key: controller.go Start and processNextWorkItem). So the period
-   * keeps running, and it is what retries the failed parents: each sweep tries them again (each
-   * failure is again a SyncError Event on its parent), and any event of a failed parent retries
-   * that parent alone, with the broker's backoff. Without a period the sweep loses nothing by
-   * having them retried alone, as upstream does.
+   * Why the period wins: a reply carries failed keys beside requeues (answers.ts), but on
+   * Knative it is delivered, retried and dead-lettered whole. A sweep due after the delivery's
+   * budget is not waited for, so a parent that keeps failing would fail that reply alone until
+   * the broker dead-letters it, and the sweep's requeue with it: the periodic resync of every
+   * parent of the controller would stop until the function's resync (upstream resyncs each
+   * parent on its own, and retries only the failing key: controller.go Start and
+   * processNextWorkItem). So the period keeps running, and it is what retries the failed
+   * parents: each sweep tries them again (each failure is again a SyncError Event on its
+   * parent), and any event of a failed parent retries that parent alone, with the broker's
+   * backoff. Without a period the sweep reports them as failed keys, retried alone as upstream
+   * does, and the parents that asked for resyncAfterSeconds keep their requeues beside them.
    */
   #requeuesAndFailures(periodSeconds: number, answering: 'sweep' | 'parent'): ReconcileResult | undefined {
     const failures = this.#failures;

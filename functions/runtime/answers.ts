@@ -3,15 +3,15 @@
 //   every key done                         200, empty body (counts in the outcome header)
 //   some keys asked to come back later     200 + reply CloudEvent naming them, each with its
 //                                          own due time (the soonest is opfnnotbefore)
-//   some keys failed, others succeeded     200 + reply naming only the failed ones: the broker
-//                                          routes it back at once; the keys that succeeded are
-//                                          not redone, and requeues wait for the resync
+//   some keys failed, others succeeded     200 + reply naming the failed ones (and the requeues,
+//                                          each at its own time): the broker routes it back at
+//                                          once; the keys that succeeded are not redone
 //   every key failed                       503/500 (the broker retries with backoff, then
 //                                          dead-letters with the reason); 400 if none could
 //                                          ever succeed
 //   more failed keys than a reply carries  503: the whole event is retried (truthful, if costly)
 //   keys not started within the budget     200 + reply naming them (with the failed keys, and
-//   (deferred, server.ts)                  the requeues when nothing failed), so the answer goes
+//   (deferred, server.ts)                  the requeues), so the answer goes
 //                                          back before the request times out and the rest is
 //                                          done in the reply's round; beyond a reply's room, a
 //                                          window at a random place of them (the others wait for
@@ -60,7 +60,6 @@ const LISTED_FAILURES = 5;
 export const LISTED_ERROR_CHARS = 200;
 const listedError = (message: string): string =>
   message.length > LISTED_ERROR_CHARS ? `${message.slice(0, LISTED_ERROR_CHARS)}… (cut from ${message.length} characters)` : message;
-
 
 /**
  * `random` places the window of deferred keys a reply carries when there are more than it has
@@ -113,33 +112,26 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
     const retryAfterSeconds = agreedRetryAfter(retryable.map(({ result }) => result.retryAfterSeconds));
     return { status: 503, body: { error: `${retryable.length} keys failed, more than a reply can carry; first: ${boundedMessage(failed[0].result.error)}`, ...counts, failures: listed }, retryAfterSeconds };
   }
-  if (deferred.length > 0) {
-    // The failed keys, then as many deferred ones as there is room for, then (when nothing
-    // failed, for the reason below) the soonest requeues with their own times. A failed key rides
-    // along with the rest without backoff, but only for as long as deferred keys remain.
+  // The failed keys (due at once), then the deferred ones, then the soonest requeues with their
+  // own times, as many as a reply has room for. A requeue beyond the room is dropped: the
+  // function keeps its due time, the resync catches up.
+  //
+  // Requeues ride beside failed keys, so one failing parent of a sweep no longer costs the
+  // others their resyncAfterSeconds (upstream's parents are work items of their own). The cost,
+  // on Knative only: its broker delivers a reply whole and at once, and the function waits for a
+  // key due within its budget (server.ts), so a round that retries a failed key also syncs a
+  // requeue due within 30 s. When that one succeeds, the round is a partial success and the
+  // failed key comes back in the next reply without the broker's backoff: it is retried at the
+  // pace of its neighbour's requeue (never sooner, as the round's answer waits for it), not
+  // backed off. A requeue due later is not waited for, so the failed key fails alone (503) and
+  // is backed off until then. The local broker holds each key apart (eventing/broker/hold.ts):
+  // there the failed keys are retried alone, with backoff, and each requeue at its own time.
+  if (retryable.length > 0 || deferred.length > 0 || requeued.length > 0) {
     const room = MAX_KEYS_PER_EVENT - retryable.length;
     const carried = deferred.length <= room ? deferred : windowOf(deferred, room, random);
-    const later = retryable.length > 0 ? [] : requeued.sort((a, b) => a.at - b.at).slice(0, room - carried.length);
+    const later = requeued.sort((a, b) => a.at - b.at).slice(0, room - carried.length);
     const replyKeys = [...retryable.map(({ key }) => ({ key: kindKeyString(key) })), ...carried.map((key) => ({ key: kindKeyString(key) })), ...later.map(({ key, at }) => ({ key: kindKeyString(key), at: Math.max(at, now.getTime()) }))];
     return { status: 200, body: { ...counts, ...(retryable.length ? { retrying: retryable.length, failures: listed } : {}), ...(carried.length < deferred.length ? { deferredLeft: deferred.length - carried.length } : {}) }, reply: reconcileReply(functionName, replyKeys) };
-  }
-  if (retryable.length > 0) {
-    // Only the failed keys: a requeued key riding along would succeed again in the reply's round
-    // and ask again, so a key that keeps failing would come back at once, round after round,
-    // never alone and so never with the broker's backoff. A requeue dropped here is caught up by
-    // the resync (the function keeps its due time), as one beyond a reply's room is.
-    // Carrying the requeues in this reply with their own times would do on the local broker,
-    // which holds each key apart (hold.ts) so the failed keys are retried alone. Knative's broker
-    // delivers the reply whole and retries it whole: a requeue coming due in a retry would make
-    // that round a partial success, whose new reply restarts the backoff of the failing key, so
-    // it would be retried without backoff for as long as the other key requeues itself.
-    return { status: 200, body: { ...counts, retrying: retryable.length, failures: listed }, reply: reconcileReply(functionName, retryable.map(({ key }) => ({ key: kindKeyString(key) }))) };
-  }
-  if (requeued.length > 0) {
-    // One reply, each key with its own due time (the local broker holds each until then).
-    // Beyond the limit a requeue is dropped: the function keeps its due time, the resync catches up.
-    const soonest = requeued.sort((a, b) => a.at - b.at).slice(0, MAX_KEYS_PER_EVENT);
-    return { status: 200, body: counts, reply: reconcileReply(functionName, soonest.map(({ key, at }) => ({ key: kindKeyString(key), at: Math.max(at, now.getTime()) }))) };
   }
   return { status: 200, body: counts };
 }

@@ -555,6 +555,28 @@ describe('a sweep longer than its delivery budget', () => {
   });
 });
 
+describe('a sweep with a failing parent and a parent that asked for resyncAfterSeconds (no resyncPeriodSeconds)', () => {
+  before(async () => {
+    await kube.create(CompositeControllerKind, controllerFor('siblings', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}siblings` } } }));
+    await parentFor('sib-broken', 'siblings');
+    await parentFor('sib-paced', 'siblings');
+  });
+  after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'siblings' }));
+
+  test('the reply retries the failed parent at once and keeps the other\'s requeue at its own time', async () => {
+    script = (_path, request) => (request.parent.metadata.name === 'sib-broken' ? { status: 500, body: 'broken on purpose' } : { status: 200, body: JSON.stringify({ ...sync(request), resyncAfterSeconds: 20 }) });
+    const started = Date.now();
+    const answer = await nudgeWithHeaders('siblings');
+    assert.equal(answer.status, 200, answer.text);
+    const parentKey = (name: string) => `immortalcontainer.flugel.it/ImmortalContainer:default/${name}`;
+    const reply = JSON.parse(answer.text) as { keys: string[]; notBefore?: Record<string, string> };
+    assert.deepEqual(reply.keys, [parentKey('sib-broken'), parentKey('sib-paced')]);
+    assert.equal(answer.notBefore, null, 'due at once, for the failed parent');
+    const dueIn = (Date.parse(reply.notBefore?.[parentKey('sib-paced')] ?? '') - started) / 1000;
+    assert.ok(dueIn >= 19 && dueIn <= 25, `the healthy parent in about 20 s (${reply.notBefore?.[parentKey('sib-paced')]})`);
+  });
+});
+
 describe('a parent outside the labelSelector that still carries the finalizer of a controller without a finalize hook', () => {
   before(async () => {
     await kube.create(CompositeControllerKind, controllerFor('unfinalized', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}unfinalized` } } }));

@@ -175,7 +175,7 @@ describe('answers', () => {
     });
   });
 
-  test('requeueKeys: other keys a reconcile requeues come back each at its own time, a key asked for twice at the earlier; beside a failed key they wait for the resync', async () => {
+  test('requeueKeys: other keys a reconcile requeues come back each at its own time, a key asked for twice at the earlier; beside a failed key too', async () => {
     const other = (name: string) => ({ key: { kind: Widget, namespace: 'ns', name }, afterSeconds: name === 'p1' ? 30 : 10 });
     const host = hostFor(async ({ name }) => {
       if (name === 'sweep') return { requeueAfterSeconds: 60, requeueKeys: [other('p1'), other('p2'), { ...other('p1'), afterSeconds: 5 }, { ...other('p3'), afterSeconds: -1 }] };
@@ -190,7 +190,12 @@ describe('answers', () => {
       notBefore: { [key('p2')]: '2025-05-01T00:00:10.000Z', [key('sweep')]: '2025-05-01T00:01:00.000Z' },
     });
     const withFailure = await receive(host, reconcileEvent([key('sweep'), key('bad')]));
-    assert.deepEqual(JSON.parse(withFailure.reply!.body), { keys: [key('bad')] }, 'only the failed key, retried at once');
+    assert.deepEqual(withFailure.body, { reconciled: 1, failed: 1, requeued: 3, retrying: 1, failures: [{ key: key('bad'), error: 'not yet' }] });
+    assert.equal(withFailure.reply?.headers['ce-opfnnotbefore'], undefined, 'due at once, for the failed key');
+    assert.deepEqual(JSON.parse(withFailure.reply!.body), {
+      keys: [key('bad'), key('p1'), key('p2'), key('sweep')],
+      notBefore: { [key('p1')]: '2025-05-01T00:00:05.000Z', [key('p2')]: '2025-05-01T00:00:10.000Z', [key('sweep')]: '2025-05-01T00:01:00.000Z' },
+    }, 'the failed key at once, and every requeue kept at its own time (a failing sibling does not cost the others their resync)');
   });
 
   test("a 2xx answer's outcome header stays small whatever the failed keys' messages (undici refuses headers over 16 KiB)", async () => {
@@ -272,14 +277,15 @@ describe('answers', () => {
     assert.deepEqual(Object.fromEntries(calls), { a: 1, bad: 2, c: 1, d: 1 }, 'the keys that succeeded were not redone');
   });
 
-  test('a fan-out where one key fails and another asks to come back: the reply names only the failed key, so it is retried alone and with backoff', async () => {
+  test('a fan-out where one key fails and another asks to come back: the reply names both, the failed key due at once and the other at its time; the failed key alone is 503, backed off', async () => {
     const host = hostFor(async ({ name }) => {
       if (name === 'bad') throw new TransientError('still broken');
       return { requeueAfterSeconds: 30 };
     });
     const first = await receive(host, reconcileEvent([key('bad'), key('periodic')]));
     assert.equal(first.status, 200);
-    assert.deepEqual(JSON.parse(first.reply!.body), { keys: [key('bad')] }, 'the requeued key does not ride along (it would make every round a partial success)');
+    assert.deepEqual(JSON.parse(first.reply!.body), { keys: [key('bad'), key('periodic')], notBefore: { [key('periodic')]: '2025-05-01T00:00:30.000Z' } }, 'the requeue is kept beside the failure');
+    // The local broker holds each key apart (hold.ts): the failed key comes back alone.
     const retry = await receive(host, reconcileEvent([key('bad')]));
     assert.equal(retry.status, 503, 'alone, its failure is the whole answer: the broker backs off');
   });
@@ -373,14 +379,14 @@ describe('the delivery budget', () => {
     assert.deepEqual([failing.status, failing.body.deferred, failing.reply], [503, 1, undefined]);
   });
 
-  test('beside deferred keys: a failed key rides along (no requeue then); with no failure, the requeues too, each at its own time', async () => {
+  test('beside deferred keys: a failed key rides along, and the requeues too, each at its own time', async () => {
     const host = budgetedHost(15, async (name) => {
       if (name === 'bad') throw new TransientError('not yet');
       if (name === 'periodic') return { requeueAfterSeconds: 60 };
     });
     const withFailure = await receive(host, reconcileEvent(['periodic', 'bad', 'c'].map(key)));
     assert.deepEqual(withFailure.body, { reconciled: 1, failed: 1, requeued: 1, deferred: 1, retrying: 1, failures: [{ key: key('bad'), error: 'not yet' }] });
-    assert.deepEqual(replyOf(withFailure), { keys: [key('bad'), key('c')] });
+    assert.deepEqual(replyOf(withFailure), { keys: [key('bad'), key('c'), key('periodic')], notBefore: { [key('periodic')]: '2025-05-01T00:01:10.000Z' } });
     const clean = await receive(host, reconcileEvent(['periodic', 'b', 'c'].map(key)));
     assert.deepEqual(replyOf(clean), { keys: [key('c'), key('periodic')], notBefore: { [key('periodic')]: '2025-05-01T00:01:30.000Z' } });
     assert.equal(clean.reply!.headers['ce-opfnnotbefore'], undefined, 'due at once, for the deferred key');
