@@ -10,9 +10,10 @@
 // findPotentialParents; the pure decisions are functions/composite/child-events.ts). Upstream's
 // uid check of the referenced parent happens in the sync here (isOurs, claim): a reference to a
 // parent of the same name but another uid syncs that parent, which changes nothing of the child.
-import { potentialParents, referencedParent, type ParentKind } from '../composite/child-events.ts';
+import { childBodyProblem, potentialParents, referencedParent, type ParentKind } from '../composite/child-events.ts';
 import { controllerOf } from '../composite/claim.ts';
 import type { MapperContext, RuntimeKinds } from '../runtime/declaration.ts';
+import { BadKeyError } from '../runtime/errors.ts';
 import type { ChangeEvent } from '../runtime/events.ts';
 import { groupKind, kindKey, sameKind, type KindKey, type KubeObject } from '../runtime/kinds.ts';
 import { servedComposites, withParentKind } from './controllers.ts';
@@ -45,6 +46,10 @@ async function parentsOfChild(event: ChangeEvent, composites: ResolvedComposite[
   // Reference mode carries no body: read the child (gone → its owner's sync already saw it go, or the resync does).
   const child: KubeObject | undefined = event.object ?? (await kube.get(childKind, { namespace: ref.namespace, name: ref.name }));
   if (!child) return [];
+  // A body is read below (its owner, its labels): one that no API server would send is a
+  // malformed event (400), never a TypeError answered 500 and retried.
+  const problem = event.object ? childBodyProblem(child) : undefined;
+  if (problem) throw new BadKeyError(`${ref.kind} ${ref.namespace ? `${ref.namespace}/` : ''}${ref.name}: ${problem}`);
   const keys: KindKey[] = [];
   for (const composite of composites) {
     const parent = parentKindOf(composite);
@@ -55,7 +60,13 @@ async function parentsOfChild(event: ChangeEvent, composites: ResolvedComposite[
     }
     // An orphan may be adopted; one being deleted, or without labels to match, wakes nobody.
     if (controllerOf(child) || event.action === 'delete' || Object.keys(child.metadata.labels ?? {}).length === 0) continue;
-    const namespace = composite.parentKind.namespaced ? (child.metadata.namespace ?? '') : undefined;
+    const namespace = composite.parentKind.namespaced ? ref.namespace : undefined;
+    // Read from etcd page by page, not from the watch cache. A stale list would be safe (it only
+    // decides which parents to sync, and each sync re-reads its parent and children), but the
+    // watch cache answers in one page whatever `limit` says (kube-apiserver 1.20 and later ones;
+    // KubeClient.pages `cached`), and this list has no selector to keep that page small: every
+    // parent of the namespace, or of the cluster for a cluster-scoped kind, at once for each
+    // orphan's event. The cost stays bounded per page; only orphans with labels pay it.
     for await (const page of kube.pages(composite.parentKind, { namespace })) {
       for (const candidate of page.items) {
         const matching = potentialParents(effectiveController(composite.controller, candidate), composite.parentFilter, parent, child, [candidate]);

@@ -616,6 +616,16 @@ describe('a sync whose many child writes fail', () => {
   });
 });
 
+describe('a child event whose body no API server would send', () => {
+  test('odd ownerReferences ({}, [null], "x") make the event malformed: 400, never 5xx', async () => {
+    for (const ownerReferences of [{}, [null], 'x']) {
+      const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: Pod, object: { metadata: { name: 'odd', namespace: 'default', ownerReferences } } as never, action: 'update', mode: 'Resource' }));
+      assert.equal(answer.status, 400, `${JSON.stringify(ownerReferences)}: ${JSON.stringify(answer.body)}`);
+      assert.match(String(answer.body.error), /metadata\.ownerReferences/);
+    }
+  });
+});
+
 describe('finalize hook', () => {
   let finalized = false;
   before(async () => {
