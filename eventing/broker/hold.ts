@@ -15,11 +15,15 @@
 // - Keys due at the same time share a timer and are released together, as one reconcile event
 //   per function of at most MAX_KEYS_PER_EVENT keys.
 // - Memory is bounded: at most `maxKeysPerFunction` keys per function (each function has its own
-//   room, so one function's many requeues never crowd out another's), each of at most
-//   MAX_HELD_KEY_LENGTH characters; the functions are the plane's Triggers. A key beyond the
-//   count is dropped with a log line: the function keeps its own due time (in status)
-//   and its resync catches up, which is all an early delivery would have done. A longer key goes
-//   on at once (no real key is that long; the function refuses it).
+//   room, so one function's many requeues never crowd out another's) and `maxKeys` in all, each
+//   of at most MAX_HELD_KEY_LENGTH characters. A reply's `opfnfunction` is the subscriber's word,
+//   anyone's to forge, so the per-function room alone bounds nothing: the broker holds keys only
+//   for a function one of its Triggers routes to (broker.ts, routeReply; the plane's Triggers
+//   each filter on their function's exact name, so a made-up name is never held), and the
+//   overall count bounds what a Trigger that takes every function could still let in. A key
+//   beyond either count is dropped with a log line: the function keeps its own due time (in
+//   status) and its resync catches up, which is all an early delivery would have done. A longer
+//   key goes on at once (no real key is that long; the function refuses it).
 // - On close every held key is dropped with a log line per function: the resync reconciles those
 //   keys after the next start.
 import { randomUUID } from 'node:crypto';
@@ -33,6 +37,8 @@ import { quote } from '../../functions/runtime/quote.ts';
 // The extension is the runtime's (functions/runtime/events.ts): one name on both ends of the wire.
 export { NOT_BEFORE_EXTENSION };
 export const DEFAULT_MAX_HELD_KEYS = 10_000;
+/** Keys held in all, whatever the functions: ten functions' default room, about 75 MiB with their timers. */
+export const DEFAULT_MAX_HELD_KEYS_TOTAL = 100_000;
 /** The runtime's keys are at most about 330 characters; a longer one is refused by the function anyway. */
 export const MAX_HELD_KEY_LENGTH = 1024;
 /** Keys named in log lines about many keys. */
@@ -125,25 +131,29 @@ export class RequeueHold {
   /** By due time: keys due at the same time share a timer and leave together. */
   readonly #buckets = new Map<number, Bucket>();
   readonly #maxPerFunction: number;
+  readonly #maxKeys: number;
   readonly #log: Logger;
   readonly #release: (event: CloudEventV1<unknown>) => void;
+  /** Keys held, of every function. */
+  #size = 0;
 
-  constructor(options: { maxKeysPerFunction?: number; log: Logger; release: (event: CloudEventV1<unknown>) => void }) {
+  /** `maxKeys` (in all) defaults to DEFAULT_MAX_HELD_KEYS_TOTAL, and is never below `maxKeysPerFunction`. */
+  constructor(options: { maxKeysPerFunction?: number; maxKeys?: number; log: Logger; release: (event: CloudEventV1<unknown>) => void }) {
     this.#maxPerFunction = options.maxKeysPerFunction ?? DEFAULT_MAX_HELD_KEYS;
+    this.#maxKeys = options.maxKeys ?? Math.max(DEFAULT_MAX_HELD_KEYS_TOTAL, this.#maxPerFunction);
     this.#log = options.log;
     this.#release = options.release;
   }
 
   /** Keys held, of every function. */
   get size(): number {
-    let size = 0;
-    for (const keys of this.#held.values()) size += keys.size;
-    return size;
+    return this.#size;
   }
 
   /** Holds each key until it is due (the earliest time asked for, per function and key). */
   add(requeues: Requeue[], now = Date.now()): void {
     const refused: Requeue[] = [];
+    let full = false;
     for (const requeue of requeues) {
       const keys = this.#held.get(requeue.function) ?? new Map<string, Requeue>();
       let held = keys.get(requeue.key);
@@ -152,22 +162,25 @@ export class RequeueHold {
         if (held.at <= requeue.at) continue;
         this.#unbucket(held);
         held.at = requeue.at;
-      } else if (keys.size >= this.#maxPerFunction) {
+      } else if (keys.size >= this.#maxPerFunction || this.#size >= this.#maxKeys) {
         // Each function has its own room: one function's many requeues never crowd out another's.
+        full ||= this.#size >= this.#maxKeys;
         refused.push(requeue);
         continue;
       } else {
         keys.set(requeue.key, (held = { ...requeue }));
         this.#held.set(requeue.function, keys);
+        this.#size += 1;
       }
       const bucket = this.#buckets.get(held.at);
       if (bucket) bucket.requeues.add(held);
       else this.#buckets.set(held.at, { requeues: new Set([held]), timer: this.#arm(held.at, now) });
     }
     if (refused.length > 0) {
+      const [max, whose] = full ? [this.#maxKeys, 'of all functions'] : [this.#maxPerFunction, 'of the function'];
       this.#log.warn(
-        { function: refused[0].function, refused: refused.length, keys: refused.slice(0, LOGGED_KEYS).map(({ key }) => key), max: this.#maxPerFunction },
-        `${this.#maxPerFunction} requeued keys of the function already held; ${refused.length} more dropped (the function keeps its due times and its resync reconciles them)`,
+        { function: refused[0].function, refused: refused.length, keys: refused.slice(0, LOGGED_KEYS).map(({ key }) => key), max },
+        `${max} requeued keys ${whose} already held; ${refused.length} more dropped (the function keeps its due times and its resync reconciles them)`,
       );
     }
   }
@@ -181,6 +194,7 @@ export class RequeueHold {
     for (const bucket of this.#buckets.values()) clearTimeout(bucket.timer);
     this.#buckets.clear();
     this.#held.clear();
+    this.#size = 0;
     return count;
   }
 
@@ -213,7 +227,7 @@ export class RequeueHold {
   #releaseDue(requeues: Set<Requeue>): void {
     const byFunction = new Map<string, Requeue[]>();
     for (const requeue of requeues) {
-      this.#held.get(requeue.function)?.delete(requeue.key);
+      if (this.#held.get(requeue.function)?.delete(requeue.key)) this.#size -= 1;
       const due = byFunction.get(requeue.function);
       if (due) due.push(requeue);
       else byFunction.set(requeue.function, [requeue]);
@@ -223,21 +237,29 @@ export class RequeueHold {
       for (let start = 0; start < due.length; start += MAX_KEYS_PER_EVENT) {
         const batch = due.slice(start, start + MAX_KEYS_PER_EVENT);
         const ttl = batch.reduce<number | undefined>((highest, requeue) => maxTtl(highest, requeue.ttl), undefined);
-        this.#release({
-          specversion: '1.0',
-          id: randomUUID(),
-          source: batch[0].source,
-          type: RECONCILE_TYPE,
-          [FUNCTION_EXTENSION]: fn,
-          datacontenttype: 'application/json',
-          data: { keys: batch.map((requeue) => requeue.key) },
-          // The freshest reason to reconcile among the batch: an old requeue chain running out
-          // of TTL must not take a key that was asked for afresh with it.
-          ...(ttl === undefined ? {} : { [TTL_ATTRIBUTE]: ttl }),
-        });
+        // The freshest reason to reconcile among the batch: an old requeue chain running out
+        // of TTL must not take a key that was asked for afresh with it.
+        this.#release(requeueEvent(fn, batch[0].source, batch.map((requeue) => requeue.key), ttl));
       }
     }
   }
+}
+
+/**
+ * The reconcile event a function's held keys leave in; without keys, the event the broker
+ * matches against its Triggers to learn whether any routes to the function at all.
+ */
+export function requeueEvent(fn: string, source: string, keys: string[], ttl?: number): CloudEventV1<unknown> {
+  return {
+    specversion: '1.0',
+    id: randomUUID(),
+    source,
+    type: RECONCILE_TYPE,
+    [FUNCTION_EXTENSION]: fn,
+    datacontenttype: 'application/json',
+    data: { keys },
+    ...(ttl === undefined ? {} : { [TTL_ATTRIBUTE]: ttl }),
+  };
 }
 
 const maxTtl = (a: number | undefined, b: number | undefined): number | undefined => (a === undefined ? b : b === undefined ? a : Math.max(a, b));

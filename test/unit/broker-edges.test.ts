@@ -263,7 +263,7 @@ describe('Broker requeue holding (opfnnotbefore)', () => {
 
   it('a key asked for at several times is held once; close drops what is held with a log line', async () => {
     const fn = await subscriber((_req, res, count) => requeueReply(res, new Date(Date.now() + 60_000 - count * 1000).toISOString(), { keys: ['default/a'] }));
-    const { broker, lines } = newBroker({ triggers: [{ name: 'fn', subscriber: fn.url, filter: { attributes: { opfnfunction: 'fn', type: 't' } } }] });
+    const { broker, lines } = newBroker({ triggers: [{ name: 'fn', subscriber: fn.url, filter: { attributes: { opfnfunction: 'fn' } } }] });
     for (let i = 0; i < 3; i++) await broker.publish(event({ opfnfunction: 'fn' }));
     await broker.idle();
     await waitFor(() => fn.requests.length === 3, 'three deliveries');
