@@ -202,7 +202,17 @@ export class EventPlane {
   }
 
   /** Starts activator and broker first, so the sources' initial add events find their way. */
+  /** Starts every part; a start that fails stops what it had started (listeners, instances, sources) before it throws. */
   async start(): Promise<{ activatorUrl: string; brokerUrl: string }> {
+    try {
+      return await this.#start();
+    } catch (error) {
+      await this.stop({ drainTimeoutMs: 0 });
+      throw error;
+    }
+  }
+
+  async #start(): Promise<{ activatorUrl: string; brokerUrl: string }> {
     const activatorUrl = await this.activator.listen(0, '127.0.0.1');
     for (const trigger of this.#options.triggers ?? []) this.broker.addTrigger(trigger);
     const brokerUrl = await this.broker.listen(0, '127.0.0.1');
@@ -222,10 +232,7 @@ export class EventPlane {
     await this.knative.start();
     // Objects in memory have no status anyone could read: what is not Ready fails the start.
     const problems = this.status?.problems() ?? [];
-    if (problems.length) {
-      await this.stop({ drainTimeoutMs: 0 });
-      throw new Error(`the plane cannot run its Knative objects:\n  ${problems.join('\n  ')}`);
-    }
+    if (problems.length) throw new Error(`the plane cannot run its Knative objects:\n  ${problems.join('\n  ')}`);
     await this.#resyncWhatExists();
     return { activatorUrl, brokerUrl };
   }

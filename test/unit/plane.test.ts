@@ -8,7 +8,9 @@ import { StatusBoard } from '../../eventing/knative/status.ts';
 import { brokerTriggerFor, type Resolvers } from '../../eventing/knative/triggers.ts';
 import { functionObjects } from '../../eventing/manifests/index.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
-import { planeObjects, sourcesFor } from '../../eventing/plane.ts';
+import { EventPlane, planeObjects, sourcesFor } from '../../eventing/plane.ts';
+import { quietLog, unreachableKube } from '../support/cluster.ts';
+import { tempDir } from '../support/temp.ts';
 
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
 const reconcile = async (): Promise<void> => undefined;
@@ -82,5 +84,18 @@ describe('the generated objects the plane runs in memory (planeObjects)', () => 
     assert.equal(ping(planeObjects([fn]))?.spec.schedule, fn.resyncSchedule);
     assert.equal(ping(planeObjects([fn], { resyncIntervalMs: 1500 }))?.spec.schedule, '@every 1500ms');
     assert.equal(ping(planeObjects([fn], { resyncIntervalMs: 0 })), undefined);
+  });
+});
+
+describe('EventPlane.start', () => {
+  it('stops what it had started when a part fails to start: no listener or instance outlives the failed start', async () => {
+    const widgets = defineFunction({ name: 'widgets', description: '', reconciles: Widget, rbac: [], reconcile, scaling: { minScale: 1, maxScale: 1, target: 10, containerConcurrency: 0 } });
+    const stateDir = tempDir('opfn-plane-start-');
+    // min-scale 1, and the instance exits at once: the activator's start fails after the broker and activator listen.
+    const plane = new EventPlane({ functions: [widgets], kube: unreachableKube(), kubeconfigPath: undefined, log: quietLog, stateDir, command: () => ({ command: process.execPath, args: ['-e', 'process.exit(3)'] }) });
+    await assert.rejects(plane.start(), /failed to start/);
+    const activatorUrl = plane.activator.urlFor('widgets');
+    await assert.rejects(fetch(activatorUrl, { method: 'POST' }), /fetch failed/, 'the activator no longer listens');
+    assert.equal(plane.activator.instances('widgets'), 0);
   });
 });
