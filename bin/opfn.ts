@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // opfn: the operator-functions command line.
-import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import type { ChangeAction } from '../eventing/apiserver-events.ts';
@@ -47,6 +47,51 @@ function untilSignal(stop: () => Promise<void>, says: { stopping: string; forced
   process.on('SIGINT', () => void handler('SIGINT'));
   process.on('SIGTERM', () => void handler('SIGTERM'));
 }
+
+/**
+ * When process `pid` started (clock ticks after boot: /proc/<pid>/stat, field 22), which tells it
+ * apart from a later process given the same pid; undefined where there is no /proc or no such process.
+ */
+function processStart(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name in parentheses (which may hold spaces) start with field 3.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Is the process cluster.json names still the control plane `opfn cluster up` started? A `cluster
+ * up` that died without cleaning up (SIGKILL, a crash, a reboot) leaves the file behind, and its
+ * pid may since belong to any process: signalling that one would stop someone else's work.
+ * 'running': it is (the start time recorded by `up` matches; a file from before start times were
+ * recorded: its command line is `... cluster up`; without /proc, the pid is all there is);
+ * 'gone': nothing has the pid; 'other': another process has it now.
+ */
+function clusterProcess(pid: number): 'running' | 'gone' | 'other' {
+  if (!isRunning(pid)) return 'gone';
+  if (!existsSync('/proc/self/stat')) return 'running';
+  const started = processStart(pid);
+  if (started === undefined) return 'gone';
+  let recorded: unknown;
+  try {
+    recorded = (JSON.parse(readFileSync(CLUSTER_STATE, 'utf8')) as { startTime?: unknown }).startTime;
+  } catch {
+    recorded = undefined;
+  }
+  if (typeof recorded === 'string') return recorded === started ? 'running' : 'other';
+  let args: string[] = [];
+  try {
+    args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return 'gone';
+  }
+  return args.some((arg, i) => arg === 'cluster' && args[i + 1] === 'up') ? 'running' : 'other';
+}
+
+const staleCluster = (pid: number) => `process ${pid} is not the control plane \`opfn cluster up\` started (that one ended without cleaning up, and its pid now belongs to another process)`;
 
 const logFormatOption = (value: string): 'json' | 'pretty' => {
   if (value !== 'json' && value !== 'pretty') throw new InvalidArgumentError('must be json or pretty');
@@ -101,7 +146,7 @@ cluster
   .description('start the control plane with the CRDs installed and keep it running until Ctrl-C or `opfn cluster down`')
   .action(async () => {
     const running = clusterRecord(STATE_DIR);
-    if (running?.pid !== undefined && isRunning(running.pid)) {
+    if (running?.pid !== undefined && clusterProcess(running.pid) === 'running') {
       say(`a local cluster is already running (pid ${running.pid}); export KUBECONFIG=${running.kubeconfig}`);
       process.exit(1);
     }
@@ -114,7 +159,8 @@ cluster
       const cp = await startControlPlane({ progress: say, ownProcessGroup: true });
       await applyCrds(KubeClient.fromFile(cp.kubeconfigPath));
       mkdirSync(STATE_DIR, { recursive: true });
-      writeFileSync(CLUSTER_STATE, JSON.stringify({ pid: process.pid, server: cp.server, kubeconfig: cp.kubeconfigPath }, null, 2));
+      // The start time tells this process apart from a later one given the same pid (clusterProcess).
+      writeFileSync(CLUSTER_STATE, JSON.stringify({ pid: process.pid, startTime: processStart(process.pid), server: cp.server, kubeconfig: cp.kubeconfigPath }, null, 2));
       say(`control plane ready at ${cp.server} in ${((performance.now() - started) / 1000).toFixed(1)}s, CRDs installed`);
       console.log(`export KUBECONFIG=${cp.kubeconfigPath}`);
       untilSignal(
@@ -138,14 +184,23 @@ cluster
       say('no local cluster is running');
       return;
     }
+    const state = clusterProcess(pid);
+    if (state === 'other') {
+      rmSync(CLUSTER_STATE, { force: true });
+      say(`${staleCluster(pid)}; nothing signalled, stale ${CLUSTER_STATE} cleared`);
+      return;
+    }
     try {
+      if (state === 'gone') throw new Error('gone');
       process.kill(pid, 'SIGTERM');
     } catch {
       rmSync(CLUSTER_STATE, { force: true });
       say(`the cluster process ${pid} was already gone; state cleared`);
       return;
     }
-    for (let waited = 0; existsSync(CLUSTER_STATE) && waited < 30_000; waited += 100) await new Promise((r) => setTimeout(r, 100));
+    // It removes the file as it stops; one that ends without doing so leaves it to us.
+    for (let waited = 0; existsSync(CLUSTER_STATE) && isRunning(pid) && waited < 30_000; waited += 100) await new Promise((r) => setTimeout(r, 100));
+    if (existsSync(CLUSTER_STATE) && !isRunning(pid)) rmSync(CLUSTER_STATE, { force: true });
     say(existsSync(CLUSTER_STATE) ? `process ${pid} did not stop within 30s` : 'local cluster stopped');
   });
 cluster
@@ -153,8 +208,10 @@ cluster
   .description('print the KUBECONFIG line for the running local cluster (eval "$(opfn cluster env)")')
   .action(() => {
     const running = clusterRecord(STATE_DIR);
-    if (running?.pid === undefined || !running.kubeconfig || !isRunning(running.pid)) {
-      say('no local cluster is running; start one with: npx opfn cluster up');
+    const state = running?.pid === undefined ? 'gone' : clusterProcess(running.pid);
+    if (running?.pid === undefined || !running.kubeconfig || state !== 'running') {
+      const stale = state === 'other' ? ` (${staleCluster(running!.pid!)}; \`opfn cluster down\` clears its state)` : '';
+      say(`no local cluster is running${stale}; start one with: npx opfn cluster up`);
       process.exit(1);
     }
     console.log(`export KUBECONFIG=${running.kubeconfig}`);
