@@ -10,10 +10,9 @@
 // findPotentialParents; the pure decisions are functions/composite/child-events.ts). Upstream's
 // uid check of the referenced parent happens in the sync here (isOurs, claim): a reference to a
 // parent of the same name but another uid syncs that parent, which changes nothing of the child.
-import { childBodyProblem, potentialParents, referencedParent, type ParentKind } from '../composite/child-events.ts';
+import { potentialParents, referencedParent, type ParentKind } from '../composite/child-events.ts';
 import { controllerOf } from '../composite/claim.ts';
 import type { MapperContext, RuntimeKinds } from '../runtime/declaration.ts';
-import { BadKeyError } from '../runtime/errors.ts';
 import type { ChangeEvent } from '../runtime/events.ts';
 import { groupKind, kindKey, sameKind, type KindKey, type KubeObject } from '../runtime/kinds.ts';
 import { servedComposites, withParentKind } from './controllers.ts';
@@ -46,10 +45,6 @@ async function parentsOfChild(event: ChangeEvent, composites: ResolvedComposite[
   // Reference mode carries no body: read the child (gone → its owner's sync already saw it go, or the resync does).
   const child: KubeObject | undefined = event.object ?? (await kube.get(childKind, { namespace: ref.namespace, name: ref.name }));
   if (!child) return [];
-  // A body is read below (its owner, its labels): one that no API server would send is a
-  // malformed event (400), never a TypeError answered 500 and retried.
-  const problem = event.object ? childBodyProblem(child) : undefined;
-  if (problem) throw new BadKeyError(`${ref.kind} ${ref.namespace ? `${ref.namespace}/` : ''}${ref.name}: ${problem}`);
   const keys: KindKey[] = [];
   for (const composite of composites) {
     const parent = parentKindOf(composite);

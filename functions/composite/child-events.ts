@@ -14,34 +14,6 @@ import { finalizerName, isOurs } from './finalize.ts';
 import { childSelector, type Selector } from './selector.ts';
 import type { CompositeController } from './types.ts';
 import { parseApiVersion } from '../runtime/kinds.ts';
-import { quote } from '../runtime/quote.ts';
-
-/**
- * Why a child's body (a Resource-mode event's object) cannot be routed, or undefined when it can:
- * the fields routing reads must have the API server's shapes (ownerReferences a list of objects
- * with string apiVersion, kind, name and uid; labels a map of strings). A body that breaks them
- * never came from the API server: the event is malformed (400), not a failure to retry.
- */
-export function childBodyProblem(child: KubeObject): string | undefined {
-  const { ownerReferences, labels } = child.metadata as { ownerReferences?: unknown; labels?: unknown };
-  if (ownerReferences !== undefined && ownerReferences !== null) {
-    if (!Array.isArray(ownerReferences)) return `metadata.ownerReferences must be a list, got ${quote(ownerReferences)}`;
-    for (const [index, reference] of ownerReferences.entries()) {
-      if (typeof reference !== 'object' || reference === null || Array.isArray(reference)) return `metadata.ownerReferences[${index}] must be an object, got ${quote(reference)}`;
-      for (const field of ['apiVersion', 'kind', 'name', 'uid']) {
-        if (typeof (reference as Record<string, unknown>)[field] !== 'string') return `metadata.ownerReferences[${index}].${field} must be a string`;
-      }
-      const { controller } = reference as { controller?: unknown };
-      if (controller !== undefined && controller !== null && typeof controller !== 'boolean') return `metadata.ownerReferences[${index}].controller must be a boolean`;
-    }
-  }
-  if (labels !== undefined && labels !== null) {
-    if (typeof labels !== 'object' || Array.isArray(labels)) return `metadata.labels must be a map of strings, got ${quote(labels)}`;
-    const bad = Object.entries(labels).find(([, value]) => typeof value !== 'string');
-    if (bad) return `metadata.labels[${quote(bad[0])}] must be a string`;
-  }
-  return undefined;
-}
 
 export interface ParentKind {
   group: string;

@@ -239,7 +239,36 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
   if (!isValidName(ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got ${quote(ref.name)})`);
   if (ref.namespace && !isValidNamespace(ref.namespace)) throw new BadEventError(`${event.type} event has an invalid namespace ${quote(ref.namespace)}`);
   if (mode === 'resource' && (typeof body.metadata !== 'object' || body.metadata === null)) throw new BadEventError(`${event.type} event data is not a Kubernetes object (no metadata)`);
+  const metadata = mode === 'resource' ? metadataProblem(body.metadata) : undefined;
+  if (metadata) throw new BadEventError(`${event.type} event data is not a Kubernetes object: ${metadata}`);
   return { type: 'change', action, mode, ref, object: mode === 'resource' ? (body as KubeObject) : undefined, id: event.id };
+}
+
+/**
+ * Why a Resource-mode body's metadata cannot be what an API server sends, in the fields mappers
+ * and routing read from it (ownerReferences a list of objects with string apiVersion, kind, name
+ * and uid; labels a map of strings), or undefined when it can. Such a body is a malformed event
+ * (400), never a TypeError answered 500 and retried.
+ */
+export function metadataProblem(metadata: Record<string, unknown>): string | undefined {
+  const { ownerReferences, labels } = metadata;
+  if (ownerReferences !== undefined && ownerReferences !== null) {
+    if (!Array.isArray(ownerReferences)) return `metadata.ownerReferences must be a list, got ${quote(ownerReferences)}`;
+    for (const [index, reference] of ownerReferences.entries()) {
+      if (typeof reference !== 'object' || reference === null || Array.isArray(reference)) return `metadata.ownerReferences[${index}] must be an object, got ${quote(reference)}`;
+      for (const field of ['apiVersion', 'kind', 'name', 'uid']) {
+        if (typeof (reference as Record<string, unknown>)[field] !== 'string') return `metadata.ownerReferences[${index}].${field} must be a string`;
+      }
+      const { controller } = reference as { controller?: unknown };
+      if (controller !== undefined && controller !== null && typeof controller !== 'boolean') return `metadata.ownerReferences[${index}].controller must be a boolean`;
+    }
+  }
+  if (labels !== undefined && labels !== null) {
+    if (typeof labels !== 'object' || Array.isArray(labels)) return `metadata.labels must be a map of strings, got ${quote(labels)}`;
+    const bad = Object.entries(labels).find(([, value]) => typeof value !== 'string');
+    if (bad) return `metadata.labels[${quote(bad[0])}] must be a string`;
+  }
+  return undefined;
 }
 
 function interpretReconcile(event: CloudEventV1<unknown>): FunctionEvent {

@@ -109,6 +109,17 @@ export function malformedEvents(declaration: FunctionDeclaration): Malformed[] {
       body: JSON.stringify({ apiVersion: apiVersionOf(kind), kind: kind.kind, spec: {} }),
       reason: /resource\.update event data is not a Kubernetes object \(no metadata\)/,
     },
+    // Mappers and routing read a body's owners and labels: shapes no API server sends are malformed, not a TypeError (500).
+    ...([
+      ['ownerReferences that are not a list', { ownerReferences: {} }, /metadata\.ownerReferences must be a list, got \{\}/],
+      ['an ownerReference that is null', { ownerReferences: [null] }, /metadata\.ownerReferences\[0\] must be an object, got null/],
+      ['labels that are not strings', { labels: { app: 1 } }, /metadata\.labels\["app"\] must be a string/],
+    ] as const).map(([what, metadata, reason]) => ({
+      name: `Resource-mode object with ${what}`,
+      headers: headers({ 'ce-type': 'dev.knative.apiserver.resource.update' }),
+      body: JSON.stringify({ apiVersion: apiVersionOf(kind), kind: kind.kind, metadata: { name: 'web', namespace: 'default', ...metadata } }),
+      reason,
+    })),
     { name: 'extension name with an underscore', headers: headers({ 'ce-my_ext': 'x' }), body: ref, reason: /invalid attribute name: "my_ext"/ },
     { name: 'extension name with a dash', headers: headers({ 'ce-my-ext': 'x' }), body: ref, reason: /invalid attribute name: "my-ext"/ },
     { name: 'structured extension name with upper case', headers: STRUCTURED, body: JSON.stringify(structuredEvent({ Tenant: 'a' })), reason: /invalid attribute name: "Tenant"/ },

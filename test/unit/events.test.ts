@@ -6,7 +6,7 @@ import { CloudEvent, HTTP } from 'cloudevents';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
 import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
-import { BadEventError, decodeCloudEvent, interpretEvent, PING_TYPE, POLL_DATA, type FunctionEvent } from '../../functions/runtime/events.ts';
+import { BadEventError, decodeCloudEvent, interpretEvent, metadataProblem, PING_TYPE, POLL_DATA, type FunctionEvent } from '../../functions/runtime/events.ts';
 import { kindKeyString, Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { binaryHeaders, malformedEvents, referenceData } from '../support/malformed-events.ts';
@@ -319,5 +319,27 @@ describe('the binary fast path gives what the cloudevents SDK gives', () => {
     const leftToSdk = ['JSON after a space', 'a bare word as a ping\'s JSON', 'an empty subject and an empty extension', 'a dataschema', 'ce-datacontenttype', 'ce-schemaurl', 'ce-data'];
     assert.deepEqual(fastPathTaken.filter((name) => !name.startsWith('malformed: ')), valid.map((c) => c.name).filter((name) => !leftToSdk.includes(name)));
     assert.ok(fastPathTaken.length - (valid.length - leftToSdk.length) >= 20, `malformed cases decoded by the fast path (refused when interpreted): ${fastPathTaken.length - (valid.length - leftToSdk.length)}`);
+  });
+});
+
+describe('Resource-mode bodies', () => {
+  test('a Resource-mode body whose owners or labels no API server would send is named as such, so the event is malformed (400), not a TypeError', () => {
+    const body = (metadata: Record<string, unknown>) => ({ name: 'x', namespace: 'prod', ...metadata });
+    const reference = { apiVersion: 'example.com/v1', kind: 'Thing', name: 'a', uid: 'a-uid', controller: true };
+    for (const fine of [{}, { ownerReferences: null }, { ownerReferences: [] }, { ownerReferences: [reference] }, { ownerReferences: [{ ...reference, controller: undefined }] }, { labels: { app: 'a' } }, { labels: null }]) {
+      assert.equal(metadataProblem(body(fine)), undefined, JSON.stringify(fine));
+    }
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ ownerReferences: {} }, /^metadata.ownerReferences must be a list, got \{\}$/],
+      [{ ownerReferences: 'x' }, /^metadata.ownerReferences must be a list, got "x"$/],
+      [{ ownerReferences: [null] }, /^metadata.ownerReferences\[0\] must be an object, got null$/],
+      [{ ownerReferences: [reference, []] }, /^metadata.ownerReferences\[1\] must be an object/],
+      [{ ownerReferences: [{ ...reference, apiVersion: 5 }] }, /apiVersion must be a string/],
+      [{ ownerReferences: [{ ...reference, controller: 'yes' }] }, /controller must be a boolean/],
+      [{ labels: 'x' }, /^metadata.labels must be a map of strings/],
+      [{ labels: ['a'] }, /^metadata.labels must be a map of strings/],
+      [{ labels: { app: 1 } }, /^metadata.labels\["app"\] must be a string$/],
+    ];
+    for (const [metadata, problem] of cases) assert.match(metadataProblem(body(metadata)) ?? '', problem, JSON.stringify(metadata));
   });
 });

@@ -1,7 +1,7 @@
 // Routing child changes to parents (functions/composite/child-events.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { childBodyProblem, potentialParents, referencedParent, type ParentKind } from '../../../functions/composite/child-events.ts';
+import { potentialParents, referencedParent, type ParentKind } from '../../../functions/composite/child-events.ts';
 import { parentFilter, type Selector } from '../../../functions/composite/selector.ts';
 import type { CompositeController } from '../../../functions/composite/types.ts';
 import type { KubeObject } from '../../../functions/runtime/kinds.ts';
@@ -42,25 +42,5 @@ describe('child events', () => {
     assert.deepEqual(potentialParents(generated, everything, thing, pod({ 'controller-uid': 'b-uid' }), [parent('a'), parent('b')]).map((p) => p.metadata.name), ['b']);
     assert.deepEqual(potentialParents(controller(), everything, thing, pod({ app: 'a' }, { deletionTimestamp: '2026-01-01T00:00:00Z' }), [parent('a')]), []);
     assert.deepEqual(potentialParents(controller(), everything, thing, pod({ app: 'a' }, { ownerReferences: [{ apiVersion: 'v1', kind: 'X', name: 'x', uid: 'x', controller: true }] }), [parent('a')]), []);
-  });
-
-  test("a child's body (Resource mode) that no API server would send is named as such, so the event is malformed (400), not a TypeError", () => {
-    const body = (metadata: Record<string, unknown>) => ({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x', namespace: 'prod', ...metadata } }) as KubeObject;
-    const reference = { apiVersion: 'example.com/v1', kind: 'Thing', name: 'a', uid: 'a-uid', controller: true };
-    for (const fine of [{}, { ownerReferences: null }, { ownerReferences: [] }, { ownerReferences: [reference] }, { ownerReferences: [{ ...reference, controller: undefined }] }, { labels: { app: 'a' } }, { labels: null }]) {
-      assert.equal(childBodyProblem(body(fine)), undefined, JSON.stringify(fine));
-    }
-    const cases: [Record<string, unknown>, RegExp][] = [
-      [{ ownerReferences: {} }, /^metadata.ownerReferences must be a list, got \{\}$/],
-      [{ ownerReferences: 'x' }, /^metadata.ownerReferences must be a list, got "x"$/],
-      [{ ownerReferences: [null] }, /^metadata.ownerReferences\[0\] must be an object, got null$/],
-      [{ ownerReferences: [reference, []] }, /^metadata.ownerReferences\[1\] must be an object/],
-      [{ ownerReferences: [{ ...reference, apiVersion: 5 }] }, /apiVersion must be a string/],
-      [{ ownerReferences: [{ ...reference, controller: 'yes' }] }, /controller must be a boolean/],
-      [{ labels: 'x' }, /^metadata.labels must be a map of strings/],
-      [{ labels: ['a'] }, /^metadata.labels must be a map of strings/],
-      [{ labels: { app: 1 } }, /^metadata.labels\["app"\] must be a string$/],
-    ];
-    for (const [metadata, problem] of cases) assert.match(childBodyProblem(body(metadata)) ?? '', problem, JSON.stringify(metadata));
   });
 });
