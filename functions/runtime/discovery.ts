@@ -17,6 +17,7 @@ import { TerminalError, TransientError } from './errors.ts';
 import { apiVersionOf, isValidGroupVersion, parseApiVersion, type ResourceKind } from './kinds.ts';
 import { ApiError, type KubeClient } from './kube.ts';
 import { quote } from './quote.ts';
+import { setRecent } from './recent.ts';
 
 interface ApiResource {
   name: string;
@@ -32,22 +33,34 @@ interface GroupVersionDocument {
 const MISS_REFRESH_MS = 1000;
 /** How old an answer about subresources may be: upstream's discovery interval. */
 const SUBRESOURCE_REFRESH_MS = 30_000;
+/**
+ * Group-versions remembered, the least recently used forgotten first. A cluster serves a few
+ * dozen; the apiVersions asked about come from CompositeControllers and their hooks (a customize
+ * hook's related rules), and a hook naming ever new groups must not grow the process. A forgotten
+ * one costs one more read.
+ */
+export const MAX_GROUP_VERSIONS = 256;
 
 export class Discovery {
   readonly #kube: KubeClient;
   /** apiVersion → resource → kind (top-level resources), and the resources served with `/status`. */
   readonly #groupVersions = new Map<string, { readAt: number; resources: Map<string, ResourceKind>; withStatus: Set<string> }>();
   readonly #reading = new Map<string, Promise<void>>();
+  readonly #maxGroupVersions: number;
 
-  constructor(kube: KubeClient) {
+  constructor(kube: KubeClient, maxGroupVersions = MAX_GROUP_VERSIONS) {
     this.#kube = kube;
+    this.#maxGroupVersions = maxGroupVersions;
   }
 
   /** The kind `resource` of `apiVersion` names; TransientError while the API server does not serve it. */
   async resolve(apiVersion: string, resource: string): Promise<ResourceKind> {
     const cached = this.#groupVersions.get(apiVersion);
     const hit = cached?.resources.get(resource);
-    if (hit) return hit;
+    if (hit) {
+      setRecent(this.#groupVersions, apiVersion, cached!, this.#maxGroupVersions);
+      return hit;
+    }
     if (!cached || Date.now() - cached.readAt >= MISS_REFRESH_MS) await this.#read(apiVersion);
     const found = this.#groupVersions.get(apiVersion)?.resources.get(resource);
     if (!found) throw new TransientError(`the API server does not serve ${resource} in ${apiVersion} (yet?); will retry`, { retryAfterSeconds: 5 });
@@ -92,7 +105,12 @@ export class Discovery {
       if (subresource !== undefined) continue;
       resources.set(entry.name, { group, version, kind: entry.kind, plural: entry.name, namespaced: entry.namespaced });
     }
-    this.#groupVersions.set(apiVersion, { readAt: Date.now(), resources, withStatus });
+    setRecent(this.#groupVersions, apiVersion, { readAt: Date.now(), resources, withStatus }, this.#maxGroupVersions);
+  }
+
+  /** Group-versions remembered now (at most the limit it was made with, MAX_GROUP_VERSIONS by default). */
+  get size(): number {
+    return this.#groupVersions.size;
   }
 }
 

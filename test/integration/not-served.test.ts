@@ -9,8 +9,9 @@ import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import { applyCrds } from '../../eventing/crds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
+import { Discovery } from '../../functions/runtime/discovery.ts';
 import { Pod } from '../../functions/runtime/kinds.ts';
-import { ApiError, isNotFound, NOT_SERVED, type KubeClient } from '../../functions/runtime/kube.ts';
+import { ApiError, isNotFound, KubeClient, NOT_SERVED } from '../../functions/runtime/kube.ts';
 import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
 import { deliver, kubeFor, serveFunction, type RunningFunction } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
@@ -70,4 +71,23 @@ test('the function answers 503 while its kind is not served, and reconciles once
   const redelivered = await deliver(fn.url, event);
   assert.equal(redelivered.status, 200, JSON.stringify(redelivered.body));
   assert.ok(await kube.get(Pod, { namespace: 'default', name: 'early-immortalpod' }), 'the retried event created the pod');
+});
+
+test('discovery remembers a bounded number of group-versions, forgetting the least recently used (a hook naming ever new groups cannot grow the process)', async () => {
+  const observed: string[] = [];
+  const counting = KubeClient.fromFile(cp.kubeconfigPath, (_verb, resource) => observed.push(resource));
+  // A limit of 3 (MAX_GROUP_VERSIONS in production) over group-versions every API server serves.
+  const discovery = new Discovery(counting, 3);
+  const served = ['apps/v1', 'batch/v1', 'rbac.authorization.k8s.io/v1', 'policy/v1beta1', 'coordination.k8s.io/v1'];
+  assert.equal((await discovery.resolve('v1', 'pods')).kind, 'Pod');
+  for (const apiVersion of served) {
+    await discovery.resolve(apiVersion, apiVersion === 'apps/v1' ? 'deployments' : apiVersion === 'batch/v1' ? 'jobs' : apiVersion.startsWith('rbac') ? 'roles' : apiVersion.startsWith('policy') ? 'poddisruptionbudgets' : 'leases');
+    await discovery.resolve('v1', 'pods'); // used all along: the most recent, never forgotten
+    assert.ok(discovery.size <= 3, `${discovery.size} group-versions remembered`);
+  }
+  const reads = observed.length;
+  await discovery.resolve('v1', 'configmaps');
+  assert.equal(observed.length, reads, 'the core group was kept: no read');
+  await discovery.resolve('apps/v1', 'deployments');
+  assert.equal(observed.length, reads + 1, 'apps/v1 was forgotten: read again');
 });
