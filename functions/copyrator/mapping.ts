@@ -60,7 +60,8 @@ async function isEcho(kube: KubeClient, rule: CopyratorRule, copy: CopyableObjec
 
 /** Those of `rules` (which read from the object's namespace) that hold a copy of the object. */
 async function rulesWithCopiesOf(kube: KubeClient, kind: ResourceKind, source: ObjectKey, rules: CopyratorRule[]): Promise<ObjectKey[]> {
-  const copies = await kube.list(kind, { fieldSelector: `metadata.name=${source.name}`, labelSelector: RULE_NAME_LABEL, cached: true });
+  // Metadata only: the watch cache answers in one page, and this list holds every copy of the name.
+  const copies = await kube.list(kind, { fieldSelector: `metadata.name=${source.name}`, labelSelector: RULE_NAME_LABEL, cached: true, metadataOnly: true });
   const copied = new Set(copies.items.filter((copy) => copy.metadata.annotations?.[SOURCE_ANNOTATION] === `${source.namespace}/${source.name}`).map((copy) => copy.metadata.annotations?.[RULE_ANNOTATION]));
   return rules.filter((rule) => copied.has(ruleRef(rule))).map(keyOfRule);
 }

@@ -163,7 +163,28 @@ export interface ListOptions {
    * so only for lists whose selector keeps the answer small.
    */
   cached?: boolean;
+  /**
+   * Only each object's metadata (PartialObjectMetadataList, kube-apiserver 1.15+, also from the
+   * watch cache): names, labels, annotations, uids, without data or spec. For lists that decide
+   * from metadata alone, such as which objects hold a name or which to delete: a list of
+   * ConfigMaps or Secrets otherwise carries their data, up to 1 MiB each.
+   */
+  metadataOnly?: boolean;
 }
+
+/** An object as a metadata-only list returns it. */
+export interface PartialObjectMetadata extends KubeObject {
+  apiVersion?: 'meta.k8s.io/v1';
+  kind?: 'PartialObjectMetadata';
+}
+
+/** Options of a metadata-only list: its items are PartialObjectMetadata, whatever the kind. */
+export type MetadataListOptions = ListOptions & { metadataOnly: true };
+/** Options of a full list: `metadataOnly` is not set, so the item type may be the kind's own. */
+export type FullListOptions = ListOptions & { metadataOnly?: false };
+
+/** What the API server serves a metadata-only list as (the `as`, `g`, `v` of its Accept header). */
+const METADATA_LIST_ACCEPT = 'application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1';
 
 export interface ObjectList<T> {
   items: T[];
@@ -329,7 +350,7 @@ export class KubeClient {
    * backoff (a create retried after a lost response then answers AlreadyExists, which callers
    * creating deterministic names treat as success); other errors throw ApiError at once.
    */
-  async request<T>(method: string, path: string, options: { body?: unknown; contentType?: string; query?: Record<string, string | undefined>; resource?: string } = {}): Promise<T> {
+  async request<T>(method: string, path: string, options: { body?: unknown; contentType?: string; accept?: string; query?: Record<string, string | undefined>; resource?: string } = {}): Promise<T> {
     const url = new URL(this.server + path);
     for (const [name, value] of Object.entries(options.query ?? {})) if (value !== undefined) url.searchParams.set(name, value);
     for (let attempt = 0; ; attempt++) {
@@ -387,9 +408,9 @@ export class KubeClient {
     return prepared;
   }
 
-  async #send<T>(method: string, url: URL, options: { body?: unknown; contentType?: string; resource?: string }, renewedAuth = false): Promise<T> {
+  async #send<T>(method: string, url: URL, options: { body?: unknown; contentType?: string; accept?: string; resource?: string }, renewedAuth = false): Promise<T> {
     const auth = await this.#authentication(renewedAuth);
-    const headers: Record<string, string> = { ...auth.headers, accept: 'application/json' };
+    const headers: Record<string, string> = { ...auth.headers, accept: options.accept ?? 'application/json' };
     if (options.body !== undefined) headers['content-type'] = options.contentType ?? 'application/json';
     const started = performance.now();
     const verb = method.toLowerCase();
@@ -432,23 +453,30 @@ export class KubeClient {
   }
 
   /** Every page of a list, one at a time (`limit`/`continue`), so no answer grows with the cluster. */
+  pages(kind: ResourceKind, options: MetadataListOptions): AsyncGenerator<ObjectList<PartialObjectMetadata>>;
+  pages<T extends KubeObject = KubeObject>(kind: ResourceKind, options?: FullListOptions): AsyncGenerator<ObjectList<T>>;
   async *pages<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): AsyncGenerator<ObjectList<T>> {
     let token: string | undefined;
     do {
       const page = await this.request<ObjectList<T>>('GET', collectionPath(kind, options.namespace), {
         resource: kind.plural,
+        accept: options.metadataOnly ? METADATA_LIST_ACCEPT : undefined,
         query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector, limit: String(options.limit ?? LIST_PAGE_SIZE), continue: token, resourceVersion: options.cached ? '0' : undefined },
       });
+      // A metadata-only list with no items says `"items": null` (PartialObjectMetadataList).
+      page.items ??= [];
       yield page;
       token = page.metadata?.continue || undefined;
     } while (token);
   }
 
   /** The whole list, read page by page; `metadata.resourceVersion` is the first page's (the list's snapshot). */
+  list(kind: ResourceKind, options: MetadataListOptions): Promise<ObjectList<PartialObjectMetadata>>;
+  list<T extends KubeObject = KubeObject>(kind: ResourceKind, options?: FullListOptions): Promise<ObjectList<T>>;
   async list<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): Promise<ObjectList<T>> {
     const items: T[] = [];
     let resourceVersion: string | undefined;
-    for await (const page of this.pages<T>(kind, options)) {
+    for await (const page of this.pages<T>(kind, options as FullListOptions)) {
       resourceVersion ??= page.metadata?.resourceVersion;
       items.push(...page.items);
     }

@@ -13,14 +13,17 @@ import copyrator, { copyratorFunction } from '../../functions/copyrator/index.ts
 import { CopyratorRuleKind, EXCLUDE_LABEL, FINALIZER, RULE_ANNOTATION, SOURCE_ANNOTATION, targetNamespaces, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
 import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
+import { createFunctionHost } from '../../functions/runtime/server.ts';
 import { PART_OF } from '../../functions/runtime/knative-objects.ts';
-import { deliver, eventually, kubeFor, serveFunction, startTestCluster, untilWatchCacheForgets, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { deliver, eventually, kubeFor, quietLog, serveFunction, startTestCluster, untilWatchCacheForgets, untilWatchCacheHolds, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 let cluster: TestCluster;
 let kube: KubeClient;
 let fn: RunningFunction;
 let functionKube: KubeClient;
+/** The function's own identity (the RBAC its declaration generates). */
+let functionKubeconfig: string;
 
 const event = (kind: ResourceKind, object: KubeObject, action: ChangeAction, mode: SourceMode = 'Resource') =>
   apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode });
@@ -55,12 +58,32 @@ const getCm = (namespace: string, name: string) => kube.get<CopyableObject>(Conf
 const activeNamespaces = async () => (await kube.list(Namespace)).items.filter((ns) => (ns.status as { phase?: string })?.phase === 'Active').map((ns) => ns.metadata.name!);
 const ready = (rule: CopyratorRule | undefined) => rule?.status?.conditions?.find((condition) => condition.type === 'Ready');
 
+interface RecordedAnswer { path: string; query: Record<string, string | undefined>; accept?: string; bytes: number; items?: KubeObject[] }
+
+/**
+ * A client of the function's identity that records every answer it reads (a real client
+ * against the real API server, observed, not a stand-in).
+ */
+function recordingKube(): { kube: KubeClient; answers: RecordedAnswer[] } {
+  const recorded = kubeFor(functionKubeconfig);
+  const answers: RecordedAnswer[] = [];
+  const request = recorded.request.bind(recorded);
+  recorded.request = async <T>(method: string, path: string, options: Parameters<KubeClient['request']>[2] = {}): Promise<T> => {
+    const answer = await request<T>(method, path, options);
+    // A metadata-only list without items says `"items": null`.
+    const list = answer && typeof answer === 'object' && 'items' in answer ? { items: (answer as { items: KubeObject[] | null }).items ?? [] } : {};
+    if (method === 'GET') answers.push({ path, query: options.query ?? {}, accept: options.accept, bytes: JSON.stringify(answer ?? '').length, ...list });
+    return answer;
+  };
+  return { kube: recorded, answers };
+}
+
 before(async () => {
   cluster = await startTestCluster();
   kube = cluster.kube;
-  const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, copyrator);
-  functionKube = kubeFor(kubeconfig);
-  fn = await serveFunction(copyrator, kubeconfig);
+  functionKubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, copyrator);
+  functionKube = kubeFor(functionKubeconfig);
+  fn = await serveFunction(copyrator, functionKubeconfig);
   for (const name of ['team-a', 'team-b']) await createNamespace(name);
 });
 
@@ -512,5 +535,56 @@ describe('least privilege and forged events', () => {
     const fake = configMap('default', 'injected', { copyrator: 'true' }, { evil: 'payload' });
     await send(ConfigMap, fake, 'add');
     assert.equal(await getCm('team-a', 'injected'), undefined);
+  });
+});
+
+describe('answers stay small, whatever the size of the objects', () => {
+  const payload = 'x'.repeat(64 * 1024);
+
+  test('a metadata-only list carries metadata and no data, from etcd and from the watch cache; one without items has none', async () => {
+    await createNamespace('src-big');
+    for (const name of ['big-0', 'big-1', 'big-2']) await kube.create(ConfigMap, configMap('src-big', name, { big: 'yes' }, { blob: payload }));
+    await untilWatchCacheHolds(kube, ConfigMap, (await getCm('src-big', 'big-2'))!);
+    for (const cached of [false, true]) {
+      const { items } = await functionKube.list(ConfigMap, { namespace: 'src-big', labelSelector: 'big=yes', metadataOnly: true, cached });
+      assert.deepEqual(items.map((item) => item.metadata.name).sort(), ['big-0', 'big-1', 'big-2'], `cached: ${cached}`);
+      assert.ok(items.every((item) => item.kind === 'PartialObjectMetadata' && item.metadata.uid && item.metadata.labels?.big === 'yes' && !('data' in item)));
+      assert.deepEqual((await functionKube.list(ConfigMap, { namespace: 'src-big', labelSelector: 'big=none', metadataOnly: true, cached })).items, []);
+    }
+  });
+
+  test('lists by name ask for metadata only; lists that carry data come in pages of 16', async () => {
+    // More namespaces than a page holds, whichever tests ran before.
+    const targets = targetNamespaces(newRule('src-big', 'big', 'src-big', {}), (await kube.list(Namespace)).items).length;
+    for (let i = 0; i < 18 - targets; i++) await createNamespace(`big-${i}`);
+    const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-big', 'big', 'src-big', { big: 'yes' }));
+    await ruleEvent(rule, 'add');
+    // Another rule reading src-big that selects nothing: a source change asks which rules copied it.
+    await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-big', 'big-other', 'src-big', { other: 'yes' }));
+    const copies = (await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=big', metadataOnly: true })).items.length;
+    assert.ok(copies > 32, `${copies} copies of 64 KiB`);
+    const { kube: recorded, answers } = recordingKube();
+    const host = createFunctionHost(copyrator, { kube: recorded, log: quietLog });
+
+    const namespace = await createNamespace('big-late');
+    assert.equal((await host.handle({ type: 'change', action: 'add', mode: 'resource', ref: { apiVersion: 'v1', kind: 'Namespace', namespace: '', name: 'big-late' }, object: namespace, id: 'big-1' })).status, 200);
+    assert.deepEqual((await getCm('big-late', 'big-0'))?.data, { blob: payload });
+    const source = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'src-big', name: 'big-0' }, { data: { blob: payload.replaceAll('x', 'y') } });
+    await untilWatchCacheHolds(kube, ConfigMap, source);
+    assert.equal((await host.handle({ type: 'change', action: 'update', mode: 'resource', ref: { apiVersion: 'v1', kind: 'ConfigMap', namespace: 'src-big', name: 'big-0' }, object: source, id: 'big-2' })).status, 200);
+    assert.equal((await getCm('big-late', 'big-0'))?.data?.blob[0], 'y');
+
+    const configMapLists = answers.filter((answer) => answer.path.endsWith('/configmaps'));
+    const byName = configMapLists.filter((answer) => answer.query.fieldSelector?.startsWith('metadata.name=big-'));
+    assert.ok(byName.length >= 2, 'converge and the mapper each listed a name');
+    for (const answer of byName) assert.ok(answer.items!.length > 16 && answer.bytes < payload.length, `${answer.items!.length} objects named ${answer.query.fieldSelector} in ${answer.bytes} bytes`);
+    for (const answer of configMapLists) assert.ok(answer.items!.length <= 16 || answer.accept, `${answer.path}?${JSON.stringify(answer.query)}: ${answer.items!.length} objects with data in ${answer.bytes} bytes`);
+    const largest = Math.max(...answers.map((answer) => answer.bytes));
+    assert.ok(largest < 16 * (payload.length + 4096), `largest answer ${largest} bytes`);
+    for (const name of ['big', 'big-other']) {
+      await kube.delete(CopyratorRuleKind, { namespace: 'src-big', name });
+      const deleting = await getRule({ namespace: 'src-big', name });
+      if (deleting) await ruleEvent(deleting);
+    }
   });
 });
