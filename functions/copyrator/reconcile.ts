@@ -246,10 +246,10 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
     const rule = (ctx.current as CopyratorRule | undefined) ?? (await kube.get<CopyratorRule>(CopyratorRuleKind, key));
     // Going: the runtime runs finalizeCopies instead. Gone: its finalizer removed the copies, but
     // a replica that read the rule just before may have written one after; remove such orphans.
-    if (!rule) {
+    const removeOrphans = async () => {
       if (!(await finalizeCopies({ metadata: { namespace: key.namespace, name: key.name } }, ruleTypes, kube, log))) throw new TransientError(`some copies of the deleted rule ${key.namespace}/${key.name} could not be removed yet`);
-      return;
-    }
+    };
+    if (!rule) return removeOrphans();
     if (rule.metadata.deletionTimestamp) return;
 
     const problem: ConditionInput | undefined = ruleProblem(rule, secretsEnabled);
@@ -260,6 +260,18 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
     }
 
     const tally = await converge(ctx, rule, ruleTypes, log);
+    // Copies created while another replica ran the rule's finalizer (it listed the copies before
+    // these creates, then let the rule go) would be orphans nothing looks at again: no resync
+    // reaches a rule that is gone, and their add events come back to this replica, which skips
+    // them as its own writes (runtime skips.ts) before any mapper runs. So a run that created
+    // copies reads the rule again (from etcd): the finalizer lists after the deletion mark and this
+    // read follows the creates, so a create the finalizer missed is always followed by a read that
+    // sees the mark. One read per run that created something; mapping every echo of our own writes
+    // instead would cost a LIST of the rules per copy written.
+    if (tally.counts.created && isDeleted(rule, await kube.get<CopyratorRule>(CopyratorRuleKind, key))) {
+      log.info({ created: tally.counts.created }, 'rule deleted while its copies were written: removing them');
+      return removeOrphans();
+    }
     const { created, updated, deleted } = tally.counts;
     if (created || updated || deleted) {
       const message = `copies: ${created} created, ${updated} updated, ${deleted} deleted; ${tally.copies} in place`;
@@ -275,6 +287,10 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
     if (tally.unfinished) return { deferredKeys: [kindKey(CopyratorRuleKind, key)] };
   };
 }
+
+/** Is the rule `actedOn` gone or being deleted, as `current` (a fresh read) shows? Another rule of its name is not it. */
+const isDeleted = (actedOn: KubeObject, current: KubeObject | undefined): boolean =>
+  !current || (current.metadata.uid === actedOn.metadata.uid && current.metadata.deletionTimestamp !== undefined);
 
 /**
  * Removes every copy of a rule being deleted (found by label, confirmed by annotation). True when

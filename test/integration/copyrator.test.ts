@@ -335,6 +335,38 @@ describe('rule changes and deletion', () => {
     assert.equal(await getCm('team-a', 'orphan'), undefined);
   });
 
+  test('a copy one replica creates while another runs the finalizer is removed by the replica that wrote it', async () => {
+    await createNamespace('src-race');
+    await kube.create(ConfigMap, configMap('src-race', 'raced', { race: 'yes' }));
+    const key = { namespace: 'src-race', name: 'race' };
+    await ruleEvent(await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-race', { race: 'yes' })), 'add');
+    await kube.delete(ConfigMap, { namespace: 'team-a', name: 'raced' });
+    // Replica B: its creates wait until the test lets them go.
+    const kubeB = kubeFor(functionKubeconfig);
+    const create = kubeB.create.bind(kubeB);
+    let reached!: () => void;
+    let release!: () => void;
+    const creating = new Promise<void>((resolve) => (reached = resolve));
+    const released = new Promise<void>((resolve) => (release = resolve));
+    kubeB.create = async (kind, object, namespace) => {
+      reached();
+      await released;
+      return create(kind, object, namespace);
+    };
+    const replicaB = createFunctionHost(copyrator, { kube: kubeB, log: quietLog });
+    const ref = { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', namespace: key.namespace, name: key.name };
+    const converging = replicaB.handle({ type: 'change', action: 'update', mode: 'ref', ref, id: 'replica-b' });
+    await creating;
+    // Replica A (fn) runs the finalizer meanwhile: it lists the copies before B's create.
+    await kube.delete(CopyratorRuleKind, key);
+    await ruleEvent((await getRule(key))!);
+    await eventually(async () => (await getRule(key)) === undefined, 10_000, 'the rule to be gone');
+    release();
+    assert.equal((await converging).status, 200);
+    // Its add event would come back to B, which skips it as its own write: B itself removed it.
+    assert.equal(await getCm('team-a', 'raced'), undefined, 'no orphan copy');
+  });
+
   test('a deleted rule removes all its copies everywhere, then goes', async () => {
     const key = { namespace: 'default', name: 'colors' };
     assert.ok((await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=colors' })).items.length > 3);
