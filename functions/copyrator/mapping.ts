@@ -13,16 +13,20 @@
 //     function do less, never write; the latest event of an object carries its latest state;
 //   - a copy whose rule no longer exists wakes that (missing) rule, whose reconcile removes it;
 //   - a Secret deleted in Reference mode arrives without a body: it wakes the secret rules whose
-//     source namespace holds a Secret of that name (it may have been one of their copies);
+//     source namespace holds a Secret of that name that they select (it may have been one of
+//     their copies);
 //   - a deleted object that is not a copy wakes the rules it blocked: those whose status lists it
 //     as a conflict, and, when a rule has more conflicts than its status lists, that rule if its
-//     source namespace holds an object of that name. The copy then appears at once, not at the
-//     next resync.
+//     source namespace holds an object of that name that it selects. The copy then appears at
+//     once, not at the next resync.
+//   Those source namespaces are read once each (metadata only), however many rules read from
+//   them: one delete anywhere must not cost a read per rule.
 // A forged event can only cause reconciles of rules that exist; reconcile re-reads everything.
 import type { MapperContext, WatchedChange } from '../runtime/declaration.ts';
 import { isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
 import type { KubeClient } from '../runtime/kube.ts';
-import { copyUpToDate, CopyratorRuleKind, desiredCopy, kindOf, sourcesOf, matchesSelector, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
+import { forEachLimited } from '../runtime/limit.ts';
+import { copyUpToDate, CopyratorRuleKind, desiredCopy, isCopy, kindOf, sourcesOf, matchesSelector, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
 
 /** The `<namespace>/<name>` an annotation names, when it names a valid key (it reaches a URL). */
 function keyIn(value: unknown): ObjectKey | undefined {
@@ -66,6 +70,26 @@ async function rulesWithCopiesOf(kube: KubeClient, kind: ResourceKind, source: O
   return rules.filter((rule) => copied.has(ruleRef(rule))).map(keyOfRule);
 }
 
+/** Reads in flight at once when a mapper looks into many source namespaces. */
+const READ_CONCURRENCY = 16;
+
+/**
+ * Which of `rules` select an object named `name` in their own source namespace: each distinct
+ * namespace read once, as metadata (labels decide; a Secret's data stays where it is), by a
+ * list of that one name, which the API server answers from a single key as a GET would.
+ */
+async function rulesSelectingSourceNamed(kube: KubeClient, kind: ResourceKind, name: string, rules: CopyratorRule[]): Promise<CopyratorRule[]> {
+  const namespaces = [...new Set(rules.map((rule) => rule.namespace))];
+  const found = new Map<string, KubeObject | undefined>();
+  await forEachLimited(namespaces, READ_CONCURRENCY, async (namespace) => {
+    found.set(namespace, (await kube.list(kind, { namespace, fieldSelector: `metadata.name=${name}`, metadataOnly: true })).items[0]);
+  });
+  return rules.filter((rule) => {
+    const source = found.get(rule.namespace);
+    return source !== undefined && !isCopy(source) && matchesSelector(rule.selector, source.metadata.labels);
+  });
+}
+
 export function rulesForChange(ruleType: RuleType) {
   const kind = kindOf(ruleType);
   return async (change: WatchedChange, { kube }: MapperContext): Promise<ObjectKey[]> => {
@@ -87,19 +111,23 @@ export function rulesForChange(ruleType: RuleType) {
     // A copy whose rule is gone (a replica's write that lost the race with the rule's finalizer):
     // reconciling the missing rule removes it.
     if (ownerKey && !owner && !change.deleted) keys.push(ownerKey);
-    if (object && change.deleted && !ownerKey) {
-      for (const rule of rules) {
-        if (rule.namespace === change.key.namespace || !isValidNamespace(rule.namespace)) continue;
-        const { conflicts = [], conflictCount = 0 } = rule.status ?? {};
-        const listed = conflicts.some((conflict) => conflict.namespace === change.key.namespace && conflict.name === change.key.name);
-        if (listed || (conflictCount > conflicts.length && (await kube.get(kind, { namespace: rule.namespace, name: change.key.name })))) keys.push(keyOfRule(rule));
+    if (change.deleted && !ownerKey) {
+      // Rules that copy from elsewhere into this namespace.
+      const copyingHere = rules.filter((rule) => rule.namespace !== change.key.namespace && isValidNamespace(rule.namespace));
+      let unsure: CopyratorRule[] = [];
+      if (!change.object) {
+        // No body (Reference mode): it may have been any such rule's copy or blocked any of them.
+        unsure = copyingHere;
+      } else if (object) {
+        // Not a copy: it may have blocked a copy. Sure for a rule whose status lists it; maybe
+        // for one with more conflicts than its status lists.
+        for (const rule of copyingHere) {
+          const { conflicts = [], conflictCount = 0 } = rule.status ?? {};
+          if (conflicts.some((conflict) => conflict.namespace === change.key.namespace && conflict.name === change.key.name)) keys.push(keyOfRule(rule));
+          else if (conflictCount > conflicts.length) unsure.push(rule);
+        }
       }
-    }
-    if (!change.object && change.deleted) {
-      for (const rule of rules) {
-        if (rule.namespace === change.key.namespace || !isValidNamespace(rule.namespace)) continue;
-        if (await kube.get(kind, { namespace: rule.namespace, name: change.key.name })) keys.push(keyOfRule(rule));
-      }
+      if (unsure.length) keys.push(...(await rulesSelectingSourceNamed(kube, kind, change.key.name, unsure)).map(keyOfRule));
     }
     return keys;
   };

@@ -492,6 +492,26 @@ describe('Secrets', () => {
     assert.ok(!written.includes(VALUE) && !written.includes(encoded), 'no Secret value in status or Events');
   });
 
+  test('a Secret deleted anywhere reads each source namespace once and wakes only the rules that select a Secret of its name there', async () => {
+    await createNamespace('vault-fan');
+    await kube.create(Secret, { metadata: { name: 'db-password', namespace: 'vault-fan', labels: { fan: 'yes' } }, stringData: { password: VALUE } });
+    // Never reconciled here: only the mapper is under test.
+    const rules = [['fan-a', { fan: 'yes' }], ['fan-b', { fan: 'yes' }], ['fan-other', { fan: 'no' }]] as const;
+    for (const [name, selector] of rules) await kube.create(CopyratorRuleKind, newRule('vault-fan', name, 'vault-fan', selector, 'secret'));
+    await eventually(async () => (await kube.list(CopyratorRuleKind, { namespace: 'vault-fan', cached: true })).items.length === rules.length, 5000, 'the watch cache to hold the rules');
+    const { kube: recorded, answers } = recordingKube();
+    const secretRules = (await kube.list<CopyratorRule>(CopyratorRuleKind)).items.filter((rule) => rule.ruleType === 'secret');
+    assert.ok(new Set(secretRules.map((rule) => rule.namespace)).size < secretRules.length, 'several secret rules read from one namespace');
+    const mapper = copyrator.watches.find((watched) => watched.kind === Secret)!.keysFor!;
+    // Reference mode: a delete without a body, of a Secret no rule copied.
+    const keys = await mapper({ key: { namespace: 'team-a', name: 'db-password' }, deleted: true }, { kube: recorded, log: quietLog });
+    assert.deepEqual(keys.map((key) => `${key.namespace}/${key.name}`).sort(), ['vault-fan/fan-a', 'vault-fan/fan-b']);
+    const secretReads = answers.filter((answer) => answer.path.includes('/secrets'));
+    assert.equal(secretReads.length, new Set(secretRules.map((rule) => rule.namespace)).size, `one read per source namespace: ${secretReads.map((read) => read.path).join(', ')}`);
+    assert.ok(secretReads.every((read) => read.items!.every((item) => item.data === undefined) && read.accept), 'no Secret data read');
+    for (const [name] of rules) await kube.delete(CopyratorRuleKind, { namespace: 'vault-fan', name });
+  });
+
   test('without Secrets (COPYRATOR_SECRETS=false) the function may not touch any and says so', async () => {
     const noSecrets = copyratorFunction({ secrets: false });
     assert.ok(!noSecrets.rbac.some((rule) => rule.resources.includes('secrets')));
