@@ -41,7 +41,8 @@ export type RuleType = 'configmap' | 'secret';
 export interface Conflict {
   namespace: string;
   name: string;
-  reason: 'NotManaged' | 'OtherRule' | 'Invalid';
+  /** NotManaged, OtherRule: the name is held. Invalid, Forbidden: the API server refused the copy (422, 403). */
+  reason: 'NotManaged' | 'OtherRule' | 'Invalid' | 'Forbidden';
   message: string;
 }
 
@@ -330,7 +331,7 @@ export function nextStatus(current: CopyratorRule, actedOn: CopyratorRule, tally
 
 function readyCondition(tally: CopyTally): ConditionInput {
   if (tally.conflicts.length) {
-    return { type: 'Ready', status: 'False', reason: 'CopyConflicts', message: `${tally.copies} copies in place; ${tally.conflicts.length} names held by objects this rule does not manage (see status.conflicts)` };
+    return { type: 'Ready', status: 'False', reason: 'CopyConflicts', message: `${tally.copies} copies in place; ${tally.conflicts.length} not made: names held by objects this rule does not manage, or copies the API server refused (see status.conflicts)` };
   }
   if (tally.failed) return { type: 'Ready', status: 'False', reason: 'CopiesFailing', message: `${tally.copies} copies in place; ${tally.failed} writes failed and are being retried` };
   if (tally.unfinished) return { type: 'Ready', status: 'False', reason: 'CopiesPending', message: `${tally.copies} copies of ${tally.matched} matching objects in place so far; the others follow` };

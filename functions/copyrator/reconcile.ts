@@ -10,6 +10,7 @@ import { ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient } fr
 import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { forEachLimited } from '../runtime/limit.ts';
+import { boundedMessage } from '../runtime/quote.ts';
 import {
   blockTaken,
   conflictFor,
@@ -71,6 +72,8 @@ async function apply(kube: KubeClient, rule: KubeObject, ruleType: RuleType, act
         await kube.replace(kind, updatedCopy(action.desired, action.existing));
         return 'updated';
       } catch (error) {
+        const refused = refusal(error, action.desired);
+        if (refused) return { conflict: refused };
         // Changed or deleted since we listed it (another replica, a hand edit): judge it again from a fresh read.
         if (!isConflict(error) && !isNotFound(error)) throw error;
         return createCopy(kube, rule, ruleType, action.desired);
@@ -85,15 +88,28 @@ async function apply(kube: KubeClient, rule: KubeObject, ruleType: RuleType, act
   }
 }
 
+/**
+ * A write of a copy the API server refuses for a reason that retrying the delivery does not
+ * change: 422 Invalid, 403 Forbidden (a ResourceQuota or an admission policy of the target
+ * namespace). Reported as a conflict in status, as a held name is, and the delivery answered
+ * 2xx: a 5xx would make every delivery for the rule fail, with a full converge per retry, for
+ * one namespace; the resync tries again. The message quotes the API server, which may quote
+ * the refused object: bounded, like every message in status.
+ */
+export function refusal(error: unknown, desired: CopyableObject): Conflict | undefined {
+  if (!(error instanceof ApiError) || (error.code !== 422 && error.code !== 403)) return undefined;
+  const reason = error.code === 422 ? 'Invalid' : 'Forbidden';
+  return { namespace: desired.metadata.namespace!, name: desired.metadata.name!, reason, message: boundedMessage(error.status?.message ?? error.message) };
+}
+
 async function createCopy(kube: KubeClient, rule: KubeObject, ruleType: RuleType, desired: CopyableObject): Promise<Outcome> {
   const kind = kindOf(ruleType);
   try {
     await kube.create(kind, desired);
     return 'created';
   } catch (error) {
-    if (error instanceof ApiError && error.code === 422) {
-      return { conflict: { namespace: desired.metadata.namespace!, name: desired.metadata.name!, reason: 'Invalid', message: error.status?.message ?? error.message } };
-    }
+    const refused = refusal(error, desired);
+    if (refused) return { conflict: refused };
     if (!isAlreadyExists(error)) throw error;
   }
   // The name is taken: by our copy that lost its labels, by another rule's copy, or by a foreign object.

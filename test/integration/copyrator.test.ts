@@ -640,3 +640,31 @@ describe('answers stay small, whatever the size of the objects', () => {
     }
   });
 });
+
+describe('a namespace that refuses copies', () => {
+  const Quota: ResourceKind = { group: '', version: 'v1', kind: 'ResourceQuota', plural: 'resourcequotas', namespaced: true };
+
+  test('a 403 (here a ResourceQuota) is a Forbidden conflict in status, answered 2xx; the other namespaces get their copies', async () => {
+    await createNamespace('quota-ns');
+    const quota = await kube.create<KubeObject & { spec: unknown }>(Quota, { metadata: { name: 'no-configmaps', namespace: 'quota-ns' }, spec: { hard: { 'count/configmaps': '0' } } });
+    await kube.replace(Quota, { ...quota, status: { hard: { 'count/configmaps': '0' }, used: { 'count/configmaps': '0' } } }, 'status');
+    await createNamespace('src-quota');
+    await kube.create(ConfigMap, configMap('src-quota', 'limited', { quota: 'yes' }));
+    const key = { namespace: 'src-quota', name: 'quota' };
+    try {
+      // send() asserts a 200 answer.
+      await ruleEvent(await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-quota', { quota: 'yes' })), 'add');
+      const status = (await getRule(key))!.status!;
+      assert.deepEqual(status.conflicts?.map((conflict) => [conflict.namespace, conflict.name, conflict.reason]), [['quota-ns', 'limited', 'Forbidden']]);
+      assert.match(status.conflicts![0]!.message, /exceeded quota/);
+      assert.deepEqual([ready({ status } as CopyratorRule)?.status, ready({ status } as CopyratorRule)?.reason], ['False', 'CopyConflicts']);
+      assert.ok(await getCm('team-a', 'limited'));
+    } finally {
+      // Out of every later rule's way.
+      await kube.mergePatch(Namespace, { namespace: '', name: 'quota-ns' }, { metadata: { labels: { [EXCLUDE_LABEL]: 'true' } } });
+      await kube.delete(CopyratorRuleKind, key);
+      const deleting = await getRule(key);
+      if (deleting) await ruleEvent(deleting);
+    }
+  });
+});

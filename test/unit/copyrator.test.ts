@@ -29,6 +29,9 @@ import {
   type CopyratorRule,
 } from '../../functions/copyrator/desired.ts';
 import { ruleKeyOfCopy } from '../../functions/copyrator/mapping.ts';
+import { refusal } from '../../functions/copyrator/reconcile.ts';
+import { ApiError } from '../../functions/runtime/kube.ts';
+import { MAX_MESSAGE_CHARS } from '../../functions/runtime/quote.ts';
 import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { PART_OF } from '../../functions/runtime/knative-objects.ts';
@@ -274,5 +277,19 @@ describe('status', () => {
     const ready = status.conditions!.find((condition) => condition.type === 'Ready')!;
     assert.deepEqual([ready.status, ready.reason], ['True', 'CopiesInPlace']);
     assert.equal(nextStatus(rule({ metadata: { name: 'main-rule', namespace: 'default', uid: 'new-uid' } }), rule(), { matched: 0, copies: 0, conflicts: [], failed: 0 }), undefined);
+  });
+});
+
+describe('a copy the API server refuses', () => {
+  const desired: CopyableObject = { metadata: { namespace: 'team-q', name: 'shared' } };
+
+  test('422 and 403 are conflicts (Invalid, Forbidden) with a bounded message; other errors are not', () => {
+    const hostile = `configmaps "shared" is forbidden: ${'x'.repeat(5000)}\u001b[2J`;
+    const forbidden = refusal(new ApiError(403, 'Forbidden', 'POST /api/v1/namespaces/team-q/configmaps: cut', { message: hostile }), desired)!;
+    assert.deepEqual([forbidden.namespace, forbidden.name, forbidden.reason], ['team-q', 'shared', 'Forbidden']);
+    assert.ok(forbidden.message.length <= MAX_MESSAGE_CHARS && !forbidden.message.includes('\u001b'), forbidden.message.slice(-60));
+    assert.equal(refusal(new ApiError(422, 'Invalid', 'POST: invalid', { message: hostile }), desired)?.reason, 'Invalid');
+    for (const code of [409, 404, 500, 0]) assert.equal(refusal(new ApiError(code, 'Other', 'm'), desired), undefined, String(code));
+    assert.equal(refusal(new Error('not from the API'), desired), undefined);
   });
 });
