@@ -42,15 +42,15 @@ import {
 const WRITE_CONCURRENCY = 16;
 
 /**
- * Objects per page of the lists that carry data (sources, and the copies judged against them).
- * A ConfigMap's or Secret's data may reach 1 MiB (about 1.4 MiB of base64 for a Secret), so a
- * page of client-go's 500 could be a 500 MiB answer; 16 keeps one answer under about 22 MiB
- * in a function whose heap is 160 MiB. Measured against kube-apiserver, 2000 copies of 1 KiB
- * list in about 0.25 s in pages of 16 against 0.08 s in pages of 500. These lists are read
- * from etcd, never from the watch cache, which would answer in one page whatever the limit.
- * Lists that need no data ask for metadata only and keep pages of LIST_PAGE_SIZE.
+ * How the lists that carry data (sources, and the copies judged against them) are paged. A
+ * ConfigMap's or Secret's data may reach 1 MiB (about 1.4 MiB of base64 for a Secret), so a page
+ * of client-go's 500 could be a 500 MiB answer. The first page asks for 16 (under about 22 MiB
+ * at the largest), each next one for as many as fit 4 MiB at the sizes seen so far (ListOptions
+ * pageBytes): small copies still come 500 at a time, large ones a few. These lists are read from
+ * etcd, never from the watch cache, which would answer in one page whatever the limit. Lists
+ * that need no data ask for metadata only and keep pages of LIST_PAGE_SIZE.
  */
-const DATA_PAGE_SIZE = 16;
+const DATA_PAGES = { limit: 16, pageBytes: 4 * 1024 * 1024 } as const;
 
 type Outcome = 'created' | 'updated' | 'deleted' | 'unchanged' | { conflict: Conflict };
 
@@ -225,7 +225,7 @@ async function converge({ kube, shared, now, deadline }: ReconcileContext, rule:
   // the watch cache, as there are almost never any, and as metadata: deleting needs no data.
   const formerTypes = ruleTypes.filter((ruleType) => ruleType !== rule.ruleType);
   const [listed, namespaces, ...former] = await Promise.all([
-    kube.list<CopyableObject>(kind, { namespace: rule.namespace, labelSelector: selectorString(rule.selector) || undefined, limit: DATA_PAGE_SIZE }),
+    kube.list<CopyableObject>(kind, { namespace: rule.namespace, labelSelector: selectorString(rule.selector) || undefined, ...DATA_PAGES }),
     // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
     shared('namespaces', () => kube.list(Namespace)),
     ...formerTypes.map((ruleType) => kube.list(kindOf(ruleType), { labelSelector: copiesSelector(rule), cached: true, metadataOnly: true })),
@@ -239,7 +239,7 @@ async function converge({ kube, shared, now, deadline }: ReconcileContext, rule:
     return { matched: sources.length, copies: counts.created + counts.updated + counts.unchanged, conflicts, failed, counts, firstError, ...(unfinished ? { unfinished } : {}) };
   };
   const present = new Set<string>();
-  for await (const page of kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule), limit: DATA_PAGE_SIZE })) {
+  for await (const page of kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule), ...DATA_PAGES })) {
     if (outOfTime()) return tally(true);
     const ours = page.items.filter((object) => isManagedBy(object, rule));
     for (const object of ours) if (!object.metadata.deletionTimestamp) present.add(copyKey(object));

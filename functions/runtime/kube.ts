@@ -170,6 +170,14 @@ export interface ListOptions {
    * ConfigMaps or Secrets otherwise carries their data, up to 1 MiB each.
    */
   metadataOnly?: boolean;
+  /**
+   * Pages of about this many bytes, for objects whose size varies by orders of magnitude (a
+   * ConfigMap of a few bytes or of 1 MiB): the first page asks for `limit` objects, each next one
+   * for as many as fit at the average size seen so far (at least one, at most LIST_PAGE_SIZE).
+   * So small objects come 500 at a time and large ones a few at a time, and no answer holds
+   * `limit` objects of the largest size.
+   */
+  pageBytes?: number;
 }
 
 /** An object as a metadata-only list returns it. */
@@ -189,6 +197,16 @@ const METADATA_LIST_ACCEPT = 'application/json;as=PartialObjectMetadataList;g=me
 export interface ObjectList<T> {
   items: T[];
   metadata: { resourceVersion?: string; continue?: string };
+}
+
+interface RequestOptions {
+  body?: unknown;
+  contentType?: string;
+  accept?: string;
+  /** For the observer (metrics): the resource the request concerns. */
+  resource?: string;
+  /** Told the length of a successful answer (its characters: its bytes, for the ASCII JSON of the API server). */
+  onAnswer?: (length: number) => void;
 }
 
 /** Page size of lists (client-go's pager default): big enough for few round trips, small enough to bound each answer. */
@@ -350,7 +368,7 @@ export class KubeClient {
    * backoff (a create retried after a lost response then answers AlreadyExists, which callers
    * creating deterministic names treat as success); other errors throw ApiError at once.
    */
-  async request<T>(method: string, path: string, options: { body?: unknown; contentType?: string; accept?: string; query?: Record<string, string | undefined>; resource?: string } = {}): Promise<T> {
+  async request<T>(method: string, path: string, options: RequestOptions & { query?: Record<string, string | undefined> } = {}): Promise<T> {
     const url = new URL(this.server + path);
     for (const [name, value] of Object.entries(options.query ?? {})) if (value !== undefined) url.searchParams.set(name, value);
     for (let attempt = 0; ; attempt++) {
@@ -408,7 +426,7 @@ export class KubeClient {
     return prepared;
   }
 
-  async #send<T>(method: string, url: URL, options: { body?: unknown; contentType?: string; accept?: string; resource?: string }, renewedAuth = false): Promise<T> {
+  async #send<T>(method: string, url: URL, options: RequestOptions, renewedAuth = false): Promise<T> {
     const auth = await this.#authentication(renewedAuth);
     const headers: Record<string, string> = { ...auth.headers, accept: options.accept ?? 'application/json' };
     if (options.body !== undefined) headers['content-type'] = options.contentType ?? 'application/json';
@@ -432,7 +450,10 @@ export class KubeClient {
     }
     const { statusCode, text } = answer;
     this.#observe(verb, options.resource ?? '', statusCode, (performance.now() - started) / 1000);
-    if (statusCode >= 200 && statusCode < 300) return parseJson(text) as T;
+    if (statusCode >= 200 && statusCode < 300) {
+      options.onAnswer?.(text.length);
+      return parseJson(text) as T;
+    }
     // A rotated or expired credential: prepare authentication again and try once more.
     if (statusCode === 401 && !renewedAuth) return this.#send<T>(method, url, options, true);
     throw errorFromResponse(`${method} ${url.pathname}`, statusCode, text);
@@ -457,14 +478,20 @@ export class KubeClient {
   pages<T extends KubeObject = KubeObject>(kind: ResourceKind, options?: FullListOptions): AsyncGenerator<ObjectList<T>>;
   async *pages<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): AsyncGenerator<ObjectList<T>> {
     let token: string | undefined;
+    let limit = options.limit ?? LIST_PAGE_SIZE;
+    let answerBytes = 0;
     do {
       const page = await this.request<ObjectList<T>>('GET', collectionPath(kind, options.namespace), {
         resource: kind.plural,
         accept: options.metadataOnly ? METADATA_LIST_ACCEPT : undefined,
-        query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector, limit: String(options.limit ?? LIST_PAGE_SIZE), continue: token, resourceVersion: options.cached ? '0' : undefined },
+        query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector, limit: String(limit), continue: token, resourceVersion: options.cached ? '0' : undefined },
+        onAnswer: (bytes) => (answerBytes = bytes),
       });
       // A metadata-only list with no items says `"items": null` (PartialObjectMetadataList).
       page.items ??= [];
+      if (options.pageBytes && page.items.length > 0) {
+        limit = Math.max(1, Math.min(LIST_PAGE_SIZE, Math.floor(options.pageBytes / (answerBytes / page.items.length))));
+      }
       yield page;
       token = page.metadata?.continue || undefined;
     } while (token);
