@@ -1,5 +1,7 @@
-// HTTP helpers for tests that talk to a function host directly: a raw POST that keeps the answer
-// as text and JSON, and one sample of a Prometheus metric from /metrics.
+// HTTP helpers for tests: a raw POST to a function host that keeps the answer as text and JSON,
+// one sample of a Prometheus metric from /metrics, and loopback servers closed after a file's tests.
+import type { Server } from 'node:http';
+import { after } from 'node:test';
 
 export interface RawAnswer {
   status: number;
@@ -32,4 +34,16 @@ export async function metricValue(url: string, name: string, labels: Record<stri
     if (Object.entries(labels).every(([key, value]) => present[key] === value)) return Number(match[3]);
   }
   return undefined;
+}
+
+/** The loopback servers a test file starts, each closed (its connections cut) once the file's tests are done. */
+export function serversClosedAfter(): Server[] {
+  const servers: Server[] = [];
+  after(() => {
+    for (const server of servers) {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+  return servers;
 }

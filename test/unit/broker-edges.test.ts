@@ -2,17 +2,18 @@
 // timeouts, drain on close, requeue holding (opfnnotbefore), the dead-letter file's mode and cap,
 // and direct routes (the activator's warm path).
 import assert from 'node:assert/strict';
-import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
-import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server, type ServerResponse } from 'node:http';
+import { readFile, stat } from 'node:fs/promises';
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
 import { Dispatcher } from '../../eventing/broker/dispatcher.ts';
 import { appendJsonLine, Broker, clearDeadLetterFile, readDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker.ts';
+import { serversClosedAfter } from '../support/http.ts';
+import { tempDir } from '../support/temp.ts';
 
 interface Received {
   headers: IncomingHttpHeaders;
@@ -20,7 +21,7 @@ interface Received {
   at: number;
 }
 
-const servers: Server[] = [];
+const servers = serversClosedAfter();
 async function subscriber(handler: (req: Received, res: ServerResponse, n: number) => unknown): Promise<{ url: string; requests: Received[] }> {
   const requests: Received[] = [];
   const server = createServer(async (req, res) => {
@@ -40,17 +41,7 @@ function captureLog(): { log: Logger; lines: Array<Record<string, unknown>> } {
   return { log: pino({ level: 'debug' }, { write: (c: string) => c.split('\n').filter((l) => l.trim()).forEach((l) => lines.push(JSON.parse(l))) }), lines };
 }
 
-let dir = '';
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'broker-edges-'));
-});
-after(async () => {
-  for (const server of servers) {
-    server.closeAllConnections();
-    server.close();
-  }
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDir('broker-edges-');
 
 let n = 0;
 function newBroker(options: Partial<BrokerOptions> & { triggers: Trigger[] }): { broker: Broker; lines: Array<Record<string, unknown>>; file: string } {

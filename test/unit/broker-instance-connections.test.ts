@@ -3,29 +3,19 @@
 // requests it makes at once) stays bounded; a subscriber reached by its URL is not held to it
 // (eventing/broker/dispatcher.ts).
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer, type Server, type ServerResponse } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { Broker, type Lease } from '../../eventing/broker.ts';
 import { INSTANCE_CONNECTIONS } from '../../eventing/broker/dispatcher.ts';
+import { serversClosedAfter } from '../support/http.ts';
+import { tempDir } from '../support/temp.ts';
 
-let dir = '';
-const servers: Server[] = [];
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'broker-instance-connections-'));
-});
-after(async () => {
-  for (const server of servers) {
-    server.closeAllConnections();
-    server.close();
-  }
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDir('broker-instance-connections-');
+const servers = serversClosedAfter();
 
 /** A subscriber that holds every request until `release()`; `open` counts requests held now. */
 async function holdingSubscriber() {

@@ -2,17 +2,17 @@
 // raised maxInFlight starts queued events at once, and each retry goes to the subscriber the
 // Trigger has at that attempt, as Knative's broker filter looks the Trigger up per request.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer, type Server, type ServerResponse } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { Broker, readDeadLetterFile } from '../../eventing/broker.ts';
+import { serversClosedAfter } from '../support/http.ts';
+import { tempDir } from '../support/temp.ts';
 
-const servers: Server[] = [];
+const servers = serversClosedAfter();
 /** A subscriber that counts requests and answers each with `answer`. */
 async function subscriber(answer: (res: ServerResponse) => unknown): Promise<{ url: string; hits: () => number }> {
   let hits = 0;
@@ -28,17 +28,7 @@ async function subscriber(answer: (res: ServerResponse) => unknown): Promise<{ u
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, hits: () => hits };
 }
 
-let dir = '';
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'broker-trigger-edits-'));
-});
-after(async () => {
-  for (const server of servers) {
-    server.closeAllConnections();
-    server.close();
-  }
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDir('broker-trigger-edits-');
 
 const event = (id: string) => ({ specversion: '1.0' as const, id, source: '/test', type: 't' });
 

@@ -2,12 +2,11 @@
 // Timing assertions are lower bounds only; the machine is noisy.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from 'node:http';
+import { writeFile } from 'node:fs/promises';
+import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { CloudEventV1 } from 'cloudevents';
@@ -25,6 +24,8 @@ import {
   type BrokerOptions,
   type Trigger,
 } from '../../eventing/broker.ts';
+import { serversClosedAfter } from '../support/http.ts';
+import { tempDir } from '../support/temp.ts';
 
 // ---- helpers --------------------------------------------------------------------------------------
 
@@ -45,7 +46,7 @@ interface Subscriber {
   close: () => Promise<void>;
 }
 
-const servers: Server[] = [];
+const servers = serversClosedAfter();
 
 async function startSubscriber(handler: Handler): Promise<Subscriber> {
   const requests: Received[] = [];
@@ -112,17 +113,7 @@ function blocker(): { gate: Promise<void>; release: () => void } {
   return { gate, release };
 }
 
-let dir = '';
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'broker-test-'));
-});
-after(async () => {
-  for (const server of servers) {
-    server.closeAllConnections();
-    server.close();
-  }
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDir('broker-test-');
 
 let counter = 0;
 function newBroker(options: Partial<BrokerOptions> & { triggers: Trigger[] }): { broker: Broker; lines: Array<Record<string, unknown>>; deadLetterFile: string } {

@@ -2,35 +2,25 @@
 // subscriber's say, so keys are held only for a function a Trigger routes to, and in all at most
 // `maxKeys` whatever names the replies use.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino } from 'pino';
 import { Broker } from '../../eventing/broker.ts';
 import { RequeueHold } from '../../eventing/broker/hold.ts';
+import { serversClosedAfter } from '../support/http.ts';
+import { tempDir } from '../support/temp.ts';
 
 function captureLog() {
   const lines: Array<Record<string, unknown>> = [];
   return { log: pino({ level: 'debug' }, { write: (c: string) => c.split('\n').filter((l) => l.trim()).forEach((l) => lines.push(JSON.parse(l))) }), lines };
 }
 
-let dir = '';
-const servers: Server[] = [];
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'hold-bounds-'));
-});
-after(async () => {
-  for (const server of servers) {
-    server.closeAllConnections();
-    server.close();
-  }
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDir('hold-bounds-');
+const servers = serversClosedAfter();
 
 describe('RequeueHold: one count of keys for all functions', () => {
   it('beyond maxKeys a key of any function is dropped with a log line, whatever room its function has', () => {
