@@ -9,8 +9,8 @@
 // plane can), so a source missing list/watch on a kind fails here as on a cluster; a source
 // without `namespaceSelector` lists and watches only its own namespace (cluster-scoped kinds
 // everywhere), so a namespace Role suffices as on a cluster, `namespaceSelector: {}` every
-// namespace. Conditions: SinkProvided,
-// SufficientPermissions, Deployed, Ready (apiserver_lifecycle.go); `status.sinkUri`.
+// namespace. Conditions: SinkProvided, SufficientPermissions, Deployed, Ready
+// (apiserver_lifecycle.go); `status.sinkUri`.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { apiVersionOf, isValidGroupVersion, keyOf, keyString, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind } from '../../functions/runtime/kinds.ts';
