@@ -63,25 +63,19 @@ function processStart(pid: number): string | undefined {
 }
 
 /**
- * Is the process cluster.json names still the control plane `opfn cluster up` started? A `cluster
- * up` that died without cleaning up (SIGKILL, a crash, a reboot) leaves the file behind, and its
- * pid may since belong to any process: signalling that one would stop someone else's work.
- * 'running': it is (the start time recorded by `up` matches; a file from before start times were
- * recorded: its command line is `... cluster up`; without /proc, the pid is all there is);
- * 'gone': nothing has the pid; 'other': another process has it now.
+ * Is the process cluster.json names (`record`, as clusterRecord read it) still the control plane
+ * `opfn cluster up` started? A `cluster up` that died without cleaning up (SIGKILL, a crash, a
+ * reboot) leaves the file behind, and its pid may since belong to any process: signalling that
+ * one would stop someone else's work. 'running': it is (the start time recorded by `up` matches;
+ * a file from before start times were recorded: its command line is `... cluster up`; without
+ * /proc, the pid is all there is); 'gone': nothing has the pid; 'other': another process has it now.
  */
-function clusterProcess(pid: number): 'running' | 'gone' | 'other' {
+function clusterProcess({ pid, startTime }: { pid: number; startTime?: string }): 'running' | 'gone' | 'other' {
   if (!isRunning(pid)) return 'gone';
   if (!existsSync('/proc/self/stat')) return 'running';
   const started = processStart(pid);
   if (started === undefined) return 'gone';
-  let recorded: unknown;
-  try {
-    recorded = (JSON.parse(readFileSync(CLUSTER_STATE, 'utf8')) as { startTime?: unknown }).startTime;
-  } catch {
-    recorded = undefined;
-  }
-  if (typeof recorded === 'string') return recorded === started ? 'running' : 'other';
+  if (startTime !== undefined) return startTime === started ? 'running' : 'other';
   let args: string[] = [];
   try {
     args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
@@ -146,7 +140,7 @@ cluster
   .description('start the control plane with the CRDs installed and keep it running until Ctrl-C or `opfn cluster down`')
   .action(async () => {
     const running = clusterRecord(STATE_DIR);
-    if (running?.pid !== undefined && clusterProcess(running.pid) === 'running') {
+    if (running?.pid !== undefined && clusterProcess({ ...running, pid: running.pid }) === 'running') {
       say(`a local cluster is already running (pid ${running.pid}); export KUBECONFIG=${running.kubeconfig}`);
       process.exit(1);
     }
@@ -179,24 +173,27 @@ cluster
   .command('down')
   .description('stop the control plane started by `opfn cluster up`')
   .action(async () => {
-    const pid = clusterRecord(STATE_DIR)?.pid;
+    const record = clusterRecord(STATE_DIR);
+    const pid = record?.pid;
     if (pid === undefined) {
       say('no local cluster is running');
       return;
     }
-    const state = clusterProcess(pid);
+    const gone = () => {
+      rmSync(CLUSTER_STATE, { force: true });
+      say(`the cluster process ${pid} was already gone; state cleared`);
+    };
+    const state = clusterProcess({ ...record, pid });
     if (state === 'other') {
       rmSync(CLUSTER_STATE, { force: true });
       say(`${staleCluster(pid)}; nothing signalled, stale ${CLUSTER_STATE} cleared`);
       return;
     }
+    if (state === 'gone') return gone();
     try {
-      if (state === 'gone') throw new Error('gone');
       process.kill(pid, 'SIGTERM');
     } catch {
-      rmSync(CLUSTER_STATE, { force: true });
-      say(`the cluster process ${pid} was already gone; state cleared`);
-      return;
+      return gone();
     }
     // It removes the file as it stops; one that ends without doing so leaves it to us.
     for (let waited = 0; existsSync(CLUSTER_STATE) && isRunning(pid) && waited < 30_000; waited += 100) await new Promise((r) => setTimeout(r, 100));
@@ -208,7 +205,7 @@ cluster
   .description('print the KUBECONFIG line for the running local cluster (eval "$(opfn cluster env)")')
   .action(() => {
     const running = clusterRecord(STATE_DIR);
-    const state = running?.pid === undefined ? 'gone' : clusterProcess(running.pid);
+    const state = running?.pid === undefined ? 'gone' : clusterProcess({ ...running, pid: running.pid });
     if (running?.pid === undefined || !running.kubeconfig || state !== 'running') {
       const stale = state === 'other' ? ` (${staleCluster(running!.pid!)}; \`opfn cluster down\` clears its state)` : '';
       say(`no local cluster is running${stale}; start one with: npx opfn cluster up`);

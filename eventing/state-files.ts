@@ -6,7 +6,7 @@ import { join } from 'node:path';
 export const DEAD_LETTER_FILE = 'dead-letters.jsonl';
 /** The running plane's pid and broker URL, for `opfn dead-letters replay`. */
 export const PLANE_STATE_FILE = 'plane.json';
-/** The control plane `opfn cluster up` keeps running: its pid, server and kubeconfig. */
+/** The control plane `opfn cluster up` keeps running: its pid (with the process's start time), server and kubeconfig. */
 export const CLUSTER_STATE_FILE = 'cluster.json';
 
 /** The fields of a JSON record in the folder that have the expected type; undefined when the file is missing or not JSON. */
@@ -24,7 +24,7 @@ function readRecord<T extends Record<string, 'string' | 'number'>>(path: string,
 export const planeRecord = (stateDir: string) => readRecord(join(stateDir, PLANE_STATE_FILE), { pid: 'number', brokerUrl: 'string' });
 
 /** What `opfn cluster up` running from `stateDir` wrote about its control plane. */
-export const clusterRecord = (stateDir: string) => readRecord(join(stateDir, CLUSTER_STATE_FILE), { pid: 'number', kubeconfig: 'string' });
+export const clusterRecord = (stateDir: string) => readRecord(join(stateDir, CLUSTER_STATE_FILE), { pid: 'number', startTime: 'string', kubeconfig: 'string' });
 
 /** Is there a process `pid` (one of another user counts: EPERM)? */
 export function isRunning(pid: number): boolean {
