@@ -19,8 +19,6 @@ import { eventProblem, plainEvent } from './cloudevent-http.ts';
 import { DeadLetterSink } from './dead-letters.ts';
 import { Dispatcher, type DirectRoute } from './dispatcher.ts';
 import { DEFAULT_MAX_WAITING_BYTES, DEFAULT_MAX_WAITING_REQUESTS, Ingress, MAX_EVENT_BYTES, type IngestResult } from './ingress.ts';
-import { FUNCTION_EXTENSION, RECONCILE_TYPE } from '../../functions/runtime/events.ts';
-import { requeueEvent, splitReply } from './hold.ts';
 import { ReplyRouter } from './replies.ts';
 import { checkTrigger, positiveInteger, resolveDelivery } from './triggers.ts';
 import { TriggerQueue, type QueueItem, type TriggerStats } from './trigger-queue.ts';
@@ -107,6 +105,7 @@ export class Broker {
     });
     this.#replies = new ReplyRouter({
       maxHeldKeysPerFunction: options.maxHeldKeysPerFunction,
+      routed: (event) => [...this.#queues.values()].some((queue) => matchesTrigger(queue.trigger, event)),
       log: this.#log,
       ingest: (event) => this.#ingest(event, 'reply'),
       deadLetters: this.#deadLetters,
@@ -289,36 +288,10 @@ export class Broker {
     try {
       const reply = await deliverWithRetries(this.#attempts, queue, item);
       // Knative's filter puts the delivered event's TTL on the reply; the ingress then decrements it.
-      if (reply) this.#routeReply({ ...reply, [TTL_ATTRIBUTE]: item.ttl }, queue.trigger.name);
+      if (reply) this.#replies.route({ ...reply, [TTL_ATTRIBUTE]: item.ttl }, queue.trigger.name);
     } catch (err) {
       this.#log.error({ err, trigger: queue.trigger.name, id: item.event.id }, 'unexpected delivery error');
     }
-  }
-
-  /**
-   * Routes a reply. A reconcile reply's keys due later are held (hold.ts) only for a function one
-   * of the Triggers routes to: its `opfnfunction` is the subscriber's say, and the hold's room is
-   * per function, so replies under made-up names would otherwise be held without bound. Keys for
-   * a function no Trigger routes to would reach no one when due, so only the part due now goes
-   * on (it reaches whom it matches, as any reply).
-   */
-  #routeReply(reply: CloudEventV1<unknown>, from: string): void {
-    const fn = reply[FUNCTION_EXTENSION];
-    if (reply.type === RECONCILE_TYPE && typeof fn === 'string') {
-      const released = withoutTtl(requeueEvent(fn, reply.source, []));
-      if (![...this.#queues.values()].some((queue) => matchesTrigger(queue.trigger, released))) {
-        const { now, later } = splitReply(reply, Date.now());
-        if (later.length > 0) {
-          this.#log.warn(
-            { trigger: from, id: reply.id, function: fn, dropped: later.length, keys: later.slice(0, 3).map(({ key }) => key) },
-            'requeue for later not held: no Trigger routes reconcile events to the function the reply names',
-          );
-        }
-        if (now) this.#replies.route(now, from);
-        return;
-      }
-    }
-    this.#replies.route(reply, from);
   }
 
   async #deadLetter(queue: TriggerQueue, event: CloudEventV1<unknown>, failure: DeliveryFailure): Promise<void> {

@@ -18,7 +18,7 @@
 //   room, so one function's many requeues never crowd out another's) and `maxKeys` in all, each
 //   of at most MAX_HELD_KEY_LENGTH characters. A reply's `opfnfunction` is the subscriber's word,
 //   anyone's to forge, so the per-function room alone bounds nothing: the broker holds keys only
-//   for a function one of its Triggers routes to (broker.ts, routeReply; the plane's Triggers
+//   for a function one of its Triggers routes to (replies.ts, `routed`; the plane's Triggers
 //   each filter on their function's exact name, so a made-up name is never held), and the
 //   overall count bounds what a Trigger that takes every function could still let in. A key
 //   beyond either count is dropped with a log line: the function keeps its own due time (in

@@ -7,7 +7,7 @@ import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { withErrorExtensions } from '../delivery.ts';
 import type { DeadLetterSink } from './dead-letters.ts';
-import { RequeueHold, splitReply } from './hold.ts';
+import { requeueEvent, RequeueHold, splitReply } from './hold.ts';
 
 /** open: replies routed or held; stopping: only what is due now is routed; closed: dropped. */
 export type ReplyState = 'open' | 'stopping' | 'closed';
@@ -20,10 +20,18 @@ export class ReplyRouter {
   readonly #deadLetters: DeadLetterSink;
   readonly #state: () => ReplyState;
   readonly #onSettled: () => void;
+  readonly #routed: (event: CloudEventV1<unknown>) => boolean;
   #droppedWhileStopping = 0;
 
   constructor(options: {
     maxHeldKeysPerFunction?: number;
+    /**
+     * Would a Trigger take this event (the one held keys would leave in)? Keys are held only for
+     * a function some Trigger routes to: a reply's `opfnfunction` is the subscriber's say, and the
+     * hold's room is per function, so replies under made-up names would otherwise be held without
+     * bound; and keys for a function no Trigger routes to would reach no one when due.
+     */
+    routed: (event: CloudEventV1<unknown>) => boolean;
     log: Logger;
     ingest: (event: CloudEventV1<unknown>) => Promise<unknown>;
     deadLetters: DeadLetterSink;
@@ -35,6 +43,7 @@ export class ReplyRouter {
     this.#deadLetters = options.deadLetters;
     this.#state = options.state;
     this.#onSettled = options.onSettled;
+    this.#routed = options.routed;
     this.#hold = new RequeueHold({ maxKeysPerFunction: options.maxHeldKeysPerFunction, log: options.log, release: (event) => this.#routeNow(event, 'held') });
   }
 
@@ -73,6 +82,12 @@ export class ReplyRouter {
       // into the broker's closing line rather than a line per reply.
       this.#droppedWhileStopping += later.length;
       this.#log.debug({ trigger: from, id: reply.id, dropped: later.length }, 'requeue dropped because the plane is stopping');
+    } else if (later.length > 0 && !this.#routed(requeueEvent(later[0]!.function, later[0]!.source, []))) {
+      // Only the part due now goes on (it reaches whom it matches, as any reply).
+      this.#log.warn(
+        { trigger: from, id: reply.id, function: later[0]!.function, dropped: later.length, keys: later.slice(0, 3).map(({ key }) => key) },
+        'requeue for later not held: no Trigger routes reconcile events to the function the reply names',
+      );
     } else if (later.length > 0) {
       this.#hold.add(later, now);
     }
