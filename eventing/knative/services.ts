@@ -4,8 +4,10 @@
 // bounded by the capacity its annotations give. The activator runs the function with the
 // revision template's scaling (autoscaling annotations, containerConcurrency), timeoutSeconds and
 // delivery budget (the container's OPFN_DELIVERY_BUDGET_SECONDS), and a Service edited live is
-// applied to the running function (Activator.configure), as Serving rolls out a new revision. The generated dead-letter sink (event_display) is not run locally:
-// the broker's dead-letter file stands in for it.
+// applied to the running function (Activator.configure), as Serving rolls out a new revision; a
+// deleted one withdraws it (Activator.withdraw), as Serving removes the revision. The generated
+// dead-letter sink (event_display) is not run locally: the broker's dead-letter file stands in
+// for it.
 import type { Scaling } from '../../functions/runtime/declaration.ts';
 import { DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration } from '../activator/activator.ts';
 import { capacityAtMaxScale } from '../activator/decider.ts';

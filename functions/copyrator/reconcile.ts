@@ -127,11 +127,11 @@ async function createCopy(kube: KubeClient, rule: KubeObject, ruleType: RuleType
  * The objects holding the names of copies still to be made that are not this rule's copies: one
  * list per name, across namespaces, from the API server's watch cache, made once per reconcile,
  * of metadata only (all a conflict report needs; the watch cache answers in one page, so with
- * data it would bring every same-named object in the cluster, data and all, in one answer). A rule whose copies collide with objects in
- * many namespaces so costs one read per name on each reconcile, not a failed create and a read
- * per namespace. The cache is as fresh as the events: the ApiServerSource's watch is served from
- * it, so when the delete of a blocking object wakes the rule, the cache already knows it is gone;
- * an object created since meets its 409 on create.
+ * data it would bring every same-named object in the cluster, data and all, in one answer). A
+ * rule whose copies collide with objects in many namespaces so costs one read per name on each
+ * reconcile, not a failed create and a read per namespace. The cache is as fresh as the events:
+ * the ApiServerSource's watch is served from it, so when the delete of a blocking object wakes the
+ * rule, the cache already knows it is gone; an object created since meets its 409 on create.
  */
 function takenNames(kube: KubeClient, kind: ResourceKind, rule: CopyratorRule): (creates: CopyableObject[]) => Promise<CopyableObject[]> {
   const holdersByName = new Map<string, Promise<CopyableObject[]>>();
