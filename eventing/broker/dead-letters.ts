@@ -13,11 +13,12 @@
 // event) are kept apart, in `<file>.refused` with an eighth of the cap. Anyone who can reach the
 // ingress can make such letters at will (a forged 3.9 MB event answered 400), and in one file
 // forty of them would rotate away every letter of real work whose retries ran out.
-import { mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { mkdir, open, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { isRetryableStatus, withErrorExtensions, type DeadLetterTarget, type DeliveryFailure, type ResolvedDelivery } from '../delivery.ts';
+import { isRunning } from '../state-files.ts';
 import { withRetries } from './attempts.ts';
 import { judge, type Dispatcher } from './dispatcher.ts';
 
@@ -35,8 +36,37 @@ const refusedCap = (maxBytes: number): number => Math.max(1, Math.floor(maxBytes
 /** The subscriber refused the event for good (SelectiveRetry does not retry its 4xx answer). */
 const isRefusal = (failure: DeliveryFailure): boolean => failure.status !== undefined && failure.status >= 400 && failure.status < 500 && !isRetryableStatus(failure.status);
 
-/** The files a dead-letter file stands for, each with its rotated predecessor first: the refused letters', then its own. */
-const letterFiles = (path: string): string[] => [refusedLettersFile(path), path].flatMap((file) => [`${file}.1`, file]);
+const REPLAYING = '.replaying-';
+/** Where this process's replay moves the letters of `path` while it sends them (`<aside>.1` holds the rotated ones). */
+const replayAside = (path: string): string => `${path}${REPLAYING}${process.pid}`;
+
+/**
+ * Files that a replay killed midway left aside (`replayAside` of a process that is gone): letters
+ * it may not have sent yet. Listing, replaying and clearing treat them as part of the file, so a
+ * killed replay loses nothing; the letters it did send may be sent again (events are doorbells,
+ * and every function is idempotent).
+ */
+async function strandedReplays(path: string): Promise<string[]> {
+  const prefix = `${basename(path)}${REPLAYING}`;
+  let names: string[];
+  try {
+    names = await readdir(dirname(path));
+  } catch {
+    return [];
+  }
+  return names
+    .map((name) => ({ name, pid: name.startsWith(prefix) ? Number(/^(\d+)(\.|$)/.exec(name.slice(prefix.length))?.[1]) : NaN }))
+    .filter(({ pid }) => Number.isSafeInteger(pid) && pid !== process.pid && !isRunning(pid))
+    .map(({ name }) => join(dirname(path), name))
+    .sort();
+}
+
+/** The files a dead-letter file stands for: the refused letters', then its own; in each, what a killed replay left, then the rotated predecessor, then the file. */
+async function letterFiles(path: string): Promise<string[]> {
+  const files: string[] = [];
+  for (const family of [refusedLettersFile(path), path]) files.push(...(await strandedReplays(family)), `${family}.1`, family);
+  return files;
+}
 
 const JSON_TYPE = /^application\/(json|[a-z0-9.+-]*\+json)\s*(;|$)/i;
 
@@ -116,10 +146,10 @@ async function countLines(path: string): Promise<number> {
   }
 }
 
-/** Every letter of the file, its refused letters and their rotated predecessors (oldest first in each); unparsable lines are reported, not dropped. */
+/** Every letter of the file, its refused letters, their rotated predecessors and what a killed replay left (oldest first in each); unparsable lines are reported, not dropped. */
 export async function readDeadLetterFile(path: string): Promise<Array<{ letter?: CloudEventV1<unknown>; line: number; file: string; error?: string }>> {
   const out: Array<{ letter?: CloudEventV1<unknown>; line: number; file: string; error?: string }> = [];
-  for (const file of letterFiles(path)) {
+  for (const file of await letterFiles(path)) {
     let text: string;
     try {
       text = await readFile(file, 'utf8');
@@ -138,12 +168,12 @@ export async function readDeadLetterFile(path: string): Promise<Array<{ letter?:
   return out;
 }
 
-/** Removes the file, its refused letters and their rotated predecessors; resolves to the number of letters removed. */
+/** Removes the file, its refused letters, their rotated predecessors and what a killed replay left; resolves to the number of letters removed. */
 export async function clearDeadLetterFile(path: string): Promise<number> {
   let removed = 0;
   for (const family of [path, refusedLettersFile(path)]) {
     await serialized(family, async () => {
-      for (const file of [family, `${family}.1`]) {
+      for (const file of [...(await strandedReplays(family)), family, `${family}.1`]) {
         removed += await countLines(file);
         await rm(file, { force: true });
       }
@@ -235,7 +265,8 @@ export interface ReplayResult {
 /**
  * Re-publishes every letter through a broker's ingress (structured mode). The file is moved
  * aside first, so letters the broker writes meanwhile (a replay that fails again) land in a new
- * file and are never lost; letters the ingress refuses are appended back.
+ * file and are never lost; letters the ingress refuses are appended back. What an earlier replay
+ * killed midway left aside is taken over and sent first.
  */
 export async function replayDeadLetterFile(path: string, brokerUrl: string): Promise<ReplayResult> {
   const result: ReplayResult = { replayed: 0, failed: [] };
@@ -246,15 +277,16 @@ export async function replayDeadLetterFile(path: string, brokerUrl: string): Pro
 
 /** Replays one file and its rotated predecessor into `result`; what is not accepted goes back to the same file. */
 async function replayFamily(path: string, maxBytes: number, brokerUrl: string, result: ReplayResult): Promise<void> {
-  const aside = `${path}.replaying-${process.pid}`;
+  const aside = replayAside(path);
   const moved: string[] = [];
-  for (const file of [`${path}.1`, path]) {
-    const target = `${aside}${file === path ? '' : '.1'}`;
+  const stranded = await strandedReplays(path);
+  const sources = [...stranded.map((file, i) => ({ file, target: `${aside}.taken-${i}` })), { file: `${path}.1`, target: `${aside}.1` }, { file: path, target: aside }];
+  for (const { file, target } of sources) {
     try {
       await rename(file, target);
       moved.push(target);
     } catch {
-      // no such file
+      // no such file, or another replay took it over first
     }
   }
   const rest: string[] = [];

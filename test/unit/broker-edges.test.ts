@@ -2,7 +2,10 @@
 // timeouts, drain on close, requeue holding (opfnnotbefore), the dead-letter file's mode and cap,
 // and direct routes (the activator's warm path).
 import assert from 'node:assert/strict';
-import { readFile, stat } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { readFile, stat, writeFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -11,7 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
 import { Dispatcher } from '../../eventing/broker/dispatcher.ts';
-import { appendJsonLine, Broker, clearDeadLetterFile, readDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker.ts';
+import { appendJsonLine, Broker, clearDeadLetterFile, readDeadLetterFile, replayDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker.ts';
 import { serversClosedAfter } from '../support/http.ts';
 import { tempDir } from '../support/temp.ts';
 
@@ -34,6 +37,13 @@ async function subscriber(handler: (req: Received, res: ServerResponse, n: numbe
   servers.push(server);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, requests };
+}
+
+/** The pid of a process that has exited (and been reaped), as a killed replay's would be. */
+async function exitedPid(): Promise<number> {
+  const child = spawn(process.execPath, ['-e', '']);
+  await once(child, 'exit');
+  return child.pid!;
 }
 
 function captureLog(): { log: Logger; lines: Array<Record<string, unknown>> } {
@@ -322,6 +332,31 @@ describe('Broker dead-letter file', () => {
     await appendJsonLine(file, '{"id":"x"}');
     assert.equal((await stat(file)).mode & 0o777, 0o600);
     assert.equal(await readFile(file, 'utf8'), '{"id":"x"}\n');
+  });
+
+  it('what a replay killed midway left aside is listed, replayed and cleared; a running replay\'s is left alone', async () => {
+    const file = join(dir, 'stranded.jsonl');
+    const deadPid = await exitedPid();
+    const letter = (id: string) => `${JSON.stringify({ specversion: '1.0', id, type: 't', source: '/s' })}\n`;
+    await writeFile(file, letter('current'));
+    await writeFile(`${file}.replaying-${deadPid}`, letter('stranded'));
+    await writeFile(`${file}.replaying-${deadPid}.1`, letter('stranded-rotated'));
+    await writeFile(`${file}.refused.replaying-${deadPid}`, letter('stranded-refused'));
+    await writeFile(`${file}.replaying-${process.ppid}`, letter('in-flight'));
+    const ids = async () => (await readDeadLetterFile(file)).map((l) => l.letter?.id).sort();
+    assert.deepEqual(await ids(), ['current', 'stranded', 'stranded-refused', 'stranded-rotated']);
+
+    const ingress = await subscriber((_req, res) => res.writeHead(202).end());
+    const result = await replayDeadLetterFile(file, ingress.url);
+    assert.deepEqual(result, { replayed: 4, failed: [] });
+    assert.deepEqual(ingress.requests.map((r) => JSON.parse(r.body.toString()).id).sort(), ['current', 'stranded', 'stranded-refused', 'stranded-rotated']);
+    assert.deepEqual(await ids(), []);
+    assert.equal(await readFile(`${file}.replaying-${process.ppid}`, 'utf8'), letter('in-flight'), 'a live replay keeps its letters');
+
+    await writeFile(`${file}.replaying-${deadPid}`, letter('stranded-again'));
+    assert.equal(await clearDeadLetterFile(file), 1);
+    assert.equal(existsSync(`${file}.replaying-${deadPid}`), false);
+    assert.equal(existsSync(`${file}.replaying-${process.ppid}`), true);
   });
 });
 
