@@ -17,7 +17,7 @@ import type { KubeObject } from '../runtime/kinds.ts';
 import { applyUpdate, forCreate } from './apply.ts';
 import { controllerRefFor } from './claim.ts';
 import { groupKindKey, groupVersionKindKey, type ChildUpdateMethod, type ResolvedResource } from './types.ts';
-import { quote } from '../runtime/quote.ts';
+import { cut, quote } from '../runtime/quote.ts';
 
 /** Completes "the child has been …" once the shell has carried it out. */
 export type ChildOperation =
@@ -119,7 +119,7 @@ const CHILD_ERROR_CHARS = 250;
  * children (80 children refused by a full quota made an answer header undici refuses).
  */
 export function childErrorsMessage(errors: string[]): string {
-  const listed = errors.slice(0, LISTED_CHILD_ERRORS).map((error) => (error.length > CHILD_ERROR_CHARS ? `${error.slice(0, CHILD_ERROR_CHARS)}… (${error.length} characters)` : error));
+  const listed = errors.slice(0, LISTED_CHILD_ERRORS).map((error) => cut(error, CHILD_ERROR_CHARS));
   const more = errors.length - listed.length;
   return `${listed.join('; ')}${more > 0 ? `; and ${more} more child error${more > 1 ? 's' : ''}` : ''}`;
 }

@@ -23,7 +23,7 @@
 import { agreedRetryAfter, statusForError, TransientError } from './errors.ts';
 import { MAX_KEYS_PER_EVENT } from './events.ts';
 import { kindKeyString, type KindKey } from './kinds.ts';
-import { boundedMessage } from './quote.ts';
+import { boundedMessage, cut } from './quote.ts';
 import { reconcileReply, type ReplyEvent } from './reply.ts';
 
 export interface Outcome {
@@ -58,8 +58,6 @@ const LISTED_FAILURES = 5;
  * failures take under 10 KiB whatever the messages.
  */
 export const LISTED_ERROR_CHARS = 200;
-const listedError = (message: string): string =>
-  message.length > LISTED_ERROR_CHARS ? `${message.slice(0, LISTED_ERROR_CHARS)}… (cut from ${message.length} characters)` : message;
 
 /**
  * `random` places the window of deferred keys a reply carries when there are more than it has
@@ -98,7 +96,7 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
   const failed = [...failures.values()];
   const deferred = [...deferrals.values()];
   const counts = { reconciled: succeeded, failed: failed.length, requeued: requeued.length, ...(deferred.length ? { deferred: deferred.length } : {}) };
-  const listed = failed.slice(0, LISTED_FAILURES).map(({ key, result }) => ({ key: kindKeyString(key), error: listedError(result.error) }));
+  const listed = failed.slice(0, LISTED_FAILURES).map(({ key, result }) => ({ key: kindKeyString(key), error: cut(result.error, LISTED_ERROR_CHARS) }));
   const retryable = failed.filter(({ result }) => result.status >= 500);
   // Keys that can never succeed (400) are not worth a reply: they are reported and dropped.
   if (succeeded === 0 && failed.length > 0) {

@@ -24,6 +24,9 @@ export function quote(value: unknown, maxChars = DEFAULT_MAX_CHARS): string {
   return json.length > maxChars ? `${json.slice(0, maxChars)}… (${json.length} characters of JSON)` : json;
 }
 
+/** `text` whole when it has at most `maxChars` characters; else its first `maxChars`, then how long it was. */
+export const cut = (text: string, maxChars: number): string => (text.length > maxChars ? `${text.slice(0, maxChars)}… (cut from ${text.length} characters)` : text);
+
 /** Events' `note` is at most 1 KiB in events.k8s.io/v1; conditions and log lines keep the same bound. */
 export const MAX_MESSAGE_CHARS = 1024;
 
@@ -33,5 +36,6 @@ export const MAX_MESSAGE_CHARS = 1024;
  */
 export function boundedMessage(message: string): string {
   const clean = message.replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
-  return clean.length > MAX_MESSAGE_CHARS ? `${clean.slice(0, MAX_MESSAGE_CHARS - 40)}… (cut from ${clean.length} characters)` : clean;
+  // What cut appends takes at most 40 characters.
+  return clean.length > MAX_MESSAGE_CHARS ? cut(clean, MAX_MESSAGE_CHARS - 40) : clean;
 }
