@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { COMPOSITE_FUNCTION } from '../../functions/composite-controller/eventing.ts';
 import { narrowComposite, readCompositeFile } from './composite.ts';
-import { generateManifests, renderManifests } from './index.ts';
+import { generateManifests, installable, renderManifests } from './index.ts';
 import { openfaasStack } from './openfaas.ts';
 import { DEFAULT_OPTIONS, KAFKA_BROKER_CLASS, type ManifestOptions } from './options.ts';
 import { validateManifests } from './validate.ts';
@@ -88,7 +88,11 @@ export function runManifests(command: ManifestCommand, declarations: FunctionDec
     write(`# note: broker class ${command.brokerClass} is neither ${DEFAULT_OPTIONS.brokerClass} nor ${KAFKA_BROKER_CLASS}; it must be installed on the cluster\n`);
   }
   const files = manifestFiles(command, declarations);
-  for (const declaration of command.target === 'knative' ? declarations : []) {
+  const options = manifestOptions(command, declarations);
+  for (const declaration of command.target === 'knative' ? declarations.filter((candidate) => !installable([candidate], options).length) : []) {
+    write(`# note: ${declaration.name} is left out: ${declaration.crossesNamespaces}, which an install limited to namespace ${options.namespace} cannot grant (install without --namespace to run it)\n`);
+  }
+  for (const declaration of command.target === 'knative' ? installable(declarations, options) : []) {
     for (const { kind, guessed } of unwatchedKinds(declaration)) {
       const how = kind === declaration.reconciles ? `its poll PingSource (every minute)` : `its resync PingSource (${declaration.resyncSchedule})`;
       write(`# note: ${declaration.name}: Knative's ApiServerSource cannot watch ${kind.kind} (it looks for the resource "${guessed}", and no kind name makes it look for "${kind.plural}"); its changes reach ${declaration.name} through ${how}\n`);

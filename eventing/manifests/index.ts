@@ -44,9 +44,13 @@ export interface ManifestFile {
   objects: KubeObject[];
 }
 
+/** The functions an install with `options` can run: one limited to a namespace leaves out those whose work crosses namespaces. */
+export const installable = (declarations: FunctionDeclaration[], options: ManifestOptions): FunctionDeclaration[] =>
+  declarations.filter((declaration) => options.scope === 'cluster' || !declaration.crossesNamespaces);
+
 /** The files of a deployment, in apply order. */
 export function generateManifests(declarations: FunctionDeclaration[], options: ManifestOptions = DEFAULT_OPTIONS): ManifestFile[] {
-  const sorted = [...declarations].sort((a, b) => a.name.localeCompare(b.name));
+  const sorted = installable(declarations, options).sort((a, b) => a.name.localeCompare(b.name));
   return [
     // In 'namespace' scope the namespace is the user's: deleting the deployment must not delete it.
     ...(options.scope === 'cluster' ? [{ name: 'namespace.yaml', objects: [namespaceObject(options)] }] : []),

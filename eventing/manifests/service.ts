@@ -16,7 +16,7 @@
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { DELIVERY_BUDGET_ENV, deliveryBudgetFor } from '../../functions/runtime/delivery-budget.ts';
-import { installConfigValues } from '../../functions/runtime/knative-objects.ts';
+import { INSTALL_CONFIG, installConfigValues } from '../../functions/runtime/knative-objects.ts';
 import { KNATIVE_SERVICE_API, labels, type ManifestOptions } from './options.ts';
 import { serviceAccountName } from './rbac.ts';
 
@@ -39,15 +39,21 @@ export const configSecretName = (declaration: FunctionDeclaration): string => `o
  * its defaults (change them in the generated file or with kustomize). Secret parameters come from the
  * function's config Secret (valueFrom.secretKeyRef, optional when the parameter has a default),
  * so no secret ever sits in a manifest. A parameter about the install itself (INSTALL_CONFIG:
- * namespace, Broker, scope) gets this install's value.
+ * namespace, Broker, scope) gets this install's value, and in an install limited to one namespace
+ * every function gets its scope and namespace.
  */
 export function environment(declaration: FunctionDeclaration, options: ManifestOptions): Record<string, unknown>[] {
   const install = installConfigValues(options);
   const required = declaration.config.filter((parameter) => !parameter.secret && parameter.default === undefined);
   if (required.length) throw new Error(`function ${declaration.name}: config ${required.map((p) => p.name).join(', ')} has no default; give it one (or make it secret) so the generated Service can set it`);
+  // An install limited to one namespace tells every function so (installNamespaceFrom): its Role
+  // grants only there, and the runtime lists there.
+  const declared = new Set(declaration.config.map((parameter) => parameter.name));
+  const scope = options.scope === 'namespace' ? [INSTALL_CONFIG.scope, INSTALL_CONFIG.namespace].filter((name) => !declared.has(name)).map((name) => ({ name, value: install[name] })) : [];
   return [
     { name: 'FUNCTION', value: declaration.name },
     { name: DELIVERY_BUDGET_ENV, value: String(deliveryBudgetFor(TIMEOUT_SECONDS)) },
+    ...scope,
     ...declaration.config.map((parameter) => (parameter.secret
       ? { name: parameter.name, valueFrom: { secretKeyRef: { name: configSecretName(declaration), key: parameter.name, optional: parameter.default !== undefined } } }
       : { name: parameter.name, value: install[parameter.name] ?? parameter.default })),

@@ -44,6 +44,7 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
     // A rule's labels and annotations mean nothing to it: an update that changes only them is
     // skipped, and a settled rule is told from its generation alone, in any instance.
     readsMetadata: false,
+    crossesNamespaces: 'it copies from a source namespace into every namespace',
     watches,
     rbac,
     finalizer: { name: FINALIZER, finalize: (rule, ctx) => finalizeCopies(rule, ruleTypes, ctx.kube, ctx.log) },

@@ -61,6 +61,8 @@ export interface WatchedChange {
 export interface MapperContext {
   kube: KubeClient;
   log: Logger;
+  /** The namespace an install limited to one runs in (its Role grants only there); undefined for a cluster-wide install. */
+  installNamespace?: string;
 }
 
 /** A kind the function reads but does not own; a mapper turns its changes into keys to reconcile. */
@@ -210,6 +212,12 @@ export interface FunctionDeclaration {
   finalizer?: FinalizerDeclaration;
   /** Kinds the function learns at run time (their events and keys); absent for most functions. */
   runtimeKinds?: RuntimeKinds;
+  /**
+   * Why the function's work spans namespaces by nature (a CopyratorRule copies into every
+   * namespace). An install limited to one namespace cannot grant that, so `opfn manifests
+   * --namespace` leaves the function out and says why. Absent for most functions.
+   */
+  crossesNamespaces?: string;
   /**
    * Bring the cluster to the desired state for one object, reading everything it needs afresh.
    * Must be idempotent and safe to run concurrently for the same key. Throws on transient

@@ -15,7 +15,7 @@
 // `sink`. A source in namespace N watches namespaced kinds in N only, unless `namespaceSelector`
 // (knative/eventing#6665) selects more: in 'cluster' scope it carries an empty one (every namespace).
 import type { PolicyRule } from './declaration.ts';
-import { apiVersionOf, type KubeObject, type LabelSelector, type ResourceKind } from './kinds.ts';
+import { apiVersionOf, isValidNamespace, type KubeObject, type LabelSelector, type ResourceKind } from './kinds.ts';
 
 export const KNATIVE_SERVICE_API = 'serving.knative.dev/v1';
 export const EVENTING_API = 'eventing.knative.dev/v1';
@@ -171,6 +171,20 @@ export const INSTALL_CONFIG = { namespace: 'OPFN_NAMESPACE', brokerName: 'OPFN_B
 
 /** Where `opfn manifests` installs by default (and the local plane runs): the parameters' defaults. */
 export const INSTALL_DEFAULTS: Placement & { brokerName: string } = { namespace: 'operator-functions', brokerName: 'operator-functions', scope: 'cluster' };
+
+/**
+ * The namespace an install limited to one runs in (INSTALL_CONFIG.scope "namespace", which the
+ * generated Service of every function sets), from a function's environment; undefined for a
+ * cluster-wide install. Its Role grants only there, so the runtime lists and reconciles there only.
+ */
+export function installNamespaceFrom(env: Record<string, string | undefined>): string | undefined {
+  const scope = env[INSTALL_CONFIG.scope] ?? 'cluster';
+  if (scope === 'cluster') return undefined;
+  const namespace = env[INSTALL_CONFIG.namespace];
+  if (scope !== 'namespace') throw new Error(`${INSTALL_CONFIG.scope} "${scope}" is neither "cluster" nor "namespace"`);
+  if (!isValidNamespace(namespace)) throw new Error(`${INSTALL_CONFIG.scope} is "namespace", and ${INSTALL_CONFIG.namespace} ${namespace === undefined ? 'is not set' : `"${namespace}" is not a namespace name`}`);
+  return namespace;
+}
 
 /** The install's value of each INSTALL_CONFIG parameter. */
 export function installConfigValues(install: Placement & { brokerName: string }): Record<string, string> {

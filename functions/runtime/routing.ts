@@ -10,20 +10,21 @@
 // (BadKeyError → 400); a label or a mapper result that does is dropped with a warning, since the
 // event itself may still be good for other keys.
 import type { Logger } from 'pino';
-import type { FunctionDeclaration } from './declaration.ts';
+import type { FunctionDeclaration, MapperContext } from './declaration.ts';
 import { BadKeyError } from './errors.ts';
 import type { ChangeEvent } from './events.ts';
 import { kindKey, kindKeyString, keyProblem, sameKind, type KindKey, type KubeObject, type ObjectKey } from './kinds.ts';
 import type { KubeClient } from './kube.ts';
 import { ownerFromLabels } from './owner-labels.ts';
 
-export async function keysForEvent(declaration: FunctionDeclaration, event: ChangeEvent, kube: KubeClient, log: Logger): Promise<KindKey[]> {
+export async function keysForEvent(declaration: FunctionDeclaration, event: ChangeEvent, kube: KubeClient, log: Logger, installNamespace?: string): Promise<KindKey[]> {
   const reconciled = declaration.reconciles;
-  const keys = await declaredKindKeys(declaration, event, kube, log);
+  const ctx: MapperContext = { kube, log, installNamespace };
+  const keys = await declaredKindKeys(declaration, event, ctx);
   if (keys) return keys.map((key) => kindKey(reconciled, key));
   if (!declaration.runtimeKinds) return [];
   // Kinds known only at run time: the function finds the keys, held to the same rules.
-  const found = await declaration.runtimeKinds.keysFor(event, { kube, log });
+  const found = await declaration.runtimeKinds.keysFor(event, ctx);
   return found.filter((key) => {
     const problem = keyProblem(key.kind, key);
     if (problem) log.warn({ ref: event.ref, reason: problem }, `a key for ${event.ref.kind} names no ${key.kind.kind}; dropped`);
@@ -32,8 +33,9 @@ export async function keysForEvent(declaration: FunctionDeclaration, event: Chan
 }
 
 /** The keys of the reconciled kind, when the event's kind is one the declaration names (undefined otherwise). */
-async function declaredKindKeys(declaration: FunctionDeclaration, event: ChangeEvent, kube: KubeClient, log: Logger): Promise<ObjectKey[] | undefined> {
+async function declaredKindKeys(declaration: FunctionDeclaration, event: ChangeEvent, ctx: MapperContext): Promise<ObjectKey[] | undefined> {
   const { ref } = event;
+  const { kube, log } = ctx;
   const reconciled = declaration.reconciles;
   const scoped = (namespace: string) => (reconciled.namespaced ? namespace : '');
   if (sameKind(reconciled, ref.apiVersion, ref.kind)) {
@@ -67,7 +69,7 @@ async function declaredKindKeys(declaration: FunctionDeclaration, event: ChangeE
 
   const watched = declaration.watches.find((candidate) => sameKind(candidate.kind, ref.apiVersion, ref.kind));
   if (watched) {
-    const keys = await watched.keysFor({ key: { namespace: ref.namespace, name: ref.name }, object: event.object, deleted: event.action === 'delete' }, { kube, log });
+    const keys = await watched.keysFor({ key: { namespace: ref.namespace, name: ref.name }, object: event.object, deleted: event.action === 'delete' }, ctx);
     return keys
       .map((key) => ({ namespace: scoped(key.namespace), name: key.name }))
       .filter((key) => {

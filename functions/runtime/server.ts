@@ -14,6 +14,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { resolveConfig } from './config.ts';
+import { installNamespaceFrom } from './knative-objects.ts';
 import type { FunctionDeclaration, ReconcileContext } from './declaration.ts';
 import { BadKeyError, statusForError, TerminalError, TransientError } from './errors.ts';
 import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from './events.ts';
@@ -45,6 +46,13 @@ export interface FunctionHostOptions {
   deliveryBudgetMs?: number;
   /** The declared config; resolved from the environment when omitted. */
   config?: Readonly<Record<string, string>>;
+  /**
+   * The namespace an install limited to one runs in (from the environment when omitted:
+   * installNamespaceFrom); undefined for a cluster-wide install. The function's Role grants only
+   * there, so its resync, polls and mappers list namespaced kinds there, and an event or key
+   * about another namespace is ignored (only a forged one can name it).
+   */
+  installNamespace?: string;
   http?: HttpClient;
   now?: () => Date;
   /** Waits for a key named ahead of its due time (tests move a clock instead). */
@@ -83,9 +91,12 @@ export function requeueTime(requeueAfterSeconds: number | undefined, now: Date):
   return now.getTime() + Math.min(requeueAfterSeconds, MAX_REQUEUE_SECONDS) * 1000;
 }
 
+/** Is `namespace` (of a namespaced object; '' for a cluster-scoped one) outside an install limited to `installNamespace`? */
+const outsideInstall = (installNamespace: string | undefined, namespace: string): boolean => installNamespace !== undefined && namespace !== '' && namespace !== installNamespace;
+
 export class FunctionHost {
   readonly app: express.Express;
-  readonly #options: Required<Omit<FunctionHostOptions, 'config'>> & { config: Readonly<Record<string, string>> };
+  readonly #options: Required<Omit<FunctionHostOptions, 'config' | 'installNamespace'>> & { config: Readonly<Record<string, string>>; installNamespace: string | undefined };
   readonly #queue = new KeyedWorkQueue();
   readonly #seen = new SeenObjects();
   readonly #events: EventSink;
@@ -105,6 +116,7 @@ export class FunctionHost {
       sleep: (ms: number) => delay(ms),
       ...options,
       config: options.config ?? resolveConfig(declaration.name, declaration.config),
+      installNamespace: 'installNamespace' in options ? options.installNamespace : installNamespaceFrom(process.env),
     };
     this.#events = new EventSink(options.kube, declaration.name, options.log, this.#options.now);
     this.app = this.#buildApp();
@@ -178,7 +190,7 @@ export class FunctionHost {
 
   /** Reconciles what the event concerns. Never throws. */
   async handle(event: FunctionEvent): Promise<Outcome> {
-    const { declaration, kube, log } = this.#options;
+    const { declaration, kube, log, installNamespace } = this.#options;
     const deadline = this.#deadline();
     // Made on first use: most events are skipped below without a line logged.
     let child: Logger | undefined;
@@ -192,7 +204,7 @@ export class FunctionHost {
       if (event.type === 'resync' || event.type === 'poll') {
         keys = [];
         let listed = 0;
-        for await (const page of kube.pages(reconciled)) {
+        for await (const page of kube.pages(reconciled, { namespace: reconciled.namespaced ? installNamespace : undefined })) {
           listed += page.items.length;
           for (const item of page.items) {
             const key = kindKey(reconciled, keyOf(item));
@@ -222,9 +234,10 @@ export class FunctionHost {
         const dueOf = new Map(waited.map(({ key, at }) => [key, at]));
         dueAt = keys.map((key) => dueOf.get(key)!);
       } else {
+        if (outsideInstall(installNamespace, event.ref.namespace)) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} is outside the install's namespace ${installNamespace}` } };
         const skip = skipReason(declaration, event, kube.ownWrites, this.#seen);
         if (skip) return { status: 200, body: { ignored: skip } };
-        keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog()));
+        keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog(), installNamespace));
         if (keys.length === 0) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns ${declaration.runtimeKinds ? `nothing ${declaration.name} reconciles` : `no ${reconciled.kind}`}` } };
         // The body is a hint for the one object it maps to (its own key, or its owner's); a
         // delete's body is the object's last state, not its present one.
@@ -234,6 +247,15 @@ export class FunctionHost {
       const status = statusForError(error);
       eventLog()[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, 'could not work out what the event concerns');
       return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
+    }
+    if (installNamespace !== undefined) {
+      const inside = keys.map((key) => !key.kind.namespaced || !outsideInstall(installNamespace, key.namespace));
+      if (!inside.every(Boolean)) {
+        eventLog().warn({ dropped: inside.filter((x) => !x).length, installNamespace }, 'keys outside the install\'s namespace dropped');
+        keys = keys.filter((_key, index) => inside[index]);
+        dueAt = dueAt?.filter((_at, index) => inside[index]);
+        if (keys.length === 0) return { status: 200, body: { ignored: `every key is outside the install's namespace ${installNamespace}` } };
+      }
     }
     return this.#reconcileAll(keys, eventLog(), deadline, hint, dueAt);
   }

@@ -23,7 +23,7 @@ import { validateManifests } from '../../eventing/manifests/validate.ts';
 import { pollEvent, resyncEvent, sourcesFor } from '../../eventing/plane.ts';
 import { interpretEvent } from '../../functions/runtime/events.ts';
 import { renamedKinds, unwatchedKinds } from '../../eventing/manifests/wiring.ts';
-import { guessedResource, sourceKindName, sourceResource } from '../../functions/runtime/knative-objects.ts';
+import { guessedResource, installNamespaceFrom, sourceKindName, sourceResource } from '../../functions/runtime/knative-objects.ts';
 import { matchesTrigger } from '../../eventing/filters.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -173,6 +173,27 @@ describe('options', () => {
     assert.deepEqual(clusterRole.rules, [{ apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list'] }]);
     for (const source of byKind(objects, 'ApiServerSource')) assert.equal(spec(source).namespaceSelector, undefined);
     for (const object of objects) if (!['ClusterRole', 'ClusterRoleBinding', 'CustomResourceDefinition'].includes(object.kind!)) assert.equal(object.metadata.namespace, 'team-a', `${object.kind} ${object.metadata.name}`);
+  });
+
+  test('--namespace: every Service tells its function the install\'s scope; a function whose work crosses namespaces is left out with a note', () => {
+    const lines: string[] = [];
+    runManifests({ target: 'knative', namespace: 'team-a' }, functions, (text) => lines.push(text));
+    const objects = lines.flatMap((text) => parseAllDocuments(text).map((d) => d.toJS() as KubeObject)).filter(Boolean);
+    const services = byKind(objects, 'Service').filter((s) => s.metadata.name !== 'opfn-dead-letters');
+    assert.deepEqual(services.map((s) => s.metadata.name).sort(), functions.filter((f) => !f.crossesNamespaces).map((f) => f.name).sort());
+    assert.ok(functions.some((f) => f.name === 'copyrator' && f.crossesNamespaces), 'the copyrator says it crosses namespaces');
+    assert.match(lines.join(''), /# note: copyrator is left out: it copies from a source namespace into every namespace/);
+    for (const service of services) {
+      const env = Object.fromEntries((spec(service).template.spec.containers[0].env as Array<{ name: string; value?: string }>).map((e) => [e.name, e.value]));
+      assert.equal(installNamespaceFrom(env), 'team-a', service.metadata.name);
+    }
+    const clusterWide = generateManifests(functions).flatMap((file) => file.objects).filter((o) => o.kind === 'Service' && o.metadata.name !== 'opfn-dead-letters');
+    for (const service of clusterWide) {
+      const env = Object.fromEntries((spec(service).template.spec.containers[0].env as Array<{ name: string; value?: string }>).map((e) => [e.name, e.value]));
+      assert.equal(installNamespaceFrom(env), undefined, `${service.metadata.name} in a cluster-wide install`);
+    }
+    assert.throws(() => installNamespaceFrom({ OPFN_SCOPE: 'namespace' }), /OPFN_NAMESPACE is not set/);
+    assert.throws(() => installNamespaceFrom({ OPFN_SCOPE: 'galaxy' }), /neither "cluster" nor "namespace"/);
   });
 
   test('--broker-class Kafka names the class and the Kafka broker\'s config', () => {
