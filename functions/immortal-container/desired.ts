@@ -1,6 +1,6 @@
 // ImmortalContainer's desired state, computed without any API call: which pod should exist,
 // what to do about the pod that does exist, and what the status should say.
-import type { KubeObject, ObjectKey, ResourceKind } from '../runtime/kinds.ts';
+import { sameKind, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
 import { boundedMessage } from '../runtime/quote.ts';
 import { controllerReference, isControlledBy, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
 import { restartBackoff, secondsUntil, type RestartBackoff } from './backoff.ts';
@@ -78,7 +78,9 @@ export function podAction(owner: ImmortalContainer, pod: PodObject | undefined, 
   const name = pod.metadata.name;
   if (pod.metadata.deletionTimestamp) return { type: 'wait', message: `pod ${name} is terminating` };
   if (!isControlledBy(pod, owner)) {
-    const stale = pod.metadata.ownerReferences?.some((reference) => reference.controller && reference.kind === 'ImmortalContainer' && reference.name === owner.metadata.name);
+    // Of this group only: an ImmortalContainer of another (the Metacontroller variant's
+    // immortalcontainers.flugel.it) is another controller's, whose pod is not ours to replace.
+    const stale = pod.metadata.ownerReferences?.some((reference) => reference.controller && sameKind(ImmortalContainerKind, reference.apiVersion, reference.kind) && reference.name === owner.metadata.name);
     if (stale) return { type: 'replace', reason: 'OwnerReplaced', message: `pod ${name} belongs to an earlier ImmortalContainer of the same name` };
     return { type: 'blocked', message: `pod ${name} exists and is not controlled by this ImmortalContainer; delete or rename it` };
   }

@@ -6,6 +6,9 @@ import { createIfAbsent, getAnnounced, jsonEqual, updateStatus, type ConditionIn
 import type { RestartBackoff } from './backoff.ts';
 import { asCreated, desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, reported, settled, type ImmortalContainer, type PodObject } from './desired.ts';
 
+/** When a pod refused by policy (403) is tried again. */
+export const FORBIDDEN_RETRY_SECONDS = 60;
+
 export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
   const { kube, log, events, now } = ctx;
   // An event about our pod as it was created (not started, not going): the reconcile that
@@ -36,7 +39,10 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
   if (hint?.kind === ImmortalContainerKind.kind && settled(owner, podKey.name)) return;
 
   // Create first, read only when it exists: a new object costs no read of a pod that cannot be
-  // there yet. Invalid objects (422) are reported in the status, since retrying cannot help.
+  // there yet. Invalid objects (422) are reported in the status, since retrying cannot help. A
+  // pod refused by policy (403: a ResourceQuota, Pod Security admission, RBAC) is reported too,
+  // as the ReplicaSet controller's FailedCreate is, and tried again later: the quota or policy
+  // may change, and no change of this object would tell.
   let pod: PodObject | undefined;
   let problem: ConditionInput | undefined;
   let backoff: RestartBackoff | undefined;
@@ -50,9 +56,11 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
       }
       return created.object;
     } catch (error) {
-      if (!(error instanceof ApiError) || error.code !== 422) throw error;
-      problem = { type: 'Ready', status: 'False', reason: 'PodInvalid', message: error.status?.message ?? error.message };
-      if (!reported(owner, problem.reason, problem.message)) events.warning(owner, ImmortalContainerKind, 'PodInvalid', problem.message);
+      if (!(error instanceof ApiError) || (error.code !== 422 && error.code !== 403)) throw error;
+      const reason = error.code === 422 ? 'PodInvalid' : 'FailedCreate';
+      problem = { type: 'Ready', status: 'False', reason, message: error.status?.message ?? error.message };
+      if (!reported(owner, reason, problem.message)) events.warning(owner, ImmortalContainerKind, reason, problem.message);
+      if (error.code === 403) result = { requeueAfterSeconds: FORBIDDEN_RETRY_SECONDS };
       return undefined;
     }
   };

@@ -9,6 +9,7 @@ import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '.
 import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
 import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { OUTCOME_HEADER } from '../../functions/runtime/server.ts';
 import { exampleImmortalContainer } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
@@ -187,6 +188,32 @@ describe('the seed walkthrough', () => {
     const warnings = (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.filter((e) => e.reason === 'PodInvalid');
     assert.equal(warnings.length, 1);
     assert.equal(warnings[0].count, 1, 'posted once');
+  });
+
+  test('a pod refused by policy (403: a ResourceQuota) is reported once and tried again later; room in the quota lets it start', async () => {
+    await createNamespace('quota');
+    const quota = await cluster.cp.request('POST', '/api/v1/namespaces/quota/resourcequotas', { metadata: { name: 'no-pods' }, spec: { hard: { pods: '0' } } });
+    // No quota controller runs here: its status, which admission counts against, is written as it would write it.
+    const counted = await cluster.cp.request('PUT', '/api/v1/namespaces/quota/resourcequotas/no-pods/status', { ...quota.body, status: { hard: { pods: '0' }, used: { pods: '0' } } });
+    assert.equal(counted.status, 200);
+    const icKey = { namespace: 'quota', name: 'quota-bound' };
+    const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: icKey, spec: { image: 'nginx' } }, 'quota');
+    for (let i = 0; i < 3; i++) {
+      const answer = await post(fn.url, event(ImmortalContainerKind, ic, 'add'));
+      assert.equal(answer.status, 200, answer.text);
+      assert.equal(JSON.parse(answer.headers.get(OUTCOME_HEADER)!).requeued, 1, 'tried again later, not failed');
+    }
+    await fn.host.flushEvents();
+    const ready = (await getIc(icKey))!.status!.conditions?.find((c) => c.type === 'Ready');
+    assert.deepEqual([ready?.status, ready?.reason], ['False', 'FailedCreate']);
+    assert.match(ready!.message!, /exceeded quota: no-pods/);
+    const warnings = (await kube.list(CoreEvent, { namespace: 'quota', fieldSelector: `involvedObject.name=${icKey.name}` })).items.filter((e) => e.reason === 'FailedCreate');
+    assert.deepEqual(warnings.map((e) => e.count), [1], 'posted once');
+
+    assert.equal((await cluster.cp.request('DELETE', '/api/v1/namespaces/quota/resourcequotas/no-pods')).status, 200);
+    assert.equal((await post(fn.url, event(ImmortalContainerKind, ic, 'add'))).status, 200);
+    assert.ok(await kube.get(Pod, podKeyOf(icKey)), 'the pod is created once the quota allows it');
+    assert.equal((await getIc(icKey))!.status!.conditions?.find((c) => c.type === 'Ready')?.reason === 'FailedCreate', false);
   });
 
   test('an ImmortalContainer being deleted gets no new pod', async () => {

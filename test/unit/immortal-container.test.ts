@@ -107,6 +107,11 @@ describe('podAction', () => {
     const action = podAction(ic, podFor(earlier, { phase: 'Running' }));
     assert.equal(action.type, 'replace');
     assert.equal((action as { reason: string }).reason, 'OwnerReplaced');
+
+    // The Metacontroller variant's ImmortalContainer (another group) of the same name is another controller's.
+    const metacontrollers = podFor(earlier, { phase: 'Running' });
+    metacontrollers.metadata.ownerReferences![0].apiVersion = 'immortalcontainers.flugel.it/v1alpha1';
+    assert.equal(podAction(ic, metacontrollers).type, 'blocked');
   });
 
   for (const phase of ['Succeeded', 'Failed']) {
