@@ -23,6 +23,7 @@
 import { agreedRetryAfter, statusForError, TransientError } from './errors.ts';
 import { MAX_KEYS_PER_EVENT } from './events.ts';
 import { kindKeyString, type KindKey } from './kinds.ts';
+import { ApiError } from './kube.ts';
 import { boundedMessage, cut } from './quote.ts';
 import { reconcileReply, type ReplyEvent } from './reply.ts';
 
@@ -45,7 +46,7 @@ export type KeyResult =
 
 /** A failed key's result: its status by error class (statusForError), and a TransientError's Retry-After. */
 export function failedResult(error: unknown): FailedResult {
-  return { type: 'failed', status: statusForError(error), error: (error as Error).message, retryAfterSeconds: error instanceof TransientError ? error.retryAfterSeconds : undefined };
+  return { type: 'failed', status: statusForError(error), error: (error as Error).message, retryAfterSeconds: error instanceof TransientError || error instanceof ApiError ? error.retryAfterSeconds : undefined };
 }
 
 /** Failures listed in a 5xx body: enough to debug, bounded whatever the number of keys. */

@@ -121,13 +121,16 @@ export class ApiError extends Error {
   /** Kubernetes reason (NotFound, AlreadyExists, Conflict, Invalid, Forbidden…) or the network error code. */
   readonly reason: string;
   readonly status?: KubeStatus;
+  /** How long the API server asked us to wait (its Retry-After on a 429 or 5xx: API Priority and Fairness, a server shutting down). */
+  readonly retryAfterSeconds?: number;
 
-  constructor(code: number, reason: string, message: string, status?: KubeStatus) {
+  constructor(code: number, reason: string, message: string, status?: KubeStatus, retryAfterSeconds?: number) {
     super(message);
     this.name = 'ApiError';
     this.code = code;
     this.reason = reason;
     this.status = status;
+    this.retryAfterSeconds = retryAfterSeconds;
   }
 
   /** Worth trying again later: the API was unreachable, overloaded, timed out, or did not serve the kind yet. */
@@ -279,7 +282,7 @@ function parseJson(text: string): unknown {
 }
 
 /** The ApiError for a non-2xx answer with body `text`. */
-function errorFromResponse(what: string, code: number, text: string): ApiError {
+function errorFromResponse(what: string, code: number, text: string, retryAfter?: string): ApiError {
   const parsed = parseJson(text);
   const status = parsed && typeof parsed === 'object' ? (parsed as KubeStatus) : undefined;
   // An object that does not exist comes back as a Status naming it; anything else is about the path.
@@ -287,12 +290,15 @@ function errorFromResponse(what: string, code: number, text: string): ApiError {
     return new ApiError(404, NOT_SERVED, `${what}: the API server does not serve this resource (is its CustomResourceDefinition installed and Established, or is the server still starting?)`, status);
   }
   // An Invalid answer quotes the refused value whole; the message goes into logs and conditions.
-  return new ApiError(code, status?.reason ?? String(code), `${what}: ${status?.message === undefined ? text.slice(0, 200) || code : boundedMessage(status.message)}`, status);
+  // Only in whole seconds, as the API server writes it (client-go's checkWait reads it so too).
+  const retryAfterSeconds = (code === 429 || code >= 500) && /^\d{1,9}$/.test(retryAfter ?? '') ? Number(retryAfter) : undefined;
+  return new ApiError(code, status?.reason ?? String(code), `${what}: ${status?.message === undefined ? text.slice(0, 200) || code : boundedMessage(status.message)}`, status, retryAfterSeconds);
 }
 
 interface Answer {
   statusCode: number;
   text: string;
+  retryAfter?: string;
 }
 
 /**
@@ -307,16 +313,19 @@ function exchange(dispatcher: Dispatcher, options: Dispatcher.DispatchOptions): 
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let statusCode = 0;
+    let retryAfter: string | undefined;
     dispatcher.dispatch(options, {
       onRequestStart() {}, // required by undici, nothing to do here
-      onResponseStart(_controller, code) {
+      onResponseStart(_controller, code, headers) {
         statusCode = code;
+        const value = headers['retry-after'];
+        retryAfter = Array.isArray(value) ? value[0] : value;
       },
       onResponseData(_controller, chunk) {
         chunks.push(chunk);
       },
       onResponseEnd() {
-        resolve({ statusCode, text: Buffer.concat(chunks).toString('utf8') });
+        resolve({ statusCode, text: Buffer.concat(chunks).toString('utf8'), retryAfter });
       },
       onResponseError(_controller, error) {
         reject(error);
@@ -328,6 +337,13 @@ function exchange(dispatcher: Dispatcher, options: Dispatcher.DispatchOptions): 
 const MERGE_PATCH = 'application/merge-patch+json';
 const RETRIES_ON_TRANSIENT = 3;
 const RETRY_BASE_MS = 100;
+/**
+ * A retry starts only this long after a request's first attempt, its wait included. An API
+ * server that accepts and never answers costs one attempt (headersTimeout), not four, and one
+ * asking for a longer wait (Retry-After) is not hit again sooner: the error goes up with the
+ * wait, which the function's answer passes on to the broker. The delivery is what retries then.
+ */
+const RETRY_WINDOW_MS = 10_000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -364,19 +380,23 @@ export class KubeClient {
   }
 
   /**
-   * One REST call. Unreachable API, 429 and 5xx are retried a few times with exponential
-   * backoff (a create retried after a lost response then answers AlreadyExists, which callers
-   * creating deterministic names treat as success); other errors throw ApiError at once.
+   * One REST call. Unreachable API, 429 and 5xx are retried a few times within RETRY_WINDOW_MS,
+   * with exponential backoff or after the server's Retry-After (a create retried after a lost
+   * response then answers AlreadyExists, which callers creating deterministic names treat as
+   * success); other errors throw ApiError at once.
    */
   async request<T>(method: string, path: string, options: RequestOptions & { query?: Record<string, string | undefined> } = {}): Promise<T> {
     const url = new URL(this.server + path);
     for (const [name, value] of Object.entries(options.query ?? {})) if (value !== undefined) url.searchParams.set(name, value);
+    const started = Date.now();
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.#send<T>(method, url, options);
       } catch (error) {
         if (!(error instanceof ApiError) || !error.transient || attempt >= RETRIES_ON_TRANSIENT) throw error;
-        await sleep(RETRY_BASE_MS * 2 ** attempt * (0.5 + Math.random()));
+        const wait = error.retryAfterSeconds !== undefined ? error.retryAfterSeconds * 1000 : RETRY_BASE_MS * 2 ** attempt * (0.5 + Math.random());
+        if (Date.now() - started + wait > RETRY_WINDOW_MS) throw error;
+        await sleep(wait);
       }
     }
   }
@@ -456,7 +476,7 @@ export class KubeClient {
     }
     // A rotated or expired credential: prepare authentication again and try once more.
     if (statusCode === 401 && !renewedAuth) return this.#send<T>(method, url, options, true);
-    throw errorFromResponse(`${method} ${url.pathname}`, statusCode, text);
+    throw errorFromResponse(`${method} ${url.pathname}`, statusCode, text, answer.retryAfter);
   }
 
   /**

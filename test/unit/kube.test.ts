@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { HttpMethod, RequestContext } from '@kubernetes/client-node';
+import { answerFor, failedResult } from '../../functions/runtime/answers.ts';
 import { ConfigMap } from '../../functions/runtime/kinds.ts';
 import { ApiError, configuredKubeconfig, ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
 import { tempDir } from '../support/temp.ts';
@@ -181,4 +182,37 @@ test('answers are read whole however they arrive, bodies sent as JSON, and an un
   const unreachable = clientFor(`http://127.0.0.1:${port}`);
   await assert.rejects(unreachable.get(ConfigMap, { namespace: 'n', name: 'a' }), (error: unknown) =>
     error instanceof ApiError && error.code === 0 && error.transient && /unreachable \(ECONNREFUSED\)/.test(error.message));
+});
+
+test('a 429 or 5xx with Retry-After is tried again after that wait, not sooner; a wait past the retry window goes up with the error, and the answer passes it on', async () => {
+  let retryAfter = '1';
+  const arrivals: number[] = [];
+  const server = createServer((_req, res) => {
+    arrivals.push(Date.now());
+    res.writeHead(arrivals.length % 2 ? 429 : 503, { 'content-type': 'application/json', 'retry-after': retryAfter });
+    res.end('{"kind":"Status","reason":"TooManyRequests","message":"too many requests, please try again later","code":429}');
+  }).listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  const config = new ConnectionReusingKubeConfig();
+  config.loadFromOptions({ clusters: [{ name: 'c', server: `http://127.0.0.1:${(server.address() as { port: number }).port}`, skipTLSVerify: true }], users: [{ name: 'u', token: 't' }], contexts: [{ name: 'x', cluster: 'c', user: 'u' }], currentContext: 'x' });
+  const kube = new KubeClient(config);
+  try {
+    const first = await kube.get(ConfigMap, { namespace: 'n', name: 'a' }).catch((error: unknown) => error);
+    assert.ok(first instanceof ApiError && first.transient && first.retryAfterSeconds === 1, String(first));
+    const gaps = arrivals.slice(1).map((at, i) => at - arrivals[i]!);
+    assert.equal(arrivals.length, 4, 'the first attempt and three retries');
+    assert.ok(gaps.every((gap) => gap >= 990), `each retry waited the second asked for: ${gaps}`);
+    assert.deepEqual(failedResult(first), { type: 'failed', status: 503, error: first.message, retryAfterSeconds: 1 });
+
+    // Longer than the retry window (10 s): not asked again; the function's 503 says when to.
+    retryAfter = '60';
+    arrivals.length = 0;
+    const second = await kube.get(ConfigMap, { namespace: 'n', name: 'a' }).catch((error: unknown) => error);
+    assert.equal(arrivals.length, 1);
+    assert.equal((second as ApiError).retryAfterSeconds, 60);
+    assert.equal(answerFor('fn', [{ kind: ConfigMap, namespace: 'n', name: 'a' }], [failedResult(second)], new Date()).retryAfterSeconds, 60);
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
 });
