@@ -3,6 +3,7 @@
 // valueFrom.secretKeyRef, so a secret never sits in a manifest. Resolved once at start: a
 // missing required value stops the process with one line naming it, and reading a name that
 // was never declared is a programming error, not an empty string.
+import { inspect } from 'node:util';
 
 export interface ConfigParameter {
   /** The environment variable, e.g. RATES_BASE_URL. */
@@ -39,9 +40,13 @@ export function resolveConfig(functionName: string, parameters: ConfigParameter[
     else values[parameter.name] = value;
   }
   if (missing.length) throw new Error(`function ${functionName} needs configuration: set ${missing.join(', ')}`);
+  // Logged, printed or serialised, the config shows its secret values redacted.
+  const shown = () => Object.fromEntries(parameters.filter((p) => p.name in values).map((p) => [p.name, p.secret ? '(secret)' : values[p.name]]));
+  for (const name of ['toJSON', inspect.custom]) Object.defineProperty(values, name, { value: shown, enumerable: false });
   return new Proxy(Object.freeze(values), {
     get(target, name) {
-      if (typeof name === 'string' && !(name in target)) throw new Error(`config "${name}" is not declared by function ${functionName}`);
+      // `await` and a logger ask any object for `then`: not a parameter's name, nor a typo.
+      if (typeof name === 'string' && !(name in target) && name !== 'then') throw new Error(`config "${name}" is not declared by function ${functionName}`);
       return Reflect.get(target, name);
     },
   });

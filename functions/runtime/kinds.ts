@@ -112,6 +112,10 @@ const NAME = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 const NAMESPACE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 
 export const isValidName = (name: unknown): name is string => typeof name === 'string' && NAME.test(name);
+// A kind is a CamelCase identifier whose lower case is a DNS-1035 label (apiextensions'
+// validation of a CRD's names.kind): at most 63 characters.
+const KIND = /^[A-Za-z]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$/;
+export const isValidKindName = (kind: unknown): kind is string => typeof kind === 'string' && KIND.test(kind);
 export const isValidNamespace = (namespace: unknown): namespace is string => typeof namespace === 'string' && NAMESPACE.test(namespace);
 
 /** Why `key` cannot name an object of `kind`, as the API server would judge it; undefined when it can. */
@@ -165,7 +169,7 @@ export function parseApiVersion(apiVersion: string): { group: string; version: s
 
 /** A group (a DNS subdomain, or '' for the core group) and version that can go into a discovery path (`/apis/<group>/<version>`) as they are. */
 export const isValidGroupVersion = ({ group, version }: { group: string; version: string }): boolean =>
-  /^[A-Za-z0-9]+$/.test(version) && (group === '' || isValidName(group));
+  /^[A-Za-z0-9]{1,63}$/.test(version) && (group === '' || isValidName(group));
 
 /** Same group and kind (version-agnostic), the identity used when matching owners and events. */
 export function sameKind(kind: ResourceKind, apiVersion: string | undefined, kindName: string | undefined): boolean {

@@ -39,7 +39,12 @@ async function declaredKindKeys(declaration: FunctionDeclaration, event: ChangeE
   const reconciled = declaration.reconciles;
   const scoped = (namespace: string) => (reconciled.namespaced ? namespace : '');
   if (sameKind(reconciled, ref.apiVersion, ref.kind)) {
-    return [{ namespace: scoped(ref.namespace), name: ref.name }];
+    // A namespaced object's event without its namespace (a forged Reference event) would
+    // otherwise reach reconcile with namespace '', which a list reads as "every namespace".
+    const key = { namespace: scoped(ref.namespace), name: ref.name };
+    const problem = keyProblem(reconciled, key);
+    if (problem) throw new BadKeyError(`${ref.kind} ${ref.namespace}/${ref.name}: ${problem}`);
+    return [key];
   }
 
   const owned = declaration.owns.find((candidate) => sameKind(candidate.kind, ref.apiVersion, ref.kind));

@@ -99,6 +99,10 @@ export function malformedEvents(declaration: FunctionDeclaration): Malformed[] {
     { name: 'Resource-mode object named with a megabyte', headers: headers({ 'ce-type': 'dev.knative.apiserver.resource.update', 'ce-name': undefined }), body: JSON.stringify({ apiVersion: apiVersionOf(kind), kind: kind.kind, metadata: { name: 'a'.repeat(1_000_000), namespace: 'default' } }), reason: /no valid object name \(got "a{64}"… \(1000000 characters\)\)/ },
     { name: 'name with path traversal', headers: headers({ 'ce-name': '../x' }), body: ref, reason: /no valid object name \(got "\.\.\/x"\)/ },
     { name: 'name with an empty DNS label', headers: headers({ 'ce-name': 'a..b' }), body: ref, reason: /no valid object name \(got "a\.\.b"\)/ },
+    // Kind and apiVersion go into answers, logs and keys: a forged header or body of 20 000 characters would not fit an answer's header.
+    { name: 'kind of 20 000 characters', headers: headers({ 'ce-type': 'dev.knative.apiserver.resource.update', 'ce-kind': undefined }), body: JSON.stringify({ apiVersion: apiVersionOf(kind), kind: 'K'.repeat(20_000), metadata: { name: 'web', namespace: 'default' } }), reason: /invalid kind "K{64}"… \(20000 characters\)/ },
+    { name: 'apiVersion with a path in it', headers: headers({ 'ce-apiversion': 'example.com/v1/../../api/v1' }), body: JSON.stringify({ ...refData, apiVersion: undefined }), reason: /invalid apiVersion "example\.com\/v1\/\.\.\/\.\.\/api\/v1"/ },
+    ...(kind.namespaced ? [{ name: 'namespaced object without a namespace', headers: headers({ 'ce-namespace': undefined }), body: JSON.stringify({ ...refData, namespace: undefined }), reason: /invalid namespace ""/ }] : []),
     { name: 'upper-case namespace', headers: headers({ 'ce-namespace': 'Default' }), body: ref, reason: /invalid namespace "Default"/ },
     { name: 'namespace longer than 63 characters', headers: headers({ 'ce-namespace': 'n'.repeat(64) }), body: ref, reason: /invalid namespace "n{64}"/ },
     { name: 'namespace with path traversal', headers: headers({ 'ce-namespace': '../kube-system' }), body: ref, reason: /invalid namespace "\.\.\/kube-system"/ },

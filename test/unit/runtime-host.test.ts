@@ -1,6 +1,7 @@
 // The function host's answers without a reachable API: per-key coalescing, requeue replies,
 // failed keys of a fan-out, error classes, and the pieces they are built from (workqueue,
 // config, cron, HTTP client, names, the bounded recent-entries map).
+import { inspect } from 'node:util';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -419,7 +420,7 @@ describe('Kubernetes Events on shutdown', () => {
 });
 
 describe('building blocks', () => {
-  test('config: defaults, environment, a missing required value names itself, an undeclared name throws', () => {
+  test('config: defaults, environment, a missing required value names itself, an undeclared name throws', async () => {
     const parameters = [
       { name: 'BASE_URL', description: 'provider', default: 'https://example.com' },
       { name: 'API_KEY', description: 'provider key', secret: true },
@@ -429,6 +430,11 @@ describe('building blocks', () => {
     assert.equal(config.BASE_URL, 'https://example.com');
     assert.equal(config.API_KEY, 's3cret');
     assert.throws(() => config.TYPO, /config "TYPO" is not declared by function fx/);
+    // Logged, printed, serialised or awaited, it works, and shows no secret.
+    assert.equal(JSON.stringify(config), '{"BASE_URL":"https://example.com","API_KEY":"(secret)"}');
+    assert.doesNotMatch(inspect(config), /s3cret/);
+    assert.deepEqual(Object.keys(config), ['BASE_URL', 'API_KEY']);
+    assert.equal(await Promise.resolve(config), config);
     assert.throws(() => defineFunction({ name: 'fx', description: '', reconciles: Widget, rbac: [], reconcile: async () => {}, config: [{ name: 'bad-name', description: '' }] }), /environment variable name/);
   });
 
