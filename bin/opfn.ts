@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 // opfn: the operator-functions command line.
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import type { ChangeAction } from '../eventing/apiserver-events.ts';
 import { functionNames, loadFunction } from '../functions/index.ts';
+import { processArguments, processStart } from '../cluster/processes.ts';
 import { CLUSTER_STATE_FILE, clusterRecord, DEAD_LETTER_FILE, isRunning, planeRecord } from '../eventing/state-files.ts';
 
 // Commands import what they need when they run, so `opfn --help` answers at once.
@@ -20,7 +21,7 @@ const seconds = (value: string): number => {
 };
 
 /**
- * Runs until Ctrl-C / SIGTERM, then stops cleanly once; a second Ctrl-C forces the exit. Under
+ * Runs until Ctrl-C / SIGTERM / SIGHUP, then stops cleanly once; a second Ctrl-C forces the exit. Under
  * `npm start` one Ctrl-C arrives twice (the terminal signals the process group and npm forwards
  * it), so a signal within a second of the first counts as the same one.
  */
@@ -46,20 +47,12 @@ function untilSignal(stop: () => Promise<void>, says: { stopping: string; forced
   };
   process.on('SIGINT', () => void handler('SIGINT'));
   process.on('SIGTERM', () => void handler('SIGTERM'));
-}
-
-/**
- * When process `pid` started (clock ticks after boot: /proc/<pid>/stat, field 22), which tells it
- * apart from a later process given the same pid; undefined where there is no /proc or no such process.
- */
-function processStart(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the command name in parentheses (which may hold spaces) start with field 3.
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
-  } catch {
-    return undefined;
-  }
+  // A closed terminal (or a dropped SSH session) drains as SIGTERM does; writing to that terminal
+  // may fail now, which must not end the drain.
+  process.on('SIGHUP', () => {
+    for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
+    void handler('SIGHUP');
+  });
 }
 
 /**
@@ -76,12 +69,8 @@ function clusterProcess({ pid, startTime }: { pid: number; startTime?: string })
   const started = processStart(pid);
   if (started === undefined) return 'gone';
   if (startTime !== undefined) return startTime === started ? 'running' : 'other';
-  let args: string[] = [];
-  try {
-    args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-  } catch {
-    return 'gone';
-  }
+  const args = processArguments(pid);
+  if (args === undefined) return 'gone';
   return args.some((arg, i) => arg === 'cluster' && args[i + 1] === 'up') ? 'running' : 'other';
 }
 
@@ -159,8 +148,10 @@ cluster
       console.log(`export KUBECONFIG=${cp.kubeconfigPath}`);
       untilSignal(
         async () => {
-          rmSync(CLUSTER_STATE, { force: true });
           await cp.stop();
+          // Only now: `cluster down` waits for this process, and `cluster env` must not name a
+          // cluster that is still going.
+          rmSync(CLUSTER_STATE, { force: true });
         },
         { stopping: 'kube-controller-manager and kube-apiserver first, then etcd', forced: 'the control plane processes are killed' },
       );
@@ -179,8 +170,11 @@ cluster
       say('no local cluster is running');
       return;
     }
-    const gone = () => {
+    const gone = async () => {
       rmSync(CLUSTER_STATE, { force: true });
+      // Killed (SIGKILL), it may have left its control plane running.
+      const { reclaimAbandonedControlPlanes } = await import('../cluster/control-plane.ts');
+      for (const line of reclaimAbandonedControlPlanes()) say(line);
       say(`the cluster process ${pid} was already gone; state cleared`);
     };
     const state = clusterProcess({ ...record, pid });
@@ -195,10 +189,14 @@ cluster
     } catch {
       return gone();
     }
-    // It removes the file as it stops; one that ends without doing so leaves it to us.
-    for (let waited = 0; existsSync(CLUSTER_STATE) && isRunning(pid) && waited < 30_000; waited += 100) await new Promise((r) => setTimeout(r, 100));
-    if (existsSync(CLUSTER_STATE) && !isRunning(pid)) rmSync(CLUSTER_STATE, { force: true });
-    say(existsSync(CLUSTER_STATE) ? `process ${pid} did not stop within 30s` : 'local cluster stopped');
+    // It stops its control plane, removes the file and exits; one that ends without removing the file leaves it to us.
+    for (let waited = 0; clusterProcess({ ...record, pid }) === 'running' && waited < 30_000; waited += 100) await new Promise((r) => setTimeout(r, 100));
+    if (clusterProcess({ ...record, pid }) === 'running') {
+      say(`process ${pid} did not stop within 30s; it may be stopped (SIGSTOP) or hung: kill -9 ${pid}, then run \`opfn cluster down\` again to stop what it left`);
+      process.exit(1);
+    }
+    if (existsSync(CLUSTER_STATE)) return gone();
+    say('local cluster stopped');
   });
 cluster
   .command('env')

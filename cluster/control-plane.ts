@@ -4,7 +4,7 @@
 // test that needs a phase writes pods/status itself, as a kubelet would.
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, writeFileSync, rmSync, readFileSync, existsSync, openSync, closeSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, rmSync, readFileSync, readdirSync, existsSync, openSync, closeSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Agent, fetch } from 'undici';
 import { atExit } from './exit-cleanup.ts';
+import { isRunning, processArguments, processStart } from './processes.ts';
 
 const run = promisify(execFile);
 const PROVISION_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), 'provision.sh');
@@ -135,10 +136,15 @@ export function killOnExit(child: ChildProcess): ChildProcess {
   return child;
 }
 
+/** Why a child could not be started at all (spawn's 'error': a binary missing or not executable). */
+const spawnErrors = new WeakMap<ChildProcess, Error>();
+
 function startProcess(dir: string, name: string, binary: string, args: string[], ownProcessGroup: boolean): ChildProcess {
   const logFd = openSync(join(dir, `${name}.log`), 'a');
   const child = spawn(binary, args, { stdio: ['ignore', logFd, logFd], detached: ownProcessGroup });
   closeSync(logFd);
+  // Unhandled, the 'error' would end this process with a stack trace; waitFor names it instead.
+  child.once('error', (error) => spawnErrors.set(child, error));
   return killOnExit(child);
 }
 
@@ -160,6 +166,8 @@ function tail(file: string, lines = 15): string {
 async function waitFor(what: string, child: ChildProcess, logFile: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
+    const spawnError = spawnErrors.get(child);
+    if (spawnError) throw new Error(`${what} could not be started: ${spawnError.message}`);
     if (child.exitCode !== null) throw new Error(`${what} exited with code ${child.exitCode}; its log (${logFile}) ends:\n${tail(logFile)}`);
     if (await check().catch(() => false)) return;
     await new Promise((r) => setTimeout(r, 50));
@@ -167,12 +175,59 @@ async function waitFor(what: string, child: ChildProcess, logFile: string, timeo
   throw new Error(`${what} was not ready after ${timeoutMs / 1000}s; its log (${logFile}) ends:\n${tail(logFile)}`);
 }
 
+// etcd fsyncs on every write; on tmpfs that costs nothing, and test data need not survive.
+// OPFN_CONTROL_PLANE_DIR puts the folders elsewhere (a test that kills a control plane's owner
+// keeps it out of reach of the other tests' reclaimAbandonedControlPlanes).
+const FOLDERS = process.env.OPFN_CONTROL_PLANE_DIR ?? (existsSync('/dev/shm') ? '/dev/shm' : tmpdir());
+const FOLDER_PREFIX = 'opfn-cp-';
+/** In each control plane's folder: the process that runs it and the processes it started. */
+const OWNER_FILE = 'owner.json';
+
+interface Owner { pid: number; startTime?: string; children: number[] }
+
+/**
+ * Stops the control planes whose owner was killed (SIGKILL, the OOM killer, a CI timeout run no
+ * exit handler: their etcd, kube-apiserver and kube-controller-manager would run on for good,
+ * and the folder holding the CA key and admin token would stay) and removes their folders; returns
+ * one line for each. A process is killed only if its command line names that folder. Only where
+ * /proc tells a process from a later one given the same pid.
+ */
+export function reclaimAbandonedControlPlanes(folders = FOLDERS): string[] {
+  if (!existsSync('/proc/self/stat')) return [];
+  const reclaimed: string[] = [];
+  for (const name of readdirSync(folders).filter((entry) => entry.startsWith(FOLDER_PREFIX))) {
+    const dir = join(folders, name);
+    let owner: Owner;
+    try {
+      owner = JSON.parse(readFileSync(join(dir, OWNER_FILE), 'utf8')) as Owner;
+    } catch {
+      continue; // being created, or made by a version that kept no record
+    }
+    if (owner.pid === process.pid || (isRunning(owner.pid) && processStart(owner.pid) === owner.startTime)) continue;
+    let killed = 0;
+    for (const pid of owner.children) {
+      if (!processArguments(pid)?.some((arg) => arg.includes(dir))) continue;
+      try {
+        process.kill(pid, 'SIGKILL');
+        killed++;
+      } catch {
+        // ended meanwhile
+      }
+    }
+    rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+    reclaimed.push(`stopped the control plane in ${dir} that process ${owner.pid} left running when it was killed (${killed} of its processes killed, folder removed)`);
+  }
+  return reclaimed;
+}
+
 export async function startControlPlane(options: ControlPlaneOptions = {}): Promise<ControlPlane> {
   const progress = options.progress ?? ((line: string) => process.stderr.write(line + '\n'));
+  for (const line of reclaimAbandonedControlPlanes()) progress(line);
   const binDir = options.binDir ?? (await provisionBinaries(progress));
-  // etcd fsyncs on every write; on tmpfs that costs nothing, and test data need not survive.
-  const base = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
-  const dir = mkdtempSync(join(base, 'opfn-cp-'));
+  const dir = mkdtempSync(join(FOLDERS, FOLDER_PREFIX));
+  const owner: Owner = { pid: process.pid, startTime: processStart(process.pid), children: [] };
+  const recordOwner = () => writeFileSync(join(dir, OWNER_FILE), JSON.stringify(owner));
+  recordOwner();
   // Removed however this process ends unless stop() ran first: the folder holds the cluster's CA
   // key and admin token, and on /dev/shm its etcd's 64 MiB of preallocated WAL is memory until
   // the next reboot. Registered before any process starts, so that those are killed first.
@@ -201,7 +256,12 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     return { status: response.status, body: parsed as any };
   };
 
-  const start = (name: string, binary: string, args: string[]) => startProcess(dir, name, binary, args, options.ownProcessGroup ?? false);
+  const start = (name: string, binary: string, args: string[]) => {
+    const child = startProcess(dir, name, binary, args, options.ownProcessGroup ?? false);
+    if (child.pid !== undefined) owner.children.push(child.pid);
+    recordOwner();
+    return child;
+  };
   const etcdBinary = existsSync(join(binDir, 'etcd')) ? join(binDir, 'etcd') : 'etcd';
   const etcd = start('etcd', etcdBinary, [
     '--name', 'default', '--data-dir', join(dir, 'etcd'),
@@ -247,8 +307,12 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
 
   try {
     await apiServerReady();
-    if (options.controllerManager ?? true) {
-      controllerManager = start('kube-controller-manager', join(binDir, 'kube-controller-manager'), [
+    const controllerManagerBinary = join(binDir, 'kube-controller-manager');
+    // A setup-envtest folder (KUBEBUILDER_ASSETS) has etcd and kube-apiserver only, as envtest runs.
+    const runControllerManager = (options.controllerManager ?? true) && existsSync(controllerManagerBinary);
+    if ((options.controllerManager ?? true) && !runControllerManager) progress(`${binDir} has no kube-controller-manager: running without it (no garbage collection, namespace deletion or ServiceAccount tokens)`);
+    if (runControllerManager) {
+      controllerManager = start('kube-controller-manager', controllerManagerBinary, [
         '--kubeconfig', kubeconfigPath,
         '--controllers', 'serviceaccount-token,serviceaccount,garbagecollector,namespace',
         '--service-account-private-key-file', join(dir, 'sa.key'), '--root-ca-file', caPath,

@@ -3,7 +3,8 @@
 # kube-controller-manager) for tests and local runs, and print the folder that holds them.
 #
 # Order of preference, so users who already have binaries never wait for a build:
-#   1. KUBEBUILDER_ASSETS (the envtest convention: a folder with etcd and kube-apiserver);
+#   1. KUBEBUILDER_ASSETS (the envtest convention: a folder with etcd and kube-apiserver, and
+#      kube-controller-manager if it has one);
 #   2. the cache from an earlier build (~/.cache/operator-functions/k8s-<version>);
 #   3. a build from Debian's `kubernetes` source package (about 9 minutes on 2 cores, once).
 #
@@ -74,13 +75,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     || fail "apt-get install ${missing[*]} failed: check the network to the Debian mirror"
 fi
 
+# The binaries were cached all along, and only etcd was missing (a cache restored on a new machine).
+if [ -x "$BIN_DIR/kube-apiserver" ] && [ -x "$BIN_DIR/kube-controller-manager" ]; then link_etcd; echo "$BIN_DIR"; exit 0; fi
+
 BUILD_ROOT="$CACHE_ROOT/build"
 mkdir -p "$BUILD_ROOT" "$BIN_DIR"
 cd "$BUILD_ROOT"
-if ! ls kubernetes_*.orig.tar.gz >/dev/null 2>&1; then
-  say "downloading Debian's kubernetes source package"
-  apt-get source --download-only kubernetes >&2 || fail "apt-get source kubernetes failed: is there a deb-src entry ($SRC_LIST) and network to the mirror?"
-fi
+# Every time, not only when no tarball is there: apt checks the files it has against the source
+# package's hashes and downloads again what an interrupted run left truncated.
+say "downloading Debian's kubernetes source package (or checking the copy from an earlier run)"
+apt-get source --download-only kubernetes >&2 || fail "apt-get source kubernetes failed: is there a deb-src entry ($SRC_LIST) and network to the mirror?"
+
 TREE="$BUILD_ROOT/kubernetes-$K8S_VERSION"
 rm -rf "$TREE"; mkdir -p "$TREE"
 say "unpacking $(ls kubernetes_*.orig.tar.gz | head -1)"

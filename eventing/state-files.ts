@@ -26,12 +26,4 @@ export const planeRecord = (stateDir: string) => readRecord(join(stateDir, PLANE
 /** What `opfn cluster up` running from `stateDir` wrote about its control plane. */
 export const clusterRecord = (stateDir: string) => readRecord(join(stateDir, CLUSTER_STATE_FILE), { pid: 'number', startTime: 'string', kubeconfig: 'string' });
 
-/** Is there a process `pid` (one of another user counts: EPERM)? */
-export function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
+export { isRunning } from '../cluster/processes.ts';

@@ -5,6 +5,7 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { freePort } from '../../cluster/control-plane.ts';
+import { processArguments } from '../../cluster/processes.ts';
 import { readDeadLetterFile } from '../../eventing/broker.ts';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -83,7 +84,8 @@ test('cluster up → env → serve + invoke → down', async () => {
       assert.equal(await exited(fn), 0, 'the function drains and exits 0 on SIGTERM');
     }
 
-    await opfn('cluster', 'down');
+    assert.match((await opfn('cluster', 'down')).stderr, /local cluster stopped/);
+    assert.equal(existsSync(dirname(kubeconfig)), false, 'down returns once the control plane has stopped (its folder is removed)');
     assert.equal(await exited(cluster), 0);
     assert.match(later, /SIGTERM: stopping \(kube-controller-manager and kube-apiserver first, then etcd; Ctrl-C again to force\)/);
     await assert.rejects(opfn('cluster', 'env'), /no local cluster is running/);
@@ -93,17 +95,39 @@ test('cluster up → env → serve + invoke → down', async () => {
   }
 });
 
-test('a second `cluster up` while one runs refuses and points at the running one', async () => {
+test('a `cluster up` killed with SIGKILL: `cluster down` stops the control plane it left running and removes its folder', async () => {
+  // Its own folder for control planes: another test file starting one would reclaim this one first.
+  const isolated = { OPFN_CONTROL_PLANE_DIR: tempDir('opfn-cp-base-') };
+  const { child, match } = await startOpfn(['cluster', 'up'], /^export KUBECONFIG=(\S+)$/m, isolated);
+  const dir = dirname(match[1]);
+  const { children } = JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as { children: number[] };
+  const alive = () => children.filter((pid) => processArguments(pid)?.some((arg) => arg.includes(dir)));
+  child.kill('SIGKILL');
+  await exited(child);
+  assert.equal(alive().length, 3, 'etcd, kube-apiserver and kube-controller-manager run on');
+  const down = await promisify(execFile)(process.execPath, [OPFN, 'cluster', 'down'], { env: { ...env, ...isolated } });
+  assert.match(down.stderr, /stopped the control plane in .* that process \d+ left running when it was killed \(3 of its processes killed, folder removed\)/);
+  assert.match(down.stderr, /was already gone; state cleared/);
+  assert.deepEqual(alive(), []);
+  assert.equal(existsSync(dir), false);
+});
+
+test('a second `cluster up` while one runs refuses and points at the running one; a closed terminal (SIGHUP) stops the first cleanly', async () => {
   const { child: cluster, match } = await startOpfn(['cluster', 'up'], /^export KUBECONFIG=(\S+)$/m);
+  let later = '';
+  cluster.stderr!.on('data', (chunk: Buffer) => (later += chunk.toString()));
   try {
     await assert.rejects(opfn('cluster', 'up'), (error: Error & { stderr?: string }) => {
       assert.match(error.stderr ?? '', new RegExp(`already running .*${match[1].replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
       return true;
     });
   } finally {
-    await opfn('cluster', 'down');
-    await eventually(async () => cluster.exitCode !== null, 20_000, 'cluster process exit');
+    cluster.kill('SIGHUP');
+    assert.equal(await exited(cluster), 0);
   }
+  assert.match(later, /SIGHUP: stopping \(kube-controller-manager and kube-apiserver first, then etcd/);
+  assert.equal(existsSync(dirname(match[1])), false, 'its control plane was stopped and removed');
+  await assert.rejects(opfn('cluster', 'env'), /no local cluster is running/);
 });
 
 test('npm start (opfn dev): a local cluster, the operator, a configured extra Trigger, and Ctrl-C stops everything', async () => {

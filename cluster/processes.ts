@@ -1,0 +1,37 @@
+// Telling whether a process recorded earlier (in a state file) is still the same process. A pid
+// alone is not enough: a process that ended without cleaning up (SIGKILL, a crash, a reboot)
+// leaves its record behind, and its pid may since belong to any process.
+import { readFileSync } from 'node:fs';
+
+/** Is there a process `pid` (one of another user counts: EPERM)? */
+export function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * When process `pid` started (clock ticks after boot: /proc/<pid>/stat, field 22), which tells it
+ * apart from a later process given the same pid; undefined where there is no /proc or no such process.
+ */
+export function processStart(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name in parentheses (which may hold spaces) start with field 3.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
+  }
+}
+
+/** The arguments process `pid` runs with; undefined where there is no /proc or no such process. */
+export function processArguments(pid: number): string[] | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return undefined;
+  }
+}
