@@ -21,11 +21,12 @@
 // experimental).
 //
 // Usage: node bin/build.ts [--outdir dist] [--metafile <file>] [--quiet]
-import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join, relative, resolve } from 'node:path';
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { build, type Metafile } from 'esbuild';
+import { isRunning } from '../cluster/processes.ts';
 import { functionModules } from '../functions/index.ts';
 import { bundleNarrowing } from './bundle-narrowing.ts';
 
@@ -220,11 +221,28 @@ export interface BuildResult {
   ms: number;
 }
 
+/** Removes what a build killed midway left beside `target` (its `.building-<pid>` or `.previous-<pid>` folder). */
+function removeAbandonedBuilds(target: string): void {
+  const prefix = `${basename(target)}.`;
+  const entries = existsSync(dirname(target)) ? readdirSync(dirname(target)) : [];
+  for (const name of entries) {
+    const pid = /^(?:building|previous)-(\d+)$/.exec(name.startsWith(prefix) ? name.slice(prefix.length) : '')?.[1];
+    if (pid !== undefined && (Number(pid) === process.pid || !isRunning(Number(pid)))) rmSync(join(dirname(target), name), { recursive: true, force: true });
+  }
+}
+
+/**
+ * Bundles every registered function into `outdir` (default dist/). The bundles are written into a
+ * folder beside it and swapped in at the end: a plane running from `outdir` (a second `opfn dev`
+ * in the same project rebuilds `.opfn/dist`) keeps starting instances throughout, where removing
+ * the folder first made every cold start meanwhile fail.
+ */
 export async function buildFunctions(options: { outdir?: string } = {}): Promise<BuildResult> {
-  const outdir = resolve(ROOT, options.outdir ?? 'dist');
+  const target = resolve(ROOT, options.outdir ?? 'dist');
+  const outdir = `${target}.building-${process.pid}`;
   const started = performance.now();
   const entries = registeredFunctions();
-  rmSync(outdir, { recursive: true, force: true });
+  removeAbandonedBuilds(target);
   mkdirSync(outdir, { recursive: true });
 
   const metafiles: Record<string, Metafile> = {};
@@ -263,7 +281,13 @@ export async function buildFunctions(options: { outdir?: string } = {}): Promise
   const names = entries.map((entry) => entry.name);
   writeFileSync(join(outdir, 'main.mjs'), mainSource(names));
   writeFileSync(join(outdir, 'warm-cache.mjs'), warmCacheSource(names));
-  return { outdir, bundles, metafiles, ms: Math.round(performance.now() - started) };
+  // Two renames: `target` is missing only between them.
+  const previous = `${target}.previous-${process.pid}`;
+  if (existsSync(target)) renameSync(target, previous);
+  renameSync(outdir, target);
+  rmSync(previous, { recursive: true, force: true });
+  const bundled = bundles.map((bundle) => ({ ...bundle, file: relative(ROOT, join(target, basename(bundle.file))) }));
+  return { outdir: target, bundles: bundled, metafiles, ms: Math.round(performance.now() - started) };
 }
 
 const kib = (bytes: number) => `${(bytes / 1024).toFixed(1)} KiB`;

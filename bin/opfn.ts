@@ -6,7 +6,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import type { ChangeAction } from '../eventing/apiserver-events.ts';
 import { functionNames, loadFunction } from '../functions/index.ts';
 import { processArguments, processStart } from '../cluster/processes.ts';
-import { CLUSTER_STATE_FILE, clusterRecord, DEAD_LETTER_FILE, isRunning, planeRecord } from '../eventing/state-files.ts';
+import { CLUSTER_STATE_FILE, clusterRecord, DEAD_LETTER_FILE, isRunning, isSameProcess, planeRecord } from '../eventing/state-files.ts';
 
 // Commands import what they need when they run, so `opfn --help` answers at once.
 
@@ -14,9 +14,12 @@ const STATE_DIR = resolve(process.env.OPFN_STATE_DIR ?? '.opfn');
 const CLUSTER_STATE = join(STATE_DIR, CLUSTER_STATE_FILE);
 const say = (line: string) => process.stderr.write(`${line}\n`);
 
+/** The longest a Node timer waits (2^31 - 1 ms): a longer one fires at once. */
+const MAX_TIMER_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
+
 const seconds = (value: string): number => {
   const parsed = Number(value);
-  if (!Number.isFinite(parsed) || parsed < 0) throw new InvalidArgumentError('must be a number of seconds ≥ 0');
+  if (!Number.isFinite(parsed) || parsed < 0 || parsed > MAX_TIMER_SECONDS) throw new InvalidArgumentError(`must be a number of seconds from 0 to ${MAX_TIMER_SECONDS} (about 24 days)`);
   return parsed;
 };
 
@@ -253,6 +256,16 @@ program
 const deadLetters = program
   .command('dead-letters')
   .description(`events the broker could not deliver (default file ${join(STATE_DIR, DEAD_LETTER_FILE)}, 0600, rotated to .1 at 64 MiB; events a function refused for good, a 4xx, apart in <file>.refused, rotated at 8 MiB)`);
+/** The reason in a failed delivery's answer: a function's JSON `{"error": ...}`, else the text as it is. */
+function errorReason(answer: string): string {
+  try {
+    const { error } = JSON.parse(answer) as { error?: unknown };
+    if (typeof error === 'string') return error;
+  } catch {
+    // not JSON
+  }
+  return answer;
+}
 const deadLetterFile = (options: { file?: string }) => resolve(options.file ?? join(STATE_DIR, DEAD_LETTER_FILE));
 deadLetters
   .command('list')
@@ -273,7 +286,7 @@ deadLetters
         console.log(JSON.stringify(l));
         continue;
       }
-      const reason = typeof l.knativeerrordata === 'string' ? Buffer.from(l.knativeerrordata, 'base64').toString('utf8').replace(/\s+/g, ' ').slice(0, 120) : '';
+      const reason = typeof l.knativeerrordata === 'string' ? errorReason(Buffer.from(l.knativeerrordata, 'base64').toString('utf8')).replace(/\s+/g, ' ').slice(0, 120) : '';
       console.log([l.id, l.type, l.subject ?? l.source, l.knativeerrorcode ?? '-', reason].join('  '));
     }
     // The letters a function refused for good are kept apart (`<file>.refused`), rotated ones too.
@@ -287,9 +300,13 @@ deadLetters
   .option('--broker <url>', 'broker ingress URL (default: the one the running `opfn dev` wrote to its state folder)')
   .action(async (options: { file?: string; broker?: string }) => {
     const { replayDeadLetterFile } = await import('../eventing/broker.ts');
-    const broker = options.broker ?? planeRecord(STATE_DIR)?.brokerUrl;
+    const plane = planeRecord(STATE_DIR);
+    // A plane killed without cleaning up leaves its record; its port may since be anyone's.
+    const running = plane?.pid !== undefined && isSameProcess({ ...plane, pid: plane.pid });
+    const broker = options.broker ?? (running ? plane?.brokerUrl : undefined);
     if (!broker) {
-      say(`opfn dead-letters replay: no running plane found in ${STATE_DIR} (start \`opfn dev\`), or pass --broker <url>`);
+      const stale = plane?.pid !== undefined && !running ? ` (${STATE_DIR}/plane.json names process ${plane.pid}, which has ended)` : '';
+      say(`opfn dead-letters replay: no running plane found in ${STATE_DIR}${stale} (start \`opfn dev\`), or pass --broker <url>`);
       process.exit(1);
     }
     const result = await replayDeadLetterFile(deadLetterFile(options), broker);

@@ -35,3 +35,10 @@ export function processArguments(pid: number): string[] | undefined {
     return undefined;
   }
 }
+
+/** Is the process a record names (its pid, and its start time where one was recorded) still running? */
+export function isSameProcess({ pid, startTime }: { pid: number; startTime?: string }): boolean {
+  if (!isRunning(pid)) return false;
+  const started = processStart(pid);
+  return startTime === undefined || started === undefined || started === startTime;
+}

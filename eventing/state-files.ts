@@ -21,9 +21,9 @@ function readRecord<T extends Record<string, 'string' | 'number'>>(path: string,
 }
 
 /** What the plane running from `stateDir` wrote about itself. */
-export const planeRecord = (stateDir: string) => readRecord(join(stateDir, PLANE_STATE_FILE), { pid: 'number', brokerUrl: 'string' });
+export const planeRecord = (stateDir: string) => readRecord(join(stateDir, PLANE_STATE_FILE), { pid: 'number', startTime: 'string', brokerUrl: 'string' });
 
 /** What `opfn cluster up` running from `stateDir` wrote about its control plane. */
 export const clusterRecord = (stateDir: string) => readRecord(join(stateDir, CLUSTER_STATE_FILE), { pid: 'number', startTime: 'string', kubeconfig: 'string' });
 
-export { isRunning } from '../cluster/processes.ts';
+export { isRunning, isSameProcess } from '../cluster/processes.ts';

@@ -270,13 +270,18 @@ export interface ReplayResult {
  */
 export async function replayDeadLetterFile(path: string, brokerUrl: string): Promise<ReplayResult> {
   const result: ReplayResult = { replayed: 0, failed: [] };
-  await replayFamily(path, DEFAULT_DEAD_LETTER_MAX_BYTES, brokerUrl, result);
-  await replayFamily(refusedLettersFile(path), refusedCap(DEFAULT_DEAD_LETTER_MAX_BYTES), brokerUrl, result);
+  // Both files are moved aside before anything is sent: a replayed letter the function refuses
+  // again lands in a new `.refused` file, not in this replay a second time.
+  const families = [
+    { path, maxBytes: DEFAULT_DEAD_LETTER_MAX_BYTES, moved: await moveAside(path) },
+    { path: refusedLettersFile(path), maxBytes: refusedCap(DEFAULT_DEAD_LETTER_MAX_BYTES), moved: await moveAside(refusedLettersFile(path)) },
+  ];
+  for (const family of families) await replayMoved(family, brokerUrl, result);
   return result;
 }
 
-/** Replays one file and its rotated predecessor into `result`; what is not accepted goes back to the same file. */
-async function replayFamily(path: string, maxBytes: number, brokerUrl: string, result: ReplayResult): Promise<void> {
+/** Moves a file, its rotated predecessor and what a killed replay left into this replay's own files (`replayAside`); returns them, oldest first. */
+async function moveAside(path: string): Promise<string[]> {
   const aside = replayAside(path);
   const moved: string[] = [];
   const stranded = await strandedReplays(path);
@@ -289,6 +294,11 @@ async function replayFamily(path: string, maxBytes: number, brokerUrl: string, r
       // no such file, or another replay took it over first
     }
   }
+  return moved;
+}
+
+/** Sends the letters of the moved files into `result`; what is not accepted goes back to `path`. */
+async function replayMoved({ path, maxBytes, moved }: { path: string; maxBytes: number; moved: string[] }, brokerUrl: string, result: ReplayResult): Promise<void> {
   const rest: string[] = [];
   for (const file of moved) {
     const text = await readFile(file, 'utf8');

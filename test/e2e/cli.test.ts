@@ -50,6 +50,13 @@ function writeKubeconfig(name: string, cluster: Record<string, string | boolean>
   return path;
 }
 
+/** The pid of a process that has exited (and been reaped). */
+async function exitedPid(): Promise<number> {
+  const child = spawn(process.execPath, ['-e', '']);
+  await exited(child);
+  return child.pid!;
+}
+
 const exited = (child: ChildProcess) => new Promise<number | null>((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', resolve)));
 
 test('opfn --help lists every command', async () => {
@@ -219,6 +226,8 @@ test('opfn dev refuses a mistyped function before it touches any cluster', async
     assert.doesNotMatch(error.stderr ?? '', /does not answer/);
     return true;
   });
+  // A wait no Node timer can hold (it would fire at once: scale to zero after 1 ms) is refused too.
+  await assert.rejects(opfn('dev', '--idle', '2200000'), /--idle <seconds>' argument '2200000' is invalid\. must be a number of seconds from 0 to 2147483/);
 });
 
 test('opfn invoke names the URL and the cause when nothing answers', async () => {
@@ -241,13 +250,15 @@ test('opfn dead-letters list, replay (through a broker ingress) and clear', asyn
   await new Promise((resolve) => subscriber.once('listening', resolve));
   const dir = tempDir('opfn-dl-');
   const file = join(dir, 'dead-letters.jsonl');
-  const letter = (id: string) => JSON.stringify({ specversion: '1.0', id, source: '/s', type: 'dev.knative.apiserver.resource.update', subject: `/apis/v1/namespaces/default/configmaps/${id}`, datacontenttype: 'application/json', data: { a: 1 }, knativeerrordest: 'http://x/', knativeerrorcode: 503, knativeerrordata: Buffer.from('overloaded').toString('base64'), knativebrokerttl: 254 });
-  writeFileSync(file, `${letter('dl-1')}\n${letter('dl-2')}\n`, { mode: 0o600 });
+  const letter = (id: string, answer = 'overloaded') => JSON.stringify({ specversion: '1.0', id, source: '/s', type: 'dev.knative.apiserver.resource.update', subject: `/apis/v1/namespaces/default/configmaps/${id}`, datacontenttype: 'application/json', data: { a: 1 }, knativeerrordest: 'http://x/', knativeerrorcode: 503, knativeerrordata: Buffer.from(answer).toString('base64'), knativebrokerttl: 254 });
+  // A function's answer is JSON: the list shows its error.
+  writeFileSync(file, `${letter('dl-1')}\n${letter('dl-2', '{"error":"GET /api/v1/namespaces/default/configmaps/dl-2: etcdserver: request timed out"}')}\n`, { mode: 0o600 });
   const broker = new Broker({ deadLetterFile: join(dir, 'broker-dl.jsonl'), log: pino({ level: 'silent' }), triggers: [{ name: 'all', subscriber: `http://127.0.0.1:${(subscriber.address() as { port: number }).port}/` }] });
   const brokerUrl = await broker.listen();
   try {
     const listed = await opfn('dead-letters', 'list', '--file', file);
     assert.match(listed.stdout, /^dl-1 {2}dev\.knative\.apiserver\.resource\.update {2}\/apis\/v1\/namespaces\/default\/configmaps\/dl-1 {2}503 {2}overloaded$/m);
+    assert.match(listed.stdout, /^dl-2 {2}.* {2}503 {2}GET \/api\/v1\/namespaces\/default\/configmaps\/dl-2: etcdserver: request timed out$/m);
     assert.match(listed.stderr, /2 dead letter\(s\)/);
     const replayed = await opfn('dead-letters', 'replay', '--file', file, '--broker', brokerUrl);
     assert.match(replayed.stderr, /2 dead letter\(s\) replayed/);
@@ -258,6 +269,14 @@ test('opfn dead-letters list, replay (through a broker ingress) and clear', asyn
     assert.match((await opfn('dead-letters', 'clear', '--file', file)).stderr, /1 dead letter\(s\) removed/);
     assert.equal(existsSync(file), false);
     await assert.rejects(opfn('dead-letters', 'replay', '--file', file), /no running plane found/);
+    // A plane killed without cleaning up left its record: its broker's port may be anyone's now.
+    const record = join(stateDir, 'plane.json');
+    writeFileSync(record, JSON.stringify({ pid: await exitedPid(), brokerUrl }));
+    try {
+      await assert.rejects(opfn('dead-letters', 'replay', '--file', file), /no running plane found in .* \(.*plane\.json names process \d+, which has ended\)/);
+    } finally {
+      rmSync(record);
+    }
   } finally {
     await broker.close();
     subscriber.close();

@@ -236,6 +236,36 @@ after(async () => {
   rmSync(scratch, { recursive: true, force: true });
 });
 
+test('a rebuild keeps the bundles a running plane starts its instances from in place until the new ones are there', async () => {
+  const { buildFunctions } = await import('../../bin/build.ts');
+  const outdir = mkdtempSync(join(tmpdir(), 'opfn-rebuild-'));
+  await buildFunctions({ outdir });
+  const entry = join(outdir, 'main.mjs');
+  let missing = 0;
+  let looked = 0;
+  let building = true;
+  const watcher = (async () => {
+    while (building) {
+      looked++;
+      if (!existsSync(entry)) missing++;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  })();
+  // A killed build's leftover beside it is removed by the next one.
+  mkdirSync(`${outdir}.building-999999999`);
+  try {
+    await buildFunctions({ outdir });
+  } finally {
+    building = false;
+    await watcher;
+  }
+  assert.ok(looked > 10, `looked ${looked} times during the build`);
+  assert.equal(missing, 0, `${entry} was missing ${missing} of ${looked} times`);
+  assert.equal(existsSync(`${outdir}.building-999999999`), false);
+  assert.deepEqual(readdirSync(dirname(outdir)).filter((name) => name.startsWith(`${basename(outdir)}.`)), [], 'nothing left beside it');
+  rmSync(outdir, { recursive: true, force: true });
+});
+
 describe('the Dockerfile', () => {
   test('the build prints each bundle and builds one per registered function', async () => {
     const { functionNames } = await import('../../functions/index.ts');

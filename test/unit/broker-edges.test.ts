@@ -334,6 +334,21 @@ describe('Broker dead-letter file', () => {
     assert.equal(await readFile(file, 'utf8'), '{"id":"x"}\n');
   });
 
+  it('a replayed letter refused again while the replay runs stays for the next one, not replayed twice', async () => {
+    const file = join(dir, 'refused-again.jsonl');
+    const letter = (id: string) => `${JSON.stringify({ specversion: '1.0', id, type: 't', source: '/s' })}\n`;
+    await writeFile(file, letter('main'));
+    await writeFile(`${file}.refused`, letter('refused'));
+    // The broker takes each letter, and the function refuses it again: the broker writes it to `.refused` meanwhile.
+    const ingress = await subscriber(async (req, res) => {
+      await appendJsonLine(`${file}.refused`, letter(JSON.parse(req.body.toString()).id));
+      res.writeHead(202).end();
+    });
+    assert.deepEqual(await replayDeadLetterFile(file, ingress.url), { replayed: 2, failed: [] });
+    assert.deepEqual(ingress.requests.map((r) => JSON.parse(r.body.toString()).id), ['main', 'refused']);
+    assert.deepEqual((await readDeadLetterFile(file)).map((l) => l.letter?.id), ['main', 'refused'], 'both are letters again, for the next replay');
+  });
+
   it('what a replay killed midway left aside is listed, replayed and cleared; a running replay\'s is left alone', async () => {
     const file = join(dir, 'stranded.jsonl');
     const deadPid = await exitedPid();
