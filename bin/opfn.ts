@@ -153,8 +153,9 @@ cluster
         async () => {
           await cp.stop();
           // Only now: `cluster down` waits for this process, and `cluster env` must not name a
-          // cluster that is still going.
-          rmSync(CLUSTER_STATE, { force: true });
+          // cluster that is still going. Only its own: a second `up` started at the same moment
+          // may have written its record over this one's.
+          if (clusterRecord(STATE_DIR)?.pid === process.pid) rmSync(CLUSTER_STATE, { force: true });
         },
         { stopping: 'kube-controller-manager and kube-apiserver first, then etcd', forced: 'the control plane processes are killed' },
       );
