@@ -44,7 +44,7 @@ export type KeyResult =
   | FailedResult
   | { type: 'deferred' };
 
-/** A failed key's result: its status by error class (statusForError), and a TransientError's Retry-After. */
+/** A failed key's result: its status by error class (statusForError), and the Retry-After a TransientError or the API server asked for. */
 export function failedResult(error: unknown): FailedResult {
   return { type: 'failed', status: statusForError(error), error: (error as Error).message, retryAfterSeconds: error instanceof TransientError || error instanceof ApiError ? error.retryAfterSeconds : undefined };
 }

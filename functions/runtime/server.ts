@@ -249,7 +249,7 @@ export class FunctionHost {
       return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
     }
     if (installNamespace !== undefined) {
-      const inside = keys.map((key) => !key.kind.namespaced || !outsideInstall(installNamespace, key.namespace));
+      const inside = keys.map((key) => !outsideInstall(installNamespace, key.namespace));
       if (!inside.every(Boolean)) {
         eventLog().warn({ dropped: inside.filter((x) => !x).length, installNamespace }, 'keys outside the install\'s namespace dropped');
         keys = keys.filter((_key, index) => inside[index]);
