@@ -299,7 +299,9 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     // Stopped: from now on the folder is stop()'s to keep (a failed start keeps it for the logs
     // its error names) or remove.
     forgetDir();
-    if (!stopOptions.keep) rmSync(dir, { recursive: true, force: true });
+    // A kept folder (its logs explain a failed start) is the user's now, not one to reclaim.
+    if (stopOptions.keep) rmSync(join(dir, OWNER_FILE), { force: true });
+    else rmSync(dir, { recursive: true, force: true });
   };
 
   const apiServerReady = () =>
