@@ -174,11 +174,15 @@ cluster
       say('no local cluster is running');
       return;
     }
-    const gone = async () => {
+    // A process that ended without its own clean-up (SIGKILL) leaves its record, and may have
+    // left its control plane running.
+    const clearLeftovers = async () => {
       rmSync(CLUSTER_STATE, { force: true });
-      // Killed (SIGKILL), it may have left its control plane running.
       const { reclaimAbandonedControlPlanes } = await import('../cluster/control-plane.ts');
       for (const line of reclaimAbandonedControlPlanes()) say(line);
+    };
+    const gone = async () => {
+      await clearLeftovers();
       say(`the cluster process ${pid} was already gone; state cleared`);
     };
     const state = clusterProcess({ ...record, pid });
@@ -199,7 +203,7 @@ cluster
       say(`process ${pid} did not stop within 30s; it may be stopped (SIGSTOP) or hung: kill -9 ${pid}, then run \`opfn cluster down\` again to stop what it left`);
       process.exit(1);
     }
-    if (existsSync(CLUSTER_STATE)) return gone();
+    if (existsSync(CLUSTER_STATE)) await clearLeftovers();
     say('local cluster stopped');
   });
 cluster
