@@ -5,8 +5,8 @@ import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import type { ChangeAction } from '../eventing/apiserver-events.ts';
 import { functionNames, loadFunction } from '../functions/index.ts';
-import { processArguments, processStart } from '../cluster/processes.ts';
-import { CLUSTER_STATE_FILE, clusterRecord, DEAD_LETTER_FILE, isRunning, isSameProcess, planeRecord } from '../eventing/state-files.ts';
+import { isRunning, isSameProcess, processArguments, processStart } from '../cluster/processes.ts';
+import { CLUSTER_STATE_FILE, clusterRecord, DEAD_LETTER_FILE, planeRecord } from '../eventing/state-files.ts';
 
 // Commands import what they need when they run, so `opfn --help` answers at once.
 
@@ -307,7 +307,7 @@ deadLetters
     const { replayDeadLetterFile } = await import('../eventing/broker.ts');
     const plane = planeRecord(STATE_DIR);
     // A plane killed without cleaning up leaves its record; its port may since be anyone's.
-    const running = plane?.pid !== undefined && isSameProcess({ ...plane, pid: plane.pid });
+    const running = isSameProcess(plane);
     const broker = options.broker ?? (running ? plane?.brokerUrl : undefined);
     if (!broker) {
       const stale = plane?.pid !== undefined && !running ? ` (${STATE_DIR}/plane.json names process ${plane.pid}, which has ended)` : '';

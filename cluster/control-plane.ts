@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Agent, fetch } from 'undici';
 import { atExit } from './exit-cleanup.ts';
-import { isRunning, processArguments, processStart } from './processes.ts';
+import { isSameProcess, processArguments, processStart } from './processes.ts';
 
 const run = promisify(execFile);
 const PROVISION_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), 'provision.sh');
@@ -203,7 +203,7 @@ export function reclaimAbandonedControlPlanes(folders = FOLDERS): string[] {
     } catch {
       continue; // being created, or made by a version that kept no record
     }
-    if (owner.pid === process.pid || (isRunning(owner.pid) && processStart(owner.pid) === owner.startTime)) continue;
+    if (owner.pid === process.pid || isSameProcess(owner)) continue;
     let killed = 0;
     for (const pid of owner.children) {
       if (!processArguments(pid)?.some((arg) => arg.includes(dir))) continue;

@@ -36,9 +36,10 @@ export function processArguments(pid: number): string[] | undefined {
   }
 }
 
-/** Is the process a record names (its pid, and its start time where one was recorded) still running? */
-export function isSameProcess({ pid, startTime }: { pid: number; startTime?: string }): boolean {
-  if (!isRunning(pid)) return false;
+/** Is the process a record names (its pid, and its start time where one was recorded) still running? False for a record without a pid. */
+export function isSameProcess(record: { pid?: number; startTime?: string } | undefined): boolean {
+  const { pid, startTime } = record ?? {};
+  if (pid === undefined || !isRunning(pid)) return false;
   const started = processStart(pid);
   return startTime === undefined || started === undefined || started === startTime;
 }

@@ -201,7 +201,6 @@ export class EventPlane {
     this.source = { stats: () => this.knative?.sources.stats() ?? { emitted: 0, relists: 0, watchRestarts: 0, pending: 0, sinkRetries: 0 } };
   }
 
-  /** Starts activator and broker first, so the sources' initial add events find their way. */
   /** Starts every part; a start that fails stops what it had started (listeners, instances, sources) before it throws. */
   async start(): Promise<{ activatorUrl: string; brokerUrl: string }> {
     try {
@@ -212,6 +211,7 @@ export class EventPlane {
     }
   }
 
+  /** Starts activator and broker first, so the sources' initial add events find their way. */
   async #start(): Promise<{ activatorUrl: string; brokerUrl: string }> {
     const activatorUrl = await this.activator.listen(0, '127.0.0.1');
     for (const trigger of this.#options.triggers ?? []) this.broker.addTrigger(trigger);

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 export const DEAD_LETTER_FILE = 'dead-letters.jsonl';
-/** The running plane's pid and broker URL, for `opfn dead-letters replay`. */
+/** The running plane's pid (with the process's start time) and broker URL, for `opfn dead-letters replay`. */
 export const PLANE_STATE_FILE = 'plane.json';
 /** The control plane `opfn cluster up` keeps running: its pid (with the process's start time), server and kubeconfig. */
 export const CLUSTER_STATE_FILE = 'cluster.json';
@@ -25,5 +25,3 @@ export const planeRecord = (stateDir: string) => readRecord(join(stateDir, PLANE
 
 /** What `opfn cluster up` running from `stateDir` wrote about its control plane. */
 export const clusterRecord = (stateDir: string) => readRecord(join(stateDir, CLUSTER_STATE_FILE), { pid: 'number', startTime: 'string', kubeconfig: 'string' });
-
-export { isRunning, isSameProcess } from '../cluster/processes.ts';

@@ -176,7 +176,7 @@ export interface ListOptions {
   /**
    * Pages of about this many bytes, for objects whose size varies by orders of magnitude (a
    * ConfigMap of a few bytes or of 1 MiB): the first page asks for `limit` objects, each next one
-   * for as many as fit at the average size seen so far (at least one, at most LIST_PAGE_SIZE).
+   * for as many as fit at the average size of the page before it (at least one, at most LIST_PAGE_SIZE).
    * So small objects come 500 at a time and large ones a few at a time, and no answer holds
    * `limit` objects of the largest size.
    */

@@ -15,6 +15,7 @@ import { promisify } from 'node:util';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { Pod } from '../../functions/runtime/kinds.ts';
 import { eventually, kubeFor } from '../support/cluster.ts';
+import { exitedPid } from '../support/processes.ts';
 import { tempDir } from '../support/temp.ts';
 
 const OPFN = join(dirname(fileURLToPath(import.meta.url)), '../../bin/opfn.ts');
@@ -48,13 +49,6 @@ function writeKubeconfig(name: string, cluster: Record<string, string | boolean>
   const path = join(stateDir, name);
   writeFileSync(path, JSON.stringify({ apiVersion: 'v1', kind: 'Config', clusters: [{ name: 'c', cluster }], users: [{ name: 'u', user: { token: 't' } }], contexts: [{ name: 'c', context: { cluster: 'c', user: 'u' } }], 'current-context': 'c' }));
   return path;
-}
-
-/** The pid of a process that has exited (and been reaped). */
-async function exitedPid(): Promise<number> {
-  const child = spawn(process.execPath, ['-e', '']);
-  await exited(child);
-  return child.pid!;
 }
 
 const exited = (child: ChildProcess) => new Promise<number | null>((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', resolve)));

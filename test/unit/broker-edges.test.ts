@@ -4,8 +4,6 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { readFile, stat, writeFile } from 'node:fs/promises';
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -16,6 +14,7 @@ import { pino, type Logger } from 'pino';
 import { Dispatcher } from '../../eventing/broker/dispatcher.ts';
 import { appendJsonLine, Broker, clearDeadLetterFile, readDeadLetterFile, replayDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker.ts';
 import { serversClosedAfter } from '../support/http.ts';
+import { exitedPid } from '../support/processes.ts';
 import { tempDir } from '../support/temp.ts';
 
 interface Received {
@@ -37,13 +36,6 @@ async function subscriber(handler: (req: Received, res: ServerResponse, n: numbe
   servers.push(server);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, requests };
-}
-
-/** The pid of a process that has exited (and been reaped), as a killed replay's would be. */
-async function exitedPid(): Promise<number> {
-  const child = spawn(process.execPath, ['-e', '']);
-  await once(child, 'exit');
-  return child.pid!;
 }
 
 function captureLog(): { log: Logger; lines: Array<Record<string, unknown>> } {
