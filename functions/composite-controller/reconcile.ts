@@ -28,7 +28,7 @@ import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
 import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eventing.ts';
 import { parseHookUrls, type UrlRewrite } from './hooks.ts';
-import { guessedResource, INSTALL_CONFIG, watchableBySource } from '../runtime/knative-objects.ts';
+import { guessedResource, watchableBySource } from '../runtime/knative-objects.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { governs, syncParent, type ResolvedComposite } from './sync-parent.ts';
 import { forEachLimited } from '../runtime/limit.ts';
@@ -59,9 +59,8 @@ async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise
     if (changed.length) ctx.log.info({ controller: key.name, changed: changed.map((result) => `${result.operation} ${result.kind} ${result.name}`) }, 'event sources of the CompositeController brought in line');
   }
   const sweep = new Sweep(ctx, sharedLists(ctx.kube), ctx.deadline);
-  // An install limited to one namespace (OPFN_SCOPE=namespace) may only list there.
-  const namespace = ctx.config[INSTALL_CONFIG.scope] === 'namespace' && composite.parentKind.namespaced ? ctx.config[INSTALL_CONFIG.namespace] : undefined;
-  for await (const page of ctx.kube.pages(composite.parentKind, { namespace })) {
+  // An install limited to one namespace may only list there.
+  for await (const page of ctx.kube.pages(composite.parentKind, { namespace: composite.parentKind.namespaced ? ctx.installNamespace : undefined })) {
     await forEachLimited(page.items, PARENT_CONCURRENCY, (parent) => sweep.sync(composite, parent));
   }
   const period = resyncPeriodMs(composite.controller);

@@ -113,6 +113,8 @@ export interface ReconcileContext {
   /** Outbound HTTP with a timeout on every request; retries are the caller's. */
   http: HttpClient;
   now(): Date;
+  /** As MapperContext's: where an install limited to one namespace may list; undefined for a cluster-wide install. */
+  installNamespace?: string;
   /**
    * The object a Resource-mode event carried, when the event maps to this one key: the
    * reconciled object itself, or the owned/watched object that maps to it (check `hint.kind`);

@@ -353,8 +353,8 @@ export class FunctionHost {
   }
 
   #context(log: Logger, hint: KubeObject | undefined, shared: ReconcileContext['shared'], deadline: number): ReconcileContext {
-    const { kube, config, http, now } = this.#options;
-    return { kube, log, events: this.#events.recorder(log), config, http, now, hint, shared, deadline };
+    const { kube, config, http, now, installNamespace } = this.#options;
+    return { kube, log, events: this.#events.recorder(log), config, http, now, installNamespace, hint, shared, deadline };
   }
 
   /** Stops taking events (readiness turns 503) and resolves when in-flight ones are answered and recorded Events written. */

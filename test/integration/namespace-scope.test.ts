@@ -4,21 +4,27 @@
 // there (a list across the cluster is refused by that Role), and an event or key naming another
 // namespace, which only a forged event can, is ignored without an API call.
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
+import { applyCrds } from '../../eventing/crds.ts';
 import { DEFAULT_OPTIONS, type ManifestOptions } from '../../eventing/manifests/options.ts';
 import { functionIdentity } from '../../eventing/manifests/rbac.ts';
 import { knativeService } from '../../eventing/manifests/service.ts';
 import { resyncEvent } from '../../eventing/plane.ts';
+import composite from '../../functions/composite-controller/index.ts';
+import { EVENT_SOURCES_CONFIG } from '../../functions/composite-controller/eventing.ts';
+import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { defineFunction, type FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { installNamespaceFrom } from '../../functions/runtime/knative-objects.ts';
-import { kindKeyString, Namespace, Pod, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { kindKeyString, Namespace, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { allOf } from '../../functions/runtime/mappers.ts';
 import { reconcileReply } from '../../functions/runtime/reply.ts';
 import { deliver, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
-import { exampleImmortalContainer } from '../support/examples.ts';
+import { crdFor, exampleImmortalContainer } from '../support/examples.ts';
 import { createObjects } from '../support/rbac.ts';
 
 const INSTALL = 'team-a';
@@ -95,6 +101,42 @@ describe('an install limited to one namespace', () => {
       assert.deepEqual(reconciled, [`${INSTALL}/web`]);
     } finally {
       await fn.close();
+    }
+  });
+
+  test('the composite function sweeps a CompositeController\'s parents in the install namespace only', async () => {
+    const Flock: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Flock', plural: 'flocks', namespaced: true };
+    await applyCrds(cluster.kube, [crdFor(Flock)]);
+    const synced: string[] = [];
+    const hook = createServer((request, response) => {
+      let body = '';
+      request.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
+      request.on('end', () => {
+        const { parent } = JSON.parse(body);
+        synced.push(`${parent.metadata.namespace}/${parent.metadata.name}`);
+        response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: {}, children: [] }));
+      });
+    });
+    await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
+    // Admin credentials, so that a sweep across the cluster would succeed and show in the hook's calls.
+    const fn = await serveFunction(composite, cluster.cp.kubeconfigPath, {
+      installNamespace: INSTALL,
+      config: { [EVENT_SOURCES_CONFIG]: 'plane', COMPOSITE_HOOK_URLS: `http://flock.hooks.test/=http://127.0.0.1:${(hook.address() as AddressInfo).port}/` },
+    });
+    try {
+      for (const namespace of [INSTALL, OTHER]) await cluster.kube.create(Flock, { apiVersion: 'example.com/v1', kind: 'Flock', metadata: { name: 'wool', namespace } });
+      const controller = await cluster.kube.create<KubeObject>(CompositeControllerKind, {
+        apiVersion: 'metacontroller.k8s.io/v1alpha1',
+        kind: 'CompositeController',
+        metadata: { name: 'flock-controller' },
+        spec: { parentResource: { apiVersion: 'example.com/v1', resource: 'flocks' }, childResources: [], hooks: { sync: { webhook: { url: 'http://flock.hooks.test/sync' } } } },
+      });
+      const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: controller, action: 'add', mode: 'Reference' }));
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+      assert.deepEqual(synced, [`${INSTALL}/wool`]);
+    } finally {
+      await fn.close();
+      hook.close();
     }
   });
 });
