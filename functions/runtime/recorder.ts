@@ -14,7 +14,11 @@
 // dozen at once, then NORMAL_PER_SECOND. Beyond that they are dropped (logged at debug): a burst
 // of thousands of routine "created pod" Events would otherwise double the API server's writes
 // (one POST per object, measured with bench/plane.ts) for something the objects' status already
-// says. Warnings are never limited.
+// says. Warnings are not rate limited.
+//
+// At most MAX_QUEUED Events wait to be written: an API server slower than the Events come (or
+// unreachable, each write retried) would otherwise hold one per object in memory. Past that,
+// new ones are dropped, as client-go's broadcaster drops when its queue is full.
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { apiVersionOf, CoreEvent, rfc3339, type KubeObject, type ResourceKind } from './kinds.ts';
@@ -49,6 +53,8 @@ export const NORMAL_BURST = 25;
 export const NORMAL_PER_SECOND = 5;
 /** Writes at once; more would compete with reconciles for the API server. */
 const WRITERS = 2;
+/** client-go's maxQueuedEvents (tools/record/event.go). */
+export const MAX_QUEUED = 1000;
 /** client-go's defaultAggregateMaxEvents and defaultAggregateIntervalInSeconds. */
 const AGGREGATE_MAX_MESSAGES = 10;
 const AGGREGATE_INTERVAL_MS = 600_000;
@@ -70,6 +76,8 @@ export class EventSink {
   /** By involved object, type and reason; bounded as #cache is. */
   readonly #similar = new Map<string, Similar>();
   readonly #queue: Aggregate[] = [];
+  /** Events dropped since the queue was last empty (MAX_QUEUED). */
+  #dropped = 0;
   #writers = 0;
   #idle: (() => void)[] = [];
   /** Normal Events that may be recorded now, refilled over time. */
@@ -122,6 +130,11 @@ export class EventSink {
     log.debug({ reason, count: aggregate.count }, 'recording Kubernetes Event');
     // Occurrences that arrive before the write are folded into it.
     if (!aggregate.pending) {
+      if (!aggregate.writing && this.#queue.length >= MAX_QUEUED) {
+        // Its count stays in the cache: a later occurrence that finds room writes it.
+        if (this.#dropped++ === 0) log.warn({ queued: MAX_QUEUED }, 'Kubernetes Events are recorded faster than the API server takes them: dropping new ones until the queue shortens');
+        return;
+      }
       aggregate.pending = true;
       if (!aggregate.writing) this.#queue.push(aggregate);
       this.#pump();
@@ -167,7 +180,11 @@ export class EventSink {
         if (aggregate.pending) this.#queue.push(aggregate);
         this.#writers--;
         this.#pump();
-        if (this.#writers === 0 && this.#queue.length === 0) for (const resolve of this.#idle.splice(0)) resolve();
+        if (this.#writers === 0 && this.#queue.length === 0) {
+          if (this.#dropped > 0) this.#log.warn({ dropped: this.#dropped }, 'Kubernetes Events dropped while the queue was full');
+          this.#dropped = 0;
+          for (const resolve of this.#idle.splice(0)) resolve();
+        }
       });
     }
   }
