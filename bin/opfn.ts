@@ -230,7 +230,9 @@ program
   .option('--action <action>', 'add | update | delete', 'update')
   .option('--resource', 'Resource mode (object as data) instead of Reference mode')
   .option('--resync', 'send a PingSource resync event instead')
-  .action(async (name: string, options: { url: string; namespace: string; name?: string; action: string; resource?: boolean; resync?: boolean }) => {
+  // A function answers within its delivery budget (30 s by default); a resync of many objects may take longer.
+  .option('--timeout <seconds>', 'how long to wait for the answer (0 = as long as it takes)', seconds, 120)
+  .action(async (name: string, options: { url: string; namespace: string; name?: string; action: string; resource?: boolean; resync?: boolean; timeout: number }) => {
     const { HTTP } = await import('cloudevents');
     const { apiServerSourceEvent } = await import('../eventing/apiserver-events.ts');
     const { resyncEvent } = await import('../eventing/plane.ts');
@@ -246,7 +248,9 @@ program
         event = apiServerSourceEvent({ server: 'opfn-invoke', kind: declaration.reconciles, object, action: options.action as ChangeAction, mode: options.resource ? 'Resource' : 'Reference' });
       }
       const message = HTTP.binary(event);
-      const response = await fetch(options.url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string }).catch((error: Error & { cause?: { code?: string; message?: string } }) => {
+      const signal = options.timeout > 0 ? AbortSignal.timeout(options.timeout * 1000) : undefined;
+      const response = await fetch(options.url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string, signal }).catch((error: Error & { cause?: { code?: string; message?: string } }) => {
+        if (error.name === 'TimeoutError') throw new Error(`no answer from ${options.url} within ${options.timeout} s (--timeout); the function's log says what it is doing`);
         const cause = error.cause?.code ?? error.cause?.message ?? error.message;
         throw new Error(`nothing answers at ${options.url} (${cause}); start the function with \`opfn serve ${name}\` (PORT=8080) or pass --url`);
       });

@@ -232,6 +232,21 @@ test('opfn invoke names the URL and the cause when nothing answers', async () =>
   });
 });
 
+test('opfn invoke gives up on a function that never answers, after --timeout', async () => {
+  const silent = createHttpServer(() => {}).listen(0, '127.0.0.1');
+  await new Promise((resolve) => silent.once('listening', resolve));
+  const url = `http://127.0.0.1:${(silent.address() as { port: number }).port}/`;
+  try {
+    await assert.rejects(opfn('invoke', 'immortal-container', '--name', 'x', '--url', url, '--timeout', '1'), (error: Error & { stderr?: string }) => {
+      assert.match(error.stderr ?? '', new RegExp(`no answer from ${url.replaceAll('.', '\\.')} within 1 s \\(--timeout\\)`));
+      return true;
+    });
+  } finally {
+    silent.closeAllConnections();
+    silent.close();
+  }
+});
+
 test('opfn dead-letters list, replay (through a broker ingress) and clear', async () => {
   const { Broker } = await import('../../eventing/broker.ts');
   const { pino } = await import('pino');
