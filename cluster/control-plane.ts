@@ -24,6 +24,8 @@ export interface ControlPlane {
   kubeconfigPath: string;
   /** Folder holding certificates, kubeconfigs, etcd data and component logs. */
   dir: string;
+  /** http://127.0.0.1:<port>, etcd's client URL (plain HTTP): for tests that act on etcd itself, such as compacting it. */
+  etcdUrl: string;
   /** Kubeconfig file authenticating as a ServiceAccount (created if missing), for RBAC tests. */
   serviceAccountKubeconfig(namespace: string, name: string): Promise<string>;
   /** Admin REST call, for harness-level set-up that should not depend on the code under test. */
@@ -262,16 +264,17 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     recordOwner();
     return child;
   };
+  const etcdUrl = `http://127.0.0.1:${etcdPort}`;
   const etcdBinary = existsSync(join(binDir, 'etcd')) ? join(binDir, 'etcd') : 'etcd';
   const etcd = start('etcd', etcdBinary, [
     '--name', 'default', '--data-dir', join(dir, 'etcd'),
-    '--listen-client-urls', `http://127.0.0.1:${etcdPort}`, '--advertise-client-urls', `http://127.0.0.1:${etcdPort}`,
+    '--listen-client-urls', etcdUrl, '--advertise-client-urls', etcdUrl,
     '--listen-peer-urls', `http://127.0.0.1:${peerPort}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${peerPort}`,
     '--initial-cluster', `default=http://127.0.0.1:${peerPort}`, '--log-level', 'warn',
   ]);
 
   const apiServerArgs = [
-    '--etcd-servers', `http://127.0.0.1:${etcdPort}`,
+    '--etcd-servers', etcdUrl,
     '--bind-address', '127.0.0.1', '--advertise-address', '127.0.0.1', '--secure-port', String(apiPort), '--insecure-port', '0',
     '--tls-cert-file', join(dir, 'apiserver.crt'), '--tls-private-key-file', join(dir, 'apiserver.key'),
     '--client-ca-file', caPath,
@@ -357,5 +360,5 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
   const pauseEtcd = () => void etcd.kill('SIGSTOP');
   const resumeEtcd = () => void etcd.kill('SIGCONT');
 
-  return { server, kubeconfigPath, dir, serviceAccountKubeconfig, request, stop, restartApiServer, pauseEtcd, resumeEtcd };
+  return { server, kubeconfigPath, dir, etcdUrl, serviceAccountKubeconfig, request, stop, restartApiServer, pauseEtcd, resumeEtcd };
 }

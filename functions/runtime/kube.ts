@@ -113,6 +113,8 @@ export interface KubeStatus {
   reason?: string;
   code?: number;
   details?: { name?: string; kind?: string; causes?: { field?: string; message?: string; reason?: string }[] };
+  /** `continue`: where a list whose continue token expired can go on from (see expiredContinuation). */
+  metadata?: { continue?: string };
 }
 
 export class ApiError extends Error {
@@ -193,6 +195,15 @@ export interface PartialObjectMetadata extends KubeObject {
 export type MetadataListOptions = ListOptions & { metadataOnly: true };
 /** Options of a full list: `metadataOnly` is not set, so the item type may be the kind's own. */
 export type FullListOptions = ListOptions & { metadataOnly?: false };
+
+/**
+ * The token to go on with when the API server answers a continued page 410 Expired: etcd has
+ * compacted the revision the list is read at (kube-apiserver compacts every 5 minutes), so the
+ * pages can no longer be one snapshot. kube-apiserver (1.13+) then puts in the Status a token
+ * for the remainder at the latest revision, starting right after the last object returned.
+ */
+const expiredContinuation = (error: unknown): string | undefined =>
+  (error instanceof ApiError && error.code === 410 && error.status?.metadata?.continue) || undefined;
 
 /** What the API server serves a metadata-only list as (the `as`, `g`, `v` of its Accept header). */
 const METADATA_LIST_ACCEPT = 'application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1';
@@ -406,11 +417,15 @@ export class KubeClient {
    * reads certificate files and rebuilds TLS options on every call; doing it once per identity
    * (again when the token file changes, after AUTH_REUSE_MS, or after a 401) saves that work on
    * every request.
+   *
+   * `refused`: the authentication a request was just answered 401 with. It is prepared again
+   * only if it is still the current one: of many requests refused with the same credential, the
+   * first prepares again and the others use that preparation, not one each.
    */
-  #authentication(renew = false): Promise<PreparedAuth> {
+  #authentication(refused?: PreparedAuth): Promise<PreparedAuth> {
     const current = this.#auth;
-    if (!current || renew) return this.#prepare(current);
-    return current.then((auth) => (this.#stillGood(auth) ? auth : this.#prepare(current)));
+    if (!current) return this.#prepare(current);
+    return current.then((auth) => (auth !== refused && this.#stillGood(auth) ? auth : this.#prepare(current)));
   }
 
   #stillGood(auth: PreparedAuth): boolean {
@@ -446,8 +461,8 @@ export class KubeClient {
     return prepared;
   }
 
-  async #send<T>(method: string, url: URL, options: RequestOptions, renewedAuth = false): Promise<T> {
-    const auth = await this.#authentication(renewedAuth);
+  async #send<T>(method: string, url: URL, options: RequestOptions, refusedAuth?: PreparedAuth): Promise<T> {
+    const auth = await this.#authentication(refusedAuth);
     const headers: Record<string, string> = { ...auth.headers, accept: options.accept ?? 'application/json' };
     if (options.body !== undefined) headers['content-type'] = options.contentType ?? 'application/json';
     const started = performance.now();
@@ -475,7 +490,7 @@ export class KubeClient {
       return parseJson(text) as T;
     }
     // A rotated or expired credential: prepare authentication again and try once more.
-    if (statusCode === 401 && !renewedAuth) return this.#send<T>(method, url, options, true);
+    if (statusCode === 401 && !refusedAuth) return this.#send<T>(method, url, options, auth);
     throw errorFromResponse(`${method} ${url.pathname}`, statusCode, text, answer.retryAfter);
   }
 
@@ -493,7 +508,15 @@ export class KubeClient {
     }
   }
 
-  /** Every page of a list, one at a time (`limit`/`continue`), so no answer grows with the cluster. */
+  /**
+   * Every page of a list, one at a time (`limit`/`continue`), so no answer grows with the cluster.
+   * A list read slowly (a resync reconciling between pages) can outlive its snapshot: etcd
+   * compacts it and the next page is refused (410 Expired). It then goes on with the token the
+   * API server offers for the rest, read at the latest revision: every object that existed
+   * throughout is still yielded exactly once, one created or deleted meanwhile may be or not.
+   * Starting over would yield the pages already read again, and a list too long to read between
+   * two compactions would never end. Each page's `metadata.resourceVersion` is the one it was read at.
+   */
   pages(kind: ResourceKind, options: MetadataListOptions): AsyncGenerator<ObjectList<PartialObjectMetadata>>;
   pages<T extends KubeObject = KubeObject>(kind: ResourceKind, options?: FullListOptions): AsyncGenerator<ObjectList<T>>;
   async *pages<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): AsyncGenerator<ObjectList<T>> {
@@ -501,12 +524,20 @@ export class KubeClient {
     let limit = options.limit ?? LIST_PAGE_SIZE;
     let answerBytes = 0;
     do {
-      const page = await this.request<ObjectList<T>>('GET', collectionPath(kind, options.namespace), {
-        resource: kind.plural,
-        accept: options.metadataOnly ? METADATA_LIST_ACCEPT : undefined,
-        query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector, limit: String(limit), continue: token, resourceVersion: options.cached ? '0' : undefined },
-        onAnswer: (bytes) => (answerBytes = bytes),
-      });
+      let page: ObjectList<T>;
+      try {
+        page = await this.request<ObjectList<T>>('GET', collectionPath(kind, options.namespace), {
+          resource: kind.plural,
+          accept: options.metadataOnly ? METADATA_LIST_ACCEPT : undefined,
+          query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector, limit: String(limit), continue: token, resourceVersion: options.cached ? '0' : undefined },
+          onAnswer: (bytes) => (answerBytes = bytes),
+        });
+      } catch (error) {
+        const remainder = token ? expiredContinuation(error) : undefined;
+        if (!remainder) throw error;
+        token = remainder;
+        continue; // a token is set, so the loop goes on with the remainder
+      }
       // A metadata-only list with no items says `"items": null` (PartialObjectMetadataList).
       page.items ??= [];
       if (options.pageBytes && page.items.length > 0) {
@@ -517,7 +548,12 @@ export class KubeClient {
     } while (token);
   }
 
-  /** The whole list, read page by page; `metadata.resourceVersion` is the first page's (the list's snapshot). */
+  /**
+   * The whole list, read page by page; `metadata.resourceVersion` is the first page's: the list's
+   * snapshot, or, when the snapshot expired midway (see pages), the oldest revision any of its
+   * objects was read at: a watch from it still sees every change made after any of them was read
+   * (and replays some that the later pages already show).
+   */
   list(kind: ResourceKind, options: MetadataListOptions): Promise<ObjectList<PartialObjectMetadata>>;
   list<T extends KubeObject = KubeObject>(kind: ResourceKind, options?: FullListOptions): Promise<ObjectList<T>>;
   async list<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions = {}): Promise<ObjectList<T>> {
