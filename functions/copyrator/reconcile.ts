@@ -10,7 +10,7 @@ import { ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient } fr
 import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { forEachLimited } from '../runtime/limit.ts';
-import { boundedMessage } from '../runtime/quote.ts';
+import { refusedWrite } from '../runtime/refusals.ts';
 import {
   blockTaken,
   conflictFor,
@@ -90,16 +90,15 @@ async function apply(kube: KubeClient, rule: KubeObject, ruleType: RuleType, act
 
 /**
  * A write of a copy the API server refuses for a reason that retrying the delivery does not
- * change: 422 Invalid, 403 Forbidden (a ResourceQuota or an admission policy of the target
- * namespace). Reported as a conflict in status, as a held name is, and the delivery answered
- * 2xx: a 5xx would make every delivery for the rule fail, with a full converge per retry, for
- * one namespace; the resync tries again. The message quotes the API server, which may quote
- * the refused object: bounded, like every message in status.
+ * change (runtime/refusals.ts): 422 Invalid, 403 Forbidden (a ResourceQuota or an admission
+ * policy of the target namespace). Reported as a conflict in status, as a held name is, with the
+ * API server's (bounded) words, and the delivery answered 2xx: a 5xx would make every delivery
+ * for the rule fail, with a full converge per retry, for one namespace; the resync tries again.
  */
 export function refusal(error: unknown, desired: CopyableObject): Conflict | undefined {
-  if (!(error instanceof ApiError) || (error.code !== 422 && error.code !== 403)) return undefined;
-  const reason = error.code === 422 ? 'Invalid' : 'Forbidden';
-  return { namespace: desired.metadata.namespace!, name: desired.metadata.name!, reason, message: boundedMessage(error.status?.message ?? error.message) };
+  const refused = refusedWrite(error);
+  if (!refused) return undefined;
+  return { namespace: desired.metadata.namespace!, name: desired.metadata.name!, reason: refused.forbidden ? 'Forbidden' : 'Invalid', message: refused.message };
 }
 
 async function createCopy(kube: KubeClient, rule: KubeObject, ruleType: RuleType, desired: CopyableObject): Promise<Outcome> {

@@ -3,8 +3,10 @@
 // the next refresh.
 import type { ReconcileContext } from '../runtime/declaration.ts';
 import { ConfigMap, type ObjectKey } from '../runtime/kinds.ts';
-import { ApiError, isConflict } from '../runtime/kube.ts';
+import { isConflict } from '../runtime/kube.ts';
+import { boundedMessage } from '../runtime/quote.ts';
 import { createIfAbsent, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import { FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/refusals.ts';
 import { ConfigError, parseConfig, type ProviderConfig } from './config.ts';
 import {
   configMapAction,
@@ -29,6 +31,8 @@ import { frankfurter, httpGet, ProviderError, SlotCache, type HttpGet } from './
 /** Attempts of one provider call (first try included); exported for the tests that count requests. */
 export const PROVIDER_ATTEMPTS = 3;
 const PROVIDER_BACKOFF_MS = 500;
+/** Ready's reason when the API server forbids the ConfigMap (a ResourceQuota, a policy): tried again after FORBIDDEN_RETRY_SECONDS. */
+const CONFIGMAP_FORBIDDEN = 'ConfigMapForbidden';
 
 /** One provider (and its slot cache) per process and configuration. */
 let shared: { key: string; cache: SlotCache } | undefined;
@@ -94,47 +98,52 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
   // Without values (a new currency, no rate of it yet) the ConfigMap is emptied, never left
   // holding the former currency's rate. A ConfigMap problem is Ready's reason; the refresh's
   // failure stays in Refreshed, so the next reconcile still knows it (standingProblem).
-  const problem = (await ensureConfigMap(ctx, rate, valuesFor(rate, fetched))) ?? refreshProblem;
+  const configMapProblem = await ensureConfigMap(ctx, rate, valuesFor(rate, fetched));
+  const problem = configMapProblem ?? refreshProblem;
   await updateStatus<ExchangeRate>(kube, ExchangeRateKind, key, (current) => nextStatus(current, rate, { fetched, problem, refreshProblem, now, nextRefreshAt }), rate);
-  return { requeueAfterSeconds: Math.max(1, Math.ceil((nextRefreshAt.getTime() - now.getTime()) / 1000)) };
+  const untilRefresh = Math.max(1, Math.ceil((nextRefreshAt.getTime() - now.getTime()) / 1000));
+  // A forbidden ConfigMap is tried again soon (from status: no request to the provider), not an hour later.
+  return { requeueAfterSeconds: configMapProblem?.reason === CONFIGMAP_FORBIDDEN ? Math.min(untilRefresh, FORBIDDEN_RETRY_SECONDS) : untilRefresh };
 }
 
 /**
  * Creates or corrects the ConfigMap; returns a problem when it cannot: a foreign object holds its
  * name, ours is immutable (configMapAction says why it is reported, not replaced), or the API
- * server refuses the write as invalid (422). None of these is mended by retrying the same write,
- * so none is thrown (a 500, retried and dead-lettered while status still said RateCurrent): each
- * is Ready=False with a Warning, and the reconcile that follows a change of either object, or the
- * next resync, tries again.
+ * server refuses the write for good (runtime/refusals.ts): as invalid (422), or forbidden (403: a
+ * ResourceQuota on ConfigMaps, an admission policy). None of these is mended by retrying the same
+ * write, so none is thrown (a 500, retried and dead-lettered while status still said
+ * RateCurrent): each is Ready=False with a Warning when Ready did not already say it, and the
+ * reconcile that follows a change of either object, the next refresh, or the next resync tries
+ * again (which is what a lifted quota or a changed policy needs: no event of ours tells of it).
  */
 async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: ExchangeRate, values: RateValues | undefined): Promise<ConditionInput | undefined> {
   const cmKey = { namespace: rate.metadata.namespace!, name: configMapNameFor(rate) };
   const existing = await kube.get<RateConfigMap>(ConfigMap, cmKey);
   const action = configMapAction(rate, existing, values);
-  /** Ready=False for a ConfigMap problem, warned when Ready did not already say it. */
+  /** Ready=False for a ConfigMap problem, warned when Ready did not already say it (as setCondition stored it: bounded). */
   const report = (reason: string, message: string): ConditionInput => {
     const ready = rate.status?.conditions?.find((condition) => condition.type === 'Ready');
-    if (ready?.status !== 'False' || ready.reason !== reason || ready.message !== message) events.warning(rate, ExchangeRateKind, reason, message);
+    if (ready?.status !== 'False' || ready.reason !== reason || ready.message !== boundedMessage(message)) events.warning(rate, ExchangeRateKind, reason, message);
     log.warn({ configMap: cmKey.name, reason }, message);
     return { type: 'Ready', status: 'False', reason, message };
   };
-  /** A write the API server refused as invalid: its words, not a 500 retried forever. */
-  const rejected = (error: unknown): ConditionInput => {
-    if (!(error instanceof ApiError && error.code === 422)) throw error;
-    return report('ConfigMapRejected', `the API server refused to write ConfigMap ${cmKey.name}: ${error.status?.message ?? error.message}`);
+  /** A write the API server refused for good: its words, not a 500 retried forever; any other error is thrown. */
+  const refused = (error: unknown): ConditionInput => {
+    const refusal = refusedWrite(error);
+    if (!refusal) throw error;
+    return report(refusal.forbidden ? CONFIGMAP_FORBIDDEN : 'ConfigMapRejected', `the API server refused to write ConfigMap ${cmKey.name}: ${refusal.message}`);
   };
   switch (action.type) {
     case 'keep':
       return undefined;
     case 'blocked':
-      await events.warning(rate, ExchangeRateKind, 'ConfigMapNameTaken', action.message);
-      return { type: 'Ready', status: 'False', reason: 'ConfigMapNameTaken', message: action.message };
+      return report('ConfigMapNameTaken', action.message);
     case 'frozen':
       if (action.relabel) {
         try {
           await kube.replace(ConfigMap, action.relabel);
         } catch (error) {
-          if (!isConflict(error)) return rejected(error);
+          if (!isConflict(error)) return refused(error);
         }
       }
       return report('ConfigMapImmutable', action.message);
@@ -143,7 +152,7 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
       try {
         ({ created } = await createIfAbsent(kube, ConfigMap, action.desired));
       } catch (error) {
-        return rejected(error);
+        return refused(error);
       }
       // Lost a race with another replica: its write carries the same values, or the next reconcile fixes it.
       if (created) log.info({ configMap: cmKey.name, rate: values?.rate }, 'created ConfigMap');
@@ -155,7 +164,7 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
         log.info({ configMap: cmKey.name, rate: values?.rate }, values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet');
       } catch (error) {
         // Changed under us; its update event brings the next reconcile.
-        if (!isConflict(error)) return rejected(error);
+        if (!isConflict(error)) return refused(error);
       }
       return undefined;
   }

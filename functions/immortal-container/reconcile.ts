@@ -1,13 +1,10 @@
 // ImmortalContainer reconcile: reads the object and its pod, acts on the difference, writes status.
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { Pod, sameKind, type ObjectKey } from '../runtime/kinds.ts';
-import { ApiError } from '../runtime/kube.ts';
 import { createIfAbsent, getAnnounced, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
+import { FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/refusals.ts';
 import type { RestartBackoff } from './backoff.ts';
 import { asCreated, desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, reported, settled, type ImmortalContainer, type PodObject } from './desired.ts';
-
-/** When a pod refused by policy (403) is tried again. */
-export const FORBIDDEN_RETRY_SECONDS = 60;
 
 export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
   const { kube, log, events, now } = ctx;
@@ -39,10 +36,10 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
   if (hint?.kind === ImmortalContainerKind.kind && settled(owner, podKey.name)) return;
 
   // Create first, read only when it exists: a new object costs no read of a pod that cannot be
-  // there yet. Invalid objects (422) are reported in the status, since retrying cannot help. A
-  // pod refused by policy (403: a ResourceQuota, Pod Security admission, RBAC) is reported too,
-  // as the ReplicaSet controller's FailedCreate is, and tried again later: the quota or policy
-  // may change, and no change of this object would tell.
+  // there yet. A pod the API server refuses for good (runtime/refusals.ts) is reported in the
+  // status: invalid (422) as PodInvalid; refused by policy (403: a ResourceQuota, Pod Security
+  // admission, RBAC) as FailedCreate, as the ReplicaSet controller reports it, and tried again
+  // later: the quota or policy may change, and no change of this object would tell.
   let pod: PodObject | undefined;
   let problem: ConditionInput | undefined;
   let backoff: RestartBackoff | undefined;
@@ -56,11 +53,12 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
       }
       return created.object;
     } catch (error) {
-      if (!(error instanceof ApiError) || (error.code !== 422 && error.code !== 403)) throw error;
-      const reason = error.code === 422 ? 'PodInvalid' : 'FailedCreate';
-      problem = { type: 'Ready', status: 'False', reason, message: error.status?.message ?? error.message };
-      if (!reported(owner, reason, problem.message)) events.warning(owner, ImmortalContainerKind, reason, problem.message);
-      if (error.code === 403) result = { requeueAfterSeconds: FORBIDDEN_RETRY_SECONDS };
+      const refused = refusedWrite(error);
+      if (!refused) throw error;
+      const reason = refused.forbidden ? 'FailedCreate' : 'PodInvalid';
+      problem = { type: 'Ready', status: 'False', reason, message: refused.message };
+      if (!reported(owner, reason, refused.message)) events.warning(owner, ImmortalContainerKind, reason, refused.message);
+      if (refused.forbidden) result = { requeueAfterSeconds: FORBIDDEN_RETRY_SECONDS };
       return undefined;
     }
   };

@@ -4,14 +4,15 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { CloudEvent } from 'cloudevents';
+import { CloudEvent, HTTP } from 'cloudevents';
 import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../eventing/apiserver-events.ts';
 import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
 import exchangeRate from '../../functions/exchange-rate/index.ts';
 import { PROVIDER_ATTEMPTS } from '../../functions/exchange-rate/reconcile.ts';
 import { ExchangeRateKind, OWNER_LABEL, type ExchangeRate, type RateConfigMap } from '../../functions/exchange-rate/desired.ts';
 import { resolveConfig } from '../../functions/runtime/config.ts';
-import { PING_TYPE } from '../../functions/runtime/events.ts';
+import { NOT_BEFORE_EXTENSION, PING_TYPE } from '../../functions/runtime/events.ts';
+import { FORBIDDEN_RETRY_SECONDS } from '../../functions/runtime/refusals.ts';
 import { ConfigMap, CoreEvent, Namespace, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
 import { deliver, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
@@ -42,12 +43,13 @@ const resync = async () => {
 
 const getRate = (key: ObjectKey) => kube.get<ExchangeRate>(ExchangeRateKind, key);
 const getCm = (key: ObjectKey) => kube.get<RateConfigMap>(ConfigMap, key);
-/** ProviderError Warnings posted on an ExchangeRate so far (the recorder's counts, after its queue is written). */
-const providerWarnings = async (key: ObjectKey) => {
+/** Warnings of `reason` posted on an ExchangeRate so far (the recorder's counts, after its queue is written). */
+const warnings = async (key: ObjectKey, reason: string) => {
   await fn.host.flushEvents();
   const events = (await kube.list<KubeObject & { involvedObject?: { name?: string }; reason?: string; count?: number }>(CoreEvent, { namespace: key.namespace })).items;
-  return events.filter((event) => event.involvedObject?.name === key.name && event.reason === 'ProviderError').reduce((sum, event) => sum + (event.count ?? 1), 0);
+  return events.filter((event) => event.involvedObject?.name === key.name && event.reason === reason).reduce((sum, event) => sum + (event.count ?? 1), 0);
 };
+const providerWarnings = (key: ObjectKey) => warnings(key, 'ProviderError');
 const ready = (rate: ExchangeRate | undefined) => rate?.status?.conditions?.find((condition) => condition.type === 'Ready');
 const newRate = (namespace: string, name: string, currency: string, labels?: Record<string, string>): ExchangeRate => ({
   apiVersion: 'operators.brennerm.github.io/v1', kind: 'ExchangeRate', metadata: { name, namespace, ...(labels ? { labels } : {}) }, spec: { currency },
@@ -283,11 +285,53 @@ describe('schema and privileges', () => {
     assert.equal(standIn.requests.length, before);
   });
 
-  test('a ConfigMap of the same name that is not ours is left alone and reported', async () => {
+  test('a ConfigMap of the same name that is not ours is left alone and reported, warned once', async () => {
+    const key = { namespace: 'default', name: 'squatted' };
     await kube.create(ConfigMap, { metadata: { name: 'squatted', namespace: 'default' }, data: { rate: 'mine' } });
     await touch(await kube.create(ExchangeRateKind, newRate('default', 'squatted', 'GBP')), 'add');
-    assert.equal((await getCm({ namespace: 'default', name: 'squatted' }))?.data?.rate, 'mine');
-    assert.equal(ready(await getRate({ namespace: 'default', name: 'squatted' }))?.reason, 'ConfigMapNameTaken');
+    assert.equal((await getCm(key))?.data?.rate, 'mine');
+    assert.equal(ready(await getRate(key))?.reason, 'ConfigMapNameTaken');
+    // Every later reconcile (a resync, the next refresh) finds the name still taken: Ready says so already.
+    await touch((await getRate(key))!);
+    clock += HOUR;
+    await touch((await getRate(key))!);
+    assert.equal(ready(await getRate(key))?.reason, 'ConfigMapNameTaken');
+    assert.equal(await warnings(key, 'ConfigMapNameTaken'), 1);
+  });
+
+  test('a ConfigMap the API server forbids (403: a ResourceQuota) is reported once, answered 200; created once the quota is gone', async () => {
+    const Quota: ResourceKind = { group: '', version: 'v1', kind: 'ResourceQuota', plural: 'resourcequotas', namespaced: true };
+    await kube.create(Namespace, { metadata: { name: 'fx-quota' } });
+    const quotaKey = { namespace: 'fx-quota', name: 'no-configmaps' };
+    const quota = await kube.create<KubeObject & { spec: unknown }>(Quota, { metadata: quotaKey, spec: { hard: { configmaps: '0' } } });
+    // Admission counts against the quota's status, which the quota controller computes; the test
+    // control plane runs no quota controller (nor the root CA publisher: no kube-root-ca.crt to
+    // count), so the status is written as it would write it. A hard limit of 0 refuses every
+    // ConfigMap, whatever else the namespace holds.
+    await kube.replace(Quota, { ...quota, status: { hard: { configmaps: '0' }, used: { configmaps: '0' } } }, 'status');
+    const key = { namespace: 'fx-quota', name: 'quota-bound' };
+    standIn.mode = { type: 'rates' };
+    // Tried again a minute later, not at the next hourly refresh: the reply event names its time.
+    const message = HTTP.binary(apiServerSourceEvent({ server: cluster.cp.server, kind: ExchangeRateKind, object: await kube.create(ExchangeRateKind, newRate(key.namespace, key.name, 'CHF')), action: 'add', mode: 'Reference' }));
+    const answer = await fetch(fn.url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string });
+    assert.equal(answer.status, 200, await answer.text());
+    assert.equal(answer.headers.get(`ce-${NOT_BEFORE_EXTENSION}`), new Date(clock + FORBIDDEN_RETRY_SECONDS * 1000).toISOString());
+    const refused = (await getRate(key))!;
+    assert.deepEqual([ready(refused)?.status, ready(refused)?.reason], ['False', 'ConfigMapForbidden']);
+    assert.match(ready(refused)!.message, /^the API server refused to write ConfigMap quota-bound: .*exceeded quota: no-configmaps/);
+    assert.deepEqual([refused.status?.rate, refused.status?.conditions?.find((condition) => condition.type === 'Refreshed')?.reason], [String(standIn.rates.CHF), 'RateFetched'], 'status still written: the refresh itself succeeded');
+    assert.equal(await getCm(key), undefined);
+
+    // Redeliveries and a resync meet the same refusal: answered 200 (touch and resync check), no second Warning.
+    await touch(refused);
+    await resync();
+    assert.equal(ready(await getRate(key))?.reason, 'ConfigMapForbidden');
+    assert.equal(await warnings(key, 'ConfigMapForbidden'), 1);
+
+    await kube.delete(Quota, quotaKey);
+    await touch((await getRate(key))!);
+    assert.equal((await getCm(key))?.data?.rate, String(standIn.rates.CHF), 'the next delivery creates it');
+    assert.deepEqual([ready((await getRate(key))!)?.status, ready((await getRate(key))!)?.reason], ['True', 'RateCurrent']);
   });
 });
 
@@ -436,11 +480,6 @@ describe('Ready during an outage', () => {
 
 describe('an immutable ConfigMap', () => {
   const key = { namespace: 'default', name: 'frozen' };
-  const warnings = async (reason: string) => {
-    await fn.host.flushEvents();
-    const events = (await kube.list<KubeObject & { involvedObject?: { name?: string }; reason?: string; count?: number }>(CoreEvent, { namespace: key.namespace })).items;
-    return events.filter((event) => event.involvedObject?.name === key.name && event.reason === reason).reduce((sum, event) => sum + (event.count ?? 1), 0);
-  };
 
   test('is reported (Ready=False, one Warning, answered 200), not written; status has the new rate; deleting it brings it back with that rate', async () => {
     standIn.mode = { type: 'rates' };
@@ -460,14 +499,14 @@ describe('an immutable ConfigMap', () => {
       assert.deepEqual([reported.status?.rate, reported.status?.conditions?.find((condition) => condition.type === 'Refreshed')?.reason], ['1.2', 'RateFetched'], 'the refresh itself succeeded');
       assert.ok(Date.parse(reported.status!.nextRefreshAt!) > clock, 'next refresh ahead, not in the past');
       assert.equal((await getCm(key))?.data?.rate, String(usd), 'the ConfigMap is left as it is');
-      assert.equal(await warnings('ConfigMapImmutable'), 1);
+      assert.equal(await warnings(key, 'ConfigMapImmutable'), 1);
 
       // Its labels are metadata, still writable: they follow the ExchangeRate's; the report stands, warned once.
       await touch(await kube.mergePatch(ExchangeRateKind, key, { metadata: { labels: { team: 'treasury' } } }));
       const relabelled = (await getCm(key))!;
       assert.deepEqual([relabelled.metadata.labels?.team, relabelled.immutable, relabelled.data?.rate], ['treasury', true, String(usd)]);
       assert.equal(ready((await getRate(key))!)?.reason, 'ConfigMapImmutable');
-      assert.equal(await warnings('ConfigMapImmutable'), 1, 'not warned again for the same report');
+      assert.equal(await warnings(key, 'ConfigMapImmutable'), 1, 'not warned again for the same report');
 
       // The remedy the message names: delete it; it comes back, mutable, from status, without asking the provider.
       const before = standIn.requests.length;

@@ -1,0 +1,28 @@
+// Which refusals of a write a function reports instead of throwing. A thrown error becomes a
+// 5xx, and the delivery is retried and then dead-lettered while the status says nothing. That is
+// right for a failure that passes (a conflict, an unreachable or overloaded API server), wrong for
+// these two, which the same request meets again however often it is sent:
+//
+// - 422 Invalid: the object itself breaks a rule of the API server; only a change of the object
+//   (of the resource it is made from) mends it.
+// - 403 Forbidden: RBAC, a ResourceQuota or an admission policy (Pod Security, a webhook) refuses
+//   it. A change of the quota or the policy may mend it later, and no event of the reconciled
+//   object would say so: callers report it and try again later (FORBIDDEN_RETRY_SECONDS).
+import { ApiError } from './kube.ts';
+import { boundedMessage } from './quote.ts';
+
+/** When a write refused by policy (403) is tried again: a quota or policy lifted comes with no event of ours. */
+export const FORBIDDEN_RETRY_SECONDS = 60;
+
+export interface RefusedWrite {
+  /** 403: may be mended later by a quota or policy change (try again later); else 422, mended only by a change of the object. */
+  forbidden: boolean;
+  /** The API server's own words (its Status message), bounded for a condition or an Event: it may quote the refused object. */
+  message: string;
+}
+
+/** The refusal `error` is, when retrying the same write will not change it; undefined for any other error. */
+export function refusedWrite(error: unknown): RefusedWrite | undefined {
+  if (!(error instanceof ApiError) || (error.code !== 403 && error.code !== 422)) return undefined;
+  return { forbidden: error.code === 403, message: boundedMessage(error.status?.message ?? error.message) };
+}
