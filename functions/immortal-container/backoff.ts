@@ -3,6 +3,10 @@
 // at 5 minutes, reset once a container ran for 10 minutes). Without it a pod that fails at once
 // is recreated as fast as events flow. The state lives in the ImmortalContainer's status, so it
 // survives the function scaling to zero; the wait is a requeue (requeueAfterSeconds).
+//
+// The kubelet keys its back-off on the container's spec: a changed container starts at once,
+// with no failures counted. So does a changed image here (desired.ts podAction): the pod is
+// replaced without waiting, and the count of the old image's failures is reset (backoffReset).
 import type { PodObject } from './desired.ts';
 import { CONTAINER_NAME } from './desired.ts';
 import { rfc3339 } from '../runtime/kinds.ts';
@@ -15,7 +19,7 @@ export const BACKOFF_RESET_SECONDS = 600;
 export interface RestartBackoff {
   /** Finished pods in a row that ran less than BACKOFF_RESET_SECONDS. */
   quickFailures: number;
-  /** UID of the finished pod this decision is about: deciding twice for one pod changes nothing. */
+  /** UID of the finished (or, after a reset, replaced) pod this decision is about: deciding twice for one pod changes nothing. */
   failedPod: string;
   /** RFC 3339: the replacement is not created before this. */
   notBefore: string;
@@ -40,6 +44,13 @@ export function restartBackoff(previous: RestartBackoff | undefined, pod: PodObj
   const quickFailures = ranLong ? 0 : (previous?.quickFailures ?? 0) + 1;
   return { quickFailures, failedPod: pod.metadata.uid ?? '', notBefore: rfc3339(finished + backoffSeconds(quickFailures) * 1000) };
 }
+
+/**
+ * The back-off once `pod` is replaced by a pod of another image: no failures counted, nothing to
+ * wait for (a record like the one a pod that ran long leaves). The old image's failures say
+ * nothing about the new image, so its first failure waits BACKOFF_INITIAL_SECONDS.
+ */
+export const backoffReset = (pod: PodObject, now: Date): RestartBackoff => ({ quickFailures: 0, failedPod: pod.metadata.uid ?? '', notBefore: rfc3339(now) });
 
 /** Seconds until the back-off allows a new pod (0 = now). */
 export const secondsUntil = (backoff: RestartBackoff, now: Date): number => Math.max(0, Math.ceil((Date.parse(backoff.notBefore) - now.getTime()) / 1000));

@@ -3,7 +3,7 @@
 import { sameKind, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
 import { boundedMessage } from '../runtime/quote.ts';
 import { controllerReference, isControlledBy, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
-import { restartBackoff, secondsUntil, type RestartBackoff } from './backoff.ts';
+import { backoffReset, restartBackoff, secondsUntil, type RestartBackoff } from './backoff.ts';
 
 export const ImmortalContainerKind: ResourceKind = {
   group: 'immortalcontainer.flugel.it',
@@ -28,7 +28,7 @@ export interface ImmortalContainerStatus {
   countedPods?: string[];
   observedGeneration?: number;
   conditions?: Condition[];
-  /** CrashLoopBackOff-like back-off for a pod that keeps finishing (backoff.ts). */
+  /** CrashLoopBackOff-like back-off for a pod that keeps finishing (backoff.ts); reset when the image changes. */
   restartBackoff?: RestartBackoff;
 }
 
@@ -87,6 +87,14 @@ export function podAction(owner: ImmortalContainer, pod: PodObject | undefined, 
   const madeFor = Number(pod.metadata.annotations?.[GENERATION_ANNOTATION] ?? 0);
   // A newer read than ours made this pod: acting on our stale spec would only flap.
   if (madeFor > (owner.metadata.generation ?? 0)) return { type: 'keep' };
+  const image = imageOf(pod);
+  // The image before the phase: the back-off is, like the kubelet's, that of one container spec.
+  // A pod of the old image is replaced at once, finished (even in back-off) or not, and the
+  // failures counted for the old image do not carry over to the new one (backoff.ts).
+  if (image !== owner.spec.image) {
+    const reset = owner.status?.restartBackoff?.quickFailures ? { backoff: backoffReset(pod, now) } : {};
+    return { type: 'replace', reason: 'ImageChanged', message: `image changed from ${image} to ${owner.spec.image}`, ...reset };
+  }
   const phase = pod.status?.phase;
   if (phase === 'Succeeded' || phase === 'Failed') {
     const backoff = restartBackoff(owner.status?.restartBackoff, pod, now);
@@ -94,7 +102,6 @@ export function podAction(owner: ImmortalContainer, pod: PodObject | undefined, 
     if (seconds > 0) return { type: 'backoff', seconds, backoff, message: `back-off restarting pod ${name} (phase ${phase}, ${backoff.quickFailures} quick failures in a row); next start at ${backoff.notBefore}` };
     return { type: 'replace', reason: 'PodFinished', message: `pod ${name} finished (phase ${phase}); starting it again`, backoff };
   }
-  if (imageOf(pod) !== owner.spec.image) return { type: 'replace', reason: 'ImageChanged', message: `image changed from ${imageOf(pod)} to ${owner.spec.image}` };
   return { type: 'keep' };
 }
 

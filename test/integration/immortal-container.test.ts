@@ -167,6 +167,38 @@ describe('the seed walkthrough', () => {
     assert.equal(status.observedGeneration, 2);
   });
 
+  test('changing the image of a pod in restart back-off replaces it at once; the new image\'s back-off starts from scratch', async () => {
+    const icKey = { namespace: 'default', name: 'crashing' };
+    const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: icKey, spec: { image: 'busybox:1.36' } });
+    assert.equal((await deliver(fn.url, event(ImmortalContainerKind, ic, 'add'))).status, 200);
+    // Play the kubelet: the container fails at once.
+    const failPod = async () => {
+      const pod = (await kube.get<PodObject>(Pod, podKeyOf(icKey)))!;
+      const failed = await kube.replace<PodObject>(Pod, { ...pod, status: { ...pod.status, phase: 'Failed' } }, 'status');
+      assert.equal((await deliver(fn.url, event(Pod, failed, 'update', 'Resource'))).status, 200);
+      return failed;
+    };
+    const readyReason = async () => (await getIc(icKey))!.status!.conditions?.find((c) => c.type === 'Ready')?.reason;
+    try {
+      const old = await failPod();
+      assert.equal(await readyReason(), 'BackOff');
+
+      const changed = await kube.mergePatch<ImmortalContainer>(ImmortalContainerKind, icKey, { spec: { image: 'busybox:1.37' } });
+      assert.equal((await deliver(fn.url, event(ImmortalContainerKind, changed, 'update'))).status, 200);
+      const replaced = await kube.get<PodObject>(Pod, podKeyOf(icKey));
+      assert.equal(replaced?.spec?.containers?.[0].image, 'busybox:1.37', 'replaced at once, not after the back-off');
+      assert.notEqual(replaced?.metadata.uid, old.metadata.uid);
+      assert.deepEqual([await readyReason(), (await getIc(icKey))!.status!.restartBackoff?.quickFailures], ['PodPending', 0]);
+
+      await failPod();
+      const backoff = (await getIc(icKey))!.status!.restartBackoff!;
+      assert.equal(backoff.quickFailures, 1, 'the first failure of the new image, not the second of the pod');
+      assert.ok(Date.parse(backoff.notBefore) - Date.now() <= 10_000, `waits 10 s: ${backoff.notBefore}`);
+    } finally {
+      await kube.delete(ImmortalContainerKind, icKey);
+    }
+  });
+
   test('a pod of the same name that is not ours is left alone and reported', async () => {
     const icKey = { namespace: 'default', name: 'squatted' };
     await kube.create(Pod, { metadata: { name: 'squatted-immortalpod', namespace: 'default' }, spec: { containers: [{ name: 'x', image: 'busybox' }] } });

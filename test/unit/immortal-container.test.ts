@@ -315,6 +315,25 @@ describe('restart back-off (CrashLoopBackOff)', () => {
     assert.equal((action as { seconds: number }).seconds, 5);
   });
 
+  test('a changed image does not wait for the back-off, and its failures are counted from zero (the kubelet keys the back-off on the container)', () => {
+    const old = failed('old', { finishedAt: '2025-03-01T11:59:59Z' });
+    const waiting = podAction(ic, old, T0) as { type: string; backoff: RestartBackoff };
+    assert.equal(waiting.type, 'backoff', 'the same image waits');
+    const counted: RestartBackoff = { ...waiting.backoff, quickFailures: 5 };
+    const changed = owner({ generation: 3, image: 'nginx:1.28', status: { restartBackoff: counted } });
+
+    const action = podAction(changed, old, T0);
+    assert.deepEqual(action, { type: 'replace', reason: 'ImageChanged', message: 'image changed from nginx:1.27 to nginx:1.28', backoff: { quickFailures: 0, failedPod: 'old', notBefore: '2025-03-01T12:00:00Z' } });
+    // The new image's pod fails at once: the first wait of a new back-off, not the old image's sixth.
+    const recorded = owner({ generation: 3, image: 'nginx:1.28', status: { restartBackoff: (action as { backoff: RestartBackoff }).backoff } });
+    const newPod = podFor(recorded, { uid: 'new', phase: 'Failed' });
+    const next = podAction(recorded, newPod, T0);
+    assert.deepEqual([next.type, (next as { seconds: number }).seconds, (next as { backoff: RestartBackoff }).backoff.quickFailures], ['backoff', 10, 1]);
+
+    // A running pod of the old image, nothing counted: replaced without a back-off record to write.
+    assert.deepEqual(podAction(owner({ generation: 3, image: 'nginx:1.28' }), podFor(ic, { phase: 'Running' }), T0), { type: 'replace', reason: 'ImageChanged', message: 'image changed from nginx:1.27 to nginx:1.28' });
+  });
+
   test('nextStatus keeps the back-off it is given', () => {
     const backoff: RestartBackoff = { quickFailures: 2, failedPod: 'p', notBefore: '2025-03-01T12:00:20Z' };
     assert.deepEqual(nextStatus(ic, ic, failed('p'), undefined, backoff)?.restartBackoff, backoff);
