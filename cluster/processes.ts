@@ -3,13 +3,28 @@
 // leaves its record behind, and its pid may since belong to any process.
 import { readFileSync } from 'node:fs';
 
-/** Is there a process `pid` (one of another user counts: EPERM)? */
+/**
+ * Is there a process `pid` (one of another user counts: EPERM)? A zombie does not: it has ended,
+ * and only its parent has not collected its exit status yet (under a container init that never
+ * does, for good), though it still answers signal 0.
+ */
 export function isRunning(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+  return statFields(pid)?.[0] !== 'Z';
+}
+
+/** The fields of /proc/<pid>/stat from field 3 (the state) on; undefined where there is no /proc or no such process. */
+function statFields(pid: number): string[] | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name before them is in parentheses and may hold spaces.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return undefined;
   }
 }
 
@@ -17,15 +32,7 @@ export function isRunning(pid: number): boolean {
  * When process `pid` started (clock ticks after boot: /proc/<pid>/stat, field 22), which tells it
  * apart from a later process given the same pid; undefined where there is no /proc or no such process.
  */
-export function processStart(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the command name in parentheses (which may hold spaces) start with field 3.
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
-  } catch {
-    return undefined;
-  }
-}
+export const processStart = (pid: number): string | undefined => statFields(pid)?.[19];
 
 /** The arguments process `pid` runs with; undefined where there is no /proc or no such process. */
 export function processArguments(pid: number): string[] | undefined {
