@@ -2,6 +2,8 @@
 // (lineofflight/frankfurter, lib/versions/v1.rb): GET /v1/latest?from=EUR&to=A,B →
 // {"amount":1.0,"base":"EUR","date":"YYYY-MM-DD","rates":{…}}; 404/422 {"message": …} on errors.
 // A test sets what it answers next (rates, an error, a delay, malformed JSON) and counts requests.
+// Run on its own (`npx node test/support/rate-provider.ts`), it serves the default rates until
+// Ctrl-C, for trying the ExchangeRate walkthrough where the real provider is out of reach.
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -22,7 +24,7 @@ export interface StandInProvider {
   close(): Promise<void>;
 }
 
-export async function startRateProvider(rates: Record<string, number> = { CAD: 1.5, CHF: 0.93, GBP: 0.85, JPY: 162.5, PLN: 4.3, USD: 1.0523 }): Promise<StandInProvider> {
+export async function startRateProvider(rates: Record<string, number> = { CAD: 1.5, CHF: 0.93, GBP: 0.85, JPY: 162.5, PLN: 4.3, USD: 1.0523 }, port = 0): Promise<StandInProvider> {
   const pending = new Set<NodeJS.Timeout>();
   const provider: StandInProvider = {
     url: '',
@@ -60,8 +62,14 @@ export async function startRateProvider(rates: Record<string, number> = { CAD: 1
     }
     answer();
   });
-  server.listen(0, '127.0.0.1');
+  server.listen(port, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
   provider.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return provider;
+}
+
+if (import.meta.main) {
+  const provider = await startRateProvider(undefined, Number(process.env.PORT ?? 0));
+  process.stdout.write(`Stand-in rate provider at ${provider.url} (rates of ${provider.date}: ${JSON.stringify(provider.rates)}). Start the operators with:\n\n  EXCHANGE_RATE_PROVIDER_URL=${provider.url} npm start\n\nCtrl-C stops it.\n`);
+  process.once('SIGINT', () => void provider.close());
 }
