@@ -19,9 +19,13 @@ export function ownerLabelValue(name: string): string {
 
 export const isHashedLabelValue = (value: string): boolean => value.includes('_');
 
+/** Exactly ownerLabelValue's hash form: a value that is not cannot name any owner, so needs no list. */
+const HASHED_FORM = new RegExp(`^[a-z0-9.-]{${LABEL_VALUE_MAX - HASH_CHARS - 1}}_[0-9a-f]{${HASH_CHARS}}$`);
+
 /**
  * The owner key a child's labels name, or the reason they name none. A hashed name is resolved
- * by listing `ownerKind` in the owner's namespace (the only API call; plain names need none).
+ * by listing the names of `ownerKind` in the owner's namespace (the only API call; plain names,
+ * and values no name hashes to, need none).
  */
 export async function ownerFromLabels(
   child: KubeObject,
@@ -35,7 +39,9 @@ export async function ownerFromLabels(
   if (ownerKind.namespaced && !isValidNamespace(namespace)) return `owner namespace ${quote(namespace)} is not a valid namespace`;
   const scope = ownerKind.namespaced ? namespace : '';
   if (!isHashedLabelValue(value)) return isValidName(value) ? { namespace: scope, name: value } : `owner name ${quote(value)} is not a valid name`;
-  for await (const page of kube.pages(ownerKind, { namespace: scope || undefined })) {
+  if (!HASHED_FORM.test(value)) return `owner label ${quote(value)} is not the hash form of a name`;
+  // Names only (metadata): the list grows with the owners in the namespace, so each page is kept small.
+  for await (const page of kube.pages(ownerKind, { namespace: scope || undefined, metadataOnly: true })) {
     const owner = page.items.find((item) => ownerLabelValue(item.metadata.name ?? '') === value);
     if (owner) return { namespace: scope, name: owner.metadata.name! };
   }

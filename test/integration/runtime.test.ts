@@ -323,6 +323,12 @@ describe('routing', () => {
       const copy = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'copy', namespace: 'copies', labels: { 'example.com/owner-namespace': 'owners', 'example.com/owner': ownerLabelValue(longName) } } };
       assert.equal((await post(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ConfigMap, object: copy, action: 'delete', mode: 'Resource' }))).status, 200);
       assert.deepEqual(reconciled, [`owners/${longName}`]);
+      // A forged label value that is not the hash form of any name costs no list of the owners.
+      const requests = async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0);
+      const before = await requests();
+      const forged = { ...copy, metadata: { ...copy.metadata, labels: { ...copy.metadata.labels, 'example.com/owner': 'forged_value' } } };
+      assert.equal((await post(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ConfigMap, object: forged, action: 'delete', mode: 'Resource' }))).status, 200);
+      assert.deepEqual([reconciled.length, await requests()], [1, before]);
       // A mapper result is validated like everything else; `matching` lists (paginated) and filters.
       const namespaceAdded = apiServerSourceEvent({ server: cluster.cp.server, kind: Namespace, object: { metadata: { name: 'copies' } }, action: 'add', mode: 'Resource' });
       assert.equal((await post(fn.url, namespaceAdded)).status, 200);
