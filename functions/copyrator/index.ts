@@ -10,6 +10,7 @@ import { ConfigMap, Namespace, Secret } from '../runtime/kinds.ts';
 import { allOf } from '../runtime/mappers.ts';
 import { CopyratorRuleKind, FINALIZER, type RuleType } from './desired.ts';
 import { rulesForChange } from './mapping.ts';
+import { sweepOrphanCopies } from './orphans.ts';
 import { finalizeCopies, reconcileCopyratorRule } from './reconcile.ts';
 
 const COPY_VERBS = ['get', 'list', 'create', 'update', 'delete'];
@@ -48,6 +49,8 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
     watches,
     rbac,
     finalizer: { name: FINALIZER, finalize: (rule, ctx) => finalizeCopies(rule, ruleTypes, ctx.kube, ctx.log) },
+    // Copies whose rule is gone (orphans.ts): no event names them.
+    sweep: async (ctx) => void (await sweepOrphanCopies(ctx.kube, ruleTypes, ctx.log, () => ctx.now().getTime() >= ctx.deadline)),
     reconcile: reconcileCopyratorRule(ruleTypes),
   });
 }

@@ -221,6 +221,14 @@ export interface FunctionDeclaration {
    */
   crossesNamespaces?: string;
   /**
+   * Work each resync does besides reconciling every object: finding what no existing object
+   * names any more, which no event will bring (a copy whose rule is gone, left by a replica
+   * killed between two writes). Runs once per resync event, before the reconciles, even when
+   * there is no object to reconcile, with the delivery's deadline (`ctx.deadline`); a failure
+   * is logged and fails nothing (the next resync tries again). No hint, no shared reads.
+   */
+  sweep?(ctx: ReconcileContext): Promise<void>;
+  /**
    * Bring the cluster to the desired state for one object, reading everything it needs afresh.
    * Must be idempotent and safe to run concurrently for the same key. Throws on transient
    * failure (TransientError or any error: redelivered); TerminalError when retrying cannot

@@ -202,6 +202,7 @@ export class FunctionHost {
     let dueAt: number[] | undefined;
     try {
       if (event.type === 'resync' || event.type === 'poll') {
+        if (event.type === 'resync' && declaration.sweep) await this.#sweep(eventLog(), deadline);
         keys = [];
         let listed = 0;
         for await (const page of kube.pages(reconciled, { namespace: reconciled.namespaced ? installNamespace : undefined })) {
@@ -350,6 +351,15 @@ export class FunctionHost {
         return failedResult(error);
       }
     });
+  }
+
+  /** The declaration's sweep (declaration.ts): logged when it fails, never failing the resync. */
+  async #sweep(log: Logger, deadline: number): Promise<void> {
+    try {
+      await this.#options.declaration.sweep!(this.#context(log, undefined, sharedReads(), deadline));
+    } catch (error) {
+      log.warn({ err: (error as Error).message }, 'the resync\'s sweep failed; the next resync tries again');
+    }
   }
 
   #context(log: Logger, hint: KubeObject | undefined, shared: ReconcileContext['shared'], deadline: number): ReconcileContext {

@@ -289,7 +289,7 @@ describe('conflicts', () => {
     assert.equal(answer.status, 200);
     assert.equal(answer.body.reconciled, rules);
     assert.equal(await count('namespaces') - namespaceLists, 1, `${rules} rules, one list of namespaces`);
-    assert.equal(await count(CopyratorRuleKind.plural, 'get') - ruleReads, 1 + rules, `the resync's list, then ${rules} rules read once each`);
+    assert.equal(await count(CopyratorRuleKind.plural, 'get') - ruleReads, 2 + rules, `the sweep's list of rules (orphans.ts), the resync's list, then ${rules} rules read once each`);
   });
 });
 
@@ -333,6 +333,50 @@ describe('rule changes and deletion', () => {
     });
     await send(ConfigMap, orphan, 'add');
     assert.equal(await getCm('team-a', 'orphan'), undefined);
+  });
+
+  test('a resync removes the copies of a rule that no longer exists (ConfigMaps and Secrets), reading rules fresh; foreign objects and live copies stay', async () => {
+    // The state a replica leaves when it creates a copy after the finalizer listed the copies, skips
+    // its echo as its own write and dies before re-reading the rule: copies marked as a rule's, no rule.
+    await createNamespace('src-sweep');
+    await kube.create(ConfigMap, configMap('src-sweep', 'swept-live', { sweep: 'live' }));
+    const liveRule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-sweep', 'sweep-live', 'src-sweep', { sweep: 'live' }));
+    await ruleEvent(liveRule, 'add');
+    const liveCopy = (await getCm('team-a', 'swept-live'))!;
+    assert.ok(liveCopy, 'the live rule made its copy');
+    const marks = (name: string) => ({
+      labels: { 'copyrator.flant.com/rule-namespace': 'src-sweep', 'copyrator.flant.com/rule': 'sweep-gone' },
+      annotations: { [RULE_ANNOTATION]: 'src-sweep/sweep-gone', [SOURCE_ANNOTATION]: `src-sweep/${name}` },
+    });
+    await kube.create(ConfigMap, { metadata: { name: 'swept-orphan', namespace: 'team-a', ...marks('swept-orphan') }, data: { stale: 'yes' } });
+    await kube.create(Secret, { metadata: { name: 'swept-orphan', namespace: 'team-b', ...marks('swept-orphan') }, stringData: { stale: 'yes' } });
+    const foreign = await kube.create(ConfigMap, configMap('team-b', 'swept-orphan', { mine: 'yes' }));
+    // The rule label alone, without the copyrator's annotation: not a copy.
+    const labelledOnly = await kube.create(ConfigMap, configMap('team-b', 'swept-labelled', { 'copyrator.flant.com/rule': 'sweep-gone' }));
+    // A rule cache that does not show the live rule yet (as one a moment old): the fresh read decides.
+    const staleKube = kubeFor(functionKubeconfig);
+    const request = staleKube.request.bind(staleKube);
+    let staleRuleLists = 0;
+    staleKube.request = async <T>(method: string, path: string, options: Parameters<KubeClient['request']>[2] = {}): Promise<T> => {
+      const answer = await request<T>(method, path, options);
+      if (method === 'GET' && path.endsWith(`/${CopyratorRuleKind.plural}`) && options.query?.resourceVersion === '0') {
+        staleRuleLists++;
+        const items = (answer as { items: KubeObject[] | null }).items ?? [];
+        return { ...answer, items: items.filter((rule) => rule.metadata.name !== 'sweep-live') } as T;
+      }
+      return answer;
+    };
+    const replica = createFunctionHost(copyratorFunction({ secrets: true }), { kube: staleKube, log: quietLog });
+    const answer = await replica.handle({ type: 'resync', id: 'sweep-resync' });
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.equal(await getCm('team-a', 'swept-orphan'), undefined, 'the orphan ConfigMap is gone');
+    assert.equal(await kube.get(Secret, { namespace: 'team-b', name: 'swept-orphan' }), undefined, 'the orphan Secret is gone');
+    assert.ok(staleRuleLists >= 1, 'the sweep listed the rules from the (stale) cache');
+    assert.equal((await getCm('team-b', 'swept-orphan'))?.metadata.uid, foreign.metadata.uid, 'the foreign same-named object stays');
+    assert.equal((await getCm('team-b', 'swept-labelled'))?.metadata.uid, labelledOnly.metadata.uid, 'an object with the label but not the marks stays');
+    assert.equal((await getCm('team-a', 'swept-live'))?.metadata.uid, liveCopy.metadata.uid, "the live rule's copy stays, though the cache did not show its rule");
+    await kube.delete(CopyratorRuleKind, { namespace: 'src-sweep', name: 'sweep-live' });
+    await ruleEvent((await getRule({ namespace: 'src-sweep', name: 'sweep-live' }))!);
   });
 
   test('a copy one replica creates while another runs the finalizer is removed by the replica that wrote it', async () => {

@@ -12,6 +12,7 @@ import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
 import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
+import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
 import { defineFunction, type FunctionDeclaration, type ReconcileContext } from '../../functions/runtime/declaration.ts';
 import { TransientError } from '../../functions/runtime/errors.ts';
 import { POLL_DATA } from '../../functions/runtime/events.ts';
@@ -389,6 +390,41 @@ describe('poll (a kind no ApiServerSource can watch)', () => {
       // ...where a resync reconciles every one.
       assert.equal((await post(fn.url, ping())).status, 200);
       assert.deepEqual(seen.sort(), ['reconcile edited', 'reconcile new', 'reconcile no-finalizer', 'reconcile settled']);
+    } finally {
+      await fn.close();
+    }
+  });
+});
+
+describe('a declared sweep', () => {
+  test('runs once per resync, before the reconciles and even with nothing to reconcile, never on a poll; its failure fails nothing', async () => {
+    // CopyratorRules: no other test here makes any.
+    const calls: string[] = [];
+    let failing = false;
+    const declaration = defineFunction({
+      name: 'sweeper',
+      description: 'test: records its sweeps',
+      reconciles: CopyratorRuleKind,
+      rbac: [],
+      sweep: async (ctx: ReconcileContext) => {
+        calls.push(`sweep ${ctx.deadline > Date.now() ? 'with time left' : 'late'}`);
+        if (failing) throw new Error('the API server is away');
+      },
+      reconcile: async (key: ObjectKey) => void calls.push(`reconcile ${key.name}`),
+    });
+    const fn = await serve(declaration, await kubeconfigWithDeclaredRbac(cluster.cp, declaration));
+    try {
+      assert.equal((await post(fn.url, ping())).status, 200);
+      assert.deepEqual(calls, ['sweep with time left'], 'no object, still a sweep');
+      assert.equal((await post(fn.url, ping(POLL_DATA))).status, 200);
+      assert.deepEqual(calls, ['sweep with time left'], 'a poll does not sweep');
+      await createNamespace('sweeping');
+      await kube.create(CopyratorRuleKind, { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'one', namespace: 'sweeping' }, ruleType: 'configmap', namespace: 'sweeping', selector: { copy: 'yes' } });
+      failing = true;
+      calls.length = 0;
+      const answer = await post(fn.url, ping());
+      assert.equal(answer.status, 200, answer.text);
+      assert.deepEqual(calls, ['sweep with time left', 'reconcile one'], 'the failed sweep is logged; the reconciles run');
     } finally {
       await fn.close();
     }
