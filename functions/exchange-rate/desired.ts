@@ -9,7 +9,7 @@
 import { rfc3339, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { controllerReference, isControlledBy, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
-import type { Quote } from './provider.ts';
+import { isProviderDate, type Quote } from './provider.ts';
 
 export const ExchangeRateKind: ResourceKind = {
   group: 'operators.brennerm.github.io',
@@ -21,6 +21,13 @@ export const ExchangeRateKind: ResourceKind = {
 
 /** Label on each ConfigMap: the ExchangeRate's name (hashed when too long for a label value). */
 export const OWNER_LABEL = 'operators.brennerm.github.io/exchangerate';
+
+/**
+ * Annotation on each ConfigMap holding a rate: the currency it is of (its data does not say). Only
+ * with it can a ConfigMap's rate be told to be of the spec's currency (configMapAction keeps a
+ * newer one); one written before it existed gets it at the next reconcile.
+ */
+export const CURRENCY_ANNOTATION = 'operators.brennerm.github.io/currency';
 
 export interface ExchangeRateStatus {
   rate?: string;
@@ -153,6 +160,7 @@ export function desiredConfigMap(rate: ExchangeRate, values: RateValues | undefi
       namespace: rate.metadata.namespace,
       // As the seed's kopf.adopt did: the owner's labels, plus ours for routing.
       labels: { ...rate.metadata.labels, [OWNER_LABEL]: ownerLabelValue(rate.metadata.name!) },
+      ...(values ? { annotations: { [CURRENCY_ANNOTATION]: rate.spec.currency } } : {}),
       ownerReferences: [controllerReference(rate, ExchangeRateKind)],
     },
     data: values ? { rate: values.rate, base: values.base, date: values.date } : {},
@@ -175,6 +183,35 @@ export type ConfigMapAction =
 /** What a ConfigMap holds, in words for a condition message. */
 const holding = (data: Record<string, string> | undefined): string => (data?.rate ? `rate ${data.rate} (provider date ${data.date ?? 'unknown'})` : 'no rate');
 
+/** The annotations with ours set to this currency, or removed (no rate, no currency); undefined when none is left. */
+function withCurrency(annotations: Record<string, string> | undefined, currency: string | undefined): Record<string, string> | undefined {
+  const { [CURRENCY_ANNOTATION]: _currency, ...others } = annotations ?? {};
+  const result = currency ? { ...others, [CURRENCY_ANNOTATION]: currency } : others;
+  return Object.keys(result).length ? result : undefined;
+}
+
+/**
+ * The values our ConfigMap holds when they are newer than the ones from status: a rate of the
+ * spec's currency (CURRENCY_ANNOTATION) and base, in our ConfigMap (controller reference and owner
+ * label), whose provider date comes after status's. That is what a reconcile killed between its
+ * ConfigMap write and its status write leaves: the fresh rate in the ConfigMap, the previous one
+ * in status. Writing status's values over it would move the rate backwards for every reader.
+ * Provider dates are YYYY-MM-DD (isProviderDate, as parseQuote requires), which compare as strings.
+ * Undefined when anything of that does not hold: then status's values are written as before.
+ *
+ * They are kept in the ConfigMap only, never taken into status: whoever may update ConfigMaps in
+ * the namespace can write this data, its annotation and its owner reference alike, and would then
+ * write the ExchangeRate's status, which only the function (from the provider) does. The next
+ * successful refresh writes both.
+ */
+export function newerHeld(rate: ExchangeRate, existing: RateConfigMap, fromStatus: RateValues): RateValues | undefined {
+  const data = existing.data ?? {};
+  if (!isControlledBy(existing, rate) || existing.metadata.labels?.[OWNER_LABEL] !== ownerLabelValue(rate.metadata.name!)) return undefined;
+  if (existing.metadata.annotations?.[CURRENCY_ANNOTATION] !== rate.spec.currency || !data.rate || data.base !== fromStatus.base) return undefined;
+  if (!isProviderDate(data.date) || !isProviderDate(fromStatus.date) || data.date <= fromStatus.date) return undefined;
+  return { rate: data.rate, base: data.base, date: data.date };
+}
+
 /**
  * Without values, a missing ConfigMap is not made (an empty one would tell nobody anything).
  *
@@ -185,16 +222,23 @@ const holding = (data: Record<string, string> | undefined): string => (data?.rat
  * cannot be unset, so whoever set it (a person freezing the rate, a policy) chose to stop changes,
  * and the pods that mount it stopped watching it. The remedy is one `kubectl delete configmap`:
  * the delete brings a reconcile that recreates it, mutable, from the rate in status.
+ *
+ * `fromStatus`: the values are status's (nothing was fetched by this reconcile); a newer rate our
+ * ConfigMap holds is then kept (newerHeld), never written over with older data.
  */
-export function configMapAction(rate: ExchangeRate, existing: RateConfigMap | undefined, values: RateValues | undefined): ConfigMapAction {
+export function configMapAction(rate: ExchangeRate, existing: RateConfigMap | undefined, values: RateValues | undefined, fromStatus = false): ConfigMapAction {
+  if (existing && values && fromStatus) values = newerHeld(rate, existing, values) ?? values;
   const desired = desiredConfigMap(rate, values);
   if (!existing) return values ? { type: 'create', desired } : { type: 'keep' };
   if (!isControlledBy(existing, rate)) return { type: 'blocked', message: `ConfigMap ${existing.metadata.name} exists and is not controlled by this ExchangeRate; delete or rename it` };
   const sameData = jsonEqual(existing.data ?? {}, desired.data);
-  const sameLabels = jsonEqual(existing.metadata.labels ?? {}, desired.metadata.labels);
+  // Ours names the currency of the rate held; an empty ConfigMap's is dropped when it is emptied, no write of its own.
+  const annotations = values || !sameData ? withCurrency(existing.metadata.annotations, values && rate.spec.currency) : existing.metadata.annotations;
+  const sameLabels = jsonEqual(existing.metadata.labels ?? {}, desired.metadata.labels) && jsonEqual(existing.metadata.annotations ?? {}, annotations ?? {});
   if (sameData && sameLabels) return { type: 'keep' };
   // Immutable: only metadata may change; a write must carry data, binaryData and immutable as they are.
-  const relabelled: RateConfigMap = { ...existing, metadata: { ...existing.metadata, labels: desired.metadata.labels } };
+  const metadata = { ...existing.metadata, labels: desired.metadata.labels, annotations };
+  const relabelled: RateConfigMap = { ...existing, metadata };
   if (existing.immutable) {
     if (sameData) return { type: 'update', desired: relabelled };
     const wanted = values ? `rate ${values.rate} (provider date ${values.date}); delete it and it is recreated with that rate` : `no rate, there being none for ${rate.spec.currency} yet; delete it and it is recreated once there is one`;
@@ -204,7 +248,7 @@ export function configMapAction(rate: ExchangeRate, existing: RateConfigMap | un
       ...(sameLabels ? {} : { relabel: relabelled }),
     };
   }
-  return { type: 'update', desired: { ...desired, metadata: { ...existing.metadata, labels: desired.metadata.labels } } };
+  return { type: 'update', desired: { ...desired, metadata } };
 }
 
 export interface RefreshOutcome {

@@ -97,8 +97,10 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
 
   // Without values (a new currency, no rate of it yet) the ConfigMap is emptied, never left
   // holding the former currency's rate. A ConfigMap problem is Ready's reason; the refresh's
-  // failure stays in Refreshed, so the next reconcile still knows it (standingProblem).
-  const configMapProblem = await ensureConfigMap(ctx, rate, valuesFor(rate, fetched));
+  // failure stays in Refreshed, so the next reconcile still knows it (standingProblem). Values
+  // from status never overwrite a newer rate of ours (configMapAction: a reconcile killed between
+  // its ConfigMap write and its status write left it).
+  const configMapProblem = await ensureConfigMap(ctx, rate, valuesFor(rate, fetched), !fetched);
   const problem = configMapProblem ?? refreshProblem;
   await updateStatus<ExchangeRate>(kube, ExchangeRateKind, key, (current) => nextStatus(current, rate, { fetched, problem, refreshProblem, now, nextRefreshAt }), rate);
   const untilRefresh = Math.max(1, Math.ceil((nextRefreshAt.getTime() - now.getTime()) / 1000));
@@ -116,10 +118,10 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
  * reconcile that follows a change of either object, the next refresh, or the next resync tries
  * again (which is what a lifted quota or a changed policy needs: no event of ours tells of it).
  */
-async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: ExchangeRate, values: RateValues | undefined): Promise<ConditionInput | undefined> {
+async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: ExchangeRate, values: RateValues | undefined, fromStatus: boolean): Promise<ConditionInput | undefined> {
   const cmKey = { namespace: rate.metadata.namespace!, name: configMapNameFor(rate) };
   const existing = await kube.get<RateConfigMap>(ConfigMap, cmKey);
-  const action = configMapAction(rate, existing, values);
+  const action = configMapAction(rate, existing, values, fromStatus);
   /** Ready=False for a ConfigMap problem, warned when Ready did not already say it (as setCondition stored it: bounded). */
   const report = (reason: string, message: string): ConditionInput => {
     const ready = rate.status?.conditions?.find((condition) => condition.type === 'Ready');
@@ -161,7 +163,7 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
     case 'update':
       try {
         await kube.replace(ConfigMap, action.desired);
-        log.info({ configMap: cmKey.name, rate: values?.rate }, values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet');
+        log.info({ configMap: cmKey.name, rate: action.desired.data?.rate }, values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet');
       } catch (error) {
         // Changed under us; its update event brings the next reconcile.
         if (!isConflict(error)) return refused(error);

@@ -9,7 +9,7 @@ import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../
 import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
 import exchangeRate from '../../functions/exchange-rate/index.ts';
 import { PROVIDER_ATTEMPTS } from '../../functions/exchange-rate/reconcile.ts';
-import { ExchangeRateKind, OWNER_LABEL, type ExchangeRate, type RateConfigMap } from '../../functions/exchange-rate/desired.ts';
+import { CURRENCY_ANNOTATION, desiredConfigMap, ExchangeRateKind, OWNER_LABEL, type ExchangeRate, type RateConfigMap } from '../../functions/exchange-rate/desired.ts';
 import { resolveConfig } from '../../functions/runtime/config.ts';
 import { NOT_BEFORE_EXTENSION, PING_TYPE } from '../../functions/runtime/events.ts';
 import { FORBIDDEN_RETRY_SECONDS } from '../../functions/runtime/refusals.ts';
@@ -519,5 +519,41 @@ describe('an immutable ConfigMap', () => {
     } finally {
       standIn.rates.USD = usd;
     }
+  });
+});
+
+describe('a reconcile killed between its ConfigMap write and its status write', () => {
+  const key = { namespace: 'default', name: 'crashed' };
+
+  test('the retry, the provider down, keeps the newer rate in the ConfigMap instead of writing the older one of status over it', async () => {
+    let rate = await kube.create<ExchangeRate>(ExchangeRateKind, newRate('default', 'crashed', 'USD'));
+    // Before the killed reconcile: the last good rate 1.00 of 2024-01-01 in status, a refresh due.
+    rate = await kube.replace<ExchangeRate>(ExchangeRateKind, { ...rate, status: { rate: '1.00', base: 'EUR', date: '2024-01-01', currency: 'USD', configMap: 'crashed', nextRefreshAt: '2024-01-01T00:00:00Z', observedGeneration: rate.metadata.generation } }, 'status');
+    // It fetched 2.00 of 2024-01-02 and wrote the ConfigMap as the function does, then was killed before its status write.
+    const written = await kube.create<RateConfigMap>(ConfigMap, desiredConfigMap(rate, { rate: '2.00', base: 'EUR', date: '2024-01-02' }));
+    assert.equal(written.metadata.annotations?.[CURRENCY_ANNOTATION], 'USD');
+    standIn.mode = { type: 'error', status: 503, body: '{"message":"maintenance"}' };
+    try {
+      clock += HOUR; // a new refresh slot: the provider is asked (not the slot's kept answer), and is down
+      await touch(rate);
+      assert.deepEqual((await getCm(key))?.data, { rate: '2.00', base: 'EUR', date: '2024-01-02' }, 'not rolled back to 1.00');
+      const failed = (await getRate(key))!;
+      assert.deepEqual([ready(failed)?.status, ready(failed)?.reason], ['False', 'ProviderError']);
+      // Status is not taken from the ConfigMap (whoever may edit ConfigMaps could write it): it keeps the last rate it fetched.
+      assert.deepEqual([failed.status?.rate, failed.status?.date], ['1.00', '2024-01-01']);
+
+      // A reconcile that is not due (the ConfigMap's own event) keeps it too.
+      clock += 10_000;
+      await send(ConfigMap, (await getCm(key))!, 'update', 'Resource');
+      assert.equal((await getCm(key))?.data?.rate, '2.00');
+    } finally {
+      standIn.mode = { type: 'rates' };
+    }
+    // The provider back: the next refresh writes both, and they agree.
+    clock += 31_000;
+    await touch((await getRate(key))!);
+    const recovered = (await getRate(key))!;
+    assert.deepEqual([ready(recovered)?.status, recovered.status?.rate, recovered.status?.date], ['True', String(standIn.rates.USD), standIn.date]);
+    assert.deepEqual((await getCm(key))?.data, { rate: String(standIn.rates.USD), base: 'EUR', date: standIn.date });
   });
 });

@@ -6,6 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, parseConfig } from '../../functions/exchange-rate/config.ts';
 import {
   configMapAction,
+  CURRENCY_ANNOTATION,
   desiredConfigMap,
   fromQuote,
   nextStatus,
@@ -107,6 +108,44 @@ describe('the ConfigMap', () => {
     assert.equal(configMapAction(chf, { ...ours, data: {} }, undefined).type, 'keep', 'already empty');
     assert.equal(configMapAction(chf, undefined, undefined).type, 'keep', 'none is made empty');
   });
+  test('carries the currency of its rate in an annotation, none without a rate; one without it gets it', () => {
+    const er = rate();
+    assert.deepEqual(desiredConfigMap(er, values).metadata.annotations, { [CURRENCY_ANNOTATION]: 'USD' });
+    assert.equal(desiredConfigMap(er, undefined).metadata.annotations, undefined);
+    const { annotations: _annotations, ...withoutAnnotation } = desiredConfigMap(er, values).metadata;
+    const older = { ...desiredConfigMap(er, values), metadata: { ...withoutAnnotation, annotations: { kept: 'yes' }, resourceVersion: '5' } };
+    const action = configMapAction(er, older, values);
+    assert.deepEqual(action.type === 'update' && action.desired.metadata.annotations, { kept: 'yes', [CURRENCY_ANNOTATION]: 'USD' }, "others' annotations stay");
+  });
+
+  test('values from status never overwrite a newer rate our ConfigMap holds of the same currency (a reconcile killed before its status write)', () => {
+    const er = rate({ status: { rate: '1.00', currency: 'USD', base: 'EUR', date: '2024-01-01' } });
+    const fromStatus = valuesFor(er, undefined)!;
+    const newer = { rate: '2.00', base: 'EUR', date: '2024-01-02' };
+    const held = { ...desiredConfigMap(er, newer), metadata: { ...desiredConfigMap(er, newer).metadata, resourceVersion: '5', uid: 'cm' } };
+    assert.equal(configMapAction(er, held, fromStatus, true).type, 'keep');
+    assert.equal(configMapAction(er, held, fromStatus).type, 'update', 'fetched values are written whatever the date');
+    assert.equal(configMapAction(er, held, newer, true).type, 'keep');
+    // Its labels are still corrected; its data stays.
+    const relabelled = configMapAction(rate({ labels: { team: 'treasury' }, status: er.status }), held, fromStatus, true);
+    assert.deepEqual(relabelled.type === 'update' && [relabelled.desired.data, relabelled.desired.metadata.labels?.team], [newer, 'treasury']);
+
+    const written = (cm: typeof held) => { const action = configMapAction(er, cm, fromStatus, true); return action.type === 'update' && action.desired.data; };
+    assert.deepEqual(written({ ...held, data: { ...newer, date: '2024-01-01' } }), fromStatus, 'the same date is no newer: corrected');
+    assert.deepEqual(written({ ...held, data: { ...newer, date: '2023-12-31' } }), fromStatus, 'older: corrected');
+    assert.deepEqual(written({ ...held, data: { ...newer, date: '2024-1-2' } }), fromStatus, 'not a provider date');
+    assert.deepEqual(written({ ...held, data: { ...newer, base: 'USD' } }), fromStatus, 'another base');
+    assert.deepEqual(written({ ...held, metadata: { ...held.metadata, annotations: { [CURRENCY_ANNOTATION]: 'JPY' } } }), fromStatus, "another currency's rate");
+    assert.deepEqual(written({ ...held, metadata: { ...held.metadata, annotations: undefined } }), fromStatus, 'currency unknown');
+    assert.deepEqual(written({ ...held, metadata: { ...held.metadata, labels: { team: 'fx' } } }), fromStatus, 'without our owner label');
+    assert.equal(configMapAction(er, { ...held, metadata: { ...held.metadata, ownerReferences: [] } }, fromStatus, true).type, 'blocked', 'not ours: never touched, nor kept as ours');
+    // After a currency change there are no values from status: the ConfigMap is emptied as before.
+    const chf = rate({ currency: 'CHF', generation: 2, status: er.status });
+    assert.deepEqual((a => a.type === 'update' && a.desired.data)(configMapAction(chf, held, valuesFor(chf, undefined), true)), {});
+    // Status is not taken from the ConfigMap.
+    assert.deepEqual(nextStatus(er, er, { now: at('2024-01-02T10:00:00Z'), nextRefreshAt: at('2024-01-02T11:00:00Z') })?.rate, '1.00');
+  });
+
   test('an immutable one of ours is reported, not written, unless only its labels are wrong', () => {
     const er = rate();
     const old = { rate: '1.0', base: 'EUR', date: '2026-11-19' };
