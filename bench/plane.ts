@@ -2,11 +2,22 @@
 // work, side by side in one run against one real control plane:
 //
 //   plane   the user creates N ImmortalContainers (32 at a time); the source, broker, activator
-//           and function (as `npm start` runs them: bundled, warm) create each pod and write
-//           its status
+//           and function (as `npm start` runs them: bundled) create each pod and write its
+//           status. The function instance has converged `--warm` objects (default 200) of its
+//           own first, so V8 runs its hot path compiled, as it runs the writer's below
+//   fresh   the same with an instance that has converged one object: a function that has just
+//           scaled from zero meets the burst with its hot path still interpreted and its API
+//           connections still to open, costs the direct writer never pays again (bench:cold-start
+//           measures the start itself). Printed beside the goal's ratio, not read against it
 //   direct  one writer does that work itself, 32 objects at a time: create the ImmortalContainer,
 //           create its pod (the function's own desiredPod: controller ownerReference), write the
 //           status the function would write (nextStatus) with one merge patch
+//
+// Why the goal (issue 7: ≤ 1.5× direct writes) is read on `plane`: both sides of that ratio do
+// the same work in the same state. The writer is a process V8 has compiled (the unmeasured
+// round below) with its connections open, and so is the function; a fresh function also
+// compiles and connects inside the measured window, which is start-up, not throughput. Both
+// readings come from every repetition, side by side.
 //
 // Both sides use the same client (KubeClient, which reuses connections: one pool per identity)
 // and detect completion the same way: a WATCH on the namespace sees every object converged
@@ -24,7 +35,7 @@
 // kube-controller-manager is not started (its garbage collector reads each new pod's owner, the
 // same load for both sides); --controller-manager keeps it in.
 //
-// Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--warm 1] [--sources] [--controller-manager] [--cpu-prof DIR]
+// Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--warm 200] [--no-fresh] [--sources] [--controller-manager] [--cpu-prof DIR]
 // Writes bench/results/plane-<label>-<date>.json.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
@@ -47,10 +58,13 @@ import { ConvergenceWatch } from './convergence.ts';
 import { benchFlags, brokerTotal, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-/** Objects of the unmeasured round each side runs first (main). */
+/** Objects of the unmeasured round each side runs first (main), and the default of `--warm`. */
 const WARM_UP_OBJECTS = 200;
+type Side = 'plane' | 'fresh' | 'direct';
+/** Each repetition runs the sides in another order, so that none always runs first or after the same one. */
+const ORDERS: Side[][] = [['plane', 'fresh', 'direct'], ['direct', 'plane', 'fresh'], ['fresh', 'direct', 'plane']];
 interface RunResult extends Measured {
-  side: 'plane' | 'direct';
+  side: Side;
   n: number;
   /** objects with a pod count other than one, or startTimes other than 1, at the end */
   anomalies: string[];
@@ -106,10 +120,10 @@ function profiled(dir: string, command?: (declaration: FunctionDeclaration) => {
   };
 }
 
-async function runPlane(cluster: TestCluster, options: { n: number; round: string; warmObjects: number; bundled?: Awaited<ReturnType<typeof bundledFunctions>>; writer: KubeClient; watcher: KubeClient; profileDir?: string }): Promise<RunResult> {
-  const { n, round, warmObjects, writer, watcher } = options;
-  const namespace = `plane-${n}-${round}`;
-  const warmNamespace = `warm-${n}-${round}`;
+async function runPlane(cluster: TestCluster, options: { side: 'plane' | 'fresh'; n: number; round: string; warmObjects: number; bundled?: Awaited<ReturnType<typeof bundledFunctions>>; writer: KubeClient; watcher: KubeClient; profileDir?: string }): Promise<RunResult> {
+  const { side, n, round, warmObjects, writer, watcher } = options;
+  const namespace = `${side}-${n}-${round}`;
+  const warmNamespace = `warm-${side}-${n}-${round}`;
   await createNamespace(cluster, namespace);
   await createNamespace(cluster, warmNamespace);
   const state = planeStateDir();
@@ -132,9 +146,9 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
   let maxInstances = 0;
   const poll = setInterval(() => (maxInstances = Math.max(maxInstances, plane.activator.instances(immortalContainer.name))), 100);
   try {
-    // Warm: the function has started and converged `warmObjects` objects, so the run measures
-    // throughput, not a cold start (bench:cold-start). With the default of one, the burst also
-    // pays for V8 compiling the function's hot path as it goes; `--warm 200` shows the rest.
+    // The function has started and converged `warmObjects` objects: with a round of them, V8 has
+    // compiled its hot path and its connections to the API server are open, as the writer's are;
+    // with one (the fresh side), the burst also pays for both.
     const warm = new ConvergenceWatch(watcher, warmNamespace);
     await pooled(warmObjects, (i) => writer.create(ImmortalContainerKind, newIc(warmNamespace, `warm-${i}`)));
     await warm.until(warmObjects, 120_000);
@@ -150,7 +164,7 @@ async function runPlane(cluster: TestCluster, options: { n: number; round: strin
     const found = await anomalies(writer, namespace, n);
     if (deadLetters) found.unshift(`${deadLetters} events dead-lettered (${plane.broker.deadLetterFile})`);
     return {
-      side: 'plane', n, ...measured,
+      side, n, ...measured,
       anomalies: found,
       maxInstances,
       events: plane.source.stats().emitted - emittedBefore,
@@ -209,11 +223,12 @@ function printTable(results: RunResult[]): void {
 }
 
 async function main(): Promise<void> {
-  const { values } = benchFlags('npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--warm 1] [--sources] [--controller-manager] [--cpu-prof DIR]\n' +
+  const { values } = benchFlags('npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--warm 200] [--no-fresh] [--sources] [--controller-manager] [--cpu-prof DIR]\n' +
     '  --n        object counts to run, side by side with direct writes (default 200,500)\n' +
     '  --reps     repetitions of each count (default 1)\n' +
     '  --label    name of the JSON result file under bench/results/ (default local)\n' +
-    '  --warm     objects the plane converges before each measured burst (default 1: the function has started, V8 has not yet optimised its hot path)\n' +
+    '  --warm     objects the function converges before each measured plane burst (default 200: V8 has compiled its hot path, as the writer\'s)\n' +
+    '  --no-fresh leave out the fresh side (a function that has converged one object: its JIT warm-up inside the burst), printed beside the goal\'s ratio\n' +
     '  --sources  run the function from its TypeScript sources instead of the bundle\n' +
     '  --controller-manager  also run kube-controller-manager (garbage collector) during the runs\n' +
     '  --cpu-prof DIR  write the function processes\' CPU profiles there (run the bench itself under node --cpu-prof for the plane\'s)',
@@ -221,12 +236,13 @@ async function main(): Promise<void> {
     n: { type: 'string', default: '200,500' },
     reps: { type: 'string', default: '1' },
     label: { type: 'string', default: 'local' },
-    warm: { type: 'string', default: '1' },
+    warm: { type: 'string', default: String(WARM_UP_OBJECTS) },
+    fresh: { type: 'boolean', default: true },
     sources: { type: 'boolean', default: false },
     'controller-manager': { type: 'boolean', default: false },
     'cpu-prof': { type: 'string' },
     help: { type: 'boolean', default: false },
-  } }));
+  }, allowNegative: true }));
   const sizes = values.n.split(',').map(Number);
   const reps = Number(values.reps);
   const warmObjects = Number(values.warm);
@@ -249,7 +265,7 @@ async function main(): Promise<void> {
     // burst still starts a fresh function process.
     process.stderr.write(`warm-up round (not measured): ${WARM_UP_OBJECTS} objects through the plane, then written directly\n`);
     for (const warmUp of [
-      await runPlane(cluster, { n: WARM_UP_OBJECTS, round: 'warm-up', warmObjects: 1, bundled, writer, watcher }),
+      await runPlane(cluster, { side: 'fresh', n: WARM_UP_OBJECTS, round: 'warm-up', warmObjects: 1, bundled, writer, watcher }),
       await runDirect(cluster, { n: WARM_UP_OBJECTS, round: 'warm-up', writer, watcher }),
     ]) {
       if (warmUp.anomalies.length) process.stderr.write(`warm-up round ${warmUp.side}${anomalyNote(warmUp)}\n`);
@@ -260,11 +276,10 @@ async function main(): Promise<void> {
         const idleBefore = await scrapeRequestTotals(cluster.cp);
         await sleep(3000);
         background.push(requestDifference(idleBefore, await scrapeRequestTotals(cluster.cp)).total / 3);
-        const order = rep % 2 === 0 ? ['plane', 'direct'] : ['direct', 'plane'];
-        for (const side of order) {
-          const result = side === 'plane'
-            ? await runPlane(cluster, { n, round: String(rep), warmObjects, bundled, writer, watcher, profileDir: values['cpu-prof'] })
-            : await runDirect(cluster, { n, round: String(rep), writer, watcher });
+        for (const side of ORDERS[rep % ORDERS.length].filter((side) => side !== 'fresh' || values.fresh)) {
+          const result = side === 'direct'
+            ? await runDirect(cluster, { n, round: String(rep), writer, watcher })
+            : await runPlane(cluster, { side, n, round: String(rep), warmObjects: side === 'fresh' ? 1 : warmObjects, bundled, writer, watcher, profileDir: values['cpu-prof'] });
           results.push(result);
           process.stderr.write(`N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${anomalyNote(result)}\n`);
         }
@@ -275,37 +290,56 @@ async function main(): Promise<void> {
   }
 
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: values.sources ? 'TypeScript sources' : 'esbuild bundles + code cache', controllerManager: values['controller-manager'], concurrency: CONCURRENCY, warmUpRoundObjects: WARM_UP_OBJECTS, warmObjects, backgroundRequestsPerSecond: median(background) };
+  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: values.sources ? 'TypeScript sources' : 'esbuild bundles + code cache', controllerManager: values['controller-manager'], concurrency: CONCURRENCY, warmUpRoundObjects: WARM_UP_OBJECTS, warmObjects, fresh: values.fresh, backgroundRequestsPerSecond: median(background) };
+  const sides: Side[] = values.fresh ? ['plane', 'fresh', 'direct'] : ['plane', 'direct'];
   console.log(`\nImmortalContainers: plane vs pooled direct writes (${CONCURRENCY} at a time, one KubeClient pool), completion by watch; requests from apiserver_request_total over the whole run (user's creates included; background ≈ ${environment.backgroundRequestsPerSecond.toFixed(1)}/s)`);
-  console.log(`node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, an unmeasured round of ${WARM_UP_OBJECTS} objects per side first, each plane burst on a fresh function process warmed with ${warmObjects} object(s), kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`);
+  console.log(`node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, an unmeasured round of ${WARM_UP_OBJECTS} objects per side first; each plane burst on a new function process that first converged ${warmObjects} object(s)${values.fresh ? ', each fresh burst on one that converged 1' : ''}; kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`);
   printTable(results);
-  console.log('\nratios (plane / direct, medians of the repetitions):');
+  console.log('\nratios to direct writes (medians of the repetitions); the goal (≤ 1.5×) is read on plane:');
   const summary = sizes.map((n) => {
-    const runs = { plane: results.filter((r) => r.n === n && r.side === 'plane'), direct: results.filter((r) => r.n === n && r.side === 'direct') };
-    const of = (side: keyof typeof runs, pick: (r: RunResult) => number) => median(runs[side].map(pick));
-    // Each repetition's two sides run back to back, so their ratio shows how far one run can
-    // stray on this machine; the median of the sides is what the goal is read against.
-    const repetitionRatios = runs.plane.map((plane, rep) => plane.convergedMs / runs.direct[rep].convergedMs);
+    const runsOf = (side: Side) => results.filter((r) => r.n === n && r.side === side);
+    const of = (side: Side, pick: (r: RunResult) => number) => median(runsOf(side).map(pick));
+    const direct = runsOf('direct');
+    /**
+     * One plane side against direct writes. Each repetition's sides run back to back, so their
+     * ratio shows how far one run can stray on this machine; the medians are what the goal is read against.
+     */
+    const against = (side: 'plane' | 'fresh') => ({
+      seconds: of(side, (r) => r.convergedMs) / 1000,
+      convergenceRatio: of(side, (r) => r.convergedMs) / of('direct', (r) => r.convergedMs),
+      cpuRatio: of(side, (r) => r.cpu?.total ?? NaN) / of('direct', (r) => r.cpu?.total ?? NaN),
+      cpuToConvergenceRatio: of(side, (r) => r.cpuToConvergence?.total ?? NaN) / of('direct', (r) => r.cpuToConvergence?.total ?? NaN),
+      requestsPerObject: of(side, (r) => r.requestsPerObject),
+      functionCpuMsPerObject: (of(side, (r) => r.cpuToConvergence?.functions ?? NaN) * 1000) / n,
+      maxInstances: of(side, (r) => r.maxInstances ?? 0),
+      repetitionRatios: runsOf(side).map((run, rep) => run.convergedMs / direct[rep].convergedMs),
+    });
+    const plane = against('plane');
+    const fresh = values.fresh ? against('fresh') : undefined;
     const row = {
       n,
-      planeSeconds: of('plane', (r) => r.convergedMs) / 1000,
+      planeSeconds: plane.seconds,
       directSeconds: of('direct', (r) => r.convergedMs) / 1000,
-      convergenceRatio: of('plane', (r) => r.convergedMs) / of('direct', (r) => r.convergedMs),
-      cpuRatio: of('plane', (r) => r.cpu?.total ?? NaN) / of('direct', (r) => r.cpu?.total ?? NaN),
-      cpuToConvergenceRatio: of('plane', (r) => r.cpuToConvergence?.total ?? NaN) / of('direct', (r) => r.cpuToConvergence?.total ?? NaN),
-      planeRequestsPerObject: of('plane', (r) => r.requestsPerObject),
+      convergenceRatio: plane.convergenceRatio,
+      cpuRatio: plane.cpuRatio,
+      cpuToConvergenceRatio: plane.cpuToConvergenceRatio,
+      planeRequestsPerObject: plane.requestsPerObject,
       directRequestsPerObject: of('direct', (r) => r.requestsPerObject),
-      maxInstances: of('plane', (r) => r.maxInstances ?? 0),
-      repetitionRatios,
+      maxInstances: plane.maxInstances,
+      repetitionRatios: plane.repetitionRatios,
+      ...(fresh ? { fresh } : {}),
     };
+    const line = (side: 'plane' | 'fresh', ratios: ReturnType<typeof against>) =>
+      `  N=${String(n).padEnd(5)} ${side.padEnd(5)} convergence ${ratios.convergenceRatio.toFixed(2)}× (${ratios.seconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s${reps > 1 ? `; by repetition ${ratios.repetitionRatios.map((ratio) => `${ratio.toFixed(2)}×`).join(' ')}` : ''})   CPU ${Number.isNaN(ratios.cpuRatio) ? '-' : `${ratios.cpuToConvergenceRatio.toFixed(2)}× to convergence, ${ratios.cpuRatio.toFixed(2)}× until quiet; function ${ratios.functionCpuMsPerObject.toFixed(2)} ms/object`}   requests/object ${ratios.requestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${ratios.maxInstances}${ratios.maxInstances > 1 ? ' (scaled out)' : ''}`;
     const activator = results.find((r) => r.n === n && r.side === 'plane')?.activatorStats?.[immortalContainer.name];
     const routed = activator ? `; activator: ${Object.entries(activator).filter(([key]) => key !== 'instances').map(([key, value]) => `${key} ${value}`).join(', ')}` : '';
-    console.log(`  N=${String(n).padEnd(5)} convergence ${row.convergenceRatio.toFixed(2)}× (${row.planeSeconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s${reps > 1 ? `; by repetition ${repetitionRatios.map((ratio) => `${ratio.toFixed(2)}×`).join(' ')}` : ''})   CPU ${Number.isNaN(row.cpuRatio) ? '-' : `${row.cpuToConvergenceRatio.toFixed(2)}× to convergence, ${row.cpuRatio.toFixed(2)}× until quiet`}   requests/object ${row.planeRequestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${row.maxInstances}${row.maxInstances > 1 ? ' (scaled out)' : ''}${routed}`);
+    console.log(line('plane', plane) + routed);
+    if (fresh) console.log(line('fresh', fresh));
     return row;
   });
   console.log('\nrequests per object by verb and resource (first repetition of each N):');
   for (const n of sizes) {
-    for (const side of ['plane', 'direct']) {
+    for (const side of sides) {
       const r = results.find((result) => result.n === n && result.side === side)!;
       const shown = Object.entries(r.requests.byResource).filter(([, count]) => count / n >= 0.005).sort();
       const failed = Object.entries(r.requests.failed).sort();
