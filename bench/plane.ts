@@ -250,6 +250,8 @@ async function main(): Promise<void> {
     console.error(`--n takes positive integers separated by commas (got "${values.n}"), --reps and --warm a positive integer (got "${values.reps}", "${values.warm}")`);
     process.exit(2);
   }
+  /** The sides every repetition runs (the fresh one unless --no-fresh). */
+  const sides: Side[] = values.fresh ? ['plane', 'fresh', 'direct'] : ['plane', 'direct'];
   const bundled = values.sources ? undefined : await bundledFunctions(tempDir('opfn-bench-dist-'));
   const cluster = await startTestCluster({ controllerManager: values['controller-manager'] });
   const writer = KubeClient.fromFile(cluster.cp.kubeconfigPath);
@@ -276,7 +278,7 @@ async function main(): Promise<void> {
         const idleBefore = await scrapeRequestTotals(cluster.cp);
         await sleep(3000);
         background.push(requestDifference(idleBefore, await scrapeRequestTotals(cluster.cp)).total / 3);
-        for (const side of ORDERS[rep % ORDERS.length].filter((side) => side !== 'fresh' || values.fresh)) {
+        for (const side of ORDERS[rep % ORDERS.length].filter((side) => sides.includes(side))) {
           const result = side === 'direct'
             ? await runDirect(cluster, { n, round: String(rep), writer, watcher })
             : await runPlane(cluster, { side, n, round: String(rep), warmObjects: side === 'fresh' ? 1 : warmObjects, bundled, writer, watcher, profileDir: values['cpu-prof'] });
@@ -291,7 +293,6 @@ async function main(): Promise<void> {
 
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: values.sources ? 'TypeScript sources' : 'esbuild bundles + code cache', controllerManager: values['controller-manager'], concurrency: CONCURRENCY, warmUpRoundObjects: WARM_UP_OBJECTS, warmObjects, fresh: values.fresh, backgroundRequestsPerSecond: median(background) };
-  const sides: Side[] = values.fresh ? ['plane', 'fresh', 'direct'] : ['plane', 'direct'];
   console.log(`\nImmortalContainers: plane vs pooled direct writes (${CONCURRENCY} at a time, one KubeClient pool), completion by watch; requests from apiserver_request_total over the whole run (user's creates included; background ≈ ${environment.backgroundRequestsPerSecond.toFixed(1)}/s)`);
   console.log(`node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, an unmeasured round of ${WARM_UP_OBJECTS} objects per side first; each plane burst on a new function process that first converged ${warmObjects} object(s)${values.fresh ? ', each fresh burst on one that converged 1' : ''}; kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`);
   printTable(results);
