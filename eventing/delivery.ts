@@ -9,13 +9,14 @@
 //   Both `backoffPolicy` and `backoffDelay` must be set for any wait at all (Knative ignores one
 //   without the other and retries immediately).
 // - Retried: network errors/timeouts, 5xx, 404, 408, 409, 429. Not retried: other 4xx, 3xx.
+// - `timeout` bounds each attempt (http.Client.Timeout per request in kncloudevents'
+//   DoWithRetries): an attempt past it fails like a network error and is retried.
 // - A 429 or 503 with a Retry-After header (seconds or an HTTP date) waits at least that long
-//   before the next retry, at most `retryAfterMax`, as kncloudevents' generateBackoffFn does with
-//   the delivery-retryafter feature. Knative's table for that field: set > 0, respected up to it;
-//   PT0S, ignored; unset, ignored while the feature is alpha and respected once it is GA. The
-//   local broker takes the GA reading, capped at DEFAULT_RETRY_AFTER_MAX_MS, so that a function's
-//   Retry-After (a webhook's 429) is honoured without a feature flag and no answer can hold an
-//   event for days.
+//   before the next retry, at most `retryAfterMax`, as kncloudevents' generateBackoffFn does.
+//   Knative 1.23 has this behind its alpha delivery-retryafter feature, whose reading is:
+//   retryAfterMax set > 0, respected up to it; PT0S, ignored; unset, ignored. The local broker
+//   reads it the same way, so a Trigger honours Retry-After locally exactly when it would on a
+//   cluster (where the feature must also be enabled for the field to be accepted at all).
 // - Dead-lettered events carry knativeerrordest (the URL that failed), knativeerrorcode (its
 //   HTTP status) and knativeerrordata (the response body, standard base64, cut to 1024 chars).
 import { resolve as resolvePath } from 'node:path';
@@ -31,8 +32,10 @@ export interface DeliverySpec {
   backoffDelay?: string;
   /** ISO-8601 duration, per attempt. */
   timeout?: string;
-  /** ISO-8601 duration: the longest a Retry-After is honoured; PT0S = not at all. */
+  /** ISO-8601 duration: the longest a Retry-After of a 429/503 is honoured; PT0S or unset = not at all. */
   retryAfterMax?: string;
+  /** How events are sent: "binary" (what the local broker always does) or "json" (structured; not implemented locally). */
+  format?: 'binary' | 'json';
   /** http(s) URL, or a file path / file:// URL to append JSON lines to. */
   deadLetterSink?: string;
 }
@@ -59,13 +62,10 @@ export interface ResolvedDelivery {
   backoffDelayMs?: number;
   /** 0 = no per-attempt timeout. */
   timeoutMs: number;
-  /** The longest a Retry-After is honoured; 0 = not at all; undefined = DEFAULT_RETRY_AFTER_MAX_MS. */
+  /** The longest a Retry-After is honoured; 0 or undefined = not at all. */
   retryAfterMaxMs?: number;
   deadLetter: DeadLetterTarget;
 }
-
-/** How long a Retry-After is honoured when the delivery does not say (`retryAfterMax` unset). */
-export const DEFAULT_RETRY_AFTER_MAX_MS = 10 * 60 * 1000;
 
 const NUMBER = String.raw`(\d+(?:[.,]\d+)?)`;
 const ISO_DURATION = new RegExp(
@@ -109,12 +109,12 @@ export function backoffDelayMs(delivery: Pick<ResolvedDelivery, 'backoffPolicy' 
 /**
  * The wait a 429 or 503 asked for with its Retry-After header (delta-seconds or an HTTP date, as
  * kncloudevents' parseRetryAfterDuration reads it), at most `maxMs`; 0 for other statuses, a
- * missing or unreadable header, or `maxMs` 0.
+ * missing or unreadable header, or `maxMs` 0 or unset (retryAfterMax not given).
  */
 export function retryAfterDelayMs(status: number, retryAfter: string | undefined, maxMs: number | undefined, now = Date.now()): number {
-  if ((status !== 429 && status !== 503) || maxMs === 0) return 0;
+  if ((status !== 429 && status !== 503) || !maxMs) return 0;
   const wait = retryAfterMs(retryAfter, now);
-  return wait !== undefined && wait > 0 ? Math.min(wait, maxMs ?? DEFAULT_RETRY_AFTER_MAX_MS) : 0;
+  return wait !== undefined && wait > 0 ? Math.min(wait, maxMs) : 0;
 }
 
 /** kncloudevents.SelectiveRetry: 5xx, 404, 408, 409, 429 are retried; everything else is not. */
@@ -180,9 +180,13 @@ export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<Resol
     throw new Error(`${where} must be an object with retry, backoffPolicy, backoffDelay, timeout, retryAfterMax, deadLetterSink`);
   }
   const warnings: string[] = [];
-  const known = new Set(['retry', 'backoffPolicy', 'backoffDelay', 'timeout', 'retryAfterMax', 'deadLetterSink']);
+  const known = new Set(['retry', 'backoffPolicy', 'backoffDelay', 'timeout', 'retryAfterMax', 'format', 'deadLetterSink']);
   for (const key of Object.keys(spec)) {
     if (!known.has(key)) throw new Error(`${where}.${key} is not a delivery field (known: ${[...known].join(', ')})`);
+  }
+  // The local dispatcher sends in binary mode only (as Knative does when format is unset).
+  if (spec.format !== undefined && spec.format !== 'binary') {
+    throw new Error(`${where}.format ${describe(spec.format)}: the local broker sends events in binary mode only ("binary", or leave format unset)`);
   }
   let retry = 0;
   if (spec.retry !== undefined) {
@@ -206,6 +210,8 @@ export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<Resol
   };
   const backoffDelayMs = duration('backoffDelay');
   const timeoutMs = duration('timeout') ?? 0;
+  // Knative's webhook refuses a zero timeout (it would mean "none" here, silently).
+  if (spec.timeout !== undefined && timeoutMs <= 0) throw new Error(`${where}.timeout must be above zero, got ${describe(spec.timeout)}`);
   const retryAfterMaxMs = duration('retryAfterMax');
   if (retry > 0 && (spec.backoffPolicy === undefined) !== (spec.backoffDelay === undefined)) {
     warnings.push(`${where} sets only one of backoffPolicy/backoffDelay; Knative then retries without waiting, and so does the local broker`);

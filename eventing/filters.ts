@@ -278,12 +278,10 @@ function validateExpression(filter: unknown, where: string, result: FilterValida
     const map = filter[d];
     if (map === undefined || map === null) continue;
     if (!isRecord(map)) {
-      result.errors.push(`${where}.${d} must be a map with exactly one attribute`);
+      result.errors.push(`${where}.${d} must be a map of attribute name to value`);
       continue;
     }
-    const entries = Object.entries(map);
-    if (entries.length > 1) result.errors.push(`${where}.${d}: multiple items found, can have only one key-value`);
-    for (const [name, value] of entries) {
+    for (const [name, value] of Object.entries(map)) {
       if (!ATTRIBUTE_NAME.test(name)) result.errors.push(`${where}.${d}[${JSON.stringify(name)}]: attribute name must start with a letter and contain only lowercase letters and digits`);
       if (typeof value !== 'string') result.errors.push(`${where}.${d}.${name} must be a string`);
       else if (value === '') result.warnings.push(`${where}.${d}.${name} is empty; Knative treats the expression as invalid and skips it, so it matches every event`);

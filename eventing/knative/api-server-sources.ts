@@ -4,16 +4,23 @@
 // initial list then emits `add` for what exists, which level-triggered functions treat as a
 // resync), a delete stops it.
 //
-// As Knative's adapter does (knative/eventing pkg/adapter/apiserver): it authenticates as
-// `spec.serviceAccountName` when the plane can issue that account a token (the local control
-// plane can), so a source missing list/watch on a kind fails here as on a cluster; a source
-// without `namespaceSelector` lists and watches only its own namespace (cluster-scoped kinds
-// everywhere), so a namespace Role suffices as on a cluster, `namespaceSelector: {}` every
-// namespace. Conditions: SinkProvided, SufficientPermissions, Deployed, Ready
-// (apiserver_lifecycle.go); `status.sinkUri`.
+// As Knative's controller and adapter do (knative/eventing pkg/reconciler/apiserversource,
+// pkg/adapter/apiserver): it authenticates as `spec.serviceAccountName` when the plane can issue
+// that account a token (the local control plane can), so a source missing list/watch on a kind
+// fails here as on a cluster. Namespaces: without `namespaceSelector` a source watches its own
+// namespace (cluster-scoped kinds everywhere), so a namespace Role suffices as on a cluster; an
+// empty selector (`{}`) watches every namespace through one cluster-wide watch per kind; a
+// selector with labels watches each namespace it selects (one watch per namespaced kind and
+// namespace, cluster-scoped kinds once), and when the selected set changes (a namespace created,
+// relabelled or deleted: namespacesChanged) the source restarts on the new set, as Knative's
+// global resync rolls the adapter. `status.namespaces` lists the watched namespaces, sorted
+// (every namespace for `{}`). Conditions: SinkProvided, SufficientPermissions, Deployed, Ready
+// (apiserver_lifecycle.go); `status.sinkUri`. Refused (Ready=False with the reason) what the local
+// source does not implement: `owner`, `filters` (the NewAPIServerFilters feature, off by default
+// in Knative 1.23, whose webhook then refuses the field too).
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { apiVersionOf, isValidGroupVersion, keyOf, keyString, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { guessedResource } from '../../functions/runtime/knative-objects.ts';
 import { formatLabelSelector } from '../manifests/sources.ts';
@@ -28,6 +35,7 @@ interface SourceObjectSpec {
   resources?: { apiVersion?: string; kind?: string; selector?: LabelSelector }[];
   namespaceSelector?: LabelSelector;
   owner?: unknown;
+  filters?: unknown[];
   serviceAccountName?: string;
   ceOverrides?: { extensions?: Record<string, string> };
   sink?: { ref?: { kind?: string; name?: string; namespace?: string }; uri?: string };
@@ -79,19 +87,31 @@ export class KindResolver {
   }
 }
 
-/** The local source for an ApiServerSource object, or the conditions saying why there is none. */
-export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolver, 'resolve'>, brokers: Pick<BrokerDirectory, 'has'>): Promise<{ spec?: SourceSpec; verdict?: Verdict }> {
+/** The namespaces a namespaceSelector selects, sorted by name (an empty selector: every namespace). */
+export type NamespaceLister = (selector: LabelSelector) => Promise<string[]>;
+
+/** Lists namespaces through the API server (what Knative's controller reads from its namespace informer). */
+export const namespacesFrom = (kube: KubeClient): NamespaceLister => async (selector) => {
+  const labelSelector = formatLabelSelector(selector);
+  const list = await kube.list(Namespace, { ...(labelSelector ? { labelSelector } : {}), metadataOnly: true });
+  return list.items.map((item) => item.metadata.name!).sort();
+};
+
+const hasLabels = (selector: LabelSelector | undefined): boolean => Boolean(selector && (Object.keys(selector.matchLabels ?? {}).length || selector.matchExpressions?.length));
+
+/** The local source for an ApiServerSource object (with the namespaces it watches), or the conditions saying why there is none. */
+export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolver, 'resolve'>, brokers: Pick<BrokerDirectory, 'has'>, namespaces: NamespaceLister): Promise<{ specs?: SourceSpec[]; namespaces?: string[]; verdict?: Verdict }> {
   const spec = (object.spec ?? {}) as SourceObjectSpec;
   const namespace = object.metadata.namespace ?? '';
-  const fail = (type: string, reason: string, message: string) => ({ verdict: { conditions: [{ type, status: 'False' as const, reason, message }, notReady(reason, message)], fields: cleared('sinkUri') } });
+  const fail = (type: string, reason: string, message: string) => ({ verdict: { conditions: [{ type, status: 'False' as const, reason, message }, notReady(reason, message)], fields: cleared('sinkUri', 'namespaces') } });
   const ref = spec.sink?.ref;
   if (ref?.kind !== 'Broker' || !ref.name) return fail('SinkProvided', 'NotFound', 'locally an ApiServerSource can only send to a Broker');
   if (!brokers.has(ref.namespace ?? namespace, ref.name)) return fail('SinkProvided', 'NotFound', `Broker "${ref.name}" does not exist`);
+  if (spec.mode !== undefined && spec.mode !== 'Reference' && spec.mode !== 'Resource') return fail('Deployed', 'InvalidMode', `mode "${String(spec.mode)}" is neither Reference nor Resource`);
   if (spec.owner) return fail('Deployed', 'OwnerFilterUnsupported', 'the local source does not implement spec.owner');
+  if (spec.filters?.length) return fail('Deployed', 'FiltersUnsupported', 'the local source does not implement spec.filters (Knative\'s NewAPIServerFilters feature)');
   const overridesProblem = ceOverridesProblem(spec.ceOverrides);
   if (overridesProblem) return fail('Deployed', 'InvalidCEOverrides', overridesProblem);
-  const selector = spec.namespaceSelector;
-  if (selector && (Object.keys(selector.matchLabels ?? {}).length || selector.matchExpressions?.length)) return fail('Deployed', 'NamespaceSelectorUnsupported', 'locally only an empty namespaceSelector (every namespace) or none (this namespace) is supported');
   const resources = [];
   for (const resource of spec.resources ?? []) {
     const kind = resource.apiVersion && resource.kind ? await kinds.resolve(resource.apiVersion, resource.kind) : undefined;
@@ -99,14 +119,29 @@ export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolve
     resources.push({ kind, ...(resource.selector ? { labelSelector: formatLabelSelector(resource.selector) } : {}) });
   }
   if (!resources.length) return fail('Deployed', 'NoResources', 'spec.resources is empty');
+  const selector = spec.namespaceSelector;
+  let watched: string[];
+  try {
+    watched = selector ? await namespaces(selector) : [namespace];
+  } catch (error) {
+    return fail('Deployed', 'NamespacesNotListed', `cannot list the namespaces namespaceSelector selects: ${(error as Error).message}`);
+  }
+  const base = {
+    name: keyString(keyOf(object)),
+    mode: spec.mode ?? 'Reference',
+    ...(spec.ceOverrides?.extensions ? { extensions: overrideExtensions(spec.ceOverrides) } : {}),
+  };
+  if (!selector) return { specs: [{ ...base, resources, namespace }], namespaces: watched };
+  if (!hasLabels(selector)) return { specs: [{ ...base, resources }], namespaces: watched };
+  // Namespaced kinds once per selected namespace, cluster-scoped ones once (adapter.go collectResourceMatches).
+  const clusterScoped = resources.filter((resource) => !resource.kind.namespaced);
+  const namespaced = resources.filter((resource) => resource.kind.namespaced);
   return {
-    spec: {
-      name: keyString(keyOf(object)),
-      mode: spec.mode ?? 'Reference',
-      resources,
-      ...(selector ? {} : { namespace }),
-      ...(spec.ceOverrides?.extensions ? { extensions: overrideExtensions(spec.ceOverrides) } : {}),
-    },
+    specs: [
+      ...(clusterScoped.length ? [{ ...base, resources: clusterScoped }] : []),
+      ...(namespaced.length ? watched.map((name) => ({ ...base, name: `${base.name}@${name}`, resources: namespaced, namespace: name })) : []),
+    ],
+    namespaces: watched,
   };
 }
 
@@ -120,6 +155,8 @@ export interface SourceControllerOptions {
   knownKinds?: ResourceKind[];
   /** A client authenticated as a ServiceAccount (undefined: the plane's own client is used). */
   clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>;
+  /** Where a namespaceSelector's namespaces come from (default: namespacesFrom(kube)). */
+  namespaces?: NamespaceLister;
 }
 
 export class ApiServerSourceController {
@@ -141,21 +178,21 @@ export class ApiServerSourceController {
     const key = keyString(keyOf(object));
     this.#objects.set(key, object);
     const { kube, brokers, log, status } = this.#options;
-    const planned = await localSourceFor(object, this.#kinds, brokers);
-    if (!planned.spec) {
+    const planned = await localSourceFor(object, this.#kinds, brokers, this.#options.namespaces ?? namespacesFrom(kube));
+    if (!planned.specs) {
       await this.#stop(key);
       await status.write(ApiServerSource, object, planned.verdict!);
       return;
     }
     const account = (object.spec as SourceObjectSpec).serviceAccountName;
-    const fingerprint = JSON.stringify([planned, account]);
+    const fingerprint = JSON.stringify([planned.specs, account]);
     if (this.#running.get(key)?.fingerprint !== fingerprint) {
       await this.#stop(key);
       const namespace = object.metadata.namespace ?? '';
       const client = account && this.#options.clientFor ? await this.#options.clientFor(namespace, account) : kube;
       const source = new LocalSource({
         kube: client,
-        sources: [planned.spec],
+        sources: planned.specs,
         sink: this.#options.publish,
         log: log.child({ apiserversource: key }),
         resyncIntervalMs: 0,
@@ -170,13 +207,13 @@ export class ApiServerSourceController {
         if (this.#stopped) return;
         const message = (error as Error).message;
         const forbidden = /forbidden|403/i.test(message);
-        await status.write(ApiServerSource, object, { conditions: [{ type: 'SufficientPermissions', status: forbidden ? 'False' : 'Unknown', reason: forbidden ? 'Forbidden' : 'Unknown', message }, notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message)], fields: cleared('sinkUri') });
+        await status.write(ApiServerSource, object, { conditions: [{ type: 'SufficientPermissions', status: forbidden ? 'False' : 'Unknown', reason: forbidden ? 'Forbidden' : 'Unknown', message }, notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message)], fields: { ...cleared('sinkUri'), namespaces: planned.namespaces } });
         return;
       }
     }
     await status.write(ApiServerSource, object, {
       conditions: [{ type: 'SinkProvided', status: 'True', reason: 'SinkProvided' }, { type: 'SufficientPermissions', status: 'True', reason: 'SufficientPermissions' }, { type: 'Deployed', status: 'True', reason: 'Deployed' }, ready()],
-      fields: { sinkUri: brokers.url },
+      fields: { sinkUri: brokers.url, namespaces: planned.namespaces },
     });
   }
 
@@ -188,6 +225,13 @@ export class ApiServerSourceController {
 
   async refresh(): Promise<void> {
     for (const object of [...this.#objects.values()]) await this.apply(object);
+  }
+
+  /** A namespace was created, changed or deleted: each source with a namespaceSelector watches (and reports) the namespaces it selects now. */
+  async namespacesChanged(): Promise<void> {
+    for (const object of [...this.#objects.values()]) {
+      if ((object.spec as SourceObjectSpec | undefined)?.namespaceSelector) await this.apply(object);
+    }
   }
 
   /** The sources' counters, summed over running and stopped ones (the last error of any running one). */

@@ -5,10 +5,14 @@
 // objects are applied once and their readiness kept on a StatusBoard). Either way the same
 // controllers turn each object into what runs, one per kind. Every change is handled one at a
 // time, so a Trigger resolved while a Service appears sees a consistent picture; a Broker or
-// Service change re-resolves the objects that name them, as Knative's trackers do.
+// Service change re-resolves the objects that name them, as Knative's trackers do. Watching the
+// API server, Namespaces are watched too: a namespace created, changed or deleted makes every
+// ApiServerSource with a namespaceSelector select again (Knative's controller resyncs them all on
+// any namespace event); changes arriving while one such pass waits share it. Objects held in
+// memory select their namespaces once, when applied.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { apiVersionOf, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { apiVersionOf, Namespace, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import type { Broker } from '../broker.ts';
 import { ApiServerSource as LocalSource } from '../source.ts';
@@ -62,6 +66,8 @@ export class KnativeControllers {
   #watcher?: LocalSource;
   #derived?: DerivedSources;
   #serial: Promise<void> = Promise.resolve();
+  /** A namespacesChanged pass is queued and has not started: later namespace events share it. */
+  #namespacesQueued = false;
   readonly brokers: BrokerDirectory;
   readonly services: ServiceDirectory;
   readonly triggers: TriggerController;
@@ -100,7 +106,9 @@ export class KnativeControllers {
       await this.#serial;
       return this.#startDerived();
     }
+    const isNamespace = (event: CloudEventV1<unknown>) => (event as unknown as { kind: string }).kind === Namespace.kind && (event as unknown as { apiversion: string }).apiversion === apiVersionOf(Namespace);
     const applyEvent = (event: CloudEventV1<unknown>): Promise<void> => {
+      if (isNamespace(event)) return this.#namespacesChanged();
       const ext = event as unknown as { apiversion: string; kind: string };
       const handler = handlers.get(`${ext.apiversion} ${ext.kind}`);
       if (!handler) return Promise.resolve();
@@ -113,10 +121,13 @@ export class KnativeControllers {
     let listing: CloudEventV1<unknown>[] | undefined = [];
     this.#watcher = new LocalSource({
       kube,
-      sources: [{ name: 'knative-objects', mode: 'Resource', resources: watched.map(([kind]) => ({ kind })) }],
+      // Namespaces in Reference mode: only that one changed matters, and labels are read again when the sources select.
+      sources: [{ name: 'knative-objects', mode: 'Resource', resources: watched.map(([kind]) => ({ kind })) }, { name: 'knative-namespaces', mode: 'Reference', resources: [{ kind: Namespace }] }],
       sink: async (event) => {
-        if (listing) listing.push(event);
-        else await applyEvent(event);
+        // The first listing's namespaces are the ones the sources select as they are applied.
+        if (listing) {
+          if (!isNamespace(event)) listing.push(event);
+        } else await applyEvent(event);
       },
       log: log.child({ component: 'knative' }),
       resyncIntervalMs: 0,
@@ -156,13 +167,30 @@ export class KnativeControllers {
     this.pings.stop();
   }
 
+  /** Runs `work` after every change queued before it. */
+  #run(work: () => Promise<void>): Promise<void> {
+    const next = this.#serial.then(work);
+    this.#serial = next.catch(() => {});
+    return next;
+  }
+
+  /** Queues one pass of the sources over the namespaces they select, unless one is queued already. */
+  #namespacesChanged(): Promise<void> {
+    if (this.#namespacesQueued) return Promise.resolve();
+    this.#namespacesQueued = true;
+    return this.#run(async () => {
+      this.#namespacesQueued = false;
+      try {
+        await this.sources.namespacesChanged();
+      } catch (error) {
+        this.#options.log.warn({ reason: (error as Error).message }, `ApiServerSources selecting namespaces again: ${(error as Error).message}`);
+      }
+    });
+  }
+
   /** Handlers that run one at a time across all kinds, `then` after each change. */
   #serialized(controller: ObjectHandlers, then?: () => Promise<void>): ObjectHandlers {
-    const run = (work: () => Promise<void>) => {
-      const next = this.#serial.then(work);
-      this.#serial = next.catch(() => {});
-      return next;
-    };
+    const run = (work: () => Promise<void>) => this.#run(work);
     // A failure is logged, never thrown back at the watcher: it would send the same event again.
     const log = this.#options.log.child({ component: 'knative' });
     const guarded = (what: 'apply' | 'remove') => (object: KubeObject) => run(async () => {

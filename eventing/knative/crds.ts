@@ -1,16 +1,18 @@
-// Knative CRDs: the real ones of Knative 1.0.0 (the release line that installs on Kubernetes
-// 1.20, the local control plane's version) for validating the generated manifests (server-side
-// dry run, test/integration/knative-dry-run.test.ts), found in a `shared/knative-crds` folder
-// next to the checkout or in KNATIVE_CRDS_DIR; and stand-ins for the LOCAL control plane.
+// Knative's own CustomResourceDefinitions, of the release the generated manifests target: read
+// from its Go modules by cluster/provision-knative.sh (cached per release; KNATIVE_CRDS_DIR names
+// a folder of CRD files instead). Both the server-side dry run of the generated objects
+// (test/integration/knative-dry-run.test.ts) and the LOCAL control plane use them, so an object
+// the plane stores is one Knative's schema accepts.
 //
-// Decision: the local plane always installs the stand-ins below, not the real 1.0.0 CRDs. They
-// keep spec and status as given (the controllers in this folder check what they use and say so
-// in status), so the plane runs the current Knative API: 1.0.0's ApiServerSource schema would
-// silently prune `namespaceSelector` (added later, knative/eventing#6665), turning every
-// generated source into one that watches its own namespace only. Same Ready/Reason columns as
-// Knative's; labelled as stand-ins. They are never installed on a cluster that has the kinds
-// (a real Knative): installKnativeCrds leaves existing CRDs alone, and `opfn dev` calls it only
-// for a control plane it started itself.
+// Decision: the local plane installs these real CRDs, not permissive stand-ins. Knative's
+// current schemas keep every field the generator emits (namespaceSelector, filters, delivery
+// timeout), so nothing is pruned; what the schemas leave open (a Trigger's or source's spec keeps
+// unknown fields, an annotation is free-form) the local controllers check and report on the
+// object. A CRD an earlier plane installed as a stand-in (STAND_IN_LABEL) is replaced by the
+// real one; any other existing CRD (a real Knative on the cluster) is left alone. standInCrds
+// remains for tests that need the kinds served without Knative's schema; the plane never
+// installs them.
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,15 +22,50 @@ import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { applyCrds } from '../crds.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const PROVISION_KNATIVE_SCRIPT = join(ROOT, 'cluster', 'provision-knative.sh');
 
-/** Folders searched, in order: $KNATIVE_CRDS_DIR, then `shared/knative-crds` beside the checkout (or beside a worktree's parent). */
-export function knativeCrdCandidates(): string[] {
-  return [process.env.KNATIVE_CRDS_DIR, join(ROOT, '..', 'shared', 'knative-crds'), join(ROOT, '..', '..', 'shared', 'knative-crds')].filter((dir): dir is string => Boolean(dir));
+/** The Knative release the generated manifests target (cluster/provision-knative.sh's default). */
+export const KNATIVE_RELEASE = '1.23';
+
+/** The CRDs (by metadata.name) of the kinds the local plane runs. */
+export const PLANE_CRD_NAMES = ['services.serving.knative.dev', 'brokers.eventing.knative.dev', 'triggers.eventing.knative.dev', 'pingsources.sources.knative.dev', 'apiserversources.sources.knative.dev'];
+
+const OVERRIDE = 'KNATIVE_CRDS_DIR';
+
+function checkOverride(dir: string): string {
+  if (!existsSync(join(dir, 'trigger.yaml'))) throw new Error(`${OVERRIDE}=${dir} has no trigger.yaml: point it at a folder of Knative's CRD files (config/core/resources of knative.dev/eventing and config/core/300-resources of knative.dev/serving), or unset it to provision them`);
+  return dir;
 }
 
-/** The first candidate folder holding the Knative CRDs, or undefined. */
+function provisionFailure(code: number | null, stderr: string): Error {
+  const reason = stderr.split('\n').filter((line) => line.includes('error')).pop()?.replace('[provision] error: ', '');
+  return new Error(`Knative's CRDs could not be provisioned: ${reason ?? `bash ${PROVISION_KNATIVE_SCRIPT} exited with ${code}`}`);
+}
+
+/**
+ * The folder of Knative's CRDs: $KNATIVE_CRDS_DIR, else the one cluster/provision-knative.sh
+ * prints (fetching them on first use). Throws an Error saying what to do when neither works.
+ */
+export async function provisionKnativeCrds(): Promise<string> {
+  const override = process.env[OVERRIDE];
+  if (override) return checkOverride(override);
+  return new Promise((done, fail) => {
+    const child = spawn('bash', [PROVISION_KNATIVE_SCRIPT], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (out += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (err += chunk));
+    child.on('error', fail);
+    child.on('close', (code) => (code === 0 ? done(out.trim().split('\n').pop()!) : fail(provisionFailure(code, err))));
+  });
+}
+
+/** provisionKnativeCrds for module-level use (a test deciding what to install before it starts); undefined when they cannot be had. */
 export function knativeCrdDir(): string | undefined {
-  return knativeCrdCandidates().find((dir) => existsSync(join(dir, 'trigger.yaml')));
+  const override = process.env[OVERRIDE];
+  if (override) return checkOverride(override);
+  const run = spawnSync('bash', [PROVISION_KNATIVE_SCRIPT], { encoding: 'utf8' });
+  return run.status === 0 ? run.stdout.trim().split('\n').pop() : undefined;
 }
 
 /** The Knative CRDs of `dir` (every YAML file in it; they use YAML merge keys, `<<: *version`). */
@@ -45,7 +82,7 @@ export const STAND_IN_LABEL = 'operator-functions.dev/stand-in';
 const column = (name: string, jsonPath: string, type = 'string') => ({ name, type, jsonPath });
 const READY_COLUMNS = [column('Ready', ".status.conditions[?(@.type=='Ready')].status"), column('Reason', ".status.conditions[?(@.type=='Ready')].reason"), column('Age', '.metadata.creationTimestamp', 'date')];
 
-/** Minimal CRDs for the five Knative kinds the plane runs (used when the real ones are absent). */
+/** Permissive CRDs for the five kinds the plane runs (spec and status unchecked), labelled STAND_IN_LABEL. */
 export function standInCrds(): KubeObject[] {
   const kinds: [group: string, kind: string, plural: string, shortNames: string[], extra: { name: string; type: string; jsonPath: string }[]][] = [
     ['serving.knative.dev', 'Service', 'services', ['kservice', 'ksvc'], [column('URL', '.status.url')]],
@@ -68,13 +105,20 @@ export function standInCrds(): KubeObject[] {
   }));
 }
 
-/** Installs the stand-in CRDs whose kinds the API server does not have yet, and waits until they are served; returns how many. */
-export async function installKnativeCrds(kube: KubeClient): Promise<number> {
-  const missing: KubeObject[] = [];
-  for (const crd of standInCrds()) {
-    const existing = await kube.request('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${crd.metadata.name}`).catch(() => undefined);
-    if (!existing) missing.push(crd);
+/**
+ * Installs Knative's CRDs of the kinds the plane runs where the API server lacks them (or has a
+ * stand-in), and waits until they are served; returns how many were installed. `dir`: the CRD
+ * folder (default: provisionKnativeCrds).
+ */
+export async function installKnativeCrds(kube: KubeClient, dir?: string): Promise<number> {
+  const wanted = knativeCrds(dir ?? (await provisionKnativeCrds())).filter((crd) => PLANE_CRD_NAMES.includes(crd.metadata.name!));
+  const missing = PLANE_CRD_NAMES.filter((name) => !wanted.some((crd) => crd.metadata.name === name));
+  if (missing.length) throw new Error(`the Knative CRD folder lacks ${missing.join(', ')}`);
+  const install: KubeObject[] = [];
+  for (const crd of wanted) {
+    const existing = await kube.request<KubeObject>('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${crd.metadata.name}`).catch(() => undefined);
+    if (!existing || existing.metadata.labels?.[STAND_IN_LABEL]) install.push(crd);
   }
-  await applyCrds(kube, missing); // one created meanwhile by another plane is replaced, not an error
-  return missing.length;
+  await applyCrds(kube, install); // one created meanwhile by another plane is replaced, not an error
+  return install.length;
 }

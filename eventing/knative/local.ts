@@ -1,7 +1,7 @@
 // Puts a deployment's generated objects into the LOCAL control plane (`opfn dev` with a control
 // plane it started), so the plane runs exactly what `opfn manifests` would install on a cluster
-// and `kubectl get/edit/patch` works on them: the stand-in Knative CRDs, then every generated
-// object but the CRDs (eventing/crds.ts installed those), created or replaced.
+// and `kubectl get/edit/patch` works on them: Knative's own CRDs (crds.ts), then every generated
+// object but the functions' CRDs (eventing/crds.ts installed those), created or replaced.
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { isAlreadyExists, type KubeClient } from '../../functions/runtime/kube.ts';
@@ -26,7 +26,7 @@ export async function applyObjects(kube: KubeClient, objects: KubeObject[]): Pro
   }
 }
 
-/** Installs the stand-in Knative CRDs and applies the generated objects of `functions` (with `replace` as `opfn manifests --replace`). */
+/** Installs Knative's CRDs (where missing) and applies the generated objects of `functions` (with `replace` as `opfn manifests --replace`). */
 export async function applyGeneratedObjects(kube: KubeClient, functions: FunctionDeclaration[], replace: Record<string, string> = {}, resyncIntervalMs?: number): Promise<{ objects: KubeObject[]; crdsInstalled: number }> {
   const crdsInstalled = await installKnativeCrds(kube);
   const generated = generateManifests(functions, { ...DEFAULT_OPTIONS, replace }).flatMap((file) => file.objects).filter((object) => object.kind !== 'CustomResourceDefinition');

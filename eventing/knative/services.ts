@@ -3,7 +3,9 @@
 // same image entry; its address is the activator's URL for it, and its Trigger's deliveries are
 // bounded by the capacity its annotations give. The activator runs the function with the
 // revision template's scaling (autoscaling annotations, containerConcurrency), timeoutSeconds and
-// delivery budget (the container's OPFN_DELIVERY_BUDGET_SECONDS), and a Service edited live is
+// delivery budget (the container's OPFN_DELIVERY_BUDGET_SECONDS); an autoscaling annotation it
+// does not implement (IMPLEMENTED_ANNOTATIONS) makes the Service not Ready with the reason
+// UnsupportedAnnotation rather than being ignored. A Service edited live is
 // applied to the running function (Activator.configure), as Serving rolls out a new revision; a
 // deleted one withdraws it (Activator.withdraw), as Serving removes the revision. The generated
 // dead-letter sink (event_display) is not run locally: the broker's dead-letter file stands in
@@ -26,13 +28,45 @@ export function functionOf(service: KubeObject): string | undefined {
   return template(service).spec?.containers?.[0]?.env?.find((e) => e.name === 'FUNCTION')?.value;
 }
 
-/** Scaling from the revision template, Knative's defaults where an annotation is absent. */
+/**
+ * The autoscaling annotations the local plane implements (knative/serving
+ * pkg/apis/autoscaling/register.go), each with the older camelCase spelling Serving still reads
+ * after the kebab-case one, and the values it honours: Knative's autoscaler (class kpa) on the
+ * concurrency metric, min-scale, max-scale and target.
+ */
+export const IMPLEMENTED_ANNOTATIONS: Record<string, string[]> = {
+  class: ['class'],
+  metric: ['metric'],
+  'min-scale': ['min-scale', 'minScale'],
+  'max-scale': ['max-scale', 'maxScale'],
+  target: ['target'],
+};
+const KPA = 'kpa.autoscaling.knative.dev';
+
+/** An autoscaling annotation the local plane does not implement (the Service is not Ready with this reason). */
+export class UnsupportedAnnotation extends Error {
+  readonly reason = 'UnsupportedAnnotation';
+}
+
+/** Scaling from the revision template, Knative's defaults where an annotation is absent; throws for one it cannot honour. */
 export function scalingFromService(service: KubeObject): Scaling {
   const annotations = template(service).metadata?.annotations ?? {};
+  const known = new Set(Object.values(IMPLEMENTED_ANNOTATIONS).flat().map((name) => `${AUTOSCALING}/${name}`));
+  for (const key of Object.keys(annotations)) {
+    if (key.startsWith(`${AUTOSCALING}/`) && !known.has(key)) throw new UnsupportedAnnotation(`annotation ${key} is not implemented by the local plane (it implements ${Object.keys(IMPLEMENTED_ANNOTATIONS).map((name) => `${AUTOSCALING}/${name}`).join(', ')})`);
+  }
+  const read = (name: string): [key: string, value: string] | undefined => {
+    const key = IMPLEMENTED_ANNOTATIONS[name]!.map((spelling) => `${AUTOSCALING}/${spelling}`).find((candidate) => annotations[candidate] !== undefined);
+    return key === undefined ? undefined : [key, annotations[key]!];
+  };
+  const klass = read('class');
+  if (klass && klass[1] !== KPA) throw new UnsupportedAnnotation(`annotation ${klass[0]} "${klass[1]}": the local plane scales as Knative's own autoscaler (${KPA}) does, nothing else`);
+  const metric = read('metric');
+  if (metric && metric[1] !== 'concurrency') throw new UnsupportedAnnotation(`annotation ${metric[0]} "${metric[1]}": the local plane scales on concurrency only`);
   const number = (name: string, fallback: number) => {
-    const text = annotations[`${AUTOSCALING}/${name}`];
-    const value = text === undefined ? fallback : Number(text);
-    if (!Number.isInteger(value) || value < 0) throw new Error(`annotation ${AUTOSCALING}/${name} "${text}" is not a whole number ≥ 0`);
+    const found = read(name);
+    const value = found === undefined ? fallback : Number(found[1]);
+    if (!Number.isInteger(value) || value < 0) throw new Error(`annotation ${found?.[0]} "${found?.[1]}" is not a whole number ≥ 0`);
     return value;
   };
   return { minScale: number('min-scale', 0), maxScale: number('max-scale', 0), target: number('target', 0), containerConcurrency: template(service).spec?.containerConcurrency ?? 0 };
@@ -110,7 +144,7 @@ export class ServiceDirectory {
     try {
       configuration = configurationFromService(service);
     } catch (error) {
-      return { conditions: [notReady('InvalidConfiguration', (error as Error).message)] };
+      return { conditions: [notReady(error instanceof UnsupportedAnnotation ? error.reason : 'InvalidConfiguration', (error as Error).message)] };
     }
     try {
       this.#functions.configure(functionOf(service)!, configuration);

@@ -21,8 +21,12 @@ export interface ManifestOptions {
   brokerClass: string;
   /** Function name → URL or Knative Service name its Trigger sends to instead (`--replace`). */
   replace: Record<string, string>;
-  /** Delivery of every Trigger (retries, backoff); the dead-letter sink is always the generated one. */
-  delivery: Required<Pick<DeliverySpec, 'retry' | 'backoffPolicy' | 'backoffDelay'>>;
+  /**
+   * Delivery of the Broker and every Trigger: retries, backoff, the per-attempt timeout (default
+   * the revision's, REVISION_TIMEOUT_SECONDS) and, when set, the cap of an honoured Retry-After.
+   * The dead-letter sink is always the generated one.
+   */
+  delivery: Required<Pick<DeliverySpec, 'retry' | 'backoffPolicy' | 'backoffDelay'>> & Pick<DeliverySpec, 'timeout' | 'retryAfterMax'>;
   /** Image of the dead-letter sink (Knative's event_display logs each dead letter it receives). */
   deadLetterImage: string;
 }
@@ -30,6 +34,11 @@ export interface ManifestOptions {
 export const DEFAULT_NAMESPACE = INSTALL_DEFAULTS.namespace;
 export const KAFKA_BROKER_CLASS = 'Kafka';
 export const DEFAULT_BROKER_CLASS = 'MTChannelBasedBroker';
+/**
+ * The generated Services' revision timeoutSeconds (Knative's default, revision-timeout-seconds):
+ * past it the revision answers 504 itself, so no delivery attempt can succeed later.
+ */
+export const REVISION_TIMEOUT_SECONDS = 300;
 
 export const DEFAULT_OPTIONS: ManifestOptions = {
   image: 'operator-functions:latest',

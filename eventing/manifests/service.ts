@@ -17,7 +17,7 @@ import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { DELIVERY_BUDGET_ENV, deliveryBudgetFor } from '../../functions/runtime/delivery-budget.ts';
 import { INSTALL_CONFIG, installConfigValues } from '../../functions/runtime/knative-objects.ts';
-import { KNATIVE_SERVICE_API, labels, type ManifestOptions } from './options.ts';
+import { KNATIVE_SERVICE_API, labels, REVISION_TIMEOUT_SECONDS, type ManifestOptions } from './options.ts';
 import { serviceAccountName } from './rbac.ts';
 
 export const AUTOSCALING = 'autoscaling.knative.dev';
@@ -25,7 +25,7 @@ export const VISIBILITY_LABEL = 'networking.knative.dev/visibility';
 /** The user the image runs as (USER in the Dockerfile: the `node` user of node:24-slim). */
 export const IMAGE_UID = 1000;
 export const CONTAINER_PORT = 8080;
-export const TIMEOUT_SECONDS = 300;
+export const TIMEOUT_SECONDS = REVISION_TIMEOUT_SECONDS;
 export const READINESS_PATH = '/health/readiness';
 export const LIVENESS_PATH = '/health/liveness';
 

@@ -14,12 +14,32 @@
 //   DNS-1035 label (63 characters).
 // - A function's delivery budget (OPFN_DELIVERY_BUDGET_SECONDS) leaves room before its Service's
 //   timeoutSeconds: the function cannot see the timeout, and answers after it come too late.
+// - Trigger filters and delivery are what Knative's webhook accepts (filters.ts
+//   validateTriggerFilters; delivery durations parse, a timeout is above zero: knative/eventing
+//   pkg/apis/duck/v1 delivery_types.go), and a Trigger's per-attempt timeout is not shorter than
+//   its function's delivery budget: the dispatcher would give up on attempts the function is
+//   still answering, and send them again.
 import { DELIVERY_BUDGET_ENV, deliveryBudgetProblem } from '../../functions/runtime/delivery-budget.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { parseDeliverySpec } from '../delivery.ts';
+import { validateTriggerFilters } from '../filters.ts';
 import { AUTOSCALING, TIMEOUT_SECONDS } from './service.ts';
 
 const ATTRIBUTE_NAME = /^[a-z0-9]{1,20}$/;
 const DNS_1035_LABEL = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
+
+/** Every attribute name a Trigger's `filters` compare (exact/prefix/suffix keys, nested ones too). */
+function filterAttributeNames(filters: unknown): string[] {
+  if (Array.isArray(filters)) return filters.flatMap(filterAttributeNames);
+  if (filters === null || typeof filters !== 'object') return [];
+  const expression = filters as Record<string, unknown>;
+  return [
+    ...(['exact', 'prefix', 'suffix'] as const).flatMap((dialect) => Object.keys((expression[dialect] as object | undefined) ?? {})),
+    ...filterAttributeNames(expression.all),
+    ...filterAttributeNames(expression.any),
+    ...filterAttributeNames(expression.not === undefined ? [] : [expression.not]),
+  ];
+}
 
 type Ref = { ref?: { apiVersion?: string; kind?: string; name?: string; namespace?: string }; uri?: string };
 const spec = (object: KubeObject) => (object.spec ?? {}) as Record<string, any>;
@@ -50,6 +70,22 @@ export function validateManifests(objects: KubeObject[], external: Set<string> =
   const checkAttributes = (owner: KubeObject, what: string, names: string[]) => {
     for (const name of names) if (!ATTRIBUTE_NAME.test(name)) problems.push(`${id(owner)}: ${what} "${name}" is not a CloudEvent attribute name ([a-z0-9], 1-20 characters)`);
   };
+  /** The delivery's timeout in seconds (undefined when unset), after checking its fields as Knative's webhook does. */
+  const checkDelivery = (owner: KubeObject): number | undefined => {
+    const { deadLetterSink: _, ...delivery } = spec(owner).delivery ?? {};
+    try {
+      const parsed = parseDeliverySpec(delivery, 'delivery');
+      return delivery.timeout === undefined ? undefined : parsed.timeoutMs / 1000;
+    } catch (error) {
+      problems.push(`${id(owner)}: ${(error as Error).message}`);
+      return undefined;
+    }
+  };
+  const budgetOf = (namespace: string | undefined, name: string | undefined): number | undefined => {
+    const service = objects.find((object) => object.kind === 'Service' && object.apiVersion === 'serving.knative.dev/v1' && object.metadata.name === name && object.metadata.namespace === namespace);
+    const value = (spec(service ?? { metadata: {} }).template?.spec?.containers?.[0]?.env as { name: string; value?: string }[] | undefined)?.find((e) => e.name === DELIVERY_BUDGET_ENV)?.value;
+    return value === undefined ? undefined : Number(value);
+  };
 
   for (const object of objects) {
     const { metadata } = object;
@@ -67,13 +103,20 @@ export function validateManifests(objects: KubeObject[], external: Set<string> =
         break;
       }
       case 'Trigger': {
-        checkAttributes(object, 'filter attribute', Object.keys(spec(object).filter?.attributes ?? {}));
+        checkAttributes(object, 'filter attribute', [...Object.keys(spec(object).filter?.attributes ?? {}), ...filterAttributeNames(spec(object).filters)]);
+        const filters = validateTriggerFilters({ filter: spec(object).filter, filters: spec(object).filters }, 'spec');
+        for (const problem of [...filters.errors, ...filters.warnings]) problems.push(`${id(object)}: ${problem}`);
         checkRef(object, 'subscriber', spec(object).subscriber, 'Service');
+        const timeout = checkDelivery(object);
+        const subscriber = spec(object).subscriber?.ref as Ref['ref'];
+        const budget = subscriber?.kind === 'Service' ? budgetOf(subscriber.namespace ?? metadata.namespace, subscriber.name) : undefined;
+        if (timeout !== undefined && budget !== undefined && timeout < budget) problems.push(`${id(object)}: delivery.timeout (${timeout} s) is shorter than its function's delivery budget (${DELIVERY_BUDGET_ENV} ${budget} s): attempts the function is still answering would be sent again`);
         if (spec(object).delivery?.deadLetterSink) checkRef(object, 'deadLetterSink', spec(object).delivery.deadLetterSink, 'Service');
         if (!named('Broker', metadata.namespace, spec(object).broker)) problems.push(`${id(object)}: Broker ${spec(object).broker} is not generated`);
         break;
       }
       case 'Broker':
+        checkDelivery(object);
         if (spec(object).delivery?.deadLetterSink) checkRef(object, 'deadLetterSink', spec(object).delivery.deadLetterSink, 'Service');
         break;
       case 'ApiServerSource':

@@ -44,13 +44,12 @@ export function isSecret(kind: ResourceKind): boolean {
 
 /**
  * Name and filters of the Trigger routing a function's events (its sources' and its resync pings)
- * to it. The changes of a kind the declaration does not ask for (`changes`) are left out with
- * Knative's `filters` (beta and on by default since Eventing 1.12), which replace `filter` where
- * they are supported; `filter` stays, so a broker without them still routes only the function's
- * own events (and the runtime ignores the unwanted ones).
+ * to it, in Knative's `filters` (the Subscriptions API dialects, GA and always on in Eventing
+ * 1.23; `filters` wins over `filter`, so the older `filter` is not set beside them): the
+ * function's own tag (exact), then one `not` per kind whose changes the declaration does not ask
+ * for (`changes`), so the broker leaves those out rather than the function answering them.
  */
-export function triggerFor(declaration: FunctionDeclaration): { name: string; filter: { attributes: Record<string, string> }; filters?: SubscriptionsApiFilter[] } {
-  const own = { [FUNCTION_EXTENSION]: declaration.name };
+export function triggerFor(declaration: FunctionDeclaration): { name: string; filters: SubscriptionsApiFilter[] } {
   const exact = (attribute: string, value: string): SubscriptionsApiFilter => ({ exact: { [attribute]: value } });
   const unwanted = unwantedChanges(declaration).map(({ kind, actions }): SubscriptionsApiFilter => ({
     not: {
@@ -61,7 +60,7 @@ export function triggerFor(declaration: FunctionDeclaration): { name: string; fi
       ],
     },
   }));
-  return { name: declaration.name, filter: { attributes: own }, ...(unwanted.length ? { filters: [exact(FUNCTION_EXTENSION, declaration.name), ...unwanted] } : {}) };
+  return { name: declaration.name, filters: [exact(FUNCTION_EXTENSION, declaration.name), ...unwanted] };
 }
 
 const declaredKinds = (declaration: FunctionDeclaration): ResourceKind[] => [declaration.reconciles, ...declaration.owns.map((owned) => owned.kind), ...declaration.watches.map((watched) => watched.kind)];

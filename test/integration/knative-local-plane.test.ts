@@ -1,11 +1,13 @@
 // The local plane runs the generated Knative objects: they are applied to a real API server
-// (stand-in Knative CRDs, as `opfn dev` does on its own control plane), and the EventPlane runs
+// (with Knative 1.23's own CRDs, as `opfn dev` does on its own control plane), and the EventPlane runs
 // them (`knativeObjects`): the controllers of eventing/knative/ turn them into the broker's routes
 // and local sources (each source authenticated as its own generated ServiceAccount; the function
 // process runs as its own) and report readiness as Knative does. A Trigger's subscriber is
 // patched to a second implementation while the plane runs: the next event reaches it; patched
 // back, the function gets them again. A Service's scaling edited with kubectl is applied to the
-// running function by the activator.
+// running function by the activator. ApiServerSources report the namespaces they watch
+// (`status.namespaces`), and one with a label namespaceSelector follows namespaces as they are
+// labelled.
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -22,7 +24,8 @@ import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
 import { EventPlane } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
-import { ConfigMap, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, Namespace, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { PLANE_CRD_NAMES, STAND_IN_LABEL } from '../../eventing/knative/crds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { createObjects } from '../support/rbac.ts';
@@ -54,7 +57,8 @@ before(async () => {
   // Its status says all was done (as the plane left it), but its pod was deleted while no plane ran.
   const settled = await createImmortal('settled-without-pod');
   await cluster.kube.replace(ImmortalContainerKind, { ...settled, status: { currentPod: 'settled-without-pod-immortalpod', startTimes: 1, observedGeneration: settled.metadata.generation, conditions: [{ type: 'Ready', status: 'False', reason: 'PodPending', message: 'pod settled-without-pod-immortalpod is Pending', lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z') }] } }, 'status');
-  say(`${crdsInstalled} stand-in Knative CRDs installed; ${objects.length} generated objects applied`);
+  assert.equal(crdsInstalled, PLANE_CRD_NAMES.length, 'Knative\'s CRDs of the five kinds the plane runs');
+  say(`${crdsInstalled} Knative CRDs installed; ${objects.length} generated objects applied`);
   const events: { name: string; type: string }[] = [];
   const server = createServer((req, res) => {
     req.resume().on('end', () => {
@@ -105,6 +109,30 @@ describe('the generated objects run on the local plane', () => {
     }
     const trigger = (await conditionOf(Trigger, immortalContainer.name)).object as KubeObject & { status: { subscriberUri: string } };
     assert.equal(trigger.status.subscriberUri, functionUrl);
+  });
+
+  test('the CRDs are Knative\'s own, and the generated objects are stored whole (namespaceSelector, filters, delivery timeout)', async () => {
+    for (const name of PLANE_CRD_NAMES) {
+      const crd = await cluster.cp.request('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${name}`);
+      assert.equal(crd.status, 200, name);
+      assert.equal(crd.body.metadata.labels?.[STAND_IN_LABEL], undefined, `${name} is not a stand-in`);
+      assert.equal(crd.body.metadata.labels?.['app.kubernetes.io/name'], name.includes('serving') ? 'knative-serving' : 'knative-eventing', name);
+    }
+    const source = (await cluster.kube.get<KubeObject>(ApiServerSource, { namespace: NS, name: `${immortalContainer.name}-related` }))!;
+    assert.deepEqual((source.spec as { namespaceSelector?: object }).namespaceSelector, {});
+    const trigger = (await cluster.kube.get<KubeObject>(Trigger, { namespace: NS, name: immortalContainer.name }))!;
+    const spec = trigger.spec as { filters: object[]; delivery: { timeout: string } };
+    assert.deepEqual(spec.filters[0], { exact: { opfnfunction: immortalContainer.name } });
+    assert.equal(spec.delivery.timeout, 'PT300S');
+  });
+
+  test('a generated source (namespaceSelector {}) reports every namespace it watches in status.namespaces, a namespace created later too', async () => {
+    const watched = async () => ((await cluster.kube.get<KubeObject>(ApiServerSource, { namespace: NS, name: `${immortalContainer.name}-related` }))?.status as { namespaces?: string[] } | undefined)?.namespaces;
+    const all = async () => (await cluster.kube.list(Namespace)).items.map((item) => item.metadata.name!).sort();
+    await eventually(async () => JSON.stringify(await watched()) === JSON.stringify(await all()), 20_000, 'status.namespaces = every namespace', async () => JSON.stringify(await watched()));
+    await cluster.kube.create(Namespace, { metadata: { name: 'created-later' } });
+    await eventually(async () => (await watched())?.includes('created-later'), 20_000, 'the new namespace in status.namespaces', async () => JSON.stringify(await watched()));
+    say(`ApiServerSource ${immortalContainer.name}-related status.namespaces: ${(await watched())!.join(', ')}`);
   });
 
   test('an ImmortalContainer that existed before the plane started reaches the function at start, not at the next resync', async () => {
@@ -172,6 +200,13 @@ describe('the generated objects run on the local plane', () => {
     const { condition } = await conditionOf(KnativeService, name);
     say(`kubectl patch ksvc ${name} … min-scale "3" (above max-scale 2) → Ready=False InvalidScaling: ${condition?.message}`);
     assert.deepEqual(plane.activator.configurationOf(name), configured, 'the refused configuration was not applied');
+
+    // An autoscaling annotation the plane does not implement is refused by name, not ignored.
+    await patchService({ 'autoscaling.knative.dev/min-scale': '1', 'autoscaling.knative.dev/initial-scale': '2' });
+    await eventually(async () => (await readyReason(KnativeService, name)) === 'False UnsupportedAnnotation', 20_000, 'Ready False UnsupportedAnnotation', () => readyReason(KnativeService, name));
+    say(`kubectl patch ksvc ${name} … initial-scale "2" → Ready=False UnsupportedAnnotation: ${(await conditionOf(KnativeService, name)).condition?.message}`);
+    assert.deepEqual(plane.activator.configurationOf(name), configured, 'nor applied');
+    await cluster.kube.mergePatch(KnativeService, { namespace: NS, name }, { spec: { template: { metadata: { annotations: { 'autoscaling.knative.dev/initial-scale': null } } } } });
 
     const instances = plane.activator.instances(name);
     const started = plane.activator.stats()[name].started;
@@ -256,6 +291,38 @@ describe('the generated objects run on the local plane', () => {
       await cluster.kube.mergePatch(ApiServerSource, { namespace: NS, name }, { spec: { ceOverrides: { extensions: { 'Opfn-Function': null, opfnfunction: name } } } });
       await eventually(async () => (await readyReason(ApiServerSource, name)) === 'True Ready', 20_000, 'Ready True again after the fix', () => readyReason(ApiServerSource, name));
       say(`kubectl patch apiserversource ${name} with extension "Opfn-Function" → Ready=False InvalidCEOverrides; patched back → Ready`);
+      assert.deepEqual(((await cluster.kube.get<KubeObject>(ApiServerSource, { namespace: NS, name }))?.status as { namespaces?: string[] }).namespaces, [NS], 'status.namespaces: its own');
+    } finally {
+      await cluster.kube.delete(ApiServerSource, { namespace: NS, name });
+      await cluster.kube.delete(Trigger, { namespace: NS, name });
+    }
+  });
+
+  test('an ApiServerSource with a label namespaceSelector sends the changes of the namespaces it selects, one labelled later too, and lists them in status.namespaces', async () => {
+    const name = 'team-configmaps';
+    const broker = { ref: { apiVersion: 'eventing.knative.dev/v1', kind: 'Broker', name: DEFAULT_OPTIONS.brokerName } };
+    for (const [namespace, labels] of [['team-x', { team: 'x' }], ['team-y', {}]] as const) await cluster.kube.create(Namespace, { metadata: { name: namespace, labels } });
+    await cluster.kube.create(Trigger, { apiVersion: 'eventing.knative.dev/v1', kind: 'Trigger', metadata: { name, namespace: NS }, spec: { broker: DEFAULT_OPTIONS.brokerName, filters: [{ exact: { opfnfunction: name } }, { prefix: { type: 'dev.knative.apiserver.resource.' } }], subscriber: { uri: other.url } } });
+    // Without serviceAccountName: the adapter's "default" account, given read on ConfigMaps everywhere.
+    await createObjects(cluster.cp, [
+      { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name }, rules: [{ apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'watch'] }] },
+      { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name }, subjects: [{ kind: 'ServiceAccount', name: 'default', namespace: NS }] },
+    ]);
+    await cluster.kube.create(ApiServerSource, { apiVersion: 'sources.knative.dev/v1', kind: 'ApiServerSource', metadata: { name, namespace: NS }, spec: { mode: 'Resource', resources: [{ apiVersion: 'v1', kind: 'ConfigMap' }], namespaceSelector: { matchLabels: { team: 'x' } }, serviceAccountName: 'default', ceOverrides: { extensions: { opfnfunction: name } }, sink: broker } });
+    const watched = async () => ((await cluster.kube.get<KubeObject>(ApiServerSource, { namespace: NS, name }))?.status as { namespaces?: string[] } | undefined)?.namespaces;
+    try {
+      await eventually(async () => (await readyReason(ApiServerSource, name)) === 'True Ready', 30_000, 'Ready True', () => readyReason(ApiServerSource, name));
+      assert.deepEqual(await watched(), ['team-x']);
+      await cluster.kube.create(ConfigMap, { metadata: { name: 'x-cm', namespace: 'team-x' } });
+      await cluster.kube.create(ConfigMap, { metadata: { name: 'y-cm-before', namespace: 'team-y' } });
+      await eventually(async () => other.events.some((e) => e.name === 'x-cm'), 20_000, 'the add of x-cm');
+      assert.ok(!other.events.some((e) => e.name === 'y-cm-before'), 'nothing from an unselected namespace');
+
+      await cluster.kube.mergePatch(Namespace, { namespace: '', name: 'team-y' }, { metadata: { labels: { team: 'x' } } });
+      await eventually(async () => JSON.stringify(await watched()) === '["team-x","team-y"]', 20_000, 'team-y selected once labelled', async () => JSON.stringify(await watched()));
+      await cluster.kube.create(ConfigMap, { metadata: { name: 'y-cm-after', namespace: 'team-y' } });
+      await eventually(async () => other.events.some((e) => e.name === 'y-cm-after'), 20_000, 'the add of y-cm-after');
+      say(`ApiServerSource ${name} (namespaceSelector team=x): x-cm sent, y-cm-before not; team-y labelled → status.namespaces ${(await watched())!.join(', ')}, y-cm-after sent`);
     } finally {
       await cluster.kube.delete(ApiServerSource, { namespace: NS, name });
       await cluster.kube.delete(Trigger, { namespace: NS, name });

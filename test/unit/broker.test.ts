@@ -14,7 +14,6 @@ import { pino, type Logger } from 'pino';
 import {
   backoffDelayMs,
   Broker,
-  DEFAULT_RETRY_AFTER_MAX_MS,
   encodeErrorData,
   isRetryableStatus,
   parseDeliverySpec,
@@ -177,19 +176,28 @@ describe('delivery rules', () => {
     assert.equal(backoffDelayMs({ backoffPolicy: 'exponential' }, 2), 0);
   });
 
-  it('Retry-After of a 429/503 (seconds or an HTTP date) is a wait, capped by retryAfterMax (PT0S: ignored; unset: 10 min)', () => {
+  it('Retry-After of a 429/503 (seconds or an HTTP date) is a wait, capped by retryAfterMax (PT0S or unset: ignored, as Knative 1.23 reads it)', () => {
     const now = Date.parse('2025-05-01T00:00:00Z');
-    assert.equal(retryAfterDelayMs(429, '30', undefined, now), 30_000);
-    assert.equal(retryAfterDelayMs(503, ' 2 ', undefined, now), 2000);
-    assert.equal(retryAfterDelayMs(429, 'Thu, 01 May 2025 00:00:45 GMT', undefined, now), 45_000);
+    const max = parseIsoDuration('PT10M');
+    assert.equal(retryAfterDelayMs(429, '30', max, now), 30_000);
+    assert.equal(retryAfterDelayMs(503, ' 2 ', max, now), 2000);
+    assert.equal(retryAfterDelayMs(429, 'Thu, 01 May 2025 00:00:45 GMT', max, now), 45_000);
     assert.equal(retryAfterDelayMs(429, '30', parseIsoDuration('PT5S'), now), 5000, 'retryAfterMax caps it');
     assert.equal(retryAfterDelayMs(429, '30', 0, now), 0, 'retryAfterMax PT0S: ignored');
-    assert.equal(retryAfterDelayMs(429, '999999999', undefined, now), DEFAULT_RETRY_AFTER_MAX_MS, 'unset: capped, no answer holds an event for days');
+    assert.equal(retryAfterDelayMs(429, '30', undefined, now), 0, 'retryAfterMax unset: ignored (delivery-retryafter is alpha in 1.23: opt-in)');
     for (const [status, header] of [[500, '30'], [404, '30'], [429, undefined], [429, 'soon'], [429, '-5'], [429, 'Wed, 30 Apr 2025 00:00:00 GMT']] as const) {
-      assert.equal(retryAfterDelayMs(status, header, undefined, now), 0, `${status} ${header}`);
+      assert.equal(retryAfterDelayMs(status, header, max, now), 0, `${status} ${header}`);
     }
     assert.equal(parseDeliverySpec({ retryAfterMax: 'PT30S' }, 'd').retryAfterMaxMs, 30_000);
     assert.throws(() => parseDeliverySpec({ retryAfterMax: '30s' }, 'd'), /d\.retryAfterMax: invalid ISO-8601 duration/);
+  });
+
+  it('delivery fields Knative 1.23 has: a zero timeout is refused (the webhook does), format binary is what the broker does, json is refused', () => {
+    assert.equal(parseDeliverySpec({ timeout: 'PT300S' }, 'd').timeoutMs, 300_000);
+    assert.throws(() => parseDeliverySpec({ timeout: 'PT0S' }, 'd'), /d\.timeout must be above zero/);
+    assert.equal(parseDeliverySpec({ format: 'binary' }, 'd').retry, 0);
+    assert.throws(() => parseDeliverySpec({ format: 'json' }, 'd'), /d\.format "json": the local broker sends events in binary mode only/);
+    assert.throws(() => parseDeliverySpec({ timeOut: 'PT1S' } as never, 'd'), /d\.timeOut is not a delivery field/);
   });
 
   it('retries 5xx, 404, 408, 409, 429 and nothing else', () => {
@@ -315,22 +323,24 @@ describe('Broker delivery', () => {
     }
   });
 
-  it('a 429 with Retry-After: 1 waits at least 1 s before the next attempt, though the backoff is 10 ms', async () => {
-    const sub = await startSubscriber((_req, res, n) => {
-      if (n === 1) res.writeHead(429, { 'retry-after': '1' }).end();
-      else res.writeHead(202).end();
-    });
-    const { broker } = newBroker({ triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 3, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S' } }] });
-    try {
-      await broker.publish(event());
-      await broker.idle();
-      assert.equal(sub.requests.length, 2);
-      const wait = (sub.requests[1]?.at ?? 0) - (sub.requests[0]?.at ?? 0);
-      assert.ok(wait >= 998, `waited ${wait} ms`);
-      assert.equal(broker.stats().t?.delivered, 1);
-    } finally {
-      await broker.close();
-      await sub.close();
+  it('a 429 with Retry-After: 1 waits at least 1 s before the next attempt under retryAfterMax, though the backoff is 10 ms; without retryAfterMax only the backoff', async () => {
+    for (const [retryAfterMax, atLeast, below] of [['PT5S', 998, Infinity], [undefined, 0, 500]] as const) {
+      const sub = await startSubscriber((_req, res, n) => {
+        if (n === 1) res.writeHead(429, { 'retry-after': '1' }).end();
+        else res.writeHead(202).end();
+      });
+      const { broker } = newBroker({ triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 3, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S', ...(retryAfterMax ? { retryAfterMax } : {}) } }] });
+      try {
+        await broker.publish(event());
+        await broker.idle();
+        assert.equal(sub.requests.length, 2);
+        const wait = (sub.requests[1]?.at ?? 0) - (sub.requests[0]?.at ?? 0);
+        assert.ok(wait >= atLeast && wait < below, `retryAfterMax ${retryAfterMax}: waited ${wait} ms`);
+        assert.equal(broker.stats().t?.delivered, 1);
+      } finally {
+        await broker.close();
+        await sub.close();
+      }
     }
   });
 
@@ -533,7 +543,7 @@ describe('Broker delivery', () => {
       else res.writeHead(200, { 'content-type': 'text/plain' }).end('stored');
     });
     const sub = await startSubscriber(answer(400));
-    const { broker, deadLetterFile } = newBroker({ triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S', deadLetterSink: sink.url } }] });
+    const { broker, deadLetterFile } = newBroker({ triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S', retryAfterMax: 'PT5S', deadLetterSink: sink.url } }] });
     try {
       await broker.publish(event());
       await broker.idle();

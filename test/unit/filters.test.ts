@@ -157,6 +157,10 @@ const cases: Case[] = [
     want: 'fail',
   },
   { name: 'garbage entries never throw (NoFilter)', event: podEvent, trigger: filters(null, 42, 'x', [1]), want: 'none' },
+  // exact_filter.go checks every entry of its map: several attributes in one expression all must match.
+  { name: 'exact with several attributes: all match', event: podEvent, trigger: filters({ exact: { kind: 'Pod', name: 'web-0' } }), want: 'pass' },
+  { name: 'exact with several attributes: one differs', event: podEvent, trigger: filters({ exact: { kind: 'Pod', name: 'web-1' } }), want: 'fail' },
+  { name: 'prefix with several attributes: one missing', event: podEvent, trigger: filters({ prefix: { kind: 'Po', owner: 'x' } }), want: 'fail' },
 ];
 
 describe('Trigger filters (Knative semantics)', () => {
@@ -186,7 +190,7 @@ describe('validateTriggerFilters (what the Knative webhook rejects)', () => {
     { name: 'uppercase attribute name', trigger: attrs({ Kind: 'Pod' }), error: /must start with a letter and contain only lowercase/ },
     { name: 'attribute name starting with a digit', trigger: filters({ exact: { '1kind': 'Pod' } }), error: /must start with a letter/ },
     { name: 'several dialects in one filter', trigger: filters({ exact: { kind: 'Pod' }, prefix: { type: 'dev.' } }), error: /multiple dialects/ },
-    { name: 'several keys in one exact map', trigger: filters({ exact: { kind: 'Pod', name: 'a' } }), error: /only one key-value/ },
+    { name: 'several keys in one exact map (accepted since Eventing 1.23 dropped the one-key rule)', trigger: filters({ exact: { kind: 'Pod', name: 'a' } }), clean: true },
     { name: 'CESQL is not supported locally', trigger: filters({ sql: "type = 'x'" }), error: /CESQL/ },
     { name: 'unknown dialect', trigger: filters({ regex: { type: '.*' } }), error: /not a filter dialect/ },
     { name: 'nested errors are found', trigger: filters({ any: [{ exact: { Kind: 'Pod' } }] }), error: /filters\[0\]\.any\[0\]\.exact/ },

@@ -46,7 +46,6 @@ describe('Trigger objects → broker routes', () => {
     const { trigger, verdict } = brokerTriggerFor(find('Trigger'), resolvers);
     assert.deepEqual(trigger, {
       name: `${NS}/${declaration.name}`,
-      filter: { attributes: { opfnfunction: declaration.name } },
       // immortal-container leaves out its pods' adds (its declaration's changes).
       filters: [
         { exact: { opfnfunction: declaration.name } },
@@ -55,7 +54,7 @@ describe('Trigger objects → broker routes', () => {
       subscriber: FUNCTION_URL,
       maxInFlight: declaration.scaling.maxScale * (declaration.scaling.containerConcurrency || declaration.scaling.target || 100),
       // The generated dead-letter Service is the broker's own dead-letter file locally.
-      delivery: { retry: 10, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S' },
+      delivery: { timeout: 'PT300S', retry: 10, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S' },
     });
     assert.deepEqual(verdict.conditions.map((c) => `${c.type}=${c.status}`), ['BrokerReady=True', 'SubscriberResolved=True', 'DeadLetterSinkResolved=True', 'Ready=True']);
     assert.equal(verdict.fields?.subscriberUri, FUNCTION_URL);
@@ -91,24 +90,59 @@ describe('ApiServerSource objects → local sources', () => {
   const kinds = { resolve: async (apiVersion: string, kind: string) => (kind === Pod.kind && apiVersion === 'v1' ? Pod : kind === declaration.reconciles.kind ? declaration.reconciles : undefined) };
   const brokers = resolvers.brokers;
 
-  test('the generated sources become the plane\'s SourceSpecs (selectors, mode, extensions), every namespace', async () => {
-    const related = await localSourceFor(find('ApiServerSource', `${declaration.name}-related`), kinds, brokers);
-    assert.deepEqual(related.spec, { name: `${NS}/${declaration.name}-related`, mode: 'Resource', resources: [{ kind: Pod, labelSelector: declaration.owns[0].ownerNameLabel }], extensions: { opfnfunction: declaration.name } });
-    assert.equal(related.spec?.namespace, undefined, 'namespaceSelector {} = every namespace');
+  const namespaces: Record<string, Record<string, string>> = { default: {}, [NS]: {}, 'team-a': { team: 'a' }, 'team-b': { team: 'b' } };
+  /** Namespaces by label, as the API server would select them (matchLabels only: enough here). */
+  const lister = async (selector: { matchLabels?: Record<string, string> }) =>
+    Object.entries(namespaces).filter(([, labels]) => Object.entries(selector.matchLabels ?? {}).every(([key, value]) => labels[key] === value)).map(([name]) => name).sort();
+
+  test('the generated sources become the plane\'s SourceSpecs (selectors, mode, extensions), every namespace, all of them in status.namespaces', async () => {
+    const related = await localSourceFor(find('ApiServerSource', `${declaration.name}-related`), kinds, brokers, lister);
+    assert.deepEqual(related.specs, [{ name: `${NS}/${declaration.name}-related`, mode: 'Resource', resources: [{ kind: Pod, labelSelector: declaration.owns[0].ownerNameLabel }], extensions: { opfnfunction: declaration.name } }]);
+    assert.equal(related.specs?.[0]?.namespace, undefined, 'namespaceSelector {} = every namespace, one watch');
+    assert.deepEqual(related.namespaces, ['default', NS, 'team-a', 'team-b'].sort());
   });
 
-  test('without namespaceSelector a source watches only its own namespace', async () => {
+  test('without namespaceSelector a source watches only its own namespace, and says so', async () => {
     const object = find('ApiServerSource', `${declaration.name}-objects`);
     delete (object.spec as any).namespaceSelector;
-    assert.equal((await localSourceFor(object, kinds, brokers)).spec?.namespace, NS);
+    const planned = await localSourceFor(object, kinds, brokers, async () => assert.fail('no selector: nothing to list'));
+    assert.deepEqual(planned.specs?.map((spec) => spec.namespace), [NS]);
+    assert.deepEqual(planned.namespaces, [NS]);
+  });
+
+  test('a namespaceSelector with labels: one watch per selected namespace for namespaced kinds, cluster-scoped kinds once', async () => {
+    const object = find('ApiServerSource', `${declaration.name}-objects`);
+    const Node = { group: '', version: 'v1', kind: 'Node', plural: 'nodes', namespaced: false };
+    (object.spec as any).namespaceSelector = { matchLabels: { team: 'a' } };
+    (object.spec as any).resources = [{ apiVersion: 'v1', kind: 'Pod' }, { apiVersion: 'v1', kind: 'Node' }];
+    const withNodes = { resolve: async (apiVersion: string, kind: string) => (kind === 'Node' ? Node : kinds.resolve(apiVersion, kind)) };
+    const planned = await localSourceFor(object, withNodes, brokers, lister);
+    const name = `${NS}/${declaration.name}-objects`;
+    assert.deepEqual(planned.specs?.map((spec) => [spec.name, spec.namespace, spec.resources.map((r) => r.kind.kind)]), [[name, undefined, ['Node']], [`${name}@team-a`, 'team-a', ['Pod']]]);
+    assert.deepEqual(planned.namespaces, ['team-a']);
+    namespaces['team-c'] = { team: 'a' };
+    try {
+      assert.deepEqual((await localSourceFor(object, withNodes, brokers, lister)).namespaces, ['team-a', 'team-c'], 'a namespace labelled later is selected on the next plan');
+    } finally {
+      delete namespaces['team-c'];
+    }
+  });
+
+  test('namespaces that cannot be listed: not started, Ready=False NamespacesNotListed', async () => {
+    const planned = await localSourceFor(find('ApiServerSource', `${declaration.name}-related`), kinds, brokers, async () => { throw new Error('namespaces is forbidden'); });
+    assert.equal(planned.specs, undefined);
+    assert.equal(planned.verdict?.conditions.at(-1)?.reason, 'NamespacesNotListed');
+    assert.match(planned.verdict?.conditions.at(-1)?.message ?? '', /namespaces is forbidden/);
   });
 
   const broken: [string, (spec: any) => void, string][] = [
     ['a kind the API server does not serve', (spec) => { spec.resources = [{ apiVersion: 'example.com/v1', kind: 'Nope' }]; }, 'UnknownKind'],
     ['a sink that is not a Broker', (spec) => { spec.sink = { uri: 'http://x/' }; }, 'NotFound'],
-    ['a namespaceSelector with labels', (spec) => { spec.namespaceSelector = { matchLabels: { team: 'a' } }; }, 'NamespaceSelectorUnsupported'],
     ['an owner filter', (spec) => { spec.owner = { apiVersion: 'v1', kind: 'Pod' }; }, 'OwnerFilterUnsupported'],
-    // Knative's webhook refuses these, or sdk-go refuses to set them on an event; the stand-in CRD stores them.
+    ['source filters (NewAPIServerFilters)', (spec) => { spec.filters = [{ exact: { type: 'dev.knative.apiserver.ref.add' } }]; }, 'FiltersUnsupported'],
+    ['a mode that is neither Reference nor Resource', (spec) => { spec.mode = 'Full'; }, 'InvalidMode'],
+    // Knative's webhook refuses these, or sdk-go refuses to set them on an event; Knative's CRD
+    // schema keeps them (ceOverrides.extensions preserves unknown fields).
     ['a ceOverrides extension name with a dash', (spec) => { spec.ceOverrides = { extensions: { 'Fn-Name': 'x' } }; }, 'InvalidCEOverrides'],
     ['a ceOverrides extension that would replace the event\'s type', (spec) => { spec.ceOverrides = { extensions: { Type: 'x' } }; }, 'InvalidCEOverrides'],
     ['a ceOverrides value with a line break (no HTTP header can carry it)', (spec) => { spec.ceOverrides = { extensions: { team: 'a\r\nb' } }; }, 'InvalidCEOverrides'],
@@ -118,8 +152,8 @@ describe('ApiServerSource objects → local sources', () => {
     test(`${what}: not started, Ready=False ${reason}`, async () => {
       const object = find('ApiServerSource', `${declaration.name}-objects`);
       mutate(object.spec);
-      const planned = await localSourceFor(object, kinds, brokers);
-      assert.equal(planned.spec, undefined);
+      const planned = await localSourceFor(object, kinds, brokers, lister);
+      assert.equal(planned.specs, undefined);
       assert.equal(planned.verdict?.conditions.at(-1)?.reason, reason);
     });
   }
@@ -127,7 +161,7 @@ describe('ApiServerSource objects → local sources', () => {
   test('ceOverrides extension names are lower-cased, as sdk-go\'s SetExtension sets them', async () => {
     const object = find('ApiServerSource', `${declaration.name}-objects`);
     (object.spec as any).ceOverrides = { extensions: { opfnfunction: declaration.name, TeamName: 'a' } };
-    assert.deepEqual((await localSourceFor(object, kinds, brokers)).spec?.extensions, { opfnfunction: declaration.name, teamname: 'a' });
+    assert.deepEqual((await localSourceFor(object, kinds, brokers, lister)).specs?.[0]?.extensions, { opfnfunction: declaration.name, teamname: 'a' });
   });
 
   test('a resource is found from the name guessed from its kind, as Knative\'s adapter finds it: `Copyrator` watches CopyratorRules (served as copyrators), `CopyratorRule` nothing', async () => {
@@ -194,6 +228,37 @@ describe('Services', () => {
     assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'InvalidScaling']);
     assert.match(readyOf()!.message!, /OPFN_DELIVERY_BUDGET_SECONDS 42 leaves no time before timeoutSeconds 42/);
     assert.equal(configured.length, applied, 'nothing invalid reached the activator');
+    await services.apply(find('Service'));
+    assert.equal(readyOf()?.status, 'True');
+  });
+
+  test('autoscaling annotations: the camelCase spellings Serving still reads count too; one the plane does not implement, or a class or metric it cannot honour, is not Ready with the reason', async () => {
+    const service = find('Service');
+    const annotations = (service.spec as any).template.metadata.annotations as Record<string, string>;
+    delete annotations['autoscaling.knative.dev/max-scale'];
+    annotations['autoscaling.knative.dev/maxScale'] = '7';
+    assert.equal(scalingFromService(service).maxScale, 7);
+    annotations['autoscaling.knative.dev/max-scale'] = '5';
+    assert.equal(scalingFromService(service).maxScale, 5, 'the kebab-case key wins, as kmap.KeyPriority reads it');
+    delete annotations['autoscaling.knative.dev/maxScale'];
+    annotations['autoscaling.knative.dev/class'] = 'kpa.autoscaling.knative.dev';
+    await services.apply(service);
+    assert.equal(readyOf()?.status, 'True', 'class kpa is what the plane does');
+    const applied = configured.length;
+    for (const [key, value, message] of [
+      ['autoscaling.knative.dev/initial-scale', '3', /initial-scale is not implemented by the local plane/],
+      ['autoscaling.knative.dev/activation-scale', '2', /activation-scale is not implemented by the local plane/],
+      ['autoscaling.knative.dev/window', '30s', /window is not implemented by the local plane/],
+      ['autoscaling.knative.dev/metric', 'rps', /metric "rps": the local plane scales on concurrency only/],
+      ['autoscaling.knative.dev/class', 'hpa.autoscaling.knative.dev', /class "hpa.autoscaling.knative.dev"/],
+    ] as const) {
+      const edited = structuredClone(service);
+      (edited.spec as any).template.metadata.annotations[key] = value;
+      await services.apply(edited);
+      assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'UnsupportedAnnotation'], key);
+      assert.match(readyOf()!.message!, message);
+    }
+    assert.equal(configured.length, applied, 'nothing it cannot honour reached the activator');
     await services.apply(find('Service'));
     assert.equal(readyOf()?.status, 'True');
   });

@@ -110,9 +110,13 @@ for (const declaration of functions) {
 
     test('the Trigger and the PingSource', () => {
       const trigger = byKind(objects, 'Trigger')[0];
-      assert.deepEqual(spec(trigger).filter, { attributes: { opfnfunction: declaration.name } });
+      // Knative 1.23's filters alone (they win over `filter`, which is therefore not set): the function's tag first.
+      assert.equal(spec(trigger).filter, undefined);
+      assert.deepEqual(spec(trigger).filters[0], { exact: { opfnfunction: declaration.name } });
+      assert.ok(spec(trigger).filters.slice(1).every((filter: object) => Object.keys(filter).join() === 'not'), 'the rest leave out unwanted changes');
       assert.deepEqual(spec(trigger).subscriber, { ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: declaration.name } });
-      assert.deepEqual(spec(trigger).delivery, { retry: 10, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S', deadLetterSink: { ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: 'opfn-dead-letters' } } });
+      // Each attempt ends with the revision's timeout (timeoutSeconds 300); no retryAfterMax unless asked for.
+      assert.deepEqual(spec(trigger).delivery, { timeout: 'PT300S', retry: 10, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S', deadLetterSink: { ref: { apiVersion: 'serving.knative.dev/v1', kind: 'Service', name: 'opfn-dead-letters' } } });
       const ping = byKind(objects, 'PingSource')[0];
       assert.equal(ping.metadata.name, `${declaration.name}-resync`);
       assert.equal(spec(ping).schedule, declaration.resyncSchedule);
@@ -127,6 +131,19 @@ describe('options', () => {
 
   test('the generated set passes the checks the CRD schemas cannot make', () => {
     assert.deepEqual(validateManifests(all(DEFAULT_OPTIONS)), []);
+  });
+
+  test('--retry-after-max sets delivery.retryAfterMax on the Broker and every Trigger (and says what Knative needs for it); unset, none has it; a malformed one is refused', () => {
+    const deliveries = (list: KubeObject[]) => list.filter((o) => o.kind === 'Broker' || o.kind === 'Trigger').map((o) => spec(o).delivery);
+    assert.ok(deliveries(all(DEFAULT_OPTIONS)).every((delivery) => !('retryAfterMax' in delivery)));
+    const options = manifestOptions({ target: 'knative', retryAfterMax: 'PT5M' }, functions);
+    const withMax = deliveries(all(options));
+    assert.ok(withMax.length > 1 && withMax.every((delivery) => delivery.retryAfterMax === 'PT5M' && delivery.timeout === 'PT300S'));
+    assert.deepEqual(validateManifests(all(options)), []);
+    const lines: string[] = [];
+    runManifests({ target: 'knative', retryAfterMax: 'PT5M' }, functions, (text) => lines.push(text));
+    assert.match(lines.join(''), /# note: Knative accepts delivery\.retryAfterMax only with its delivery-retryafter feature enabled/);
+    assert.throws(() => manifestOptions({ target: 'knative', retryAfterMax: '5m' }, functions), /--retry-after-max: invalid ISO-8601 duration "5m"/);
   });
 
   test('--replace f=<URL> and f=<Service> change that Trigger\'s subscriber and nothing else', () => {
@@ -209,8 +226,14 @@ describe('validateManifests finds what a dry run would let through', () => {
   const find = (list: KubeObject[], kind: string) => list.find((o) => o.kind === kind && o.metadata.name === functions[0].name)!;
   const cases: [string, (list: KubeObject[]) => void, RegExp][] = [
     ['autoscaling annotations on the Service', (list) => { find(list, 'Service').metadata.annotations = { 'autoscaling.knative.dev/min-scale': '0' }; }, /belong on spec\.template\.metadata\.annotations/],
-    ['a filter attribute that is no CloudEvent attribute name', (list) => { spec(find(list, 'Trigger')).filter.attributes = { 'opfn-function': 'x' }; }, /not a CloudEvent attribute name/],
-    ['a filter attribute longer than 20 characters', (list) => { spec(find(list, 'Trigger')).filter.attributes = { abcdefghijklmnopqrstu: 'x' }; }, /not a CloudEvent attribute name/],
+    ['a filter attribute that is no CloudEvent attribute name', (list) => { spec(find(list, 'Trigger')).filters[0] = { exact: { 'opfn-function': 'x' } }; }, /not a CloudEvent attribute name/],
+    ['a filter attribute longer than 20 characters', (list) => { spec(find(list, 'Trigger')).filters.push({ not: { any: [{ prefix: { abcdefghijklmnopqrstu: 'x' } }] } }); }, /filter attribute "abcdefghijklmnopqrstu" is not a CloudEvent attribute name/],
+    ['filters with two dialects in one expression', (list) => { spec(find(list, 'Trigger')).filters[0] = { exact: { type: 'a' }, prefix: { type: 'b' } }; }, /multiple dialects found/],
+    ['a CESQL filter (the local plane does not evaluate it)', (list) => { spec(find(list, 'Trigger')).filters[0] = { cesql: "type = 'a'" }; }, /CESQL filters are not supported by the local broker/],
+    ['both filter and filters (filters wins: filter would be dead text)', (list) => { spec(find(list, 'Trigger')).filter = { attributes: { type: 'a' } }; }, /sets both filter and filters; Knative applies only filters/],
+    ['a zero delivery timeout (Knative refuses it)', (list) => { spec(find(list, 'Trigger')).delivery.timeout = 'PT0S'; }, /delivery\.timeout must be above zero/],
+    ['a delivery timeout shorter than the function\'s delivery budget', (list) => { spec(find(list, 'Trigger')).delivery.timeout = 'PT10S'; }, /delivery\.timeout \(10 s\) is shorter than its function's delivery budget \(OPFN_DELIVERY_BUDGET_SECONDS 30 s\)/],
+    ['a malformed retryAfterMax on the Broker', (list) => { spec(list.find((o) => o.kind === 'Broker')!).delivery.retryAfterMax = '5m'; }, /Broker .*delivery\.retryAfterMax: invalid ISO-8601 duration/],
     ['a subscriber Service that is not generated', (list) => { spec(find(list, 'Trigger')).subscriber.ref.name = 'elsewhere'; }, /subscriber Service .*elsewhere is not generated/],
     ['a relative subscriber uri', (list) => { spec(find(list, 'Trigger')).subscriber = { uri: '/x' }; }, /not an absolute URL/],
     ['a ServiceAccount that is not generated', (list) => { spec(find(list, 'Service')).template.spec.serviceAccountName = 'ghost'; }, /ServiceAccount .*ghost is not generated/],
@@ -285,10 +308,10 @@ describe('changes a declaration leaves out (`changes`)', () => {
   const PodKind = { group: '', version: 'v1', kind: 'Pod', plural: 'pods', namespaced: true };
   const declare = (extra: object) => defineFunction({ name: 'w', description: '', reconciles: Widget, rbac: [], reconcile: async () => {}, ...extra });
   const event = (type: string, kind: string, apiversion: string, fn = 'w') => ({ specversion: '1.0', id: '1', source: 's', type, kind, apiversion, opfnfunction: fn });
-  const delivered = (declaration: FunctionDeclaration, e: ReturnType<typeof event>, useFilters = true) => {
+  const delivered = (declaration: FunctionDeclaration, e: ReturnType<typeof event>) => {
     const trigger = byKind(functionObjects(declaration, DEFAULT_OPTIONS), 'Trigger')[0];
     const { filter, filters } = spec(trigger);
-    return matchesTrigger({ name: 't', subscriber: 'http://x', filter, ...(useFilters ? { filters } : {}) }, e as never);
+    return matchesTrigger({ name: 't', subscriber: 'http://x', filter, filters }, e as never);
   };
 
   test('the Trigger leaves out exactly those changes, in both source modes, and only for that kind', () => {
@@ -302,19 +325,16 @@ describe('changes a declaration leaves out (`changes`)', () => {
     }
     assert.equal(delivered(declaration, event('dev.knative.sources.ping', '', '')), true, 'the resync');
     assert.equal(delivered(declaration, event('dev.knative.apiserver.resource.update', 'Pod', 'v1', 'other')), false, 'another function\'s event');
-    // A broker without `filters` (the feature off) still routes only the function's own events.
-    assert.equal(delivered(declaration, event('dev.knative.apiserver.resource.update', 'Pod', 'v1', 'other'), false), false);
-    assert.equal(delivered(declaration, event('dev.knative.apiserver.resource.add', 'Pod', 'v1'), false), true);
   });
 
-  test('a kind declared twice hears what either entry asks for; without changes the Trigger keeps its one filter', () => {
+  test('a kind declared twice hears what either entry asks for; without changes the Trigger has the function\'s tag alone', () => {
     const twice = declare({ owns: [{ kind: PodKind, changes: ['delete'] }], watches: [{ kind: PodKind, changes: ['update'], keysFor: async () => [] }] });
     assert.equal(delivered(twice, event('dev.knative.apiserver.resource.add', 'Pod', 'v1')), false);
     assert.equal(delivered(twice, event('dev.knative.apiserver.resource.update', 'Pod', 'v1')), true);
     assert.equal(delivered(twice, event('dev.knative.apiserver.resource.delete', 'Pod', 'v1')), true);
     const plain = spec(byKind(functionObjects(declare({ owns: [{ kind: PodKind }] }), DEFAULT_OPTIONS), 'Trigger')[0]);
-    assert.equal(plain.filters, undefined);
-    assert.deepEqual(plain.filter, { attributes: { opfnfunction: 'w' } });
+    assert.deepEqual(plain.filters, [{ exact: { opfnfunction: 'w' } }]);
+    assert.equal(plain.filter, undefined);
   });
 
   test('a declaration naming no change, an unknown one, or one twice is refused', () => {
