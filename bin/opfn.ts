@@ -136,7 +136,7 @@ cluster
       say(`a local cluster is already running (pid ${running.pid}); export KUBECONFIG=${running.kubeconfig}`);
       process.exit(1);
     }
-    const { startControlPlane } = await import('../cluster/control-plane.ts');
+    const { startControlPlane, kubectlPathLine } = await import('../cluster/control-plane.ts');
     const { applyCrds } = await import('../eventing/crds.ts');
     const { KubeClient } = await import('../functions/runtime/kube.ts');
     try {
@@ -146,9 +146,9 @@ cluster
       await applyCrds(KubeClient.fromFile(cp.kubeconfigPath));
       mkdirSync(STATE_DIR, { recursive: true });
       // The start time tells this process apart from a later one given the same pid (clusterProcess).
-      writeFileSync(CLUSTER_STATE, JSON.stringify({ pid: process.pid, startTime: processStart(process.pid), server: cp.server, kubeconfig: cp.kubeconfigPath }, null, 2));
-      say(`control plane ready at ${cp.server} in ${((performance.now() - started) / 1000).toFixed(1)}s, CRDs installed`);
-      console.log(`export KUBECONFIG=${cp.kubeconfigPath}`);
+      writeFileSync(CLUSTER_STATE, JSON.stringify({ pid: process.pid, startTime: processStart(process.pid), server: cp.server, kubeconfig: cp.kubeconfigPath, binDir: cp.binDir }, null, 2));
+      say(`control plane ready at ${cp.server} in ${((performance.now() - started) / 1000).toFixed(1)}s, CRDs installed; kubectl of the same release is in ${cp.binDir}`);
+      console.log(`export KUBECONFIG=${cp.kubeconfigPath}\n${kubectlPathLine(cp.binDir)}`);
       untilSignal(
         async () => {
           await cp.stop();
@@ -208,7 +208,7 @@ cluster
   });
 cluster
   .command('env')
-  .description('print the KUBECONFIG line for the running local cluster (eval "$(opfn cluster env)")')
+  .description('print the KUBECONFIG line, and the PATH line for its kubectl, of the running local cluster (eval "$(opfn cluster env)")')
   .action(() => {
     const running = clusterRecord(STATE_DIR);
     const state = running?.pid === undefined ? 'gone' : clusterProcess({ ...running, pid: running.pid });
@@ -218,6 +218,7 @@ cluster
       process.exit(1);
     }
     console.log(`export KUBECONFIG=${running.kubeconfig}`);
+    if (running.binDir) console.log(`export PATH=${running.binDir}:$PATH`);
   });
 
 program

@@ -24,6 +24,8 @@ export interface ControlPlane {
   kubeconfigPath: string;
   /** Folder holding certificates, kubeconfigs, etcd data and component logs. */
   dir: string;
+  /** Folder of the binaries it runs, kubectl of the same release among them (unless KUBEBUILDER_ASSETS has none). */
+  binDir: string;
   /** http://127.0.0.1:<port>, etcd's client URL (plain HTTP): for tests that act on etcd itself, such as compacting it. */
   etcdUrl: string;
   /** Kubeconfig file authenticating as a ServiceAccount (created if missing), for RBAC tests. */
@@ -56,7 +58,7 @@ export interface ControlPlaneOptions {
   ownProcessGroup?: boolean;
 }
 
-/** Where the binaries are: KUBEBUILDER_ASSETS, the cache, or a build from Debian's source. */
+/** Where the binaries are: KUBEBUILDER_ASSETS, the cache, or a build from Kubernetes' Go modules (cluster/provision.sh). */
 export async function provisionBinaries(progress: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<string> {
   return new Promise((resolve, reject) => {
     const child = spawn('bash', [PROVISION_SCRIPT], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -93,18 +95,23 @@ async function openssl(dir: string, ...args: string[]): Promise<void> {
   await run('openssl', args, { cwd: dir });
 }
 
+const CERTIFICATE_DAYS = 30;
+
 /** A CA, a serving certificate for 127.0.0.1/localhost, and a service-account signing key. */
 async function writeCertificates(dir: string): Promise<void> {
   writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n');
   await openssl(dir, 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '30', '-subj', '/CN=operator-functions-test-ca');
+    '-keyout', 'ca.key', '-out', 'ca.crt', '-days', String(CERTIFICATE_DAYS), '-subj', '/CN=operator-functions-test-ca');
   await openssl(dir, 'req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
     '-keyout', 'apiserver.key', '-out', 'apiserver.csr', '-subj', '/CN=kube-apiserver');
   await openssl(dir, 'x509', '-req', '-in', 'apiserver.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial',
-    '-out', 'apiserver.crt', '-days', '30', '-extfile', 'san.cnf');
+    '-out', 'apiserver.crt', '-days', String(CERTIFICATE_DAYS), '-extfile', 'san.cnf');
   await openssl(dir, 'ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', 'sa.key');
   await openssl(dir, 'ec', '-in', 'sa.key', '-pubout', '-out', 'sa.pub');
 }
+
+/** The shell line that puts `binDir`'s kubectl first on PATH, for the walkthroughs. */
+export const kubectlPathLine = (binDir: string): string => `export PATH=${binDir}:$PATH`;
 
 export const freePort = async (): Promise<number> => (await freePorts(1))[0];
 
@@ -265,8 +272,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     return child;
   };
   const etcdUrl = `http://127.0.0.1:${etcdPort}`;
-  const etcdBinary = existsSync(join(binDir, 'etcd')) ? join(binDir, 'etcd') : 'etcd';
-  const etcd = start('etcd', etcdBinary, [
+  const etcd = start('etcd', join(binDir, 'etcd'), [
     '--name', 'default', '--data-dir', join(dir, 'etcd'),
     '--listen-client-urls', etcdUrl, '--advertise-client-urls', etcdUrl,
     '--listen-peer-urls', `http://127.0.0.1:${peerPort}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${peerPort}`,
@@ -275,7 +281,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
 
   const apiServerArgs = [
     '--etcd-servers', etcdUrl,
-    '--bind-address', '127.0.0.1', '--advertise-address', '127.0.0.1', '--secure-port', String(apiPort), '--insecure-port', '0',
+    '--bind-address', '127.0.0.1', '--advertise-address', '127.0.0.1', '--secure-port', String(apiPort),
     '--tls-cert-file', join(dir, 'apiserver.crt'), '--tls-private-key-file', join(dir, 'apiserver.key'),
     '--client-ca-file', caPath,
     '--token-auth-file', join(dir, 'tokens.csv'), '--authorization-mode', 'RBAC',
@@ -321,7 +327,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
         '--kubeconfig', kubeconfigPath,
         '--controllers', 'serviceaccount-token,serviceaccount,garbagecollector,namespace',
         '--service-account-private-key-file', join(dir, 'sa.key'), '--root-ca-file', caPath,
-        '--leader-elect=false', '--port', '0', '--secure-port', '0', '--v', '0',
+        '--leader-elect=false', '--secure-port', '0', '--v', '0',
       ]);
       // The controller manager is up once it has created the default namespace's ServiceAccount.
       await waitFor('kube-controller-manager', controllerManager, join(dir, 'kube-controller-manager.log'), 60_000,
@@ -335,20 +341,15 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
   const serviceAccountKubeconfig = async (namespace: string, name: string): Promise<string> => {
     const created = await request('POST', `/api/v1/namespaces/${namespace}/serviceaccounts`, { metadata: { name } });
     if (created.status !== 201 && created.status !== 409) throw new Error(`creating ServiceAccount ${namespace}/${name}: ${created.status} ${JSON.stringify(created.body)}`);
-    // Kubernetes 1.20's token controller puts a token Secret on the ServiceAccount.
-    const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline) {
-      const secrets = await request('GET', `/api/v1/namespaces/${namespace}/secrets?fieldSelector=type%3Dkubernetes.io%2Fservice-account-token`);
-      const secret = secrets.body.items?.find((s: any) => s.metadata.annotations?.['kubernetes.io/service-account.name'] === name && s.data?.token);
-      if (secret) {
-        const token = Buffer.from(secret.data.token, 'base64').toString('utf8');
-        const path = join(dir, `sa-${namespace}-${name}.kubeconfig`);
-        writeFileSync(path, kubeconfigYaml(server, caPath, `system:serviceaccount:${namespace}:${name}`, token));
-        return path;
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    throw new Error(`no token for ServiceAccount ${namespace}/${name} after 30s (is kube-controller-manager running?)`);
+    // A token from the TokenRequest API (ServiceAccounts no longer get token Secrets), valid as
+    // long as the control plane's certificates.
+    const issued = await request('POST', `/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`, {
+      apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: CERTIFICATE_DAYS * 24 * 3600 },
+    });
+    if (issued.status !== 201) throw new Error(`requesting a token for ServiceAccount ${namespace}/${name}: ${issued.status} ${JSON.stringify(issued.body)}`);
+    const path = join(dir, `sa-${namespace}-${name}.kubeconfig`);
+    writeFileSync(path, kubeconfigYaml(server, caPath, `system:serviceaccount:${namespace}:${name}`, issued.body.status.token));
+    return path;
   };
 
   const restartApiServer = async () => {
@@ -360,5 +361,5 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
   const pauseEtcd = () => void etcd.kill('SIGSTOP');
   const resumeEtcd = () => void etcd.kill('SIGCONT');
 
-  return { server, kubeconfigPath, dir, etcdUrl, serviceAccountKubeconfig, request, stop, restartApiServer, pauseEtcd, resumeEtcd };
+  return { server, kubeconfigPath, dir, binDir, etcdUrl, serviceAccountKubeconfig, request, stop, restartApiServer, pauseEtcd, resumeEtcd };
 }

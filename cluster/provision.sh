@@ -1,37 +1,43 @@
 #!/usr/bin/env bash
 # Provision the binaries of a real Kubernetes control plane (etcd, kube-apiserver,
-# kube-controller-manager) for tests and local runs, and print the folder that holds them.
+# kube-controller-manager, and kubectl for the walkthroughs) and print the folder that holds them.
 #
 # Order of preference, so users who already have binaries never wait for a build:
 #   1. KUBEBUILDER_ASSETS (the envtest convention: a folder with etcd and kube-apiserver, and
 #      kube-controller-manager if it has one);
 #   2. the cache from an earlier build (~/.cache/operator-functions/k8s-<version>);
-#   3. a build from Debian's `kubernetes` source package (about 9 minutes on 2 cores, once).
+#   3. a build from the release's Go modules with the machine's Go (about 15 minutes on 2 cores,
+#      once): a small module of our own requires k8s.io/kubernetes and points each of its staging
+#      modules (k8s.io/api, k8s.io/client-go, ...) at their published v0.<minor>.<patch>, which
+#      is what k8s.io/kubernetes itself cannot do for its dependants. etcd is the main package of
+#      go.etcd.io/etcd/server/v3, built the same way.
 #
-# Progress goes to stderr; the only line on stdout is the folder, so callers can capture it.
+# K8S_VERSION and ETCD_VERSION select other releases. Progress goes to stderr; the only line on
+# stdout is the folder, so callers can capture it.
 set -euo pipefail
 
-K8S_VERSION=1.20.2
-# Bumped whenever the patches applied to the source change, so a stale cache is never reused.
-PATCH_LEVEL=3
+K8S_VERSION="${K8S_VERSION:-1.35.4}"
+ETCD_VERSION="${ETCD_VERSION:-3.6.16}"
 CACHE_ROOT="${OPFN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/operator-functions}"
-BIN_DIR="$CACHE_ROOT/k8s-$K8S_VERSION-p$PATCH_LEVEL"
+BIN_DIR="$CACHE_ROOT/k8s-$K8S_VERSION"
+BINARIES=(kube-apiserver kube-controller-manager kubectl etcd)
 
 say() { printf '[provision] %s\n' "$*" >&2; }
 fail() { printf '[provision] error: %s\n' "$*" >&2; exit 1; }
 
-have_binaries() { [ -x "$1/kube-apiserver" ] && { [ -x "$1/etcd" ] || command -v etcd >/dev/null; }; }
-
 if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
-  have_binaries "$KUBEBUILDER_ASSETS" || fail "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no etcd and kube-apiserver; unset it to build them, or point it at a setup-envtest folder"
+  [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ] \
+    || fail "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no etcd and kube-apiserver; unset it to build them, or point it at a setup-envtest folder"
   echo "$KUBEBUILDER_ASSETS"; exit 0
 fi
 
-link_etcd() { [ -x "$BIN_DIR/etcd" ] || ln -sf "$(command -v etcd)" "$BIN_DIR/etcd"; }
+[[ "$K8S_VERSION" =~ ^1\.([0-9]+)\.[0-9]+$ ]] || fail "K8S_VERSION=$K8S_VERSION is not a release such as 1.35.4"
+K8S_MINOR="${BASH_REMATCH[1]}"
 
-if [ -x "$BIN_DIR/kube-apiserver" ] && [ -x "$BIN_DIR/kube-controller-manager" ] && command -v etcd >/dev/null; then
-  link_etcd; echo "$BIN_DIR"; exit 0
-fi
+complete() { for b in "${BINARIES[@]}"; do [ -x "$BIN_DIR/$b" ] || return 1; done; }
+if complete; then echo "$BIN_DIR"; exit 0; fi
+
+command -v go >/dev/null || fail "no Go on this machine: the control plane is built from Kubernetes' Go modules. Install Go 1.25 or later, or set KUBEBUILDER_ASSETS to a folder with etcd and kube-apiserver (setup-envtest), or export KUBECONFIG for an existing cluster"
 
 # One build at a time: concurrent test files (or a second terminal) wait for the first.
 mkdir -p "$CACHE_ROOT"
@@ -39,104 +45,76 @@ exec 9>"$CACHE_ROOT/build.lock"
 if ! flock -n 9; then
   say "another build of the control plane binaries is running; waiting for it"
   flock 9
-  if [ -x "$BIN_DIR/kube-apiserver" ] && [ -x "$BIN_DIR/kube-controller-manager" ]; then link_etcd; echo "$BIN_DIR"; exit 0; fi
+  if complete; then echo "$BIN_DIR"; exit 0; fi
 fi
-
-command -v apt-get >/dev/null || fail "no apt-get: this machine cannot build Kubernetes from Debian's source; set KUBEBUILDER_ASSETS to a folder with etcd and kube-apiserver (setup-envtest) or export KUBECONFIG for an existing cluster"
-[ "$(id -u)" = 0 ] || command -v sudo >/dev/null || fail "installing Debian packages needs root or sudo; run as root, or set KUBEBUILDER_ASSETS"
-SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-
-PACKAGES=(etcd-server golang-go dpkg-dev rsync golang-github-modern-go-reflect2-dev make)
-missing=()
-for p in "${PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
-
-# Debian's source index is needed for `apt-get source`; add a deb-src entry for the mirror the
-# machine already uses (deb822 or one-line format), once.
-SRC_LIST=/etc/apt/sources.list.d/operator-functions-src.list
-need_update=0
-if [ ! -f "$SRC_LIST" ]; then
-  mirror=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | awk '{print $2}' | head -1)
-  [ -n "$mirror" ] || mirror=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | grep -v security | awk '{print $2}' | head -1)
-  [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
-  # apt refuses two entries for one mirror with different keyrings: reuse the existing one's.
-  keyring=$(grep -hE '^Signed-By:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | head -1)
-  options=""; [ -z "$keyring" ] || options="[signed-by=$keyring] "
-  say "adding deb-src entry for $mirror bookworm main"
-  echo "deb-src $options$mirror bookworm main" | $SUDO tee "$SRC_LIST" >/dev/null
-  need_update=1
-fi
-if [ ${#missing[@]} -gt 0 ] || [ $need_update = 1 ]; then
-  say "apt-get update"
-  $SUDO apt-get update -q >&2 || fail "apt-get update failed: check the network to the Debian mirror"
-fi
-if [ ${#missing[@]} -gt 0 ]; then
-  say "installing Debian packages: ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 \
-    || fail "apt-get install ${missing[*]} failed: check the network to the Debian mirror"
-fi
-
-# The binaries were cached all along, and only etcd was missing (a cache restored on a new machine).
-if [ -x "$BIN_DIR/kube-apiserver" ] && [ -x "$BIN_DIR/kube-controller-manager" ]; then link_etcd; echo "$BIN_DIR"; exit 0; fi
 
 BUILD_ROOT="$CACHE_ROOT/build"
 mkdir -p "$BUILD_ROOT" "$BIN_DIR"
-cd "$BUILD_ROOT"
-# Every time, not only when no tarball is there: apt checks the files it has against the source
-# package's hashes and downloads again what an interrupted run left truncated.
-say "downloading Debian's kubernetes source package (or checking the copy from an earlier run)"
-apt-get source --download-only kubernetes >&2 || fail "apt-get source kubernetes failed: is there a deb-src entry ($SRC_LIST) and network to the mirror?"
+export GOFLAGS="-mod=mod -trimpath" CGO_ENABLED=0
 
-TREE="$BUILD_ROOT/kubernetes-$K8S_VERSION"
-rm -rf "$TREE"; mkdir -p "$TREE"
-say "unpacking $(ls kubernetes_*.orig.tar.gz | head -1)"
-tar -xzf "$(ls kubernetes_*.orig.tar.gz | head -1)" -C "$TREE" --strip-components=1
+# A module of our own whose go.mod requires `$1@$2` and replaces each module named on stdin by
+# its given version; go.sum entries are checked against the checksum database as they are added.
+wrapper_module() {
+  local dir="$1" module="$2" version="$3"
+  rm -rf "$dir"; mkdir -p "$dir"
+  (
+    cd "$dir"
+    printf 'module operator-functions.local/build\n\ngo 1.25.0\n\nrequire %s %s\n' "$module" "$version" > go.mod
+    while read -r name replacement; do go mod edit -replace "$name=$replacement"; done
+  )
+}
 
-# Go >= 1.18 crashes reflect2 1.0.1 at run time ("unexpected type"); Debian ships 1.0.2.
-R2_SRC=/usr/share/gocode/src/github.com/modern-go/reflect2
-R2_DST="$TREE/vendor/github.com/modern-go/reflect2"
-[ -d "$R2_SRC" ] || fail "missing $R2_SRC (package golang-github-modern-go-reflect2-dev)"
-rm -f "$R2_DST"/*.go "$R2_DST"/*.s
-cp "$R2_SRC"/*.go "$R2_DST"/ ; cp "$R2_SRC"/*.s "$R2_DST"/ 2>/dev/null || true
-rm -f "$R2_DST"/*_test.go
+# Builds packages with `go build -v`, which names each package as it compiles: a live counter
+# against the number of packages to compile, without flooding the terminal.
+build_packages() {
+  local dir="$1" ldflags="$2"; shift 2
+  (
+    cd "$dir"
+    say "resolving $* (the first time downloads a few hundred MB of Go modules)"
+    go mod download 2>&1 | sed 's/^/[provision]   /' >&2 || true
+    total=$(go list -deps "$@" 2>/dev/null | wc -l) || total='?'
+    go build -v -ldflags "$ldflags" -o "$dir/bin/" "$@" 2>&1 \
+      | awk -v total="$total" '
+          /^go: downloading/ { next }
+          /\.go:[0-9]+:|^# |^go: / { print > "/dev/stderr"; next }
+          { n++; if (n % 100 == 0) { printf "[provision]   %d of at most %s packages compiled\n", n, total > "/dev/stderr"; fflush("/dev/stderr") } }'
+    exit "${PIPESTATUS[0]}"
+  )
+}
 
-# Go >= 1.16 makes the OpenAPI type check treat "" as null, so the API server refuses any custom
-# resource with an empty string field (kubernetes/kubernetes#99804; fixed upstream in 1.21 by
-# kube-openapi#230, which this applies). Official 1.20 binaries were built with Go 1.15.
-for f in vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go vendor/github.com/go-openapi/validate/type.go; do
-  [ -f "$TREE/$f" ] || continue
-  sed -i 's/if data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {/if data == nil {/' "$TREE/$f"
-  grep -q 'reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data))' "$TREE/$f" && fail "could not patch $f (kubernetes#99804)"
-done
-
-# A custom resource request that misses the CRD cache while the API server starts should be
-# answered 503 ("server is starting"), yet the handler reads the cache before it asks whether the
-# cache has synced: a read that misses just before the initial list lands, followed by that
-# question (which waits for the list to be stored, then says yes), answers 404 for an object that
-# exists -- the answer that makes the garbage collector delete children whose owner exists
-# (kubernetes/kubernetes#104342). Seen here at about 1 restart in 15 under load. Ask first.
-f=staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/customresource_handler.go
-perl -0pi -e 's/(\t)crd, err := r\.crdLister\.Get\(crdName\)\n\tif apierrors\.IsNotFound\(err\) \{\n\t\tif !r\.hasSynced\(\) \{/$1synced := r.hasSynced()\n\tcrd, err := r.crdLister.Get(crdName)\n\tif apierrors.IsNotFound(err) {\n\t\tif !synced {/' "$TREE/$f"
-grep -q 'synced := r.hasSynced()' "$TREE/$f" || fail "could not patch $f (kubernetes#104342)"
-
-say "building kube-apiserver and kube-controller-manager (about 9 minutes on 2 cores; progress below)"
 start=$(date +%s)
-(
-  cd "$TREE"
-  mkdir -p .go/src/k8s.io && ln -sfn "$TREE" .go/src/k8s.io/kubernetes
-  cd .go/src/k8s.io/kubernetes
-  export GOPATH="$TREE/.go" GO111MODULE=off GOFLAGS=-mod=vendor CGO_ENABLED=0 GOLDFLAGS="-s -w"
-  export GOCACHE="$BUILD_ROOT/gocache"
-  # `go build -v` names each package as it compiles: a live progress counter without flooding.
-  make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" GOFLAGS="-v" 2>&1 \
-    | awk '{ n++; if (n % 100 == 0) { printf "[provision]   %d packages compiled...\n", n > "/dev/stderr"; fflush("/dev/stderr") } if ($0 ~ /\.go:[0-9]+:|^make.*\*\*\*|^!!!|FAIL/) print > "/dev/stderr" }'
-  exit "${PIPESTATUS[0]}"
-) || fail "building Kubernetes failed (see the lines above); the build tree is kept in $TREE"
-for b in kube-apiserver kube-controller-manager; do
-  f=$(find "$TREE/_output" -type f -name "$b" -perm -u+x | head -1)
-  [ -n "$f" ] || fail "build finished but $b was not produced"
-  install -m 0755 "$f" "$BIN_DIR/$b"
+
+# Kubernetes: k8s.io/kubernetes's go.mod points its ~30 staging modules at ./staging, which only
+# works inside its own repository; each has a published v0.<minor>.<patch> twin.
+K8S_MODULE_DIR="$BUILD_ROOT/kubernetes-$K8S_VERSION"
+say "fetching k8s.io/kubernetes v$K8S_VERSION's module list"
+k8s_gomod=$(cd "$BUILD_ROOT" && GOFLAGS= go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p') \
+  || fail "the Go module proxy did not serve k8s.io/kubernetes@v$K8S_VERSION: check the network to it (go env GOPROXY), or set K8S_VERSION to a release it has (go list -m -versions k8s.io/kubernetes)"
+[ -f "$k8s_gomod" ] || fail "no go.mod for k8s.io/kubernetes@v$K8S_VERSION in the module cache"
+awk -v version="v0.${K8S_VERSION#1.}" '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1, $1 "@" version }' "$k8s_gomod" \
+  | wrapper_module "$K8S_MODULE_DIR" k8s.io/kubernetes "v$K8S_VERSION"
+
+# Stamped as the release scripts stamp it, so /version tells the truth (Knative's components
+# refuse an API server older than they support).
+stamp=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  stamp+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 done
-link_etcd
+say "building kube-apiserver, kube-controller-manager and kubectl v$K8S_VERSION (about 15 minutes on 2 cores, once; progress below)"
+build_packages "$K8S_MODULE_DIR" "-s -w$stamp" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl \
+  || fail "building Kubernetes v$K8S_VERSION failed (see the lines above); the module is kept in $K8S_MODULE_DIR"
+
+# etcd's go.mod points its sibling modules at ../api and so on; they are published at the same version.
+ETCD_MODULE_DIR="$BUILD_ROOT/etcd-$ETCD_VERSION"
+printf '%s\n' api client/pkg client/v3 pkg | sed "s|.*|go.etcd.io/etcd/&/v3 go.etcd.io/etcd/&/v3@v$ETCD_VERSION|" \
+  | wrapper_module "$ETCD_MODULE_DIR" go.etcd.io/etcd/server/v3 "v$ETCD_VERSION"
+say "building etcd v$ETCD_VERSION"
+build_packages "$ETCD_MODULE_DIR" "-s -w" go.etcd.io/etcd/server/v3 \
+  || fail "building etcd v$ETCD_VERSION failed (see the lines above); the module is kept in $ETCD_MODULE_DIR"
+
+for b in kube-apiserver kube-controller-manager kubectl; do install -m 0755 "$K8S_MODULE_DIR/bin/$b" "$BIN_DIR/$b"; done
+install -m 0755 "$ETCD_MODULE_DIR/bin/server" "$BIN_DIR/etcd"
+"$BIN_DIR/kube-apiserver" --version >&2
 say "built in $(( $(date +%s) - start ))s; cached in $BIN_DIR"
-rm -rf "$TREE"
 echo "$BIN_DIR"

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { loadAllFunctions, loadFunction } from '../functions/index.ts';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import { configuredKubeconfig, KubeClient } from '../functions/runtime/kube.ts';
-import { startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
+import { kubectlPathLine, startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
 import type { Trigger } from './broker.ts';
 import { applyCrds, readManifestFile } from './crds.ts';
 import { applyGeneratedObjects } from './knative/local.ts';
@@ -107,7 +107,7 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
     // Its own process group: Ctrl-C stops the plane first, which then stops the control plane.
     controlPlane = await startControlPlane({ progress: say, ownProcessGroup: true });
     cluster = { kube: KubeClient.fromFile(controlPlane.kubeconfigPath), kubeconfigPath: controlPlane.kubeconfigPath };
-    say(`Local control plane at ${controlPlane.server}. In another terminal:\n\n  export KUBECONFIG=${controlPlane.kubeconfigPath}\n`);
+    say(`Local control plane at ${controlPlane.server}. In another terminal:\n\n  export KUBECONFIG=${controlPlane.kubeconfigPath}\n  ${kubectlPathLine(controlPlane.binDir)}   # kubectl of the same release\n`);
   }
 
   try {

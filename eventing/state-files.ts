@@ -24,4 +24,4 @@ function readRecord<T extends Record<string, 'string' | 'number'>>(path: string,
 export const planeRecord = (stateDir: string) => readRecord(join(stateDir, PLANE_STATE_FILE), { pid: 'number', startTime: 'string', brokerUrl: 'string' });
 
 /** What `opfn cluster up` running from `stateDir` wrote about its control plane. */
-export const clusterRecord = (stateDir: string) => readRecord(join(stateDir, CLUSTER_STATE_FILE), { pid: 'number', startTime: 'string', kubeconfig: 'string' });
+export const clusterRecord = (stateDir: string) => readRecord(join(stateDir, CLUSTER_STATE_FILE), { pid: 'number', startTime: 'string', kubeconfig: 'string', binDir: 'string' });

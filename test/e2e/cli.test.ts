@@ -66,7 +66,12 @@ test('cluster up → env → serve + invoke → down', async () => {
   let later = '';
   cluster.stderr!.on('data', (chunk: Buffer) => (later += chunk.toString()));
   try {
-    assert.equal((await opfn('cluster', 'env')).stdout.trim(), `export KUBECONFIG=${kubeconfig}`);
+    const env = (await opfn('cluster', 'env')).stdout.trim().split('\n');
+    assert.equal(env[0], `export KUBECONFIG=${kubeconfig}`);
+    const binDir = env[1]?.match(/^export PATH=(\S+):\$PATH$/)?.[1];
+    assert.ok(binDir, `the second line puts the cluster's kubectl on PATH: ${env[1]}`);
+    const kubectl = JSON.parse((await promisify(execFile)(join(binDir, 'kubectl'), ['version', '-o', 'json', '--kubeconfig', kubeconfig])).stdout);
+    assert.equal(kubectl.clientVersion.gitVersion, kubectl.serverVersion.gitVersion, 'that kubectl is of the cluster\'s release');
     const kube = kubeFor(kubeconfig);
     await kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'by-hand', namespace: 'default' }, spec: { image: 'nginx' } });
 

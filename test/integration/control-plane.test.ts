@@ -11,6 +11,7 @@ import { provisionBinaries, startControlPlane } from '../../cluster/control-plan
 import { tempDir } from '../support/temp.ts';
 
 const run = promisify(execFile);
+const PROVISION_SCRIPT = new URL('../../cluster/provision.sh', import.meta.url).pathname;
 
 const alive = (pid: number | undefined): boolean => {
   if (!pid) return false;
@@ -29,8 +30,39 @@ const processesOf = async (dir: string): Promise<number[]> =>
 test('provisioning reuses the cached binaries without building', async () => {
   const progress: string[] = [];
   const binDir = await provisionBinaries((line) => progress.push(line));
-  for (const binary of ['kube-apiserver', 'kube-controller-manager', 'etcd']) assert.ok(existsSync(join(binDir, binary)), `${binary} in ${binDir}`);
+  for (const binary of ['kube-apiserver', 'kube-controller-manager', 'kubectl', 'etcd']) assert.ok(existsSync(join(binDir, binary)), `${binary} in ${binDir}`);
   assert.deepEqual(progress.filter((line) => /build|install|download/.test(line)), [], 'nothing was built, installed or downloaded');
+});
+
+test('the binaries report the release they were built from', async () => {
+  const binDir = await provisionBinaries(() => {});
+  const cp = await startControlPlane({ binDir, controllerManager: false, progress: () => {} });
+  try {
+    const version = await cp.request('GET', '/version');
+    assert.match(version.body.gitVersion, /^v1\.(3[5-9]|[4-9][0-9])\.\d+$/, 'kube-apiserver /version names a current release');
+    assert.equal(`v${version.body.major}.${version.body.minor}`, version.body.gitVersion.replace(/\.\d+$/, ''));
+    const kubectl = JSON.parse((await run(join(binDir, 'kubectl'), ['version', '--kubeconfig', cp.kubeconfigPath, '-o', 'json'])).stdout);
+    assert.equal(kubectl.clientVersion.gitVersion, version.body.gitVersion, 'kubectl is of the same build');
+    assert.equal(kubectl.serverVersion.gitVersion, version.body.gitVersion);
+    assert.match((await run(join(binDir, 'etcd'), ['--version'])).stdout, /etcd Version: 3\.6\./);
+  } finally {
+    await cp.stop();
+  }
+});
+
+test('without Go and without a cache, provisioning fails with one line that names the alternatives', async () => {
+  const withoutGo = (process.env.PATH ?? '').split(':').filter((dir) => dir && !existsSync(join(dir, 'go'))).join(':');
+  const failed = await run('bash', [PROVISION_SCRIPT], { env: { ...process.env, PATH: withoutGo, OPFN_CACHE_DIR: tempDir('opfn-no-cache-'), KUBEBUILDER_ASSETS: '' } })
+    .then(() => undefined, (error: { code: number; stderr: string }) => error);
+  assert.ok(failed, 'provisioning failed');
+  assert.equal(failed.stderr.trim().split('\n').length, 1, `one line: ${failed.stderr}`);
+  assert.match(failed.stderr, /^\[provision\] error: no Go on this machine.*KUBEBUILDER_ASSETS.*KUBECONFIG/);
+});
+
+test('a K8S_VERSION that is not a release is refused with one line', async () => {
+  const failed = await run('bash', [PROVISION_SCRIPT], { env: { ...process.env, K8S_VERSION: '1.35', KUBEBUILDER_ASSETS: '' } })
+    .then(() => undefined, (error: { stderr: string }) => error);
+  assert.equal(failed?.stderr.trim(), '[provision] error: K8S_VERSION=1.35 is not a release such as 1.35.4');
 });
 
 test('starts and stops cleanly twice in a row', async () => {
