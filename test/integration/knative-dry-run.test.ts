@@ -145,8 +145,10 @@ describe('server-side dry run, strict field validation, against Knative 1.23\'s 
     const broken = generated('Service');
     (broken.spec as any).template.spec.containerConcurency = 0;
     const answer = await dryRun(broken);
-    assert.equal(answer.status, 422, JSON.stringify(answer));
-    assert.match(answer.message ?? '', /unknown field "spec.template.spec.containerConcurency"/);
+    // A strict decoding error is a 400 (BadRequest), not a 422 like a schema violation.
+    assert.equal(answer.status, 400, JSON.stringify(answer));
+    assert.match(answer.message ?? '', /strict decoding error: unknown field "spec.template.spec.containerConcurency"/);
+    assert.deepEqual(answer.undeclared, ['.spec.template.spec.containerConcurency'], 'the schema walk names it too');
   });
 
   test('where the schema is open the API server keeps a misspelled field, and the schema walk names it', async () => {
