@@ -52,7 +52,8 @@ export function apiServerSourceAttributes(change: ApiServerSourceChange): CloudE
     name,
     namespace,
     ...change.extensions,
-    data: mode === 'Reference' ? { kind: kind.kind, namespace, name, apiVersion } : { apiVersion, kind: kind.kind, ...object },
+    // Reference: Knative's corev1.ObjectReference, whose empty fields are omitted (a cluster-scoped object has no namespace).
+    data: mode === 'Reference' ? { kind: kind.kind, ...(namespace ? { namespace } : {}), name, apiVersion } : { apiVersion, kind: kind.kind, ...object },
   };
 }
 

@@ -142,6 +142,12 @@ export interface PlaneOptions {
    * each source its ServiceAccount's identity.
    */
   knativeObjects?: { clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient> };
+  /**
+   * With `knativeObjects`: leave the ApiServerSources and PingSources in the API server to
+   * Knative's own adapters (run beside the plane, sending to a Broker's `status.address.url`);
+   * the plane neither runs nor fires them, nor writes their status.
+   */
+  externalSources?: boolean;
 }
 
 export interface PlaneStats {
@@ -229,6 +235,11 @@ export class EventPlane {
       // the CompositeControllers' sources derived here, as the composite function does not write them.
       ...(this.#objects ? { objects: this.#objects, status: this.status, routeName: (trigger: KubeObject) => trigger.metadata.name!, knownKinds: functions.flatMap(kindsOf), derivedSources: compositeSourcesFor(functions, { kube, log, placement: DEFAULT_OPTIONS, status: this.status }) } : {}),
     });
+    if (knativeObjects && this.#options.externalSources) {
+      // KnativeControllers has no per-kind switch: these two kinds' handlers become no-ops.
+      const leave = async () => {};
+      for (const controller of [this.knative.sources, this.knative.pings]) Object.assign(controller, { apply: leave, remove: leave });
+    }
     await this.knative.start();
     // Objects in memory have no status anyone could read: what is not Ready fails the start.
     const problems = this.status?.problems() ?? [];

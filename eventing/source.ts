@@ -19,12 +19,15 @@
 //   emits what changed meanwhile (add / update / delete, against the last known state of every
 //   object, kept per loop);
 // - a periodic resync emits `update` for every known object;
+// - `owner` (spec.owner) keeps only objects whose controller has that apiVersion and kind, as
+//   the adapter's controllerFilter does;
 // - the sink is retried with backoff until it accepts (an event is never dropped; a retry sends
 //   the same event, same id); events of one object are delivered one at a time, in order, while
 //   different objects are delivered concurrently up to a bound that pushes back on the watch.
 //
 // The implementation lives in source/: types.ts, resource-loop.ts (list+watch), delivery.ts
-// (sink retries, per-object order), backoff.ts, source.ts (ApiServerSource).
+// (sink retries, per-object order), backoff.ts, source.ts (ApiServerSource). How its events
+// compare with Knative 1.23's adapter, event by event: docs/apiserversource.md.
 export { ApiServerSource } from './source/source.ts';
 export { LIST_PAGE_SIZE } from './source/resource-loop.ts';
 export type { SourceOptions, SourceResource, SourceSpec, SourceStats } from './source/types.ts';

@@ -26,6 +26,16 @@ async function listAll(kube: KubeClient, kind: ResourceKind, scope: { namespace?
   return { items, resourceVersion };
 }
 
+/**
+ * spec.owner as Knative's adapter applies it (pkg/adapter/apiserver/filter.go, controllerFilter):
+ * an object passes when its controller ownerReference has the owner's apiVersion and kind, an
+ * empty one matching any; an object without a controller never passes.
+ */
+export function controlledBy(object: KubeObject, owner: { apiVersion?: string; kind?: string }): boolean {
+  const controller = object.metadata.ownerReferences?.find((ref) => ref.controller === true);
+  return !!controller && (!owner.apiVersion || owner.apiVersion === controller.apiVersion) && (!owner.kind || owner.kind === controller.kind);
+}
+
 /** What the loop last knew of an object; `object` is the whole object in Resource mode, only its name otherwise. */
 interface KnownObject {
   resourceVersion: string | undefined;
@@ -158,15 +168,18 @@ export class ResourceLoop {
   }
 
   #remember(object: KubeObject): KnownObject {
-    const { name, namespace, resourceVersion, uid } = object.metadata;
+    const { name, namespace, resourceVersion, uid, ownerReferences } = object.metadata;
+    // An owner filter judges a delete found by a re-list by the object's last known owners.
+    const owners = this.#spec.owner && ownerReferences ? { ownerReferences } : {};
     return {
       resourceVersion,
       uid,
-      object: this.#spec.mode === 'Resource' ? object : { metadata: { name, namespace } },
+      object: this.#spec.mode === 'Resource' ? object : { metadata: { name, namespace, ...owners } },
     };
   }
 
   #emit(action: ChangeAction, key: string, object: KubeObject): Promise<boolean> {
+    if (this.#spec.owner && !controlledBy(object, this.#spec.owner)) return Promise.resolve(true);
     const partition = partitionKey(this.#resource.partition, object);
     const extensions = partition === undefined ? this.#spec.extensions : { ...this.#spec.extensions, [PARTITION_KEY_EXTENSION]: partition };
     const event = apiServerSourceAttributes({ server: this.#ctx.server, kind: this.#resource.kind, object, action, mode: this.#spec.mode, extensions });

@@ -22,6 +22,8 @@ export interface SourceSpec {
   namespace?: string;
   /** ceOverrides.extensions: added to every event (the plane tags events with their function, e.g. {opfnfunction: 'immortal-container'}). */
   extensions?: Record<string, string>;
+  /** spec.owner: only objects whose controller ownerReference has this apiVersion and kind (either empty: any). */
+  owner?: { apiVersion?: string; kind?: string };
 }
 
 export interface SourceOptions {
