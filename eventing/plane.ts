@@ -231,15 +231,11 @@ export class EventPlane {
       functions: { urlFor: (name) => (functions.some((declaration) => declaration.name === name) ? this.activator.urlFor(name) : undefined), configure: (name, configuration) => this.activator.configure(name, configuration), withdraw: (name, reason) => this.activator.withdraw(name, reason) },
       log,
       clientFor: knativeObjects?.clientFor,
+      externalSources: this.#options.externalSources,
       // In memory: one namespace, the plane's own objects; routes (and their stats) by the function's name;
       // the CompositeControllers' sources derived here, as the composite function does not write them.
       ...(this.#objects ? { objects: this.#objects, status: this.status, routeName: (trigger: KubeObject) => trigger.metadata.name!, knownKinds: functions.flatMap(kindsOf), derivedSources: compositeSourcesFor(functions, { kube, log, placement: DEFAULT_OPTIONS, status: this.status }) } : {}),
     });
-    if (knativeObjects && this.#options.externalSources) {
-      // KnativeControllers has no per-kind switch: these two kinds' handlers become no-ops.
-      const leave = async () => {};
-      for (const controller of [this.knative.sources, this.knative.pings]) Object.assign(controller, { apply: leave, remove: leave });
-    }
     await this.knative.start();
     // Objects in memory have no status anyone could read: what is not Ready fails the start.
     const problems = this.status?.problems() ?? [];

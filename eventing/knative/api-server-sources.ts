@@ -15,9 +15,10 @@
 // relabelled or deleted: namespacesChanged) the source restarts on the new set, as Knative's
 // global resync rolls the adapter. `status.namespaces` lists the watched namespaces, sorted
 // (every namespace for `{}`). Conditions: SinkProvided, SufficientPermissions, Deployed, Ready
-// (apiserver_lifecycle.go); `status.sinkUri`. Refused (Ready=False with the reason) what the local
-// source does not implement: `owner`, `filters` (the NewAPIServerFilters feature, off by default
-// in Knative 1.23, whose webhook then refuses the field too).
+// (apiserver_lifecycle.go); `status.sinkUri`. `owner` keeps only objects controlled by that
+// apiVersion/kind, as the adapter's controllerFilter does. Refused (Ready=False with the reason)
+// what the local source does not implement: `filters` (the NewAPIServerFilters feature, off by
+// default in Knative 1.23, whose webhook then refuses the field too).
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind } from '../../functions/runtime/kinds.ts';
@@ -34,7 +35,7 @@ interface SourceObjectSpec {
   mode?: 'Reference' | 'Resource';
   resources?: { apiVersion?: string; kind?: string; selector?: LabelSelector }[];
   namespaceSelector?: LabelSelector;
-  owner?: unknown;
+  owner?: { apiVersion?: unknown; kind?: unknown };
   filters?: unknown[];
   serviceAccountName?: string;
   ceOverrides?: { extensions?: Record<string, string> };
@@ -108,7 +109,10 @@ export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolve
   if (ref?.kind !== 'Broker' || !ref.name) return fail('SinkProvided', 'NotFound', 'locally an ApiServerSource can only send to a Broker');
   if (!brokers.has(ref.namespace ?? namespace, ref.name)) return fail('SinkProvided', 'NotFound', `Broker "${ref.name}" does not exist`);
   if (spec.mode !== undefined && spec.mode !== 'Reference' && spec.mode !== 'Resource') return fail('Deployed', 'InvalidMode', `mode "${String(spec.mode)}" is neither Reference nor Resource`);
-  if (spec.owner) return fail('Deployed', 'OwnerFilterUnsupported', 'the local source does not implement spec.owner');
+  const { owner } = spec;
+  if (owner !== undefined && (owner === null || typeof owner !== 'object' || [owner.apiVersion, owner.kind].some((field) => field !== undefined && typeof field !== 'string'))) {
+    return fail('Deployed', 'InvalidOwner', 'spec.owner must be an object with a string apiVersion and kind');
+  }
   if (spec.filters?.length) return fail('Deployed', 'FiltersUnsupported', 'the local source does not implement spec.filters (Knative\'s NewAPIServerFilters feature)');
   const overridesProblem = ceOverridesProblem(spec.ceOverrides);
   if (overridesProblem) return fail('Deployed', 'InvalidCEOverrides', overridesProblem);
@@ -129,6 +133,7 @@ export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolve
   const base = {
     name: keyString(keyOf(object)),
     mode: spec.mode ?? 'Reference',
+    ...(owner ? { owner: owner as { apiVersion?: string; kind?: string } } : {}),
     ...(spec.ceOverrides?.extensions ? { extensions: overrideExtensions(spec.ceOverrides) } : {}),
   };
   if (!selector) return { specs: [{ ...base, resources, namespace }], namespaces: watched };

@@ -59,6 +59,11 @@ export interface KnativeControllerOptions {
    * serialized handlers; started last, stopped first.
    */
   derivedSources?: (sources: ObjectHandlers) => DerivedSources;
+  /**
+   * ApiServerSources and PingSources are run by Knative's own adapters beside the plane: it
+   * neither runs nor fires them, derives none, nor writes their status.
+   */
+  externalSources?: boolean;
 }
 
 export class KnativeControllers {
@@ -94,8 +99,7 @@ export class KnativeControllers {
       [BrokerKind, this.#serialized(this.brokers, afterBrokers)],
       [KnativeService, this.#serialized(this.services, () => this.triggers.refresh())],
       [Trigger, this.#serialized(this.triggers)],
-      [PingSource, this.#serialized(this.pings)],
-      [ApiServerSource, this.#serialized(this.sources)],
+      ...(this.#options.externalSources ? [] : [[PingSource, this.#serialized(this.pings)], [ApiServerSource, this.#serialized(this.sources)]] as [typeof Trigger, ObjectHandlers][]),
     ];
     const handlers = new Map(watched.map(([kind, handler]) => [`${apiVersionOf(kind)} ${kind.kind}`, handler]));
     if (this.#options.objects) {
@@ -142,6 +146,7 @@ export class KnativeControllers {
   }
 
   async #startDerived(): Promise<void> {
+    if (this.#options.externalSources) return;
     this.#derived = this.#options.derivedSources?.(this.#serialized(this.sources));
     await this.#derived?.start();
   }

@@ -138,7 +138,7 @@ describe('ApiServerSource objects → local sources', () => {
   const broken: [string, (spec: any) => void, string][] = [
     ['a kind the API server does not serve', (spec) => { spec.resources = [{ apiVersion: 'example.com/v1', kind: 'Nope' }]; }, 'UnknownKind'],
     ['a sink that is not a Broker', (spec) => { spec.sink = { uri: 'http://x/' }; }, 'NotFound'],
-    ['an owner filter', (spec) => { spec.owner = { apiVersion: 'v1', kind: 'Pod' }; }, 'OwnerFilterUnsupported'],
+    ['an owner that is not an apiVersion and kind', (spec) => { spec.owner = { apiVersion: 1, kind: 'Pod' }; }, 'InvalidOwner'],
     ['source filters (NewAPIServerFilters)', (spec) => { spec.filters = [{ exact: { type: 'dev.knative.apiserver.ref.add' } }]; }, 'FiltersUnsupported'],
     ['a mode that is neither Reference nor Resource', (spec) => { spec.mode = 'Full'; }, 'InvalidMode'],
     // Knative's webhook refuses these, or sdk-go refuses to set them on an event; Knative's CRD
@@ -157,6 +157,12 @@ describe('ApiServerSource objects → local sources', () => {
       assert.equal(planned.verdict?.conditions.at(-1)?.reason, reason);
     });
   }
+
+  test('an owner filter is passed to the local source as the adapter applies it', async () => {
+    const object = find('ApiServerSource', `${declaration.name}-objects`);
+    (object.spec as any).owner = { apiVersion: 'v1', kind: 'Pod' };
+    assert.deepEqual((await localSourceFor(object, kinds, brokers, lister)).specs?.map((spec) => spec.owner), [{ apiVersion: 'v1', kind: 'Pod' }]);
+  });
 
   test('ceOverrides extension names are lower-cased, as sdk-go\'s SetExtension sets them', async () => {
     const object = find('ApiServerSource', `${declaration.name}-objects`);
