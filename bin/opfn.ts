@@ -358,7 +358,8 @@ program
   .option('--replace <function=target...>', 'send a function\'s events to a URL or another Knative Service instead (its Trigger\'s subscriber); repeatable')
   .option('--target <target>', 'knative, or openfaas (a stack.yml)', 'knative')
   .option('--composite <file>', 'the CompositeControllers known at install time (YAML; other kinds ignored): the composite function gets exactly their rights instead of Metacontroller\'s `*`')
-  .action(async (options: { out?: string; image?: string; namespace?: string; brokerClass?: string; replace?: string[]; target: string; composite?: string }) => {
+  .option('--retry-after-max <duration>', 'honour a function\'s Retry-After up to this ISO-8601 duration (delivery.retryAfterMax; needs Knative\'s delivery-retryafter feature)')
+  .action(async (options: { out?: string; image?: string; namespace?: string; brokerClass?: string; replace?: string[]; target: string; composite?: string; retryAfterMax?: string }) => {
     const { runManifests } = await import('../eventing/manifests/cli.ts');
     const { loadAllFunctions } = await import('../functions/index.ts');
     try {

@@ -60,6 +60,20 @@ test('opfn --help lists every command', async () => {
   for (const command of ['up', 'down', 'env']) assert.match(cluster.stdout, new RegExp(`^\\s+${command}\\b`, 'm'), `cluster ${command}`);
 });
 
+test('opfn manifests --retry-after-max puts the cap on every delivery and says what Knative needs for it; a bad duration is one line', async () => {
+  const { stdout } = await opfn('manifests', '--retry-after-max', 'PT2M');
+  const deliveries = [...stdout.matchAll(/^ +retryAfterMax: (.*)$/gm)].map((match) => match[1]);
+  const triggers = [...stdout.matchAll(/^kind: Trigger$/gm)].length;
+  assert.ok(triggers > 0);
+  assert.deepEqual(deliveries, Array(triggers + 1).fill('PT2M'), 'the Broker and every Trigger');
+  assert.match(stdout, /^# note: Knative accepts delivery.retryAfterMax only with its delivery-retryafter feature enabled/m);
+  await assert.rejects(opfn('manifests', '--retry-after-max', 'two minutes'), (error: Error & { stderr: string }) => {
+    assert.match(error.stderr, /^opfn manifests: --retry-after-max: /);
+    assert.equal(error.stderr.trim().split('\n').length, 1);
+    return true;
+  });
+});
+
 test('cluster up → env → serve + invoke → down', async () => {
   const { child: cluster, match } = await startOpfn(['cluster', 'up'], /^export KUBECONFIG=(\S+)$/m);
   const kubeconfig = match[1];

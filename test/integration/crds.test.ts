@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { ApiException, KubeConfig, KubernetesObjectApi, loadAllYaml, type KubernetesObject } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
 import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
+import { withoutRules } from '../support/crd-rules.ts';
 
 const CRD_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'crds');
 const EXAMPLES_DIR = join(CRD_DIR, 'examples');
@@ -37,13 +38,6 @@ function collectionOf(object: { apiVersion?: string; kind?: string }): string {
   const plural = PLURALS[object.kind ?? ''];
   assert.ok(plural, `no CRD of crds/ serves kind ${object.kind}`);
   return `/apis/${object.apiVersion}${object.kind === 'CompositeController' ? '' : `/namespaces/${NAMESPACE}`}/${plural}`;
-}
-
-/** A schema with every x-kubernetes-validations rule removed: the CRD as it was before the rules. */
-function withoutRules(schema: unknown): unknown {
-  if (Array.isArray(schema)) return schema.map(withoutRules);
-  if (schema === null || typeof schema !== 'object') return schema;
-  return Object.fromEntries(Object.entries(schema).filter(([key]) => key !== 'x-kubernetes-validations').map(([key, value]) => [key, withoutRules(value)]));
 }
 
 const yamlFiles = (dir: string): string[] =>

@@ -75,7 +75,7 @@ describe('the generated objects the plane runs in memory (planeObjects)', () => 
     for (const object of objects.filter((o) => o.metadata.name?.startsWith('widgets'))) assert.deepEqual(object, generated.find((g) => g.kind === object.kind && g.metadata.name === object.metadata.name));
     const route = await routeOf(objects, 'widgets');
     assert.equal(route?.subscriber, 'http://elsewhere/');
-    assert.deepEqual(route?.delivery, { retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.05S' });
+    assert.deepEqual(route?.delivery, { timeout: 'PT300S', retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.05S' });
   });
 
   it('resyncIntervalMs replaces the PingSource schedule, 0 drops the PingSource', () => {

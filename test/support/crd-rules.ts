@@ -1,0 +1,45 @@
+// Objects a CRD's CEL rules (x-kubernetes-validations) now refuse can still exist: stored before
+// the rules were added, or on a cluster whose CRD predates them. Functions keep their run-time
+// checks for those; these helpers store such an object on a real API server to test them.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
+import { collectionPath, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+
+/** A schema with every x-kubernetes-validations rule removed: the CRD as it was before the rules. */
+export function withoutRules(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(withoutRules);
+  if (schema === null || typeof schema !== 'object') return schema;
+  return Object.fromEntries(Object.entries(schema).filter(([key]) => key !== 'x-kubernetes-validations').map(([key, value]) => [key, withoutRules(value)]));
+}
+
+const crdPath = (name: string) => `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${name}`;
+
+/**
+ * Creates `object` of `kind` (served by the CRD `crdName`) as the API server admitted it before
+ * the CRD had its rules: the rules are taken out, the object created, and the rules put back. The
+ * API server picks a changed CRD up asynchronously, so both steps wait until it judges by it.
+ */
+export async function createAdmittedBeforeRules(kube: KubeClient, crdName: string, kind: ResourceKind, object: KubeObject): Promise<void> {
+  const path = collectionPath(kind, object.metadata.namespace);
+  const dryRun = () => kube.request('POST', path, { body: object, query: { dryRun: 'All' } }).then(() => 'admitted', (error: unknown) => {
+    if (error instanceof ApiError && error.code === 422) return 'refused';
+    throw error;
+  });
+  const judgedAs = async (wanted: 'admitted' | 'refused') => {
+    const deadline = Date.now() + 30_000;
+    while ((await dryRun()) !== wanted) {
+      if (Date.now() > deadline) throw new Error(`${kind.kind} ${object.metadata.name}: the API server still does not judge it ${wanted} after 30s`);
+      await sleep(100);
+    }
+  };
+  const crd = await kube.request<KubeObject & { spec: unknown }>('GET', crdPath(crdName));
+  await kube.request('PUT', crdPath(crdName), { body: { ...crd, spec: withoutRules(crd.spec) } });
+  try {
+    await judgedAs('admitted');
+    await kube.request('POST', path, { body: object });
+  } finally {
+    const current = await kube.request<KubeObject>('GET', crdPath(crdName));
+    await kube.request('PUT', crdPath(crdName), { body: { ...current, spec: crd.spec } });
+    await judgedAs('refused');
+  }
+}
