@@ -205,23 +205,23 @@ describe('CompositeControllers applied while the plane runs (objects in memory)'
 
   test('an invalid controller gets no sources (the function reports it); made valid it gets them; made invalid again it loses them', async () => {
     const name = 'sometimes-valid';
-    // A hook with a CA bundle: the CRD admits it (upstream's field), the function refuses it.
-    const withCaBundle = { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}widget-sync`, caBundle: 'Zm9v' } } };
+    // A hook with a credential: the CRD admits it (upstream's field), the function refuses it.
+    const withCredential = { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}widget-sync`, authorization: { credentials: { secretRef: { name: 'hook-token', namespace: 'default', key: 'token' } } } } } };
     await kube.create(CompositeControllerKind, {
       apiVersion: 'metacontroller.k8s.io/v1alpha1',
       kind: 'CompositeController',
       metadata: { name },
-      spec: { parentResource: { apiVersion: 'example.com/v1', resource: 'widgets' }, childResources: [{ apiVersion: 'v1', resource: 'configmaps' }], hooks: withCaBundle },
+      spec: { parentResource: { apiVersion: 'example.com/v1', resource: 'widgets' }, childResources: [{ apiVersion: 'v1', resource: 'configmaps' }], hooks: withCredential },
     });
     await eventually(async () => {
       const events = await kube.list(CoreEvent, { namespace: 'default', fieldSelector: `involvedObject.name=${name}` });
-      return events.items.some((event) => event.reason === 'InvalidController' && /caBundle is not supported/.test(String(event.message)));
+      return events.items.some((event) => event.reason === 'InvalidController' && /authorization is not supported/.test(String(event.message)));
     }, 60_000, 'the function\'s Warning Event InvalidController');
     assert.equal(applied()[name], undefined);
 
-    await kube.mergePatch(CompositeControllerKind, { namespace: '', name }, { spec: { generateSelector: true, hooks: { sync: { webhook: { caBundle: null } } } } });
+    await kube.mergePatch(CompositeControllerKind, { namespace: '', name }, { spec: { generateSelector: true, hooks: { sync: { webhook: { authorization: null } } } } });
     await eventually(async () => applied()[name]?.length === 2, 60_000, 'sources once valid', diagnose);
-    await kube.mergePatch(CompositeControllerKind, { namespace: '', name }, { spec: { hooks: withCaBundle } });
+    await kube.mergePatch(CompositeControllerKind, { namespace: '', name }, { spec: { hooks: withCredential } });
     await eventually(async () => applied()[name] === undefined, 60_000, 'no sources once invalid again', diagnose);
   });
 

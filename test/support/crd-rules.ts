@@ -14,14 +14,25 @@ export function withoutRules(schema: unknown): unknown {
 
 const crdPath = (name: string) => `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${name}`;
 
+/** One change of a CRD's rules at a time in this process: a second would save the first's rule-less schema as the one to restore. */
+let changingRules: Promise<unknown> = Promise.resolve();
+
 /**
  * Creates `object` of `kind` (served by the CRD `crdName`) as the API server admitted it before
  * the CRD had its rules: the rules are taken out, the object created, and the rules put back. The
  * API server picks a changed CRD up asynchronously, so both steps wait until it judges by it.
  */
-export async function createAdmittedBeforeRules(kube: KubeClient, crdName: string, kind: ResourceKind, object: KubeObject): Promise<void> {
+export function createAdmittedBeforeRules(kube: KubeClient, crdName: string, kind: ResourceKind, object: KubeObject): Promise<void> {
+  const created = changingRules.then(() => createWithoutRules(kube, crdName, kind, object));
+  changingRules = created.catch(() => {});
+  return created;
+}
+
+async function createWithoutRules(kube: KubeClient, crdName: string, kind: ResourceKind, object: KubeObject): Promise<void> {
   const path = collectionPath(kind, object.metadata.namespace);
-  const dryRun = () => kube.request('POST', path, { body: object, query: { dryRun: 'All' } }).then(() => 'admitted', (error: unknown) => {
+  // Under another name, so that once the object exists the probe is still judged, not a conflict.
+  const probe = { ...object, metadata: { ...object.metadata, name: `${object.metadata.name}-probe` } };
+  const dryRun = () => kube.request('POST', path, { body: probe, query: { dryRun: 'All' } }).then(() => 'admitted', (error: unknown) => {
     if (error instanceof ApiError && error.code === 422) return 'refused';
     throw error;
   });
