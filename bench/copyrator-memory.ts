@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { CloudEvent } from 'cloudevents';
 import copyrator from '../functions/copyrator/index.ts';
-import { CopyratorRuleKind } from '../functions/copyrator/desired.ts';
+import { CopyratorRuleKind, DISTRIBUTE_LABEL } from '../functions/copyrator/desired.ts';
 import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
 import { deliver, kubeFor, serveFunction, startTestCluster } from '../test/support/cluster.ts';
 import { benchFlags, pooled } from './harness.ts';
@@ -36,7 +36,7 @@ async function prepareAndRun(): Promise<void> {
   const { kube } = cluster;
   try {
     process.stderr.write(`creating ${namespaces} namespaces and ${sources} ConfigMaps…\n`);
-    await kube.create(Namespace, { metadata: { name: 'source' } });
+    await kube.create(Namespace, { metadata: { name: 'source', labels: { [DISTRIBUTE_LABEL]: 'true' } } });
     await pooled(namespaces, (index) => kube.create(Namespace, { metadata: { name: `target-${index}` } }));
     await pooled(sources, (index) => kube.create(ConfigMap, { metadata: { name: `config-${index}`, namespace: 'source', labels: { copy: 'yes' } }, data: { blob: 'x'.repeat(1024) } }));
     await kube.create(CopyratorRuleKind, { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'everywhere', namespace: 'source' }, ruleType: 'configmap', selector: { copy: 'yes' }, namespace: 'source' });

@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
 import copyrator from '../functions/copyrator/index.ts';
-import { CopyratorRuleKind, desiredCopy, type CopyableObject, type CopyratorRule } from '../functions/copyrator/desired.ts';
+import { CopyratorRuleKind, desiredCopy, DISTRIBUTE_LABEL, type CopyableObject, type CopyratorRule } from '../functions/copyrator/desired.ts';
 import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
 import { forEachLimited } from '../functions/runtime/limit.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
@@ -40,7 +40,8 @@ const inParallel = <T>(items: T[], work: (item: T) => Promise<unknown>): Promise
 // are counted in `expected`.
 const SOURCE = 'bench-src';
 const targets = Array.from({ length: namespaceCount }, (_, i) => `bench-${i}`);
-await inParallel([SOURCE, ...targets], (name) => kube.create(Namespace, { metadata: { name } }));
+// The source namespace distributes: an administrator's label (functions/copyrator/README.md).
+await inParallel([SOURCE, ...targets], (name) => kube.create(Namespace, { metadata: { name, ...(name === SOURCE ? { labels: { [DISTRIBUTE_LABEL]: 'true' } } : {}) } }));
 const sourceName = (i: number) => `settings-${i}`;
 const source = (i: number, version: string): CopyableObject => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: sourceName(i), namespace: SOURCE, labels: { copyrator: 'bench' } }, data: { version, payload: 'x'.repeat(512) } });
 await inParallel(Array.from({ length: configMapCount }, (_, i) => i), (i) => kube.create(ConfigMap, source(i, 'v1')));

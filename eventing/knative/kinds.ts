@@ -19,6 +19,8 @@ const BUILT_IN: ResourceKind[] = [
   kind('rbac.authorization.k8s.io', 'v1', 'Role', 'roles'),
   kind('rbac.authorization.k8s.io', 'v1', 'RoleBinding', 'rolebindings'),
   kind('apiextensions.k8s.io', 'v1', 'CustomResourceDefinition', 'customresourcedefinitions', false),
+  kind('admissionregistration.k8s.io', 'v1', 'ValidatingAdmissionPolicy', 'validatingadmissionpolicies', false),
+  kind('admissionregistration.k8s.io', 'v1', 'ValidatingAdmissionPolicyBinding', 'validatingadmissionpolicybindings', false),
 ];
 
 const ALL = [...BUILT_IN, KnativeService, Trigger, Broker, PingSource, ApiServerSource];

@@ -1,7 +1,8 @@
 // Everything `kubectl apply -k` needs to run the functions on Knative, generated from their
 // declarations, in the order an apply must meet them: the namespace, the CRDs of the functions'
 // kinds, the broker and dead-letter sink, then per function its identity, Knative Service,
-// Trigger, PingSources and ApiServerSources (each source with its identity).
+// Trigger, PingSources and ApiServerSources (each source with its identity), and its admission
+// policy when it declares one.
 //
 // The output is a set of files (one per function, so a change to one function shows in one
 // file) plus a kustomization.yaml listing them; eventing/manifests/cli.ts writes them.
@@ -9,6 +10,7 @@ import { stringify } from 'yaml';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
 import { CRD_DIR, readManifests } from '../crds.ts';
+import { admissionObjects } from './admission-policy.ts';
 import { broker, deadLetterSink, namespaceObject } from './broker.ts';
 import { DEFAULT_OPTIONS, type ManifestOptions } from './options.ts';
 import { pingSources } from './ping-source.ts';
@@ -56,7 +58,8 @@ export function generateManifests(declarations: FunctionDeclaration[], options: 
     ...(options.scope === 'cluster' ? [{ name: 'namespace.yaml', objects: [namespaceObject(options)] }] : []),
     { name: 'crds.yaml', objects: crdsFor(sorted) },
     { name: 'broker.yaml', objects: [broker(options), deadLetterSink(options)] },
-    ...sorted.map((declaration) => ({ name: `${declaration.name}.yaml`, objects: functionObjects(declaration, options) })),
+    // A function's admission policy lives in its file: it is installed and removed with it.
+    ...sorted.map((declaration) => ({ name: `${declaration.name}.yaml`, objects: [...functionObjects(declaration, options), ...admissionObjects(declaration, options)] })),
   ];
 }
 

@@ -124,6 +124,50 @@ const NEVER_COPIED_TYPES = new Set(['kubernetes.io/service-account-token', 'boot
 export const sourcesOf = (listed: CopyableObject[]): CopyableObject[] =>
   listed.filter((object) => !isCopy(object) && !object.metadata.deletionTimestamp && !NEVER_COPIED_TYPES.has(object.type ?? ''));
 
+/**
+ * Whom a rule acts for. The function copies with its own cluster-wide rights and a rule does not
+ * say who made it, so a rule is trusted only as far as namespace labels say, which only who may
+ * update Namespaces (an administrator) can set:
+ * - DISTRIBUTE_LABEL=true on a namespace: whoever may write ConfigMaps or Secrets there may have
+ *   them written into every namespace, so its objects may be copied out. `default` (where the
+ *   seed's sample lives and administrators work) distributes unless labelled false; any other
+ *   namespace only when labelled true. Without it a rule could plant a tenant's object under a
+ *   name in namespaces the tenant may not write to (and take the name from their owners);
+ * - ANY_SOURCE_LABEL=true on a namespace: whoever may create rules there may read the ConfigMaps
+ *   and Secrets of every distributing namespace, so its rules may name another source namespace.
+ *   Without it a rule copies out of its own namespace only, whose objects its author can read.
+ * The ValidatingAdmissionPolicy (admission.ts) checks the author's own rights where it is
+ * installed; these labels are what holds where it is not, or for rules admitted before it.
+ */
+export const DISTRIBUTE_LABEL = 'copyrator.flant.com/distribute';
+export const ANY_SOURCE_LABEL = 'copyrator.flant.com/any-source';
+/** The namespace that distributes unless labelled DISTRIBUTE_LABEL=false. */
+export const DISTRIBUTING_BY_DEFAULT = 'default';
+
+const labelOf = (namespace: KubeObject | undefined, label: string): string | undefined => namespace?.metadata.labels?.[label];
+
+export const distributes = (namespace: KubeObject): boolean =>
+  labelOf(namespace, DISTRIBUTE_LABEL) === 'true' || (namespace.metadata.name === DISTRIBUTING_BY_DEFAULT && labelOf(namespace, DISTRIBUTE_LABEL) !== 'false');
+
+/**
+ * Why the namespace labels do not let this rule copy (Ready=False, and its copies removed), or
+ * undefined. Another namespace's existence is told only to a rule allowed to name it.
+ */
+export function sourceRefusal(rule: CopyratorRule, namespaces: KubeObject[]): ConditionInput | undefined {
+  const refused = (reason: string, message: string): ConditionInput => ({ type: 'Ready', status: 'False', reason, message });
+  const byName = new Map(namespaces.map((namespace) => [namespace.metadata.name!, namespace]));
+  const own = rule.metadata.namespace!;
+  if (rule.namespace !== own && labelOf(byName.get(own), ANY_SOURCE_LABEL) !== 'true') {
+    return refused('SourceNotOwnNamespace', `a rule copies out of its own namespace (${own}), not ${rule.namespace}, unless an administrator labels namespace ${own} ${ANY_SOURCE_LABEL}=true`);
+  }
+  const source = byName.get(rule.namespace);
+  if (!source) return refused('SourceNamespaceNotFound', `source namespace ${rule.namespace} does not exist`);
+  if (!distributes(source)) {
+    return refused('SourceNotDistributing', `namespace ${rule.namespace} does not distribute: its ConfigMaps and Secrets are copied into other namespaces only once an administrator labels it ${DISTRIBUTE_LABEL}=true`);
+  }
+  return undefined;
+}
+
 /** A namespace labelled so receives no copies (and loses those it has): a cluster admin's opt-out, e.g. for kube-system. */
 export const EXCLUDE_LABEL = 'copyrator.flant.com/exclude';
 

@@ -8,6 +8,7 @@
 import { defineFunction, type FunctionDeclaration, type PolicyRule, type WatchedKind } from '../runtime/declaration.ts';
 import { ConfigMap, Namespace, Secret } from '../runtime/kinds.ts';
 import { allOf } from '../runtime/mappers.ts';
+import { copyratorAdmission } from './admission.ts';
 import { CopyratorRuleKind, FINALIZER, type RuleType } from './desired.ts';
 import { rulesForChange } from './mapping.ts';
 import { sweepOrphanCopies } from './orphans.ts';
@@ -46,6 +47,8 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
     // skipped, and a settled rule is told from its generation alone, in any instance.
     readsMetadata: false,
     crossesNamespaces: 'it copies from a source namespace into every namespace',
+    // A rule makes the function read and write with its own rights: only who holds them may make one.
+    admission: copyratorAdmission,
     watches,
     rbac,
     finalizer: { name: FINALIZER, finalize: (rule, ctx) => finalizeCopies(rule, ruleTypes, ctx.kube, ctx.log) },

@@ -1,6 +1,7 @@
-// CopyratorRule reconcile: reads the rule, its sources, the namespaces and its copies (a page at
-// a time), carries out planObserved and missingCopies, writes status. Clean-up on deletion runs
-// under the rule's finalizer.
+// CopyratorRule reconcile: reads the rule, the namespaces (whose labels say whether the rule may
+// copy at all: sourceRefusal), its sources and its copies (a page at a time), carries out
+// planObserved and missingCopies, writes status. Clean-up on deletion runs under the rule's
+// finalizer.
 //
 // Secret contents never leave this file in any form but the API writes themselves: logs, Events
 // and status name objects, never their data.
@@ -25,6 +26,7 @@ import {
   planObserved,
   ruleProblem,
   selectorString,
+  sourceRefusal,
   sourcesOf,
   targetNamespaces,
   updateAction,
@@ -218,24 +220,28 @@ function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
  * deadline has passed and this run has written something (so that every run gets further), it
  * stops before the next page or chunk and reports the tally unfinished.
  */
-async function converge({ kube, shared, now, deadline }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown }> {
+async function converge({ kube, shared, now, deadline }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; refused?: ConditionInput }> {
   const kind = kindOf(rule.ruleType);
+  // The namespaces first: their labels decide whether the source namespace may be read at all.
+  // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
+  const namespaces = (await shared('namespaces', () => kube.list(Namespace))).items;
+  const refused = sourceRefusal(rule, namespaces);
   // Copies of the kind the rule no longer copies (its ruleType changed) are removed as well; from
   // the watch cache, as there are almost never any, and as metadata: deleting needs no data.
   const formerTypes = ruleTypes.filter((ruleType) => ruleType !== rule.ruleType);
-  const [listed, namespaces, ...former] = await Promise.all([
-    kube.list<CopyableObject>(kind, { namespace: rule.namespace, labelSelector: selectorString(rule.selector) || undefined, ...DATA_PAGES }),
-    // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
-    shared('namespaces', () => kube.list(Namespace)),
+  const [listed, ...former] = await Promise.all([
+    refused ? { items: [] } : kube.list<CopyableObject>(kind, { namespace: rule.namespace, labelSelector: selectorString(rule.selector) || undefined, ...DATA_PAGES }),
     ...formerTypes.map((ruleType) => kube.list(kindOf(ruleType), { labelSelector: copiesSelector(rule), cached: true, metadataOnly: true })),
   ]);
   const sources = sourcesOf(listed.items);
-  const wanted = wantedCopies(rule, sources, targetNamespaces(rule, namespaces.items));
+  // A refused rule wants no copy: those it has (made before an administrator removed a label, or
+  // before the function refused such rules) are removed.
+  const wanted = wantedCopies(rule, sources, refused ? [] : targetNamespaces(rule, namespaces));
   const writes = new CopyWrites(kube, rule, log);
   const outOfTime = () => writes.written > 0 && now().getTime() >= deadline;
   const tally = (unfinished: boolean) => {
     const { counts, conflicts, failed, firstError } = writes;
-    return { matched: sources.length, copies: counts.created + counts.updated + counts.unchanged, conflicts, failed, counts, firstError, ...(unfinished ? { unfinished } : {}) };
+    return { matched: sources.length, copies: counts.created + counts.updated + counts.unchanged, conflicts, failed, counts, firstError, ...(unfinished ? { unfinished } : {}), ...(refused ? { refused } : {}) };
   };
   const present = new Set<string>();
   for await (const page of kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule), ...DATA_PAGES })) {
@@ -295,7 +301,10 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
     }
     const fresh = newConflicts(rule.status, tally.conflicts);
     if (fresh.length) await events.warning(rule, CopyratorRuleKind, 'CopyConflict', fresh.slice(0, 3).map((conflict) => conflict.message).join('; ') + (fresh.length > 3 ? `; and ${fresh.length - 3} more` : ''));
-    await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, tally), rule);
+    // Once per refusal, not on every resync or Namespace event (each reconciles every rule).
+    const shown = rule.status?.conditions?.find((condition) => condition.type === 'Ready');
+    if (tally.refused && (shown?.reason !== tally.refused.reason || shown.message !== tally.refused.message)) await events.warning(rule, CopyratorRuleKind, tally.refused.reason, tally.refused.message);
+    await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, tally, tally.refused), rule);
     // Written status first, so it shows progress; the failed writes are retried with the event.
     if (tally.firstError) throw tally.firstError;
     // The rest in the rule's next delivery, at once (ReconcileResult.deferredKeys).

@@ -188,6 +188,14 @@ export interface FinalizerDeclaration {
   finalize(object: KubeObject, ctx: ReconcileContext): Promise<boolean>;
 }
 
+/** The parts of a ValidatingAdmissionPolicy's spec (admissionregistration.k8s.io/v1) a function declares. */
+export interface AdmissionDeclaration {
+  /** CEL; the request is checked only when all are true (e.g. what the function acts on changed). */
+  matchConditions?: { name: string; expression: string }[];
+  variables?: { name: string; expression: string }[];
+  validations: { expression: string; message: string; messageExpression?: string; reason?: 'Unauthorized' | 'Forbidden' | 'Invalid' | 'RequestEntityTooLarge' }[];
+}
+
 export interface FunctionDeclaration {
   /** DNS-1123 label: names the Knative Service, ServiceAccount, Role and Triggers. */
   name: string;
@@ -220,6 +228,14 @@ export interface FunctionDeclaration {
    * --namespace` leaves the function out and says why. Absent for most functions.
    */
   crossesNamespaces?: string;
+  /**
+   * Who may create or change an object of the reconciled kind, when holding the right to do that
+   * is not enough (a CopyratorRule makes the function read and write in other namespaces): a
+   * ValidatingAdmissionPolicy's checks, which `opfn manifests` wraps into a policy matching the
+   * kind's CREATE and UPDATE plus its binding (eventing/manifests/admission-policy.ts), and the
+   * local plane installs. Absent for most functions.
+   */
+  admission?: AdmissionDeclaration;
   /**
    * Work each resync does besides reconciling every object: finding what no existing object
    * names any more, which no event will bring (a copy whose rule is gone, left by a replica

@@ -13,7 +13,7 @@ import { pino } from 'pino';
 import { readDeadLetterFile } from '../../eventing/broker.ts';
 import { EventPlane, FUNCTION_EXTENSION } from '../../eventing/plane.ts';
 import copyrator from '../../functions/copyrator/index.ts';
-import { CopyratorRuleKind, RULE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
+import { CopyratorRuleKind, DISTRIBUTE_LABEL, RULE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
 import exchangeRate from '../../functions/exchange-rate/index.ts';
 import { ExchangeRateKind, type ExchangeRate, type RateConfigMap } from '../../functions/exchange-rate/desired.ts';
 import { ConfigMap, CoreEvent, Namespace, Secret, type ObjectKey } from '../../functions/runtime/kinds.ts';
@@ -123,7 +123,8 @@ describe('copyrator through the plane', () => {
   });
 
   test('a Secret rule copies, and the Secret value appears nowhere the plane or the function wrote', async () => {
-    await kube.create(Namespace, { metadata: { name: 'vault' } });
+    // A source namespace other than `default` distributes only when an administrator says so.
+    await kube.create(Namespace, { metadata: { name: 'vault', labels: { [DISTRIBUTE_LABEL]: 'true' } } });
     await kube.create(Secret, { metadata: { name: 'db-password', namespace: 'vault', labels: { share: 'db' } }, stringData: { password: SECRET_VALUE } });
     await kube.create(CopyratorRuleKind, { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'db', namespace: 'vault' }, ruleType: 'secret', selector: { share: 'db' }, namespace: 'vault' });
     await converge('the Secret copied', async () => (await kube.get<CopyableObject>(Secret, { namespace: 'team-a', name: 'db-password' }))?.data?.password === SECRET_B64);

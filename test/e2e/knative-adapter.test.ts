@@ -31,7 +31,7 @@ import { sourceName } from '../../functions/composite-controller/eventing.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import copyrator from '../../functions/copyrator/index.ts';
-import { CopyratorRuleKind, RULE_ANNOTATION, type CopyableObject } from '../../functions/copyrator/desired.ts';
+import { CopyratorRuleKind, DISTRIBUTE_LABEL, RULE_ANNOTATION, type CopyableObject } from '../../functions/copyrator/desired.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, podNameFor, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
 import { ConfigMap, Namespace, Pod, type KubeObject } from '../../functions/runtime/kinds.ts';
@@ -164,7 +164,8 @@ describe('every event from Knative\'s ApiServerSource adapter', () => {
     const kube = cluster.kube;
     const started = performance.now();
     const targets = Array.from({ length: COPY_NAMESPACES }, (_, i) => `copy-${String(i).padStart(2, '0')}`);
-    await kube.create(Namespace, { metadata: { name: 'copy-source' } });
+    // A source namespace other than `default` distributes only when an administrator says so.
+    await kube.create(Namespace, { metadata: { name: 'copy-source', labels: { [DISTRIBUTE_LABEL]: 'true' } } });
     for (const name of targets.slice(0, -1)) await kube.create(Namespace, { metadata: { name } });
     await kube.create(ConfigMap, { metadata: { name: 'shared', namespace: 'copy-source', labels: { copyrator: 'true' } }, data: { color: 'blue' } });
     await kube.create(CopyratorRuleKind, { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'rule', namespace: 'copy-source' }, ruleType: 'configmap', selector: { copyrator: 'true' }, namespace: 'copy-source' } as KubeObject);

@@ -10,7 +10,7 @@ import { resyncEvent } from '../../eventing/plane.ts';
 import { readManifests, CRD_DIR } from '../../eventing/crds.ts';
 import { join } from 'node:path';
 import copyrator, { copyratorFunction } from '../../functions/copyrator/index.ts';
-import { CopyratorRuleKind, EXCLUDE_LABEL, FINALIZER, RULE_ANNOTATION, SOURCE_ANNOTATION, targetNamespaces, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
+import { ANY_SOURCE_LABEL, CopyratorRuleKind, DISTRIBUTE_LABEL, EXCLUDE_LABEL, FINALIZER, RULE_ANNOTATION, SOURCE_ANNOTATION, targetNamespaces, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
 import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
 import { createFunctionHost } from '../../functions/runtime/server.ts';
@@ -44,6 +44,18 @@ async function createNamespace(name: string): Promise<KubeObject> {
     throw error;
   }
 }
+
+/**
+ * A namespace whose objects rules may copy out (DISTRIBUTE_LABEL, which only who may update
+ * Namespaces can set; `default` distributes without it).
+ */
+async function createSourceNamespace(name: string): Promise<KubeObject> {
+  await createNamespace(name);
+  return kube.mergePatch(Namespace, { namespace: '', name }, { metadata: { labels: { [DISTRIBUTE_LABEL]: 'true' } } });
+}
+
+/** An administrator lets the rules of `name` name another source namespace (ANY_SOURCE_LABEL). */
+const allowAnySource = (name: string) => kube.mergePatch(Namespace, { namespace: '', name }, { metadata: { labels: { [ANY_SOURCE_LABEL]: 'true' } } });
 
 const configMap = (namespace: string, name: string, labels: Record<string, string>, data: Record<string, string> = { greeting: 'hello' }): CopyableObject => ({
   apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace, labels }, data,
@@ -227,7 +239,7 @@ describe('the seed example rule', () => {
 
 describe('conflicts', () => {
   test('an object of the same name that is not a copy is left alone and reported', async () => {
-    await createNamespace('src-conflict');
+    await createSourceNamespace('src-conflict');
     await kube.create(ConfigMap, configMap('team-a', 'app-config', { mine: 'yes' }, { owner: 'team-a' }));
     await kube.create(ConfigMap, configMap('src-conflict', 'app-config', { share: 'yes' }, { owner: 'platform' }));
     const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-conflict', 'share', 'src-conflict', { share: 'yes' }));
@@ -260,6 +272,7 @@ describe('conflicts', () => {
   });
 
   test('two overlapping rules: the first keeps its copies, the second reports them', async () => {
+    await allowAnySource('team-b');
     const second = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('team-b', 'share-again', 'src-conflict', { share: 'yes' }));
     await ruleEvent(second, 'add');
     const copy = (await getCm('team-b', 'app-config'))!;
@@ -295,11 +308,12 @@ describe('conflicts', () => {
 
 describe('rule changes and deletion', () => {
   test('a changed selector and source namespace converge to the new set', async () => {
-    await createNamespace('src-one');
-    await createNamespace('src-two');
+    await createSourceNamespace('src-one');
+    await createSourceNamespace('src-two');
     await kube.create(ConfigMap, configMap('src-one', 'one-red', { color: 'red' }));
     await kube.create(ConfigMap, configMap('src-one', 'one-blue', { color: 'blue' }));
     await kube.create(ConfigMap, configMap('src-two', 'two-red', { color: 'red' }));
+    await allowAnySource('default');
     const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('default', 'colors', 'src-one', { color: 'red' }));
     await ruleEvent(rule, 'add');
     assert.ok(await getCm('team-a', 'one-red'));
@@ -338,7 +352,7 @@ describe('rule changes and deletion', () => {
   test('a resync removes the copies of a rule that no longer exists (ConfigMaps and Secrets), reading rules fresh; foreign objects and live copies stay', async () => {
     // The state a replica leaves when it creates a copy after the finalizer listed the copies, skips
     // its echo as its own write and dies before re-reading the rule: copies marked as a rule's, no rule.
-    await createNamespace('src-sweep');
+    await createSourceNamespace('src-sweep');
     await kube.create(ConfigMap, configMap('src-sweep', 'swept-live', { sweep: 'live' }));
     const liveRule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-sweep', 'sweep-live', 'src-sweep', { sweep: 'live' }));
     await ruleEvent(liveRule, 'add');
@@ -380,7 +394,7 @@ describe('rule changes and deletion', () => {
   });
 
   test('a copy one replica creates while another runs the finalizer is removed by the replica that wrote it', async () => {
-    await createNamespace('src-race');
+    await createSourceNamespace('src-race');
     await kube.create(ConfigMap, configMap('src-race', 'raced', { race: 'yes' }));
     const key = { namespace: 'src-race', name: 'race' };
     await ruleEvent(await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-race', { race: 'yes' })), 'add');
@@ -428,7 +442,7 @@ describe('long names', () => {
   test('a rule with a 253-character name copies, labels its copies in hash form, and cleans up', async () => {
     const name = `${'long-rule.'.repeat(25)}end`;
     assert.equal(name.length, 253);
-    await createNamespace('src-long');
+    await createSourceNamespace('src-long');
     const sourceName = `${'s'.repeat(62)}x`;
     await kube.create(ConfigMap, configMap('src-long', sourceName, { long: 'yes' }));
     const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-long', name, 'src-long', { long: 'yes' }));
@@ -452,7 +466,7 @@ describe('long names', () => {
 
 describe('a rule with more copies than a page of a list and a chunk of creates', () => {
   test('every copy is made; settled, a reconcile writes nothing; a deleted source takes its copies, across pages; deletion removes them all', async () => {
-    await createNamespace('bulk');
+    await createSourceNamespace('bulk');
     const targets = targetNamespaces(newRule('bulk', 'bulk', 'bulk', {}), (await kube.list(Namespace)).items).length;
     // Past 1000 copies: a page of the copy list is 500, a chunk of creates 1000.
     const count = Math.ceil(1100 / targets);
@@ -487,7 +501,7 @@ describe('a rule whose copies take longer than a delivery', () => {
     // Every delivery's deadline has passed as it starts: each stops after its first write of a page or chunk.
     const hurried = await serveFunction(copyrator, cluster.cp.kubeconfigPath, { deliveryBudgetMs: 0 });
     try {
-      await createNamespace('paced');
+      await createSourceNamespace('paced');
       const targets = targetNamespaces(newRule('paced', 'paced', 'paced', {}), (await kube.list(Namespace)).items).length;
       const count = Math.ceil(1100 / targets);
       await Promise.all(Array.from({ length: count }, (_, i) => kube.create(ConfigMap, configMap('paced', `paced-${i}`, { paced: 'yes' }))));
@@ -518,7 +532,7 @@ describe('a rule whose copies take longer than a delivery', () => {
 describe('Secrets', () => {
   const VALUE = 'hunter2-s3cr3t-value';
   test('a secret rule copies data and type; nothing of the value reaches status or Events', async () => {
-    await createNamespace('vault');
+    await createSourceNamespace('vault');
     await kube.create(Secret, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'registry', namespace: 'vault', labels: { distribute: 'yes' } }, type: 'kubernetes.io/basic-auth', stringData: { username: 'bot', password: VALUE } });
     const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('vault', 'secrets', 'vault', { distribute: 'yes' }, 'secret'));
     await ruleEvent(rule, 'add');
@@ -537,7 +551,7 @@ describe('Secrets', () => {
   });
 
   test('a Secret deleted anywhere reads each source namespace once and wakes only the rules that select a Secret of its name there', async () => {
-    await createNamespace('vault-fan');
+    await createSourceNamespace('vault-fan');
     await kube.create(Secret, { metadata: { name: 'db-password', namespace: 'vault-fan', labels: { fan: 'yes' } }, stringData: { password: VALUE } });
     // Never reconciled here: only the mapper is under test.
     const rules = [['fan-a', { fan: 'yes' }], ['fan-b', { fan: 'yes' }], ['fan-other', { fan: 'no' }]] as const;
@@ -569,7 +583,7 @@ describe('immutable objects', () => {
   const freezeByHand = (kind: ResourceKind, namespace: string, name: string) => kube.mergePatch<CopyableObject>(kind, { namespace, name }, { immutable: true });
 
   test('a copy made immutable by hand is restored as its source is, and a source change still reaches it', async () => {
-    await createNamespace('src-frozen');
+    await createSourceNamespace('src-frozen');
     await kube.create(ConfigMap, configMap('src-frozen', 'frozen-settings', { freeze: 'yes' }, { v: '1' }));
     const key = { namespace: 'src-frozen', name: 'frozen' };
     await ruleEvent(await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-frozen', { freeze: 'yes' })), 'add');
@@ -638,7 +652,7 @@ describe('answers stay small, whatever the size of the objects', () => {
   const payload = 'x'.repeat(64 * 1024);
 
   test('a metadata-only list carries metadata and no data, from etcd and from the watch cache; one without items has none', async () => {
-    await createNamespace('src-big');
+    await createSourceNamespace('src-big');
     for (const name of ['big-0', 'big-1', 'big-2']) await kube.create(ConfigMap, configMap('src-big', name, { big: 'yes' }, { blob: payload }));
     await untilWatchCacheHolds(kube, ConfigMap, (await getCm('src-big', 'big-2'))!);
     for (const cached of [false, true]) {
@@ -708,7 +722,7 @@ describe('a namespace that refuses copies', () => {
     await createNamespace('quota-ns');
     const quota = await kube.create<KubeObject & { spec: unknown }>(Quota, { metadata: { name: 'no-configmaps', namespace: 'quota-ns' }, spec: { hard: { 'count/configmaps': '0' } } });
     await kube.replace(Quota, { ...quota, status: { hard: { 'count/configmaps': '0' }, used: { 'count/configmaps': '0' } } }, 'status');
-    await createNamespace('src-quota');
+    await createSourceNamespace('src-quota');
     await kube.create(ConfigMap, configMap('src-quota', 'limited', { quota: 'yes' }));
     const key = { namespace: 'src-quota', name: 'quota' };
     try {

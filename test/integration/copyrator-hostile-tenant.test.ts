@@ -1,0 +1,298 @@
+// Issue 35's attacks on the copyrator, by a tenant ServiceAccount holding exactly what a
+// CopyratorRule user would (copyrators create/get/list/watch, ConfigMaps and Secrets in its own
+// namespace `attacker`), against a real API server; the function runs under its generated
+// identity. Each attack twice: without the ValidatingAdmissionPolicy (the rule is stored, the
+// function's own defence must hold) and with it (the rule is refused, naming the missing right).
+// Whatever the outcome, nothing in another namespace is read into the tenant's reach or written
+// (every ConfigMap and Secret outside `attacker` compared before and after), and the tenant's
+// can-i answers are the same before and after.
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
+import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
+import { admissionObjects, admissionPolicyName } from '../../eventing/manifests/admission-policy.ts';
+import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
+import { resyncEvent } from '../../eventing/plane.ts';
+import copyrator from '../../functions/copyrator/index.ts';
+import { ANY_SOURCE_LABEL, CopyratorRuleKind, DISTRIBUTE_LABEL, RULE_ANNOTATION, RULE_NAME_LABEL, RULE_NAMESPACE_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
+import { ConfigMap, CoreEvent, Namespace, Secret, type KubeObject, type ObjectKey } from '../../functions/runtime/kinds.ts';
+import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
+import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import { canI, createObjects, kubeconfigWithDeclaredRbac, type AccessQuestion } from '../support/rbac.ts';
+
+let cluster: TestCluster;
+let kube: KubeClient;
+let fn: RunningFunction;
+/** The tenant: ServiceAccount attacker/eve. */
+let eve: KubeClient;
+const EVE = 'system:serviceaccount:attacker:eve';
+
+const VICTIM_SECRET = 'victim-db-password-value';
+
+async function createRole(namespace: string, name: string, rules: object[], subject: string) {
+  await createObjects(cluster.cp, [
+    { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name, namespace }, rules },
+    { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name, namespace }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name }, subjects: [{ kind: 'ServiceAccount', name: subject, namespace }] },
+  ]);
+}
+
+const rule = (namespace: string, name: string, source: string, selector: Record<string, string>, ruleType: 'configmap' | 'secret'): CopyratorRule => ({
+  apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name, namespace }, ruleType, selector, namespace: source,
+});
+
+/** Delivers the rule's event as its ApiServerSource would (Reference mode), then a resync; both must be answered 200. */
+async function reconcile(key: ObjectKey) {
+  const object = { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { namespace: key.namespace, name: key.name } };
+  for (const event of [apiServerSourceEvent({ server: cluster.cp.server, kind: CopyratorRuleKind, object, action: 'update', mode: 'Reference' }), resyncEvent(copyrator)]) {
+    const answer = await deliver(fn.url, event);
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  }
+}
+
+const ready = async (key: ObjectKey) => (await kube.get<CopyratorRule>(CopyratorRuleKind, key))?.status?.conditions?.find((c) => c.type === 'Ready');
+
+/** Every ConfigMap and Secret outside `attacker`, with the version it is at: nothing may be written there. */
+async function outsideAttacker(): Promise<Record<string, string>> {
+  const entries: [string, string][] = [];
+  for (const kind of [ConfigMap, Secret]) {
+    for (const object of (await kube.list(kind)).items) {
+      if (object.metadata.namespace !== 'attacker') entries.push([`${kind.kind} ${object.metadata.namespace}/${object.metadata.name}`, `${object.metadata.uid}@${object.metadata.resourceVersion}`]);
+    }
+  }
+  return Object.fromEntries(entries.sort());
+}
+
+/** Names of the ConfigMaps and Secrets in `attacker`: the tenant's reach. */
+async function inAttacker(): Promise<string[]> {
+  const names: string[] = [];
+  for (const kind of [ConfigMap, Secret]) for (const object of (await kube.list(kind, { namespace: 'attacker' })).items) names.push(`${kind.kind} ${object.metadata.name}`);
+  return names.sort();
+}
+
+const EVE_QUESTIONS: AccessQuestion[] = [
+  ...['victim', 'kube-system', 'platform'].flatMap((namespace) => ['get', 'list'].map((verb) => ({ verb, group: '', resource: 'secrets', namespace }))),
+  ...['victim', 'kube-system', 'platform', ''].map((namespace) => ({ verb: 'create', group: '', resource: 'configmaps', namespace })),
+  { verb: 'get', group: '', resource: 'configmaps', namespace: 'victim' },
+  { verb: 'create', group: 'flant.com', resource: 'copyrators', namespace: 'victim' },
+  { verb: 'update', group: 'flant.com', resource: 'copyrators', namespace: 'attacker' },
+  { verb: 'patch', group: '', resource: 'namespaces', namespace: '', name: 'attacker' },
+  // What she does hold, so that the matrix is not all "no".
+  { verb: 'get', group: '', resource: 'secrets', namespace: 'attacker' },
+  { verb: 'create', group: 'flant.com', resource: 'copyrators', namespace: 'attacker' },
+];
+const EVE_EXPECTED = [false, false, false, false, false, false, false, false, false, false, false, false, false, false, true, true];
+const eveCanI = () => Promise.all(EVE_QUESTIONS.map((question) => canI(eve, question)));
+
+async function refusedCreate(client: KubeClient, object: CopyratorRule): Promise<ApiError> {
+  const error = await client.create(CopyratorRuleKind, object).then(() => undefined, (e: unknown) => e);
+  assert.ok(error instanceof ApiError, `${object.metadata.namespace}/${object.metadata.name} was admitted`);
+  return error;
+}
+
+before(async () => {
+  cluster = await startTestCluster();
+  kube = cluster.kube;
+  for (const name of ['attacker', 'victim', 'platform', 'team-a', 'ops']) await kube.create(Namespace, { metadata: { name } });
+  await kube.create(Secret, { metadata: { name: 'db-password', namespace: 'victim' }, stringData: { password: VICTIM_SECRET } });
+  await kube.create(ConfigMap, { metadata: { name: 'victim-settings', namespace: 'victim' }, data: { mode: 'private' } });
+  await kube.create(Secret, { metadata: { name: 'cloud-credentials', namespace: 'kube-system' }, stringData: { key: 'kube-system-secret' } });
+  await createRole('attacker', 'copyrator-user', [
+    { apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['create', 'get', 'list', 'watch'] },
+    { apiGroups: [''], resources: ['configmaps', 'secrets'], verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'] },
+  ], 'eve');
+  eve = kubeFor(await cluster.cp.serviceAccountKubeconfig('attacker', 'eve'));
+  await eve.create(ConfigMap, { metadata: { name: 'new-ca', namespace: 'attacker', labels: { 'new-ca': 'true' } }, data: { 'ca.crt': 'eve' } });
+  fn = await serveFunction(copyrator, await kubeconfigWithDeclaredRbac(cluster.cp, copyrator));
+});
+
+after(async () => {
+  await fn?.close();
+  await cluster?.stop();
+});
+
+describe('without the admission policy: the function\'s own defence', () => {
+  test('attack 1, Secret theft: a rule naming another namespace is Ready=False and copies nothing', async () => {
+    const before = await outsideAttacker();
+    const answersBefore = await eveCanI();
+    assert.deepEqual(answersBefore, EVE_EXPECTED);
+    for (const source of ['victim', 'kube-system']) {
+      // Stored: nothing stops it without the policy.
+      await eve.create(CopyratorRuleKind, rule('attacker', `steal-${source}`, source, {}, 'secret'));
+      await reconcile({ namespace: 'attacker', name: `steal-${source}` });
+      const condition = await ready({ namespace: 'attacker', name: `steal-${source}` });
+      assert.equal(condition?.status, 'False');
+      assert.equal(condition?.reason, 'SourceNotOwnNamespace');
+      assert.equal(condition?.message, `a rule copies out of its own namespace (attacker), not ${source}, unless an administrator labels namespace attacker ${ANY_SOURCE_LABEL}=true`);
+      const status = (await kube.get<CopyratorRule>(CopyratorRuleKind, { namespace: 'attacker', name: `steal-${source}` }))!.status!;
+      assert.deepEqual([status.matched, status.copies], [0, 0]);
+    }
+    assert.deepEqual(await inAttacker(), ['ConfigMap new-ca'], 'no Secret reached attacker');
+    assert.deepEqual(await outsideAttacker(), before, 'nothing written outside attacker');
+    assert.deepEqual(await eveCanI(), answersBefore);
+    // Where the tenant can read: the rule's status and Events name objects, never data.
+    const seen = JSON.stringify([(await eve.list(CopyratorRuleKind, { namespace: 'attacker' })).items, (await kube.list(CoreEvent, { namespace: 'attacker' })).items]);
+    assert.ok(!seen.includes(VICTIM_SECRET) && !seen.includes(Buffer.from(VICTIM_SECRET).toString('base64')) && !seen.includes('db-password'));
+    // One Warning Event per rule with the reason, posted once: the resyncs that followed (each
+    // reconcile() above ends with one, reconciling every rule) did not post it again.
+    const warnings = (await kube.list<KubeObject & { reason?: string; type?: string; count?: number; involvedObject?: { name?: string } }>(CoreEvent, { namespace: 'attacker' })).items.filter((e) => e.reason === 'SourceNotOwnNamespace');
+    assert.deepEqual(warnings.map((e) => [e.involvedObject?.name, e.type, e.count]).sort(), [['steal-kube-system', 'Warning', 1], ['steal-victim', 'Warning', 1]]);
+  });
+
+  test('attack 2, name squatting: a rule of a namespace that does not distribute writes nowhere', async () => {
+    const before = await outsideAttacker();
+    const answersBefore = await eveCanI();
+    await eve.create(CopyratorRuleKind, rule('attacker', 'squat', 'attacker', { 'new-ca': 'true' }, 'configmap'));
+    await reconcile({ namespace: 'attacker', name: 'squat' });
+    const condition = await ready({ namespace: 'attacker', name: 'squat' });
+    assert.deepEqual([condition?.status, condition?.reason, condition?.message], ['False', 'SourceNotDistributing', `namespace attacker does not distribute: its ConfigMaps and Secrets are copied into other namespaces only once an administrator labels it ${DISTRIBUTE_LABEL}=true`]);
+    assert.deepEqual((await kube.list(ConfigMap, { fieldSelector: 'metadata.name=new-ca' })).items.map((cm) => cm.metadata.namespace), ['attacker']);
+    assert.deepEqual(await outsideAttacker(), before);
+    assert.deepEqual(await eveCanI(), answersBefore);
+    // The platform team's own name is still theirs.
+    await kube.create(ConfigMap, { metadata: { name: 'new-ca', namespace: 'platform' }, data: { 'ca.crt': 'platform' } });
+    await kube.delete(ConfigMap, { namespace: 'platform', name: 'new-ca' });
+  });
+
+  test('copies a rule made before the defence existed are removed by its next reconcile', async () => {
+    // What the function used to write for steal-victim: the victim's Secret in attacker and team-a.
+    const marks = (namespace: string) => ({
+      name: 'db-password', namespace,
+      labels: { [RULE_NAMESPACE_LABEL]: 'attacker', [RULE_NAME_LABEL]: 'steal-victim' },
+      annotations: { [RULE_ANNOTATION]: 'attacker/steal-victim', [SOURCE_ANNOTATION]: 'victim/db-password' },
+    });
+    for (const namespace of ['attacker', 'team-a']) await kube.create(Secret, { metadata: marks(namespace), stringData: { password: VICTIM_SECRET } });
+    await reconcile({ namespace: 'attacker', name: 'steal-victim' });
+    for (const namespace of ['attacker', 'team-a']) assert.equal(await kube.get(Secret, { namespace, name: 'db-password' }), undefined, `the old copy in ${namespace} is gone`);
+    assert.ok(await kube.get(Secret, { namespace: 'victim', name: 'db-password' }), 'the victim\'s own Secret is untouched');
+  });
+
+  test('the tenant cannot set the labels that would allow more', async () => {
+    for (const label of [DISTRIBUTE_LABEL, ANY_SOURCE_LABEL]) {
+      const error = await eve.mergePatch(Namespace, { namespace: '', name: 'attacker' }, { metadata: { labels: { [label]: 'true' } } }).then(() => undefined, (e: unknown) => e);
+      assert.equal((error as ApiError | undefined)?.code, 403, label);
+    }
+  });
+
+  test('what an administrator\'s labels allow, and taking it back', async () => {
+    await kube.create(ConfigMap, { metadata: { name: 'platform-ca', namespace: 'platform', labels: { share: 'ca' } }, data: { 'ca.crt': 'platform' } });
+    await kube.create(CopyratorRuleKind, rule('platform', 'ca', 'platform', { share: 'ca' }, 'configmap'));
+    await kube.create(CopyratorRuleKind, rule('ops', 'ca-from-platform', 'platform', { share: 'ca' }, 'configmap'));
+    await kube.create(CopyratorRuleKind, rule('ops', 'ghost', 'ghost', {}, 'configmap'));
+    const own = { namespace: 'platform', name: 'ca' };
+    const other = { namespace: 'ops', name: 'ca-from-platform' };
+    const ghost = { namespace: 'ops', name: 'ghost' };
+    await reconcile(own);
+    assert.equal((await ready(own))?.reason, 'SourceNotDistributing');
+
+    await kube.mergePatch(Namespace, { namespace: '', name: 'platform' }, { metadata: { labels: { [DISTRIBUTE_LABEL]: 'true' } } });
+    await reconcile(own);
+    assert.deepEqual([(await ready(own))?.status, (await ready(own))?.reason], ['True', 'CopiesInPlace']);
+    assert.deepEqual((await kube.get<CopyableObject>(ConfigMap, { namespace: 'attacker', name: 'platform-ca' }))?.data, { 'ca.crt': 'platform' });
+    await reconcile(other);
+    assert.equal((await ready(other))?.reason, 'SourceNotOwnNamespace');
+
+    await kube.mergePatch(Namespace, { namespace: '', name: 'ops' }, { metadata: { labels: { [ANY_SOURCE_LABEL]: 'true' } } });
+    await reconcile(other);
+    await reconcile(ghost);
+    assert.equal((await ready(other))?.reason, 'CopyConflicts', 'allowed now; its copies meet the platform rule\'s');
+    const ghostReady = await ready(ghost);
+    assert.deepEqual([ghostReady?.status, ghostReady?.reason, ghostReady?.message], ['False', 'SourceNamespaceNotFound', 'source namespace ghost does not exist']);
+
+    // Taken back: the copies go with it.
+    await kube.mergePatch(Namespace, { namespace: '', name: 'platform' }, { metadata: { labels: { [DISTRIBUTE_LABEL]: null } } });
+    await reconcile(own);
+    assert.equal((await ready(own))?.reason, 'SourceNotDistributing');
+    assert.deepEqual((await kube.list(ConfigMap, { fieldSelector: 'metadata.name=platform-ca' })).items.map((cm) => cm.metadata.namespace), ['platform']);
+    for (const key of [own, other, ghost]) await kube.delete(CopyratorRuleKind, key);
+    await kube.delete(ConfigMap, { namespace: 'platform', name: 'platform-ca' });
+  });
+});
+
+describe('with the admission policy', () => {
+  before(async () => {
+    for (const key of [{ namespace: 'attacker', name: 'steal-victim' }, { namespace: 'attacker', name: 'steal-kube-system' }, { namespace: 'attacker', name: 'squat' }]) {
+      await kube.delete(CopyratorRuleKind, key);
+      await reconcile(key);
+    }
+    await eventually(async () => (await kube.list(CopyratorRuleKind, { namespace: 'attacker' })).items.length === 0, 10_000, 'the first part\'s rules to be gone');
+    await createObjects(cluster.cp, admissionObjects(copyrator, DEFAULT_OPTIONS));
+    // The API server applies a new policy a moment after storing it: wait until a dry run is refused.
+    await eventually(async () => (await cluster.cp.request('POST', '/apis/flant.com/v1/namespaces/default/copyrators?dryRun=All', rule('default', 'probe', 'default', {}, 'configmap'))).status === 201, 5000, 'the admin to be admitted');
+    const eveProbe = kubeFor(await cluster.cp.serviceAccountKubeconfig('attacker', 'eve'));
+    await eventually(async () => {
+      const error = await eveProbe.request('POST', '/apis/flant.com/v1/namespaces/attacker/copyrators', { query: { dryRun: 'All' }, body: rule('attacker', 'probe', 'attacker', {}, 'configmap') }).then(() => undefined, (e: unknown) => e);
+      return error instanceof ApiError && error.code === 403;
+    }, 10_000, 'the policy to refuse the tenant');
+  });
+
+  test('attack 1 is refused, naming the first right the tenant lacks and all that a rule needs', async () => {
+    const before = await outsideAttacker();
+    const answersBefore = await eveCanI();
+    for (const source of ['victim', 'kube-system']) {
+      const error = await refusedCreate(eve, rule('attacker', `steal-${source}`, source, {}, 'secret'));
+      assert.equal(error.code, 403);
+      assert.equal(error.status?.message, `copyrators.flant.com "steal-${source}" is forbidden: ValidatingAdmissionPolicy '${admissionPolicyName(copyrator)}' with binding '${admissionPolicyName(copyrator)}' denied request: `
+        + `CopyratorRule attacker/steal-${source}: ${EVE} may not get secrets in namespace ${source}, and a rule needs that: it has the copyrator get and list secrets in namespace ${source} and create, update and delete them in every namespace`);
+      assert.equal(await kube.get(CopyratorRuleKind, { namespace: 'attacker', name: `steal-${source}` }), undefined, 'not stored');
+    }
+    assert.deepEqual(await inAttacker(), ['ConfigMap new-ca']);
+    assert.deepEqual(await outsideAttacker(), before);
+    assert.deepEqual(await eveCanI(), answersBefore);
+  });
+
+  test('attack 2 is refused: the tenant may read her ConfigMap but not write it everywhere', async () => {
+    const before = await outsideAttacker();
+    const answersBefore = await eveCanI();
+    const error = await refusedCreate(eve, rule('attacker', 'squat', 'attacker', { 'new-ca': 'true' }, 'configmap'));
+    assert.equal(error.code, 403);
+    assert.match(error.message, new RegExp(`: ${EVE} may not create configmaps in every namespace, and a rule needs that: it has the copyrator get and list configmaps in namespace attacker and create, update and delete them in every namespace$`));
+    assert.deepEqual((await kube.list(ConfigMap, { fieldSelector: 'metadata.name=new-ca' })).items.map((cm) => cm.metadata.namespace), ['attacker']);
+    assert.deepEqual(await outsideAttacker(), before);
+    assert.deepEqual(await eveCanI(), answersBefore);
+  });
+
+  test('each right is checked: cluster-wide create and update without delete is not enough', async () => {
+    await createObjects(cluster.cp, [
+      { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: 'almost' }, rules: [{ apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'create', 'update'] }] },
+      { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'almost' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'almost' }, subjects: [{ kind: 'ServiceAccount', name: 'almost', namespace: 'ops' }] },
+    ]);
+    await createRole('ops', 'copyrator-creator', [{ apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['create'] }], 'almost');
+    const almost = kubeFor(await cluster.cp.serviceAccountKubeconfig('ops', 'almost'));
+    const error = await refusedCreate(almost, rule('ops', 'almost', 'ops', {}, 'configmap'));
+    assert.match(error.message, /: system:serviceaccount:ops:almost may not delete configmaps in every namespace, and a rule needs that/);
+    // With delete too, admitted.
+    await cluster.cp.request('PUT', '/apis/rbac.authorization.k8s.io/v1/clusterroles/almost', { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: 'almost' }, rules: [{ apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'create', 'update', 'delete'] }] });
+    await eventually(() => almost.create(CopyratorRuleKind, rule('ops', 'almost', 'ops', {}, 'configmap')).then(() => true, () => false), 5000, 'the rule admitted once delete is granted');
+    await kube.delete(CopyratorRuleKind, { namespace: 'ops', name: 'almost' });
+  });
+
+  test('the seed\'s sample, applied by an administrator, is admitted unchanged and converges', async () => {
+    await kube.create(ConfigMap, { metadata: { name: 'shared-settings', namespace: 'default', labels: { copyrator: 'true' } }, data: { color: 'blue' } });
+    const example = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === 'CopyratorRule') as CopyratorRule;
+    await kube.create(CopyratorRuleKind, example, 'default');
+    await reconcile({ namespace: 'default', name: 'main-rule' });
+    const condition = await ready({ namespace: 'default', name: 'main-rule' });
+    assert.deepEqual([condition?.status, condition?.reason], ['True', 'CopiesInPlace']);
+    for (const namespace of ['attacker', 'victim', 'team-a', 'kube-system']) assert.deepEqual((await kube.get<CopyableObject>(ConfigMap, { namespace, name: 'shared-settings' }))?.data, { color: 'blue' }, namespace);
+    // The function added its finalizer (an update of metadata alone, not checked) and wrote status.
+    assert.deepEqual((await kube.get(CopyratorRuleKind, { namespace: 'default', name: 'main-rule' }))?.metadata.finalizers, ['copyrator.flant.com/cleanup']);
+  });
+
+  test('a change of metadata alone is not checked; a change of what is copied is', async () => {
+    await createRole('ops', 'rule-editor', [{ apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['get', 'update', 'patch'] }], 'editor');
+    const editor = kubeFor(await cluster.cp.serviceAccountKubeconfig('ops', 'editor'));
+    await kube.create(CopyratorRuleKind, rule('ops', 'edited', 'ops', { a: 'b' }, 'configmap'));
+    const key = { namespace: 'ops', name: 'edited' };
+    await editor.mergePatch(CopyratorRuleKind, key, { metadata: { labels: { team: 'ops' } } });
+    for (const patch of [{ namespace: 'victim' }, { selector: { a: 'c' } }, { ruleType: 'secret' }]) {
+      const error = await editor.mergePatch(CopyratorRuleKind, key, patch).then(() => undefined, (e: unknown) => e);
+      assert.ok(error instanceof ApiError && error.code === 403, JSON.stringify(patch));
+      assert.match(error.message, /: system:serviceaccount:ops:editor may not get (configmaps|secrets) in namespace (ops|victim), and a rule needs that/);
+    }
+    const stored = (await kube.get<CopyratorRule>(CopyratorRuleKind, key))!;
+    assert.deepEqual([stored.namespace, stored.selector, stored.ruleType, stored.metadata.labels], ['ops', { a: 'b' }, 'configmap', { team: 'ops' }]);
+    // The administrator may change it.
+    await kube.mergePatch(CopyratorRuleKind, key, { selector: { a: 'c' } });
+  });
+});
