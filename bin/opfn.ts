@@ -357,9 +357,11 @@ program
   .option('--broker-class <class>', 'Knative Broker class: MTChannelBasedBroker (default) or Kafka (durable; needs Knative\'s Kafka broker)')
   .option('--replace <function=target...>', 'send a function\'s events to a URL or another Knative Service instead (its Trigger\'s subscriber); repeatable')
   .option('--target <target>', 'knative, or openfaas (a stack.yml)', 'knative')
-  .option('--composite <file>', 'the CompositeControllers known at install time (YAML; other kinds ignored): the composite function gets exactly their rights instead of Metacontroller\'s `*`')
+  .option('--composite <file>', 'the CompositeControllers known at install time (YAML; other kinds ignored): the composite function gets exactly their rights (without this file: none, so it serves no controller)')
+  .option('--event-policy', 'per function an EventPolicy: the Broker takes events only from that function\'s sources and Trigger (needs Knative\'s authentication-oidc feature)')
+  .option('--composite-broad', 'give the composite function Metacontroller\'s `*` instead, so any CompositeController is served once applied (a hook\'s privileged children are still refused unless its controller allows them)')
   .option('--retry-after-max <duration>', 'honour a function\'s Retry-After up to this ISO-8601 duration (delivery.retryAfterMax; needs Knative\'s delivery-retryafter feature)')
-  .action(async (options: { out?: string; image?: string; namespace?: string; brokerClass?: string; replace?: string[]; target: string; composite?: string; retryAfterMax?: string }) => {
+  .action(async (options: { out?: string; image?: string; namespace?: string; brokerClass?: string; replace?: string[]; target: string; composite?: string; compositeBroad?: boolean; eventPolicy?: boolean; retryAfterMax?: string }) => {
     const { runManifests } = await import('../eventing/manifests/cli.ts');
     const { loadAllFunctions } = await import('../functions/index.ts');
     try {

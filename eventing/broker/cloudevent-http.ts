@@ -119,11 +119,31 @@ export function plainEvent(event: CloudEventV1<unknown>): CloudEventV1<unknown> 
   return out as unknown as CloudEventV1<unknown>;
 }
 
+/**
+ * What a ce-* header value may hold (http-protocol-binding 3.1.3.2): printable US-ASCII. Anything
+ * else, UTF-8 above all, travels percent-encoded (`%C3%A9`); values pass on as received, not
+ * decoded, as Knative's ingress (sdk-go's binding) passes them. Node reads header bytes as
+ * Latin-1, so raw UTF-8 shows here as characters 0x80-0xFF.
+ */
+const CE_HEADER_VALUE = /^[\x20-\x7e]*$/;
+
+/** The first ce-* header whose value the binding does not allow, with the reason; undefined when all are allowed. */
+export function ceHeaderProblem(headers: Record<string, string>): string | undefined {
+  for (const [name, value] of Object.entries(headers)) {
+    if (!name.startsWith('ce-') || CE_HEADER_VALUE.test(value)) continue;
+    return `header ${name} holds a character outside printable ASCII: the CloudEvents HTTP binding carries such characters percent-encoded (é as %C3%A9)`;
+  }
+  return undefined;
+}
+
 /** HTTP message → CloudEvent with the SDK (HTTP.toEvent + validate). Throws an Error with the reason. */
 export function parseMessage(rawHeaders: IncomingHttpHeaders | Record<string, string | string[] | undefined>, body: Buffer): CloudEventV1<unknown> {
   const headers = flattenHeaders(rawHeaders);
   const contentType = (headers['content-type'] ?? '').trim();
   const structured = /^application\/cloudevents/i.test(contentType);
+  // Binary mode only: a structured event's attributes are JSON strings, any Unicode allowed.
+  const headerProblem = structured ? undefined : ceHeaderProblem(headers);
+  if (headerProblem) throw new Error(headerProblem);
   if (structured && body.length === 0) throw new Error('structured-mode request without a body');
   if (!structured && body.length > 0 && JSON_TYPE.test(contentType)) {
     try {

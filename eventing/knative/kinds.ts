@@ -10,6 +10,7 @@ export const Trigger = kind('eventing.knative.dev', 'v1', 'Trigger', 'triggers')
 export const Broker = kind('eventing.knative.dev', 'v1', 'Broker', 'brokers');
 export const PingSource = kind('sources.knative.dev', 'v1', 'PingSource', 'pingsources');
 export const ApiServerSource = kind('sources.knative.dev', 'v1', 'ApiServerSource', 'apiserversources');
+export const EventPolicy = kind('eventing.knative.dev', 'v1alpha1', 'EventPolicy', 'eventpolicies');
 
 const BUILT_IN: ResourceKind[] = [
   Namespace,
@@ -23,7 +24,7 @@ const BUILT_IN: ResourceKind[] = [
   kind('admissionregistration.k8s.io', 'v1', 'ValidatingAdmissionPolicyBinding', 'validatingadmissionpolicybindings', false),
 ];
 
-const ALL = [...BUILT_IN, KnativeService, Trigger, Broker, PingSource, ApiServerSource];
+const ALL = [...BUILT_IN, KnativeService, Trigger, Broker, PingSource, ApiServerSource, EventPolicy];
 
 /** The ResourceKind of a generated object (by apiVersion and kind). */
 export function resourceKindOf(object: KubeObject): ResourceKind {

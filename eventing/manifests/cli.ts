@@ -6,7 +6,8 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync
 import { join } from 'node:path';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { COMPOSITE_FUNCTION } from '../../functions/composite-controller/eventing.ts';
-import { narrowComposite, readCompositeFile } from './composite.ts';
+import { BROAD, NARROW_NO_CONTROLLERS, readCompositeFile, type CompositeRights } from './composite.ts';
+import { EVENT_POLICY_FEATURE_NOTE, withEventPolicies } from './event-policy.ts';
 import { generateManifests, installable, renderManifests } from './index.ts';
 import { openfaasStack } from './openfaas.ts';
 import { parseIsoDuration } from '../delivery.ts';
@@ -24,8 +25,12 @@ export interface ManifestCommand {
   brokerClass?: string;
   /** `<function>=<URL or Knative Service name>`, repeatable. */
   replace?: string[];
-  /** A YAML file of the CompositeControllers known at install time: the composite function's narrow RBAC. */
+  /** A YAML file of the CompositeControllers known at install time: the composite function gets exactly their rights (without it: none). */
   composite?: string;
+  /** Per function an EventPolicy naming its senders to the Broker (event-policy.ts; needs Knative's authentication-oidc feature). */
+  eventPolicy?: boolean;
+  /** Give the composite function Metacontroller's `*` instead (every controller served at once; privileged children still need the controller's allow). */
+  compositeBroad?: boolean;
   /**
    * ISO-8601 duration: honour a subscriber's Retry-After on 429/503, up to this long
    * (delivery.retryAfterMax of the Broker and every Trigger). Knative 1.23 accepts the field only
@@ -80,26 +85,27 @@ export function manifestOptions(command: ManifestCommand, declarations: Function
 export function manifestFiles(command: ManifestCommand, declarations: FunctionDeclaration[]): Record<string, string> {
   const options = manifestOptions(command, declarations);
   if (command.composite !== undefined && command.target !== 'knative') throw new Error('--composite applies to --target knative (OpenFaaS has no ServiceAccount per function)');
+  if (command.eventPolicy && command.target !== 'knative') throw new Error('--event-policy applies to --target knative (an EventPolicy is a Knative object)');
+  if (command.compositeBroad && command.target !== 'knative') throw new Error('--composite-broad applies to --target knative (OpenFaaS has no ServiceAccount per function)');
   if (command.target === 'openfaas') return { 'stack.yml': openfaasStack(declarations, options) };
-  const narrowed = command.composite === undefined ? undefined : narrowFor(command.composite, declarations, options);
-  const files = generateManifests(narrowed ? declarations.map((d) => (d.name === COMPOSITE_FUNCTION ? narrowed.declaration : d)) : declarations, options);
-  if (narrowed?.objects.length) {
-    // The install namespace's Role and binding, right after the function's own identity.
-    const file = files.find((candidate) => candidate.name === `${COMPOSITE_FUNCTION}.yaml`)!;
-    const at = file.objects.findIndex((object) => object.kind === 'Service');
-    file.objects.splice(at, 0, ...narrowed.objects);
-  }
+  const generated = generateManifests(declarations, options, compositeRights(command, declarations));
+  const files = command.eventPolicy ? withEventPolicies(generated, declarations, options) : generated;
   const external = new Set(Object.values(options.replace).filter((target) => !target.includes('://')));
   const problems = validateManifests(files.flatMap((file) => file.objects), external);
   if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);
   return renderManifests(files);
 }
 
-function narrowFor(path: string, declarations: FunctionDeclaration[], options: ManifestOptions): ReturnType<typeof narrowComposite> {
-  const composite = declarations.find((declaration) => declaration.name === COMPOSITE_FUNCTION);
-  if (!composite) throw new Error(`--composite: the ${COMPOSITE_FUNCTION} function is not among the functions`);
-  return narrowComposite(composite, readCompositeFile(path), options);
+/** The composite function's rights: --composite's controllers, --composite-broad's `*`, or by default none beyond its runtime's. */
+function compositeRights(command: ManifestCommand, declarations: FunctionDeclaration[]): CompositeRights {
+  if (command.composite !== undefined && command.compositeBroad) throw new Error('--composite and --composite-broad exclude each other: give the controllers (narrow) or choose `*`');
+  if (command.composite === undefined) return command.compositeBroad ? BROAD : NARROW_NO_CONTROLLERS;
+  if (!declarations.some((declaration) => declaration.name === COMPOSITE_FUNCTION)) throw new Error(`--composite: the ${COMPOSITE_FUNCTION} function is not among the functions`);
+  return { controllers: readCompositeFile(command.composite) };
 }
+
+/** What `opfn manifests` says when no controller was given and `*` was not chosen. */
+export const COMPOSITE_NARROW_NOTE = `${COMPOSITE_FUNCTION}: no --composite file, so the ${COMPOSITE_FUNCTION} function may serve no CompositeController (each one applied gets a Warning Event NotPermitted); give the controllers with --composite <file> for exactly their rights, or choose Metacontroller's \`*\` with --composite-broad`;
 
 export function runManifests(command: ManifestCommand, declarations: FunctionDeclaration[], write: (text: string) => void): string[] {
   if (command.brokerClass && command.brokerClass !== KAFKA_BROKER_CLASS && command.brokerClass !== DEFAULT_OPTIONS.brokerClass) {
@@ -108,6 +114,8 @@ export function runManifests(command: ManifestCommand, declarations: FunctionDec
   const files = manifestFiles(command, declarations);
   const options = manifestOptions(command, declarations);
   if (command.target === 'knative' && options.delivery.retryAfterMax !== undefined) write(`# note: ${RETRY_AFTER_FEATURE_NOTE}\n`);
+  if (command.target === 'knative' && command.eventPolicy) write(`# note: ${EVENT_POLICY_FEATURE_NOTE}\n`);
+  if (command.target === 'knative' && command.composite === undefined && !command.compositeBroad && installable(declarations, options).some((declaration) => declaration.name === COMPOSITE_FUNCTION)) write(`# note: ${COMPOSITE_NARROW_NOTE}\n`);
   for (const declaration of command.target === 'knative' ? declarations.filter((candidate) => !installable([candidate], options).length) : []) {
     write(`# note: ${declaration.name} is left out: ${declaration.crossesNamespaces}, which an install limited to namespace ${options.namespace} cannot grant (install without --namespace to run it)\n`);
   }

@@ -1,11 +1,20 @@
-// `opfn manifests --composite <file>`: the narrow RBAC of the composite function when the
-// CompositeControllers are known at install time.
+// The composite function's rights in an install (`opfn manifests`), narrow unless chosen broad.
 //
-// By default the composite function holds Metacontroller's rights (its chart binds a ClusterRole
-// over `*`): the parent and child kinds are only known when a CompositeController appears, and the
-// per-controller ClusterRoles it makes for the event sources (functions/composite-controller/
-// eventing.ts) can only be created by someone who holds what they grant, or `escalate` and `bind`.
-// With the controllers given here, the function's `*` rule is replaced by exactly:
+//   default                 exactly what the CompositeControllers of `--composite <file>` need
+//                           (none given: nothing beyond reading CompositeControllers and writing
+//                           Events, so a controller applied later is refused, 403, until the
+//                           install is regenerated with it)
+//   --composite-broad       the declaration's `*` (Metacontroller's chart binds a ClusterRole over
+//                           `*`): any controller is served as soon as it appears. The function
+//                           still refuses privileged children a controller does not allow
+//                           (functions/composite/privileged.ts)
+//
+// Why narrow by default: whoever controls a hook's plain-HTTP endpoint decides what the function
+// writes, so the function's rights are theirs too. The parent and child kinds are only known when
+// a CompositeController appears, and the per-controller ClusterRoles it makes for the event
+// sources (functions/composite-controller/eventing.ts) can only be created by someone who holds
+// what they grant, or `escalate` and `bind`. With the controllers given, the function's `*` rule
+// is replaced by exactly:
 //
 //   per controller   policyRulesFor (functions/composite/controller-spec.ts): the parent (get, list,
 //                    watch, update, patch) with its /status and /finalizers, the children fully,
@@ -129,6 +138,16 @@ export function narrowComposite(declaration: FunctionDeclaration, controllers: K
     { apiVersion: RBAC_API, kind: 'RoleBinding', metadata: { name: EVENTING_ROLE, namespace: options.namespace, labels: objectLabels }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: EVENTING_ROLE }, subjects: [{ kind: 'ServiceAccount', name: serviceAccountName(declaration), namespace: options.namespace }] },
   ] : [];
   return { declaration: { ...declaration, rbac: functionRules }, objects };
+}
+
+/** The composite function's rights in an install: exactly those of the given controllers (none: no controller is served), or the declaration's `*`. */
+export type CompositeRights = { broad: true } | { controllers: KnownController[] };
+export const NARROW_NO_CONTROLLERS: CompositeRights = { controllers: [] };
+export const BROAD: CompositeRights = { broad: true };
+
+/** The composite declaration with the rights an install gives it, and the extra objects those need (the install namespace's Role and binding). */
+export function compositeInstall(declaration: FunctionDeclaration, options: ManifestOptions, rights: CompositeRights): { declaration: FunctionDeclaration; objects: KubeObject[] } {
+  return 'broad' in rights ? { declaration, objects: [] } : narrowComposite(declaration, rights.controllers, options);
 }
 
 /** The controllers of `--composite <file>`. */

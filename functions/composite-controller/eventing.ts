@@ -94,8 +94,10 @@ const SOURCE_NAME_MAX = 63;
 // `<namespace>:<name>`, so leave room for a namespace (63) and the colon.
 const IDENTITY_NAME_MAX = 253 - 64;
 
-export const identityName = (controllerName: string): string => boundedName('opfn-cc-', controllerName, '', IDENTITY_NAME_MAX, false);
-export const sourceName = (controllerName: string, role: 'parents' | 'children'): string => boundedName('opfn-cc-', controllerName, `-${role}`, SOURCE_NAME_MAX, true);
+/** How the name of every object made per CompositeController begins. */
+export const MANAGED_NAME_PREFIX = 'opfn-cc-';
+export const identityName = (controllerName: string): string => boundedName(MANAGED_NAME_PREFIX, controllerName, '', IDENTITY_NAME_MAX, false);
+export const sourceName = (controllerName: string, role: 'parents' | 'children'): string => boundedName(MANAGED_NAME_PREFIX, controllerName, `-${role}`, SOURCE_NAME_MAX, true);
 
 const isSecret = (kind: ResourceKind) => kind.group === '' && kind.kind === 'Secret';
 const sameKind = (a: ResourceKind, b: ResourceKind) => a.group === b.group && a.version === b.version && a.kind === b.kind;

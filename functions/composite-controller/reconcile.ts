@@ -24,6 +24,7 @@ import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.t
 import { agreedRetryAfter, TerminalError, TransientError } from '../runtime/errors.ts';
 import { MAX_KEYS_PER_EVENT } from '../runtime/events.ts';
 import { apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject } from '../runtime/kinds.ts';
+import { ApiError } from '../runtime/kube.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
 import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eventing.ts';
@@ -40,8 +41,20 @@ export async function reconcileComposite(key: KindKey, ctx: ReconcileContext): P
   return groupKind(key.kind) === groupKind(CompositeControllerKind) ? reconcileController(key, ctx) : reconcileParent(key, ctx);
 }
 
-/** Every parent of one controller. */
+/** The Event reason on a CompositeController the function's role does not cover (an install narrowed to other controllers). */
+export const NOT_PERMITTED_REASON = 'NotPermitted';
+
+/** Every parent of one controller; a 403 on the way (a narrow install without this controller) is reported on it, not retried: the resync tries again. */
 async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
+  try {
+    return await syncController(key, ctx);
+  } catch (error) {
+    if (!(error instanceof ApiError) || error.code !== 403) throw error;
+    throw new TerminalError(`the composite function may not serve CompositeController ${key.name}: ${error.message}. Its install grants exactly the rights of the controllers it was generated with: regenerate it with this controller in \`opfn manifests --composite <file>\`, or choose \`--composite-broad\``, { reason: NOT_PERMITTED_REASON, cause: error });
+  }
+}
+
+async function syncController(key: KindKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
   forgetComposites(ctx.kube);
   const object = await ctx.kube.get<KubeObject>(CompositeControllerKind, key);
   // Gone: its event sources go with it (they are owned by it: garbage-collected); children stay with their parents.

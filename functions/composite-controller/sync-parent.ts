@@ -111,8 +111,8 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   const stillMatches = composite.parentFilter.matches(parent.metadata.labels ?? {});
   if (!isOurs(parent, name, stillMatches)) return { resyncAfterSeconds: 0 };
 
-  const fail = (reason: string): never => {
-    events.warning(parent!, parentKind, 'SyncError', `Sync error: ${reason}`);
+  const fail = (reason: string, eventReason = 'SyncError'): never => {
+    events.warning(parent!, parentKind, eventReason, `Sync error: ${reason}`);
     throw new ParentSyncError(`${parentKind.kind} ${describe(parent!)}: ${reason}`);
   };
   // A 429 waits for Retry-After without an Event; every other failure is a SyncError.
@@ -164,7 +164,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
     parent = await removeFinalizer(kube, parentKind, parent, name);
     if (!parent) return { resyncAfterSeconds: 0 };
   }
-  if (!plan.outcome.ok) return fail(plan.outcome.reason);
+  if (!plan.outcome.ok) return fail(plan.outcome.reason, plan.outcome.eventReason);
 
   const writes = await applyChildOperations(kube, composite.childKinds, plan.outcome.value.children);
   const status = plan.outcome.value.status;

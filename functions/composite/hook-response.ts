@@ -20,10 +20,12 @@
 import { isValidNamespace, type KubeObject } from '../runtime/kinds.ts';
 import { firstDuplicateKey } from './duplicate-keys.ts';
 import { describeKey, CONTROLLER_UID_LABEL, type Selector } from './selector.ts';
-import type { CompositeHookResponse, HookVersion, ResolvedResource, Webhook } from './types.ts';
+import { allowedPrivileged, PRIVILEGED_CHILD_REASON, privilegedChildProblem } from './privileged.ts';
+import type { CompositeController, CompositeHookResponse, HookVersion, ResolvedResource, Webhook } from './types.ts';
 import { quote } from '../runtime/quote.ts';
 
-export type Checked<T> = { ok: true; value: T } | { ok: false; reason: string };
+/** `eventReason`: the Warning Event's reason when it is not upstream's SyncError. */
+export type Checked<T> = { ok: true; value: T } | { ok: false; reason: string; eventReason?: string };
 
 const RESPONSE_FIELDS = new Set(['status', 'children', 'resyncAfterSeconds', 'finalized']);
 /** Children are decoded leniently upstream (unstructured.UnmarshalJSON), even in strict mode. */
@@ -112,6 +114,8 @@ export interface DesiredChildrenInput {
   /** childSelector(spec, parent) from selector.ts. */
   selector: Selector;
   generateSelector: boolean;
+  /** Whose hook answered: its annotation may allow privileged children (privileged.ts); without it none is allowed. */
+  controller?: CompositeController;
 }
 
 /**
@@ -121,6 +125,7 @@ export interface DesiredChildrenInput {
  */
 export function desiredChildren(input: DesiredChildrenInput): Checked<KubeObject[]> {
   const uid = input.parent.metadata.uid ?? '';
+  const allowed = input.controller ? allowedPrivileged(input.controller) : new Set<string>();
   const result: KubeObject[] = [];
   for (const child of withNamespaceDefaults(input.children, input.parent)) {
     const what = `${child.kind} ${describeKey(child)}`;
@@ -140,6 +145,8 @@ export function desiredChildren(input: DesiredChildrenInput): Checked<KubeObject
     if (rule.namespaced && parentNamespace && namespace !== parentNamespace) {
       return { ok: false, reason: `desired child ${what}: a child of a namespaced parent must be in the parent's namespace "${parentNamespace}" (an ownerReference cannot cross namespaces; the garbage collector would delete it)` };
     }
+    const privileged = privilegedChildProblem(child, rule, parentNamespace, allowed, input.controller?.metadata.name ?? '');
+    if (privileged) return { ok: false, reason: `desired child ${what}: ${privileged}`, eventReason: PRIVILEGED_CHILD_REASON };
     const labels = child.metadata.labels;
     if (labels !== undefined && labels !== null && (typeof labels !== 'object' || Array.isArray(labels) || Object.values(labels).some((value) => typeof value !== 'string'))) {
       return { ok: false, reason: `invalid labels on desired child ${what}: labels must be a map of strings` };

@@ -69,6 +69,7 @@ export function planSync(input: SyncPlanInput): SyncPlan {
     childRules: input.childRules,
     selector: input.selector,
     generateSelector: controller.spec.generateSelector === true,
+    controller,
   });
   if (!desired.ok) return { ...base, outcome: desired };
 

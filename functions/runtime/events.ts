@@ -2,7 +2,7 @@
 // an ApiServerSource change (Reference or Resource mode), a PingSource resync or poll, or bad input.
 // The event is a doorbell: it names an object, and the function re-reads that object.
 import { HTTP, type CloudEvent, type CloudEventV1 } from 'cloudevents';
-import { isValidGroupVersion, isValidKindName, isValidName, isValidNamespace, parseApiVersion, type KubeObject } from './kinds.ts';
+import { isValidGroupVersion, isValidKindName, isValidNameOf, isValidNamespace, parseApiVersion, type KubeObject } from './kinds.ts';
 import { quote } from './quote.ts';
 
 export const APISERVER_TYPE_PREFIX = 'dev.knative.apiserver.';
@@ -238,8 +238,10 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
   if (!ref.apiVersion || !ref.kind) throw new BadEventError(`${event.type} event names no apiVersion/kind (extensions apiversion and kind, or the data)`);
   // Both end up in answers, logs and keys: a forged one must not be megabytes long.
   if (!isValidKindName(ref.kind)) throw new BadEventError(`${event.type} event names an invalid kind ${quote(ref.kind)}`);
+  const { group } = parseApiVersion(ref.apiVersion);
   if (!isValidGroupVersion(parseApiVersion(ref.apiVersion))) throw new BadEventError(`${event.type} event names an invalid apiVersion ${quote(ref.apiVersion)}`);
-  if (!isValidName(ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got ${quote(ref.name)})`);
+  // The kind's own rule: a ClusterRoleBinding may be named system:controller:foo.
+  if (!isValidNameOf(group, ref.kind, ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got ${quote(ref.name)})`);
   if (ref.namespace && !isValidNamespace(ref.namespace)) throw new BadEventError(`${event.type} event has an invalid namespace ${quote(ref.namespace)}`);
   if (mode === 'resource' && (typeof body.metadata !== 'object' || body.metadata === null)) throw new BadEventError(`${event.type} event data is not a Kubernetes object (no metadata)`);
   const metadata = mode === 'resource' ? metadataProblem(body.metadata) : undefined;

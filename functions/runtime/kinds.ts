@@ -98,7 +98,8 @@ export function parseKindKey(text: string, kinds: ResourceKind[]): KindKey | str
 
 /** The `<group>/<Kind>` and the namespace and name of a key's string form, unchecked; or why it is not one. */
 export function splitKindKey(text: string): { groupKind: string; key: ObjectKey } | string {
-  const colon = text.lastIndexOf(':');
+  // The first colon: `<group>/<Kind>` has none, a name may (system:controller:foo).
+  const colon = text.indexOf(':');
   if (colon <= 0) return `${quote(text)} is not a key (<group>/<Kind>:<namespace>/<name>)`;
   const rest = text.slice(colon + 1);
   const slash = rest.indexOf('/');
@@ -112,6 +113,39 @@ const NAME = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 const NAMESPACE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 
 export const isValidName = (name: unknown): name is string => typeof name === 'string' && NAME.test(name);
+
+/**
+ * Built-in kinds whose names the API server checks only as path segments, not as DNS subdomains
+ * (k8s.io/kubernetes v1.35 pkg/apis/…/validation): RBAC roles and bindings (ValidateRBACName =
+ * path.IsValidPathSegmentName, so `system:controller:foo`), CertificateSigningRequests (no rule of
+ * their own), ClusterTrustBundles (`<signer>:<suffix>`), IPAddresses (an IPv6 address has `:`),
+ * LeaseCandidates (a ConfigMap key: `_` and upper case) and StorageVersions. Every other kind,
+ * custom resources included (apiextensions checks NameIsDNSSubdomain), is held to the subdomain
+ * rule. Keyed `<group>/<Kind>`.
+ */
+const PATH_SEGMENT_NAMED: ReadonlySet<string> = new Set([
+  'rbac.authorization.k8s.io/Role',
+  'rbac.authorization.k8s.io/ClusterRole',
+  'rbac.authorization.k8s.io/RoleBinding',
+  'rbac.authorization.k8s.io/ClusterRoleBinding',
+  'certificates.k8s.io/CertificateSigningRequest',
+  'certificates.k8s.io/ClusterTrustBundle',
+  'networking.k8s.io/IPAddress',
+  'coordination.k8s.io/LeaseCandidate',
+  'internal.apiserver.k8s.io/StorageVersion',
+]);
+
+/** Does the API server check names of this kind (`group` '' for the core group) only as path segments? */
+export const hasPathSegmentNames = (group: string, kind: string): boolean => PATH_SEGMENT_NAMED.has(`${group}/${kind}`);
+
+// apimachinery's IsValidPathSegmentName, exactly: checkSegment encodes whatever else a name holds.
+const isPathSegmentName = (name: string): boolean => name !== '' && name !== '.' && name !== '..' && !/[/%]/.test(name);
+
+/** A name the API server accepts for an object of this kind (`group` '' for the core group). */
+export function isValidNameOf(group: string, kind: string, name: unknown): name is string {
+  if (typeof name !== 'string') return false;
+  return hasPathSegmentNames(group, kind) ? isPathSegmentName(name) : NAME.test(name);
+}
 // A kind is a CamelCase identifier whose lower case is a DNS-1035 label (apiextensions'
 // validation of a CRD's names.kind): at most 63 characters.
 const KIND = /^[A-Za-z]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$/;
@@ -120,7 +154,11 @@ export const isValidNamespace = (namespace: unknown): namespace is string => typ
 
 /** Why `key` cannot name an object of `kind`, as the API server would judge it; undefined when it can. */
 export function keyProblem(kind: ResourceKind, key: ObjectKey): string | undefined {
-  if (!isValidName(key.name)) return `invalid object name ${quote(key.name)} (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253)`;
+  if (!isValidNameOf(kind.group, kind.kind, key.name)) {
+    return hasPathSegmentNames(kind.group, kind.kind)
+      ? `invalid object name ${quote(key.name)} (a ${kind.kind} name is a path segment: not empty, '.' or '..', no '/' or '%')`
+      : `invalid object name ${quote(key.name)} (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253)`;
+  }
   if (kind.namespaced && !isValidNamespace(key.namespace)) return `invalid namespace ${quote(key.namespace)} (a DNS-1123 label: lower-case letters, digits and '-', at most 63)`;
   return undefined;
 }

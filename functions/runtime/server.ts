@@ -30,6 +30,7 @@ import { keysForEvent, uniqueKeys } from './routing.ts';
 import { hintFromFirstRead } from './reference-reads.ts';
 import { isSettled, SeenObjects, skipReason } from './skips.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
+import { FanOutGate } from './fan-out-gate.ts';
 import { forEachLimited } from './limit.ts';
 import { DEFAULT_DELIVERY_BUDGET_SECONDS, deliveryBudgetFromEnvironment } from './delivery-budget.ts';
 
@@ -42,6 +43,8 @@ export interface FunctionHostOptions {
   maxBodyBytes?: number;
   /** Keys reconciled at once during a fan-out (resync, mapper, reply). */
   fanOutConcurrency?: number;
+  /** The least time between the end of one resync (or poll) and the start of the next: FanOutGate; default FAN_OUT_SPACING_MS. */
+  fanOutSpacingMs?: number;
   /** How long a delivery starts work (delivery-budget.ts); default DEFAULT_DELIVERY_BUDGET_SECONDS. */
   deliveryBudgetMs?: number;
   /** The declared config; resolved from the environment when omitted. */
@@ -76,6 +79,12 @@ export const DEFAULT_MAX_EVENT_BYTES = 3 * 1024 * 1024;
  * between), and the burst as fast or faster.
  */
 const API_CONNECTIONS = 32;
+/**
+ * The least time between two resyncs (or polls) of a function, end to start (FanOutGate), when
+ * the last run was shorter: far below any resync schedule (minutes), and a burst of pings arriving
+ * within it shares one run.
+ */
+export const FAN_OUT_SPACING_MS = 1000;
 /** How long a draining process waits for its Kubernetes Events to be written. */
 const EVENT_FLUSH_DEADLINE_MS = 5000;
 /**
@@ -98,6 +107,8 @@ export class FunctionHost {
   readonly app: express.Express;
   readonly #options: Required<Omit<FunctionHostOptions, 'config' | 'installNamespace'>> & { config: Readonly<Record<string, string>>; installNamespace: string | undefined };
   readonly #queue = new KeyedWorkQueue();
+  /** Resyncs and polls, each through its own gate (#fanOut). */
+  readonly #fanOuts: Record<'resync' | 'poll', FanOutGate<Outcome>>;
   readonly #seen = new SeenObjects();
   readonly #events: EventSink;
   #inFlight = 0;
@@ -110,6 +121,7 @@ export class FunctionHost {
     this.#options = {
       maxBodyBytes: DEFAULT_MAX_EVENT_BYTES,
       fanOutConcurrency: 8,
+      fanOutSpacingMs: FAN_OUT_SPACING_MS,
       deliveryBudgetMs: DEFAULT_DELIVERY_BUDGET_SECONDS * 1000,
       http: httpClient(),
       now: () => new Date(),
@@ -119,6 +131,8 @@ export class FunctionHost {
       installNamespace: 'installNamespace' in options ? options.installNamespace : installNamespaceFrom(process.env),
     };
     this.#events = new EventSink(options.kube, declaration.name, options.log, this.#options.now);
+    const gate = () => new FanOutGate<Outcome>(this.#options.fanOutSpacingMs, this.#options.sleep, () => this.#options.now().getTime());
+    this.#fanOuts = { resync: gate(), poll: gate() };
     this.app = this.#buildApp();
   }
 
@@ -200,20 +214,9 @@ export class FunctionHost {
     let hint: KubeObject | undefined;
     /** When each key may start (ms since the epoch), for keys a reconcile event names ahead of their time. */
     let dueAt: number[] | undefined;
+    if (event.type === 'resync' || event.type === 'poll') return this.#fanOut(event.type, eventLog());
     try {
-      if (event.type === 'resync' || event.type === 'poll') {
-        if (event.type === 'resync' && declaration.sweep) await this.#sweep(eventLog(), deadline);
-        keys = [];
-        let listed = 0;
-        for await (const page of kube.pages(reconciled, { namespace: reconciled.namespaced ? installNamespace : undefined })) {
-          listed += page.items.length;
-          for (const item of page.items) {
-            const key = kindKey(reconciled, keyOf(item));
-            if (event.type === 'resync' || !isSettled(declaration, key, item, this.#seen)) keys.push(key);
-          }
-        }
-        if (keys.length === 0 && event.type === 'poll') return { status: 200, body: { ignored: `poll: all ${listed} ${reconciled.kind} objects settled` } };
-      } else if (event.type === 'reconcile') {
+      if (event.type === 'reconcile') {
         const parsed = await Promise.all(event.keys.map((text) => this.#parseKey(text, eventLog())));
         const bad = parsed.find((key): key is string => typeof key === 'string');
         if (bad) return { status: 400, body: { error: `reconcile event: ${bad}` } };
@@ -259,6 +262,42 @@ export class FunctionHost {
       }
     }
     return this.#reconcileAll(keys, eventLog(), deadline, hint, dueAt);
+  }
+
+  /**
+   * A resync or poll through its gate (fan-out-gate.ts): pings arriving together share one run,
+   * and runs are spaced. The run's answer goes to every ping it served; its reply CloudEvent
+   * (failed, requeued or deferred keys) to the first only, so the keys are sent back once.
+   */
+  async #fanOut(type: 'resync' | 'poll', log: Logger): Promise<Outcome> {
+    const run = await this.#fanOuts[type].run(() => this.#listAndReconcile(type, log, this.#deadline()));
+    if (run.claim()) return run.value;
+    const { reply: _reply, ...rest } = run.value;
+    return rest.status < 300 ? { ...rest, body: { ...rest.body, coalesced: `${type} run shared with another delivery, which carries its reply` } } : rest;
+  }
+
+  /** Lists the reconciled kind and reconciles every object (a resync, after the declaration's sweep) or those not settled (a poll). */
+  async #listAndReconcile(type: 'resync' | 'poll', log: Logger, deadline: number): Promise<Outcome> {
+    const { declaration, kube, installNamespace } = this.#options;
+    const reconciled = declaration.reconciles;
+    const keys: KindKey[] = [];
+    try {
+      if (type === 'resync' && declaration.sweep) await this.#sweep(log, deadline);
+      let listed = 0;
+      for await (const page of kube.pages(reconciled, { namespace: reconciled.namespaced ? installNamespace : undefined })) {
+        listed += page.items.length;
+        for (const item of page.items) {
+          const key = kindKey(reconciled, keyOf(item));
+          if (type === 'resync' || !isSettled(declaration, key, item, this.#seen)) keys.push(key);
+        }
+      }
+      if (keys.length === 0 && type === 'poll') return { status: 200, body: { ignored: `poll: all ${listed} ${reconciled.kind} objects settled` } };
+    } catch (error) {
+      const status = statusForError(error);
+      log[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, `could not list for the ${type}`);
+      return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
+    }
+    return this.#reconcileAll(keys, log, deadline);
   }
 
   /** When a delivery arriving now stops starting work. */

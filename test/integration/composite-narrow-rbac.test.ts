@@ -15,9 +15,11 @@ import { functionIdentity } from '../../eventing/manifests/rbac.ts';
 import { ensureEventing } from '../../functions/composite-controller/eventing.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
-import { Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
-import { startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { deliver, eventually, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
+import { NOT_PERMITTED_REASON } from '../../functions/composite-controller/reconcile.ts';
 import { canI, createObjects, type AccessQuestion } from '../support/rbac.ts';
 
 const SEED = new URL('../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url).pathname;
@@ -104,5 +106,21 @@ describe('the composite function under the narrow role of --composite <seed mani
   test('a CompositeController that is not in the file is refused (403)', async () => {
     const other: KubeObject = await cluster.kube.create(CompositeControllerKind, { apiVersion: 'metacontroller.k8s.io/v1alpha1', kind: 'CompositeController', metadata: { name: 'not-in-the-file' }, spec: { parentResource: { apiVersion: 'immortalcontainers.flugel.it/v1alpha1', resource: 'immortalcontainers' }, hooks: { sync: { webhook: { url: 'http://x/sync' } } } } });
     await assert.rejects(ensureEventing(other, { parent: ImmortalContainer, children: [] }, { kube }, options), (error: Error) => /forbidden/i.test(error.message));
+  });
+
+  test('the function serving it reports NotPermitted on the controller (Warning Event, what to do) and answers 200: not retried, the resync tries again', async () => {
+    const fn = await serveFunction(composite, await cluster.cp.serviceAccountKubeconfig(NS, 'opfn-composite'));
+    try {
+      const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: { metadata: { name: 'not-in-the-file' } }, action: 'add', mode: 'Reference' }));
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+      const events = await eventually(async () => {
+        const found = (await cluster.kube.list<KubeObject & { reason?: string; message?: string; type?: string }>(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=not-in-the-file' })).items.filter((event) => event.reason === NOT_PERMITTED_REASON);
+        return found.length ? found : undefined;
+      }, 15_000, 'the NotPermitted Event');
+      assert.equal(events[0]!.type, 'Warning');
+      assert.match(String(events[0]!.message), /^the composite function may not serve CompositeController not-in-the-file: .*forbidden.*regenerate it with this controller in `opfn manifests --composite <file>`, or choose `--composite-broad`$/is);
+    } finally {
+      await fn.close();
+    }
   });
 });

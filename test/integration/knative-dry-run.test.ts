@@ -18,6 +18,7 @@ import { applyCrds } from '../../eventing/crds.ts';
 import { knativeCrds, provisionKnativeCrds } from '../../eventing/knative/crds.ts';
 import { resourceKindOf } from '../../eventing/knative/kinds.ts';
 import { manifestOptions } from '../../eventing/manifests/cli.ts';
+import { withEventPolicies } from '../../eventing/manifests/event-policy.ts';
 import { generateManifests } from '../../eventing/manifests/index.ts';
 import { undeclaredFields } from '../../eventing/manifests/schema-fields.ts';
 import { validateManifests } from '../../eventing/manifests/validate.ts';
@@ -112,6 +113,20 @@ describe('server-side dry run, strict field validation, against Knative 1.23\'s 
       assert.ok(sources.every((selector) => (options.scope === 'cluster' ? JSON.stringify(selector) === '{}' : selector === undefined)), 'namespaceSelector {} in cluster scope, none in a namespace');
     });
   }
+
+  test('--event-policy: per function an EventPolicy to the Broker from its sources and Trigger', async () => {
+    const options = manifestOptions({ target: 'knative', namespace: 'policy-a' }, functions);
+    const objects = withEventPolicies(generateManifests(functions, options), functions, options).flatMap((file) => file.objects);
+    const results = await dryRunAll(objects);
+    assert.deepEqual(faults(results), { refused: [], pruned: [], undeclared: [] }, 'every object is accepted whole, and names only fields Knative declares');
+    const policies = results.filter((r) => r.object.kind === 'EventPolicy').map((r) => r.object);
+    assert.deepEqual(policies.map((policy) => policy.metadata.name).sort(), functions.filter((f) => !f.crossesNamespaces).map((f) => `${f.name}-senders`).sort());
+    for (const policy of policies) {
+      const from = (policy.spec as { from: { ref?: { kind: string; name: string } }[] }).from;
+      const senders = objects.filter((o) => ['ApiServerSource', 'PingSource', 'Trigger'].includes(o.kind!) && o.metadata.labels?.['operator-functions.dev/function'] === policy.metadata.labels?.['operator-functions.dev/function']);
+      assert.deepEqual(from.filter((entry) => entry.ref).map((entry) => `${entry.ref!.kind}/${entry.ref!.name}`).sort(), senders.map((o) => `${o.kind}/${o.metadata.name}`).sort(), policy.metadata.name);
+    }
+  });
 
   // The objects the composite function makes at run time per CompositeController (eventing.ts).
   for (const [what, options] of [

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -788,6 +788,47 @@ describe('Broker ingress', () => {
       assert.equal(s?.headers['ce-time'], '2024-05-01T10:00:00.5+02:00');
       assert.equal(s?.headers['content-type'], 'application/json');
       assert.deepEqual(JSON.parse(s?.body.toString('utf8') ?? 'null'), { n: 1 });
+    } finally {
+      await broker.close();
+      await sub.close();
+    }
+  });
+});
+
+describe('Broker ingress: ce-* header values as the CloudEvents HTTP binding allows them', () => {
+  /** One POST written byte for byte, so a header carries exactly the bytes given; resolves to the status and body. */
+  const rawPost = (base: string, headerLines: Buffer[]): Promise<{ status: number; text: string }> => new Promise((resolve, reject) => {
+    const { hostname, port } = new URL(base);
+    const socket = connect(Number(port), hostname, () => {
+      socket.end(Buffer.concat([Buffer.from('POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n'), ...headerLines.map((line) => Buffer.concat([line, Buffer.from('\r\n')])), Buffer.from('\r\n')]));
+    });
+    const chunks: Buffer[] = [];
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk)).on('error', reject).on('end', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1]), text: text.slice(text.indexOf('\r\n\r\n') + 4) });
+    });
+  });
+  const required = ['ce-specversion: 1.0', 'ce-id: n-1', 'ce-source: /s', 'ce-type: t'].map((line) => Buffer.from(line));
+
+  it('raw UTF-8 (or any byte beyond printable ASCII) in a ce-* header: 400 naming the header; percent-encoded: 202, passed on as received', async () => {
+    const sub = await startSubscriber(answer(202));
+    const { broker } = newBroker({ triggers: [{ name: 'all', subscriber: sub.url }] });
+    try {
+      const base = await broker.listen();
+      const raw = await rawPost(base, [...required, Buffer.concat([Buffer.from('ce-name: caf'), Buffer.from('é', 'utf8')])]);
+      assert.equal(raw.status, 400, raw.text);
+      assert.match(raw.text, /header ce-name holds a character outside printable ASCII: the CloudEvents HTTP binding carries such characters percent-encoded/);
+      const latin1 = await rawPost(base, [...required, Buffer.from([...Buffer.from('ce-subject: caf'), 0xe9])]);
+      assert.equal(latin1.status, 400, latin1.text);
+      const tab = await rawPost(base, [...required, Buffer.from('ce-team: a\tb')]);
+      assert.equal(tab.status, 400, tab.text);
+      const encoded = await rawPost(base, [...required, Buffer.from('ce-name: caf%C3%A9')]);
+      assert.equal(encoded.status, 202, encoded.text);
+      // A header that is not an attribute is not the binding's to judge.
+      const other = await rawPost(base, [...required.map((line) => Buffer.from(line.toString().replace('n-1', 'n-2'))), Buffer.concat([Buffer.from('x-note: caf'), Buffer.from('é', 'utf8')])]);
+      assert.equal(other.status, 202, other.text);
+      await broker.idle();
+      assert.deepEqual(sub.requests.map((request) => [request.headers['ce-id'], request.headers['ce-name']]), [['n-1', 'caf%C3%A9'], ['n-2', undefined]]);
     } finally {
       await broker.close();
       await sub.close();

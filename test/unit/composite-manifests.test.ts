@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { manifestFiles, manifestOptions } from '../../eventing/manifests/cli.ts';
+import { manifestFiles, manifestOptions, runManifests } from '../../eventing/manifests/cli.ts';
 import { compositeRules, EVENTING_ROLE, readCompositeControllers } from '../../eventing/manifests/composite.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
@@ -101,16 +101,35 @@ describe('the narrow rules', () => {
   });
 
   test('opfn manifests --composite: no `*` left, the install namespace\'s Role bound to the function, other functions unchanged', () => {
-    const broad = manifestFiles({ target: 'knative' }, functions);
+    const broad = manifestFiles({ target: 'knative', compositeBroad: true }, functions);
     const narrow = manifestFiles({ target: 'knative', composite: SEED }, functions);
     for (const name of Object.keys(broad).filter((file) => file !== 'composite.yaml')) assert.equal(narrow[name], broad[name], name);
     const objects = objectsOf(narrow['composite.yaml']!);
     const clusterRole = objects.find((object) => object.kind === 'ClusterRole' && object.metadata.name === 'opfn-composite')!;
     assert.ok(!(clusterRole.rules as { apiGroups: string[]; resources: string[] }[]).some((rule) => rule.apiGroups.includes('*') || rule.resources.includes('*')));
-    assert.ok((objectsOf(broad['composite.yaml']!).find((object) => object.kind === 'ClusterRole' && object.metadata.name === 'opfn-composite')!.rules as { resources: string[] }[]).some((rule) => rule.resources.includes('*')), 'the default is broad');
+    assert.ok((objectsOf(broad['composite.yaml']!).find((object) => object.kind === 'ClusterRole' && object.metadata.name === 'opfn-composite')!.rules as { resources: string[] }[]).some((rule) => rule.resources.includes('*')), '--composite-broad is broad');
     const binding = objects.find((object) => object.kind === 'RoleBinding' && object.metadata.name === EVENTING_ROLE)!;
     assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: 'opfn-composite', namespace: 'operator-functions' }]);
     assert.ok(objects.some((object) => object.kind === 'Role' && object.metadata.name === EVENTING_ROLE));
+  });
+
+  test('by default (no file, no --composite-broad) the composite function holds only its runtime\'s rights, and `opfn manifests` says so', () => {
+    const files = manifestFiles({ target: 'knative' }, functions);
+    const clusterRole = objectsOf(files['composite.yaml']!).find((object) => object.kind === 'ClusterRole' && object.metadata.name === 'opfn-composite')!;
+    assert.deepEqual(clusterRole.rules, [
+      { apiGroups: [''], resources: ['events'], verbs: ['create', 'patch'] },
+      { apiGroups: ['metacontroller.k8s.io'], resources: ['compositecontrollers'], verbs: ['get', 'list'] },
+    ]);
+    assert.ok(!objectsOf(files['composite.yaml']!).some((object) => object.kind === 'Role'), 'no controller, no event-source Role');
+    const broad = manifestFiles({ target: 'knative', compositeBroad: true }, functions);
+    for (const name of Object.keys(files).filter((file) => file !== 'composite.yaml')) assert.equal(files[name], broad[name], name);
+    const notes: string[] = [];
+    runManifests({ target: 'knative' }, functions, (text) => void notes.push(text));
+    assert.ok(notes.some((text) => text.startsWith('# note: composite: no --composite file, so the composite function may serve no CompositeController')), notes.join(''));
+    notes.length = 0;
+    runManifests({ target: 'knative', compositeBroad: true }, functions, (text) => void notes.push(text));
+    assert.ok(!notes.some((text) => text.includes('--composite file')));
+    assert.throws(() => manifestFiles({ target: 'knative', composite: SEED, compositeBroad: true }, functions), /--composite and --composite-broad exclude each other/);
   });
 
   test('--composite is refused for OpenFaaS and for a file that cannot be read, with one line', () => {

@@ -343,3 +343,24 @@ describe('Resource-mode bodies', () => {
     for (const [metadata, problem] of cases) assert.match(metadataProblem(body(metadata)) ?? '', problem, JSON.stringify(metadata));
   });
 });
+
+describe('names as the API server accepts them for the event\'s kind', () => {
+  const ClusterRoleBindingKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRoleBinding', plural: 'clusterrolebindings', namespaced: false };
+  const ConfigMapKind = { group: '', version: 'v1', kind: 'ConfigMap', plural: 'configmaps', namespaced: true };
+
+  test('a system:* ClusterRoleBinding (a path-segment name) is an event, in both modes; the same name on a ConfigMap is refused', () => {
+    for (const mode of ['Reference', 'Resource'] as const) {
+      const event = apiServerSourceEvent({ server: SERVER, kind: ClusterRoleBindingKind, object: { metadata: { name: 'system:controller:foo', uid: 'u1' } }, action: 'delete', mode });
+      assert.equal(change(viaBinary(event)).ref.name, 'system:controller:foo', mode);
+    }
+    const configMap = apiServerSourceEvent({ server: SERVER, kind: ConfigMapKind, object: { metadata: { name: 'system:foo', namespace: 'prod' } }, action: 'update', mode: 'Reference' });
+    assert.throws(() => viaBinary(configMap), (error: Error) => error instanceof BadEventError && /no valid object name/.test(error.message));
+  });
+
+  test('still refused for any kind: ., .., a slash, a percent sign, empty', () => {
+    for (const name of ['.', '..', 'a/b', '%2e', '']) {
+      const event = new CloudEvent({ type: 'dev.knative.apiserver.ref.delete', source: SERVER, datacontenttype: 'application/json', data: { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', name, namespace: '' } });
+      assert.throws(() => viaBinary(event), BadEventError, name);
+    }
+  });
+});

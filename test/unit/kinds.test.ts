@@ -1,7 +1,7 @@
 // Names and versions as the API server reads them (functions/runtime/kinds.ts): what may reach a URL.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isValidGroupVersion, isValidName, isValidNamespace, parseApiVersion, rfc3339, sameKind, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { isValidGroupVersion, isValidName, isValidNameOf, isValidNamespace, keyProblem, kindKeyString, objectPath, parseApiVersion, parseKindKey, rfc3339, sameKind, type ResourceKind } from '../../functions/runtime/kinds.ts';
 
 test('apiVersion: no slash is the core group; the rest after the first slash is the version', () => {
   assert.deepEqual(parseApiVersion('v1'), { group: '', version: 'v1' });
@@ -32,4 +32,32 @@ test('names and namespaces as the API server allows them; never . or ..', () => 
 test('metav1.Time: RFC 3339, UTC, whole seconds', () => {
   assert.equal(rfc3339(new Date('2026-11-24T17:54:37.123Z')), '2026-11-24T17:54:37Z');
   assert.equal(rfc3339(0), '1970-01-01T00:00:00Z');
+});
+
+const ClusterRoleBinding: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRoleBinding', plural: 'clusterrolebindings', namespaced: false };
+const Role: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'Role', plural: 'roles', namespaced: true };
+
+test('names per kind: RBAC kinds (and a few others) take any path segment, as the API server does; every other kind a DNS subdomain', () => {
+  for (const name of ['system:controller:foo', 'adv:adv-colon', 'Upper_Case', 'rôle', 'a b']) {
+    assert.equal(isValidNameOf('rbac.authorization.k8s.io', 'ClusterRoleBinding', name), true, name);
+  }
+  for (const name of ['', '.', '..', 'a/b', '50%', '%2e%2e']) assert.equal(isValidNameOf('rbac.authorization.k8s.io', 'ClusterRoleBinding', name), false, name);
+  assert.equal(isValidNameOf('networking.k8s.io', 'IPAddress', '2001:db8::1'), true);
+  assert.equal(isValidNameOf('certificates.k8s.io', 'CertificateSigningRequest', 'csr:node:a'), true);
+  // The same name in another group, a core kind or a custom resource: a DNS subdomain.
+  for (const [group, kind] of [['', 'ConfigMap'], ['example.com', 'ClusterRoleBinding'], ['rbac.authorization.k8s.io', 'Widget'], ['', 'ServiceAccount']]) {
+    assert.equal(isValidNameOf(group!, kind!, 'system:foo'), false, `${group}/${kind}`);
+    assert.equal(isValidNameOf(group!, kind!, 'web-1.example'), true, `${group}/${kind}`);
+  }
+});
+
+test('keys of a kind with path-segment names: parsed at the first colon, checked by the kind\'s rule, addressed encoded', () => {
+  const key = { kind: ClusterRoleBinding, namespace: '', name: 'system:controller:foo' };
+  assert.equal(kindKeyString(key), 'rbac.authorization.k8s.io/ClusterRoleBinding:system:controller:foo');
+  assert.deepEqual(parseKindKey(kindKeyString(key), [ClusterRoleBinding]), key);
+  assert.deepEqual(parseKindKey('rbac.authorization.k8s.io/Role:team-a/adv:x', [Role]), { kind: Role, namespace: 'team-a', name: 'adv:x' });
+  assert.equal(keyProblem(ClusterRoleBinding, key), undefined);
+  assert.match(String(keyProblem(ClusterRoleBinding, { namespace: '', name: '..' })), /a ClusterRoleBinding name is a path segment/);
+  assert.match(String(keyProblem(Role, { namespace: 'Team', name: 'r' })), /invalid namespace/);
+  assert.equal(objectPath(ClusterRoleBinding, key), '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/system%3Acontroller%3Afoo');
 });

@@ -38,6 +38,7 @@ const receive = (host: ReturnType<typeof hostFor>, event: CloudEvent<unknown>) =
   return host.receive(message.headers as Record<string, string>, Buffer.from(message.body as string));
 };
 const key = (name: string) => `example.com/Widget:ns/${name}`;
+const ping = () => new CloudEvent<unknown>({ type: 'dev.knative.sources.ping', source: '/apis/v1/namespaces/default/pingsources/x', datacontenttype: 'application/json', data: {} });
 
 describe('reads shared by the keys of one event', () => {
   test('each name is read once per event; a failed read is tried again by the next key; the next event reads afresh', async () => {
@@ -118,6 +119,40 @@ describe('per-key coalescing', () => {
     assert.deepEqual([...new Set(answers.map((a) => a.status))], [200]);
     assert.equal(runs, 3, 'a: the first run and ONE follow-up for 20 doorbells; b: one');
     assert.equal(maxRunning, 2, 'a and b at once, never a twice');
+  });
+
+  test('resyncs coalesce as keys do: 20 pings while one runs share ONE follow-up; every ping is answered after the run it shared', async () => {
+    let sweeps = 0;
+    let apiAttempts = 0;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const declaration = defineFunction({
+      name: 'widgets', description: 'test', reconciles: Widget, rbac: [], reconcile: async () => {},
+      sweep: async () => {
+        if (++sweeps === 1) await gate;
+      },
+    });
+    const kube = unreachableKube(() => void apiAttempts++);
+    const waits: number[] = [];
+    const host = createFunctionHost(declaration, { kube, log: quietLog, metrics: createMetrics('widgets'), fanOutSpacingMs: 60_000, sleep: async (ms) => void waits.push(ms) });
+    const first = receive(host, ping());
+    await new Promise((resolve) => setImmediate(resolve));
+    const burst = Array.from({ length: 20 }, () => receive(host, ping()));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(sweeps, 1, 'the follow-up waits for the run');
+    release();
+    const answers = await Promise.all([first, ...burst]);
+    assert.equal(sweeps, 2, 'the first resync and ONE follow-up for 20 pings');
+    assert.equal(waits.length, 1, 'the follow-up waited out the spacing');
+    assert.ok(waits[0]! > 59_000 && waits[0]! <= 60_000, String(waits[0]));
+    // The API is unreachable: both runs' lists fail, and every ping says so (the broker retries each).
+    assert.deepEqual([...new Set(answers.map((answer) => answer.status))], [503]);
+    const burstAttempts = apiAttempts;
+    await receive(host, ping());
+    assert.equal(sweeps, 3, 'a ping after the runs ended starts its own, after the spacing');
+    assert.equal(waits.length, 2);
+    const oneAttempts = apiAttempts - burstAttempts;
+    assert.ok(oneAttempts > 0 && burstAttempts <= 2 * oneAttempts, `${burstAttempts} API attempts for 21 pings, ${oneAttempts} for one`);
   });
 
   test('setRecent: a touched entry becomes the most recent; past the limit the one set longest ago is forgotten', () => {

@@ -134,7 +134,9 @@ describe('desiredChildren', () => {
     const clusterParent: KubeObject = { apiVersion: 'example.com/v1', kind: 'Thing', metadata: { name: 'p', uid: 'u' } };
     const missing = desiredChildren({ parent: clusterParent, children: [pod('a')], childRules: [pods], selector: everything, generateSelector: false });
     assert.match(reasonOf(missing), /a namespaced Pod needs a namespace/);
-    const withNs = desiredChildren({ parent: clusterParent, children: [pod('a', { namespace: 'ns1' })], childRules: [pods], selector: everything, generateSelector: false });
+    // (A ConfigMap: a Pod outside its parent's namespace is a privileged child, composite-privileged.test.ts.)
+    const configMaps: ResolvedResource = { apiVersion: 'v1', resource: 'configmaps', kind: 'ConfigMap', namespaced: true };
+    const withNs = desiredChildren({ parent: clusterParent, children: [{ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'a', namespace: 'ns1' } }], childRules: [configMaps], selector: everything, generateSelector: false });
     assert.ok(withNs.ok);
     const nsChild = desiredChildren({ parent, children: [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'n' } }], childRules: [namespaces], selector: everything, generateSelector: false });
     assert.match(reasonOf(nsChild), /Namespace is cluster-scoped and cannot have a namespace/);
