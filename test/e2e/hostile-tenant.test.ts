@@ -11,7 +11,7 @@
 // Identities and what they hold (all in namespace `attacker`; events get/list everywhere):
 //   eve      CopyratorRule user: copyrators (all verbs), configmaps (read/write), secrets (read)
 //   ivan     ImmortalContainer user: immortalcontainers (all verbs), pods (read); also in attacker-restricted
-//   rita     ExchangeRate user: exchangerates (all verbs), configmaps (read)
+//   rita     ExchangeRate user: exchangerates (all verbs), configmaps (read); also in default
 //   mallory  a Metacontroller ImmortalContainer user, and whoever controls an admin's sync hook
 //   anyone   whoever reaches the broker ingress (unauthenticated, like Knative's in-cluster ingress)
 // The tenant matrix (identity × attempt → outcome) is printed at the end as `# ` lines.
@@ -109,7 +109,7 @@ const tenants: Record<'eve' | 'ivan' | 'rita' | 'mallory', Tenant> = {} as never
 const accessBefore = new Map<string, AccessSnapshot>();
 let bindingsBefore: string[];
 let objectsBefore: Map<string, string>;
-/** Changes in the guarded namespaces that the admin made on purpose during the attacks. */
+/** Changes in the guarded namespaces made on purpose: by the admin, or a function's own output for a tenant where she may create its kind. */
 const adminChanges: string[] = [];
 const matrix = new TenantMatrix();
 const questions = sensitiveQuestions(ASKED_NAMESPACES);
@@ -212,11 +212,8 @@ before(async () => {
   ] }]);
   const icRules: PolicyRule[] = [{ apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers'], verbs: all }, { apiGroups: [''], resources: ['pods'], verbs: read }, eventsRead];
   tenants.ivan = await tenant('ivan', [{ namespace: ATTACKER, rules: icRules }, { namespace: RESTRICTED, rules: icRules }]);
-  tenants.rita = await tenant('rita', [{ namespace: ATTACKER, rules: [
-    { apiGroups: ['operators.brennerm.github.io'], resources: ['exchangerates'], verbs: all },
-    { apiGroups: [''], resources: ['configmaps'], verbs: read },
-    eventsRead,
-  ] }]);
+  const rateRules: PolicyRule[] = [{ apiGroups: ['operators.brennerm.github.io'], resources: ['exchangerates'], verbs: all }, { apiGroups: [''], resources: ['configmaps'], verbs: read }, eventsRead];
+  tenants.rita = await tenant('rita', [{ namespace: ATTACKER, rules: rateRules }, { namespace: 'default', rules: rateRules }]);
   tenants.mallory = await tenant('mallory', [{ namespace: ATTACKER, rules: [
     { apiGroups: ['immortalcontainers.flugel.it'], resources: ['immortalcontainers'], verbs: all },
     { apiGroups: [''], resources: ['pods'], verbs: read },
@@ -373,6 +370,24 @@ test('exchange-rate: rita\'s ExchangeRate cannot choose the provider URL, anothe
   assert.equal(ready.reason, 'ConfigMapNameTaken', ready.message);
   const now = (await getAs(admin, ConfigMap, ATTACKER, 'app-settings'))!;
   assert.equal(now.metadata.resourceVersion, settings.metadata.resourceVersion);
+});
+
+test('exchange-rate + copyrator: rita\'s ExchangeRate in default, labelled as the seed\'s rule selects, must not plant its ConfigMap name in every namespace', async () => {
+  // The admin applies the seed's sample rule (crds/examples/copyratorrule.yaml): ConfigMaps labelled
+  // copyrator=true in default, which distributes by default, go to every namespace. Rita may not
+  // write ConfigMaps in default; the exchange-rate function writes one for her, named as she
+  // chooses and labelled with her ExchangeRate's labels.
+  await createAs(admin, CopyratorRuleKind, { metadata: { name: 'main-rule', namespace: 'default' }, ruleType: 'configmap', selector: { copyrator: 'true' }, namespace: 'default' } as unknown as KubeObject);
+  await createAs(tenants.rita.kube, ExchangeRateKind, { metadata: { name: 'squatted-name', namespace: 'default', labels: { copyrator: 'true' } }, spec: { currency: 'USD' } } as KubeObject);
+  await eventually(() => getAs(admin, ConfigMap, 'default', 'squatted-name'), CONVERGE_MS, 'rita\'s rate ConfigMap in default');
+  adminChanges.push('added ConfigMap default/squatted-name');
+  await eventually(async () => readyOf(await getAs(admin, CopyratorRuleKind, 'default', 'main-rule')), CONVERGE_MS, 'status of main-rule');
+  await sleep(3000);
+  const planted: string[] = [];
+  for (const namespace of [PLATFORM, VICTIM, 'kube-system', ATTACKER]) if (await getAs(admin, ConfigMap, namespace, 'squatted-name')) planted.push(namespace);
+  const rule = await getAs<CopyratorRule>(admin, CopyratorRuleKind, 'default', 'main-rule');
+  matrix.record('rita (+ the seed\'s rule)', 'ExchangeRate squatted-name in default labelled copyrator=true', planted.length ? `PLANTED in ${planted.join(', ')} (rule Ready=${readyOf(rule)?.reason}, matched ${(rule as any)?.status?.matched})` : `not copied (rule Ready=${readyOf(rule)?.reason})`);
+  assert.deepEqual(planted, [], 'a ConfigMap written for rita by the exchange-rate function was copied into namespaces rita may not write');
 });
 
 // ---- CompositeController (the admin's, with a hook the attacker controls) ----
