@@ -195,6 +195,8 @@ export class ApiServerSourceController {
       await this.#stop(key);
       const namespace = object.metadata.namespace ?? '';
       const client = account && this.#options.clientFor ? await this.#options.clientFor(namespace, account) : kube;
+      // stop() may have run during the awaits above; a source started now would never be stopped.
+      if (this.#stopped) return;
       const source = new LocalSource({
         kube: client,
         sources: planned.specs,

@@ -3,7 +3,8 @@
 // scaling, PingSource events and cron schedules, and status conditions.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { KindResolver, localSourceFor } from '../../eventing/knative/api-server-sources.ts';
+import { pino } from 'pino';
+import { ApiServerSourceController, KindResolver, localSourceFor } from '../../eventing/knative/api-server-sources.ts';
 import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
 import { unreachableKube } from '../support/cluster.ts';
 import { nextFire, parseSchedule } from '../../eventing/knative/cron.ts';
@@ -162,6 +163,32 @@ describe('ApiServerSource objects → local sources', () => {
     const object = find('ApiServerSource', `${declaration.name}-objects`);
     (object.spec as any).owner = { apiVersion: 'v1', kind: 'Pod' };
     assert.deepEqual((await localSourceFor(object, kinds, brokers, lister)).specs?.map((spec) => spec.owner), [{ apiVersion: 'v1', kind: 'Pod' }]);
+  });
+
+  test('a source whose client arrives after the controller stopped is never started', async () => {
+    let requests = 0;
+    let release!: () => void;
+    const clientReady = new Promise<void>((resolve) => (release = resolve));
+    const controller = new ApiServerSourceController({
+      kube: unreachableKube(),
+      brokers: { has: brokers.has, url: 'http://broker' },
+      publish: async () => {},
+      log: pino({ level: 'silent' }),
+      status: board,
+      knownKinds: [declaration.reconciles, Pod],
+      clientFor: async () => {
+        await clientReady;
+        return unreachableKube(() => requests++);
+      },
+      namespaces: lister,
+    });
+    const applying = controller.apply(find('ApiServerSource', `${declaration.name}-objects`));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await controller.stop();
+    release();
+    await applying;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(requests, 0, 'the source never listed: it was not started');
   });
 
   test('ceOverrides extension names are lower-cased, as sdk-go\'s SetExtension sets them', async () => {
