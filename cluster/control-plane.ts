@@ -56,6 +56,8 @@ export interface ControlPlaneOptions {
    * process ends (killOnExit). Default false.
    */
   ownProcessGroup?: boolean;
+  /** More kube-apiserver flags (a test that needs a feature gate off). */
+  apiServerFlags?: string[];
 }
 
 /** Where the binaries are: KUBEBUILDER_ASSETS, the cache, or a build from Kubernetes' Go modules (cluster/provision.sh). */
@@ -295,6 +297,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     // `update` on the owner's finalizers subresource, so tests catch a role that lacks it.
     '--enable-admission-plugins', 'OwnerReferencesPermissionEnforcement',
     '--profiling=false', '--v', '0',
+    ...(options.apiServerFlags ?? []),
   ];
   let apiServer = start('kube-apiserver', join(binDir, 'kube-apiserver'), apiServerArgs);
   let controllerManager: ChildProcess | undefined;

@@ -78,7 +78,7 @@ test('discovery remembers a bounded number of group-versions, forgetting the lea
   const counting = KubeClient.fromFile(cp.kubeconfigPath, (_verb, resource) => observed.push(resource));
   // A limit of 3 (MAX_GROUP_VERSIONS in production) over group-versions every API server serves.
   const discovery = new Discovery(counting, 3);
-  const served = ['apps/v1', 'batch/v1', 'rbac.authorization.k8s.io/v1', 'policy/v1beta1', 'coordination.k8s.io/v1'];
+  const served = ['apps/v1', 'batch/v1', 'rbac.authorization.k8s.io/v1', 'policy/v1', 'coordination.k8s.io/v1'];
   assert.equal((await discovery.resolve('v1', 'pods')).kind, 'Pod');
   for (const apiVersion of served) {
     await discovery.resolve(apiVersion, apiVersion === 'apps/v1' ? 'deployments' : apiVersion === 'batch/v1' ? 'jobs' : apiVersion.startsWith('rbac') ? 'roles' : apiVersion.startsWith('policy') ? 'poddisruptionbudgets' : 'leases');

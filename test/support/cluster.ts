@@ -23,7 +23,7 @@ export interface TestCluster {
   stop(): Promise<void>;
 }
 
-export async function startTestCluster(options: { controllerManager?: boolean } = {}): Promise<TestCluster> {
+export async function startTestCluster(options: { controllerManager?: boolean; apiServerFlags?: string[] } = {}): Promise<TestCluster> {
   const cp = await startControlPlane(options);
   const kube = kubeFor(cp.kubeconfigPath);
   await applyCrds(kube);
