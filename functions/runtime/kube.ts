@@ -164,7 +164,7 @@ export interface ListOptions {
   /**
    * Served from the API server's watch cache (`resourceVersion=0`), possibly a little stale, as an
    * informer's cache is; without it a label-selected list reads every object of the collection
-   * from etcd. The watch cache answers in one page whatever `limit` says (kube-apiserver 1.20),
+   * from etcd. The watch cache answers in one page whatever `limit` says (kube-apiserver 1.20 to 1.35),
    * so only for lists whose selector keeps the answer small.
    */
   cached?: boolean;
