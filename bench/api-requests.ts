@@ -151,8 +151,6 @@ async function main(): Promise<void> {
     for (const counts of clientSide.get(name)!) seen.set(JSON.stringify(counts), (seen.get(JSON.stringify(counts)) ?? 0) + 1);
     for (const [counts, times] of seen) console.log(`  ${name.padEnd(9)} ${times}/${reps}: ${Object.entries(JSON.parse(counts) as Record<string, number>).map(([key, value]) => `${key} ×${value}`).join(', ')}`);
   }
-  console.log('\nnote: kube-apiserver 1.20 labels a GET of one custom resource (here immortalcontainers) as verb LIST,\n' +
-    'scope namespace (see kubernetes/kubernetes#95556); the function\'s own count shows these are single-object GETs.');
   const outliers = CASES.flatMap((name) => results.get(name)!.filter((counts) => counts.total !== chosen.get(name)!.counts.total).map((counts) => `${name}: ${counts.total} (${Object.entries(counts.byResource).map(([key, value]) => `${key} ×${value}`).join(', ')})`));
   if (outliers.length) console.log(`\nrepetitions that differ (other clients of the API server at the same moment):\n  ${outliers.join('\n  ')}`);
 

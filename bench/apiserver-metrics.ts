@@ -2,9 +2,7 @@
 // kube-apiserver's /metrics, summed per verb and per resource, as a difference between two
 // scrapes. Counting at the server covers every client at once (the user, the source, every
 // function instance, the controller manager), which a client-side counter cannot.
-//
-// kube-apiserver 1.20 labels a GET of one custom resource as verb LIST, scope namespace
-// (kubernetes/kubernetes#95556); `byResource` keeps the verb as the server reports it.
+// `byResource` keeps the verb as the server reports it.
 // A request is counted when its handler returns, a moment after the client has its answer, and a
 // watch only when it ends.
 import { setTimeout as sleep } from 'node:timers/promises';

@@ -347,7 +347,7 @@ async function main(): Promise<void> {
       console.log(`  N=${n} ${side.padEnd(6)} ${shown.map(([key, count]) => `${key} ${(count / n).toFixed(2)}`).join(', ')}${failed.length ? `; not 2xx: ${failed.map(([key, count]) => `${key} ×${count}`).join(', ')}` : ''}`);
     }
   }
-  console.log('(below 0.005 per object not shown: the API server\'s own controllers)\nnote: kube-apiserver 1.20 counts a GET of one ImmortalContainer as LIST (kubernetes/kubernetes#95556).');
+  console.log('(below 0.005 per object not shown: the API server\'s own controllers)');
 
   const date = new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z');
   const dir = join(ROOT, 'bench/results');
