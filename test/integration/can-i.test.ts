@@ -1,6 +1,6 @@
 // RBAC proof: every ServiceAccount `opfn manifests` generates (each function's, each source's)
 // is created with its roles in a real API server, a token for it is taken from the API server
-// (the legacy token Secret kube-controller-manager's serviceaccount-token controller writes), and
+// (from the TokenRequest API, as a projected token is), and
 // that token asks SelfSubjectAccessReview about every verb on every resource the plane and the
 // functions use, plus a sample of what they must never do (Secrets, nodes, RBAC objects,
 // escalate / bind / impersonate, other namespaces). Each answer must equal what the declaration
