@@ -6,7 +6,7 @@
 // failures. Copies live in other namespaces, where an ownerReference cannot point (the garbage
 // collector treats a cross-namespace owner as absent and deletes the dependent), so a copy is
 // marked as the rule's by labels (for listing) and annotations (the exact rule and source).
-import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
+import type { KubeObject, OwnerReference, ResourceKind } from '../runtime/kinds.ts';
 import { ConfigMap, isValidNamespace, Secret } from '../runtime/kinds.ts';
 import { PART_OF } from '../runtime/knative-objects.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
@@ -120,9 +120,67 @@ export const isCopy = (object: KubeObject): boolean => object.metadata.annotatio
  */
 const NEVER_COPIED_TYPES = new Set(['kubernetes.io/service-account-token', 'bootstrap.kubernetes.io/token']);
 
-/** The source objects a rule copies: matching, in the source namespace, not copies themselves, not being deleted, not of a type never copied. */
-export const sourcesOf = (listed: CopyableObject[]): CopyableObject[] =>
-  listed.filter((object) => !isCopy(object) && !object.metadata.deletionTimestamp && !NEVER_COPIED_TYPES.has(object.type ?? ''));
+/**
+ * Not a copy, not being deleted, not of a type never copied: what a rule's selector may pick. A
+ * change of such an object concerns the rules that select it (mapping.ts), whether or not it is a
+ * source: one managed by another controller is reported, and loses the copies it had before it
+ * got its controller. The reconcile reads it again and decides.
+ */
+export const isSelectable = (object: CopyableObject): boolean => !isCopy(object) && !object.metadata.deletionTimestamp && !NEVER_COPIED_TYPES.has(object.type ?? '');
+
+/**
+ * The controller ownerReference of an object: another controller (an ExchangeRate's, a
+ * composite's, any operator's) writes it, on behalf of whoever may create that controller's
+ * objects. Such an object is never a source: a namespace distributes because only those allowed
+ * to write ConfigMaps or Secrets there put objects in it, and a controller writing for its users
+ * breaks that (a user who may create ExchangeRates in `default`, but no ConfigMap anywhere, would
+ * have one named as she chooses, labelled as a rule selects, copied into every namespace). Only
+ * `controller: true` counts: any other ownerReference is garbage collection, not authorship.
+ */
+export const controllerOf = (object: KubeObject): OwnerReference | undefined => object.metadata.ownerReferences?.find((reference) => reference.controller === true);
+
+/**
+ * The source objects a rule copies: matching, in the source namespace, not copies themselves, not
+ * being deleted, not of a type never copied, managed by no controller (controllerOf).
+ */
+export const sourcesOf = (listed: CopyableObject[]): CopyableObject[] => listed.filter((object) => isSelectable(object) && !controllerOf(object));
+
+/** What a rule's selector picks that another controller manages (controllerOf): never copied, reported. */
+export interface ControlledObject {
+  namespace: string;
+  name: string;
+  /** `<kind>/<name>` of its controller. */
+  controller: string;
+}
+
+export const controlledOf = (listed: CopyableObject[]): ControlledObject[] =>
+  listed.flatMap((object) => {
+    const controller = isSelectable(object) ? controllerOf(object) : undefined;
+    return controller ? [{ namespace: object.metadata.namespace!, name: object.metadata.name!, controller: `${controller.kind}/${controller.name}` }] : [];
+  });
+
+/** The reason of the Warning Event naming selected objects another controller manages. */
+export const CONTROLLED_REASON = 'ControlledNotCopied';
+
+/** The part of the Ready message that says how many selected objects are not copied for having a controller. */
+export const controlledNote = (count: number): string => `${count} selected objects are managed by another controller and never copied`;
+
+/**
+ * Is there news to warn about: selected objects managed by another controller, in a number the
+ * Ready condition does not show yet? (Once per number, not on every resync or event.)
+ */
+export function controlledNews(status: CopyratorRuleStatus | undefined, controlled: ControlledObject[]): boolean {
+  if (!controlled.length) return false;
+  const shown = status?.conditions?.find((condition) => condition.type === 'Ready')?.message ?? '';
+  return !shown.includes(`; ${controlledNote(controlled.length)}`);
+}
+
+/** The Warning naming them (the first three), and why. */
+export function controlledWarning(controlled: ControlledObject[]): string {
+  const named = controlled.slice(0, 3).map((object) => `${object.namespace}/${object.name} (controller ${quote(object.controller)})`).join(', ');
+  const more = controlled.length > 3 ? ` and ${controlled.length - 3} more` : '';
+  return `not copied: ${named}${more}; an object another controller manages is never a source, as that controller writes it for users who may not write into every namespace`;
+}
 
 /**
  * Whom a rule acts for. The function copies with its own cluster-wide rights and a rule does not
@@ -341,6 +399,8 @@ export interface CopyTally {
   failed: number;
   /** The delivery's deadline came first: the copies not judged yet follow in the rule's next delivery. */
   unfinished?: boolean;
+  /** Selected objects another controller manages: not copied, not counted in `matched`. */
+  controlled?: ControlledObject[];
 }
 
 /**
@@ -374,6 +434,12 @@ export function nextStatus(current: CopyratorRule, actedOn: CopyratorRule, tally
 }
 
 function readyCondition(tally: CopyTally): ConditionInput {
+  const condition = readyByCopies(tally);
+  const controlled = tally.controlled?.length ?? 0;
+  return controlled ? { ...condition, message: `${condition.message}; ${controlledNote(controlled)}` } : condition;
+}
+
+function readyByCopies(tally: CopyTally): ConditionInput {
   if (tally.conflicts.length) {
     return { type: 'Ready', status: 'False', reason: 'CopyConflicts', message: `${tally.copies} copies in place; ${tally.conflicts.length} not made: names held by objects this rule does not manage, or copies the API server refused (see status.conflicts)` };
   }

@@ -2,11 +2,12 @@
 // EnqueueRequestsFromMapFunc, pkg/handler/enqueue_mapped.go). ApiServerSource sends only the new
 // object, so a mapper cannot rely on a label still being there: a source that lost its selector
 // label must still wake its rule. Hence:
-//   - an object in a rule's source namespace wakes that rule when the rule selects it, and when
-//     the rule has a copy of it (it was a source: it lost its label, or was deleted); the copies
-//     come from one list of that name from the watch cache (a copy made a moment ago may be
-//     missing there: the resync then removes it). An object no rule selects or copies wakes
-//     nothing, however many rules read from its namespace;
+//   - an object in a rule's source namespace wakes that rule when the rule selects it (a source,
+//     or an object another controller manages: the rule reports it, and removes the copies made
+//     before it got its controller), and when the rule has a copy of it (it was a source: it
+//     lost its label, or was deleted); the copies come from one list of that name from the watch
+//     cache (a copy made a moment ago may be missing there: the resync then removes it). An
+//     object no rule selects or copies wakes nothing, however many rules read from its namespace;
 //   - a copy (rule annotation) wakes the rule that made it when it was deleted or differs from
 //     what its source makes of it (a hand edit). A copy that is exactly as the rule would write
 //     it wakes nothing: that is the echo of the rule's own write. The event body may make the
@@ -21,12 +22,14 @@
 //     once, not at the next resync.
 //   Those source namespaces are read once each (metadata only), however many rules read from
 //   them: one delete anywhere must not cost a read per rule.
-// A forged event can only cause reconciles of rules that exist; reconcile re-reads everything.
+// A forged event can only cause reconciles of rules that exist; reconcile re-reads everything:
+// whether an object is a source (its labels, its controller) is decided on the object as listed
+// from the API server, never as an event shows it.
 import type { MapperContext, WatchedChange } from '../runtime/declaration.ts';
 import { isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
 import type { KubeClient } from '../runtime/kube.ts';
 import { forEachLimited } from '../runtime/limit.ts';
-import { copyUpToDate, CopyratorRuleKind, desiredCopy, isCopy, kindOf, sourcesOf, matchesSelector, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
+import { controllerOf, copyUpToDate, CopyratorRuleKind, desiredCopy, isCopy, isSelectable, kindOf, sourcesOf, matchesSelector, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
 
 /** The `<namespace>/<name>` an annotation names, when it names a valid key (it reaches a URL). */
 function keyIn(value: unknown): ObjectKey | undefined {
@@ -74,7 +77,8 @@ async function rulesWithCopiesOf(kube: KubeClient, kind: ResourceKind, source: O
 const READ_CONCURRENCY = 16;
 
 /**
- * Which of `rules` select an object named `name` in their own source namespace: each distinct
+ * Which of `rules` select a source named `name` in their own source namespace (not a copy, no
+ * controller: an object they would copy): each distinct
  * namespace read once, as metadata (labels decide; a Secret's data stays where it is), by a
  * list of that one name, which the API server answers from a single key as a GET would.
  */
@@ -86,7 +90,7 @@ async function rulesSelectingSourceNamed(kube: KubeClient, kind: ResourceKind, n
   });
   return rules.filter((rule) => {
     const source = found.get(rule.namespace);
-    return source !== undefined && !isCopy(source) && matchesSelector(rule.selector, source.metadata.labels);
+    return source !== undefined && !isCopy(source) && !controllerOf(source) && matchesSelector(rule.selector, source.metadata.labels);
   });
 }
 
@@ -99,10 +103,10 @@ export function rulesForChange(ruleType: RuleType) {
     const allRules = (await kube.list<CopyratorRule>(CopyratorRuleKind, { cached: true })).items;
     const rules = allRules.filter((rule) => rule.ruleType === ruleType);
     const readers = rules.filter((rule) => rule.namespace === change.key.namespace);
-    const isSource = object !== undefined && sourcesOf([object]).length > 0;
+    const selectable = object !== undefined && isSelectable(object);
     const selecting: CopyratorRule[] = [];
     const others: CopyratorRule[] = [];
-    for (const rule of readers) (isSource && matchesSelector(rule.selector, object!.metadata.labels) ? selecting : others).push(rule);
+    for (const rule of readers) (selectable && matchesSelector(rule.selector, object!.metadata.labels) ? selecting : others).push(rule);
     const keys = [...selecting.map(keyOfRule), ...(others.length ? await rulesWithCopiesOf(kube, kind, change.key, others) : [])];
 
     const ownerKey = ruleKeyOfCopy(object);

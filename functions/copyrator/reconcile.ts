@@ -15,6 +15,10 @@ import { refusedWrite } from '../runtime/refusals.ts';
 import {
   blockTaken,
   conflictFor,
+  CONTROLLED_REASON,
+  controlledNews,
+  controlledOf,
+  controlledWarning,
   copyKey,
   CopyratorRuleKind,
   copiesSelector,
@@ -33,6 +37,7 @@ import {
   updatedCopy,
   wantedCopies,
   type Conflict,
+  type ControlledObject,
   type CopyableObject,
   type CopyAction,
   type CopyratorRule,
@@ -220,7 +225,7 @@ function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
  * deadline has passed and this run has written something (so that every run gets further), it
  * stops before the next page or chunk and reports the tally unfinished.
  */
-async function converge({ kube, shared, now, deadline }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; refused?: ConditionInput }> {
+async function converge({ kube, shared, now, deadline }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; refused?: ConditionInput; controlled: ControlledObject[] }> {
   const kind = kindOf(rule.ruleType);
   // The namespaces first: their labels decide whether the source namespace may be read at all.
   // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
@@ -233,7 +238,10 @@ async function converge({ kube, shared, now, deadline }: ReconcileContext, rule:
     refused ? { items: [] } : kube.list<CopyableObject>(kind, { namespace: rule.namespace, labelSelector: selectorString(rule.selector) || undefined, ...DATA_PAGES }),
     ...formerTypes.map((ruleType) => kube.list(kindOf(ruleType), { labelSelector: copiesSelector(rule), cached: true, metadataOnly: true })),
   ]);
+  // Decided on the objects as listed from the API server: one another controller manages is no
+  // source (controllerOf), so its copies, if any, are deleted below as a non-matching source's.
   const sources = sourcesOf(listed.items);
+  const controlled = controlledOf(listed.items);
   // A refused rule wants no copy: those it has (made before an administrator removed a label, or
   // before the function refused such rules) are removed.
   const wanted = wantedCopies(rule, sources, refused ? [] : targetNamespaces(rule, namespaces));
@@ -241,7 +249,7 @@ async function converge({ kube, shared, now, deadline }: ReconcileContext, rule:
   const outOfTime = () => writes.written > 0 && now().getTime() >= deadline;
   const tally = (unfinished: boolean) => {
     const { counts, conflicts, failed, firstError } = writes;
-    return { matched: sources.length, copies: counts.created + counts.updated + counts.unchanged, conflicts, failed, counts, firstError, ...(unfinished ? { unfinished } : {}), ...(refused ? { refused } : {}) };
+    return { matched: sources.length, copies: counts.created + counts.updated + counts.unchanged, conflicts, failed, counts, firstError, controlled, ...(unfinished ? { unfinished } : {}), ...(refused ? { refused } : {}) };
   };
   const present = new Set<string>();
   for await (const page of kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule), ...DATA_PAGES })) {
@@ -304,6 +312,7 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
     // Once per refusal, not on every resync or Namespace event (each reconciles every rule).
     const shown = rule.status?.conditions?.find((condition) => condition.type === 'Ready');
     if (tally.refused && (shown?.reason !== tally.refused.reason || shown.message !== tally.refused.message)) await events.warning(rule, CopyratorRuleKind, tally.refused.reason, tally.refused.message);
+    if (controlledNews(rule.status, tally.controlled)) await events.warning(rule, CopyratorRuleKind, CONTROLLED_REASON, controlledWarning(tally.controlled));
     await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, tally, tally.refused), rule);
     // Written status first, so it shows progress; the failed writes are retried with the event.
     if (tally.firstError) throw tally.firstError;

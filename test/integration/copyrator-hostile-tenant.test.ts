@@ -5,7 +5,9 @@
 // function's own defence must hold) and with it (the rule is refused, naming the missing right).
 // Whatever the outcome, nothing in another namespace is read into the tenant's reach or written
 // (every ConfigMap and Secret outside `attacker` compared before and after), and the tenant's
-// can-i answers are the same before and after.
+// can-i answers are the same before and after. Attack 3 comes through another controller: a
+// tenant who may create ExchangeRates in `default` has a ConfigMap written there for her, which
+// the seed's sample rule must not copy (an object another controller manages is never a source).
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -15,8 +17,10 @@ import { admissionObjects, admissionPolicyName } from '../../eventing/manifests/
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import { resyncEvent } from '../../eventing/plane.ts';
 import copyrator from '../../functions/copyrator/index.ts';
-import { ANY_SOURCE_LABEL, CopyratorRuleKind, DISTRIBUTE_LABEL, RULE_ANNOTATION, RULE_NAME_LABEL, RULE_NAMESPACE_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
-import { ConfigMap, CoreEvent, Namespace, Secret, type KubeObject, type ObjectKey } from '../../functions/runtime/kinds.ts';
+import { ANY_SOURCE_LABEL, CONTROLLED_REASON, controlledNote, controlledWarning, CopyratorRuleKind, DISTRIBUTE_LABEL, RULE_ANNOTATION, RULE_NAME_LABEL, RULE_NAMESPACE_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
+import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
+import { ConfigMap, CoreEvent, Namespace, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { controllerReference } from '../../functions/runtime/reconciler.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
 import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { canI, createObjects, kubeconfigWithDeclaredRbac, type AccessQuestion } from '../support/rbac.ts';
@@ -294,5 +298,109 @@ describe('with the admission policy', () => {
     assert.deepEqual([stored.namespace, stored.selector, stored.ruleType, stored.metadata.labels], ['ops', { a: 'b' }, 'configmap', { team: 'ops' }]);
     // The administrator may change it.
     await kube.mergePatch(CopyratorRuleKind, key, { selector: { a: 'c' } });
+  });
+});
+
+describe('attack 3: another controller writes a selected object into a distributing namespace for a tenant', () => {
+  // The seed's sample rule (the test above) copies what is labelled copyrator=true in `default`.
+  // An ExchangeRate user (rita: exchangerates in default, no ConfigMap rights anywhere) has the
+  // exchange-rate function write a ConfigMap named after her ExchangeRate and labelled as it is;
+  // written here by the administrator as that function writes it, with its controller
+  // ownerReference to a real ExchangeRate (so the garbage collector keeps it).
+  const mainRule = { namespace: 'default', name: 'main-rule' };
+  const everywhere = ['attacker', 'victim', 'team-a', 'kube-system'];
+  let rita: KubeClient;
+
+  const resourceEvent = async (kind: ResourceKind, object: KubeObject, action: 'add' | 'update', mode: 'Resource' | 'Reference' = 'Resource') => {
+    const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode }));
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    return answer.body;
+  };
+  const holders = async (kind: ResourceKind, name: string) => (await kube.list(kind, { fieldSelector: `metadata.name=${name}` })).items.map((object) => object.metadata.namespace).sort();
+  const warnings = async (namespace: string, name: string) =>
+    (await kube.list<KubeObject & { reason?: string; type?: string; count?: number; message?: string; involvedObject?: { name?: string } }>(CoreEvent, { namespace })).items
+      .filter((event) => event.involvedObject?.name === name && event.reason === CONTROLLED_REASON);
+  const rateOf = (name: string) => ({ apiVersion: 'operators.brennerm.github.io/v1', kind: 'ExchangeRate', metadata: { name, namespace: 'default', labels: { copyrator: 'true' } }, spec: { currency: 'USD' } });
+  const ownedBy = (owner: KubeObject) => [controllerReference(owner, ExchangeRateKind)];
+
+  before(async () => {
+    await createRole('default', 'exchange-rate-user', [{ apiGroups: ['operators.brennerm.github.io'], resources: ['exchangerates'], verbs: ['create', 'get', 'list', 'watch', 'update', 'patch', 'delete'] }], 'rita');
+    rita = kubeFor(await cluster.cp.serviceAccountKubeconfig('default', 'rita'));
+    assert.ok(await kube.get(CopyratorRuleKind, mainRule), 'the seed\'s sample rule is in place');
+  });
+
+  test('a labelled ConfigMap in default that an ExchangeRate controls is not copied nor matched, and is warned about once', async () => {
+    assert.equal((await canI(rita, { verb: 'create', group: '', resource: 'configmaps', namespace: 'default' })), false, 'rita may not write ConfigMaps in default');
+    const matchedBefore = (await kube.get<CopyratorRule>(CopyratorRuleKind, mainRule))!.status!.matched;
+    const rate = await rita.create(ExchangeRateKind, rateOf('squatted-name'));
+    const written = await kube.create(ConfigMap, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { ...rateOf('squatted-name').metadata, ownerReferences: ownedBy(rate) }, data: { rate: '1.05' } });
+    // Its add event wakes the rule that selects it (for the report); the rule copies nothing.
+    assert.equal((await resourceEvent(ConfigMap, written, 'add')).reconciled, 1);
+    assert.deepEqual(await holders(ConfigMap, 'squatted-name'), ['default']);
+    const status = (await kube.get<CopyratorRule>(CopyratorRuleKind, mainRule))!.status!;
+    assert.equal(status.matched, matchedBefore, 'not counted as matched');
+    const condition = status.conditions!.find((c) => c.type === 'Ready')!;
+    assert.deepEqual([condition.status, condition.reason], ['True', 'CopiesInPlace']);
+    assert.ok(condition.message.endsWith(`; ${controlledNote(1)}`), condition.message);
+    const [warning] = await eventually(async () => {
+      const found = await warnings('default', 'main-rule');
+      return found.length ? found : undefined;
+    }, 10_000, `a ${CONTROLLED_REASON} Warning on main-rule`);
+    assert.equal(warning!.type, 'Warning');
+    assert.equal(warning!.message, controlledWarning([{ namespace: 'default', name: 'squatted-name', controller: 'ExchangeRate/squatted-name' }]));
+    // Every namespace holds the rule's other copies still; a resync changes nothing and warns no more.
+    await reconcile(mainRule);
+    assert.deepEqual(await holders(ConfigMap, 'squatted-name'), ['default']);
+    assert.ok(await kube.get(ConfigMap, { namespace: 'victim', name: 'shared-settings' }), 'the rule still copies its sources');
+    assert.deepEqual((await warnings('default', 'main-rule')).map((event) => event.count), [1], 'warned once');
+  });
+
+  test('a source that gets a controller loses its copies at its update event; one that loses it is copied again', async () => {
+    const owner = await rita.create(ExchangeRateKind, rateOf('settings-owner'));
+    for (const namespace of everywhere) assert.ok((await holders(ConfigMap, 'shared-settings')).includes(namespace), `copied into ${namespace} before`);
+    const controlled = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'default', name: 'shared-settings' }, { metadata: { ownerReferences: ownedBy(owner) } });
+    assert.equal((await resourceEvent(ConfigMap, controlled, 'update')).reconciled, 1);
+    assert.deepEqual(await holders(ConfigMap, 'shared-settings'), ['default'], 'every copy removed');
+    const status = (await kube.get<CopyratorRule>(CopyratorRuleKind, mainRule))!.status!;
+    assert.deepEqual([status.matched, status.copies], [0, 0]);
+    assert.ok(status.conditions!.find((c) => c.type === 'Ready')!.message.endsWith(`; ${controlledNote(2)}`));
+
+    const released = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'default', name: 'shared-settings' }, { metadata: { ownerReferences: null } });
+    assert.equal(released.metadata.ownerReferences, undefined);
+    assert.equal((await resourceEvent(ConfigMap, released, 'update')).reconciled, 1);
+    for (const namespace of everywhere) assert.deepEqual((await kube.get<CopyableObject>(ConfigMap, { namespace, name: 'shared-settings' }))?.data, { color: 'blue' }, namespace);
+    assert.equal((await kube.get<CopyratorRule>(CopyratorRuleKind, mainRule))!.status!.matched, 1);
+  });
+
+  test('an event body decides nothing: one without the controller copies nothing; one with it removes no copy', async () => {
+    const squatted = (await kube.get<CopyableObject>(ConfigMap, { namespace: 'default', name: 'squatted-name' }))!;
+    await resourceEvent(ConfigMap, { ...squatted, metadata: { ...squatted.metadata, ownerReferences: undefined } }, 'update');
+    assert.deepEqual(await holders(ConfigMap, 'squatted-name'), ['default'], 'still not copied');
+    const source = (await kube.get<CopyableObject>(ConfigMap, { namespace: 'default', name: 'shared-settings' }))!;
+    const copy = (await kube.get<CopyableObject>(ConfigMap, { namespace: 'victim', name: 'shared-settings' }))!;
+    const owner = (await kube.get(ExchangeRateKind, { namespace: 'default', name: 'settings-owner' }))!;
+    await resourceEvent(ConfigMap, { ...source, metadata: { ...source.metadata, ownerReferences: ownedBy(owner) } }, 'update');
+    const after = (await kube.get<CopyableObject>(ConfigMap, { namespace: 'victim', name: 'shared-settings' }))!;
+    assert.deepEqual([after.metadata.uid, after.metadata.resourceVersion], [copy.metadata.uid, copy.metadata.resourceVersion], 'the copy untouched');
+  });
+
+  test('Secrets too (Reference mode: the mapper reads them): a controlled one is not copied until it loses its controller', async () => {
+    const key = { namespace: 'default', name: 'share-secrets' };
+    await kube.create(CopyratorRuleKind, rule('default', 'share-secrets', 'default', { share: 'secret' }, 'secret'));
+    await reconcile(key);
+    const owner = await rita.create(ExchangeRateKind, rateOf('secret-owner'));
+    const secret = await kube.create(Secret, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'controlled-secret', namespace: 'default', labels: { share: 'secret' }, ownerReferences: ownedBy(owner) }, stringData: { token: 'x' } });
+    const reference = { apiVersion: 'v1', kind: 'Secret', metadata: { namespace: 'default', name: 'controlled-secret' } };
+    assert.equal((await resourceEvent(Secret, reference, 'add', 'Reference')).reconciled, 1);
+    assert.deepEqual(await holders(Secret, 'controlled-secret'), ['default']);
+    assert.equal((await kube.get<CopyratorRule>(CopyratorRuleKind, key))!.status!.matched, 0);
+    await kube.mergePatch(Secret, { namespace: 'default', name: secret.metadata.name! }, { metadata: { ownerReferences: null } });
+    assert.equal((await resourceEvent(Secret, reference, 'update', 'Reference')).reconciled, 1);
+    for (const namespace of everywhere) assert.ok(await kube.get(Secret, { namespace, name: 'controlled-secret' }), namespace);
+    await kube.mergePatch(Secret, { namespace: 'default', name: 'controlled-secret' }, { metadata: { ownerReferences: ownedBy(owner) } });
+    assert.equal((await resourceEvent(Secret, reference, 'update', 'Reference')).reconciled, 1);
+    assert.deepEqual(await holders(Secret, 'controlled-secret'), ['default'], 'its copies removed again');
+    await kube.delete(CopyratorRuleKind, key);
+    await reconcile(key);
   });
 });

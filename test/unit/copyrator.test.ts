@@ -3,6 +3,12 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
   conflictFor,
+  CONTROLLED_REASON,
+  controlledNews,
+  controlledNote,
+  controlledOf,
+  controlledWarning,
+  controllerOf,
   copiesSelector,
   copyKey,
   copyUpToDate,
@@ -119,6 +125,42 @@ describe('a copy', () => {
     // A tenant's bootstrap token copied into kube-system would be a working credential to join a node.
     const bootstrap = { ...source('bootstrap-token-abcdef'), kind: 'Secret', type: 'bootstrap.kubernetes.io/token' };
     assert.deepEqual(sourcesOf([source('a'), copyInSource, deleting, token, bootstrap]).map((object) => object.metadata.name), ['a']);
+  });
+
+  test('is never made of an object another controller manages (a controller ownerReference); any other ownerReference does not count', () => {
+    const byController = (name: string, kind = 'ExchangeRate') => source(name, { metadata: { ...source(name).metadata, ownerReferences: [
+      { apiVersion: 'v1', kind: 'Pod', name: 'p', uid: 'u' },
+      { apiVersion: 'operators.brennerm.github.io/v1', kind, name, uid: `owner-${name}`, controller: true, blockOwnerDeletion: true },
+    ] } });
+    const notController = source('gc-only', { metadata: { ...source('gc-only').metadata, ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: 'p', uid: 'u', controller: false }] } });
+    const squatted = byController('squatted-name');
+    assert.equal(controllerOf(squatted)?.kind, 'ExchangeRate');
+    assert.equal(controllerOf(source('plain')), undefined, 'an ownerReference without controller: true is no controller');
+    const listed = [source('plain'), notController, squatted, byController('child', 'ImmortalContainer')];
+    assert.deepEqual(sourcesOf(listed).map((object) => object.metadata.name), ['plain', 'gc-only']);
+    assert.deepEqual(controlledOf(listed), [
+      { namespace: 'default', name: 'squatted-name', controller: 'ExchangeRate/squatted-name' },
+      { namespace: 'default', name: 'child', controller: 'ImmortalContainer/child' },
+    ]);
+    // What is no source for another reason is not reported as controlled.
+    const deleting = byController('going');
+    deleting.metadata.deletionTimestamp = '2026-01-01T00:00:00Z';
+    const token = { ...byController('token'), kind: 'Secret', type: 'kubernetes.io/service-account-token' };
+    const copy = stored(desiredCopy(rule({ metadata: { name: 'other', namespace: 'x', uid: 'o' } }), source('z'), 'default'));
+    copy.metadata.ownerReferences = [{ apiVersion: 'v1', kind: 'Pod', name: 'p', uid: 'u', controller: true }];
+    assert.deepEqual(controlledOf([deleting, token, copy]), []);
+    assert.deepEqual(sourcesOf([deleting, token, copy]), []);
+  });
+
+  test('of a source that got a controller is deleted; the copy of one that lost it is made', () => {
+    const r = rule();
+    const owned = source('was-source', { metadata: { ...source('was-source').metadata, ownerReferences: [{ apiVersion: 'v1', kind: 'ExchangeRate', name: 'x', uid: 'x', controller: true }] } });
+    const copy = stored(desiredCopy(r, source('was-source'), 'a'));
+    const wanted = wantedCopies(r, sourcesOf([owned]), ['a']);
+    assert.deepEqual(planObserved(wanted, [copy]).map((action) => action.type), ['delete']);
+    assert.deepEqual([...missingCopies(wanted, new Set())], []);
+    const released = source('was-source');
+    assert.deepEqual([...missingCopies(wantedCopies(r, sourcesOf([released]), ['a']), new Set())].map(copyKey), ['a/was-source']);
   });
 
   test('of a rule with a 253-character name is labelled with a stable hash and named exactly by annotation', () => {
@@ -277,6 +319,48 @@ describe('status', () => {
     const ready = status.conditions!.find((condition) => condition.type === 'Ready')!;
     assert.deepEqual([ready.status, ready.reason], ['True', 'CopiesInPlace']);
     assert.equal(nextStatus(rule({ metadata: { name: 'main-rule', namespace: 'default', uid: 'new-uid' } }), rule(), { matched: 0, copies: 0, conflicts: [], failed: 0 }), undefined);
+  });
+});
+
+describe('selected objects another controller manages', () => {
+  const controlled = (count: number) => Array.from({ length: count }, (_, i) => ({ namespace: 'default', name: `rate-${i}`, controller: `ExchangeRate/rate-${i}` }));
+
+  test('are not matched; Ready keeps its reason and says how many, only when there are some', () => {
+    const status = nextStatus(rule(), rule(), { matched: 1, copies: 3, conflicts: [], failed: 0, controlled: controlled(2) })!;
+    const ready = status.conditions!.find((condition) => condition.type === 'Ready')!;
+    assert.equal(status.matched, 1);
+    assert.deepEqual([ready.status, ready.reason, ready.message], ['True', 'CopiesInPlace', `3 copies of 1 matching objects in place; ${controlledNote(2)}`]);
+    assert.equal(controlledNote(2), '2 selected objects are managed by another controller and never copied');
+    const none = nextStatus(rule(), rule(), { matched: 1, copies: 3, conflicts: [], failed: 0, controlled: [] })!;
+    assert.equal(none.conditions!.find((condition) => condition.type === 'Ready')!.message, '3 copies of 1 matching objects in place');
+    const conflicting = nextStatus(rule(), rule(), { matched: 1, copies: 2, conflicts: [{ namespace: 'a', name: 'x', reason: 'NotManaged', message: 'm' }], failed: 0, controlled: controlled(1) })!;
+    const held = conflicting.conditions!.find((condition) => condition.type === 'Ready')!;
+    assert.equal(held.reason, 'CopyConflicts');
+    assert.ok(held.message.endsWith(`; ${controlledNote(1)}`), held.message);
+  });
+
+  test('are warned about once per number: news while the Ready condition does not show that number', () => {
+    assert.equal(controlledNews(undefined, []), false);
+    assert.equal(controlledNews(undefined, controlled(1)), true);
+    const shown = nextStatus(rule(), rule(), { matched: 0, copies: 0, conflicts: [], failed: 0, controlled: controlled(1) })!;
+    assert.equal(controlledNews(shown, controlled(1)), false, 'the same number again: shown already');
+    assert.equal(controlledNews(shown, controlled(11)), true, '11 is not 1');
+    assert.equal(controlledNews(shown, []), false, 'none left: nothing to warn about');
+    const eleven = nextStatus(rule(), rule(), { matched: 0, copies: 0, conflicts: [], failed: 0, controlled: controlled(11) })!;
+    assert.equal(controlledNews(eleven, controlled(1)), true, '1 is not 11');
+  });
+
+  test('the Warning names the first three with their controllers, and why', () => {
+    assert.equal(CONTROLLED_REASON, 'ControlledNotCopied');
+    assert.equal(controlledWarning(controlled(1)), 'not copied: default/rate-0 (controller "ExchangeRate/rate-0"); an object another controller manages is never a source, as that controller writes it for users who may not write into every namespace');
+    const many = controlledWarning(controlled(5));
+    assert.match(many, /^not copied: default\/rate-0 \(controller "ExchangeRate\/rate-0"\), default\/rate-1 .*, default\/rate-2 \(controller "ExchangeRate\/rate-2"\) and 2 more; /);
+    assert.doesNotMatch(many, /rate-3/);
+    // A controller's kind and name are whatever the object's writer put there: quoted and bounded.
+    const long = controlledWarning([{ namespace: 'default', name: 'x', controller: `K/${'n'.repeat(500)}` }]);
+    assert.ok(long.length < 300 && long.includes('(502 characters)'), long);
+    const escape = controlledWarning([{ namespace: 'default', name: 'x', controller: 'K/x\u001b[2J' }]);
+    assert.ok(!escape.includes('\u001b') && escape.includes('K/x\\u001b[2J'), escape);
   });
 });
 
