@@ -20,8 +20,8 @@ CACHE_ROOT="${OPFN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/operator-functions
 OUT_DIR="$CACHE_ROOT/knative-$KNATIVE_VERSION"
 CRD_DIR="$OUT_DIR/crds"
 
-say() { printf '[provision] %s\n' "$*" >&2; }
-fail() { printf '[provision] error: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=go-build.sh
+. "$(dirname "$0")/go-build.sh"
 
 [[ "$KNATIVE_VERSION" =~ ^1\.([0-9]+)\.([0-9]+)$ ]] || fail "KNATIVE_VERSION=$KNATIVE_VERSION is not a release such as 1.23.0"
 MODULE_VERSION="v0.$(( BASH_REMATCH[1] + 27 )).${BASH_REMATCH[2]}"
@@ -29,6 +29,12 @@ MODULE_VERSION="v0.$(( BASH_REMATCH[1] + 27 )).${BASH_REMATCH[2]}"
 # Which files of each module's config/ are the kinds the project generates or runs.
 SERVING_CRDS=(service configuration revision route)
 EVENTING_CRDS=(apiserversource pingsource broker trigger eventpolicy)
+
+# The folder of `$1@$MODULE_VERSION` in the module cache, downloaded if need be.
+module_dir() {
+  (mkdir -p "$CACHE_ROOT" && cd "$CACHE_ROOT" && GOFLAGS= go mod download -json "$1@$MODULE_VERSION" | sed -n 's/.*"Dir": "\(.*\)",*/\1/p') \
+    || fail "the Go module proxy did not serve $1@$MODULE_VERSION: check the network to it (go env GOPROXY), or set KNATIVE_VERSION to a release it has (go list -m -versions $1)"
+}
 
 build_adapters() {
   local bin_dir="$OUT_DIR/bin" programs=(apiserver_receive_adapter mtping)
@@ -46,23 +52,11 @@ build_adapters() {
   local start dir="$OUT_DIR/build" packages=()
   start=$(date +%s)
   for p in "${programs[@]}"; do packages+=("knative.dev/eventing/cmd/$p"); done
-  rm -rf "$dir"; mkdir -p "$dir"
-  printf 'module operator-functions.local/knative-build\n\ngo 1.25.0\n\nrequire knative.dev/eventing %s\n' "$MODULE_VERSION" > "$dir/go.mod"
-  export GOFLAGS="-mod=mod -trimpath" CGO_ENABLED=0
-  say "resolving knative.dev/eventing@$MODULE_VERSION (the first time downloads its dependencies)"
-  (cd "$dir" && go mod download knative.dev/eventing >/dev/null 2>&1) \
-    || fail "the Go module proxy did not serve knative.dev/eventing@$MODULE_VERSION: check the network to it (go env GOPROXY), or set KNATIVE_VERSION to a release it has (go list -m -versions knative.dev/eventing)"
-  (
-    cd "$dir"
-    total=$(go list -deps "${packages[@]}" 2>/dev/null | wc -l) || total='?'
-    say "building ${programs[*]} of Knative $KNATIVE_VERSION (a few minutes on 2 cores, once; progress below)"
-    go build -v -ldflags "-s -w" -o "$dir/bin/" "${packages[@]}" 2>&1 \
-      | awk -v total="$total" '
-          /^go: downloading/ { next }
-          /\.go:[0-9]+:|^# |^go: |: cannot |missing go\.sum/ { print > "/dev/stderr"; next }
-          { n++; if (n % 100 == 0) { printf "[provision]   %d of at most %s packages compiled\n", n, total > "/dev/stderr"; fflush("/dev/stderr") } }'
-    exit "${PIPESTATUS[0]}"
-  ) || fail "building Knative $KNATIVE_VERSION's adapters failed (see the lines above); the module is kept in $dir"
+  module_dir knative.dev/eventing >/dev/null
+  wrapper_module "$dir" knative.dev/eventing "$MODULE_VERSION" </dev/null
+  say "building ${programs[*]} of Knative $KNATIVE_VERSION (a few minutes on 2 cores, once; progress below)"
+  build_packages "$dir" "-s -w" "${packages[@]}" \
+    || fail "building Knative $KNATIVE_VERSION's adapters failed (see the lines above); the module is kept in $dir"
   mkdir -p "$bin_dir"
   for p in "${programs[@]}"; do install -m 0755 "$dir/bin/$p" "$bin_dir/$p"; done
   say "built in $(( $(date +%s) - start ))s; cached in $bin_dir"
@@ -77,12 +71,7 @@ esac
 
 if [ ! -f "$CRD_DIR/SOURCE.txt" ]; then
   command -v go >/dev/null || fail "no Go on this machine: Knative's CRDs are read from its Go modules. Install Go 1.25 or later, or set KNATIVE_CRDS_DIR to a folder with Knative's CRD files"
-  mkdir -p "$CACHE_ROOT"
   say "fetching Knative $KNATIVE_VERSION's CRDs (knative.dev/serving and knative.dev/eventing $MODULE_VERSION)"
-  module_dir() {
-    (cd "$CACHE_ROOT" && GOFLAGS= go mod download -json "$1@$MODULE_VERSION" | sed -n 's/.*"Dir": "\(.*\)",*/\1/p') \
-      || fail "the Go module proxy did not serve $1@$MODULE_VERSION: check the network to it (go env GOPROXY), or set KNATIVE_VERSION to a release it has (go list -m -versions $1)"
-  }
   serving=$(module_dir knative.dev/serving)
   eventing=$(module_dir knative.dev/eventing)
   staging="$OUT_DIR/crds.partial"

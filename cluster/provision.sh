@@ -22,8 +22,8 @@ CACHE_ROOT="${OPFN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/operator-functions
 BIN_DIR="$CACHE_ROOT/k8s-$K8S_VERSION"
 BINARIES=(kube-apiserver kube-controller-manager kubectl etcd)
 
-say() { printf '[provision] %s\n' "$*" >&2; }
-fail() { printf '[provision] error: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=go-build.sh
+. "$(dirname "$0")/go-build.sh"
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
   [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ] \
@@ -50,38 +50,6 @@ fi
 
 BUILD_ROOT="$CACHE_ROOT/build"
 mkdir -p "$BUILD_ROOT" "$BIN_DIR"
-export GOFLAGS="-mod=mod -trimpath" CGO_ENABLED=0
-
-# A module of our own whose go.mod requires `$1@$2` and replaces each module named on stdin by
-# its given version; go.sum entries are checked against the checksum database as they are added.
-wrapper_module() {
-  local dir="$1" module="$2" version="$3"
-  rm -rf "$dir"; mkdir -p "$dir"
-  (
-    cd "$dir"
-    printf 'module operator-functions.local/build\n\ngo 1.25.0\n\nrequire %s %s\n' "$module" "$version" > go.mod
-    while read -r name replacement; do go mod edit -replace "$name=$replacement"; done
-  )
-}
-
-# Builds packages with `go build -v`, which names each package as it compiles: a live counter
-# against the number of packages to compile, without flooding the terminal.
-build_packages() {
-  local dir="$1" ldflags="$2"; shift 2
-  (
-    cd "$dir"
-    say "resolving $* (the first time downloads a few hundred MB of Go modules)"
-    go mod download 2>&1 | sed 's/^/[provision]   /' >&2 || true
-    total=$(go list -deps "$@" 2>/dev/null | wc -l) || total='?'
-    go build -v -ldflags "$ldflags" -o "$dir/bin/" "$@" 2>&1 \
-      | awk -v total="$total" '
-          /^go: downloading/ { next }
-          /\.go:[0-9]+:|^# |^go: / { print > "/dev/stderr"; next }
-          { n++; if (n % 100 == 0) { printf "[provision]   %d of at most %s packages compiled\n", n, total > "/dev/stderr"; fflush("/dev/stderr") } }'
-    exit "${PIPESTATUS[0]}"
-  )
-}
-
 start=$(date +%s)
 
 # Kubernetes: k8s.io/kubernetes's go.mod points its ~30 staging modules at ./staging, which only
