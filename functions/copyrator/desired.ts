@@ -193,7 +193,9 @@ export function controlledWarning(controlled: ControlledObject[]): string {
  *   name in namespaces the tenant may not write to (and take the name from their owners);
  * - ANY_SOURCE_LABEL=true on a namespace: whoever may create rules there may read the ConfigMaps
  *   and Secrets of every distributing namespace, so its rules may name another source namespace.
- *   Without it a rule copies out of its own namespace only, whose objects its author can read.
+ *   Without it a rule copies out of its own namespace only, whose objects its author is trusted
+ *   to read (RBAC does not tie that to `create copyrators`: the admission policy checks it, or
+ *   an administrator grants rules only to who may read the namespace's ConfigMaps and Secrets).
  * The ValidatingAdmissionPolicy (admission.ts) checks the author's own rights where it is
  * installed; these labels are what holds where it is not, or for rules admitted before it.
  */
