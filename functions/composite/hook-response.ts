@@ -17,7 +17,7 @@
 // child of a namespaced parent in another namespace: its ownerReference cannot cross namespaces,
 // so the garbage collector deletes it (OwnerRefInvalidNamespace) and every sync creates it
 // again, while upstream reports success.
-import { isValidNamespace, type KubeObject } from '../runtime/kinds.ts';
+import { isValidNamespace, pathSegmentProblem, type KubeObject } from '../runtime/kinds.ts';
 import { firstDuplicateKey } from './duplicate-keys.ts';
 import { describeKey, CONTROLLER_UID_LABEL, type Selector } from './selector.ts';
 import { allowedPrivileged, PRIVILEGED_CHILD_REASON, privilegedChildProblem } from './privileged.ts';
@@ -170,10 +170,7 @@ export function desiredChildren(input: DesiredChildrenInput): Checked<KubeObject
  */
 export function objectNameProblem(name: unknown): string | undefined {
   if (typeof name !== 'string' || name === '') return 'is required (generateName is not supported: children are matched by name)';
-  if (name === '.' || name === '..') return `may not be "${name}"`;
-  if (name.includes('/') || name.includes('%')) return `may not contain '/' or '%'`;
-  if (name.length > 253) return 'must be no more than 253 characters';
-  return undefined;
+  return pathSegmentProblem(name);
 }
 
 const jsonType = (value: unknown): string => (value === null ? 'null' : Array.isArray(value) ? 'array' : typeof value);

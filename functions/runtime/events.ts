@@ -238,10 +238,10 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
   if (!ref.apiVersion || !ref.kind) throw new BadEventError(`${event.type} event names no apiVersion/kind (extensions apiversion and kind, or the data)`);
   // Both end up in answers, logs and keys: a forged one must not be megabytes long.
   if (!isValidKindName(ref.kind)) throw new BadEventError(`${event.type} event names an invalid kind ${quote(ref.kind)}`);
-  const { group } = parseApiVersion(ref.apiVersion);
-  if (!isValidGroupVersion(parseApiVersion(ref.apiVersion))) throw new BadEventError(`${event.type} event names an invalid apiVersion ${quote(ref.apiVersion)}`);
-  // The kind's own rule: a ClusterRoleBinding may be named system:controller:foo.
-  if (!isValidNameOf(group, ref.kind, ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got ${quote(ref.name)})`);
+  const groupVersion = parseApiVersion(ref.apiVersion);
+  if (!isValidGroupVersion(groupVersion)) throw new BadEventError(`${event.type} event names an invalid apiVersion ${quote(ref.apiVersion)}`);
+  // The kind's own rule: a ClusterRoleBinding may be named system:controller:foo (at most 253 characters).
+  if (!isValidNameOf(groupVersion.group, ref.kind, ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got ${quote(ref.name)})`);
   if (ref.namespace && !isValidNamespace(ref.namespace)) throw new BadEventError(`${event.type} event has an invalid namespace ${quote(ref.namespace)}`);
   if (mode === 'resource' && (typeof body.metadata !== 'object' || body.metadata === null)) throw new BadEventError(`${event.type} event data is not a Kubernetes object (no metadata)`);
   const metadata = mode === 'resource' ? metadataProblem(body.metadata) : undefined;

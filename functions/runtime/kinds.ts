@@ -138,13 +138,24 @@ const PATH_SEGMENT_NAMED: ReadonlySet<string> = new Set([
 /** Does the API server check names of this kind (`group` '' for the core group) only as path segments? */
 export const hasPathSegmentNames = (group: string, kind: string): boolean => PATH_SEGMENT_NAMED.has(`${group}/${kind}`);
 
-// apimachinery's IsValidPathSegmentName, exactly: checkSegment encodes whatever else a name holds.
-const isPathSegmentName = (name: string): boolean => name !== '' && name !== '.' && name !== '..' && !/[/%]/.test(name);
+/**
+ * Why `value` cannot be one path segment of an object's URL, or undefined: apimachinery's
+ * IsValidPathSegmentName (not '.' or '..', which `new URL` collapses, no '/' or '%', which change
+ * the URL addressed), not empty, and at most 253 characters, the longest name the runtime
+ * addresses (a forged one must not be megabytes long). Whatever else it holds is encoded.
+ */
+export function pathSegmentProblem(value: unknown): string | undefined {
+  if (typeof value !== 'string' || value === '') return 'may not be empty';
+  if (value === '.' || value === '..') return `may not be "${value}"`;
+  if (/[/%]/.test(value)) return `may not contain '/' or '%'`;
+  if (value.length > 253) return 'must be no more than 253 characters';
+  return undefined;
+}
 
 /** A name the API server accepts for an object of this kind (`group` '' for the core group). */
 export function isValidNameOf(group: string, kind: string, name: unknown): name is string {
   if (typeof name !== 'string') return false;
-  return hasPathSegmentNames(group, kind) ? isPathSegmentName(name) : NAME.test(name);
+  return hasPathSegmentNames(group, kind) ? pathSegmentProblem(name) === undefined : NAME.test(name);
 }
 // A kind is a CamelCase identifier whose lower case is a DNS-1035 label (apiextensions'
 // validation of a CRD's names.kind): at most 63 characters.
@@ -156,7 +167,7 @@ export const isValidNamespace = (namespace: unknown): namespace is string => typ
 export function keyProblem(kind: ResourceKind, key: ObjectKey): string | undefined {
   if (!isValidNameOf(kind.group, kind.kind, key.name)) {
     return hasPathSegmentNames(kind.group, kind.kind)
-      ? `invalid object name ${quote(key.name)} (a ${kind.kind} name is a path segment: not empty, '.' or '..', no '/' or '%')`
+      ? `invalid object name ${quote(key.name)} (a ${kind.kind} name is a path segment: not empty, '.' or '..', no '/' or '%', at most 253)`
       : `invalid object name ${quote(key.name)} (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253)`;
   }
   if (kind.namespaced && !isValidNamespace(key.namespace)) return `invalid namespace ${quote(key.namespace)} (a DNS-1123 label: lower-case letters, digits and '-', at most 63)`;
@@ -170,13 +181,13 @@ export function keyProblem(kind: ResourceKind, key: ObjectKey): string | undefin
  */
 export class InvalidPathSegmentError extends Error {
   constructor(what: string, value: string) {
-    super(`refusing to address ${what} ${quote(value)}: it is not a valid path segment ('.', '..', empty, or contains '/' or '%')`);
+    super(`refusing to address ${what} ${quote(value)}: it is not a valid path segment ('.', '..', empty, contains '/' or '%', or longer than 253)`);
     this.name = 'InvalidPathSegmentError';
   }
 }
 
 function checkSegment(what: string, value: string): string {
-  if (value === '' || value === '.' || value === '..' || /[/%]/.test(value)) throw new InvalidPathSegmentError(what, value);
+  if (pathSegmentProblem(value)) throw new InvalidPathSegmentError(what, value);
   return encodeURIComponent(value);
 }
 

@@ -19,7 +19,8 @@ import type { FunctionDeclaration, ReconcileContext } from './declaration.ts';
 import { BadKeyError, statusForError, TerminalError, TransientError } from './errors.ts';
 import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from './events.ts';
 import { httpClient, type HttpClient } from './http.ts';
-import { groupKind, keyOf, keyProblem, kindKey, kindKeyString, parseKindKey, sameKind, splitKindKey, type KindKey, type KubeObject } from './kinds.ts';
+import { groupKind, isValidNamespace, keyOf, kindKey, kindKeyString, parseKindKey, pathSegmentProblem, sameKind, splitKindKey, type KindKey, type KubeObject } from './kinds.ts';
+import { quote } from './quote.ts';
 import { ApiError, KubeClient } from './kube.ts';
 import { createLogger } from './log.ts';
 import { createMetrics, type FunctionMetrics } from './metrics.ts';
@@ -101,6 +102,13 @@ export function requeueTime(requeueAfterSeconds: number | undefined, now: Date):
 }
 
 /** Is `namespace` (of a namespaced object; '' for a cluster-scoped one) outside an install limited to `installNamespace`? */
+/** The answer when a delivery fails before any key is reconciled: statusForError's code, but 500 for a TerminalError (no key to record it on). */
+function failedBeforeReconcile(error: unknown, log: Logger, what: string): Outcome {
+  const status = statusForError(error);
+  log[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, what);
+  return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
+}
+
 const outsideInstall = (installNamespace: string | undefined, namespace: string): boolean => installNamespace !== undefined && namespace !== '' && namespace !== installNamespace;
 
 export class FunctionHost {
@@ -248,9 +256,7 @@ export class FunctionHost {
         if (event.object && event.action !== 'delete' && keys.length === 1) hint = { apiVersion: event.ref.apiVersion, kind: event.ref.kind, ...event.object };
       }
     } catch (error) {
-      const status = statusForError(error);
-      eventLog()[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, 'could not work out what the event concerns');
-      return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
+      return failedBeforeReconcile(error, eventLog(), 'could not work out what the event concerns');
     }
     if (installNamespace !== undefined) {
       const inside = keys.map((key) => !outsideInstall(installNamespace, key.namespace));
@@ -293,9 +299,7 @@ export class FunctionHost {
       }
       if (keys.length === 0 && type === 'poll') return { status: 200, body: { ignored: `poll: all ${listed} ${reconciled.kind} objects settled` } };
     } catch (error) {
-      const status = statusForError(error);
-      log[status === 400 ? 'warn' : 'error']({ err: (error as Error).message }, `could not list for the ${type}`);
-      return { status: status === 200 ? 500 : status, body: { error: (error as Error).message } };
+      return failedBeforeReconcile(error, log, `could not list for the ${type}`);
     }
     return this.#reconcileAll(keys, log, deadline);
   }
@@ -311,9 +315,12 @@ export class FunctionHost {
     const parsed = parseKindKey(text, [declaration.reconciles]);
     const parts = splitKindKey(text);
     if (typeof parsed !== 'string' || !declaration.runtimeKinds || typeof parts === 'string' || parts.groupKind === groupKind(declaration.reconciles)) return parsed;
-    // Another kind: refuse what no kind could make a valid key before asking the function (an API read).
-    const shapeProblem = keyProblem({ ...declaration.reconciles, namespaced: parts.key.namespace !== '' }, parts.key);
-    if (shapeProblem) return shapeProblem;
+    // Another kind: refuse what no kind could make a valid key (a name that is not one path
+    // segment, a namespace that is not a DNS-1123 label) before asking the function (an API
+    // read); the kind's own rule decides afterwards.
+    const nameProblem = pathSegmentProblem(parts.key.name);
+    if (nameProblem) return `invalid object name ${quote(parts.key.name)}: ${nameProblem}`;
+    if (parts.key.namespace !== '' && !isValidNamespace(parts.key.namespace)) return `invalid namespace ${quote(parts.key.namespace)} (a DNS-1123 label)`;
     const kind = await declaration.runtimeKinds.kindOf(parts.groupKind, { kube, log });
     return kind ? parseKindKey(text, [kind]) : parsed;
   }

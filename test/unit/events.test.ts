@@ -7,9 +7,10 @@ import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../
 import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
 import { BadEventError, decodeCloudEvent, interpretEvent, metadataProblem, PING_TYPE, POLL_DATA, type FunctionEvent } from '../../functions/runtime/events.ts';
-import { kindKeyString, Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, kindKeyString, Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { binaryHeaders, malformedEvents, referenceData } from '../support/malformed-events.ts';
+import { ClusterRoleBinding } from '../support/tenant.ts';
 
 const SERVER = 'https://10.96.0.1:443';
 const IC_API_VERSION = 'immortalcontainer.flugel.it/v1alpha1';
@@ -345,20 +346,17 @@ describe('Resource-mode bodies', () => {
 });
 
 describe('names as the API server accepts them for the event\'s kind', () => {
-  const ClusterRoleBindingKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRoleBinding', plural: 'clusterrolebindings', namespaced: false };
-  const ConfigMapKind = { group: '', version: 'v1', kind: 'ConfigMap', plural: 'configmaps', namespaced: true };
-
   test('a system:* ClusterRoleBinding (a path-segment name) is an event, in both modes; the same name on a ConfigMap is refused', () => {
     for (const mode of ['Reference', 'Resource'] as const) {
-      const event = apiServerSourceEvent({ server: SERVER, kind: ClusterRoleBindingKind, object: { metadata: { name: 'system:controller:foo', uid: 'u1' } }, action: 'delete', mode });
+      const event = apiServerSourceEvent({ server: SERVER, kind: ClusterRoleBinding, object: { metadata: { name: 'system:controller:foo', uid: 'u1' } }, action: 'delete', mode });
       assert.equal(change(viaBinary(event)).ref.name, 'system:controller:foo', mode);
     }
-    const configMap = apiServerSourceEvent({ server: SERVER, kind: ConfigMapKind, object: { metadata: { name: 'system:foo', namespace: 'prod' } }, action: 'update', mode: 'Reference' });
+    const configMap = apiServerSourceEvent({ server: SERVER, kind: ConfigMap, object: { metadata: { name: 'system:foo', namespace: 'prod' } }, action: 'update', mode: 'Reference' });
     assert.throws(() => viaBinary(configMap), (error: Error) => error instanceof BadEventError && /no valid object name/.test(error.message));
   });
 
-  test('still refused for any kind: ., .., a slash, a percent sign, empty', () => {
-    for (const name of ['.', '..', 'a/b', '%2e', '']) {
+  test('still refused for any kind: ., .., a slash, a percent sign, empty, longer than 253 characters', () => {
+    for (const name of ['.', '..', 'a/b', '%2e', '', 'x'.repeat(254)]) {
       const event = new CloudEvent({ type: 'dev.knative.apiserver.ref.delete', source: SERVER, datacontenttype: 'application/json', data: { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', name, namespace: '' } });
       assert.throws(() => viaBinary(event), BadEventError, name);
     }

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { isValidGroupVersion, isValidName, isValidNameOf, isValidNamespace, keyProblem, kindKeyString, objectPath, parseApiVersion, parseKindKey, rfc3339, sameKind, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ClusterRoleBinding, Role } from '../support/tenant.ts';
 
 test('apiVersion: no slash is the core group; the rest after the first slash is the version', () => {
   assert.deepEqual(parseApiVersion('v1'), { group: '', version: 'v1' });
@@ -34,14 +35,11 @@ test('metav1.Time: RFC 3339, UTC, whole seconds', () => {
   assert.equal(rfc3339(0), '1970-01-01T00:00:00Z');
 });
 
-const ClusterRoleBinding: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRoleBinding', plural: 'clusterrolebindings', namespaced: false };
-const Role: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'Role', plural: 'roles', namespaced: true };
-
 test('names per kind: RBAC kinds (and a few others) take any path segment, as the API server does; every other kind a DNS subdomain', () => {
-  for (const name of ['system:controller:foo', 'adv:adv-colon', 'Upper_Case', 'rôle', 'a b']) {
+  for (const name of ['system:controller:foo', 'adv:adv-colon', 'Upper_Case', 'rôle', 'a b', 'x'.repeat(253)]) {
     assert.equal(isValidNameOf('rbac.authorization.k8s.io', 'ClusterRoleBinding', name), true, name);
   }
-  for (const name of ['', '.', '..', 'a/b', '50%', '%2e%2e']) assert.equal(isValidNameOf('rbac.authorization.k8s.io', 'ClusterRoleBinding', name), false, name);
+  for (const name of ['', '.', '..', 'a/b', '50%', '%2e%2e', 'x'.repeat(254)]) assert.equal(isValidNameOf('rbac.authorization.k8s.io', 'ClusterRoleBinding', name), false, name);
   assert.equal(isValidNameOf('networking.k8s.io', 'IPAddress', '2001:db8::1'), true);
   assert.equal(isValidNameOf('certificates.k8s.io', 'CertificateSigningRequest', 'csr:node:a'), true);
   // The same name in another group, a core kind or a custom resource: a DNS subdomain.

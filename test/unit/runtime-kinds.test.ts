@@ -15,6 +15,8 @@ import { quietLog, unreachableKube } from '../support/cluster.ts';
 const Controller: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Controller', plural: 'controllers', namespaced: false };
 /** Learnt at run time: neither reconciled, owned nor watched by the declaration. */
 const Gadget: ResourceKind = { group: 'gadgets.example.com', version: 'v1', kind: 'Gadget', plural: 'gadgets', namespaced: true };
+/** A built-in kind whose names are path segments (kinds.ts hasPathSegmentNames), learnt at run time. */
+const ClusterRole: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRole', plural: 'clusterroles', namespaced: false };
 const Part: ResourceKind = { group: '', version: 'v1', kind: 'ConfigMap', plural: 'configmaps', namespaced: true };
 
 function hostWith(runtimeKinds: RuntimeKinds, fail: (key: KindKey) => boolean = () => false) {
@@ -91,6 +93,28 @@ describe('kinds known only at run time', () => {
     const invalid = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/..'], id: 'r3' });
     assert.equal(invalid.status, 400);
     assert.match(String(invalid.body.error), /invalid object name/);
+  });
+
+  test('a run-time kind is held to its own name rule: a system:* ClusterRole key reaches kindOf and is reconciled', async () => {
+    const asked: string[] = [];
+    const { host, reconciled } = hostWith({
+      async keysFor() {
+        return [];
+      },
+      async kindOf(text) {
+        asked.push(text);
+        return text === groupKind(ClusterRole) ? ClusterRole : undefined;
+      },
+    });
+    const answer = await host.handle({ type: 'reconcile', keys: ['rbac.authorization.k8s.io/ClusterRole:system:foo'], id: 'r7' });
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.deepEqual(asked, ['rbac.authorization.k8s.io/ClusterRole']);
+    assert.deepEqual(reconciled.map(kindKeyString), ['rbac.authorization.k8s.io/ClusterRole:system:foo']);
+    // What no kind could name is refused before kindOf is asked (an API read in a real function).
+    const unsafe = await host.handle({ type: 'reconcile', keys: ['rbac.authorization.k8s.io/ClusterRole:a%2fb'], id: 'r8' });
+    assert.equal(unsafe.status, 400);
+    assert.match(String(unsafe.body.error), /invalid object name/);
+    assert.equal(asked.length, 1);
   });
 
   test('a failed key of a run-time kind is named in the reply, and that reply is a reconcile event the host takes back', async () => {
