@@ -1,9 +1,10 @@
 // CompositeControllers served through the whole local plane, as `npm start` runs it on its own
-// control plane: the generated objects applied to the API server (stand-in Knative CRDs), the
-// EventPlane running them (`knativeObjects`), the composite function as its own ServiceAccount.
-// Nothing is delivered by hand: a CompositeController applied while the plane runs makes the
-// function write that controller's ApiServerSources (and their identity), the plane's controllers
-// run them, and the parents' and children's events flow source → broker → Trigger → function.
+// control plane: the generated objects applied to the API server (under Knative's own CRDs,
+// eventing/knative/crds.ts), the EventPlane running them (`knativeObjects`), the composite
+// function as its own ServiceAccount. Nothing is delivered by hand: a CompositeController applied
+// while the plane runs makes the function write that controller's ApiServerSources (and their
+// identity), the plane's controllers run them, and the parents' and children's events flow
+// source → broker → Trigger → function.
 // Deleting the controller deletes its sources (owned by it; the garbage collector of
 // kube-controller-manager), and its kinds stop reaching the function.
 //

@@ -2,9 +2,10 @@
 // collector runs), as the composite function's own generated identity: the event sources of a
 // CompositeController are created owned by it, a second call writes nothing, drift is repaired,
 // sources no longer needed go, the sources' ServiceAccount may watch exactly its kinds, and
-// deleting the controller deletes everything. The ApiServerSource CRD is Knative 1.0.0's when
-// ../shared/knative-crds is there (its schema prunes `namespaceSelector: {}`, which must not
-// count as drift), else the local plane's stand-in.
+// deleting the controller deletes everything. The ApiServerSource CRD is Knative's own, of the
+// release the manifests target (eventing/knative/crds.ts: cluster/provision-knative.sh, or
+// KNATIVE_CRDS_DIR), when it can be provisioned, else the permissive stand-in (standInCrds); an
+// older release's schema pruned `namespaceSelector: {}`, which must not count as drift.
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -24,13 +25,9 @@ import { KubeClient } from '../../functions/runtime/kube.ts';
 import { deliver, eventually, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { crdFor } from '../support/examples.ts';
 import { createObjects, kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+import { ClusterRole, ClusterRoleBinding, Role, RoleBinding, ServiceAccount } from '../support/tenant.ts';
 
 const ImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
-const ServiceAccount: ResourceKind = { group: '', version: 'v1', kind: 'ServiceAccount', plural: 'serviceaccounts', namespaced: true };
-const ClusterRole: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRole', plural: 'clusterroles', namespaced: false };
-const ClusterRoleBinding: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRoleBinding', plural: 'clusterrolebindings', namespaced: false };
-const Role: ResourceKind = { ...ClusterRole, kind: 'Role', plural: 'roles', namespaced: true };
-const RoleBinding: ResourceKind = { ...ClusterRole, kind: 'RoleBinding', plural: 'rolebindings', namespaced: true };
 const KINDS: Record<string, ResourceKind> = { ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding, ApiServerSource };
 
 const options: EventingOptions = { namespace: 'operator-functions', brokerName: 'operator-functions', scope: 'cluster' };
@@ -51,7 +48,7 @@ const get = (object: KubeObject) => cluster.kube.get(KINDS[object.kind!]!, { nam
 before(async () => {
   cluster = await startTestCluster({ controllerManager: true });
   await applyCrds(cluster.kube, realKnative ? knativeCrds(realKnative).filter((crd) => (crd.spec as { names: { kind: string } }).names.kind === 'ApiServerSource') : standInCrds().filter((crd) => (crd.spec as { names: { kind: string } }).names.kind === 'ApiServerSource'));
-  console.log(`# ApiServerSource CRD: ${realKnative ? `Knative 1.0.0 from ${realKnative}` : 'the local plane\'s stand-in (no ../shared/knative-crds)'}`);
+  console.log(`# ApiServerSource CRD: ${realKnative ? `Knative's from ${realKnative}` : 'the stand-in (Knative\'s CRDs could not be provisioned)'}`);
   await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: options.namespace } });
   // The function's own identity, exactly as generated: proves its rules allow what ensureEventing does.
   functionKubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite, options.namespace);

@@ -23,10 +23,10 @@ import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { crdFor } from '../support/examples.ts';
 import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { canI, kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+import { ClusterRoleBinding } from '../support/tenant.ts';
 
 const Gadget: ResourceKind = { group: 'hostile.example.com', version: 'v1', kind: 'Gadget', plural: 'gadgets', namespaced: false };
 const Doohickey: ResourceKind = { group: 'counted.example.com', version: 'v1', kind: 'Doohickey', plural: 'doohickeys', namespaced: true };
-const ClusterRoleBinding: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRoleBinding', plural: 'clusterrolebindings', namespaced: false };
 const RBAC_API = 'rbac.authorization.k8s.io/v1';
 
 let cluster: TestCluster;
