@@ -24,6 +24,7 @@ import type { Logger } from 'pino';
 import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { guessedResource } from '../../functions/runtime/knative-objects.ts';
+import { compileSelector } from '../../functions/composite/selector.ts';
 import { formatLabelSelector } from '../manifests/sources.ts';
 import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';
 import type { BrokerDirectory } from './brokers.ts';
@@ -98,7 +99,23 @@ export const namespacesFrom = (kube: KubeClient): NamespaceLister => async (sele
   return list.items.map((item) => item.metadata.name!).sort();
 };
 
-const hasLabels = (selector: LabelSelector | undefined): boolean => Boolean(selector && (Object.keys(selector.matchLabels ?? {}).length || selector.matchExpressions?.length));
+/**
+ * One Namespace list (metadata only, made on first use) shared by every selector asked: each is
+ * matched locally (compileSelector, the API server's semantics). It does not check label keys and
+ * values as the API server does, so it serves only selectors the API server accepted before.
+ */
+export function namespacesListedOnce(kube: KubeClient): NamespaceLister {
+  let listed: Promise<KubeObject[]> | undefined;
+  return async (selector) => {
+    const compiled = compileSelector(selector);
+    if (!compiled.ok) throw new Error(compiled.reason);
+    listed ??= kube.list(Namespace, { metadataOnly: true }).then((list) => list.items);
+    return (await listed).filter((item) => compiled.selector.matches(item.metadata.labels)).map((item) => item.metadata.name!).sort();
+  };
+}
+
+/** Does the selector name any label (`{}` and absent select every namespace)? */
+export const hasLabels = (selector: LabelSelector | undefined): boolean => Boolean(selector && (Object.keys(selector.matchLabels ?? {}).length || selector.matchExpressions?.length));
 
 /** The local source for an ApiServerSource object (with the namespaces it watches), or the conditions saying why there is none. */
 export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolver, 'resolve'>, brokers: Pick<BrokerDirectory, 'has'>, namespaces: NamespaceLister): Promise<{ specs?: SourceSpec[]; namespaces?: string[]; verdict?: Verdict }> {
@@ -178,12 +195,13 @@ export class ApiServerSourceController {
     this.#kinds = new KindResolver(options.kube, options.knownKinds);
   }
 
-  async apply(object: KubeObject): Promise<void> {
+  /** `namespaces`: where a namespaceSelector's namespaces come from this time (default: the options'). */
+  async apply(object: KubeObject, namespaces?: NamespaceLister): Promise<void> {
     if (this.#stopped) return;
     const key = keyString(keyOf(object));
     this.#objects.set(key, object);
     const { kube, brokers, log, status } = this.#options;
-    const planned = await localSourceFor(object, this.#kinds, brokers, this.#options.namespaces ?? namespacesFrom(kube));
+    const planned = await localSourceFor(object, this.#kinds, brokers, namespaces ?? this.#options.namespaces ?? namespacesFrom(kube));
     if (!planned.specs) {
       await this.#stop(key);
       await status.write(ApiServerSource, object, planned.verdict!);
@@ -236,8 +254,12 @@ export class ApiServerSourceController {
 
   /** A namespace was created, changed or deleted: each source with a namespaceSelector watches (and reports) the namespaces it selects now. */
   async namespacesChanged(): Promise<void> {
-    for (const object of [...this.#objects.values()]) {
-      if ((object.spec as SourceObjectSpec | undefined)?.namespaceSelector) await this.apply(object);
+    // One Namespace list for the pass, not one per source: a running source's selector was
+    // accepted by the API server when it started, so it is matched locally; any other is listed
+    // through the API server, which checks it again.
+    const listed = this.#options.namespaces ?? namespacesListedOnce(this.#options.kube);
+    for (const [key, object] of [...this.#objects]) {
+      if ((object.spec as SourceObjectSpec | undefined)?.namespaceSelector) await this.apply(object, this.#running.has(key) ? listed : undefined);
     }
   }
 

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { pino } from 'pino';
-import { ApiServerSourceController, KindResolver, localSourceFor } from '../../eventing/knative/api-server-sources.ts';
+import { ApiServerSourceController, KindResolver, localSourceFor, namespacesListedOnce } from '../../eventing/knative/api-server-sources.ts';
 import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
 import { unreachableKube } from '../support/cluster.ts';
 import { nextFire, parseSchedule } from '../../eventing/knative/cron.ts';
@@ -127,6 +127,21 @@ describe('ApiServerSource objects → local sources', () => {
     } finally {
       delete namespaces['team-c'];
     }
+  });
+
+  test('a namespace pass lists Namespaces once, metadata only, and matches every selector against that list', async () => {
+    const lists: unknown[] = [];
+    const kube = {
+      list: async (_kind: unknown, options: unknown) => {
+        lists.push(options);
+        return { items: Object.entries(namespaces).map(([name, labels]) => ({ metadata: { name, labels } })) };
+      },
+    } as unknown as KubeClient;
+    const listed = namespacesListedOnce(kube);
+    assert.deepEqual(await listed({ matchLabels: { team: 'a' } }), ['team-a']);
+    assert.deepEqual(await listed({ matchExpressions: [{ key: 'team', operator: 'Exists' }] }), ['team-a', 'team-b']);
+    assert.deepEqual(await listed({ matchExpressions: [{ key: 'team', operator: 'NotIn', values: ['a'] }] }), ['default', NS, 'team-b'].sort());
+    assert.deepEqual(lists, [{ metadataOnly: true }]);
   });
 
   test('namespaces that cannot be listed: not started, Ready=False NamespacesNotListed', async () => {
