@@ -209,7 +209,7 @@ cluster
 cluster
   .command('env')
   .description('print the KUBECONFIG line, and the PATH line for its kubectl, of the running local cluster (eval "$(opfn cluster env)")')
-  .action(() => {
+  .action(async () => {
     const running = clusterRecord(STATE_DIR);
     const state = running?.pid === undefined ? 'gone' : clusterProcess({ ...running, pid: running.pid });
     if (running?.pid === undefined || !running.kubeconfig || state !== 'running') {
@@ -218,7 +218,7 @@ cluster
       process.exit(1);
     }
     console.log(`export KUBECONFIG=${running.kubeconfig}`);
-    if (running.binDir) console.log(`export PATH=${running.binDir}:$PATH`);
+    if (running.binDir) console.log((await import('../cluster/control-plane.ts')).kubectlPathLine(running.binDir));
   });
 
 program

@@ -7,15 +7,15 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync, rmSync, readFileSync, readdirSync, existsSync, openSync, closeSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Agent, fetch } from 'undici';
 import { atExit } from './exit-cleanup.ts';
 import { isSameProcess, processArguments, processStart } from './processes.ts';
+import { provisionScript, runProvisionScript } from './provision-script.ts';
 
 const run = promisify(execFile);
-const PROVISION_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), 'provision.sh');
+const PROVISION_SCRIPT = provisionScript('provision.sh');
 
 export interface ControlPlane {
   /** https://127.0.0.1:<port> */
@@ -61,24 +61,8 @@ export interface ControlPlaneOptions {
 }
 
 /** Where the binaries are: KUBEBUILDER_ASSETS, the cache, or a build from Kubernetes' Go modules (cluster/provision.sh). */
-export async function provisionBinaries(progress: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('bash', [PROVISION_SCRIPT], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let lastLines: string[] = [];
-    child.stdout.on('data', (chunk) => (out += chunk));
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
-      for (const line of chunk.split('\n').filter(Boolean)) {
-        lastLines = [...lastLines.slice(-20), line];
-        if (line.startsWith('[provision]')) progress(line);
-      }
-    });
-    child.on('error', reject);
-    child.on('close', (code) => {
-      if (code === 0) resolve(out.trim().split('\n').pop()!);
-      else reject(new Error(lastLines.filter((l) => l.includes('error')).pop()?.replace('[provision] error: ', '') ?? `provisioning the control plane binaries failed (exit ${code}); run bash ${PROVISION_SCRIPT} to see why`));
-    });
-  });
+export function provisionBinaries(progress: (line: string) => void = (l) => process.stderr.write(l + '\n')): Promise<string> {
+  return runProvisionScript(PROVISION_SCRIPT, [], 'provisioning the control plane binaries', progress);
 }
 
 /** Distinct free loopback ports: all are held open at once, so none is handed out twice. */

@@ -8,6 +8,26 @@ fail() { printf '[provision] error: %s\n' "$*" >&2; exit 1; }
 
 export GOFLAGS="-mod=mod -trimpath" CGO_ENABLED=0
 
+# Runs `$3…` holding the lock file `$1`, one build at a time: concurrent test files (or a second
+# terminal) wait for the first, naming what (`$2`) they wait for. The command should first check
+# whether the build it waited for made what it needs. The lock is held until the script ends.
+with_build_lock() {
+  local lock="$1" what="$2"; shift 2
+  mkdir -p "$(dirname "$lock")"
+  exec 9>"$lock"
+  if ! flock -n 9; then
+    say "another build of $what is running; waiting for it"
+    flock 9
+  fi
+  "$@"
+}
+
+# The field `$2` (Dir, GoMod) of module `$1` (name@version) in the module cache, downloaded if
+# need be. Run outside any module (in $CACHE_ROOT), so no go.mod is consulted or changed.
+module_field() {
+  (mkdir -p "$CACHE_ROOT" && cd "$CACHE_ROOT" && GOFLAGS= go mod download -json "$1" | sed -n "s/.*\"$2\": \"\(.*\)\",*/\1/p")
+}
+
 # A module in `$1` that requires `$2@$3` and replaces each module named on stdin (a line
 # "name replacement@version" each); go.sum entries are checked against the checksum database as
 # the build adds them.

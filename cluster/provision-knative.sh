@@ -11,6 +11,9 @@
 # cluster/provision.sh builds Kubernetes: a small module of our own requires knative.dev/eventing
 # at the release's version (its go.mod has no replace directives to carry over).
 #
+# `provision-knative.sh eventing-module` prints the folder of knative.dev/eventing's module source
+# (config/ among it) in the Go module cache, downloading it if need be.
+#
 # KNATIVE_VERSION selects another release (Knative 1.N is module version v0.(N+27).x).
 # Progress goes to stderr; the only line on stdout is the folder.
 set -euo pipefail
@@ -32,41 +35,41 @@ EVENTING_CRDS=(apiserversource pingsource broker trigger eventpolicy)
 
 # The folder of `$1@$MODULE_VERSION` in the module cache, downloaded if need be.
 module_dir() {
-  (mkdir -p "$CACHE_ROOT" && cd "$CACHE_ROOT" && GOFLAGS= go mod download -json "$1@$MODULE_VERSION" | sed -n 's/.*"Dir": "\(.*\)",*/\1/p') \
+  module_field "$1@$MODULE_VERSION" Dir \
     || fail "the Go module proxy did not serve $1@$MODULE_VERSION: check the network to it (go env GOPROXY), or set KNATIVE_VERSION to a release it has (go list -m -versions $1)"
 }
 
+BIN_DIR="$OUT_DIR/bin"
+PROGRAMS=(apiserver_receive_adapter mtping)
+adapters_complete() { for p in "${PROGRAMS[@]}"; do [ -x "$BIN_DIR/$p" ] || return 1; done; }
+
 build_adapters() {
-  local bin_dir="$OUT_DIR/bin" programs=(apiserver_receive_adapter mtping)
-  complete() { for p in "${programs[@]}"; do [ -x "$bin_dir/$p" ] || return 1; done; }
-  if complete; then echo "$bin_dir"; return 0; fi
-  command -v go >/dev/null || fail "no Go on this machine: Knative's adapters are built from the Go module knative.dev/eventing. Install Go 1.25 or later"
-  # One build at a time: concurrent test files wait for the first.
-  mkdir -p "$OUT_DIR"
-  exec 8>"$OUT_DIR/build.lock"
-  if ! flock -n 8; then
-    say "another build of Knative's adapters is running; waiting for it"
-    flock 8
-    if complete; then echo "$bin_dir"; return 0; fi
-  fi
+  adapters_complete && return 0 # the build waited for made them
   local start dir="$OUT_DIR/build" packages=()
   start=$(date +%s)
-  for p in "${programs[@]}"; do packages+=("knative.dev/eventing/cmd/$p"); done
+  for p in "${PROGRAMS[@]}"; do packages+=("knative.dev/eventing/cmd/$p"); done
   module_dir knative.dev/eventing >/dev/null
   wrapper_module "$dir" knative.dev/eventing "$MODULE_VERSION" </dev/null
-  say "building ${programs[*]} of Knative $KNATIVE_VERSION (a few minutes on 2 cores, once; progress below)"
+  say "building ${PROGRAMS[*]} of Knative $KNATIVE_VERSION (this takes a while, once; progress below)"
   build_packages "$dir" "-s -w" "${packages[@]}" \
     || fail "building Knative $KNATIVE_VERSION's adapters failed (see the lines above); the module is kept in $dir"
-  mkdir -p "$bin_dir"
-  for p in "${programs[@]}"; do install -m 0755 "$dir/bin/$p" "$bin_dir/$p"; done
-  say "built in $(( $(date +%s) - start ))s; cached in $bin_dir"
-  echo "$bin_dir"
+  mkdir -p "$BIN_DIR"
+  for p in "${PROGRAMS[@]}"; do install -m 0755 "$dir/bin/$p" "$BIN_DIR/$p"; done
+  say "built in $(( $(date +%s) - start ))s; cached in $BIN_DIR"
 }
 
 case "${1:-crds}" in
   crds) ;;
-  adapters) build_adapters; exit 0 ;;
-  *) fail "unknown part \"$1\": provision-knative.sh [crds|adapters]" ;;
+  adapters)
+    if ! adapters_complete; then
+      command -v go >/dev/null || fail "no Go on this machine: Knative's adapters are built from the Go module knative.dev/eventing. Install Go 1.25 or later"
+      with_build_lock "$OUT_DIR/build.lock" "Knative's adapters" build_adapters
+    fi
+    echo "$BIN_DIR"; exit 0 ;;
+  eventing-module)
+    command -v go >/dev/null || fail "no Go on this machine: knative.dev/eventing's module source is read from the Go module cache. Install Go 1.25 or later"
+    module_dir knative.dev/eventing; exit 0 ;;
+  *) fail "unknown part \"$1\": provision-knative.sh [crds|adapters|eventing-module]" ;;
 esac
 
 if [ ! -f "$CRD_DIR/SOURCE.txt" ]; then

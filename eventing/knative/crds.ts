@@ -12,20 +12,16 @@
 // real one; any other existing CRD (a real Knative on the cluster) is left alone. standInCrds
 // remains for tests that need the kinds served without Knative's schema; the plane never
 // installs them.
-import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
+import { provisionScript, runProvisionScript } from '../../cluster/provision-script.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { applyCrds } from '../crds.ts';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-export const PROVISION_KNATIVE_SCRIPT = join(ROOT, 'cluster', 'provision-knative.sh');
-
-/** The Knative release the generated manifests target (cluster/provision-knative.sh's default). */
-export const KNATIVE_RELEASE = '1.23';
+/** Provisions Knative's CRDs (the default part), its adapters (`adapters`) or its eventing module's source folder (`eventing-module`). */
+export const PROVISION_KNATIVE_SCRIPT = provisionScript('provision-knative.sh');
 
 /** The CRDs (by metadata.name) of the kinds the local plane runs. */
 export const PLANE_CRD_NAMES = ['services.serving.knative.dev', 'brokers.eventing.knative.dev', 'triggers.eventing.knative.dev', 'pingsources.sources.knative.dev', 'apiserversources.sources.knative.dev'];
@@ -37,11 +33,6 @@ function checkOverride(dir: string): string {
   return dir;
 }
 
-function provisionFailure(code: number | null, stderr: string): Error {
-  const reason = stderr.split('\n').filter((line) => line.includes('error')).pop()?.replace('[provision] error: ', '');
-  return new Error(`Knative's CRDs could not be provisioned: ${reason ?? `bash ${PROVISION_KNATIVE_SCRIPT} exited with ${code}`}`);
-}
-
 /**
  * The folder of Knative's CRDs: $KNATIVE_CRDS_DIR, else the one cluster/provision-knative.sh
  * prints (fetching them on first use). Throws an Error saying what to do when neither works.
@@ -49,23 +40,18 @@ function provisionFailure(code: number | null, stderr: string): Error {
 export async function provisionKnativeCrds(): Promise<string> {
   const override = process.env[OVERRIDE];
   if (override) return checkOverride(override);
-  return new Promise((done, fail) => {
-    const child = spawn('bash', [PROVISION_KNATIVE_SCRIPT], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (out += chunk));
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (err += chunk));
-    child.on('error', fail);
-    child.on('close', (code) => (code === 0 ? done(out.trim().split('\n').pop()!) : fail(provisionFailure(code, err))));
-  });
+  try {
+    return await runProvisionScript(PROVISION_KNATIVE_SCRIPT, [], 'provisioning Knative\'s CRDs');
+  } catch (error) {
+    throw new Error(`Knative's CRDs could not be provisioned: ${(error as Error).message}`);
+  }
 }
 
-/** provisionKnativeCrds for module-level use (a test deciding what to install before it starts); undefined when they cannot be had. */
-export function knativeCrdDir(): string | undefined {
+/** provisionKnativeCrds for a test deciding what to install; undefined when they cannot be provisioned (a bad KNATIVE_CRDS_DIR still throws). */
+export async function knativeCrdDir(): Promise<string | undefined> {
   const override = process.env[OVERRIDE];
   if (override) return checkOverride(override);
-  const run = spawnSync('bash', [PROVISION_KNATIVE_SCRIPT], { encoding: 'utf8' });
-  return run.status === 0 ? run.stdout.trim().split('\n').pop() : undefined;
+  return runProvisionScript(PROVISION_KNATIVE_SCRIPT, [], 'provisioning Knative\'s CRDs').catch(() => undefined);
 }
 
 /** The Knative CRDs of `dir` (every YAML file in it; they use YAML merge keys, `<<: *version`). */

@@ -33,7 +33,7 @@ const KINDS: Record<string, ResourceKind> = { ServiceAccount, ClusterRole, Clust
 const options: EventingOptions = { namespace: 'operator-functions', brokerName: 'operator-functions', scope: 'cluster' };
 const kinds = { parent: ImmortalContainer, children: [Pod] };
 const teamA: EventingOptions = { namespace: 'team-a', brokerName: 'operator-functions', scope: 'namespace' };
-const realKnative = knativeCrdDir();
+const realKnative = await knativeCrdDir();
 
 let cluster: TestCluster;
 let kube: KubeClient;

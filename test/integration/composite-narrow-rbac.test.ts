@@ -34,7 +34,7 @@ let writes: string[] = [];
 
 before(async () => {
   cluster = await startTestCluster({ controllerManager: true });
-  const dir = knativeCrdDir();
+  const dir = await knativeCrdDir();
   await applyCrds(cluster.kube, (dir ? knativeCrds(dir) : standInCrds()).filter((crd) => (crd.spec as { names: { kind: string } }).names.kind === 'ApiServerSource'));
   await createObjects(cluster.cp, [NS, OTHER].map((name) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name } })));
   const narrowed = narrowComposite(composite, readCompositeFile(SEED), options);

@@ -1,7 +1,7 @@
-// Test support: Knative's own data-plane programs (knative.dev/eventing v0.50.0 = Knative 1.23.0,
-// built by `cluster/provision-knative.sh adapters`) run as plain processes against the test
-// control plane, configured from the ApiServerSource and PingSource objects `opfn manifests`
-// generates, exactly as Knative's controllers configure their Deployments:
+// Test support: Knative's own data-plane programs (knative.dev/eventing of the release
+// cluster/provision-knative.sh targets, built by its `adapters` part) run as plain processes
+// against the test control plane, configured from the ApiServerSource and PingSource objects
+// `opfn manifests` generates, exactly as Knative's controllers configure their Deployments:
 //
 // - ApiServerSource: pkg/reconciler/apiserversource/resources/receive_adapter.go (makeEnv) gives
 //   the receive adapter K_SINK, K_SOURCE_CONFIG (namespaces, allNamespaces, resources as guessed
@@ -19,14 +19,15 @@
 // environment. A second adapter finds :8080 taken and goes on without probes (the error is
 // ignored upstream); nothing here uses the probes: readiness is read from the adapter's klog line
 // "Caches populated" (verbosity 2), written once per reflector after its initial list.
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { promisify } from 'node:util';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { freePort, killOnExit, stopProcess } from '../../cluster/control-plane.ts';
 import type { ControlPlane } from '../../cluster/control-plane.ts';
+import { runProvisionScript } from '../../cluster/provision-script.ts';
+import { hasLabels, namespacesFrom } from '../../eventing/knative/api-server-sources.ts';
+import { PROVISION_KNATIVE_SCRIPT } from '../../eventing/knative/crds.ts';
 import { ApiServerSource, Broker, PingSource } from '../../eventing/knative/kinds.ts';
 import { ready, writeStatus } from '../../eventing/knative/status.ts';
 import { formatLabelSelector } from '../../eventing/manifests/sources.ts';
@@ -34,22 +35,17 @@ import { keyOf, keyString, parseApiVersion, type KubeObject, type LabelSelector 
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { guessedResource } from '../../functions/runtime/knative-objects.ts';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
-const run = promisify(execFile);
-
 /** The namespace Knative's system components run in (SYSTEM_NAMESPACE). */
 export const KNATIVE_SYSTEM_NAMESPACE = 'knative-eventing';
 
-/** The folder holding apiserver_receive_adapter and mtping, built once (minutes) and cached. */
-export async function knativeAdapterBinaries(): Promise<string> {
-  const { stdout } = await run('bash', [join(ROOT, 'cluster/provision-knative.sh'), 'adapters'], { maxBuffer: 1 << 20, timeout: 60 * 60_000 });
-  return stdout.trim().split('\n').at(-1)!;
+/** The folder holding apiserver_receive_adapter and mtping, built once and cached. */
+export function knativeAdapterBinaries(): Promise<string> {
+  return runProvisionScript(PROVISION_KNATIVE_SCRIPT, ['adapters'], 'building Knative\'s adapters');
 }
 
-/** The folder of the release's module source (config/ among it), as the Go module cache holds it. */
-export async function knativeEventingModuleDir(version = 'v0.50.0'): Promise<string> {
-  const { stdout } = await run('go', ['env', 'GOMODCACHE']);
-  return join(stdout.trim(), `knative.dev/eventing@${version}`);
+/** The folder of the release's knative.dev/eventing module source (config/ among it), in the Go module cache. */
+function knativeEventingModuleDir(): Promise<string> {
+  return runProvisionScript(PROVISION_KNATIVE_SCRIPT, ['eventing-module'], 'finding knative.dev/eventing\'s module');
 }
 
 interface SourceSpec {
@@ -78,10 +74,10 @@ export async function resolveSink(kube: KubeClient, source: KubeObject): Promise
  * namespaceSelector, else the namespaces it selects (listed by the caller); an empty selector is
  * `allNamespaces`.
  */
-export function receiveAdapterConfig(source: KubeObject, selectedNamespaces: string[]): Record<string, unknown> {
+function receiveAdapterConfig(source: KubeObject, selectedNamespaces: string[]): Record<string, unknown> {
   const spec = (source.spec ?? {}) as SourceSpec;
   const selector = spec.namespaceSelector;
-  const allNamespaces = selector !== undefined && !Object.keys(selector.matchLabels ?? {}).length && !selector.matchExpressions?.length;
+  const allNamespaces = selector !== undefined && !hasLabels(selector);
   return {
     namespaces: selector === undefined ? [source.metadata.namespace] : selectedNamespaces,
     allNamespaces,
@@ -261,7 +257,7 @@ export class ReceiveAdapters {
     const sink = await resolveSink(kube, source);
     const spec = (source.spec ?? {}) as SourceSpec;
     const selector = spec.namespaceSelector;
-    const selected = selector ? (await kube.list({ group: '', version: 'v1', kind: 'Namespace', plural: 'namespaces', namespaced: false }, { labelSelector: formatLabelSelector(selector) || undefined })).items.map((ns) => ns.metadata.name!) : [];
+    const selected = selector ? await namespacesFrom(kube)(selector) : [];
     const env = receiveAdapterEnv(source, sink, selected);
     const config = JSON.parse(env.K_SOURCE_CONFIG);
     // Cluster-scoped resources get one reflector whatever the namespaces: ask discovery which are.
