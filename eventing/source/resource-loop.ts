@@ -4,6 +4,7 @@
 import type { Logger } from 'pino';
 import { keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, LIST_PAGE_SIZE, NOT_SERVED, type KubeClient, type WatchEvent } from '../../functions/runtime/kube.ts';
+import { controllerOf } from '../../functions/runtime/reconciler.ts';
 import { apiServerSourceAttributes, type ChangeAction } from '../apiserver-events.ts';
 import { abortable, BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, describe, jitter, sleep } from './backoff.ts';
 import type { Counters, Delivery } from './delivery.ts';
@@ -31,8 +32,8 @@ async function listAll(kube: KubeClient, kind: ResourceKind, scope: { namespace?
  * an object passes when its controller ownerReference has the owner's apiVersion and kind, an
  * empty one matching any; an object without a controller never passes.
  */
-export function controlledBy(object: KubeObject, owner: { apiVersion?: string; kind?: string }): boolean {
-  const controller = object.metadata.ownerReferences?.find((ref) => ref.controller === true);
+function controlledBy(object: KubeObject, owner: { apiVersion?: string; kind?: string }): boolean {
+  const controller = controllerOf(object);
   return !!controller && (!owner.apiVersion || owner.apiVersion === controller.apiVersion) && (!owner.kind || owner.kind === controller.kind);
 }
 

@@ -37,6 +37,7 @@ import { TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, isValidNamespace, keyOf, type KubeObject, type OwnerReference, type ResourceKind } from '../runtime/kinds.ts';
 import { apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, sourceResource, type Placement, watchableBySource } from '../runtime/knative-objects.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
+import { controllerOf } from '../runtime/reconciler.ts';
 import { mergeRules } from '../runtime/rbac.ts';
 import { CompositeControllerKind } from './kinds.ts';
 
@@ -172,8 +173,6 @@ export function derivative(desired: unknown, actual: unknown): boolean {
   }
   return desired === actual;
 }
-
-const controllerOf = (object: KubeObject) => object.metadata.ownerReferences?.find((reference) => reference.controller);
 
 /** Whether `actual` holds what we set on `desired` (labels, our controller reference, owned fields). */
 export function inPlace(desired: KubeObject, actual: KubeObject): boolean {

@@ -14,6 +14,7 @@
 // An adoption that fails with NotFound just means the child is not ours; a release that fails
 // with NotFound is fine.
 import type { KubeObject, OwnerReference } from '../runtime/kinds.ts';
+import { controllerOf } from '../runtime/reconciler.ts';
 import type { Selector } from './selector.ts';
 
 export type ClaimAction =
@@ -40,9 +41,6 @@ export interface ClaimInput {
   /** Every object of one child kind in scope (listed by the shell). */
   candidates: KubeObject[];
 }
-
-export const controllerOf = (object: KubeObject): OwnerReference | undefined =>
-  object.metadata.ownerReferences?.find((reference) => reference.controller === true);
 
 /** The controller reference a parent puts on what it adopts or creates (MakeControllerRef). */
 export function controllerRefFor(parent: KubeObject, apiVersion: string, kind: string): OwnerReference {

@@ -20,9 +20,14 @@ export const READ_VERBS = ['get', 'list'] as const;
 export const WRITE_VERBS = ['create', 'update', 'delete'] as const;
 
 const needs = "', and a rule needs that: it has the copyrator get and list ' + variables.resource + ' in namespace ' + object.namespace + ' and create, update and delete them in every namespace'";
-const denial = (verb: string, where: string) => ({
-  messageExpression: `'CopyratorRule ' + request.namespace + '/' + object.metadata.name + ': ' + request.userInfo.username + ' may not ${verb} ' + variables.resource + ${where} + ${needs}`,
-  message: `a CopyratorRule is admitted only from a user who may ${verb} what it copies ${where === "' in every namespace'" ? 'in every namespace' : 'in its source namespace'}`,
+/** Where a right is checked, as the message expression (CEL) and the static message say it. */
+const WHERE = {
+  source: { cel: "' in namespace ' + object.namespace", words: 'in its source namespace' },
+  everywhere: { cel: "' in every namespace'", words: 'in every namespace' },
+};
+const denial = (verb: string, where: keyof typeof WHERE) => ({
+  messageExpression: `'CopyratorRule ' + request.namespace + '/' + object.metadata.name + ': ' + request.userInfo.username + ' may not ${verb} ' + variables.resource + ${WHERE[where].cel} + ${needs}`,
+  message: `a CopyratorRule is admitted only from a user who may ${verb} what it copies ${WHERE[where].words}`,
   reason: 'Forbidden' as const,
 });
 
@@ -42,7 +47,7 @@ export const copyratorAdmission: AdmissionDeclaration = {
     { name: 'everywhere', expression: "authorizer.group('').resource(variables.resource)" },
   ],
   validations: [
-    ...READ_VERBS.map((verb) => ({ expression: `variables.inSource.check('${verb}').allowed()`, ...denial(verb, "' in namespace ' + object.namespace") })),
-    ...WRITE_VERBS.map((verb) => ({ expression: `variables.everywhere.check('${verb}').allowed()`, ...denial(verb, "' in every namespace'") })),
+    ...READ_VERBS.map((verb) => ({ expression: `variables.inSource.check('${verb}').allowed()`, ...denial(verb, 'source') })),
+    ...WRITE_VERBS.map((verb) => ({ expression: `variables.everywhere.check('${verb}').allowed()`, ...denial(verb, 'everywhere') })),
   ],
 };

@@ -6,11 +6,11 @@
 // failures. Copies live in other namespaces, where an ownerReference cannot point (the garbage
 // collector treats a cross-namespace owner as absent and deletes the dependent), so a copy is
 // marked as the rule's by labels (for listing) and annotations (the exact rule and source).
-import type { KubeObject, OwnerReference, ResourceKind } from '../runtime/kinds.ts';
+import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
 import { ConfigMap, isValidNamespace, Secret } from '../runtime/kinds.ts';
 import { PART_OF } from '../runtime/knative-objects.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
-import { jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
+import { controllerOf, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
 import { quote } from '../runtime/quote.ts';
 
 export const CopyratorRuleKind: ResourceKind = {
@@ -129,21 +129,21 @@ const NEVER_COPIED_TYPES = new Set(['kubernetes.io/service-account-token', 'boot
 export const isSelectable = (object: CopyableObject): boolean => !isCopy(object) && !object.metadata.deletionTimestamp && !NEVER_COPIED_TYPES.has(object.type ?? '');
 
 /**
- * The controller ownerReference of an object: another controller (an ExchangeRate's, a
- * composite's, any operator's) writes it, on behalf of whoever may create that controller's
- * objects. Such an object is never a source: a namespace distributes because only those allowed
- * to write ConfigMaps or Secrets there put objects in it, and a controller writing for its users
- * breaks that (a user who may create ExchangeRates in `default`, but no ConfigMap anywhere, would
- * have one named as she chooses, labelled as a rule selects, copied into every namespace). Only
- * `controller: true` counts: any other ownerReference is garbage collection, not authorship.
+ * Is this object one a rule may copy: not a copy itself, not being deleted, not of a type never
+ * copied, managed by no controller (controllerOf)?
+ *
+ * An object with a controller ownerReference is written by another controller (an ExchangeRate's,
+ * a composite's, any operator's) on behalf of whoever may create that controller's objects, so it
+ * is never a source: a namespace distributes because only those allowed to write ConfigMaps or
+ * Secrets there put objects in it, and a controller writing for its users breaks that (a user who
+ * may create ExchangeRates in `default`, but no ConfigMap anywhere, would have one named as she
+ * chooses, labelled as a rule selects, copied into every namespace). Only `controller: true`
+ * counts: any other ownerReference is garbage collection, not authorship.
  */
-export const controllerOf = (object: KubeObject): OwnerReference | undefined => object.metadata.ownerReferences?.find((reference) => reference.controller === true);
+export const isSource = (object: CopyableObject): boolean => isSelectable(object) && !controllerOf(object);
 
-/**
- * The source objects a rule copies: matching, in the source namespace, not copies themselves, not
- * being deleted, not of a type never copied, managed by no controller (controllerOf).
- */
-export const sourcesOf = (listed: CopyableObject[]): CopyableObject[] => listed.filter((object) => isSelectable(object) && !controllerOf(object));
+/** The source objects a rule copies among those listed in its source namespace (isSource). */
+export const sourcesOf = (listed: CopyableObject[]): CopyableObject[] => listed.filter(isSource);
 
 /** What a rule's selector picks that another controller manages (controllerOf): never copied, reported. */
 export interface ControlledObject {
@@ -173,6 +173,15 @@ export function controlledNews(status: CopyratorRuleStatus | undefined, controll
   if (!controlled.length) return false;
   const shown = status?.conditions?.find((condition) => condition.type === 'Ready')?.message ?? '';
   return !shown.includes(`; ${controlledNote(controlled.length)}`);
+}
+
+/**
+ * Is there news to warn about: a refusal (sourceRefusal) the Ready condition does not show yet?
+ * (Once per refusal, not on every resync or Namespace event, each of which reconciles every rule.)
+ */
+export function refusalNews(status: CopyratorRuleStatus | undefined, refused: ConditionInput | undefined): refused is ConditionInput {
+  const shown = status?.conditions?.find((condition) => condition.type === 'Ready');
+  return refused !== undefined && (shown?.reason !== refused.reason || shown.message !== refused.message);
 }
 
 /** The Warning naming them (the first three), and why. */
@@ -403,6 +412,8 @@ export interface CopyTally {
   unfinished?: boolean;
   /** Selected objects another controller manages: not copied, not counted in `matched`. */
   controlled?: ControlledObject[];
+  /** Why the namespace labels do not let the rule copy (sourceRefusal): its Ready condition. */
+  refused?: ConditionInput;
 }
 
 /**
@@ -423,7 +434,7 @@ export function nextStatus(current: CopyratorRule, actedOn: CopyratorRule, tally
   const status = current.status ?? {};
   const generation = actedOn.metadata.generation ?? 0;
   const conflicts = [...(tally?.conflicts ?? [])].sort((a, b) => copyKey({ metadata: a }).localeCompare(copyKey({ metadata: b })));
-  const condition = problem ?? readyCondition(tally!);
+  const condition = problem ?? tally?.refused ?? readyCondition(tally!);
   return {
     ...status,
     observedGeneration: generation,

@@ -29,7 +29,7 @@ import type { MapperContext, WatchedChange } from '../runtime/declaration.ts';
 import { isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
 import type { KubeClient } from '../runtime/kube.ts';
 import { forEachLimited } from '../runtime/limit.ts';
-import { controllerOf, copyUpToDate, CopyratorRuleKind, desiredCopy, isCopy, isSelectable, kindOf, sourcesOf, matchesSelector, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
+import { copyUpToDate, CopyratorRuleKind, desiredCopy, isSelectable, isSource, kindOf, matchesSelector, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
 
 /** The `<namespace>/<name>` an annotation names, when it names a valid key (it reaches a URL). */
 function keyIn(value: unknown): ObjectKey | undefined {
@@ -49,7 +49,7 @@ async function sourceOf(kube: KubeClient, rule: CopyratorRule, copy: CopyableObj
   const sourceKey = keyIn(copy.metadata.annotations?.[SOURCE_ANNOTATION]);
   if (!sourceKey || sourceKey.namespace !== rule.namespace || sourceKey.name !== copy.metadata.name) return undefined;
   const source = await kube.get<CopyableObject>(kindOf(rule.ruleType), sourceKey);
-  if (!source || sourcesOf([source]).length === 0 || !matchesSelector(rule.selector, source.metadata.labels)) return undefined;
+  if (!source || !isSource(source) || !matchesSelector(rule.selector, source.metadata.labels)) return undefined;
   return source;
 }
 
@@ -77,20 +77,20 @@ async function rulesWithCopiesOf(kube: KubeClient, kind: ResourceKind, source: O
 const READ_CONCURRENCY = 16;
 
 /**
- * Which of `rules` select a source named `name` in their own source namespace (not a copy, no
- * controller: an object they would copy): each distinct
+ * Which of `rules` select a source named `name` in their own source namespace (isSource: an
+ * object they would copy): each distinct
  * namespace read once, as metadata (labels decide; a Secret's data stays where it is), by a
  * list of that one name, which the API server answers from a single key as a GET would.
  */
 async function rulesSelectingSourceNamed(kube: KubeClient, kind: ResourceKind, name: string, rules: CopyratorRule[]): Promise<CopyratorRule[]> {
   const namespaces = [...new Set(rules.map((rule) => rule.namespace))];
-  const found = new Map<string, KubeObject | undefined>();
+  const found = new Map<string, CopyableObject | undefined>();
   await forEachLimited(namespaces, READ_CONCURRENCY, async (namespace) => {
     found.set(namespace, (await kube.list(kind, { namespace, fieldSelector: `metadata.name=${name}`, metadataOnly: true })).items[0]);
   });
   return rules.filter((rule) => {
     const source = found.get(rule.namespace);
-    return source !== undefined && !isCopy(source) && !controllerOf(source) && matchesSelector(rule.selector, source.metadata.labels);
+    return source !== undefined && isSource(source) && matchesSelector(rule.selector, source.metadata.labels);
   });
 }
 

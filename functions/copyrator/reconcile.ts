@@ -17,6 +17,7 @@ import {
   conflictFor,
   CONTROLLED_REASON,
   controlledNews,
+  refusalNews,
   controlledOf,
   controlledWarning,
   copyKey,
@@ -225,7 +226,7 @@ function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
  * deadline has passed and this run has written something (so that every run gets further), it
  * stops before the next page or chunk and reports the tally unfinished.
  */
-async function converge({ kube, shared, now, deadline }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; refused?: ConditionInput; controlled: ControlledObject[] }> {
+async function converge({ kube, shared, now, deadline }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; controlled: ControlledObject[] }> {
   const kind = kindOf(rule.ruleType);
   // The namespaces first: their labels decide whether the source namespace may be read at all.
   // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
@@ -309,11 +310,9 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
     }
     const fresh = newConflicts(rule.status, tally.conflicts);
     if (fresh.length) await events.warning(rule, CopyratorRuleKind, 'CopyConflict', fresh.slice(0, 3).map((conflict) => conflict.message).join('; ') + (fresh.length > 3 ? `; and ${fresh.length - 3} more` : ''));
-    // Once per refusal, not on every resync or Namespace event (each reconciles every rule).
-    const shown = rule.status?.conditions?.find((condition) => condition.type === 'Ready');
-    if (tally.refused && (shown?.reason !== tally.refused.reason || shown.message !== tally.refused.message)) await events.warning(rule, CopyratorRuleKind, tally.refused.reason, tally.refused.message);
+    if (refusalNews(rule.status, tally.refused)) await events.warning(rule, CopyratorRuleKind, tally.refused.reason, tally.refused.message);
     if (controlledNews(rule.status, tally.controlled)) await events.warning(rule, CopyratorRuleKind, CONTROLLED_REASON, controlledWarning(tally.controlled));
-    await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, tally, tally.refused), rule);
+    await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, tally), rule);
     // Written status first, so it shows progress; the failed writes are retried with the event.
     if (tally.firstError) throw tally.firstError;
     // The rest in the rule's next delivery, at once (ReconcileResult.deferredKeys).

@@ -3,7 +3,7 @@
 // optimistic concurrency, standard conditions, and finalizers (controllerutil.AddFinalizer /
 // RemoveFinalizer; Metacontroller's finalizer Manager). Kubernetes Events are in recorder.ts.
 import { StatusConflictError } from './errors.ts';
-import { apiVersionOf, keyOf, keyString, rfc3339, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
+import { apiVersionOf, keyOf, keyString, rfc3339, type KubeObject, type ObjectKey, type OwnerReference, type ResourceKind } from './kinds.ts';
 import { isAlreadyExists, isConflict, isNotFound, type KubeClient } from './kube.ts';
 import { boundedMessage } from './quote.ts';
 
@@ -55,6 +55,10 @@ export function controllerReference(owner: KubeObject, ownerKind: ResourceKind) 
     blockOwnerDeletion: true,
   };
 }
+
+/** The object's controller ownerReference (`controller: true`; any other is garbage collection only), if it has one. */
+export const controllerOf = (object: KubeObject): OwnerReference | undefined =>
+  object.metadata.ownerReferences?.find((reference) => reference.controller === true);
 
 export const isControlledBy = (child: KubeObject, owner: KubeObject): boolean =>
   child.metadata.ownerReferences?.some((reference) => reference.controller && reference.uid === owner.metadata.uid) ?? false;

@@ -8,7 +8,6 @@ import {
   controlledNote,
   controlledOf,
   controlledWarning,
-  controllerOf,
   copiesSelector,
   copyKey,
   copyUpToDate,
@@ -39,6 +38,7 @@ import { refusal } from '../../functions/copyrator/reconcile.ts';
 import { ApiError } from '../../functions/runtime/kube.ts';
 import { MAX_MESSAGE_CHARS } from '../../functions/runtime/quote.ts';
 import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
+import { controllerOf } from '../../functions/runtime/reconciler.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { PART_OF } from '../../functions/runtime/knative-objects.ts';
 
