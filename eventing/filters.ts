@@ -216,8 +216,12 @@ export interface FilterValidation {
   warnings: string[];
 }
 
-/** Checks a Trigger's filter/filters the way Knative's admission webhook does. */
-export function validateTriggerFilters(trigger: Pick<Trigger, 'filter' | 'filters'>, where = 'trigger'): FilterValidation {
+/**
+ * Checks a Trigger's filter/filters the way Knative's admission webhook does. `names`, when given,
+ * receives every attribute name they compare (filter.attributes, and exact/prefix/suffix keys,
+ * nested ones too), for checks of the caller's own.
+ */
+export function validateTriggerFilters(trigger: Pick<Trigger, 'filter' | 'filters'>, where = 'trigger', names: string[] = []): FilterValidation {
   const result: FilterValidation = { errors: [], warnings: [] };
   if (trigger.filter !== undefined && trigger.filter !== null) {
     if (!isRecord(trigger.filter)) {
@@ -232,6 +236,7 @@ export function validateTriggerFilters(trigger: Pick<Trigger, 'filter' | 'filter
           result.errors.push(`${where}.filter.attributes must be a map of attribute name to value`);
         } else {
           for (const [name, value] of Object.entries(attributes)) {
+            names.push(name);
             if (!ATTRIBUTE_NAME.test(name)) result.errors.push(`${where}.filter.attributes[${JSON.stringify(name)}]: attribute name must start with a letter and contain only lowercase letters and digits`);
             if (typeof value !== 'string') result.errors.push(`${where}.filter.attributes.${name} must be a string`);
           }
@@ -243,7 +248,7 @@ export function validateTriggerFilters(trigger: Pick<Trigger, 'filter' | 'filter
     if (!Array.isArray(trigger.filters)) {
       result.errors.push(`${where}.filters must be a list of filter expressions`);
     } else {
-      trigger.filters.forEach((f, i) => validateExpression(f, `${where}.filters[${i}]`, result));
+      trigger.filters.forEach((f, i) => validateExpression(f, `${where}.filters[${i}]`, result, names));
       if (trigger.filters.length > 0 && trigger.filter !== undefined && trigger.filter !== null) {
         result.warnings.push(`${where} sets both filter and filters; Knative applies only filters`);
       }
@@ -254,7 +259,7 @@ export function validateTriggerFilters(trigger: Pick<Trigger, 'filter' | 'filter
 
 const DIALECTS = ['exact', 'prefix', 'suffix', 'all', 'any', 'not'] as const;
 
-function validateExpression(filter: unknown, where: string, result: FilterValidation): void {
+function validateExpression(filter: unknown, where: string, result: FilterValidation, names: string[]): void {
   if (!isRecord(filter)) {
     result.errors.push(`${where} must be an object with one of ${DIALECTS.join(', ')}`);
     return;
@@ -282,6 +287,7 @@ function validateExpression(filter: unknown, where: string, result: FilterValida
       continue;
     }
     for (const [name, value] of Object.entries(map)) {
+      names.push(name);
       if (!ATTRIBUTE_NAME.test(name)) result.errors.push(`${where}.${d}[${JSON.stringify(name)}]: attribute name must start with a letter and contain only lowercase letters and digits`);
       if (typeof value !== 'string') result.errors.push(`${where}.${d}.${name} must be a string`);
       else if (value === '') result.warnings.push(`${where}.${d}.${name} is empty; Knative treats the expression as invalid and skips it, so it matches every event`);
@@ -295,7 +301,7 @@ function validateExpression(filter: unknown, where: string, result: FilterValida
       continue;
     }
     if (list.length === 0) result.warnings.push(`${where}.${d} is empty; Knative skips it`);
-    list.forEach((child, i) => validateExpression(child, `${where}.${d}[${i}]`, result));
+    list.forEach((child, i) => validateExpression(child, `${where}.${d}[${i}]`, result, names));
   }
-  if (filter.not !== undefined && filter.not !== null) validateExpression(filter.not, `${where}.not`, result);
+  if (filter.not !== undefined && filter.not !== null) validateExpression(filter.not, `${where}.not`, result, names);
 }

@@ -10,9 +10,9 @@
 import { stringify } from 'yaml';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { DELIVERY_BUDGET_ENV, deliveryBudgetFor } from '../../functions/runtime/delivery-budget.ts';
-import type { ManifestOptions } from './options.ts';
+import { REVISION_TIMEOUT_SECONDS, type ManifestOptions } from './options.ts';
 import { serviceAccountName } from './rbac.ts';
-import { READINESS_PATH, TIMEOUT_SECONDS } from './service.ts';
+import { READINESS_PATH } from './service.ts';
 
 export function openfaasStack(declarations: FunctionDeclaration[], options: Pick<ManifestOptions, 'image'>, gateway = 'http://127.0.0.1:8080'): string {
   const functions = Object.fromEntries([...declarations].sort((a, b) => a.name.localeCompare(b.name)).map((declaration) => [declaration.name, {
@@ -25,10 +25,10 @@ export function openfaasStack(declarations: FunctionDeclaration[], options: Pick
     environment: {
       FUNCTION: declaration.name,
       ...Object.fromEntries(declaration.config.filter((p) => !p.secret && p.default !== undefined).map((p) => [p.name, p.default])),
-      exec_timeout: `${TIMEOUT_SECONDS}s`,
-      read_timeout: `${TIMEOUT_SECONDS}s`,
-      write_timeout: `${TIMEOUT_SECONDS}s`,
-      [DELIVERY_BUDGET_ENV]: String(deliveryBudgetFor(TIMEOUT_SECONDS)),
+      exec_timeout: `${REVISION_TIMEOUT_SECONDS}s`,
+      read_timeout: `${REVISION_TIMEOUT_SECONDS}s`,
+      write_timeout: `${REVISION_TIMEOUT_SECONDS}s`,
+      [DELIVERY_BUDGET_ENV]: String(deliveryBudgetFor(REVISION_TIMEOUT_SECONDS)),
     },
     labels: {
       'com.openfaas.scale.min': String(Math.max(declaration.scaling.minScale, 0)),

@@ -10,7 +10,7 @@
 // schema "is necessary to enable the experimental feature delivery-timeout"): GO_TYPE_FIELDS
 // names them, from knative/eventing pkg/apis/duck/v1 delivery_types.go (DeliverySpec.Timeout,
 // DeliverySpec.RetryAfterMax).
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { parseApiVersion, type KubeObject } from '../../functions/runtime/kinds.ts';
 
 interface Schema {
   properties?: Record<string, Schema>;
@@ -27,7 +27,7 @@ export const GO_TYPE_FIELDS: Record<string, string[]> = {
 
 /** The openAPIV3Schema of the CRD among `crds` that serves `object` (by group, kind and version). */
 export function schemaFor(object: KubeObject, crds: KubeObject[]): Schema | undefined {
-  const [group, version] = object.apiVersion!.includes('/') ? object.apiVersion!.split('/') : ['', object.apiVersion!];
+  const { group, version } = parseApiVersion(object.apiVersion!);
   const crd = crds.find((candidate) => {
     const spec = candidate.spec as { group: string; names: { kind: string } };
     return spec.group === group && spec.names.kind === object.kind;

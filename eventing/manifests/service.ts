@@ -25,7 +25,6 @@ export const VISIBILITY_LABEL = 'networking.knative.dev/visibility';
 /** The user the image runs as (USER in the Dockerfile: the `node` user of node:24-slim). */
 export const IMAGE_UID = 1000;
 export const CONTAINER_PORT = 8080;
-export const TIMEOUT_SECONDS = REVISION_TIMEOUT_SECONDS;
 export const READINESS_PATH = '/health/readiness';
 export const LIVENESS_PATH = '/health/liveness';
 
@@ -52,7 +51,7 @@ export function environment(declaration: FunctionDeclaration, options: ManifestO
   const scope = options.scope === 'namespace' ? [INSTALL_CONFIG.scope, INSTALL_CONFIG.namespace].filter((name) => !declared.has(name)).map((name) => ({ name, value: install[name] })) : [];
   return [
     { name: 'FUNCTION', value: declaration.name },
-    { name: DELIVERY_BUDGET_ENV, value: String(deliveryBudgetFor(TIMEOUT_SECONDS)) },
+    { name: DELIVERY_BUDGET_ENV, value: String(deliveryBudgetFor(REVISION_TIMEOUT_SECONDS)) },
     ...scope,
     ...declaration.config.map((parameter) => (parameter.secret
       ? { name: parameter.name, valueFrom: { secretKeyRef: { name: configSecretName(declaration), key: parameter.name, optional: parameter.default !== undefined } } }
@@ -84,7 +83,7 @@ export function knativeService(declaration: FunctionDeclaration, options: Manife
         spec: {
           serviceAccountName: serviceAccountName(declaration),
           containerConcurrency: declaration.scaling.containerConcurrency,
-          timeoutSeconds: TIMEOUT_SECONDS,
+          timeoutSeconds: REVISION_TIMEOUT_SECONDS,
           containers: [{
             name: 'function',
             image: options.image,

@@ -23,23 +23,11 @@ import { DELIVERY_BUDGET_ENV, deliveryBudgetProblem } from '../../functions/runt
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { parseDeliverySpec } from '../delivery.ts';
 import { validateTriggerFilters } from '../filters.ts';
-import { AUTOSCALING, TIMEOUT_SECONDS } from './service.ts';
+import { REVISION_TIMEOUT_SECONDS } from './options.ts';
+import { AUTOSCALING } from './service.ts';
 
 const ATTRIBUTE_NAME = /^[a-z0-9]{1,20}$/;
 const DNS_1035_LABEL = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
-
-/** Every attribute name a Trigger's `filters` compare (exact/prefix/suffix keys, nested ones too). */
-function filterAttributeNames(filters: unknown): string[] {
-  if (Array.isArray(filters)) return filters.flatMap(filterAttributeNames);
-  if (filters === null || typeof filters !== 'object') return [];
-  const expression = filters as Record<string, unknown>;
-  return [
-    ...(['exact', 'prefix', 'suffix'] as const).flatMap((dialect) => Object.keys((expression[dialect] as object | undefined) ?? {})),
-    ...filterAttributeNames(expression.all),
-    ...filterAttributeNames(expression.any),
-    ...filterAttributeNames(expression.not === undefined ? [] : [expression.not]),
-  ];
-}
 
 type Ref = { ref?: { apiVersion?: string; kind?: string; name?: string; namespace?: string }; uri?: string };
 const spec = (object: KubeObject) => (object.spec ?? {}) as Record<string, any>;
@@ -98,13 +86,14 @@ export function validateManifests(objects: KubeObject[], external: Set<string> =
         if (revision.length > 63 || !DNS_1035_LABEL.test(revision)) problems.push(`${id(object)}: its revision name ${revision} is not a DNS-1035 label of at most 63 characters`);
         checkServiceAccount(object, spec(object).template?.spec?.serviceAccountName);
         const budget = (spec(object).template?.spec?.containers?.[0]?.env as { name: string; value?: string }[] | undefined)?.find((e) => e.name === DELIVERY_BUDGET_ENV)?.value;
-        const budgetProblem = budget === undefined ? undefined : deliveryBudgetProblem(Number(budget), spec(object).template?.spec?.timeoutSeconds ?? TIMEOUT_SECONDS);
+        const budgetProblem = budget === undefined ? undefined : deliveryBudgetProblem(Number(budget), spec(object).template?.spec?.timeoutSeconds ?? REVISION_TIMEOUT_SECONDS);
         if (budgetProblem) problems.push(`${id(object)}: ${budgetProblem}`);
         break;
       }
       case 'Trigger': {
-        checkAttributes(object, 'filter attribute', [...Object.keys(spec(object).filter?.attributes ?? {}), ...filterAttributeNames(spec(object).filters)]);
-        const filters = validateTriggerFilters({ filter: spec(object).filter, filters: spec(object).filters }, 'spec');
+        const attributeNames: string[] = [];
+        const filters = validateTriggerFilters({ filter: spec(object).filter, filters: spec(object).filters }, 'spec', attributeNames);
+        checkAttributes(object, 'filter attribute', attributeNames);
         for (const problem of [...filters.errors, ...filters.warnings]) problems.push(`${id(object)}: ${problem}`);
         checkRef(object, 'subscriber', spec(object).subscriber, 'Service');
         const timeout = checkDelivery(object);

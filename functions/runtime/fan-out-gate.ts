@@ -6,7 +6,12 @@
 // longer, after the last one ended: however many pings arrive, in a burst or one after another, a
 // function spends at most about half its time on them, and a burst waiting out the spacing costs
 // one run.
-const settle = () => {};
+//
+// The trade-off: a ping that joins waits for the run in progress and the spacing before its run
+// starts (which then has a delivery budget of its own), so it may be answered after its own
+// delivery budget, by at most one run plus the spacing: within the generated delivery timeout
+// (the revision's, ten times the default budget).
+const ignore = () => {};
 
 /** A run's result, shared by every ping it served; `claim()` is true for the first caller only (who carries its reply). */
 export interface SharedRun<T> {
@@ -51,7 +56,7 @@ export class FanOutGate<T> {
       }
     })();
     this.#next = next;
-    this.#current = next.then(settle, settle);
+    this.#current = next.then(ignore, ignore);
     return next;
   }
 }
