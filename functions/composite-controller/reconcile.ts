@@ -44,12 +44,25 @@ export async function reconcileComposite(key: KindKey, ctx: ReconcileContext): P
 /** The Event reason on a CompositeController the function's role does not cover (an install narrowed to other controllers). */
 export const NOT_PERMITTED_REASON = 'NotPermitted';
 
-/** Every parent of one controller; a 403 on the way (a narrow install without this controller) is reported on it, not retried: the resync tries again. */
+/** The Event reason on a CompositeController whose work another 403 refused (an admission policy, a quota). */
+export const REFUSED_REASON = 'Refused';
+
+/**
+ * An RBAC denial, in the API server's words (k8s.io/apiserver responsewriters forbiddenMessage:
+ * `User "…" cannot <verb> resource "…"`), as opposed to another 403 (an admission policy, a quota).
+ */
+const isRbacDenial = (error: ApiError): boolean => /\bcannot [a-z]+ resource "/.test(error.status?.message ?? error.message);
+
+/**
+ * Every parent of one controller; a 403 on the way is reported on it, not retried (the resync
+ * tries again): an RBAC denial as a narrow install without this controller, any other as itself.
+ */
 async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
   try {
     return await syncController(key, ctx);
   } catch (error) {
     if (!(error instanceof ApiError) || error.code !== 403) throw error;
+    if (!isRbacDenial(error)) throw new TerminalError(`serving CompositeController ${key.name} was refused: ${error.message}. This is not the function's role (an admission policy or a quota refused it), so regenerating the install does not help; the resync tries again`, { reason: REFUSED_REASON, cause: error });
     throw new TerminalError(`the composite function may not serve CompositeController ${key.name}: ${error.message}. Its install grants exactly the rights of the controllers it was generated with: regenerate it with this controller in \`opfn manifests --composite <file>\`, or choose \`--composite-broad\``, { reason: NOT_PERMITTED_REASON, cause: error });
   }
 }
