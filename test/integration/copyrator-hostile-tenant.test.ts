@@ -19,11 +19,14 @@ import { resyncEvent } from '../../eventing/plane.ts';
 import copyrator from '../../functions/copyrator/index.ts';
 import { ANY_SOURCE_LABEL, CONTROLLED_REASON, controlledNote, controlledWarning, CopyratorRuleKind, DISTRIBUTE_LABEL, RULE_ANNOTATION, RULE_NAME_LABEL, RULE_NAMESPACE_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
 import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
+import type { PolicyRule } from '../../functions/runtime/declaration.ts';
 import { ConfigMap, CoreEvent, Namespace, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { controllerReference } from '../../functions/runtime/reconciler.ts';
 import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
 import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { canI, createObjects, kubeconfigWithDeclaredRbac, type AccessQuestion } from '../support/rbac.ts';
+import { tempDir } from '../support/temp.ts';
+import { createTenant, objectChanges, objectsSnapshot } from '../support/tenant.ts';
 
 let cluster: TestCluster;
 let kube: KubeClient;
@@ -34,12 +37,10 @@ const EVE = 'system:serviceaccount:attacker:eve';
 
 const VICTIM_SECRET = 'victim-db-password-value';
 
-async function createRole(namespace: string, name: string, rules: object[], subject: string) {
-  await createObjects(cluster.cp, [
-    { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name, namespace }, rules },
-    { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name, namespace }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name }, subjects: [{ kind: 'ServiceAccount', name: subject, namespace }] },
-  ]);
-}
+const tenantDir = tempDir('opfn-copyrator-tenants-');
+/** The ServiceAccount `namespace/name` holding `rules` in its own namespace (a Role and RoleBinding), as a client. */
+const tenant = async (namespace: string, name: string, rules: PolicyRule[]): Promise<KubeClient> =>
+  (await createTenant(kube, cluster.cp.kubeconfigPath, tenantDir, { namespace, name, grants: [{ namespace, rules }] })).kube;
 
 const rule = (namespace: string, name: string, source: string, selector: Record<string, string>, ruleType: 'configmap' | 'secret'): CopyratorRule => ({
   apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name, namespace }, ruleType, selector, namespace: source,
@@ -56,23 +57,14 @@ async function reconcile(key: ObjectKey) {
 
 const ready = async (key: ObjectKey) => (await kube.get<CopyratorRule>(CopyratorRuleKind, key))?.status?.conditions?.find((c) => c.type === 'Ready');
 
-/** Every ConfigMap and Secret outside `attacker`, with the version it is at: nothing may be written there. */
-async function outsideAttacker(): Promise<Record<string, string>> {
-  const entries: [string, string][] = [];
-  for (const kind of [ConfigMap, Secret]) {
-    for (const object of (await kube.list(kind)).items) {
-      if (object.metadata.namespace !== 'attacker') entries.push([`${kind.kind} ${object.metadata.namespace}/${object.metadata.name}`, `${object.metadata.uid}@${object.metadata.resourceVersion}`]);
-    }
-  }
-  return Object.fromEntries(entries.sort());
+/** Every ConfigMap and Secret outside `attacker`, with the version it is at: nothing may be written there (compare with objectChanges). */
+async function outsideAttacker(): Promise<Map<string, string>> {
+  const namespaces = (await kube.list(Namespace)).items.map((namespace) => namespace.metadata.name!).filter((name) => name !== 'attacker');
+  return objectsSnapshot(kube, namespaces, [ConfigMap, Secret]);
 }
 
-/** Names of the ConfigMaps and Secrets in `attacker`: the tenant's reach. */
-async function inAttacker(): Promise<string[]> {
-  const names: string[] = [];
-  for (const kind of [ConfigMap, Secret]) for (const object of (await kube.list(kind, { namespace: 'attacker' })).items) names.push(`${kind.kind} ${object.metadata.name}`);
-  return names.sort();
-}
+/** The ConfigMaps and Secrets in `attacker`: the tenant's reach. */
+const inAttacker = async (): Promise<string[]> => [...(await objectsSnapshot(kube, ['attacker'], [ConfigMap, Secret])).keys()].sort();
 
 const EVE_QUESTIONS: AccessQuestion[] = [
   ...['victim', 'kube-system', 'platform'].flatMap((namespace) => ['get', 'list'].map((verb) => ({ verb, group: '', resource: 'secrets', namespace }))),
@@ -101,11 +93,10 @@ before(async () => {
   await kube.create(Secret, { metadata: { name: 'db-password', namespace: 'victim' }, stringData: { password: VICTIM_SECRET } });
   await kube.create(ConfigMap, { metadata: { name: 'victim-settings', namespace: 'victim' }, data: { mode: 'private' } });
   await kube.create(Secret, { metadata: { name: 'cloud-credentials', namespace: 'kube-system' }, stringData: { key: 'kube-system-secret' } });
-  await createRole('attacker', 'copyrator-user', [
+  eve = await tenant('attacker', 'eve', [
     { apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['create', 'get', 'list', 'watch'] },
     { apiGroups: [''], resources: ['configmaps', 'secrets'], verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'] },
-  ], 'eve');
-  eve = kubeFor(await cluster.cp.serviceAccountKubeconfig('attacker', 'eve'));
+  ]);
   await eve.create(ConfigMap, { metadata: { name: 'new-ca', namespace: 'attacker', labels: { 'new-ca': 'true' } }, data: { 'ca.crt': 'eve' } });
   fn = await serveFunction(copyrator, await kubeconfigWithDeclaredRbac(cluster.cp, copyrator));
 });
@@ -131,8 +122,8 @@ describe('without the admission policy: the function\'s own defence', () => {
       const status = (await kube.get<CopyratorRule>(CopyratorRuleKind, { namespace: 'attacker', name: `steal-${source}` }))!.status!;
       assert.deepEqual([status.matched, status.copies], [0, 0]);
     }
-    assert.deepEqual(await inAttacker(), ['ConfigMap new-ca'], 'no Secret reached attacker');
-    assert.deepEqual(await outsideAttacker(), before, 'nothing written outside attacker');
+    assert.deepEqual(await inAttacker(), ['ConfigMap attacker/new-ca'], 'no Secret reached attacker');
+    assert.deepEqual(objectChanges(before, await outsideAttacker()), [], 'nothing written outside attacker');
     assert.deepEqual(await eveCanI(), answersBefore);
     // Where the tenant can read: the rule's status and Events name objects, never data.
     const seen = JSON.stringify([(await eve.list(CopyratorRuleKind, { namespace: 'attacker' })).items, (await kube.list(CoreEvent, { namespace: 'attacker' })).items]);
@@ -151,7 +142,7 @@ describe('without the admission policy: the function\'s own defence', () => {
     const condition = await ready({ namespace: 'attacker', name: 'squat' });
     assert.deepEqual([condition?.status, condition?.reason, condition?.message], ['False', 'SourceNotDistributing', `namespace attacker does not distribute: its ConfigMaps and Secrets are copied into other namespaces only once an administrator labels it ${DISTRIBUTE_LABEL}=true`]);
     assert.deepEqual((await kube.list(ConfigMap, { fieldSelector: 'metadata.name=new-ca' })).items.map((cm) => cm.metadata.namespace), ['attacker']);
-    assert.deepEqual(await outsideAttacker(), before);
+    assert.deepEqual(objectChanges(before, await outsideAttacker()), []);
     assert.deepEqual(await eveCanI(), answersBefore);
     // The platform team's own name is still theirs.
     await kube.create(ConfigMap, { metadata: { name: 'new-ca', namespace: 'platform' }, data: { 'ca.crt': 'platform' } });
@@ -240,8 +231,8 @@ describe('with the admission policy', () => {
         + `CopyratorRule attacker/steal-${source}: ${EVE} may not get secrets in namespace ${source}, and a rule needs that: it has the copyrator get and list secrets in namespace ${source} and create, update and delete them in every namespace`);
       assert.equal(await kube.get(CopyratorRuleKind, { namespace: 'attacker', name: `steal-${source}` }), undefined, 'not stored');
     }
-    assert.deepEqual(await inAttacker(), ['ConfigMap new-ca']);
-    assert.deepEqual(await outsideAttacker(), before);
+    assert.deepEqual(await inAttacker(), ['ConfigMap attacker/new-ca']);
+    assert.deepEqual(objectChanges(before, await outsideAttacker()), []);
     assert.deepEqual(await eveCanI(), answersBefore);
   });
 
@@ -252,7 +243,7 @@ describe('with the admission policy', () => {
     assert.equal(error.code, 403);
     assert.match(error.message, new RegExp(`: ${EVE} may not create configmaps in every namespace, and a rule needs that: it has the copyrator get and list configmaps in namespace attacker and create, update and delete them in every namespace$`));
     assert.deepEqual((await kube.list(ConfigMap, { fieldSelector: 'metadata.name=new-ca' })).items.map((cm) => cm.metadata.namespace), ['attacker']);
-    assert.deepEqual(await outsideAttacker(), before);
+    assert.deepEqual(objectChanges(before, await outsideAttacker()), []);
     assert.deepEqual(await eveCanI(), answersBefore);
   });
 
@@ -261,8 +252,7 @@ describe('with the admission policy', () => {
       { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: 'almost' }, rules: [{ apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'create', 'update'] }] },
       { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'almost' }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'almost' }, subjects: [{ kind: 'ServiceAccount', name: 'almost', namespace: 'ops' }] },
     ]);
-    await createRole('ops', 'copyrator-creator', [{ apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['create'] }], 'almost');
-    const almost = kubeFor(await cluster.cp.serviceAccountKubeconfig('ops', 'almost'));
+    const almost = await tenant('ops', 'almost', [{ apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['create'] }]);
     const error = await refusedCreate(almost, rule('ops', 'almost', 'ops', {}, 'configmap'));
     assert.match(error.message, /: system:serviceaccount:ops:almost may not delete configmaps in every namespace, and a rule needs that/);
     // With delete too, admitted.
@@ -284,8 +274,7 @@ describe('with the admission policy', () => {
   });
 
   test('a change of metadata alone is not checked; a change of what is copied is', async () => {
-    await createRole('ops', 'rule-editor', [{ apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['get', 'update', 'patch'] }], 'editor');
-    const editor = kubeFor(await cluster.cp.serviceAccountKubeconfig('ops', 'editor'));
+    const editor = await tenant('ops', 'editor', [{ apiGroups: ['flant.com'], resources: ['copyrators'], verbs: ['get', 'update', 'patch'] }]);
     await kube.create(CopyratorRuleKind, rule('ops', 'edited', 'ops', { a: 'b' }, 'configmap'));
     const key = { namespace: 'ops', name: 'edited' };
     await editor.mergePatch(CopyratorRuleKind, key, { metadata: { labels: { team: 'ops' } } });
@@ -324,8 +313,7 @@ describe('attack 3: another controller writes a selected object into a distribut
   const ownedBy = (owner: KubeObject) => [controllerReference(owner, ExchangeRateKind)];
 
   before(async () => {
-    await createRole('default', 'exchange-rate-user', [{ apiGroups: ['operators.brennerm.github.io'], resources: ['exchangerates'], verbs: ['create', 'get', 'list', 'watch', 'update', 'patch', 'delete'] }], 'rita');
-    rita = kubeFor(await cluster.cp.serviceAccountKubeconfig('default', 'rita'));
+    rita = await tenant('default', 'rita', [{ apiGroups: ['operators.brennerm.github.io'], resources: ['exchangerates'], verbs: ['create', 'get', 'list', 'watch', 'update', 'patch', 'delete'] }]);
     assert.ok(await kube.get(CopyratorRuleKind, mainRule), 'the seed\'s sample rule is in place');
   });
 

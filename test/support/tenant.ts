@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import type { PolicyRule } from '../../functions/runtime/declaration.ts';
 import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, KubeClient } from '../../functions/runtime/kube.ts';
+import { parseRequestTotals } from '../../bench/apiserver-metrics.ts';
 import { canI, type AccessQuestion } from './rbac.ts';
 
 const rbacKind = (kind: string, plural: string, namespaced: boolean): ResourceKind => ({ group: 'rbac.authorization.k8s.io', version: 'v1', kind, plural, namespaced });
@@ -261,10 +262,10 @@ export async function apiServerRequests(adminKubeconfig: string, resource: strin
     req.on('error', reject).end();
   });
   let total = 0;
-  for (const line of body.split('\n')) {
-    if (!line.startsWith('apiserver_request_total{') || !line.includes(`resource="${resource}"`) || line.includes('verb="WATCH"')) continue;
-    if (verb && !line.includes(`verb="${verb}"`)) continue;
-    total += Number(line.slice(line.lastIndexOf(' ') + 1));
+  for (const series of parseRequestTotals(body).values()) {
+    // The resource and its subresources (status, finalizers).
+    if (series.resource.split('/')[0] !== resource || series.verb === 'WATCH' || (verb && series.verb !== verb)) continue;
+    total += series.value;
   }
   return total;
 }
