@@ -34,7 +34,7 @@ export function functionOf(service: KubeObject): string | undefined {
  * after the kebab-case one, and the values it honours: Knative's autoscaler (class kpa) on the
  * concurrency metric, min-scale, max-scale and target.
  */
-export const IMPLEMENTED_ANNOTATIONS: Record<string, string[]> = {
+const IMPLEMENTED_ANNOTATIONS: Record<string, string[]> = {
   class: ['class'],
   metric: ['metric'],
   'min-scale': ['min-scale', 'minScale'],

@@ -9,7 +9,7 @@ import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { labels, type ManifestOptions } from './options.ts';
 
-export const ADMISSION_API = 'admissionregistration.k8s.io/v1';
+const ADMISSION_API = 'admissionregistration.k8s.io/v1';
 
 /** The policy's (and its binding's) name. */
 export const admissionPolicyName = (declaration: FunctionDeclaration): string => `opfn-${declaration.name}`;

@@ -24,7 +24,7 @@ import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { COMPOSITE_FUNCTION, MANAGED_NAME_PREFIX } from '../../functions/composite-controller/eventing.ts';
 import { EVENTING_API, labels, type ManifestOptions } from './options.ts';
 
-export const EVENT_POLICY_API = 'eventing.knative.dev/v1alpha1';
+const EVENT_POLICY_API = 'eventing.knative.dev/v1alpha1';
 /** What a cluster needs before it takes EventPolicies. */
 export const EVENT_POLICY_FEATURE_NOTE = 'an EventPolicy takes effect, and Knative\'s webhook accepts one, only with the authentication-oidc feature enabled (kubectl -n knative-eventing patch configmap config-features --type merge -p \'{"data":{"authentication-oidc":"enabled"}}\'), which needs the API server\'s ServiceAccount issuer discovery reachable by Knative';
 
@@ -32,7 +32,7 @@ export const EVENT_POLICY_FEATURE_NOTE = 'an EventPolicy takes effect, and Knati
 const SENDER_KINDS = new Set(['ApiServerSource', 'PingSource', 'Trigger']);
 
 /** The OIDC subjects of the ApiServerSources the composite function makes per CompositeController: one glob (`*` only as a suffix). */
-export const compositeSourcesSubject = (namespace: string): string => `system:serviceaccount:${namespace}:${MANAGED_NAME_PREFIX}*`;
+const compositeSourcesSubject = (namespace: string): string => `system:serviceaccount:${namespace}:${MANAGED_NAME_PREFIX}*`;
 
 /** The function's EventPolicy, from its generated objects (`objects`: what functionObjects gave). */
 export function eventPolicy(declaration: FunctionDeclaration, objects: KubeObject[], options: ManifestOptions): KubeObject {

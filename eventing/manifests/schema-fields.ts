@@ -26,7 +26,7 @@ export const GO_TYPE_FIELDS: Record<string, string[]> = {
 };
 
 /** The openAPIV3Schema of the CRD among `crds` that serves `object` (by group, kind and version). */
-export function schemaFor(object: KubeObject, crds: KubeObject[]): Schema | undefined {
+function schemaFor(object: KubeObject, crds: KubeObject[]): Schema | undefined {
   const { group, version } = parseApiVersion(object.apiVersion!);
   const crd = crds.find((candidate) => {
     const spec = candidate.spec as { group: string; names: { kind: string } };

@@ -42,7 +42,7 @@ const PRIVILEGED_RESOURCES: ReadonlyMap<string, string> = new Map([
 const POD_MAKERS: ReadonlySet<string> = new Set(['pods', 'replicationcontrollers', 'deployments.apps', 'replicasets.apps', 'statefulsets.apps', 'daemonsets.apps', 'jobs.batch', 'cronjobs.batch']);
 
 /** `<resource>.<group>`, or `<resource>` for the core group: how kubectl and the annotation name a resource. */
-export const resourceName = (rule: Pick<ResolvedResource, 'apiVersion' | 'resource'>): string => {
+const resourceName = (rule: Pick<ResolvedResource, 'apiVersion' | 'resource'>): string => {
   const { group } = parseApiVersion(rule.apiVersion);
   return group ? `${rule.resource}.${group}` : rule.resource;
 };

@@ -211,7 +211,7 @@ export function controlledWarning(controlled: ControlledObject[]): string {
 export const DISTRIBUTE_LABEL = 'copyrator.flant.com/distribute';
 export const ANY_SOURCE_LABEL = 'copyrator.flant.com/any-source';
 /** The namespace that distributes unless labelled DISTRIBUTE_LABEL=false. */
-export const DISTRIBUTING_BY_DEFAULT = 'default';
+const DISTRIBUTING_BY_DEFAULT = 'default';
 
 const labelOf = (namespace: KubeObject | undefined, label: string): string | undefined => namespace?.metadata.labels?.[label];
 

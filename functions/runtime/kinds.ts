@@ -136,7 +136,7 @@ const PATH_SEGMENT_NAMED: ReadonlySet<string> = new Set([
 ]);
 
 /** Does the API server check names of this kind (`group` '' for the core group) only as path segments? */
-export const hasPathSegmentNames = (group: string, kind: string): boolean => PATH_SEGMENT_NAMED.has(`${group}/${kind}`);
+const hasPathSegmentNames = (group: string, kind: string): boolean => PATH_SEGMENT_NAMED.has(`${group}/${kind}`);
 
 /**
  * Why `value` cannot be one path segment of an object's URL, or undefined: apimachinery's

@@ -85,7 +85,7 @@ const API_CONNECTIONS = 32;
  * the last run was shorter: far below any resync schedule (minutes), and a burst of pings arriving
  * within it shares one run.
  */
-export const FAN_OUT_SPACING_MS = 1000;
+const FAN_OUT_SPACING_MS = 1000;
 /** How long a draining process waits for its Kubernetes Events to be written. */
 const EVENT_FLUSH_DEADLINE_MS = 5000;
 /**
