@@ -274,6 +274,9 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     '--service-account-key-file', join(dir, 'sa.pub'), '--service-account-signing-key-file', join(dir, 'sa.key'),
     '--service-account-issuer', 'https://kubernetes.default.svc',
     '--service-cluster-ip-range', '10.0.0.0/24',
+    // The reconciler publishes the advertise address as the `kubernetes` Service's endpoint, and
+    // 1.37 refuses a loopback one; nothing here reaches the API server through that Service.
+    '--endpoint-reconciler-type', 'none',
     // Without a kubelet nothing mounts tokens; the ServiceAccount admission plugin would only make
     // pod creation in a brand-new namespace fail until its default ServiceAccount exists.
     '--disable-admission-plugins', 'ServiceAccount',
