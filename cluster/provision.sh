@@ -21,7 +21,6 @@ K8S_VERSION="${K8S_VERSION:-1.35.4}"
 ETCD_VERSION="${ETCD_VERSION:-3.6.16}"
 CACHE_ROOT="${OPFN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/operator-functions}"
 BIN_DIR="$CACHE_ROOT/k8s-$K8S_VERSION"
-BINARIES=(kube-apiserver kube-controller-manager kubectl etcd)
 
 # shellcheck source=go-build.sh
 . "$(dirname "$0")/go-build.sh"
