@@ -15,7 +15,7 @@ import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
 import copyrator from '../functions/copyrator/index.ts';
 import { CopyratorRuleKind, desiredCopy, DISTRIBUTE_LABEL, type CopyableObject, type CopyratorRule } from '../functions/copyrator/desired.ts';
 import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
-import { forEachLimited } from '../functions/runtime/limit.ts';
+import { forEachLimited } from '../functions/runtime/concurrency.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
 import { tempDir } from '../test/support/temp.ts';

@@ -19,7 +19,7 @@
 //   the noise of this machine.
 import type { CloudEventV1 } from 'cloudevents';
 import { Agent, request } from 'undici';
-import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
+import { MAX_TIMER_MS } from '../../functions/runtime/timer-limit.ts';
 import { isRetryableStatus, type DeliveryFailure } from '../delivery.ts';
 import { BodyTooLarge, describeNetworkError, flattenHeaders, looksLikeCloudEvent, parseMessage, readBody, toBinaryMessage } from './cloudevent-http.ts';
 

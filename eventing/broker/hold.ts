@@ -30,9 +30,9 @@ import { randomUUID } from 'node:crypto';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { dueTimeMs, FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE } from '../../functions/runtime/events.ts';
-import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
+import { MAX_TIMER_MS } from '../../functions/runtime/timer-limit.ts';
 import { TTL_ATTRIBUTE } from './ttl.ts';
-import { quote } from '../../functions/runtime/quote.ts';
+import { quote } from '../../functions/runtime/bounded-messages.ts';
 
 // The extension is the runtime's (functions/runtime/events.ts): one name on both ends of the wire.
 export { NOT_BEFORE_EXTENSION };

@@ -8,7 +8,7 @@ import { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import { PING_TYPE } from '../../functions/runtime/events.ts';
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
-import { MAX_TIMER_MS } from '../../functions/runtime/timers.ts';
+import { MAX_TIMER_MS } from '../../functions/runtime/timer-limit.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { ceOverridesProblem, overrideExtensions } from './ce-overrides.ts';
 import { nextFire, parseSchedule, type Schedule } from './cron.ts';

@@ -32,7 +32,7 @@ import { parseHookUrls, type UrlRewrite } from './hooks.ts';
 import { guessedResource, watchableBySource } from '../runtime/knative-objects.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { governs, syncParent, type ResolvedComposite } from './sync-parent.ts';
-import { forEachLimited } from '../runtime/limit.ts';
+import { forEachLimited } from '../runtime/concurrency.ts';
 
 /** Parents synced at once in a sweep: hooks are remote calls, the API server is shared. */
 const PARENT_CONCURRENCY = 8;

@@ -13,7 +13,7 @@ import type { Checked } from './hook-response.ts';
 import { webhookTarget } from './hook-client.ts';
 import { parentFilter } from './selector.ts';
 import { UNSUPPORTED_WEBHOOK_FIELDS, type CompositeController, type ResolvedResource } from './types.ts';
-import { quote } from '../runtime/quote.ts';
+import { quote } from '../runtime/bounded-messages.ts';
 
 const METHODS = new Set(['OnDelete', 'Recreate', 'InPlace', 'RollingRecreate', 'RollingInPlace']);
 

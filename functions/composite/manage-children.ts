@@ -17,7 +17,7 @@ import type { KubeObject } from '../runtime/kinds.ts';
 import { applyUpdate, forCreate } from './apply.ts';
 import { controllerRefFor } from './claim.ts';
 import { groupKindKey, groupVersionKindKey, type ChildUpdateMethod, type ResolvedResource } from './types.ts';
-import { cut, quote } from '../runtime/quote.ts';
+import { cut, quote } from '../runtime/bounded-messages.ts';
 
 /** Completes "the child has been …" once the shell has carried it out. */
 export type ChildOperation =

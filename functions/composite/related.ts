@@ -10,7 +10,7 @@ import type { KubeObject } from '../runtime/kinds.ts';
 import { strictDuplicate, type Checked } from './hook-response.ts';
 import { compileSelector } from './selector.ts';
 import type { CustomizeHookResponse, HookVersion, LabelSelector, RelatedResourceRule, ResolvedResource } from './types.ts';
-import { quote } from '../runtime/quote.ts';
+import { quote } from '../runtime/bounded-messages.ts';
 
 const RULE_FIELDS = new Set(['apiVersion', 'resource', 'labelSelector', 'namespaceSelector', 'namespace', 'names']);
 const SELECTOR_FIELDS = new Set(['matchLabels', 'matchExpressions']);

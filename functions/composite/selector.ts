@@ -7,7 +7,7 @@
 // doNotMatchLabels (parentResource.labelSelector; absent = every parent).
 import type { KubeObject } from '../runtime/kinds.ts';
 import type { CompositeControllerSpec, LabelSelector } from './types.ts';
-import { quote } from '../runtime/quote.ts';
+import { quote } from '../runtime/bounded-messages.ts';
 
 export const CONTROLLER_UID_LABEL = 'controller-uid';
 

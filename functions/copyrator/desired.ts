@@ -11,7 +11,7 @@ import { ConfigMap, isValidNamespace, Secret } from '../runtime/kinds.ts';
 import { PART_OF } from '../runtime/knative-objects.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { controllerOf, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
-import { quote } from '../runtime/quote.ts';
+import { quote } from '../runtime/bounded-messages.ts';
 
 export const CopyratorRuleKind: ResourceKind = {
   group: 'flant.com',

@@ -10,7 +10,7 @@ import { kindKey, Namespace, type KubeObject, type ObjectKey, type ResourceKind 
 import { ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
 import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { TransientError } from '../runtime/errors.ts';
-import { forEachLimited } from '../runtime/limit.ts';
+import { forEachLimited } from '../runtime/concurrency.ts';
 import { refusedWrite } from '../runtime/refusals.ts';
 import {
   blockTaken,

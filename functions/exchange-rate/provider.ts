@@ -8,7 +8,7 @@
 // the client always asks for every supported currency at once, and a per-process cache keyed by
 // the refresh slot makes all reconciles of one slot share that single request.
 import { ResponseTooLargeError, retryAfterMs, type HttpClient } from '../runtime/http.ts';
-import { quote } from '../runtime/quote.ts';
+import { quote } from '../runtime/bounded-messages.ts';
 /** The currencies the CRD's enum allows. */
 export const CURRENCIES = ['CAD', 'CHF', 'GBP', 'JPY', 'PLN', 'USD'] as const;
 export type Currency = (typeof CURRENCIES)[number];

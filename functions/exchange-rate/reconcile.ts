@@ -4,7 +4,7 @@
 import type { ReconcileContext } from '../runtime/declaration.ts';
 import { ConfigMap, type ObjectKey } from '../runtime/kinds.ts';
 import { isConflict } from '../runtime/kube.ts';
-import { boundedMessage } from '../runtime/quote.ts';
+import { boundedMessage } from '../runtime/bounded-messages.ts';
 import { createIfAbsent, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/refusals.ts';
 import { ConfigError, parseConfig, type ProviderConfig } from './config.ts';

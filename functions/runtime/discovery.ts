@@ -16,8 +16,8 @@
 import { TerminalError, TransientError } from './errors.ts';
 import { apiVersionOf, isValidGroupVersion, parseApiVersion, type ResourceKind } from './kinds.ts';
 import { ApiError, type KubeClient } from './kube.ts';
-import { quote } from './quote.ts';
-import { setRecent } from './recent.ts';
+import { quote } from './bounded-messages.ts';
+import { setRecent } from './lru-map.ts';
 
 interface ApiResource {
   name: string;

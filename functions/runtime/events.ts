@@ -3,7 +3,7 @@
 // The event is a doorbell: it names an object, and the function re-reads that object.
 import { HTTP, type CloudEvent, type CloudEventV1 } from 'cloudevents';
 import { isValidGroupVersion, isValidKindName, isValidNameOf, isValidNamespace, parseApiVersion, type KubeObject } from './kinds.ts';
-import { quote } from './quote.ts';
+import { quote } from './bounded-messages.ts';
 
 export const APISERVER_TYPE_PREFIX = 'dev.knative.apiserver.';
 /** The type of an ApiServerSource event: what the source sends and a Trigger filter must match. */

@@ -1,7 +1,7 @@
 // What the runtime needs to know about a Kubernetes resource type to address it without
 // a discovery round trip: every function declares its kinds fully, so no API call is
 // ever spent finding out a plural or whether a kind is namespaced.
-import { quote } from './quote.ts';
+import { quote } from './bounded-messages.ts';
 
 export interface ResourceKind {
   /** API group; "" for the core group. */

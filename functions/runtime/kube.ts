@@ -12,7 +12,7 @@ import { HttpMethod, RequestContext } from '@kubernetes/client-node/dist/gen/htt
 import { Agent, getGlobalDispatcher, request, type Dispatcher } from 'undici';
 import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import { OwnWrites } from './own-writes.ts';
-import { boundedMessage } from './quote.ts';
+import { boundedMessage } from './bounded-messages.ts';
 
 export { OwnWrites } from './own-writes.ts';
 

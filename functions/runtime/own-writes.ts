@@ -3,7 +3,7 @@
 // reconcile that wrote it already knew everything in it, so it needs no reconcile (skips.ts).
 // A forged event can only make the function skip; the resync repairs that.
 import { kindKeyString, type KubeObject, type ResourceKind } from './kinds.ts';
-import { setRecent } from './recent.ts';
+import { setRecent } from './lru-map.ts';
 
 /** Bounded; the oldest entries are forgotten. */
 export class OwnWrites {

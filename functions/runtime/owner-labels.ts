@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import type { KubeClient } from './kube.ts';
-import { quote } from './quote.ts';
+import { quote } from './bounded-messages.ts';
 
 const LABEL_VALUE_MAX = 63;
 const HASH_CHARS = 16;

@@ -5,7 +5,7 @@
 import { StatusConflictError } from './errors.ts';
 import { apiVersionOf, keyOf, keyString, rfc3339, type KubeObject, type ObjectKey, type OwnerReference, type ResourceKind } from './kinds.ts';
 import { isAlreadyExists, isConflict, isNotFound, type KubeClient } from './kube.ts';
-import { boundedMessage } from './quote.ts';
+import { boundedMessage } from './bounded-messages.ts';
 
 export { StatusConflictError } from './errors.ts';
 export type { EventRecorder } from './recorder.ts';

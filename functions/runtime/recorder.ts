@@ -23,8 +23,8 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { apiVersionOf, CoreEvent, rfc3339, type KubeObject, type ResourceKind } from './kinds.ts';
 import { isNotFound, type KubeClient } from './kube.ts';
-import { setRecent } from './recent.ts';
-import { boundedMessage } from './quote.ts';
+import { setRecent } from './lru-map.ts';
+import { boundedMessage } from './bounded-messages.ts';
 
 /** Records Kubernetes Events (kubectl describe shows them) on reconciled objects. */
 export interface EventRecorder {

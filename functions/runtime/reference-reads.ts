@@ -15,7 +15,7 @@
 // use no hint at all.
 import { kindKeyString, type KindKey, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
 import type { KubeClient } from './kube.ts';
-import { setRecent } from './recent.ts';
+import { setRecent } from './lru-map.ts';
 
 /** Announced Reference-mode events per key, until a reconcile takes them; bounded, oldest forgotten. */
 export class ReferenceEvents {

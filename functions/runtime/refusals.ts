@@ -9,7 +9,7 @@
 //   it. A change of the quota or the policy may mend it later, and no event of the reconciled
 //   object would say so: callers report it and try again later (FORBIDDEN_RETRY_SECONDS).
 import { ApiError } from './kube.ts';
-import { boundedMessage } from './quote.ts';
+import { boundedMessage } from './bounded-messages.ts';
 
 /** When a write refused by policy (403) is tried again: a quota or policy lifted comes with no event of ours. */
 export const FORBIDDEN_RETRY_SECONDS = 60;

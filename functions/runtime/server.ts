@@ -20,7 +20,7 @@ import { BadKeyError, statusForError, TerminalError, TransientError } from './er
 import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from './events.ts';
 import { httpClient, type HttpClient } from './http.ts';
 import { groupKind, isValidNamespace, keyOf, kindKey, kindKeyString, parseKindKey, pathSegmentProblem, sameKind, splitKindKey, type KindKey, type KubeObject } from './kinds.ts';
-import { quote } from './quote.ts';
+import { quote } from './bounded-messages.ts';
 import { ApiError, KubeClient } from './kube.ts';
 import { createLogger } from './log.ts';
 import { createMetrics, type FunctionMetrics } from './metrics.ts';
@@ -32,7 +32,7 @@ import { hintFromFirstRead } from './reference-reads.ts';
 import { isSettled, SeenObjects, skipReason } from './skips.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
 import { FanOutGate } from './fan-out-gate.ts';
-import { forEachLimited } from './limit.ts';
+import { forEachLimited } from './concurrency.ts';
 import { DEFAULT_DELIVERY_BUDGET_SECONDS, deliveryBudgetFromEnvironment } from './delivery-budget.ts';
 
 export interface FunctionHostOptions {

@@ -21,7 +21,7 @@ import type { FunctionEvent } from './events.ts';
 import { keyProblem, kindKey, kindKeyString, sameKind, type KindKey, type KubeObject, type ResourceKind } from './kinds.ts';
 import type { OwnWrites } from './kube.ts';
 import { ReferenceEvents } from './reference-reads.ts';
-import { setRecent } from './recent.ts';
+import { setRecent } from './lru-map.ts';
 
 /** What of an object's metadata a reconcile may have acted on, besides its spec. */
 export function metadataFingerprint(object: KubeObject): string {

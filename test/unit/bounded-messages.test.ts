@@ -1,5 +1,5 @@
 // What grows with input stays bounded on its way into messages: values from outside quoted in a
-// few dozen characters (functions/runtime/quote.ts), status conditions and Kubernetes Events cut
+// few dozen characters (functions/runtime/bounded-messages.ts), status conditions and Kubernetes Events cut
 // to 1 KiB, and a function's overlong output line relayed once, cut, not as pieces that look like
 // lines of their own (eventing/activator/child-output.ts).
 import assert from 'node:assert/strict';
@@ -7,7 +7,7 @@ import { PassThrough } from 'node:stream';
 import { describe, test } from 'node:test';
 import { pipeLines } from '../../eventing/activator/child-output.ts';
 import { ownerFromLabels } from '../../functions/runtime/owner-labels.ts';
-import { boundedMessage, MAX_MESSAGE_CHARS, quote } from '../../functions/runtime/quote.ts';
+import { boundedMessage, MAX_MESSAGE_CHARS, quote } from '../../functions/runtime/bounded-messages.ts';
 import { setCondition } from '../../functions/runtime/reconciler.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import type { ResourceKind } from '../../functions/runtime/kinds.ts';

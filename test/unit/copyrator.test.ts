@@ -36,7 +36,7 @@ import {
 import { ruleKeyOfCopy } from '../../functions/copyrator/mapping.ts';
 import { refusal } from '../../functions/copyrator/reconcile.ts';
 import { ApiError } from '../../functions/runtime/kube.ts';
-import { MAX_MESSAGE_CHARS } from '../../functions/runtime/quote.ts';
+import { MAX_MESSAGE_CHARS } from '../../functions/runtime/bounded-messages.ts';
 import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import { controllerOf } from '../../functions/runtime/reconciler.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';

@@ -17,7 +17,7 @@ import {
   type PodObject,
 } from '../../functions/immortal-container/desired.ts';
 import type { Condition } from '../../functions/runtime/reconciler.ts';
-import { boundedMessage } from '../../functions/runtime/quote.ts';
+import { boundedMessage } from '../../functions/runtime/bounded-messages.ts';
 import { backoffSeconds, restartBackoff, type RestartBackoff } from '../../functions/immortal-container/backoff.ts';
 
 const T0 = new Date('2025-03-01T12:00:00Z');

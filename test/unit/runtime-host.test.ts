@@ -19,7 +19,7 @@ import { isHashedLabelValue, ownerLabelValue } from '../../functions/runtime/own
 import { createFunctionHost, MAX_REQUEUE_SECONDS, OUTCOME_HEADER } from '../../functions/runtime/server.ts';
 import { answerFor, failedResult, type KeyResult } from '../../functions/runtime/answers.ts';
 import { MAX_KEYS_PER_EVENT } from '../../functions/runtime/events.ts';
-import { setRecent } from '../../functions/runtime/recent.ts';
+import { setRecent } from '../../functions/runtime/lru-map.ts';
 import { KeyedWorkQueue } from '../../functions/runtime/workqueue.ts';
 import { quietLog, unreachableKube } from '../support/cluster.ts';
 
