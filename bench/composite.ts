@@ -37,7 +37,7 @@ import { sourceName } from '../functions/composite-controller/eventing.ts';
 import composite from '../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../functions/composite-controller/kinds.ts';
 import { Pod, type KubeObject } from '../functions/runtime/kinds.ts';
-import { KubeClient } from '../functions/runtime/kube.ts';
+import { KubeClient } from '../functions/runtime/kube/client.ts';
 import { eventually, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../test/support/examples.ts';
 import { tempDir } from '../test/support/temp.ts';

@@ -50,7 +50,7 @@ import immortalContainer from '../functions/immortal-container/index.ts';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import { desiredPod, ImmortalContainerKind, nextStatus, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
-import { KubeClient } from '../functions/runtime/kube.ts';
+import { KubeClient } from '../functions/runtime/kube/client.ts';
 import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';

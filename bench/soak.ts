@@ -23,7 +23,7 @@ import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
 import immortalContainer from '../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, podNameFor, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';
-import { KubeClient } from '../functions/runtime/kube.ts';
+import { KubeClient } from '../functions/runtime/kube/client.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { benchFlags, planeStateDir } from './harness.ts';

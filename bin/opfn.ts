@@ -138,7 +138,7 @@ cluster
     }
     const { startControlPlane, kubectlPathLine } = await import('../cluster/control-plane.ts');
     const { applyCrds } = await import('../eventing/crds.ts');
-    const { KubeClient } = await import('../functions/runtime/kube.ts');
+    const { KubeClient } = await import('../functions/runtime/kube/client.ts');
     try {
       const started = performance.now();
       // Stopped by untilSignal below, in order (apiserver before etcd), not by the terminal's Ctrl-C.

@@ -5,7 +5,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 import type { KubeObject, ResourceKind } from '../functions/runtime/kinds.ts';
-import { isAlreadyExists, type KubeClient } from '../functions/runtime/kube.ts';
+import { isAlreadyExists } from '../functions/runtime/kube/errors.ts';
+import type { KubeClient } from '../functions/runtime/kube/client.ts';
 
 export const CRD_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', 'crds');
 

@@ -15,7 +15,7 @@ import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import type { KubeObject } from '../functions/runtime/kinds.ts';
-import type { KubeClient } from '../functions/runtime/kube.ts';
+import type { KubeClient } from '../functions/runtime/kube/client.ts';
 import { Activator, type FunctionStats } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
 import { DEAD_LETTER_FILE } from './state-files.ts';

@@ -22,7 +22,7 @@
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { guessedResource } from '../../functions/runtime/knative-objects.ts';
 import { compileSelector } from '../../functions/composite/selector.ts';
 import { formatLabelSelector } from '../manifests/sources.ts';

@@ -26,7 +26,7 @@ import { CompositeControllerKind } from '../../functions/composite-controller/ki
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { TerminalError } from '../../functions/runtime/errors.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { BACKOFF_MAX_MS, describe, jitter } from '../source/backoff.ts';
 import { ApiServerSource as LocalSource } from '../source.ts';
 import type { DerivedSources, ObjectHandlers } from './controllers.ts';

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { provisionScript, runProvisionScript } from '../../cluster/provision-script.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { applyCrds } from '../crds.ts';
 
 /** Provisions Knative's CRDs (the default part), its adapters (`adapters`) or its eventing module's source folder (`eventing-module`). */

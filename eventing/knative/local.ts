@@ -4,7 +4,8 @@
 // object but the functions' CRDs (eventing/crds.ts installed those), created or replaced.
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { isAlreadyExists, type KubeClient } from '../../functions/runtime/kube.ts';
+import { isAlreadyExists } from '../../functions/runtime/kube/errors.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { BROAD } from '../manifests/composite.ts';
 import { generateManifests } from '../manifests/index.ts';
 import { DEFAULT_OPTIONS } from '../manifests/options.ts';

@@ -4,7 +4,8 @@
 // moves only when a condition's status flips. `kubectl get triggers,apiserversources` prints the
 // Ready and Reason columns from it (the CRDs' additionalPrinterColumns).
 import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
-import { isNotFound, type KubeClient } from '../../functions/runtime/kube.ts';
+import { isNotFound } from '../../functions/runtime/kube/errors.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { jsonEqual } from '../../functions/runtime/reconciler.ts';
 
 export interface Condition {

@@ -3,7 +3,9 @@
 // only on 410 Gone) with a store that turns each change into an ApiServerSource event.
 import type { Logger } from 'pino';
 import { keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ApiError, LIST_PAGE_SIZE, NOT_SERVED, type KubeClient, type WatchEvent } from '../../functions/runtime/kube.ts';
+import { ApiError, NOT_SERVED } from '../../functions/runtime/kube/errors.ts';
+import { LIST_PAGE_SIZE, type KubeClient } from '../../functions/runtime/kube/client.ts';
+import type { WatchEvent } from '../../functions/runtime/kube/watch.ts';
 import { controllerOf } from '../../functions/runtime/reconciler.ts';
 import { apiServerSourceAttributes, type ChangeAction } from '../apiserver-events.ts';
 import { abortable, BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, describe, jitter, sleep } from './backoff.ts';

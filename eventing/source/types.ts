@@ -2,7 +2,7 @@
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import type { ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import type { SourceMode } from '../apiserver-events.ts';
 import type { PartitionRule } from './partition.ts';
 

@@ -14,7 +14,7 @@ import type { CompositeController, ResolvedResource } from '../composite/types.t
 import { discoveryFor } from '../runtime/discovery.ts';
 import { TerminalError } from '../runtime/errors.ts';
 import { apiVersionOf, sameKind, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
-import type { KubeClient } from '../runtime/kube.ts';
+import type { KubeClient } from '../runtime/kube/client.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import type { ResolvedComposite } from './sync-parent.ts';
 

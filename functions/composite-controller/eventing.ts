@@ -32,7 +32,8 @@
 // controller whose objects are in place costs reads only, never a write.
 import { createHash } from 'node:crypto';
 import { FUNCTION_EXTENSION } from '../runtime/events.ts';
-import { ApiError, isAlreadyExists, isConflict, type KubeClient } from '../runtime/kube.ts';
+import { ApiError, isAlreadyExists, isConflict } from '../runtime/kube/errors.ts';
+import type { KubeClient } from '../runtime/kube/client.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { apiVersionOf, isValidNamespace, keyOf, type KubeObject, type OwnerReference, type ResourceKind } from '../runtime/kinds.ts';
 import { apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, sourceResource, type Placement, watchableBySource } from '../runtime/knative-objects.ts';

@@ -24,7 +24,7 @@ import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.t
 import { agreedRetryAfter, TerminalError, TransientError } from '../runtime/errors.ts';
 import { MAX_KEYS_PER_EVENT } from '../runtime/events.ts';
 import { apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject } from '../runtime/kinds.ts';
-import { ApiError } from '../runtime/kube.ts';
+import { ApiError } from '../runtime/kube/errors.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
 import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eventing.ts';

@@ -12,7 +12,7 @@ import { webhookTarget } from '../composite/hook-client.ts';
 import type { CompositeController, Hook, ResolvedResource } from '../composite/types.ts';
 import type { Discovery } from '../runtime/discovery.ts';
 import { apiVersionOf, Namespace, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
-import type { KubeClient } from '../runtime/kube.ts';
+import type { KubeClient } from '../runtime/kube/client.ts';
 import { rewriteUrl, type UrlRewrite } from './hooks.ts';
 
 export interface Related {

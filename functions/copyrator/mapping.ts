@@ -27,7 +27,7 @@
 // from the API server, never as an event shows it.
 import type { MapperContext, WatchedChange } from '../runtime/declaration.ts';
 import { isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
-import type { KubeClient } from '../runtime/kube.ts';
+import type { KubeClient } from '../runtime/kube/client.ts';
 import { forEachLimited } from '../runtime/concurrency.ts';
 import { copyUpToDate, CopyratorRuleKind, desiredCopy, isSelectable, isSource, kindOf, matchesSelector, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
 

@@ -14,7 +14,7 @@
 // annotation, and the rule labels that match it) is never touched.
 import type { ReconcileContext } from '../runtime/declaration.ts';
 import { isValidName, isValidNamespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts';
-import type { KubeClient } from '../runtime/kube.ts';
+import type { KubeClient } from '../runtime/kube/client.ts';
 import { forEachLimited } from '../runtime/concurrency.ts';
 import { ownerLabelValue } from '../runtime/owner-labels.ts';
 import { CopyratorRuleKind, kindOf, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, RULE_NAMESPACE_LABEL, type RuleType } from './desired.ts';

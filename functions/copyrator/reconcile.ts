@@ -7,7 +7,8 @@
 // and status name objects, never their data.
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { kindKey, Namespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
-import { ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
+import { ApiError, isAlreadyExists, isConflict, isNotFound } from '../runtime/kube/errors.ts';
+import type { KubeClient } from '../runtime/kube/client.ts';
 import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { forEachLimited } from '../runtime/concurrency.ts';

@@ -3,7 +3,7 @@
 // the next refresh.
 import type { ReconcileContext } from '../runtime/declaration.ts';
 import { ConfigMap, type ObjectKey } from '../runtime/kinds.ts';
-import { isConflict } from '../runtime/kube.ts';
+import { isConflict } from '../runtime/kube/errors.ts';
 import { boundedMessage } from '../runtime/bounded-messages.ts';
 import { createIfAbsent, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/refusals.ts';

@@ -23,7 +23,7 @@
 import { agreedRetryAfter, statusForError, TransientError } from './errors.ts';
 import { MAX_KEYS_PER_EVENT } from './events.ts';
 import { kindKeyString, type KindKey } from './kinds.ts';
-import { ApiError } from './kube.ts';
+import { ApiError } from './kube/errors.ts';
 import { boundedMessage, cut } from './bounded-messages.ts';
 import { reconcileReply, type ReplyEvent } from './reply.ts';
 

@@ -7,7 +7,7 @@ import { validateConfigDeclaration, type ConfigParameter } from './config.ts';
 import { cronProblem } from './cron.ts';
 import { CHANGE_ACTIONS, type ChangeAction, type ChangeEvent } from './events.ts';
 import type { HttpClient } from './http.ts';
-import type { KubeClient } from './kube.ts';
+import type { KubeClient } from './kube/client.ts';
 import type { EventRecorder } from './recorder.ts';
 
 export type { ConfigParameter } from './config.ts';

@@ -15,7 +15,8 @@
 // interval, since a CRD may gain or lose the subresource while its kind stays served.
 import { TerminalError, TransientError } from './errors.ts';
 import { apiVersionOf, isValidGroupVersion, parseApiVersion, type ResourceKind } from './kinds.ts';
-import { ApiError, type KubeClient } from './kube.ts';
+import { ApiError } from './kube/errors.ts';
+import type { KubeClient } from './kube/client.ts';
 import { quote } from './bounded-messages.ts';
 import { setRecent } from './lru-map.ts';
 

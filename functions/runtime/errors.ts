@@ -9,7 +9,7 @@
 //   InvalidPathSegmentError, BadKeyError  the input can never address an object: 400
 //   anything else         a failure of the function's own code: 500 (retried, then dead-lettered)
 import { InvalidPathSegmentError } from './kinds.ts';
-import { ApiError } from './kube.ts';
+import { ApiError } from './kube/errors.ts';
 
 export class TransientError extends Error {
   readonly retryAfterSeconds?: number;

@@ -4,7 +4,7 @@
 // take (names have no '_'); routing resolves that form by listing the owners and comparing.
 import { createHash } from 'node:crypto';
 import { isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
-import type { KubeClient } from './kube.ts';
+import type { KubeClient } from './kube/client.ts';
 import { quote } from './bounded-messages.ts';
 
 const LABEL_VALUE_MAX = 63;

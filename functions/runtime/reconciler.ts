@@ -4,7 +4,8 @@
 // RemoveFinalizer; Metacontroller's finalizer Manager). Kubernetes Events are in recorder.ts.
 import { StatusConflictError } from './errors.ts';
 import { apiVersionOf, keyOf, keyString, rfc3339, type KubeObject, type ObjectKey, type OwnerReference, type ResourceKind } from './kinds.ts';
-import { isAlreadyExists, isConflict, isNotFound, type KubeClient } from './kube.ts';
+import { isAlreadyExists, isConflict, isNotFound } from './kube/errors.ts';
+import type { KubeClient } from './kube/client.ts';
 import { boundedMessage } from './bounded-messages.ts';
 
 export { StatusConflictError } from './errors.ts';

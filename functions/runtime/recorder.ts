@@ -22,7 +22,8 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { apiVersionOf, CoreEvent, rfc3339, type KubeObject, type ResourceKind } from './kinds.ts';
-import { isNotFound, type KubeClient } from './kube.ts';
+import { isNotFound } from './kube/errors.ts';
+import type { KubeClient } from './kube/client.ts';
 import { setRecent } from './lru-map.ts';
 import { boundedMessage } from './bounded-messages.ts';
 

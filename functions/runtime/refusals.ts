@@ -8,7 +8,7 @@
 // - 403 Forbidden: RBAC, a ResourceQuota or an admission policy (Pod Security, a webhook) refuses
 //   it. A change of the quota or the policy may mend it later, and no event of the reconciled
 //   object would say so: callers report it and try again later (FORBIDDEN_RETRY_SECONDS).
-import { ApiError } from './kube.ts';
+import { ApiError } from './kube/errors.ts';
 import { boundedMessage } from './bounded-messages.ts';
 
 /** When a write refused by policy (403) is tried again: a quota or policy lifted comes with no event of ours. */

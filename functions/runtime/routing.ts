@@ -14,7 +14,7 @@ import type { FunctionDeclaration, MapperContext } from './declaration.ts';
 import { BadKeyError } from './errors.ts';
 import type { ChangeEvent } from './events.ts';
 import { kindKey, kindKeyString, keyProblem, sameKind, type KindKey, type KubeObject, type ObjectKey } from './kinds.ts';
-import type { KubeClient } from './kube.ts';
+import type { KubeClient } from './kube/client.ts';
 import { ownerFromLabels } from './owner-labels.ts';
 
 export async function keysForEvent(declaration: FunctionDeclaration, event: ChangeEvent, kube: KubeClient, log: Logger, installNamespace?: string): Promise<KindKey[]> {

@@ -21,7 +21,8 @@ import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } f
 import { httpClient, type HttpClient } from './http.ts';
 import { groupKind, isValidNamespace, keyOf, kindKey, kindKeyString, parseKindKey, pathSegmentProblem, sameKind, splitKindKey, type KindKey, type KubeObject } from './kinds.ts';
 import { quote } from './bounded-messages.ts';
-import { ApiError, KubeClient } from './kube.ts';
+import { ApiError } from './kube/errors.ts';
+import { KubeClient } from './kube/client.ts';
 import { createLogger } from './log.ts';
 import { createMetrics, type FunctionMetrics } from './metrics.ts';
 import { reconcileWithFinalizer } from './finalizing.ts';

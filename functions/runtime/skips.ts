@@ -19,7 +19,7 @@
 import { unwantedChanges, type FunctionDeclaration } from './declaration.ts';
 import type { FunctionEvent } from './events.ts';
 import { keyProblem, kindKey, kindKeyString, sameKind, type KindKey, type KubeObject, type ResourceKind } from './kinds.ts';
-import type { OwnWrites } from './kube.ts';
+import type { OwnWrites } from './own-writes.ts';
 import { ReferenceEvents } from './reference-reads.ts';
 import { setRecent } from './lru-map.ts';
 

@@ -20,7 +20,7 @@ import { EventPlane } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, podNameFor, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
 import { Pod } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube.ts';
+import { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';

@@ -17,7 +17,7 @@ import { CopyratorRuleKind, DISTRIBUTE_LABEL, RULE_ANNOTATION, type CopyableObje
 import exchangeRate from '../../functions/exchange-rate/index.ts';
 import { ExchangeRateKind, type ExchangeRate, type RateConfigMap } from '../../functions/exchange-rate/desired.ts';
 import { ConfigMap, CoreEvent, Namespace, Secret, type ObjectKey } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { eventually, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';

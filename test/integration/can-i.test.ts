@@ -19,7 +19,7 @@ import { sourcesFor } from '../../eventing/plane.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/declaration.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube.ts';
+import { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { canI, createObjects, type AccessQuestion } from '../support/rbac.ts';
 
 const functions = await loadAllFunctions();

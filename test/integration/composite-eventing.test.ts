@@ -21,7 +21,7 @@ import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { installConfigValues } from '../../functions/runtime/knative-objects.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube.ts';
+import { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { deliver, eventually, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { crdFor } from '../support/examples.ts';
 import { createObjects, kubeconfigWithDeclaredRbac } from '../support/rbac.ts';

@@ -26,7 +26,7 @@ import { CONTROLLER_EXTENSION, eventingObjectsFor, sourceName } from '../../func
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { crdFor, MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';

@@ -16,7 +16,7 @@ import { ensureEventing } from '../../functions/composite-controller/eventing.ts
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube.ts';
+import { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { deliver, eventually, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import { NOT_PERMITTED_REASON } from '../../functions/composite-controller/reconcile.ts';

@@ -19,7 +19,7 @@ import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { ALLOW_PRIVILEGED_ANNOTATION, PRIVILEGED_CHILD_REASON } from '../../functions/composite/privileged.ts';
 import { ConfigMap, CoreEvent, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { crdFor } from '../support/examples.ts';
 import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { canI, kubeconfigWithDeclaredRbac } from '../support/rbac.ts';

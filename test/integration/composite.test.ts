@@ -16,7 +16,7 @@ import composite from '../../functions/composite-controller/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { OUTCOME_HEADER } from '../../functions/runtime/server.ts';
 import { CloudEvent, HTTP } from 'cloudevents';
 import { deliver, eventually, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';

@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { ApiServerSource } from '../../eventing/source.ts';
 import { ConfigMap } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube.ts';
+import { KubeClient } from '../../functions/runtime/kube/client.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import type { FunctionEvent } from '../../functions/runtime/events.ts';

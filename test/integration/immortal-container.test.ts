@@ -7,7 +7,8 @@ import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
 import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ApiError, type KubeClient } from '../../functions/runtime/kube.ts';
+import { ApiError } from '../../functions/runtime/kube/errors.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { deliver, eventually, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { OUTCOME_HEADER } from '../../functions/runtime/server.ts';
 import { exampleImmortalContainer } from '../support/examples.ts';

@@ -25,7 +25,7 @@ import { validateManifests } from '../../eventing/manifests/validate.ts';
 import { eventingObjectsFor, type EventingOptions } from '../../functions/composite-controller/eventing.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import { collectionPath, Pod, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube.ts';
+import { KubeClient } from '../../functions/runtime/kube/client.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 

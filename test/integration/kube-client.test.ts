@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
 import { ConfigMap, Namespace } from '../../functions/runtime/kinds.ts';
-import { ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/kube.ts';
+import { ConnectionReusingKubeConfig } from '../../functions/runtime/kube/config.ts';
+import { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { tempDir } from '../support/temp.ts';
 

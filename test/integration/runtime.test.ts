@@ -17,7 +17,7 @@ import { defineFunction, type FunctionDeclaration, type ReconcileContext } from 
 import { TransientError } from '../../functions/runtime/errors.ts';
 import { POLL_DATA } from '../../functions/runtime/events.ts';
 import { ConfigMap, CoreEvent, Namespace, Pod, type KubeObject, type ObjectKey } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube.ts';
+import { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { matching } from '../../functions/runtime/mappers.ts';
 import type { FunctionMetrics } from '../../functions/runtime/metrics.ts';
 import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';

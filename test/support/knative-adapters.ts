@@ -32,7 +32,7 @@ import { ApiServerSource, Broker, PingSource } from '../../eventing/knative/kind
 import { ready, writeStatus } from '../../eventing/knative/status.ts';
 import { formatLabelSelector } from '../../eventing/manifests/sources.ts';
 import { keyOf, keyString, parseApiVersion, type KubeObject, type LabelSelector } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { guessedResource } from '../../functions/runtime/knative-objects.ts';
 
 /** The namespace Knative's system components run in (SYSTEM_NAMESPACE). */

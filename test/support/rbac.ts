@@ -4,7 +4,7 @@ import { resourceKindOf } from '../../eventing/knative/kinds.ts';
 import { rbacObjects, serviceAccountName } from '../../eventing/rbac.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { collectionPath, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import type { ControlPlane } from '../../cluster/control-plane.ts';
 
 const PATHS: Record<string, string> = {

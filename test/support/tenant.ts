@@ -8,7 +8,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { PolicyRule } from '../../functions/runtime/declaration.ts';
 import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ApiError, KubeClient } from '../../functions/runtime/kube.ts';
+import { ApiError } from '../../functions/runtime/kube/errors.ts';
+import { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { parseRequestTotals } from '../../bench/apiserver-metrics.ts';
 import { canI, type AccessQuestion } from './rbac.ts';
 

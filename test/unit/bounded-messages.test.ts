@@ -9,7 +9,7 @@ import { pipeLines } from '../../eventing/activator/child-output.ts';
 import { ownerFromLabels } from '../../functions/runtime/owner-labels.ts';
 import { boundedMessage, MAX_MESSAGE_CHARS, quote } from '../../functions/runtime/bounded-messages.ts';
 import { setCondition } from '../../functions/runtime/reconciler.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import type { ResourceKind } from '../../functions/runtime/kinds.ts';
 
 describe('quote', () => {

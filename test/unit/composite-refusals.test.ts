@@ -9,7 +9,7 @@ import { NOT_PERMITTED_REASON, reconcileComposite, REFUSED_REASON } from '../../
 import type { ReconcileContext } from '../../functions/runtime/declaration.ts';
 import { TerminalError } from '../../functions/runtime/errors.ts';
 import { kindKey } from '../../functions/runtime/kinds.ts';
-import { ApiError } from '../../functions/runtime/kube.ts';
+import { ApiError } from '../../functions/runtime/kube/errors.ts';
 import { quietLog } from '../support/cluster.ts';
 
 const refusedWith = (message: string) => {

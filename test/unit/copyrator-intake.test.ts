@@ -15,7 +15,7 @@ import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
 import { resolveConfig } from '../../functions/runtime/config.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { ConfigMap, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost } from '../../functions/runtime/server.ts';
 import { deliver, quietLog, unreachableKube } from '../support/cluster.ts';

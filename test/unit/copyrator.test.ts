@@ -35,7 +35,7 @@ import {
 } from '../../functions/copyrator/desired.ts';
 import { ruleKeyOfCopy } from '../../functions/copyrator/mapping.ts';
 import { refusal } from '../../functions/copyrator/reconcile.ts';
-import { ApiError } from '../../functions/runtime/kube.ts';
+import { ApiError } from '../../functions/runtime/kube/errors.ts';
 import { MAX_MESSAGE_CHARS } from '../../functions/runtime/bounded-messages.ts';
 import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
 import { controllerOf } from '../../functions/runtime/reconciler.ts';

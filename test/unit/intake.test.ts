@@ -12,7 +12,7 @@ import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { PING_TYPE } from '../../functions/runtime/events.ts';
 import { ConfigMap, Pod } from '../../functions/runtime/kinds.ts';
-import type { RequestObserver } from '../../functions/runtime/kube.ts';
+import type { RequestObserver } from '../../functions/runtime/kube/transport.ts';
 import { createMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost, type FunctionHost } from '../../functions/runtime/server.ts';
 import { deliver, quietLog, unreachableKube } from '../support/cluster.ts';

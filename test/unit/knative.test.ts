@@ -19,7 +19,7 @@ import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import { formatLabelSelector, parseLabelSelector } from '../../eventing/manifests/sources.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import { Pod, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 
 const functions = await loadAllFunctions();
 const [declaration] = functions;

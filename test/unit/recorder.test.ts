@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ConfigMap, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { EventSink, MAX_QUEUED, NORMAL_BURST, NORMAL_PER_SECOND } from '../../functions/runtime/recorder.ts';
 import { quietLog } from '../support/cluster.ts';
 

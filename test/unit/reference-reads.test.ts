@@ -6,7 +6,7 @@ import { defineFunction } from '../../functions/runtime/declaration.ts';
 import type { FunctionEvent } from '../../functions/runtime/events.ts';
 import { Pod, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { OwnWrites } from '../../functions/runtime/own-writes.ts';
-import type { KubeClient } from '../../functions/runtime/kube.ts';
+import type { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { hintFromFirstRead, ReferenceEvents } from '../../functions/runtime/reference-reads.ts';
 import { SeenObjects, skipReason } from '../../functions/runtime/skips.ts';
 import { discoveryFor } from '../../functions/runtime/discovery.ts';

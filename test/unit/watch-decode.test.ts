@@ -1,7 +1,7 @@
 // The watch stream's line decoder: multi-byte UTF-8 characters split across chunks survive.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { jsonLines } from '../../functions/runtime/kube.ts';
+import { jsonLines } from '../../functions/runtime/kube/watch.ts';
 
 async function* chunked(bytes: Buffer, sizes: number[]): AsyncGenerator<Uint8Array> {
   let at = 0;
