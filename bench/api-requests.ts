@@ -27,7 +27,7 @@ import type { CloudEvent } from 'cloudevents';
 import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
 import immortalContainer from '../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
-import { Pod } from '../functions/runtime/kinds.ts';
+import { Pod } from '../functions/runtime/index.ts';
 import { deliver, serveFunction, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { requestDifference, scrapeRequestTotals, type RequestCounts } from './apiserver-metrics.ts';
 import { benchFlags } from './harness.ts';

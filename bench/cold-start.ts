@@ -6,12 +6,12 @@
 //
 // Variants, interleaved run by run (the starting variant rotates) so a noisy machine hurts them
 // alike:
-//   (a) unbundled:                node functions/runtime/main.ts immortal-container
+//   (a) unbundled:                node functions/main.ts immortal-container
 //   (b) bundled, no cache:        NODE_DISABLE_COMPILE_CACHE=1 node dist/main.mjs immortal-container
 //   (c) the image's entry:        node <IMAGE_NODE_FLAGS> dist/main.mjs immortal-container, the
 //                                 bundle run from the V8 code cache that dist/warm-cache.mjs
 //                                 wrote (as the Dockerfile does, before any measured run)
-//   (d) unbundled, compile cache: NODE_COMPILE_CACHE=<warm dir> node functions/runtime/main.ts …
+//   (d) unbundled, compile cache: NODE_COMPILE_CACHE=<warm dir> node functions/main.ts …
 //   (f) floor:                    a bare node:http server (node -e, answers 200), spawn → first
 //                                 response: what any Node process costs before doing anything
 // (a), (b) and (f) run with NODE_DISABLE_COMPILE_CACHE=1 (which main.mjs honours too); (c) with
@@ -34,7 +34,7 @@ import { parseArgs } from 'node:util';
 import { buildFunctions, IMAGE_NODE_FLAGS } from '../bin/build.ts';
 import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
-import { Pod } from '../functions/runtime/kinds.ts';
+import { Pod } from '../functions/runtime/index.ts';
 import { deliver, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { benchFlags } from './harness.ts';
 
@@ -184,10 +184,10 @@ async function main(): Promise<void> {
   const entry = join(relative(ROOT, built.outdir), 'main.mjs');
   const cacheRoot = mkdtempSync(join(tmpdir(), 'opfn-bench-compile-cache-'));
   const variants: Variant[] = [
-    { id: 'a', label: '(a) unbundled', args: ['functions/runtime/main.ts', FUNCTION] },
+    { id: 'a', label: '(a) unbundled', args: ['functions/main.ts', FUNCTION] },
     { id: 'b', label: '(b) bundled, no cache', args: [entry, FUNCTION] },
     { id: 'c', label: '(c) image entry + code cache', args: [...IMAGE_NODE_FLAGS, entry, FUNCTION], cache: IMAGE_CACHE },
-    { id: 'd', label: '(d) unbundled + compile cache', args: ['functions/runtime/main.ts', FUNCTION], cache: join(cacheRoot, 'unbundled') },
+    { id: 'd', label: '(d) unbundled + compile cache', args: ['functions/main.ts', FUNCTION], cache: join(cacheRoot, 'unbundled') },
     { id: 'f', label: '(f) floor: bare node:http', args: ['-e', BARE_SERVER], floor: true },
   ];
 

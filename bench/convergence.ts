@@ -6,8 +6,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ImmortalContainer } from '../functions/immortal-container/desired.ts';
 import { ImmortalContainerKind, podNameFor } from '../functions/immortal-container/desired.ts';
-import type { KubeObject, ResourceKind } from '../functions/runtime/kinds.ts';
-import type { KubeClient } from '../functions/runtime/kube/client.ts';
+import type { KubeObject, ResourceKind, KubeClient } from '../functions/runtime/index.ts';
 
 export const converged = (ic: ImmortalContainer): boolean =>
   ic.status?.currentPod === podNameFor(ic) && ic.status.startTimes === 1 && ic.status.observedGeneration === ic.metadata.generation;

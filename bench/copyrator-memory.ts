@@ -14,7 +14,7 @@ import { parseArgs } from 'node:util';
 import { CloudEvent } from 'cloudevents';
 import copyrator from '../functions/copyrator/index.ts';
 import { CopyratorRuleKind, DISTRIBUTE_LABEL } from '../functions/copyrator/desired.ts';
-import { ConfigMap, Namespace } from '../functions/runtime/kinds.ts';
+import { ConfigMap, Namespace } from '../functions/runtime/index.ts';
 import { deliver, kubeFor, serveFunction, startTestCluster } from '../test/support/cluster.ts';
 import { benchFlags, pooled } from './harness.ts';
 

@@ -3,7 +3,7 @@
 // server from the first write until it is quiet again).
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventPlane } from '../eventing/plane.ts';
-import { forEachLimited } from '../functions/runtime/concurrency.ts';
+import { forEachLimited } from '../functions/runtime/index.ts';
 import type { TestCluster } from '../test/support/cluster.ts';
 import { tempFolder } from '../test/support/temp.ts';
 import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';

@@ -47,10 +47,8 @@ import { pino } from 'pino';
 import type { FunctionStats } from '../eventing/activator/configuration.ts';
 import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
 import immortalContainer from '../functions/immortal-container/index.ts';
-import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
+import { type FunctionDeclaration, Pod, KubeClient } from '../functions/runtime/index.ts';
 import { desiredPod, ImmortalContainerKind, nextStatus, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
-import { Pod } from '../functions/runtime/kinds.ts';
-import { KubeClient } from '../functions/runtime/kube/client.ts';
 import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';
@@ -115,7 +113,7 @@ async function measureImmortals(cluster: TestCluster, watcher: KubeClient, names
 /** The function's command under `node --cpu-prof`, its profile written to `dir` when it exits. */
 function profiled(dir: string, command?: (declaration: FunctionDeclaration) => { command: string; args: string[] }) {
   return (declaration: FunctionDeclaration) => {
-    const { args } = command?.(declaration) ?? { args: [join(ROOT, 'functions/runtime/main.ts'), declaration.name] };
+    const { args } = command?.(declaration) ?? { args: [join(ROOT, 'functions/main.ts'), declaration.name] };
     return { command: process.execPath, args: ['--cpu-prof', '--cpu-prof-dir', dir, ...args] };
   };
 }

@@ -48,7 +48,7 @@ export function registeredFunctions(): FunctionEntry[] {
 function entrySource(entry: FunctionEntry): string {
   return [
     `import declaration from './${entry.module}';`,
-    `import { serve } from './functions/runtime/server.ts';`,
+    `import { serve } from './functions/runtime/host/index.ts';`,
     `serve(declaration).catch((error: Error) => {`,
     `  console.error(\`cannot start function \${declaration.name}: \${error.message}\`);`,
     `  process.exit(1);`,

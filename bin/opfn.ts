@@ -101,7 +101,7 @@ program
   .option('--log-format <format>', 'json | pretty (default: pretty on a terminal, json when piped)', logFormatOption)
   .action(async (options: { functions?: string[]; idle: number; resync?: number; triggers?: string[]; bundle: boolean; local?: boolean; replace?: string[]; logFormat?: 'json' | 'pretty' }) => {
     const { runDev } = await import('../eventing/dev.ts');
-    const { createLogger, logFormat } = await import('../functions/runtime/log.ts');
+    const { createLogger, logFormat } = await import('../functions/runtime/host/index.ts');
     const format = options.logFormat ?? logFormat();
     try {
       const { parseReplacements } = await import('../eventing/manifests/cli.ts');
@@ -138,7 +138,7 @@ cluster
     }
     const { startControlPlane, kubectlPathLine } = await import('../cluster/control-plane.ts');
     const { applyCrds } = await import('../eventing/crds.ts');
-    const { KubeClient } = await import('../functions/runtime/kube/client.ts');
+    const { KubeClient } = await import('../functions/runtime/index.ts');
     try {
       const started = performance.now();
       // Stopped by untilSignal below, in order (apiserver before etcd), not by the terminal's Ctrl-C.
@@ -339,7 +339,7 @@ program
   .description('run one function as an HTTP server on $PORT (default 8080), as its Knative Service does')
   .argument('<function>', functionNames.join(' | '))
   .action(async (name: string) => {
-    const { serve } = await import('../functions/runtime/server.ts');
+    const { serve } = await import('../functions/runtime/host/index.ts');
     try {
       await serve(await loadFunction(name));
     } catch (error) {

@@ -2,9 +2,7 @@
 // receive the same bytes from the local plane as from Knative.
 import { randomUUID } from 'node:crypto';
 import { CloudEvent, type CloudEventV1 } from 'cloudevents';
-import { apiServerEventType } from '../functions/runtime/events.ts';
-import { apiVersionOf, type KubeObject, type ResourceKind } from '../functions/runtime/kinds.ts';
-import { guessedResource } from '../functions/runtime/knative-objects.ts';
+import { apiServerEventType, apiVersionOf, type KubeObject, type ResourceKind, guessedResource } from '../functions/runtime/index.ts';
 
 export type SourceMode = 'Reference' | 'Resource';
 export type ChangeAction = 'add' | 'update' | 'delete';

@@ -4,9 +4,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
-import type { KubeObject, ResourceKind } from '../functions/runtime/kinds.ts';
-import { isAlreadyExists } from '../functions/runtime/kube/errors.ts';
-import type { KubeClient } from '../functions/runtime/kube/client.ts';
+import { type KubeObject, type ResourceKind, isAlreadyExists, type KubeClient } from '../functions/runtime/index.ts';
 
 export const CRD_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', 'crds');
 

@@ -22,7 +22,7 @@
 import { resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CloudEventV1 } from 'cloudevents';
-import { retryAfterMs } from '../functions/runtime/http.ts';
+import { retryAfterMs } from '../functions/runtime/index.ts';
 
 export interface DeliverySpec {
   /** Retries after the first attempt. */

@@ -13,9 +13,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
-import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
-import type { KubeObject } from '../functions/runtime/kinds.ts';
-import type { KubeClient } from '../functions/runtime/kube/client.ts';
+import type { FunctionDeclaration, KubeObject, KubeClient } from '../functions/runtime/index.ts';
 import { Activator, type FunctionStats } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
 import { DEAD_LETTER_FILE } from './state-files.ts';
@@ -175,7 +173,7 @@ export class EventPlane {
   constructor(options: PlaneOptions) {
     this.#options = options;
     const { functions, log } = options;
-    const command = options.command ?? ((declaration) => ({ command: process.execPath, args: [join(ROOT, 'functions/runtime/main.ts'), declaration.name] }));
+    const command = options.command ?? ((declaration) => ({ command: process.execPath, args: [join(ROOT, 'functions/main.ts'), declaration.name] }));
     // The activator starts each function as its generated Service says; with `knativeObjects`
     // the Service in the API server then applies its own (ServiceDirectory → configure).
     const generated = planeObjects(functions, options.knativeObjects ? {} : options);

@@ -3,8 +3,8 @@
 // `containerConcurrency`, `timeoutSeconds` (default revision-timeout-seconds, 300) and the
 // function's delivery budget (its container's OPFN_DELIVERY_BUDGET_SECONDS), as the local
 // activator takes them at start and through `configure()` (a Service edited live).
-import type { Scaling } from '../../functions/runtime/declaration.ts';
-import { deliveryBudgetFor, deliveryBudgetProblem } from '../../functions/runtime/delivery-budget.ts';
+import type { Scaling } from '../../functions/runtime/index.ts';
+import { deliveryBudgetFor, deliveryBudgetProblem } from '../../functions/runtime/host/index.ts';
 
 export type { Scaling };
 

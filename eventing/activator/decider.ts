@@ -3,7 +3,7 @@
 // concurrency counts in-flight plus buffered requests and target is min(target,
 // containerConcurrency) when both are set (pkg/reconciler/autoscaling/resources/target.go),
 // clamped to [minScale, maxScale] (maxScale 0 = unbounded, as in Knative).
-import type { Scaling } from '../../functions/runtime/declaration.ts';
+import type { Scaling } from '../../functions/runtime/index.ts';
 
 /** Knative's container-concurrency-target-default. */
 export const DEFAULT_TARGET = 100;

@@ -11,7 +11,7 @@
 import type http from 'node:http';
 import type { Logger } from 'pino';
 import type { FunctionConfiguration, FunctionProcessSpec, FunctionStats } from './configuration.ts';
-import { DELIVERY_BUDGET_ENV } from '../../functions/runtime/delivery-budget.ts';
+import { DELIVERY_BUDGET_ENV } from '../../functions/runtime/host/index.ts';
 import { desiredScale, effectiveTarget } from './decider.ts';
 import { Instance } from './instance.ts';
 import { pick } from './lb-policy.ts';

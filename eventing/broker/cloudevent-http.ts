@@ -8,7 +8,7 @@
 //   the client reads an answer instead of a connection reset.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { CloudEvent, HTTP, type CloudEventV1 } from 'cloudevents';
-import { quote } from '../../functions/runtime/bounded-messages.ts';
+import { quote } from '../../functions/runtime/index.ts';
 
 /** Thrown by readBody when a body exceeds its limit (the caller answers 413). */
 export class BodyTooLarge extends Error {

@@ -29,10 +29,8 @@
 import { randomUUID } from 'node:crypto';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { dueTimeMs, FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE } from '../../functions/runtime/events.ts';
-import { MAX_TIMER_MS } from '../../functions/runtime/timer-limit.ts';
+import { dueTimeMs, FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE, MAX_TIMER_MS, quote } from '../../functions/runtime/index.ts';
 import { TTL_ATTRIBUTE } from './ttl.ts';
-import { quote } from '../../functions/runtime/bounded-messages.ts';
 
 // The extension is the runtime's (functions/runtime/events.ts): one name on both ends of the wire.
 export { NOT_BEFORE_EXTENSION };

@@ -21,9 +21,7 @@
 // default in Knative 1.23, whose webhook then refuses the field too).
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
-import { guessedResource } from '../../functions/runtime/knative-objects.ts';
+import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind, type KubeClient, guessedResource } from '../../functions/runtime/index.ts';
 import { compileSelector } from '../../functions/composite/selector.ts';
 import { formatLabelSelector } from '../manifests/sources.ts';
 import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';

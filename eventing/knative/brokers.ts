@@ -1,7 +1,7 @@
 // Brokers on the local plane: there is one broker process, and every Broker object names it (its
 // ingress URL is each one's address). A Trigger or source naming a Broker that does not exist is
 // not Ready, as on Knative ("BrokerDoesNotExist").
-import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { keyOf, keyString, type KubeObject } from '../../functions/runtime/index.ts';
 import { Broker } from './kinds.ts';
 import { ready, type StatusWriter } from './status.ts';
 

@@ -6,7 +6,7 @@
 // override reaches the local controllers, which report it on the object instead of emitting
 // events the broker must refuse.
 import { headerValueProblem } from '../broker/cloudevent-http.ts';
-import { quote } from '../../functions/runtime/bounded-messages.ts';
+import { quote } from '../../functions/runtime/index.ts';
 
 /** The CloudEvents 1.0 context attributes and the data: an extension may not take their names. */
 const RESERVED = new Set(['specversion', 'id', 'source', 'type', 'subject', 'time', 'datacontenttype', 'dataschema', 'data', 'data_base64']);

@@ -12,8 +12,7 @@
 // memory select their namespaces once, when applied.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { apiVersionOf, Namespace, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { apiVersionOf, Namespace, type KubeObject, type ResourceKind, type KubeClient } from '../../functions/runtime/index.ts';
 import type { Broker } from '../broker.ts';
 import { ApiServerSource as LocalSource } from '../source.ts';
 import { ApiServerSourceController } from './api-server-sources.ts';

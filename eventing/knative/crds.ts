@@ -16,8 +16,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { provisionScript, runProvisionScript } from '../../cluster/provision-script.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
+import type { KubeObject, KubeClient } from '../../functions/runtime/index.ts';
 import { applyCrds } from '../crds.ts';
 
 /** Provisions Knative's CRDs (the default part), its adapters (`adapters`) or its eventing module's source folder (`eventing-module`). */

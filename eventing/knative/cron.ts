@@ -3,7 +3,7 @@
 // once, by cronProblem in functions/runtime/cron.ts (robfig/cron's standard parser, as Knative's
 // PingSource uses); this module only evaluates. As in cron, when both day fields are restricted
 // a day matching either one fires.
-import { CRON_DESCRIPTORS, CRON_FIELDS, cronFieldValue, cronProblem } from '../../functions/runtime/cron.ts';
+import { CRON_DESCRIPTORS, CRON_FIELDS, cronFieldValue, cronProblem } from '../../functions/runtime/index.ts';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 

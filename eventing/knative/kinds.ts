@@ -1,7 +1,7 @@
 // The kinds `opfn manifests` generates, addressable without discovery (as functions/runtime/
 // kinds.ts does for the functions' own kinds): the Knative kinds the local plane watches and the
 // tests dry-run, and the built-in kinds of a deployment's identities.
-import { Namespace, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { Namespace, type KubeObject, type ResourceKind } from '../../functions/runtime/index.ts';
 
 const kind = (group: string, version: string, name: string, plural: string, namespaced = true): ResourceKind => ({ group, version, kind: name, plural, namespaced });
 

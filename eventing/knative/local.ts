@@ -2,10 +2,7 @@
 // plane it started), so the plane runs exactly what `opfn manifests` would install on a cluster
 // and `kubectl get/edit/patch` works on them: Knative's own CRDs (crds.ts), then every generated
 // object but the functions' CRDs (eventing/crds.ts installed those), created or replaced.
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { isAlreadyExists } from '../../functions/runtime/kube/errors.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { type FunctionDeclaration, type KubeObject, isAlreadyExists, type KubeClient } from '../../functions/runtime/index.ts';
 import { BROAD } from '../manifests/composite.ts';
 import { generateManifests } from '../manifests/index.ts';
 import { DEFAULT_OPTIONS } from '../manifests/options.ts';

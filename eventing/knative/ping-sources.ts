@@ -6,9 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
-import { PING_TYPE } from '../../functions/runtime/events.ts';
-import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
-import { MAX_TIMER_MS } from '../../functions/runtime/timer-limit.ts';
+import { PING_TYPE, keyOf, keyString, type KubeObject, MAX_TIMER_MS } from '../../functions/runtime/index.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { ceOverridesProblem, overrideExtensions } from './ce-overrides.ts';
 import { nextFire, parseSchedule, type Schedule } from './cron.ts';

@@ -10,11 +10,10 @@
 // deleted one withdraws it (Activator.withdraw), as Serving removes the revision. The generated
 // dead-letter sink (event_display) is not run locally: the broker's dead-letter file stands in
 // for it.
-import type { Scaling } from '../../functions/runtime/declaration.ts';
+import { type Scaling, keyOf, keyString, type KubeObject } from '../../functions/runtime/index.ts';
 import { DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration } from '../activator/activator.ts';
 import { capacityAtMaxScale } from '../activator/decider.ts';
-import { deliveryBudgetFromEnvironment } from '../../functions/runtime/delivery-budget.ts';
-import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { deliveryBudgetFromEnvironment } from '../../functions/runtime/host/index.ts';
 import { DEAD_LETTER_SERVICE } from '../manifests/options.ts';
 import { AUTOSCALING } from '../manifests/service.ts';
 import { KnativeService } from './kinds.ts';

@@ -3,10 +3,7 @@
 // a message), dependent conditions beside it, `observedGeneration`, and `lastTransitionTime` that
 // moves only when a condition's status flips. `kubectl get triggers,apiserversources` prints the
 // Ready and Reason columns from it (the CRDs' additionalPrinterColumns).
-import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
-import { isNotFound } from '../../functions/runtime/kube/errors.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
-import { jsonEqual } from '../../functions/runtime/reconciler.ts';
+import { type KubeObject, type ResourceKind, isNotFound, type KubeClient, jsonEqual } from '../../functions/runtime/index.ts';
 
 export interface Condition {
   type: string;

@@ -7,7 +7,7 @@
 // Resolution: `subscriber.uri` as given; `subscriber.ref` to a Knative Service through the
 // ServiceDirectory (a function → the activator's URL). `delivery.deadLetterSink` the same way;
 // the generated dead-letter Service resolves to the broker's own dead-letter file.
-import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { keyOf, keyString, type KubeObject } from '../../functions/runtime/index.ts';
 import type { Broker, DeliverySpec, Trigger } from '../broker.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { Trigger as TriggerKind } from './kinds.ts';

@@ -5,8 +5,7 @@
 //
 // Both are cluster-scoped, so only an install with cluster scope carries them; a function with
 // admission checks crosses namespaces and is left out of a namespace install anyway.
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import type { FunctionDeclaration, KubeObject } from '../../functions/runtime/index.ts';
 import { labels, type ManifestOptions } from './options.ts';
 
 const ADMISSION_API = 'admissionregistration.k8s.io/v1';

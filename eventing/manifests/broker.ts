@@ -13,7 +13,7 @@
 // (`kubectl logs -l serving.knative.dev/service=opfn-dead-letters -c user-container`). It
 // is kept at one instance (min-scale 1) so its log is not lost with a pod scaled to zero. Secret
 // data never reaches it: Secrets are sent in Reference mode.
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../functions/runtime/index.ts';
 import { DEAD_LETTER_SERVICE, EVENTING_API, KAFKA_BROKER_CLASS, KNATIVE_SERVICE_API, labels, PART_OF, type ManifestOptions } from './options.ts';
 import { AUTOSCALING, VISIBILITY_LABEL } from './service.ts';
 import { deliveryFor } from './triggers.ts';

@@ -4,7 +4,7 @@
 // files are left alone.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import { type FunctionDeclaration, guessedResource } from '../../functions/runtime/index.ts';
 import { COMPOSITE_FUNCTION } from '../../functions/composite-controller/eventing.ts';
 import { BROAD, NARROW_NO_CONTROLLERS, readCompositeFile, type CompositeRights } from './composite.ts';
 import { EVENT_POLICY_FEATURE_NOTE, withEventPolicies } from './event-policy.ts';
@@ -13,7 +13,6 @@ import { openfaasStack } from './openfaas.ts';
 import { parseIsoDuration } from '../delivery.ts';
 import { DEFAULT_OPTIONS, KAFKA_BROKER_CLASS, type ManifestOptions } from './options.ts';
 import { validateManifests } from './validate.ts';
-import { guessedResource } from '../../functions/runtime/knative-objects.ts';
 import { renamedKinds, unwatchedKinds } from './wiring.ts';
 
 export interface ManifestCommand {

@@ -19,8 +19,7 @@
 // them cluster-local, as generated), nor against a sender holding one of those identities (whoever
 // may create tokens for ServiceAccounts in the install namespace). Without the feature, Knative's
 // webhook refuses every EventPolicy ("oidc-authentication feature not enabled").
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import type { FunctionDeclaration, KubeObject } from '../../functions/runtime/index.ts';
 import { COMPOSITE_FUNCTION, MANAGED_NAME_PREFIX } from '../../functions/composite-controller/eventing.ts';
 import { EVENTING_API, labels, type ManifestOptions } from './options.ts';
 

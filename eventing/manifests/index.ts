@@ -7,8 +7,7 @@
 // The output is a set of files (one per function, so a change to one function shows in one
 // file) plus a kustomization.yaml listing them; eventing/manifests/cli.ts writes them.
 import { stringify } from 'yaml';
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
+import type { FunctionDeclaration, KubeObject, ResourceKind } from '../../functions/runtime/index.ts';
 import { CRD_DIR, readManifests } from '../crds.ts';
 import { admissionObjects } from './admission-policy.ts';
 import { COMPOSITE_FUNCTION } from '../../functions/composite-controller/eventing.ts';

@@ -8,8 +8,8 @@
 // namespace, e.g. openfaas-fn). Events come from this project's own source and broker
 // (`opfn dev` with Triggers whose subscriber is the gateway URL), see the README.
 import { stringify } from 'yaml';
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { DELIVERY_BUDGET_ENV, deliveryBudgetFor } from '../../functions/runtime/delivery-budget.ts';
+import type { FunctionDeclaration } from '../../functions/runtime/index.ts';
+import { DELIVERY_BUDGET_ENV, deliveryBudgetFor } from '../../functions/runtime/host/index.ts';
 import { REVISION_TIMEOUT_SECONDS, type ManifestOptions } from './options.ts';
 import { serviceAccountName } from './rbac.ts';
 import { READINESS_PATH } from './service.ts';

@@ -11,10 +11,7 @@
 // or changed spec, a deletion, a missing finalizer). So such a kind's changes arrive within a
 // minute for one list a minute, while the full resync, whose cost grows with what each object
 // reconciles, keeps its own schedule.
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { POLL_DATA } from '../../functions/runtime/events.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { watchableBySource } from '../../functions/runtime/knative-objects.ts';
+import { type FunctionDeclaration, POLL_DATA, type KubeObject, watchableBySource } from '../../functions/runtime/index.ts';
 import { FUNCTION_EXTENSION } from './wiring.ts';
 import { brokerRef, labels, pingSourceName, pollSourceName, SOURCES_API, type ManifestOptions } from './options.ts';
 

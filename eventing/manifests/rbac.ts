@@ -6,14 +6,11 @@
 // The objects of one identity (ServiceAccount, Role/ClusterRole, bindings, and how 'cluster' and
 // 'namespace' scope place the rules) are built by `identity` in functions/runtime/knative-objects.ts,
 // which the composite function shares for the identities it manages per CompositeController.
-import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/declaration.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { clusterScopedOf, identity } from '../../functions/runtime/knative-objects.ts';
-import { mergeRules, rulesFor } from '../../functions/runtime/rbac.ts';
+import { type FunctionDeclaration, type PolicyRule, type KubeObject, clusterScopedOf, identity, mergeRules, rulesFor } from '../../functions/runtime/index.ts';
 import type { SourceSpec } from '../source.ts';
 import { labels, type ManifestOptions } from './options.ts';
 
-export { identity, splitByScope } from '../../functions/runtime/knative-objects.ts';
+export { identity, splitByScope } from '../../functions/runtime/index.ts';
 
 export const serviceAccountName = (declaration: FunctionDeclaration): string => `opfn-${declaration.name}`;
 

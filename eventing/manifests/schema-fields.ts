@@ -10,7 +10,7 @@
 // schema "is necessary to enable the experimental feature delivery-timeout"): GO_TYPE_FIELDS
 // names them, from knative/eventing pkg/apis/duck/v1 delivery_types.go (DeliverySpec.Timeout,
 // DeliverySpec.RetryAfterMax).
-import { parseApiVersion, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { parseApiVersion, type KubeObject } from '../../functions/runtime/index.ts';
 
 interface Schema {
   properties?: Record<string, Schema>;

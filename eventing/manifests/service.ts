@@ -13,10 +13,8 @@
 // port through queue-proxy); a container securityContext may only set capabilities,
 // readOnlyRootFilesystem, runAsUser, runAsGroup and runAsNonRoot (SecurityContextMask in
 // pkg/apis/serving/fieldmask.go).
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { DELIVERY_BUDGET_ENV, deliveryBudgetFor } from '../../functions/runtime/delivery-budget.ts';
-import { INSTALL_CONFIG, installConfigValues } from '../../functions/runtime/knative-objects.ts';
+import { type FunctionDeclaration, type KubeObject, INSTALL_CONFIG, installConfigValues } from '../../functions/runtime/index.ts';
+import { DELIVERY_BUDGET_ENV, deliveryBudgetFor } from '../../functions/runtime/host/index.ts';
 import { KNATIVE_SERVICE_API, labels, REVISION_TIMEOUT_SECONDS, type ManifestOptions } from './options.ts';
 import { serviceAccountName } from './rbac.ts';
 

@@ -3,11 +3,9 @@
 // The object itself (Knative's ApiServerSource, sources.knative.dev/v1; `namespaceSelector: {}`
 // in 'cluster' scope) is built by apiServerSourceObject in functions/runtime/knative-objects.ts,
 // shared with the sources the composite function manages per CompositeController.
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import type { KubeObject, LabelSelector } from '../../functions/runtime/kinds.ts';
+import { type FunctionDeclaration, type KubeObject, type LabelSelector, apiServerSourceObject, sourceResource } from '../../functions/runtime/index.ts';
 import { sourcesFor } from './wiring.ts';
 import type { SourceSpec } from '../source.ts';
-import { apiServerSourceObject, sourceResource } from '../../functions/runtime/knative-objects.ts';
 import { labels, sourceServiceAccountName, type ManifestOptions } from './options.ts';
 import { clusterScopedResources, identity, sourceRules } from './rbac.ts';
 

@@ -9,8 +9,7 @@
 // becomes `subscriber.uri`, anything else names a Knative Service in the same namespace
 // (`subscriber.ref`). Nothing else changes, so the function's sources and resync keep feeding
 // whatever now answers.
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import type { FunctionDeclaration, KubeObject } from '../../functions/runtime/index.ts';
 import { triggerFor } from './wiring.ts';
 import { DEAD_LETTER_SERVICE, EVENTING_API, labels, REVISION_TIMEOUT_SECONDS, serviceRef, type ManifestOptions } from './options.ts';
 

@@ -19,8 +19,8 @@
 //   pkg/apis/duck/v1 delivery_types.go), and a Trigger's per-attempt timeout is not shorter than
 //   its function's delivery budget: the dispatcher would give up on attempts the function is
 //   still answering, and send them again.
-import { DELIVERY_BUDGET_ENV, deliveryBudgetProblem } from '../../functions/runtime/delivery-budget.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { DELIVERY_BUDGET_ENV, deliveryBudgetProblem } from '../../functions/runtime/host/index.ts';
+import type { KubeObject } from '../../functions/runtime/index.ts';
 import { parseDeliverySpec } from '../delivery.ts';
 import { validateTriggerFilters } from '../filters.ts';
 import { REVISION_TIMEOUT_SECONDS } from './options.ts';

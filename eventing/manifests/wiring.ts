@@ -7,10 +7,7 @@
 // selectors; Secrets always in Reference mode, in a source of their own, because Secret contents
 // must never travel through the event plane. Every event is tagged with the function's name
 // (ceOverrides), which its Trigger filters on.
-import { unwantedChanges, type FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { apiServerEventType, FUNCTION_EXTENSION } from '../../functions/runtime/events.ts';
-import { apiVersionOf, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { guessedResource, sourceKindName, watchableBySource } from '../../functions/runtime/knative-objects.ts';
+import { unwantedChanges, type FunctionDeclaration, apiServerEventType, FUNCTION_EXTENSION, apiVersionOf, type ResourceKind, guessedResource, sourceKindName, watchableBySource } from '../../functions/runtime/index.ts';
 import type { SubscriptionsApiFilter } from '../filters.ts';
 import type { SourceSpec } from '../source.ts';
 

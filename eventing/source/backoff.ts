@@ -1,6 +1,6 @@
 // Retry pacing shared by the source's loops and its sink delivery: exponential backoff with
 // jitter (client-go's wait.Backoff with Jitter), sleeps and waits that end when the source stops.
-import { ApiError } from '../../functions/runtime/kube/errors.ts';
+import { ApiError } from '../../functions/runtime/index.ts';
 
 export const BACKOFF_INITIAL_MS = 200;
 export const BACKOFF_MAX_MS = 30_000;

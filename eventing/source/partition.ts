@@ -10,8 +10,7 @@
 // which do not say which kind a function reconciles) is keyed by its controller owner when it has
 // one, else by itself: right for the reconciled kind and for children with an ownerReference; a
 // watched kind then gets a key it does not need, which costs nothing (any instance serves it).
-import { parseApiVersion, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
+import { parseApiVersion, type KubeObject, type ResourceKind, ownerLabelValue } from '../../functions/runtime/index.ts';
 
 export const PARTITION_KEY_EXTENSION = 'partitionkey';
 

@@ -2,11 +2,7 @@
 // from the list's resourceVersion; resume a dropped watch from the last version seen; re-list
 // only on 410 Gone) with a store that turns each change into an ApiServerSource event.
 import type { Logger } from 'pino';
-import { keyOf, keyString, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ApiError, NOT_SERVED } from '../../functions/runtime/kube/errors.ts';
-import { LIST_PAGE_SIZE, type KubeClient } from '../../functions/runtime/kube/client.ts';
-import type { WatchEvent } from '../../functions/runtime/kube/watch.ts';
-import { controllerOf } from '../../functions/runtime/reconciler.ts';
+import { keyOf, keyString, type KubeObject, type ResourceKind, ApiError, NOT_SERVED, LIST_PAGE_SIZE, type KubeClient, type WatchEvent, controllerOf } from '../../functions/runtime/index.ts';
 import { apiServerSourceAttributes, type ChangeAction } from '../apiserver-events.ts';
 import { abortable, BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, describe, jitter, sleep } from './backoff.ts';
 import type { Counters, Delivery } from './delivery.ts';

@@ -1,8 +1,7 @@
 // What an ApiServerSource is configured with and reports.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import type { ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
+import type { ResourceKind, KubeClient } from '../../functions/runtime/index.ts';
 import type { SourceMode } from '../apiserver-events.ts';
 import type { PartitionRule } from './partition.ts';
 

@@ -11,9 +11,7 @@
 import { planClaim, type ClaimAction } from '../composite/claim.ts';
 import type { ChildOperation } from '../composite/manage-children.ts';
 import type { Selector } from '../composite/selector.ts';
-import { apiVersionOf, keyOf, sameKind, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
-import { isAlreadyExists, isConflict, isNotFound } from '../runtime/kube/errors.ts';
-import type { KubeClient } from '../runtime/kube/client.ts';
+import { apiVersionOf, keyOf, sameKind, type KubeObject, type ResourceKind, isAlreadyExists, isConflict, isNotFound, type KubeClient } from '../runtime/index.ts';
 
 export interface ParentRef {
   parent: KubeObject;

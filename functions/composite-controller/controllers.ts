@@ -11,10 +11,7 @@ import { checkController } from '../composite/controller-spec.ts';
 import { updateStrategies } from '../composite/manage-children.ts';
 import { parentFilter } from '../composite/selector.ts';
 import type { CompositeController, ResolvedResource } from '../composite/types.ts';
-import { discoveryFor } from '../runtime/discovery.ts';
-import { TerminalError } from '../runtime/errors.ts';
-import { apiVersionOf, sameKind, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
-import type { KubeClient } from '../runtime/kube/client.ts';
+import { discoveryFor, TerminalError, apiVersionOf, sameKind, type KubeObject, type ResourceKind, type KubeClient } from '../runtime/index.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import type { ResolvedComposite } from './sync-parent.ts';
 

@@ -31,15 +31,7 @@
 // subjects) is restored when it drifted. It reads first (the API server's watch cache), so a
 // controller whose objects are in place costs reads only, never a write.
 import { createHash } from 'node:crypto';
-import { FUNCTION_EXTENSION } from '../runtime/events.ts';
-import { ApiError, isAlreadyExists, isConflict } from '../runtime/kube/errors.ts';
-import type { KubeClient } from '../runtime/kube/client.ts';
-import { TransientError } from '../runtime/errors.ts';
-import { apiVersionOf, isValidNamespace, keyOf, type KubeObject, type OwnerReference, type ResourceKind } from '../runtime/kinds.ts';
-import { apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, sourceResource, type Placement, watchableBySource } from '../runtime/knative-objects.ts';
-import { ownerLabelValue } from '../runtime/owner-labels.ts';
-import { controllerOf } from '../runtime/reconciler.ts';
-import { mergeRules } from '../runtime/rbac.ts';
+import { FUNCTION_EXTENSION, ApiError, isAlreadyExists, isConflict, type KubeClient, TransientError, apiVersionOf, isValidNamespace, keyOf, type KubeObject, type OwnerReference, type ResourceKind, apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, sourceResource, type Placement, watchableBySource, ownerLabelValue, controllerOf, mergeRules } from '../runtime/index.ts';
 import { CompositeControllerKind } from './kinds.ts';
 
 export const COMPOSITE_FUNCTION = 'composite';

@@ -2,8 +2,7 @@
 // keys are CompositeControllers (sync every parent) and, through `runtimeKinds`, the parents
 // themselves, whose kinds are known only once a controller names them (routing.ts,
 // reconcile.ts, sync-parent.ts).
-import { defineFunction } from '../runtime/declaration.ts';
-import { INSTALL_CONFIG, INSTALL_DEFAULTS } from '../runtime/knative-objects.ts';
+import { defineFunction, INSTALL_CONFIG, INSTALL_DEFAULTS } from '../runtime/index.ts';
 import { EVENT_SOURCES_CONFIG } from './eventing.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { reconcileComposite } from './reconcile.ts';

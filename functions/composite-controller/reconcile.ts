@@ -20,19 +20,13 @@
 // item, so failures are independent; Start: resyncPeriodSeconds; a hook's resyncAfterSeconds
 // requeues that parent).
 import { resyncPeriodMs } from '../composite/controller-spec.ts';
-import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
-import { agreedRetryAfter, TerminalError, TransientError } from '../runtime/errors.ts';
-import { MAX_KEYS_PER_EVENT } from '../runtime/events.ts';
-import { apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject } from '../runtime/kinds.ts';
-import { ApiError } from '../runtime/kube/errors.ts';
+import { type ReconcileContext, type ReconcileResult, agreedRetryAfter, TerminalError, TransientError, MAX_KEYS_PER_EVENT, apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject, ApiError, guessedResource, watchableBySource, forEachLimited } from '../runtime/index.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
 import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eventing.ts';
 import { parseHookUrls, type UrlRewrite } from './hooks.ts';
-import { guessedResource, watchableBySource } from '../runtime/knative-objects.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import { governs, syncParent, type ResolvedComposite } from './sync-parent.ts';
-import { forEachLimited } from '../runtime/concurrency.ts';
 
 /** Parents synced at once in a sweep: hooks are remote calls, the API server is shared. */
 const PARENT_CONCURRENCY = 8;

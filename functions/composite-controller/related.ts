@@ -10,9 +10,7 @@ import { isStrict } from '../composite/hook-response.ts';
 import { parseCustomizeResponse, relatedQueries, selectRelated } from '../composite/related.ts';
 import { webhookTarget } from '../composite/hook-client.ts';
 import type { CompositeController, Hook, ResolvedResource } from '../composite/types.ts';
-import type { Discovery } from '../runtime/discovery.ts';
-import { apiVersionOf, Namespace, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
-import type { KubeClient } from '../runtime/kube/client.ts';
+import { type Discovery, apiVersionOf, Namespace, type KubeObject, type ResourceKind, type KubeClient } from '../runtime/index.ts';
 import { rewriteUrl, type UrlRewrite } from './hooks.ts';
 
 export interface Related {

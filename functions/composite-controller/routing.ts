@@ -11,10 +11,7 @@
 // uid check of the referenced parent happens in the sync here (isOurs, claim): a reference to a
 // parent of the same name but another uid syncs that parent, which changes nothing of the child.
 import { potentialParents, referencedParent, type ParentKind } from '../composite/child-events.ts';
-import type { MapperContext, RuntimeKinds } from '../runtime/declaration.ts';
-import type { ChangeEvent } from '../runtime/events.ts';
-import { groupKind, kindKey, sameKind, type KindKey, type KubeObject } from '../runtime/kinds.ts';
-import { controllerOf } from '../runtime/reconciler.ts';
+import { type MapperContext, type RuntimeKinds, type ChangeEvent, groupKind, kindKey, sameKind, type KindKey, type KubeObject, controllerOf } from '../runtime/index.ts';
 import { servedComposites, withParentKind } from './controllers.ts';
 import { effectiveController, type ResolvedComposite } from './sync-parent.ts';
 

@@ -19,13 +19,7 @@ import { childErrorsMessage, type UpdateStrategies } from '../composite/manage-c
 import { childSelector, type Selector } from '../composite/selector.ts';
 import { planSync } from '../composite/sync-plan.ts';
 import type { CompositeController, ResolvedResource } from '../composite/types.ts';
-import type { EventRecorder } from '../runtime/recorder.ts';
-import { discoveryFor } from '../runtime/discovery.ts';
-import { TransientError } from '../runtime/errors.ts';
-import { apiVersionOf, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
-import { isConflict, isNotFound } from '../runtime/kube/errors.ts';
-import type { KubeClient } from '../runtime/kube/client.ts';
-import { ensureFinalizer, removeFinalizer } from '../runtime/reconciler.ts';
+import { type EventRecorder, discoveryFor, TransientError, apiVersionOf, type KubeObject, type ResourceKind, isConflict, isNotFound, type KubeClient, ensureFinalizer, removeFinalizer } from '../runtime/index.ts';
 import { applyChildOperations, claimChildren, selectedLists, type CandidateLists } from './children.ts';
 import { callHook, type UrlRewrite } from './hooks.ts';
 import { relatedFor } from './related.ts';

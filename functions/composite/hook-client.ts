@@ -13,10 +13,9 @@
 // Not supported (yet): etag caching, caBundle / clientTLS, authorization and basicAuth.
 import http from 'node:http';
 import https from 'node:https';
-import { MAX_TIMER_MS } from '../runtime/timer-limit.ts';
+import { MAX_TIMER_MS, quote } from '../runtime/index.ts';
 import { parseHookResponse } from './hook-response.ts';
 import type { CompositeHookResponse, HookVersion, Webhook } from './types.ts';
-import { quote } from '../runtime/bounded-messages.ts';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
 /** A hook answer larger than this is refused rather than buffered. */

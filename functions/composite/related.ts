@@ -6,11 +6,10 @@
 // namespaced parent only sees related objects of its own namespace; getCustomizeHookResponse
 // caches the answer per parent uid and generation) and customize/api/v1/hooks.go
 // (CustomizeHookResponse {relatedResources}); decoding as in pkg/hooks/webhook.go.
-import type { KubeObject } from '../runtime/kinds.ts';
+import { type KubeObject, quote } from '../runtime/index.ts';
 import { strictDuplicate, type Checked } from './hook-response.ts';
 import { compileSelector } from './selector.ts';
 import type { CustomizeHookResponse, HookVersion, LabelSelector, RelatedResourceRule, ResolvedResource } from './types.ts';
-import { quote } from '../runtime/bounded-messages.ts';
 
 const RULE_FIELDS = new Set(['apiVersion', 'resource', 'labelSelector', 'namespaceSelector', 'namespace', 'names']);
 const SELECTOR_FIELDS = new Set(['matchLabels', 'matchExpressions']);

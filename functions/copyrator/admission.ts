@@ -13,7 +13,7 @@
 // (pkg/admission/plugin/policy/validating/dispatcher.go), and a message expression cannot ask
 // the authorizer itself (validator.go evaluates it without one); each message also says
 // everything a rule needs, so the next missing right comes as no surprise.
-import type { AdmissionDeclaration } from '../runtime/declaration.ts';
+import type { AdmissionDeclaration } from '../runtime/index.ts';
 
 /** The verbs checked where the rule reads (its source namespace) and where it writes (every namespace), in the order checked. */
 export const READ_VERBS = ['get', 'list'] as const;

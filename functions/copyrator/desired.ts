@@ -6,12 +6,7 @@
 // failures. Copies live in other namespaces, where an ownerReference cannot point (the garbage
 // collector treats a cross-namespace owner as absent and deletes the dependent), so a copy is
 // marked as the rule's by labels (for listing) and annotations (the exact rule and source).
-import type { KubeObject, ResourceKind } from '../runtime/kinds.ts';
-import { ConfigMap, isValidNamespace, Secret } from '../runtime/kinds.ts';
-import { PART_OF } from '../runtime/knative-objects.ts';
-import { ownerLabelValue } from '../runtime/owner-labels.ts';
-import { controllerOf, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
-import { quote } from '../runtime/bounded-messages.ts';
+import { type KubeObject, type ResourceKind, ConfigMap, isValidNamespace, Secret, PART_OF, ownerLabelValue, controllerOf, jsonEqual, setCondition, type Condition, type ConditionInput, quote } from '../runtime/index.ts';
 
 export const CopyratorRuleKind: ResourceKind = {
   group: 'flant.com',

@@ -5,9 +5,7 @@
 // Secrets are optional: with COPYRATOR_SECRETS=false (read when the declaration is loaded, so the
 // generated RBAC and sources follow it) the function neither watches nor may touch any Secret,
 // and a secret rule reports Ready=False/SecretsDisabled.
-import { defineFunction, type FunctionDeclaration, type PolicyRule, type WatchedKind } from '../runtime/declaration.ts';
-import { ConfigMap, Namespace, Secret } from '../runtime/kinds.ts';
-import { allOf } from '../runtime/mappers.ts';
+import { defineFunction, type FunctionDeclaration, type PolicyRule, type WatchedKind, ConfigMap, Namespace, Secret, allOf } from '../runtime/index.ts';
 import { copyratorAdmission } from './admission.ts';
 import { CopyratorRuleKind, FINALIZER, type RuleType } from './desired.ts';
 import { rulesForChange } from './mapping.ts';

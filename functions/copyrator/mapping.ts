@@ -25,10 +25,7 @@
 // A forged event can only cause reconciles of rules that exist; reconcile re-reads everything:
 // whether an object is a source (its labels, its controller) is decided on the object as listed
 // from the API server, never as an event shows it.
-import type { MapperContext, WatchedChange } from '../runtime/declaration.ts';
-import { isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
-import type { KubeClient } from '../runtime/kube/client.ts';
-import { forEachLimited } from '../runtime/concurrency.ts';
+import { type MapperContext, type WatchedChange, isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind, type KubeClient, forEachLimited } from '../runtime/index.ts';
 import { copyUpToDate, CopyratorRuleKind, desiredCopy, isSelectable, isSource, kindOf, matchesSelector, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
 
 /** The `<namespace>/<name>` an annotation names, when it names a valid key (it reaches a URL). */

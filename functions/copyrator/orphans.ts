@@ -12,11 +12,7 @@
 // its finalizer. Only then are the candidates deleted, each with a uid precondition (never an
 // object that replaced the one listed). An object without the copyrator's own marks (rule
 // annotation, and the rule labels that match it) is never touched.
-import type { ReconcileContext } from '../runtime/declaration.ts';
-import { isValidName, isValidNamespace, type KubeObject, type ObjectKey } from '../runtime/kinds.ts';
-import type { KubeClient } from '../runtime/kube/client.ts';
-import { forEachLimited } from '../runtime/concurrency.ts';
-import { ownerLabelValue } from '../runtime/owner-labels.ts';
+import { type ReconcileContext, isValidName, isValidNamespace, type KubeObject, type ObjectKey, type KubeClient, forEachLimited, ownerLabelValue } from '../runtime/index.ts';
 import { CopyratorRuleKind, kindOf, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, RULE_NAMESPACE_LABEL, type RuleType } from './desired.ts';
 
 /** Orphan copies held (and deleted) by one sweep; the rest wait for the next one. */

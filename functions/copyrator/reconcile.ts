@@ -5,14 +5,7 @@
 //
 // Secret contents never leave this file in any form but the API writes themselves: logs, Events
 // and status name objects, never their data.
-import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
-import { kindKey, Namespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
-import { ApiError, isAlreadyExists, isConflict, isNotFound } from '../runtime/kube/errors.ts';
-import type { KubeClient } from '../runtime/kube/client.ts';
-import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
-import { TransientError } from '../runtime/errors.ts';
-import { forEachLimited } from '../runtime/concurrency.ts';
-import { refusedWrite } from '../runtime/refusals.ts';
+import { type ReconcileContext, type ReconcileResult, kindKey, Namespace, type KubeObject, type ObjectKey, type ResourceKind, ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient, updateStatus, type ConditionInput, TransientError, forEachLimited, refusedWrite } from '../runtime/index.ts';
 import {
   blockTaken,
   conflictFor,

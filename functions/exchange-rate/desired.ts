@@ -6,9 +6,7 @@
 // in status (nextRefreshAt) and reconcile answers "again after D"; an early reconcile is a cheap
 // no-op. Refreshes fall on multiples of the interval (wall clock), so every ExchangeRate is due at
 // the same moment and one provider request per process serves them all.
-import { rfc3339, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
-import { ownerLabelValue } from '../runtime/owner-labels.ts';
-import { controllerReference, isControlledBy, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
+import { rfc3339, type KubeObject, type ResourceKind, ownerLabelValue, controllerReference, isControlledBy, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/index.ts';
 import { isProviderDate, type Quote } from './provider.ts';
 
 export const ExchangeRateKind: ResourceKind = {

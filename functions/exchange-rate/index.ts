@@ -1,8 +1,7 @@
 // ExchangeRate: keep a ConfigMap, owned by each ExchangeRate, holding the EUR → currency rate
 // (seed: brennerm's kopf example operator, with its defects fixed: configurable provider with a
 // timeout, scheduled refresh, a deleted or edited ConfigMap comes back).
-import { defineFunction } from '../runtime/declaration.ts';
-import { ConfigMap } from '../runtime/kinds.ts';
+import { defineFunction, ConfigMap } from '../runtime/index.ts';
 import { CONFIG } from './config.ts';
 import { ExchangeRateKind, OWNER_LABEL } from './desired.ts';
 import { reconcileExchangeRate } from './reconcile.ts';

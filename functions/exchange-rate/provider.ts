@@ -7,8 +7,7 @@
 // Rates change once per ECB working day, so one request per refresh serves every ExchangeRate:
 // the client always asks for every supported currency at once, and a per-process cache keyed by
 // the refresh slot makes all reconciles of one slot share that single request.
-import { ResponseTooLargeError, retryAfterMs, type HttpClient } from '../runtime/http.ts';
-import { quote } from '../runtime/bounded-messages.ts';
+import { ResponseTooLargeError, retryAfterMs, type HttpClient, quote } from '../runtime/index.ts';
 /** The currencies the CRD's enum allows. */
 export const CURRENCIES = ['CAD', 'CHF', 'GBP', 'JPY', 'PLN', 'USD'] as const;
 export type Currency = (typeof CURRENCIES)[number];

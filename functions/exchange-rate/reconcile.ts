@@ -1,12 +1,7 @@
 // ExchangeRate reconcile: refresh the rate when due (one shared provider request per refresh
 // slot), keep the ConfigMap equal to the last good rate, write status, ask to be called again at
 // the next refresh.
-import type { ReconcileContext } from '../runtime/declaration.ts';
-import { ConfigMap, type ObjectKey } from '../runtime/kinds.ts';
-import { isConflict } from '../runtime/kube/errors.ts';
-import { boundedMessage } from '../runtime/bounded-messages.ts';
-import { createIfAbsent, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
-import { FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/refusals.ts';
+import { type ReconcileContext, ConfigMap, type ObjectKey, isConflict, boundedMessage, createIfAbsent, updateStatus, type ConditionInput, FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/index.ts';
 import { ConfigError, parseConfig, type ProviderConfig } from './config.ts';
 import {
   configMapAction,

@@ -9,7 +9,7 @@
 // replaced without waiting, and the count of the old image's failures is reset (backoffReset).
 import type { PodObject } from './desired.ts';
 import { CONTAINER_NAME } from './desired.ts';
-import { rfc3339 } from '../runtime/kinds.ts';
+import { rfc3339 } from '../runtime/index.ts';
 
 export const BACKOFF_INITIAL_SECONDS = 10;
 export const BACKOFF_MAX_SECONDS = 300;

@@ -1,8 +1,6 @@
 // ImmortalContainer's desired state, computed without any API call: which pod should exist,
 // what to do about the pod that does exist, and what the status should say.
-import { sameKind, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
-import { boundedMessage } from '../runtime/bounded-messages.ts';
-import { controllerReference, isControlledBy, setCondition, type Condition, type ConditionInput } from '../runtime/reconciler.ts';
+import { sameKind, type KubeObject, type ObjectKey, type ResourceKind, boundedMessage, controllerReference, isControlledBy, setCondition, type Condition, type ConditionInput } from '../runtime/index.ts';
 import { backoffReset, restartBackoff, secondsUntil, type RestartBackoff } from './backoff.ts';
 
 export const ImmortalContainerKind: ResourceKind = {

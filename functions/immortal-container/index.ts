@@ -1,6 +1,5 @@
 // ImmortalContainer: keep one pod `<name>-immortalpod` running forever (seed: flugel-it/k8s-operators).
-import { defineFunction } from '../runtime/declaration.ts';
-import { Pod } from '../runtime/kinds.ts';
+import { defineFunction, Pod } from '../runtime/index.ts';
 import { ImmortalContainerKind, OWNER_LABEL } from './desired.ts';
 import { reconcileImmortalContainer } from './reconcile.ts';
 

@@ -1,8 +1,5 @@
 // ImmortalContainer reconcile: reads the object and its pod, acts on the difference, writes status.
-import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
-import { Pod, sameKind, type ObjectKey } from '../runtime/kinds.ts';
-import { createIfAbsent, getAnnounced, jsonEqual, updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
-import { FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/refusals.ts';
+import { type ReconcileContext, type ReconcileResult, Pod, sameKind, type ObjectKey, createIfAbsent, getAnnounced, jsonEqual, updateStatus, type ConditionInput, FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/index.ts';
 import type { RestartBackoff } from './backoff.ts';
 import { asCreated, desiredPod, ImmortalContainerKind, nextStatus, podAction, podNameFor, reported, settled, type ImmortalContainer, type PodObject } from './desired.ts';
 

@@ -13,7 +13,7 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
-import { Pod } from '../../functions/runtime/kinds.ts';
+import { Pod } from '../../functions/runtime/index.ts';
 import { eventually, kubeFor } from '../support/cluster.ts';
 import { exitedPid } from '../support/processes.ts';
 import { tempDir } from '../support/temp.ts';

@@ -31,10 +31,7 @@ import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '.
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { readDeadLetterFile } from '../../eventing/broker.ts';
 import { DEAD_LETTER_FILE } from '../../eventing/state-files.ts';
-import { FUNCTION_EXTENSION } from '../../functions/runtime/events.ts';
-import { apiVersionOf, collectionPath, ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
-import type { PolicyRule } from '../../functions/runtime/declaration.ts';
+import { FUNCTION_EXTENSION, apiVersionOf, collectionPath, ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ResourceKind, type KubeClient, type PolicyRule } from '../../functions/runtime/index.ts';
 import { eventually, kubeFor } from '../support/cluster.ts';
 import { MetaImmortalContainer } from '../support/examples.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';

@@ -34,7 +34,7 @@ import copyrator from '../../functions/copyrator/index.ts';
 import { CopyratorRuleKind, DISTRIBUTE_LABEL, RULE_ANNOTATION, type CopyableObject } from '../../functions/copyrator/desired.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, podNameFor, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
-import { ConfigMap, Namespace, Pod, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, Namespace, Pod, type KubeObject } from '../../functions/runtime/index.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
 import { installPingAdapterIdentity, knativeAdapterBinaries, markPingSourcesReady, ReceiveAdapters, startPingAdapter, type AdapterProcess } from '../support/knative-adapters.ts';

@@ -11,8 +11,7 @@ import { readDeadLetterFile, refusedLettersFile } from '../../eventing/broker.ts
 import { EventPlane, FUNCTION_EXTENSION } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
-import { Pod, type ObjectKey } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { Pod, type ObjectKey, type KubeClient } from '../../functions/runtime/index.ts';
 import { eventually, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { exampleImmortalContainer } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';

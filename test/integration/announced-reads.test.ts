@@ -6,10 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
-import { Pod, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ConnectionReusingKubeConfig } from '../../functions/runtime/kube/config.ts';
-import { KubeClient } from '../../functions/runtime/kube/client.ts';
-import { getAnnounced } from '../../functions/runtime/reconciler.ts';
+import { Pod, type KubeObject, type ObjectKey, type ResourceKind, ConnectionReusingKubeConfig, KubeClient, getAnnounced } from '../../functions/runtime/index.ts';
 import { deliver, serveFunction, startTestCluster, untilWatchCacheHolds, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 

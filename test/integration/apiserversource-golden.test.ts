@@ -16,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseMessage, toBinaryMessage } from '../../eventing/broker/cloudevent-http.ts';
 import { ApiServerSource as LocalSource, type SourceSpec } from '../../eventing/source.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
-import { ConfigMap, Namespace, Pod, type KubeObject } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, Namespace, Pod, type KubeObject } from '../../functions/runtime/index.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { AdapterProcess, knativeAdapterBinaries, receiveAdapterEnv } from '../support/knative-adapters.ts';
 

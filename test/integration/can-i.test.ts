@@ -17,9 +17,7 @@ import { clusterScopedResources, functionRules, serviceAccountName, sourceRules,
 import { sourceServiceAccountName } from '../../eventing/manifests/options.ts';
 import { sourcesFor } from '../../eventing/plane.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
-import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/declaration.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { type FunctionDeclaration, type PolicyRule, type KubeObject, KubeClient } from '../../functions/runtime/index.ts';
 import { canI, createObjects, type AccessQuestion } from '../support/rbac.ts';
 
 const functions = await loadAllFunctions();

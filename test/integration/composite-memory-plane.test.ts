@@ -25,8 +25,7 @@ import { serveHooks, type HookServer } from '../../functions/composite/serve-hoo
 import { CONTROLLER_EXTENSION, eventingObjectsFor, sourceName } from '../../functions/composite-controller/eventing.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
-import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind, type KubeClient } from '../../functions/runtime/index.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { crdFor, MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';

@@ -7,12 +7,10 @@ import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { ApiServerSource } from '../../eventing/source.ts';
-import { ConfigMap } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { ConfigMap, KubeClient, type FunctionEvent } from '../../functions/runtime/index.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
-import type { FunctionEvent } from '../../functions/runtime/events.ts';
-import { createFunctionHost } from '../../functions/runtime/server.ts';
+import { createFunctionHost } from '../../functions/runtime/host/index.ts';
 import { startTestCluster, type TestCluster } from '../support/cluster.ts';
 
 let cluster: TestCluster;

@@ -11,11 +11,8 @@ import { readManifests, CRD_DIR } from '../../eventing/crds.ts';
 import { join } from 'node:path';
 import copyrator, { copyratorFunction } from '../../functions/copyrator/index.ts';
 import { ANY_SOURCE_LABEL, CopyratorRuleKind, DISTRIBUTE_LABEL, EXCLUDE_LABEL, FINALIZER, RULE_ANNOTATION, SOURCE_ANNOTATION, targetNamespaces, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
-import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ApiError } from '../../functions/runtime/kube/errors.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
-import { createFunctionHost } from '../../functions/runtime/server.ts';
-import { PART_OF } from '../../functions/runtime/knative-objects.ts';
+import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind, ApiError, type KubeClient, PART_OF } from '../../functions/runtime/index.ts';
+import { createFunctionHost } from '../../functions/runtime/host/index.ts';
 import { deliver, eventually, kubeFor, quietLog, serveFunction, startTestCluster, untilWatchCacheForgets, untilWatchCacheHolds, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 

@@ -24,8 +24,7 @@ import { undeclaredFields } from '../../eventing/manifests/schema-fields.ts';
 import { validateManifests } from '../../eventing/manifests/validate.ts';
 import { eventingObjectsFor, type EventingOptions } from '../../functions/composite-controller/eventing.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
-import { collectionPath, Pod, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { collectionPath, Pod, Secret, type KubeObject, type ResourceKind, KubeClient } from '../../functions/runtime/index.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 

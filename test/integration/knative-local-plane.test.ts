@@ -24,9 +24,8 @@ import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
 import { EventPlane } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
-import { ConfigMap, Namespace, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ConfigMap, Namespace, Pod, type KubeObject, type ResourceKind, KubeClient } from '../../functions/runtime/index.ts';
 import { PLANE_CRD_NAMES, STAND_IN_LABEL } from '../../eventing/knative/crds.ts';
-import { KubeClient } from '../../functions/runtime/kube/client.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { createObjects } from '../support/rbac.ts';
 

@@ -6,9 +6,7 @@ import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
-import { ConfigMap, Namespace } from '../../functions/runtime/kinds.ts';
-import { ConnectionReusingKubeConfig } from '../../functions/runtime/kube/config.ts';
-import { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { ConfigMap, Namespace, ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/index.ts';
 import { startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { tempDir } from '../support/temp.ts';
 

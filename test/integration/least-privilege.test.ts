@@ -19,7 +19,7 @@ import { Agent, fetch } from 'undici';
 import { parse } from 'yaml';
 import { rbacObjects } from '../../eventing/rbac.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
+import type { FunctionDeclaration } from '../../functions/runtime/index.ts';
 import { startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 

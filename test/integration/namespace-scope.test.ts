@@ -18,11 +18,8 @@ import { EVENT_SOURCES_CONFIG } from '../../functions/composite-controller/event
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
-import { defineFunction, type FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { installNamespaceFrom } from '../../functions/runtime/knative-objects.ts';
-import { kindKeyString, Namespace, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { allOf } from '../../functions/runtime/mappers.ts';
-import { reconcileReply } from '../../functions/runtime/reply.ts';
+import { defineFunction, type FunctionDeclaration, installNamespaceFrom, kindKeyString, Namespace, Pod, type KubeObject, type ResourceKind, allOf } from '../../functions/runtime/index.ts';
+import { reconcileReply } from '../../functions/runtime/host/index.ts';
 import { deliver, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { crdFor, exampleImmortalContainer } from '../support/examples.ts';
 import { createObjects } from '../support/rbac.ts';

@@ -6,8 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
-import type { FunctionEvent } from '../../functions/runtime/events.ts';
-import { Pod } from '../../functions/runtime/kinds.ts';
+import { type FunctionEvent, Pod } from '../../functions/runtime/index.ts';
 import { deliver, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 

@@ -16,10 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
 import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
-import { ConfigMap, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ApiError } from '../../functions/runtime/kube/errors.ts';
-import { KubeClient } from '../../functions/runtime/kube/client.ts';
-import type { WatchEvent } from '../../functions/runtime/kube/watch.ts';
+import { ConfigMap, type KubeObject, type ResourceKind, ApiError, KubeClient, type WatchEvent } from '../../functions/runtime/index.ts';
 import { ApiServerSource, type SourceOptions, type SourceSpec } from '../../eventing/source.ts';
 
 const WAIT_LIMIT_MS = 90_000;

@@ -5,13 +5,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { HTTP, type CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
 import { applyCrds } from '../../eventing/crds.ts';
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import type { KubeObject, ObjectKey, ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ConnectionReusingKubeConfig } from '../../functions/runtime/kube/config.ts';
-import { KubeClient } from '../../functions/runtime/kube/client.ts';
-import type { RequestObserver } from '../../functions/runtime/kube/transport.ts';
-import { createMetrics, type FunctionMetrics } from '../../functions/runtime/metrics.ts';
-import { createFunctionHost, OUTCOME_HEADER, type FunctionHost, type FunctionHostOptions } from '../../functions/runtime/server.ts';
+import { type FunctionDeclaration, type KubeObject, type ObjectKey, type ResourceKind, ConnectionReusingKubeConfig, KubeClient, type RequestObserver } from '../../functions/runtime/index.ts';
+import { createMetrics, type FunctionMetrics, createFunctionHost, OUTCOME_HEADER, type FunctionHost, type FunctionHostOptions } from '../../functions/runtime/host/index.ts';
 import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
 
 export const quietLog = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });

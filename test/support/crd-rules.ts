@@ -2,9 +2,7 @@
 // the rules were added, or on a cluster whose CRD predates them. Functions keep their run-time
 // checks for those; these helpers store such an object on a real API server to test them.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ApiError } from '../../functions/runtime/kube/errors.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
-import { collectionPath, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ApiError, type KubeClient, collectionPath, type KubeObject, type ResourceKind } from '../../functions/runtime/index.ts';
 
 /** A schema with every x-kubernetes-validations rule removed: the CRD as it was before the rules. */
 export function withoutRules(schema: unknown): unknown {

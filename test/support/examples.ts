@@ -3,7 +3,7 @@
 import { join } from 'node:path';
 import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
 import type { ImmortalContainer } from '../../functions/immortal-container/desired.ts';
-import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
+import type { KubeObject, ResourceKind } from '../../functions/runtime/index.ts';
 
 /** The Metacontroller variant of ImmortalContainer (group immortalcontainers.flugel.it): the seed CompositeController's parents. */
 export const MetaImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };

@@ -31,9 +31,7 @@ import { PROVISION_KNATIVE_SCRIPT } from '../../eventing/knative/crds.ts';
 import { ApiServerSource, Broker, PingSource } from '../../eventing/knative/kinds.ts';
 import { ready, writeStatus } from '../../eventing/knative/status.ts';
 import { formatLabelSelector } from '../../eventing/manifests/sources.ts';
-import { keyOf, keyString, parseApiVersion, type KubeObject, type LabelSelector } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
-import { guessedResource } from '../../functions/runtime/knative-objects.ts';
+import { keyOf, keyString, parseApiVersion, type KubeObject, type LabelSelector, type KubeClient, guessedResource } from '../../functions/runtime/index.ts';
 
 /** The namespace Knative's system components run in (SYSTEM_NAMESPACE). */
 export const KNATIVE_SYSTEM_NAMESPACE = 'knative-eventing';

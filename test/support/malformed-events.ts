@@ -4,9 +4,7 @@
 // (test/unit/malformed-events.test.ts): the shared intake (CloudEvents binding, specversion,
 // attribute names), the event types the runtime knows (ApiServerSource Reference/Resource,
 // PingSource, the runtime's reconcile), and the names an event may carry into a URL.
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { PING_TYPE } from '../../functions/runtime/events.ts';
-import { apiVersionOf, kindKeyString, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { type FunctionDeclaration, PING_TYPE, apiVersionOf, kindKeyString, type ResourceKind } from '../../functions/runtime/index.ts';
 
 export interface Malformed {
   name: string;

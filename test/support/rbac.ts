@@ -2,9 +2,7 @@
 // proves the declared rules are enough (and, by probing, that they are not more).
 import { resourceKindOf } from '../../eventing/knative/kinds.ts';
 import { rbacObjects, serviceAccountName } from '../../eventing/rbac.ts';
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { collectionPath, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { type FunctionDeclaration, collectionPath, type KubeObject, type KubeClient } from '../../functions/runtime/index.ts';
 import type { ControlPlane } from '../../cluster/control-plane.ts';
 
 const PATHS: Record<string, string> = {

@@ -6,10 +6,7 @@
 // it, which objects exist outside its reach, and everything it can read.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { PolicyRule } from '../../functions/runtime/declaration.ts';
-import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
-import { ApiError } from '../../functions/runtime/kube/errors.ts';
-import { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { type PolicyRule, type KubeObject, type ResourceKind, ApiError, KubeClient } from '../../functions/runtime/index.ts';
 import { parseRequestTotals } from '../../bench/apiserver-metrics.ts';
 import { canI, type AccessQuestion } from './rbac.ts';
 

@@ -6,11 +6,7 @@ import assert from 'node:assert/strict';
 import { PassThrough } from 'node:stream';
 import { describe, test } from 'node:test';
 import { pipeLines } from '../../eventing/activator/child-output.ts';
-import { ownerFromLabels } from '../../functions/runtime/owner-labels.ts';
-import { boundedMessage, MAX_MESSAGE_CHARS, quote } from '../../functions/runtime/bounded-messages.ts';
-import { setCondition } from '../../functions/runtime/reconciler.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
-import type { ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ownerFromLabels, boundedMessage, MAX_MESSAGE_CHARS, quote, setCondition, type KubeClient, type ResourceKind } from '../../functions/runtime/index.ts';
 
 describe('quote', () => {
   test('a short string is JSON-quoted whole; a long one is cut, with its length', () => {

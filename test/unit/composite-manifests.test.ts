@@ -8,7 +8,7 @@ import { parseAllDocuments } from 'yaml';
 import { manifestFiles, manifestOptions, runManifests } from '../../eventing/manifests/cli.ts';
 import { compositeRules, EVENTING_ROLE, readCompositeControllers } from '../../eventing/manifests/composite.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../functions/runtime/index.ts';
 
 const SEED = new URL('../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url).pathname;
 const seedText = readFileSync(SEED, 'utf8');

@@ -6,7 +6,7 @@ import { desiredChildren } from '../../functions/composite/hook-response.ts';
 import { ALLOW_PRIVILEGED_ANNOTATION, PRIVILEGED_CHILD_REASON, privilegeOf } from '../../functions/composite/privileged.ts';
 import { compileSelector, type Selector } from '../../functions/composite/selector.ts';
 import type { CompositeController, ResolvedResource } from '../../functions/composite/types.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../functions/runtime/index.ts';
 
 const everything = (compileSelector({}) as { selector: Selector }).selector;
 const rule = (apiVersion: string, resource: string, kind: string, namespaced: boolean): ResolvedResource => ({ apiVersion, resource, kind, namespaced });

@@ -6,10 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
 import { NOT_PERMITTED_REASON, reconcileComposite, REFUSED_REASON } from '../../functions/composite-controller/reconcile.ts';
-import type { ReconcileContext } from '../../functions/runtime/declaration.ts';
-import { TerminalError } from '../../functions/runtime/errors.ts';
-import { kindKey } from '../../functions/runtime/kinds.ts';
-import { ApiError } from '../../functions/runtime/kube/errors.ts';
+import { type ReconcileContext, TerminalError, kindKey, ApiError } from '../../functions/runtime/index.ts';
 import { quietLog } from '../support/cluster.ts';
 
 const refusedWith = (message: string) => {

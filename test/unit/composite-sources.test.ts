@@ -7,7 +7,7 @@ import { compositeSourcesFor, inMemoryConfig } from '../../eventing/knative/comp
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { EVENT_SOURCES_CONFIG } from '../../functions/composite-controller/eventing.ts';
-import { resolveConfig } from '../../functions/runtime/config.ts';
+import { resolveConfig } from '../../functions/runtime/index.ts';
 import copyrator from '../../functions/copyrator/index.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { quietLog, unreachableKube } from '../support/cluster.ts';

@@ -12,12 +12,8 @@ import copyrator from '../../functions/copyrator/index.ts';
 import { CopyratorRuleKind, RULE_ANNOTATION } from '../../functions/copyrator/desired.ts';
 import exchangeRate from '../../functions/exchange-rate/index.ts';
 import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
-import { resolveConfig } from '../../functions/runtime/config.ts';
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { ConfigMap, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
-import { createMetrics } from '../../functions/runtime/metrics.ts';
-import { createFunctionHost } from '../../functions/runtime/server.ts';
+import { resolveConfig, type FunctionDeclaration, ConfigMap, Secret, type KubeObject, type ResourceKind, type KubeClient } from '../../functions/runtime/index.ts';
+import { createMetrics, createFunctionHost } from '../../functions/runtime/host/index.ts';
 import { deliver, quietLog, unreachableKube } from '../support/cluster.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
 

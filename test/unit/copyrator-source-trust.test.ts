@@ -9,7 +9,7 @@ import { READ_VERBS, WRITE_VERBS } from '../../functions/copyrator/admission.ts'
 import { ANY_SOURCE_LABEL, DISTRIBUTE_LABEL, distributes, sourceRefusal, type CopyratorRule } from '../../functions/copyrator/desired.ts';
 import copyrator from '../../functions/copyrator/index.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../functions/runtime/index.ts';
 
 const namespace = (name: string, labels: Record<string, string> = {}): KubeObject => ({ metadata: { name, labels }, status: { phase: 'Active' } } as KubeObject);
 const rule = (ruleNamespace: string, source: string): CopyratorRule => ({ apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { namespace: ruleNamespace, name: 'r' }, ruleType: 'secret', selector: {}, namespace: source });

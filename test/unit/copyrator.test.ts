@@ -35,12 +35,7 @@ import {
 } from '../../functions/copyrator/desired.ts';
 import { ruleKeyOfCopy } from '../../functions/copyrator/mapping.ts';
 import { refusal } from '../../functions/copyrator/reconcile.ts';
-import { ApiError } from '../../functions/runtime/kube/errors.ts';
-import { MAX_MESSAGE_CHARS } from '../../functions/runtime/bounded-messages.ts';
-import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
-import { controllerOf } from '../../functions/runtime/reconciler.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { PART_OF } from '../../functions/runtime/knative-objects.ts';
+import { ApiError, MAX_MESSAGE_CHARS, ownerLabelValue, controllerOf, type KubeObject, PART_OF } from '../../functions/runtime/index.ts';
 
 const rule = (overrides: Partial<CopyratorRule> = {}): CopyratorRule => ({
   apiVersion: 'flant.com/v1',

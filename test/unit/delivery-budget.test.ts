@@ -1,7 +1,7 @@
 // The delivery budget: how long one delivery starts work, from the Service's request timeout.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { deliveryBudgetFor, deliveryBudgetFromEnvironment, deliveryBudgetProblem, DELIVERY_BUDGET_ENV } from '../../functions/runtime/delivery-budget.ts';
+import { deliveryBudgetFor, deliveryBudgetFromEnvironment, deliveryBudgetProblem, DELIVERY_BUDGET_ENV } from '../../functions/runtime/host/index.ts';
 
 test('half the request timeout, at most 30 s; 30 s when there is no timeout', () => {
   assert.deepEqual([300, 60, 45, 20, 1, 0].map(deliveryBudgetFor), [30, 30, 22.5, 10, 0.5, 30]);

@@ -22,7 +22,7 @@ import {
   type ExchangeRateStatus,
 } from '../../functions/exchange-rate/desired.ts';
 import { CURRENCIES, frankfurter, httpGet, isProviderDate, MAX_ANSWER_BYTES, parseQuote, ProviderError, rateString, SlotCache, withoutSentHeaders, type Quote, type RateProvider } from '../../functions/exchange-rate/provider.ts';
-import { httpClient } from '../../functions/runtime/http.ts';
+import { httpClient } from '../../functions/runtime/index.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
 
 const rate = (overrides: { currency?: string; generation?: number; status?: ExchangeRate['status']; labels?: Record<string, string> } = {}): ExchangeRate => ({

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { DEFAULT_MAX_RESPONSE_BYTES, httpClient, ResponseTooLargeError, retryAfterMs } from '../../functions/runtime/http.ts';
+import { DEFAULT_MAX_RESPONSE_BYTES, httpClient, ResponseTooLargeError, retryAfterMs } from '../../functions/runtime/index.ts';
 
 describe('http: response bodies are read with a bound', () => {
   let base: string;

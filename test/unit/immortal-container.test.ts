@@ -16,8 +16,7 @@ import {
   type ImmortalContainerStatus,
   type PodObject,
 } from '../../functions/immortal-container/desired.ts';
-import type { Condition } from '../../functions/runtime/reconciler.ts';
-import { boundedMessage } from '../../functions/runtime/bounded-messages.ts';
+import { type Condition, boundedMessage } from '../../functions/runtime/index.ts';
 import { backoffSeconds, restartBackoff, type RestartBackoff } from '../../functions/immortal-container/backoff.ts';
 
 const T0 = new Date('2025-03-01T12:00:00Z');

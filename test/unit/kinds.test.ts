@@ -1,7 +1,7 @@
 // Names and versions as the API server reads them (functions/runtime/kinds.ts): what may reach a URL.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isValidGroupVersion, isValidName, isValidNameOf, isValidNamespace, keyProblem, kindKeyString, objectPath, parseApiVersion, parseKindKey, rfc3339, sameKind, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { isValidGroupVersion, isValidName, isValidNameOf, isValidNamespace, keyProblem, kindKeyString, objectPath, parseApiVersion, parseKindKey, rfc3339, sameKind, type ResourceKind } from '../../functions/runtime/index.ts';
 import { ClusterRoleBinding, Role } from '../support/tenant.ts';
 
 test('apiVersion: no slash is the core group; the rest after the first slash is the version', () => {

@@ -18,8 +18,7 @@ import { functionObjects } from '../../eventing/manifests/index.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import { formatLabelSelector, parseLabelSelector } from '../../eventing/manifests/sources.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
-import { Pod, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { Pod, type KubeObject, type KubeClient } from '../../functions/runtime/index.ts';
 
 const functions = await loadAllFunctions();
 const [declaration] = functions;

@@ -5,11 +5,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { HttpMethod, RequestContext } from '@kubernetes/client-node';
-import { answerFor, failedResult } from '../../functions/runtime/answers.ts';
-import { ConfigMap } from '../../functions/runtime/kinds.ts';
-import { ApiError } from '../../functions/runtime/kube/errors.ts';
-import { configuredKubeconfig, ConnectionReusingKubeConfig } from '../../functions/runtime/kube/config.ts';
-import { KubeClient } from '../../functions/runtime/kube/client.ts';
+import { answerFor, failedResult } from '../../functions/runtime/host/index.ts';
+import { ConfigMap, ApiError, configuredKubeconfig, ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/index.ts';
 import { tempDir } from '../support/temp.ts';
 
 function withEnv<T>(changes: Record<string, string | undefined>, run: () => T): T {

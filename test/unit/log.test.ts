@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { pino } from 'pino';
 import { Broker } from '../../eventing/broker.ts';
-import { logFormat, prettyLine } from '../../functions/runtime/log.ts';
+import { logFormat, prettyLine } from '../../functions/runtime/host/index.ts';
 
 describe('logs', () => {
   it('format: LOG_FORMAT wins, else pretty on a terminal and JSON when piped', () => {

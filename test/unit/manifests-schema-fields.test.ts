@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { GO_TYPE_FIELDS, undeclaredFields } from '../../eventing/manifests/schema-fields.ts';
-import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../functions/runtime/index.ts';
 
 const open = { type: 'object', 'x-kubernetes-preserve-unknown-fields': true };
 /** A Trigger-like CRD: an open spec with named properties, an open delivery, free-form maps. */

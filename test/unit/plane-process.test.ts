@@ -15,7 +15,7 @@ import { tempDir } from '../support/temp.ts';
 const ACTIVATOR = fileURLToPath(new URL('../../eventing/activator.ts', import.meta.url));
 const TINY_FUNCTION = fileURLToPath(new URL('../fixtures/tiny-function.ts', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const FUNCTION_MAIN = fileURLToPath(new URL('../../functions/runtime/main.ts', import.meta.url));
+const FUNCTION_MAIN = fileURLToPath(new URL('../../functions/main.ts', import.meta.url));
 
 /** Running: not gone and not a zombie (a process whose parent died waits for init to reap it). */
 const alive = (pid: number) => {

@@ -1,8 +1,7 @@
 // A declaration's wiring (which ApiServerSources it gets) and the generated objects the plane runs in memory.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { defineFunction } from '../../functions/runtime/declaration.ts';
-import { ConfigMap, Namespace, Pod, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
+import { defineFunction, ConfigMap, Namespace, Pod, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/index.ts';
 import { ServiceDirectory } from '../../eventing/knative/services.ts';
 import { StatusBoard } from '../../eventing/knative/status.ts';
 import { brokerTriggerFor, type Resolvers } from '../../eventing/knative/triggers.ts';

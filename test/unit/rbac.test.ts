@@ -2,9 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import immortalContainer from '../../functions/immortal-container/index.ts';
-import { defineFunction } from '../../functions/runtime/declaration.ts';
-import { ConfigMap, Namespace, Pod, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { mergeRules, rulesFor, sourceRulesFor } from '../../functions/runtime/rbac.ts';
+import { defineFunction, ConfigMap, Namespace, Pod, type ResourceKind, mergeRules, rulesFor, sourceRulesFor } from '../../functions/runtime/index.ts';
 
 const Rule: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Rule', plural: 'rules', namespaced: true };
 const base = { name: 'demo', description: 'd', reconciles: Rule, rbac: [], reconcile: async () => {} };

@@ -2,7 +2,7 @@
 // write is needed at all.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { compareResourceVersions, jsonEqual, setCondition, type Condition } from '../../functions/runtime/reconciler.ts';
+import { compareResourceVersions, jsonEqual, setCondition, type Condition } from '../../functions/runtime/index.ts';
 
 const T0 = new Date('2025-01-02T03:04:05.678Z');
 const T1 = new Date('2025-01-02T04:00:00.999Z');

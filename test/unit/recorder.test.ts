@@ -3,9 +3,7 @@
 // under test is which Events reach it, not how the API server stores them (runtime.test.ts does).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ConfigMap, type KubeObject } from '../../functions/runtime/kinds.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
-import { EventSink, MAX_QUEUED, NORMAL_BURST, NORMAL_PER_SECOND } from '../../functions/runtime/recorder.ts';
+import { ConfigMap, type KubeObject, type KubeClient, EventSink, MAX_QUEUED, NORMAL_BURST, NORMAL_PER_SECOND } from '../../functions/runtime/index.ts';
 import { quietLog } from '../support/cluster.ts';
 
 /** `answered`: what each write waits for (an API server that takes its time). */

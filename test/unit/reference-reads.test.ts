@@ -2,14 +2,8 @@
 // by the next reconcile of their key that has no body to go on (functions/runtime/reference-reads.ts).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { defineFunction } from '../../functions/runtime/declaration.ts';
-import type { FunctionEvent } from '../../functions/runtime/events.ts';
-import { Pod, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { OwnWrites } from '../../functions/runtime/own-writes.ts';
-import type { KubeClient } from '../../functions/runtime/kube/client.ts';
-import { hintFromFirstRead, ReferenceEvents } from '../../functions/runtime/reference-reads.ts';
-import { SeenObjects, skipReason } from '../../functions/runtime/skips.ts';
-import { discoveryFor } from '../../functions/runtime/discovery.ts';
+import { defineFunction, type FunctionEvent, Pod, type ResourceKind, OwnWrites, type KubeClient, discoveryFor } from '../../functions/runtime/index.ts';
+import { hintFromFirstRead, ReferenceEvents, SeenObjects, skipReason } from '../../functions/runtime/host/index.ts';
 import { unreachableKube } from '../support/cluster.ts';
 
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };

@@ -6,8 +6,7 @@ import { describe, test } from 'node:test';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino } from 'pino';
 import { RequeueHold, splitReply, type Requeue } from '../../eventing/broker/hold.ts';
-import { MAX_KEYS_PER_EVENT } from '../../functions/runtime/events.ts';
-import { MAX_TIMER_MS } from '../../functions/runtime/timer-limit.ts';
+import { MAX_KEYS_PER_EVENT, MAX_TIMER_MS } from '../../functions/runtime/index.ts';
 
 const NOW = Date.parse('2026-01-01T00:00:00Z');
 const iso = (ms: number) => new Date(NOW + ms).toISOString();

@@ -5,11 +5,8 @@
 // decides from the event alone, so the Kubernetes client is an unreachable one.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { defineFunction, type RuntimeKinds } from '../../functions/runtime/declaration.ts';
-import type { ChangeEvent, FunctionEvent } from '../../functions/runtime/events.ts';
-import { groupKind, kindKeyString, type KindKey, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { createMetrics } from '../../functions/runtime/metrics.ts';
-import { createFunctionHost } from '../../functions/runtime/server.ts';
+import { defineFunction, type RuntimeKinds, type ChangeEvent, type FunctionEvent, groupKind, kindKeyString, type KindKey, type ResourceKind } from '../../functions/runtime/index.ts';
+import { createMetrics, createFunctionHost } from '../../functions/runtime/host/index.ts';
 import { quietLog, unreachableKube } from '../support/cluster.ts';
 
 const Controller: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Controller', plural: 'controllers', namespaced: false };

@@ -2,11 +2,8 @@
 // function do less, never more.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { defineFunction } from '../../functions/runtime/declaration.ts';
-import type { FunctionEvent } from '../../functions/runtime/events.ts';
-import { Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
-import { OwnWrites } from '../../functions/runtime/own-writes.ts';
-import { SeenObjects, skipReason } from '../../functions/runtime/skips.ts';
+import { defineFunction, type FunctionEvent, Pod, type KubeObject, type ResourceKind, OwnWrites } from '../../functions/runtime/index.ts';
+import { SeenObjects, skipReason } from '../../functions/runtime/host/index.ts';
 
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
 const declare = (extra: object = {}) => defineFunction({ name: 'w', description: '', reconciles: Widget, owns: [{ kind: Pod }], rbac: [], reconcile: async () => {}, ...extra });

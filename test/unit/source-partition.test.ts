@@ -3,8 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { partitionKey } from '../../eventing/source/partition.ts';
-import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
-import type { ResourceKind } from '../../functions/runtime/kinds.ts';
+import { ownerLabelValue, type ResourceKind } from '../../functions/runtime/index.ts';
 
 const Owner: ResourceKind = { group: 'immortalcontainer.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
 const controller = (name: string, over: Record<string, unknown> = {}) => ({ apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', name, uid: 'u', controller: true, ...over });

@@ -2,7 +2,7 @@
 // one request (which may then use its own hint) or several (which may use none).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { KeyedWorkQueue } from '../../functions/runtime/workqueue.ts';
+import { KeyedWorkQueue } from '../../functions/runtime/host/index.ts';
 
 test('a follow-up joined by one request is not shared; one joined by several is, and runs once', async () => {
   const queue = new KeyedWorkQueue();

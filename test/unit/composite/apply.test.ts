@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { applyUpdate, forCreate, goJsonMarshal, LAST_APPLIED_ANNOTATION, threeWayMerge } from '../../../functions/composite/apply.ts';
-import type { KubeObject } from '../../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../../functions/runtime/index.ts';
 
 const merge = (observed: string, lastApplied: string, desired: string) => threeWayMerge(JSON.parse(observed), JSON.parse(lastApplied), JSON.parse(desired));
 

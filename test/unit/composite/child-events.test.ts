@@ -4,7 +4,7 @@ import { describe, test } from 'node:test';
 import { potentialParents, referencedParent, type ParentKind } from '../../../functions/composite/child-events.ts';
 import { parentFilter, type Selector } from '../../../functions/composite/selector.ts';
 import type { CompositeController } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../../functions/runtime/index.ts';
 
 const controller = (extra: Partial<CompositeController['spec']> = {}): CompositeController => ({
   apiVersion: 'metacontroller.k8s.io/v1alpha1',

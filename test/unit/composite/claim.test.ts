@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { planClaim } from '../../../functions/composite/claim.ts';
 import { compileSelector, type Selector } from '../../../functions/composite/selector.ts';
-import type { KubeObject, OwnerReference } from '../../../functions/runtime/kinds.ts';
+import type { KubeObject, OwnerReference } from '../../../functions/runtime/index.ts';
 
 const selector = (compileSelector({ matchLabels: { app: 'web' } }) as { selector: Selector }).selector;
 const parent = (deleting = false, namespace: string | undefined = 'prod'): KubeObject => ({

@@ -6,7 +6,7 @@ import { parseAllDocuments } from 'yaml';
 import { checkController, policyRulesFor, resyncPeriodMs } from '../../../functions/composite/controller-spec.ts';
 import { childSelector } from '../../../functions/composite/selector.ts';
 import type { CompositeController } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../../functions/runtime/index.ts';
 
 const seed = parseAllDocuments(readFileSync(new URL('../../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url), 'utf8'))
   .map((doc) => doc.toJS())

@@ -7,9 +7,7 @@ import { describe, test } from 'node:test';
 import {
   boundedName, CONTROLLER_LABEL, derivative, eventingObjectsFor, eventingOptionsFrom, inPlace, repaired, sourceName, identityName, type EventingOptions,
 } from '../../../functions/composite-controller/eventing.ts';
-import { ownerLabelValue } from '../../../functions/runtime/owner-labels.ts';
-import { Pod, Secret, ConfigMap, Namespace, type KubeObject, type ResourceKind } from '../../../functions/runtime/kinds.ts';
-import { FUNCTION_EXTENSION } from '../../../functions/runtime/events.ts';
+import { ownerLabelValue, Pod, Secret, ConfigMap, Namespace, type KubeObject, type ResourceKind, FUNCTION_EXTENSION } from '../../../functions/runtime/index.ts';
 import { loadAllFunctions } from '../../../functions/index.ts';
 import { manifestOptions } from '../../../eventing/manifests/cli.ts';
 import { generateManifests } from '../../../eventing/manifests/index.ts';

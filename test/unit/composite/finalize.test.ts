@@ -6,7 +6,7 @@ import { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs, m
 import { compileSelector, type Selector } from '../../../functions/composite/selector.ts';
 import { planSync, statusWrite, type SyncPlanInput } from '../../../functions/composite/sync-plan.ts';
 import type { CompositeController, CompositeHookResponse } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../../functions/runtime/index.ts';
 
 const controller = (finalize: boolean): CompositeController => ({
   apiVersion: 'metacontroller.k8s.io/v1alpha1',

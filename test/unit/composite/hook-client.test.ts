@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { MAX_TIMER_MS } from '../../../functions/runtime/timer-limit.ts';
+import { MAX_TIMER_MS } from '../../../functions/runtime/index.ts';
 import { callCompositeHook, DEFAULT_TIMEOUT_MS, postJson, retryAfterSeconds, webhookTarget, webhookTimeoutMs, type HookFailure } from '../../../functions/composite/hook-client.ts';
 
 interface Seen {

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { buildHookRequest, objectKey } from '../../../functions/composite/hook-request.ts';
 import type { CompositeController, ResolvedResource } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../../functions/runtime/index.ts';
 
 const controller: CompositeController = {
   apiVersion: 'metacontroller.k8s.io/v1alpha1',

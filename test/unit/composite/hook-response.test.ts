@@ -4,7 +4,7 @@ import { describe, test } from 'node:test';
 import { desiredChildren, isStrict, objectNameProblem, parseHookResponse, withNamespaceDefaults } from '../../../functions/composite/hook-response.ts';
 import { compileSelector, type Selector } from '../../../functions/composite/selector.ts';
 import type { ResolvedResource } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../../functions/runtime/index.ts';
 
 const loose = { version: 'v1' as const, strict: false, hookType: 'sync' };
 const strict = { version: 'v2' as const, strict: true, hookType: 'sync' };

@@ -11,7 +11,7 @@ import { sync } from '../../../functions/composite/immortal-container-hook.ts';
 import { planChildren } from '../../../functions/composite/manage-children.ts';
 import { serveHooks, type HookServer } from '../../../functions/composite/serve-hook.ts';
 import { HookRequestError, type CompositeController } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../../functions/runtime/index.ts';
 
 const manifests = parseAllDocuments(readFileSync(new URL('../../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url), 'utf8')).map((doc) => doc.toJS());
 const controller = manifests.find((object) => object.kind === 'CompositeController') as CompositeController;

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parseCustomizeResponse, relatedQueries, selectRelated, type RelatedContext } from '../../../functions/composite/related.ts';
 import type { RelatedResourceRule, ResolvedResource } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/kinds.ts';
+import type { KubeObject } from '../../../functions/runtime/index.ts';
 
 const configMaps: ResolvedResource = { apiVersion: 'v1', resource: 'configmaps', kind: 'ConfigMap', namespaced: true };
 const namespaces: ResolvedResource = { apiVersion: 'v1', resource: 'namespaces', kind: 'Namespace', namespaced: false };

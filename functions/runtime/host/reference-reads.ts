@@ -13,9 +13,9 @@
 // announcements left, and one of them finds none and runs in full; it starts after the call that
 // took the announcement, so whatever that call was for is carried out. Coalesced follow-up runs
 // use no hint at all.
-import { kindKeyString, type KindKey, type KubeObject, type ObjectKey, type ResourceKind } from './kinds.ts';
-import type { KubeClient } from './kube/client.ts';
-import { setRecent } from './lru-map.ts';
+import { kindKeyString, type KindKey, type KubeObject, type ObjectKey, type ResourceKind } from '../kinds.ts';
+import type { KubeClient } from '../kube/client.ts';
+import { setRecent } from '../lru-map.ts';
 
 /** Announced Reference-mode events per key, until a reconcile takes them; bounded, oldest forgotten. */
 export class ReferenceEvents {

@@ -1,7 +1,8 @@
-// Entry point of a function process: `node functions/runtime/main.ts <function>` or FUNCTION=<function>.
-// The container image runs this with the function chosen at start.
-import { loadFunction } from '../index.ts';
-import { serve } from './server.ts';
+// The entry program of a function process: `node functions/main.ts <function>` or
+// FUNCTION=<function>. Picks the function by name from the registry and serves it; the
+// container image runs its bundled counterpart (bin/build.ts) with the function chosen at start.
+import { loadFunction } from './index.ts';
+import { serve } from './runtime/host/index.ts';
 
 const name = process.argv[2] ?? process.env.FUNCTION;
 if (!name) {

@@ -11,7 +11,7 @@
 //                                          ever succeed
 //   more failed keys than a reply carries  503: the whole event is retried (truthful, if costly)
 //   keys not started within the budget     200 + reply naming them (with the failed keys, and
-//   (deferred, server.ts)                  the requeues), so the answer goes
+//   (deferred, reconcile-loop.ts)          the requeues), so the answer goes
 //                                          back before the request times out and the rest is
 //                                          done in the reply's round; beyond a reply's room, a
 //                                          window at a random place of them (the others wait for
@@ -20,11 +20,11 @@
 // (ReconcileResult.failedKeys, requeueKeys, deferredKeys: a CompositeController's sweep and its
 // parents) count as keys of the event. Nothing here grows with the number of keys except the
 // reply, which is bounded, nor with the length of a failure's message (LISTED_ERROR_CHARS).
-import { agreedRetryAfter, statusForError, TransientError } from './errors.ts';
-import { MAX_KEYS_PER_EVENT } from './events.ts';
-import { kindKeyString, type KindKey } from './kinds.ts';
-import { ApiError } from './kube/errors.ts';
-import { boundedMessage, cut } from './bounded-messages.ts';
+import { agreedRetryAfter, statusForError, TransientError } from '../errors.ts';
+import { MAX_KEYS_PER_EVENT } from '../events.ts';
+import { kindKeyString, type KindKey } from '../kinds.ts';
+import { ApiError } from '../kube/errors.ts';
+import { boundedMessage, cut } from '../bounded-messages.ts';
 import { reconcileReply, type ReplyEvent } from './reply.ts';
 
 export interface Outcome {
@@ -53,7 +53,7 @@ export function failedResult(error: unknown): FailedResult {
 const LISTED_FAILURES = 5;
 /**
  * Characters of each listed failure's message. A 2xx answer's body travels in a response header
- * (server.ts OUTCOME_HEADER), which Node and undici refuse past 16 KiB in all, and a message is
+ * (http-app.ts OUTCOME_HEADER), which Node and undici refuse past 16 KiB in all, and a message is
  * whatever a reconcile threw (a hook's answer, every child error of a sync). Written as ASCII
  * JSON a character takes at most 6 bytes (\uXXXX), and a key at most about 650, so the listed
  * failures take under 10 KiB whatever the messages.
@@ -118,7 +118,7 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
   // Requeues ride beside failed keys, so one failing parent of a sweep no longer costs the
   // others their resyncAfterSeconds (upstream's parents are work items of their own). The cost,
   // on Knative only: its broker delivers a reply whole and at once, and the function waits for a
-  // key due within its budget (server.ts), so a round that retries a failed key also syncs a
+  // key due within its budget (intake.ts), so a round that retries a failed key also syncs a
   // requeue due within 30 s. When that one succeeds, the round is a partial success and the
   // failed key comes back in the next reply without the broker's backoff: it is retried at the
   // pace of its neighbour's requeue (never sooner, as the round's answer waits for it), not

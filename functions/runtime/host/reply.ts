@@ -8,7 +8,7 @@
 // Knative delivers at once, and the function waits for the keys due within that delivery's budget
 // and drops those due later (its resync catches up).
 import { randomUUID } from 'node:crypto';
-import { FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE } from './events.ts';
+import { FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE } from '../events.ts';
 
 export interface ReplyEvent {
   /** HTTP headers of the binary-mode CloudEvent. */

@@ -10,12 +10,12 @@
 // (BadKeyError → 400); a label or a mapper result that does is dropped with a warning, since the
 // event itself may still be good for other keys.
 import type { Logger } from 'pino';
-import type { FunctionDeclaration, MapperContext } from './declaration.ts';
-import { BadKeyError } from './errors.ts';
-import type { ChangeEvent } from './events.ts';
-import { kindKey, kindKeyString, keyProblem, sameKind, type KindKey, type KubeObject, type ObjectKey } from './kinds.ts';
-import type { KubeClient } from './kube/client.ts';
-import { ownerFromLabels } from './owner-labels.ts';
+import type { FunctionDeclaration, MapperContext } from '../declaration.ts';
+import { BadKeyError } from '../errors.ts';
+import type { ChangeEvent } from '../events.ts';
+import { kindKey, kindKeyString, keyProblem, sameKind, type KindKey, type KubeObject, type ObjectKey } from '../kinds.ts';
+import type { KubeClient } from '../kube/client.ts';
+import { ownerFromLabels } from '../owner-labels.ts';
 
 export async function keysForEvent(declaration: FunctionDeclaration, event: ChangeEvent, kube: KubeClient, log: Logger, installNamespace?: string): Promise<KindKey[]> {
   const reconciled = declaration.reconciles;

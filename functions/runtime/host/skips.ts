@@ -16,12 +16,12 @@
 //
 // A Reference-mode add or update of the reconciled kind carries nothing to decide from; it is
 // announced instead (reference-reads.ts), so that its reconcile can stop after one read.
-import { unwantedChanges, type FunctionDeclaration } from './declaration.ts';
-import type { FunctionEvent } from './events.ts';
-import { keyProblem, kindKey, kindKeyString, sameKind, type KindKey, type KubeObject, type ResourceKind } from './kinds.ts';
-import type { OwnWrites } from './own-writes.ts';
+import { unwantedChanges, type FunctionDeclaration } from '../declaration.ts';
+import type { FunctionEvent } from '../events.ts';
+import { keyProblem, kindKey, kindKeyString, sameKind, type KindKey, type KubeObject, type ResourceKind } from '../kinds.ts';
+import type { OwnWrites } from '../own-writes.ts';
 import { ReferenceEvents } from './reference-reads.ts';
-import { setRecent } from './lru-map.ts';
+import { setRecent } from '../lru-map.ts';
 
 /** What of an object's metadata a reconcile may have acted on, besides its spec. */
 export function metadataFingerprint(object: KubeObject): string {

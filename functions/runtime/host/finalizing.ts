@@ -3,9 +3,9 @@
 // before reconcile to an object that is not being deleted; on deletion `finalize` runs instead
 // of reconcile, and the finalizer goes once finalize says it is done. A function without a
 // declared finalizer costs nothing here.
-import type { FunctionDeclaration, ReconcileContext, ReconcileResult } from './declaration.ts';
-import { groupKind, type KindKey } from './kinds.ts';
-import { ensureFinalizer, removeFinalizer } from './reconciler.ts';
+import type { FunctionDeclaration, ReconcileContext, ReconcileResult } from '../declaration.ts';
+import { groupKind, type KindKey } from '../kinds.ts';
+import { ensureFinalizer, removeFinalizer } from '../reconciler.ts';
 
 /** A finalize that answered "not yet" is tried again after this long. */
 export const FINALIZE_AGAIN_SECONDS = 10;

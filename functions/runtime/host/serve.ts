@@ -1,0 +1,60 @@
+// The process a function runs as: its host served on PORT until SIGTERM or SIGINT, draining
+// in-flight events before it exits.
+import type { Server } from 'node:http';
+import type { FunctionDeclaration } from '../declaration.ts';
+import { deliveryBudgetFromEnvironment } from './delivery-budget.ts';
+import { createFunctionHost, type FunctionHost } from './function-host.ts';
+import { createLogger } from './log.ts';
+
+/**
+ * How long an idle keep-alive connection to the function stays open: longer than the proxy in
+ * front keeps one. Knative's queue-proxy reaches the function through Go's http.Transport
+ * (knative.dev/pkg/network, cloned from http.DefaultTransport: idle connections kept 90 s); with
+ * Node's default of 5 s it may send a request on a connection Node is closing, and a POST that
+ * fails so is answered 502 (Go retries only idempotent requests on a closed idle connection).
+ */
+export const KEEP_ALIVE_TIMEOUT_MS = 95_000;
+
+/** Serves the function on PORT (default 8080, as Knative sets it) until SIGTERM/SIGINT. */
+export async function serve(declaration: FunctionDeclaration): Promise<Server> {
+  const log = createLogger(declaration.name);
+  let host: FunctionHost;
+  try {
+    const budgetSeconds = deliveryBudgetFromEnvironment();
+    host = createFunctionHost(declaration, { log, ...(budgetSeconds === undefined ? {} : { deliveryBudgetMs: budgetSeconds * 1000 }) });
+  } catch (error) {
+    log.fatal((error as Error).message);
+    process.exit(1);
+  }
+  const port = Number(process.env.PORT ?? 8080);
+  const server = host.app.listen(port, process.env.HOST ?? '0.0.0.0');
+  server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'draining in-flight events before exit');
+    await host.drain();
+    server.close();
+    server.closeIdleConnections();
+    log.info('stopped');
+    process.exit(0);
+  };
+  // Installed before readiness is announced: whoever reads "ready" (Knative, the activator) may
+  // send SIGTERM at once, and until a handler exists the kernel's default action kills the process
+  // without draining.
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  // Started by the local plane (its activator opens an IPC channel): a plane killed outright
+  // (SIGKILL, out of memory) runs no exit hook, and the channel closing is the only news of it.
+  // Nothing is drained then: no answer can reach a broker that is gone, and the log's pipe is
+  // broken too (pino would retry its write forever). A reconcile cut short is retried by the
+  // plane that starts next, from its listing.
+  if (process.channel) {
+    process.channel.unref();
+    process.once('disconnect', () => process.exit(0));
+  }
+  await new Promise<void>((resolve, reject) => server.once('listening', resolve).once('error', reject));
+  log.info({ port, startupMs: Math.round(performance.now()) }, `${declaration.name} ready`);
+  return server;
+}
