@@ -2,7 +2,7 @@
 // workqueue keeps AddAfter in the controller's memory. A function answers 2xx with a reply
 // CloudEvent of type dev.opfn.reconcile whose keys are due later: the event's `opfnnotbefore`
 // (RFC 3339) and, for a key due later still, its own time in the data's `notBefore` (README,
-// "Writing a function"; functions/runtime/reply.ts writes them). Knative's broker delivers replies
+// "Writing a function"; functions/runtime/host/reply.ts writes them). Knative's broker delivers replies
 // at once (the function then drops the keys not yet due and its PingSource resync catches up);
 // the local broker does better and holds each key until it is due.
 //

@@ -17,7 +17,7 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
   // Gone, or going: the garbage collector removes the pod through its ownerReference.
   if (!owner || owner.metadata.deletionTimestamp) return;
   // Read after that read: for a Reference-mode event of this kind the runtime makes the read
-  // itself the hint (functions/runtime/reference-reads.ts).
+  // itself the hint (functions/runtime/host/reference-reads.ts).
   const hint = ctx.hint;
 
   const podKey = { namespace: key.namespace, name: podNameFor(owner) };

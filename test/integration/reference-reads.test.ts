@@ -1,6 +1,6 @@
 // Reference-mode events of the reconciled kind against a real API server: a repeated one costs
 // one read and no write, and an announcement taken by another reconcile of the same key (a pod's
-// delete) never loses the work either event asked for (functions/runtime/reference-reads.ts).
+// delete) never loses the work either event asked for (functions/runtime/host/reference-reads.ts).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';

@@ -1,5 +1,5 @@
 // Reference-mode events of the reconciled kind are announced by the intake and taken, once each,
-// by the next reconcile of their key that has no body to go on (functions/runtime/reference-reads.ts).
+// by the next reconcile of their key that has no body to go on (functions/runtime/host/reference-reads.ts).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { defineFunction, type FunctionEvent, Pod, type ResourceKind, OwnWrites, type KubeClient, discoveryFor } from '../../functions/runtime/index.ts';

@@ -1,4 +1,4 @@
-// Per-key coalescing (functions/runtime/workqueue.ts): a follow-up run knows whether it answers
+// Per-key coalescing (functions/runtime/host/workqueue.ts): a follow-up run knows whether it answers
 // one request (which may then use its own hint) or several (which may use none).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
