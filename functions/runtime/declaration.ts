@@ -254,8 +254,8 @@ export interface FunctionDeclaration {
 }
 
 // Knative's default target (100). A reconcile mostly waits on the API, so one Node process
-// serves many at once; measured with bench/plane.ts, target 10 spawned 4 processes for a burst of
-// 200 objects and reached 79 events/s on 2 cores, target 100 reached 291 events/s.
+// serves many at once: a low target spawns more processes for a burst and gets through it slower
+// (bench/plane.ts compares them).
 const DEFAULT_SCALING: Scaling = { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 };
 
 type Defaulted = 'owns' | 'watches' | 'resyncSchedule' | 'scaling' | 'config' | 'readsMetadata';

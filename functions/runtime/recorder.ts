@@ -13,7 +13,7 @@
 // eventBurst) and client-go's spam filter does per object (a token bucket, burst 25): a few
 // dozen at once, then NORMAL_PER_SECOND. Beyond that they are dropped (logged at debug): a burst
 // of thousands of routine "created pod" Events would otherwise double the API server's writes
-// (one POST per object, measured with bench/plane.ts) for something the objects' status already
+// (one POST per object) for something the objects' status already
 // says. Warnings are not rate limited.
 //
 // At most MAX_QUEUED Events wait to be written: an API server slower than the Events come (or

@@ -115,7 +115,7 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
   // own times, as many as a reply has room for. A requeue beyond the room is dropped: the
   // function keeps its due time, the resync catches up.
   //
-  // Requeues ride beside failed keys, so one failing parent of a sweep no longer costs the
+  // Requeues ride beside failed keys, so one failing parent of a sweep does not cost the
   // others their resyncAfterSeconds (upstream's parents are work items of their own). The cost,
   // on Knative only: its broker delivers a reply whole and at once, and the function waits for a
   // key due within its budget (intake.ts), so a round that retries a failed key also syncs a
