@@ -1,5 +1,6 @@
-// The HTTP host every function runs in: CloudEvent intake answering by Knative delivery rules,
-// health and metrics endpoints, and graceful shutdown.
+// The host every function runs in: the HTTP app (http-app.ts), intake (intake.ts) and the
+// reconcile loop (reconcile-loop.ts) wired together, answering by Knative delivery rules, and
+// draining before exit (serve.ts runs it as a process).
 //
 //   2xx  the work is done (or there was nothing to do for this function); when part of a
 //        fan-out failed or a key asked to be reconciled later, the answer carries a reply
