@@ -8,8 +8,8 @@
 //   recreate  its pod deleted, the pod's delete event (Resource mode, as the source sends for
 //             owned kinds)
 // The control plane runs without kube-controller-manager by default: its garbage collector
-// reacts to each new pod by reading the pod's owner (measured: 0 to 7 extra requests inside
-// the window, depending on timing), which is load caused by the pod, not by the reconcile;
+// reacts to each new pod by reading the pod's owner (a varying number of requests inside the
+// window, depending on timing), which is load caused by the pod, not by the reconcile;
 // --controller-manager keeps it in. The API server's own loopback controllers remain, so each
 // case runs --reps times and the table shows the most common count (how many repetitions agree
 // is printed); "scrape pair" is two scrapes with nothing in between: what the measurement itself
@@ -17,11 +17,8 @@
 // (opfn_kube_api_requests_total) is printed alongside as a cross-check.
 //
 // Usage: npm run bench:api-requests -- [--reps N] [--label L] [--controller-manager]   (default 5 repetitions)
-// Writes bench/results/api-requests-<label>-<date>.json.
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+// Writes its results as JSON outside the repository (bench/harness.ts, resultsFolder).
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { CloudEvent } from 'cloudevents';
 import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
@@ -30,7 +27,7 @@ import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '.
 import { Pod } from '../functions/runtime/index.ts';
 import { deliver, serveFunction, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { requestDifference, scrapeRequestTotals, type RequestCounts } from './apiserver-metrics.ts';
-import { benchFlags } from './harness.ts';
+import { benchFlags, writeResults } from './harness.ts';
 
 /** Counters are incremented when the handler returns, a moment after the client has its answer. */
 const SETTLE_MS = 150;
@@ -63,7 +60,7 @@ function mode(results: Counts[]): { counts: Counts; agree: number } {
 async function main(): Promise<void> {
   const { values } = benchFlags('npm run bench:api-requests -- [--reps 5] [--label name] [--controller-manager]\n' +
     '  --reps    repetitions of each case; the table shows the most common count (default 5)\n' +
-    '  --label   name of the JSON result file under bench/results/ (default local)\n' +
+    '  --label   a name for this run, part of the result file name (default local)\n' +
     '  --controller-manager  also run kube-controller-manager (its garbage collector reads new pods\' owners)',
   () => parseArgs({ options: { reps: { type: 'string', default: '5' }, label: { type: 'string', default: 'local' }, 'controller-manager': { type: 'boolean', default: false }, help: { type: 'boolean', default: false } } }));
   const reps = Number(values.reps);
@@ -154,15 +151,11 @@ async function main(): Promise<void> {
   const outliers = CASES.flatMap((name) => results.get(name)!.filter((counts) => counts.total !== chosen.get(name)!.counts.total).map((counts) => `${name}: ${counts.total} (${Object.entries(counts.byResource).map(([key, value]) => `${key} ×${value}`).join(', ')})`));
   if (outliers.length) console.log(`\nrepetitions that differ (other clients of the API server at the same moment):\n  ${outliers.join('\n  ')}`);
 
-  const dir = join(resolve(dirname(fileURLToPath(import.meta.url)), '..'), 'bench/results');
-  mkdirSync(dir, { recursive: true });
-  const file = join(dir, `api-requests-${values.label}-${new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z')}.json`);
-  writeFileSync(file, JSON.stringify({
+  writeResults({
     benchmark: 'api-requests', label: values.label, date: new Date().toISOString(), command: `npm run bench:api-requests -- ${process.argv.slice(2).join(' ')}`.trim(),
     chosen: Object.fromEntries(CASES.map((name) => [name, { ...chosen.get(name)!.counts, agree: `${chosen.get(name)!.agree}/${reps}` }])),
     outliers,
-  }, null, 2) + '\n');
-  console.log(`results: ${file}`);
+  }, 'chosen');
 }
 
 await main();

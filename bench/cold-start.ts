@@ -22,9 +22,9 @@
 // ≤ 1.5× the floor's.
 //
 // Usage: npm run bench:cold-start -- [--runs N] [--label L]   (default 7 runs)
-// Writes bench/results/cold-start-<label>-<date>.json.
+// Writes its results as JSON outside the repository (bench/harness.ts, resultsFolder).
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { freePort, killOnExit, stopProcess } from '../cluster/control-plane.ts';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -36,7 +36,7 @@ import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/index.ts';
 import { deliver, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
-import { benchFlags } from './harness.ts';
+import { benchFlags, writeResults } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const FUNCTION = 'immortal-container';
@@ -168,7 +168,7 @@ const ms = (value: number | undefined) => (value === undefined || Number.isNaN(v
 async function main(): Promise<void> {
   const { values } = benchFlags('npm run bench:cold-start -- [--runs 7] [--label name]\n' +
     '  --runs   interleaved runs of each variant, after one unmeasured round (default 7)\n' +
-    '  --label  name of the JSON result file under bench/results/ (default local)',
+    '  --label  a name for this run, part of the result file name (default local)',
   () => parseArgs({ options: { runs: { type: 'string', default: '7' }, label: { type: 'string', default: 'local' }, help: { type: 'boolean', default: false } } }));
   const runs = Number(values.runs);
   if (!Number.isInteger(runs) || runs < 1) {
@@ -245,17 +245,12 @@ async function main(): Promise<void> {
     idleRssVsFloor: median(production.map((sample) => sample.idleRssKiB)) / floorRss,
   };
   console.log(`\n(c) as the image runs it vs the bare node:http floor: ready ${summary.readyVsFloor.toFixed(2)}× (goal ≤ 2×), first reconcile done ${summary.doneVsFloor.toFixed(2)}×, idle RSS ${summary.idleRssVsFloor.toFixed(2)}× (goal ≤ 1.5×)`);
-  const date = new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z');
-  const dir = join(ROOT, 'bench/results');
-  mkdirSync(dir, { recursive: true });
-  const file = join(dir, `cold-start-${values.label}-${date}.json`);
-  writeFileSync(file, JSON.stringify({
+  writeResults({
     benchmark: 'cold-start', label: values.label, date: new Date().toISOString(), command: `npm run bench:cold-start -- ${process.argv.slice(2).join(' ')}`.trim(),
     environment: { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), bundleBytes: bundle.bytes, idleMs: IDLE_MS },
     summary,
     variants: Object.fromEntries(variants.map((variant) => [variant.id, { label: variant.label, samples: samples.get(variant.id) }])),
-  }, null, 2) + '\n');
-  console.log(`results: ${file}`);
+  });
 }
 
 await main();

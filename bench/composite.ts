@@ -17,11 +17,8 @@
 // reads each new pod's owner: the same load on both sides).
 //
 // Usage: npm run bench:composite -- [--n 200] [--label local]
-// Writes bench/results/composite-<label>-<date>.json.
-import { mkdirSync, writeFileSync } from 'node:fs';
+// Writes its results as JSON outside the repository (bench/harness.ts, resultsFolder).
 import { cpus, loadavg } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { ApiServerSource } from '../eventing/knative/kinds.ts';
@@ -41,9 +38,8 @@ import { eventually, startTestCluster, type TestCluster } from '../test/support/
 import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../test/support/examples.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { benchFlags, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
+import { benchFlags, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, writeResults, type Measured } from './harness.ts';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const Parent = MetaImmortalContainer;
 
 type ParentObject = KubeObject & { spec?: { image?: string }; status?: { currentPod?: string; observedGeneration?: number } };
@@ -130,7 +126,7 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
 }
 
 async function main(): Promise<void> {
-  const { values } = benchFlags('npm run bench:composite -- [--n 200] [--label name]\n  --n      parents (one pod each), side by side with direct writes (default 200)\n  --label  name of the JSON result file under bench/results/ (default local)',
+  const { values } = benchFlags('npm run bench:composite -- [--n 200] [--label name]\n  --n      parents (one pod each), side by side with direct writes (default 200)\n  --label  a name for this run, part of the result file name (default local)',
     () => parseArgs({ options: { n: { type: 'string', default: '200' }, label: { type: 'string', default: 'local' }, help: { type: 'boolean', default: false } } }));
   const n = Number(values.n);
   if (!Number.isInteger(n) || n < 1) {
@@ -163,12 +159,8 @@ async function main(): Promise<void> {
   const summary = { n, convergenceRatio: plane.convergedMs / direct.convergedMs, planeSeconds: plane.convergedMs / 1000, directSeconds: direct.convergedMs / 1000, planeRequestsPerParent: plane.requestsPerObject, directRequestsPerParent: direct.requestsPerObject };
   console.log(`\nconvergence ${summary.convergenceRatio.toFixed(2)}× direct writes; requests/parent ${summary.planeRequestsPerParent.toFixed(2)} vs ${summary.directRequestsPerParent.toFixed(2)}`);
   for (const r of results) console.log(`  ${r.side.padEnd(6)} ${Object.entries(r.requests.byResource).filter(([, count]) => count / n >= 0.005).sort().map(([key, count]) => `${key} ${(count / n).toFixed(2)}`).join(', ')}`);
-  const date = new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z');
-  const dir = join(ROOT, 'bench/results');
-  mkdirSync(dir, { recursive: true });
-  const file = join(dir, `composite-${values.label}-${date}.json`);
-  writeFileSync(file, JSON.stringify({ benchmark: 'composite', label: values.label, date: new Date().toISOString(), command: `npm run bench:composite -- ${process.argv.slice(2).join(' ')}`.trim(), environment, summary, runs: results }, null, 2) + '\n');
-  console.log(`\nresults: ${file}`);
+  console.log();
+  writeResults({ benchmark: 'composite', label: values.label, date: new Date().toISOString(), command: `npm run bench:composite -- ${process.argv.slice(2).join(' ')}`.trim(), environment, summary, runs: results });
 }
 
 await main();

@@ -1,6 +1,10 @@
-// What the side-by-side benchmarks share: bounded-concurrency writes, namespaces, a plane's state
-// folder, and one measured run (convergence seen by a watch, API requests counted by the API
-// server from the first write until it is quiet again).
+// What the benchmarks share: their flags, bounded-concurrency writes, namespaces, a plane's state
+// folder, one measured run (convergence seen by a watch, API requests counted by the API server
+// from the first write until it is quiet again), and where a run's results go.
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventPlane } from '../eventing/plane.ts';
 import { forEachLimited } from '../functions/runtime/index.ts';
@@ -101,4 +105,77 @@ export async function measure(cluster: TestCluster, watch: ConvergenceWatch, n: 
   await watch.stop();
   const requests = requestDifference(before, after);
   return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n, cpu, cpuToConvergence };
+}
+
+/**
+ * Where runs write their results: `$OPFN_BENCH_RESULTS`, else the user's cache folder. Never the
+ * repository: a run is one machine's moment, and only a benchmark's baseline is committed.
+ */
+export function resultsFolder(): string {
+  const cache = process.env.XDG_CACHE_HOME || join(homedir(), '.cache');
+  return resolve(process.env.OPFN_BENCH_RESULTS || join(cache, 'operator-functions', 'bench-results'));
+}
+
+const BASELINES = join(dirname(fileURLToPath(import.meta.url)), 'baselines');
+
+/** What every result file holds; `compared` names its field of figures, compared with the baseline's. */
+export interface BenchResult {
+  benchmark: string;
+  label: string;
+  date: string;
+  command: string;
+  [field: string]: unknown;
+}
+
+/**
+ * Writes a run's results as `<benchmark>-<label>-<date>.json` in resultsFolder() and prints the
+ * path, then each figure of `result[compared]` beside the same figure of the committed baseline,
+ * bench/baselines/<benchmark>.json, and their ratio. Returns the file written.
+ */
+export function writeResults(result: BenchResult, compared = 'summary'): string {
+  const folder = resultsFolder();
+  mkdirSync(folder, { recursive: true });
+  const stamp = result.date.replace(/[:]/g, '').replace(/\..*/, 'Z');
+  const file = join(folder, `${result.benchmark}-${result.label}-${stamp}.json`);
+  writeFileSync(file, JSON.stringify(result, null, 2) + '\n');
+  console.log(`results: ${file}`);
+  const baselineFile = join(BASELINES, `${result.benchmark}.json`);
+  if (existsSync(baselineFile)) printComparison(JSON.parse(readFileSync(baselineFile, 'utf8')) as BenchResult, result, compared, relative(process.cwd(), baselineFile));
+  return file;
+}
+
+function printComparison(baseline: BenchResult, run: BenchResult, compared: string, baselineFile: string): void {
+  const before = figures(baseline[compared]);
+  const now = figures(run[compared]);
+  const shared = [...now.keys()].filter((key) => before.has(key));
+  console.log(`\nagainst the baseline ${baselineFile} (${baseline.date.slice(0, 10)}: ${baseline.command}):`);
+  if (shared.length === 0) return console.log('  no figure in common (other sizes or options)');
+  const width = Math.max(...shared.map((key) => key.length));
+  const number = (value: number) => (Number.isInteger(value) ? String(value) : value.toPrecision(4));
+  console.log(`  ${'figure'.padEnd(width)}  ${'baseline'.padStart(10)}  ${'this run'.padStart(10)}  this / baseline`);
+  for (const key of shared) {
+    const [old, current] = [before.get(key)!, now.get(key)!];
+    const ratio = old === 0 ? (current === 0 ? '=' : '-') : `${(current / old).toFixed(2)}×`;
+    console.log(`  ${key.padEnd(width)}  ${number(old).padStart(10)}  ${number(current).padStart(10)}  ${ratio}`);
+  }
+}
+
+/**
+ * The numbers of a result's summary by path (`N=500.convergenceRatio`, `create.total`). A row of a
+ * list is named by its `n` or its `role` (without a pid), so runs of other sizes line up; lists of
+ * bare numbers (the repetitions) are left out.
+ */
+function figures(value: unknown, path = '', found = new Map<string, number>()): Map<string, number> {
+  const at = (key: string) => (path ? `${path}.${key}` : key);
+  if (typeof value === 'number' && Number.isFinite(value)) found.set(path, value);
+  else if (Array.isArray(value)) {
+    value.forEach((row: unknown, index) => {
+      if (typeof row !== 'object' || row === null) return;
+      const { n, role } = row as { n?: unknown; role?: unknown };
+      figures(row, at(n !== undefined ? `N=${n}` : typeof role === 'string' ? role.replace(/ \[\d+\]$/, '') : String(index)), found);
+    });
+  } else if (typeof value === 'object' && value !== null) {
+    for (const [key, field] of Object.entries(value)) if (key !== 'n' && key !== 'role') figures(field, at(key), found);
+  }
+  return found;
 }

@@ -36,8 +36,7 @@
 // same load for both sides); --controller-manager keeps it in.
 //
 // Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--warm 200] [--no-fresh] [--sources] [--controller-manager] [--cpu-prof DIR]
-// Writes bench/results/plane-<label>-<date>.json.
-import { mkdirSync, writeFileSync } from 'node:fs';
+// Writes its results as JSON outside the repository (bench/harness.ts, resultsFolder).
 import { cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -53,7 +52,7 @@ import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { benchFlags, brokerTotal, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, type Measured } from './harness.ts';
+import { benchFlags, brokerTotal, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, writeResults, type Measured } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** Objects of the unmeasured round each side runs first (main), and the default of `--warm`. */
@@ -134,9 +133,9 @@ async function runPlane(cluster: TestCluster, options: { side: 'plane' | 'fresh'
     stateDir: state.dir,
     idleTimeoutMs: 60_000,
     resyncIntervalMs: 0,
-    // A line per pod created at npm start's `info` would flood the bench's output; measured, the
-    // level makes no difference to convergence, nor does running the function as its ServiceAccount
-    // instead of these admin credentials (README, Benchmarks).
+    // A line per pod created at npm start's `info` would flood the bench's output. Neither the
+    // level nor these admin credentials in place of the function's ServiceAccount change
+    // convergence (docs/benchmarks.md).
     env: { LOG_LEVEL: 'warn' },
     command: options.profileDir ? profiled(options.profileDir, options.bundled?.command) : options.bundled?.command,
   });
@@ -224,7 +223,7 @@ async function main(): Promise<void> {
   const { values } = benchFlags('npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--warm 200] [--no-fresh] [--sources] [--controller-manager] [--cpu-prof DIR]\n' +
     '  --n        object counts to run, side by side with direct writes (default 200,500)\n' +
     '  --reps     repetitions of each count (default 1)\n' +
-    '  --label    name of the JSON result file under bench/results/ (default local)\n' +
+    '  --label    a name for this run, part of the result file name (default local)\n' +
     '  --warm     objects the function converges before each measured plane burst (default 200: V8 has compiled its hot path, as the writer\'s)\n' +
     '  --no-fresh leave out the fresh side (a function that has converged one object: its JIT warm-up inside the burst), printed beside the goal\'s ratio\n' +
     '  --sources  run the function from its TypeScript sources instead of the bundle\n' +
@@ -272,7 +271,7 @@ async function main(): Promise<void> {
     }
     for (const n of sizes) {
       for (let rep = 0; rep < reps; rep++) {
-        // What the API server does on its own, per second, measured over 3 idle seconds.
+        // What the API server does on its own, per second, counted over 3 idle seconds.
         const idleBefore = await scrapeRequestTotals(cluster.cp);
         await sleep(3000);
         background.push(requestDifference(idleBefore, await scrapeRequestTotals(cluster.cp)).total / 3);
@@ -347,12 +346,8 @@ async function main(): Promise<void> {
   }
   console.log('(below 0.005 per object not shown: the API server\'s own controllers)');
 
-  const date = new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z');
-  const dir = join(ROOT, 'bench/results');
-  mkdirSync(dir, { recursive: true });
-  const file = join(dir, `plane-${values.label}-${date}.json`);
-  writeFileSync(file, JSON.stringify({ benchmark: 'plane', label: values.label, date: new Date().toISOString(), command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(), environment, summary, runs: results }, null, 2) + '\n');
-  console.log(`\nresults: ${file}`);
+  console.log();
+  writeResults({ benchmark: 'plane', label: values.label, date: new Date().toISOString(), command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(), environment, summary, runs: results });
 }
 
 try {

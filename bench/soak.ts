@@ -11,12 +11,10 @@
 // Bounded: stops by itself after --minutes (and 2 minutes at most of waiting for convergence).
 //
 // Usage: npm run soak -- [--minutes 10] [--objects 200] [--rate 20] [--resync 30] [--sample 15] [--label L]
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
 import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
@@ -25,9 +23,8 @@ import { ImmortalContainerKind, podNameFor, type ImmortalContainer, type PodObje
 import { Pod, KubeClient } from '../functions/runtime/index.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
-import { benchFlags, planeStateDir } from './harness.ts';
+import { benchFlags, planeStateDir, writeResults } from './harness.ts';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const NAMESPACE = 'soak';
 const stamp = () => new Date().toISOString().slice(11, 19);
 
@@ -37,7 +34,7 @@ const { values } = benchFlags('npm run soak -- [--minutes 10] [--objects 200] [-
   '  --rate     operations per second: create, change an image, delete (default 20)\n' +
   '  --resync   seconds between resync pings (default 30)\n' +
   '  --sample   seconds between RSS samples of every process (default 15)\n' +
-  '  --label    name of the JSON result file under bench/results/ (default local)',
+  '  --label    a name for this run, part of the result file name (default local)',
 () => parseArgs({ options: {
   minutes: { type: 'string', default: '10' },
   objects: { type: 'string', default: '200' },
@@ -206,9 +203,5 @@ const summary = roles.map((role) => {
   console.log(`${role.padEnd(40)} ${[row.first, row.min, row.max, row.last].map((value) => value.toFixed(0).padStart(7)).join(' ')}`);
   return row;
 });
-const date = new Date().toISOString().replace(/[:]/g, '').replace(/\..*/, 'Z');
-mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
-const file = join(ROOT, 'bench/results', `soak-${values.label}-${date}.json`);
-writeFileSync(file, JSON.stringify({ benchmark: 'soak', label: values.label, date: new Date().toISOString(), command: `npm run soak -- ${process.argv.slice(2).join(' ')}`.trim(), environment: { node: process.version, cpus: cpus().length }, options: { minutes, objects, rate, resyncSeconds, sampleSeconds }, converged, behind: behind.slice(0, 50), ops, errors, summary, samples }, null, 2) + '\n');
-console.log(`results: ${file}`);
+writeResults({ benchmark: 'soak', label: values.label, date: new Date().toISOString(), command: `npm run soak -- ${process.argv.slice(2).join(' ')}`.trim(), environment: { node: process.version, cpus: cpus().length }, options: { minutes, objects, rate, resyncSeconds, sampleSeconds }, converged, behind: behind.slice(0, 50), ops, errors, summary, samples });
 process.exitCode = converged ? 0 : 1;
