@@ -7,7 +7,8 @@
 // and status name objects, never their data.
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { kindKey, Namespace, type KubeObject, type ObjectKey, type ResourceKind } from '../runtime/kinds.ts';
-import { ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
+import { ApiError, type KubeClient } from '../runtime/kube.ts';
+import { applyChild } from '../runtime/child-applier.ts';
 import { updateStatus, type ConditionInput } from '../runtime/reconciler.ts';
 import { TransientError } from '../runtime/errors.ts';
 import { forEachLimited } from '../runtime/limit.ts';
@@ -76,23 +77,14 @@ async function apply(kube: KubeClient, rule: KubeObject, ruleType: RuleType, act
       await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
       return 'deleted';
     case 'update':
-      try {
-        await kube.replace(kind, updatedCopy(action.desired, action.existing));
-        return 'updated';
-      } catch (error) {
-        const refused = refusal(error, action.desired);
-        if (refused) return { conflict: refused };
-        // Changed or deleted since we listed it (another replica, a hand edit): judge it again from a fresh read.
-        if (!isConflict(error) && !isNotFound(error)) throw error;
-        return createCopy(kube, rule, ruleType, action.desired);
-      }
+      return writeCopy(kube, rule, kind, action.desired, action.existing);
     case 'replace':
       // The uid precondition: only the copy we judged. A newer object in its place makes the
       // create below find it and judge it again.
       await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
-      return createCopy(kube, rule, ruleType, action.desired);
+      return writeCopy(kube, rule, kind, action.desired);
     case 'create':
-      return createCopy(kube, rule, ruleType, action.desired);
+      return writeCopy(kube, rule, kind, action.desired);
   }
 }
 
@@ -109,25 +101,30 @@ export function refusal(error: unknown, desired: CopyableObject): Conflict | und
   return { namespace: desired.metadata.namespace!, name: desired.metadata.name!, reason: refused.forbidden ? 'Forbidden' : 'Invalid', message: refused.message };
 }
 
-async function createCopy(kube: KubeClient, rule: KubeObject, ruleType: RuleType, desired: CopyableObject): Promise<Outcome> {
-  const kind = kindOf(ruleType);
+/** The copy to PUT over an existing copy of the rule, or undefined when it is up to date (updateAction). */
+function mergeCopy(existing: CopyableObject, desired: CopyableObject): CopyableObject | undefined {
+  const action = updateAction(desired, existing);
+  if (action.type === 'keep') return undefined;
+  if (action.type === 'replace') throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} cannot be updated in place (immutable, or another Secret type); will replace on retry`);
+  return updatedCopy(desired, existing);
+}
+
+/**
+ * Creates the copy, or updates `observed` (our copy as listed) to it. A name taken by our copy
+ * that lost its labels is judged from a read of etcd; by another rule's copy or a foreign object,
+ * reported as a conflict.
+ */
+async function writeCopy(kube: KubeClient, rule: KubeObject, kind: ResourceKind, desired: CopyableObject, observed?: CopyableObject): Promise<Outcome> {
   try {
-    await kube.create(kind, desired);
-    return 'created';
+    const applied = await applyChild(kube, kind, desired, { observed, isManaged: (existing) => isManagedBy(existing, rule), merge: mergeCopy, firstRead: 'etcd' });
+    if (applied.result === 'conflict') return { conflict: conflictFor(applied.object!) };
+    // Never superseded: that is only for onRace 'leave'.
+    return applied.result as 'created' | 'updated' | 'unchanged';
   } catch (error) {
     const refused = refusal(error, desired);
     if (refused) return { conflict: refused };
-    if (!isAlreadyExists(error)) throw error;
+    throw error;
   }
-  // The name is taken: by our copy that lost its labels, by another rule's copy, or by a foreign object.
-  const existing = await kube.get<CopyableObject>(kind, { namespace: desired.metadata.namespace!, name: desired.metadata.name! });
-  if (!existing) throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} vanished between create and read; will retry`);
-  if (!isManagedBy(existing, rule)) return { conflict: conflictFor(existing) };
-  const action = updateAction(desired, existing);
-  if (action.type === 'keep') return 'unchanged';
-  if (action.type === 'replace') throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} cannot be updated in place (immutable, or another Secret type); will replace on retry`);
-  await kube.replace(kind, updatedCopy(desired, existing));
-  return 'updated';
 }
 
 /**

@@ -21,7 +21,7 @@ import { KubeClient } from '../../functions/runtime/kube.ts';
 import { matching } from '../../functions/runtime/mappers.ts';
 import type { FunctionMetrics } from '../../functions/runtime/metrics.ts';
 import { ownerLabelValue } from '../../functions/runtime/owner-labels.ts';
-import { applyChild } from '../../functions/runtime/reconciler.ts';
+import { applyChild } from '../../functions/runtime/child-applier.ts';
 import { EventSink } from '../../functions/runtime/recorder.ts';
 import { OUTCOME_HEADER } from '../../functions/runtime/server.ts';
 import { eventually, quietLog, serveFunction, startTestCluster, untilWatchCacheHolds, type TestCluster } from '../support/cluster.ts';
@@ -236,15 +236,15 @@ describe('helpers', () => {
   test('applyChild: created, unchanged, updated, conflict with a foreign object (left alone)', async () => {
     const desired = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'child', namespace: 'default', labels: { 'example.com/managed': 'yes' } }, data: { a: '1' } };
     const isManaged = (existing: KubeObject) => existing.metadata.labels?.['example.com/managed'] === 'yes';
-    assert.equal(await applyChild(kube, ConfigMap, desired, { isManaged }), 'created');
-    assert.equal(await applyChild(kube, ConfigMap, desired, { isManaged }), 'unchanged');
+    assert.equal((await applyChild(kube, ConfigMap, desired, { isManaged })).result, 'created');
+    assert.equal((await applyChild(kube, ConfigMap, desired, { isManaged })).result, 'unchanged');
     await kube.mergePatch(ConfigMap, { namespace: 'default', name: 'child' }, { data: { a: 'edited by hand' }, metadata: { labels: { other: 'kept' } } });
-    assert.equal(await applyChild(kube, ConfigMap, desired, { isManaged }), 'updated');
+    assert.equal((await applyChild(kube, ConfigMap, desired, { isManaged })).result, 'updated');
     const child = (await kube.get(ConfigMap, { namespace: 'default', name: 'child' }))!;
     assert.deepEqual(child.data, { a: '1' });
     assert.equal(child.metadata.labels?.other, 'kept', 'labels others added survive');
     await kube.create(ConfigMap, { metadata: { name: 'foreign', namespace: 'default' }, data: { mine: 'yes' } });
-    assert.equal(await applyChild(kube, ConfigMap, { ...desired, metadata: { ...desired.metadata, name: 'foreign' } }, { isManaged }), 'conflict');
+    assert.equal((await applyChild(kube, ConfigMap, { ...desired, metadata: { ...desired.metadata, name: 'foreign' } }, { isManaged })).result, 'conflict');
     assert.deepEqual((await kube.get(ConfigMap, { namespace: 'default', name: 'foreign' }))!.data, { mine: 'yes' });
   });
 
