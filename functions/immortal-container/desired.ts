@@ -184,13 +184,12 @@ export const podInEvent = (owner: ImmortalContainer, hint: KubeObject | undefine
  */
 export function nothingToDo(key: ObjectKey, hint: KubeObject | undefined, owner?: ImmortalContainer, now: Date = new Date()): boolean {
   if (!hint) return false;
-  if (hint.kind === 'Pod') {
-    if (asCreated(hint as PodObject, key)) return true;
-    // Our pod needing nothing, and the status already saying so.
-    const pod = owner && podInEvent(owner, hint);
-    return pod !== undefined && podAction(owner!, pod, now).type === 'keep' && jsonEqual(nextStatus(owner!, owner!, pod), owner!.status);
-  }
+  if (hint.kind === 'Pod' && asCreated(hint as PodObject, key)) return true;
+  if (!owner) return false;
+  // Our pod, needing nothing, and the status already saying so.
+  const pod = podInEvent(owner, hint);
+  if (pod) return podAction(owner, pod, now).type === 'keep' && jsonEqual(nextStatus(owner, owner, pod), owner.status);
   // The ImmortalContainer itself, read afresh, its generation carried out with a healthy pod:
   // changes of the pod come as the pod's own events, and the resync (no hint) reads everything.
-  return owner !== undefined && hint.kind === ImmortalContainerKind.kind && settled(owner, podNameFor(owner));
+  return hint.kind === ImmortalContainerKind.kind && settled(owner, podNameFor(owner));
 }

@@ -8,6 +8,7 @@ import {
   finishedRun,
   GENERATION_ANNOTATION,
   nextStatus,
+  nothingToDo,
   OWNER_LABEL,
   podAction,
   podNameFor,
@@ -360,6 +361,18 @@ describe('what the reconcile may skip (pure)', () => {
     assert.equal(settled(owner({ status: status(1, 'PodRunning') }), 'web-immortalpod'), false, 'an older generation');
     assert.equal(settled(owner({ status: status(2, 'PodMissing') }), 'web-immortalpod'), false, 'its pod was missing');
     assert.equal(settled(owner({ status: status(2, 'PodRunning') }), 'other-pod'), false);
+  });
+
+  test('nothingToDo: from the event alone only a pod as created; with the object read, a pod or an object that changes nothing', () => {
+    const running = podFor(owner(), { phase: 'Running' });
+    assert.equal(nothingToDo(key, undefined, owner(), T0), false, 'no hint: a resync reads everything');
+    assert.equal(nothingToDo(key, podFor(owner())), true, 'our pod as created, before any read');
+    assert.equal(nothingToDo(key, running), false, 'a started pod needs the object read');
+    const done = owner({ status: nextStatus(owner(), owner(), running) });
+    assert.equal(nothingToDo(key, running, done, T0), true, 'our running pod, and the status says so');
+    assert.equal(nothingToDo(key, running, owner(), T0), false, 'the status does not say so yet');
+    assert.equal(nothingToDo(key, done, done, T0), true, 'the object itself, settled');
+    assert.equal(nothingToDo(key, owner(), owner(), T0), false, 'the object itself, not settled');
   });
 
   test('reported: the same reason and (bounded) message are already on Ready', () => {
