@@ -22,13 +22,14 @@ const SYSTEM_FIELDS = ['selfLink', 'uid', 'resourceVersion', 'generation', 'crea
 /** Field names guessed as list-map keys, highest precedence first. */
 const KNOWN_MERGE_KEYS = ['containerPort', 'port', 'mountPath', 'name', 'uid', 'ip', 'path'];
 
-export type ApplyResult = { ok: true; object: KubeObject; changed: boolean } | { ok: false; reason: string };
+/** applyUpdate's answer: the object to PUT and whether it differs from the observed one, or why none can be made. */
+export type MergedUpdate = { ok: true; object: KubeObject; changed: boolean } | { ok: false; reason: string };
 
 /**
  * The object to PUT for an existing child (ApplyUpdate upstream) and whether it differs from the
  * observed one at all; `changed: false` means no write and, for Recreate, no recreate.
  */
-export function applyUpdate(observed: KubeObject, desired: KubeObject): ApplyResult {
+export function applyUpdate(observed: KubeObject, desired: KubeObject): MergedUpdate {
   const lastApplied = lastAppliedOf(observed);
   if (!lastApplied.ok) return lastApplied;
   const update = withoutLastApplied(desired);
@@ -42,7 +43,7 @@ export function applyUpdate(observed: KubeObject, desired: KubeObject): ApplyRes
 /**
  * The object with its last-applied annotation parsed, for the "changed?" question. Upstream
  * compares the annotation's text, which its one writer (Go's json.Marshal) makes canonical; an
- * annotation written by another writer (an earlier version of this function, a hand edit) that
+ * annotation written by another writer (another client, a hand edit) that
  * says the same must not make every child look changed, which under Recreate deletes it.
  */
 function comparable(object: KubeObject): KubeObject {

@@ -5,7 +5,7 @@
 //
 // Secret contents never leave this file in any form but the API writes themselves: logs, Events
 // and status name objects, never their data.
-import { type ReconcileContext, type ReconcileResult, kindKey, Namespace, type KubeObject, type ObjectKey, type ResourceKind, ApiError, isAlreadyExists, isConflict, isNotFound, type KubeClient, updateStatus, type ConditionInput, TransientError, forEachLimited, refusedWrite } from '../runtime/index.ts';
+import { type ReconcileContext, type ReconcileResult, kindKey, Namespace, type KubeObject, type ObjectKey, type ResourceKind, ApiError, type KubeClient, applyChild, updateStatus, type ConditionInput, TransientError, forEachLimited, refusedWrite } from '../runtime/index.ts';
 import {
   blockTaken,
   conflictFor,
@@ -70,23 +70,14 @@ async function apply(kube: KubeClient, rule: KubeObject, ruleType: RuleType, act
       await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
       return 'deleted';
     case 'update':
-      try {
-        await kube.replace(kind, updatedCopy(action.desired, action.existing));
-        return 'updated';
-      } catch (error) {
-        const refused = refusal(error, action.desired);
-        if (refused) return { conflict: refused };
-        // Changed or deleted since we listed it (another replica, a hand edit): judge it again from a fresh read.
-        if (!isConflict(error) && !isNotFound(error)) throw error;
-        return createCopy(kube, rule, ruleType, action.desired);
-      }
+      return writeCopy(kube, rule, kind, action.desired, action.existing);
     case 'replace':
       // The uid precondition: only the copy we judged. A newer object in its place makes the
       // create below find it and judge it again.
       await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
-      return createCopy(kube, rule, ruleType, action.desired);
+      return writeCopy(kube, rule, kind, action.desired);
     case 'create':
-      return createCopy(kube, rule, ruleType, action.desired);
+      return writeCopy(kube, rule, kind, action.desired);
   }
 }
 
@@ -103,25 +94,30 @@ export function refusal(error: unknown, desired: CopyableObject): Conflict | und
   return { namespace: desired.metadata.namespace!, name: desired.metadata.name!, reason: refused.forbidden ? 'Forbidden' : 'Invalid', message: refused.message };
 }
 
-async function createCopy(kube: KubeClient, rule: KubeObject, ruleType: RuleType, desired: CopyableObject): Promise<Outcome> {
-  const kind = kindOf(ruleType);
+/** The copy to PUT over an existing copy of the rule, or undefined when it is up to date (updateAction). */
+function mergeCopy(existing: CopyableObject, desired: CopyableObject): CopyableObject | undefined {
+  const action = updateAction(desired, existing);
+  if (action.type === 'keep') return undefined;
+  if (action.type === 'replace') throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} cannot be updated in place (immutable, or another Secret type); will replace on retry`);
+  return updatedCopy(desired, existing);
+}
+
+/**
+ * Creates the copy, or updates `observed` (our copy as listed) to it. A name taken by our copy
+ * that lost its labels is judged from a read of etcd; by another rule's copy or a foreign object,
+ * reported as a conflict.
+ */
+async function writeCopy(kube: KubeClient, rule: KubeObject, kind: ResourceKind, desired: CopyableObject, observed?: CopyableObject): Promise<Outcome> {
   try {
-    await kube.create(kind, desired);
-    return 'created';
+    const applied = await applyChild(kube, kind, desired, { observed, isManaged: (existing) => isManagedBy(existing, rule), merge: mergeCopy, firstRead: 'etcd' });
+    if (applied.result === 'conflict') return { conflict: conflictFor(applied.object!) };
+    // Never superseded: that is only for onRace 'leave'.
+    return applied.result as 'created' | 'updated' | 'unchanged';
   } catch (error) {
     const refused = refusal(error, desired);
     if (refused) return { conflict: refused };
-    if (!isAlreadyExists(error)) throw error;
+    throw error;
   }
-  // The name is taken: by our copy that lost its labels, by another rule's copy, or by a foreign object.
-  const existing = await kube.get<CopyableObject>(kind, { namespace: desired.metadata.namespace!, name: desired.metadata.name! });
-  if (!existing) throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} vanished between create and read; will retry`);
-  if (!isManagedBy(existing, rule)) return { conflict: conflictFor(existing) };
-  const action = updateAction(desired, existing);
-  if (action.type === 'keep') return 'unchanged';
-  if (action.type === 'replace') throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} cannot be updated in place (immutable, or another Secret type); will replace on retry`);
-  await kube.replace(kind, updatedCopy(desired, existing));
-  return 'updated';
 }
 
 /**

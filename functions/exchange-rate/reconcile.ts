@@ -1,7 +1,7 @@
 // ExchangeRate reconcile: refresh the rate when due (one shared provider request per refresh
 // slot), keep the ConfigMap equal to the last good rate, write status, ask to be called again at
 // the next refresh.
-import { type ReconcileContext, ConfigMap, type ObjectKey, isConflict, boundedMessage, createIfAbsent, updateStatus, type ConditionInput, FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/index.ts';
+import { type ReconcileContext, ConfigMap, type ObjectKey, boundedMessage, applyChild, isControlledBy, updateStatus, type ConditionInput, FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/index.ts';
 import { ConfigError, parseConfig, type ProviderConfig } from './config.ts';
 import {
   configMapAction,
@@ -130,39 +130,35 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
     if (!refusal) throw error;
     return report(refusal.forbidden ? CONFIGMAP_FORBIDDEN : 'ConfigMapRejected', `the API server refused to write ConfigMap ${cmKey.name}: ${refusal.message}`);
   };
+  /**
+   * Writes `object` as the ConfigMap: created when none was read, else over the one read. One
+   * changed or made since by another writer is left: its event brings the next reconcile.
+   */
+  const write = async (object: RateConfigMap) => {
+    try {
+      return (await applyChild(kube, ConfigMap, object, { observed: existing, isManaged: (configMap) => isControlledBy(configMap, rate), merge: () => object, onRace: 'leave' })).result;
+    } catch (error) {
+      return refused(error);
+    }
+  };
   switch (action.type) {
     case 'keep':
       return undefined;
     case 'blocked':
       return report('ConfigMapNameTaken', action.message);
-    case 'frozen':
-      if (action.relabel) {
-        try {
-          await kube.replace(ConfigMap, action.relabel);
-        } catch (error) {
-          if (!isConflict(error)) return refused(error);
-        }
-      }
-      return report('ConfigMapImmutable', action.message);
-    case 'create': {
-      let created: boolean;
-      try {
-        ({ created } = await createIfAbsent(kube, ConfigMap, action.desired));
-      } catch (error) {
-        return refused(error);
-      }
-      // Lost a race with another replica: its write carries the same values, or the next reconcile fixes it.
-      if (created) log.info({ configMap: cmKey.name, rate: values?.rate }, 'created ConfigMap');
-      return undefined;
+    case 'frozen': {
+      const written = action.relabel ? await write(action.relabel) : undefined;
+      return typeof written === 'object' ? written : report('ConfigMapImmutable', action.message);
     }
-    case 'update':
-      try {
-        await kube.replace(ConfigMap, action.desired);
-        log.info({ configMap: cmKey.name, rate: action.desired.data?.rate }, values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet');
-      } catch (error) {
-        // Changed under us; its update event brings the next reconcile.
-        if (!isConflict(error)) return refused(error);
-      }
-      return undefined;
+    case 'create': {
+      const written = await write(action.desired);
+      if (written === 'created') log.info({ configMap: cmKey.name, rate: values?.rate }, 'created ConfigMap');
+      return typeof written === 'object' ? written : undefined;
+    }
+    case 'update': {
+      const written = await write(action.desired);
+      if (written === 'updated') log.info({ configMap: cmKey.name, rate: action.desired.data?.rate }, values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet');
+      return typeof written === 'object' ? written : undefined;
+    }
   }
 }

@@ -7,8 +7,7 @@
 // The kubelet keys its back-off on the container's spec: a changed container starts at once,
 // with no failures counted. So does a changed image here (desired.ts podAction): the pod is
 // replaced without waiting, and the count of the old image's failures is reset (backoffReset).
-import type { PodObject } from './desired.ts';
-import { CONTAINER_NAME } from './desired.ts';
+// This file knows pods only by uid and times (FinishedRun): desired.ts reads them off the pod.
 import { rfc3339 } from '../runtime/index.ts';
 
 export const BACKOFF_INITIAL_SECONDS = 10;
@@ -28,21 +27,19 @@ export interface RestartBackoff {
 export const backoffSeconds = (quickFailures: number): number =>
   quickFailures <= 0 ? 0 : Math.min(BACKOFF_INITIAL_SECONDS * 2 ** (quickFailures - 1), BACKOFF_MAX_SECONDS);
 
-/** When the pod finished: its container's termination time, else now (first seen finished). */
-function finishedAt(pod: PodObject, now: Date): number {
-  const statuses = (pod.status as { containerStatuses?: { name: string; state?: { terminated?: { finishedAt?: string } } }[] } | undefined)?.containerStatuses;
-  const finished = Date.parse(statuses?.find((status) => status.name === CONTAINER_NAME)?.state?.terminated?.finishedAt ?? '');
-  return Number.isNaN(finished) ? now.getTime() : Math.min(finished, now.getTime());
+/** One run of a pod that has finished: which pod, and when it started (if known) and finished. */
+export interface FinishedRun {
+  pod: string;
+  startedAt?: Date;
+  finishedAt: Date;
 }
 
-/** The back-off for a finished pod, given the previous one; idempotent per pod. */
-export function restartBackoff(previous: RestartBackoff | undefined, pod: PodObject, now: Date): RestartBackoff {
-  if (previous && previous.failedPod === pod.metadata.uid) return previous;
-  const finished = finishedAt(pod, now);
-  const started = Date.parse((pod.status as { startTime?: string } | undefined)?.startTime ?? '');
-  const ranLong = !Number.isNaN(started) && finished - started >= BACKOFF_RESET_SECONDS * 1000;
+/** The back-off after a finished run, given the previous one; idempotent per pod. */
+export function restartBackoff(previous: RestartBackoff | undefined, run: FinishedRun): RestartBackoff {
+  if (previous && previous.failedPod === run.pod) return previous;
+  const ranLong = run.startedAt !== undefined && run.finishedAt.getTime() - run.startedAt.getTime() >= BACKOFF_RESET_SECONDS * 1000;
   const quickFailures = ranLong ? 0 : (previous?.quickFailures ?? 0) + 1;
-  return { quickFailures, failedPod: pod.metadata.uid ?? '', notBefore: rfc3339(finished + backoffSeconds(quickFailures) * 1000) };
+  return { quickFailures, failedPod: run.pod, notBefore: rfc3339(run.finishedAt.getTime() + backoffSeconds(quickFailures) * 1000) };
 }
 
 /**
@@ -50,7 +47,7 @@ export function restartBackoff(previous: RestartBackoff | undefined, pod: PodObj
  * wait for (a record like the one a pod that ran long leaves). The old image's failures say
  * nothing about the new image, so its first failure waits BACKOFF_INITIAL_SECONDS.
  */
-export const backoffReset = (pod: PodObject, now: Date): RestartBackoff => ({ quickFailures: 0, failedPod: pod.metadata.uid ?? '', notBefore: rfc3339(now) });
+export const backoffReset = (pod: string, now: Date): RestartBackoff => ({ quickFailures: 0, failedPod: pod, notBefore: rfc3339(now) });
 
 /** Seconds until the back-off allows a new pod (0 = now). */
 export const secondsUntil = (backoff: RestartBackoff, now: Date): number => Math.max(0, Math.ceil((Date.parse(backoff.notBefore) - now.getTime()) / 1000));

@@ -1,7 +1,7 @@
 // ImmortalContainer's desired state, computed without any API call: which pod should exist,
 // what to do about the pod that does exist, and what the status should say.
-import { sameKind, type KubeObject, type ObjectKey, type ResourceKind, boundedMessage, controllerReference, isControlledBy, setCondition, type Condition, type ConditionInput } from '../runtime/index.ts';
-import { backoffReset, restartBackoff, secondsUntil, type RestartBackoff } from './backoff.ts';
+import { sameKind, type KubeObject, type ObjectKey, type ResourceKind, boundedMessage, controllerReference, isControlledBy, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/index.ts';
+import { backoffReset, restartBackoff, secondsUntil, type FinishedRun, type RestartBackoff } from './backoff.ts';
 
 export const ImmortalContainerKind: ResourceKind = {
   group: 'immortalcontainer.flugel.it',
@@ -37,7 +37,7 @@ export interface ImmortalContainer extends KubeObject {
 
 export interface PodObject extends KubeObject {
   spec?: { containers?: { name: string; image?: string }[] };
-  status?: { phase?: string };
+  status?: { phase?: string; startTime?: string; containerStatuses?: { name: string; state?: { terminated?: { finishedAt?: string } } }[] };
 }
 
 const POD_SUFFIX = '-immortalpod';
@@ -69,6 +69,20 @@ export type PodAction =
   /** Someone else's pod holds the name: never touch what is not ours. */
   | { type: 'blocked'; message: string };
 
+/**
+ * The finished pod's run, for the back-off: when it started, and when its container terminated
+ * (else now, the moment it is first seen finished; never later than now).
+ */
+export function finishedRun(pod: PodObject, now: Date): FinishedRun {
+  const terminated = Date.parse(pod.status?.containerStatuses?.find((status) => status.name === CONTAINER_NAME)?.state?.terminated?.finishedAt ?? '');
+  const started = Date.parse(pod.status?.startTime ?? '');
+  return {
+    pod: pod.metadata.uid ?? '',
+    ...(Number.isNaN(started) ? {} : { startedAt: new Date(started) }),
+    finishedAt: new Date(Number.isNaN(terminated) ? now.getTime() : Math.min(terminated, now.getTime())),
+  };
+}
+
 const imageOf = (pod: PodObject): string | undefined => pod.spec?.containers?.find((container) => container.name === CONTAINER_NAME)?.image;
 
 export function podAction(owner: ImmortalContainer, pod: PodObject | undefined, now: Date = new Date()): PodAction {
@@ -90,12 +104,12 @@ export function podAction(owner: ImmortalContainer, pod: PodObject | undefined, 
   // A pod of the old image is replaced at once, finished (even in back-off) or not, and the
   // failures counted for the old image do not carry over to the new one (backoff.ts).
   if (image !== owner.spec.image) {
-    const reset = owner.status?.restartBackoff?.quickFailures ? { backoff: backoffReset(pod, now) } : {};
+    const reset = owner.status?.restartBackoff?.quickFailures ? { backoff: backoffReset(pod.metadata.uid ?? '', now) } : {};
     return { type: 'replace', reason: 'ImageChanged', message: `image changed from ${image} to ${owner.spec.image}`, ...reset };
   }
   const phase = pod.status?.phase;
   if (phase === 'Succeeded' || phase === 'Failed') {
-    const backoff = restartBackoff(owner.status?.restartBackoff, pod, now);
+    const backoff = restartBackoff(owner.status?.restartBackoff, finishedRun(pod, now));
     const seconds = secondsUntil(backoff, now);
     if (seconds > 0) return { type: 'backoff', seconds, backoff, message: `back-off restarting pod ${name} (phase ${phase}, ${backoff.quickFailures} quick failures in a row); next start at ${backoff.notBefore}` };
     return { type: 'replace', reason: 'PodFinished', message: `pod ${name} finished (phase ${phase}); starting it again`, backoff };
@@ -154,3 +168,26 @@ export const settled = (owner: ImmortalContainer, podName: string): boolean => {
   const ready = owner.status?.conditions?.find((condition) => condition.type === 'Ready');
   return owner.status?.observedGeneration === owner.metadata.generation && owner.status?.currentPod === podName && (ready?.reason === 'PodRunning' || ready?.reason === 'PodPending');
 };
+
+/** The owner's pod, when the event (ReconcileContext.hint) is about it. */
+export const podInEvent = (owner: ImmortalContainer, hint: KubeObject | undefined): PodObject | undefined =>
+  hint?.kind === 'Pod' && hint.metadata.name === podNameFor(owner) && hint.metadata.namespace === owner.metadata.namespace ? (hint as PodObject) : undefined;
+
+/**
+ * Whether the event behind this reconcile already shows there is nothing to do, from what it
+ * carried (`hint`: the event's body, or the runtime's own first read of the ImmortalContainer:
+ * ReconcileContext.hint) and, once read, the ImmortalContainer. Asked before that read, when only
+ * our pod as created can be told (the reconcile that created it writes the status), and again
+ * after. The hint only ever spares work: whatever is done is decided from fresh reads.
+ */
+export function nothingToDo(key: ObjectKey, hint: KubeObject | undefined, owner?: ImmortalContainer, now: Date = new Date()): boolean {
+  if (!hint) return false;
+  if (hint.kind === 'Pod' && asCreated(hint as PodObject, key)) return true;
+  if (!owner) return false;
+  // Our pod, needing nothing, and the status already saying so.
+  const pod = podInEvent(owner, hint);
+  if (pod) return podAction(owner, pod, now).type === 'keep' && jsonEqual(nextStatus(owner, owner, pod), owner.status);
+  // The ImmortalContainer itself, read afresh, its generation carried out with a healthy pod:
+  // changes of the pod come as the pod's own events, and the resync (no hint) reads everything.
+  return hint.kind === ImmortalContainerKind.kind && settled(owner, podNameFor(owner));
+}

@@ -69,13 +69,11 @@ export { agreedRetryAfter, BadKeyError, StatusConflictError, statusForError, Ter
 export { FORBIDDEN_RETRY_SECONDS, refusedWrite, type RefusedWrite } from './refusals.ts';
 
 // Reconciling: children, status, conditions, finalizers.
+export { applyChild, childMatches, keepExisting, mergeChild, type Applied, type ApplyOptions, type ApplyResult } from './child-applier.ts';
 export {
-  applyChild,
-  childMatches,
   compareResourceVersions,
   controllerOf,
   controllerReference,
-  createIfAbsent,
   ensureFinalizer,
   getAnnounced,
   isControlledBy,
@@ -84,7 +82,7 @@ export {
   setCondition,
   updateStatus,
 } from './reconciler.ts';
-export type { ApplyResult, Condition, ConditionInput } from './reconciler.ts';
+export type { Condition, ConditionInput } from './reconciler.ts';
 export { isHashedLabelValue, ownerFromLabels, ownerLabelValue } from './owner-labels.ts';
 export { allOf, matching, type Mapper } from './mappers.ts';
 export { EventSink, MAX_QUEUED, NORMAL_BURST, NORMAL_PER_SECOND, type EventRecorder } from './recorder.ts';

@@ -1,10 +1,10 @@
-// Reconcile helpers for function authors: idempotent child creation (createIfAbsent, and
-// applyChild after controllerutil.CreateOrUpdate and its OperationResult words), status writes with
+// Reconcile helpers for function authors: reads at an announced version, status writes with
 // optimistic concurrency, standard conditions, and finalizers (controllerutil.AddFinalizer /
-// RemoveFinalizer; Metacontroller's finalizer Manager). Kubernetes Events are in recorder.ts.
+// RemoveFinalizer; Metacontroller's finalizer Manager). Children are written by child-applier.ts,
+// Kubernetes Events by recorder.ts.
 import { StatusConflictError } from './errors.ts';
-import { apiVersionOf, keyOf, keyString, rfc3339, type KubeObject, type ObjectKey, type OwnerReference, type ResourceKind } from './kinds.ts';
-import { isAlreadyExists, isConflict, isNotFound } from './kube/errors.ts';
+import { apiVersionOf, keyOf, keyString, rfc3339, sameKind, type KubeObject, type ObjectKey, type OwnerReference, type ResourceKind } from './kinds.ts';
+import { isConflict, isNotFound } from './kube/errors.ts';
 import type { KubeClient } from './kube/client.ts';
 import { boundedMessage } from './bounded-messages.ts';
 
@@ -65,37 +65,21 @@ export const isControlledBy = (child: KubeObject, owner: KubeObject): boolean =>
   child.metadata.ownerReferences?.some((reference) => reference.controller && reference.uid === owner.metadata.uid) ?? false;
 
 /**
- * Creates the object unless it exists. Children have deterministic names, so "already exists"
- * is success: another replica, or an earlier delivery of the same event, got there first.
- */
-export async function createIfAbsent<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, object: T): Promise<{ created: boolean; object: T }> {
-  try {
-    return { created: true, object: await kube.create(kind, object) };
-  } catch (error) {
-    if (!isAlreadyExists(error)) throw error;
-    // From the watch cache: whatever the caller does with it next is guarded (uid or
-    // resourceVersion precondition), so slightly stale is safe and cheaper.
-    const existing = await kube.get<T>(kind, { namespace: object.metadata.namespace ?? '', name: object.metadata.name! }, { cached: true });
-    // Deleted again between our create and read: the delete event will bring us back.
-    return { created: false, object: existing ?? object };
-  }
-}
-
-/**
- * The object at the version an event announced (the resourceVersion of a Resource-mode body) or
- * newer: from the API server's watch cache (resourceVersion=0) when the cache holds that version
- * or a later one, else from etcd: when the cache lags behind the announcement, or nothing was
- * announced. A read from the cache costs kube-apiserver less CPU than one from etcd, and etcd
- * nothing.
+ * The object at the version an event announced or newer: from the API server's watch cache
+ * (resourceVersion=0), which is cheaper for the API server and spares etcd, when the cache holds
+ * that version or a later one, else from etcd: when the cache lags behind the announcement, or
+ * nothing was announced. `announced` is a resourceVersion, or the event's hint (ctx.hint), which
+ * announces its own when it is an object of `kind` (a Resource-mode body).
  * Either way the object comes from the API server, never from the body: a forged announcement
  * can only cost the second read. It is as fresh as the event that asked for the reconcile, as
  * an informer-fed controller's reads are; a newer change brings its own event, and writes guarded
  * by resourceVersion (the status) refuse a version that has moved on.
  */
-export async function getAnnounced<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, key: ObjectKey, announced: string | undefined): Promise<T | undefined> {
-  if (announced) {
+export async function getAnnounced<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, key: ObjectKey, announced: string | KubeObject | undefined): Promise<T | undefined> {
+  const version = typeof announced === 'object' ? (sameKind(kind, announced.apiVersion, announced.kind) ? announced.metadata.resourceVersion : undefined) : announced;
+  if (version) {
     const cached = await kube.get<T>(kind, key, { cached: true });
-    const order = cached ? compareResourceVersions(cached.metadata.resourceVersion, announced) : undefined;
+    const order = cached ? compareResourceVersions(cached.metadata.resourceVersion, version) : undefined;
     if (cached && order !== undefined && order >= 0) return cached;
   }
   return kube.get<T>(kind, key);
@@ -147,67 +131,6 @@ export async function updateStatus<T extends KubeObject & { status?: unknown }>(
     }
   }
   throw new StatusConflictError(`status of ${kind.kind} ${keyString(key)} kept changing under us (${STATUS_CONFLICT_RETRIES} conflicts); will retry`);
-}
-
-/** What applyChild did: "the child has been …" (controllerutil.OperationResult). */
-export type ApplyResult = 'created' | 'updated' | 'unchanged' | 'conflict';
-
-const SERVER_FIELDS = new Set(['apiVersion', 'kind', 'metadata', 'status']);
-const isEmpty = (value: unknown) => value === undefined || value === null || (typeof value === 'object' && Object.keys(value as object).length === 0);
-const sameField = (a: unknown, b: unknown) => (isEmpty(a) && isEmpty(b)) || jsonEqual(a, b);
-const subsetOf = (wanted: Record<string, string> | undefined, present: Record<string, string> | undefined) =>
-  Object.entries(wanted ?? {}).every(([name, value]) => present?.[name] === value);
-
-/**
- * True when `existing` already has everything `desired` says: each top-level field of desired
- * (besides metadata and status; an empty map equals an absent one) and desired's labels,
- * annotations and ownerReferences (others' labels and annotations may stay).
- */
-export function childMatches(existing: KubeObject, desired: KubeObject): boolean {
-  const fields = Object.keys(desired).filter((field) => !SERVER_FIELDS.has(field));
-  return fields.every((field) => sameField(existing[field], desired[field]))
-    && subsetOf(desired.metadata.labels, existing.metadata.labels)
-    && subsetOf(desired.metadata.annotations, existing.metadata.annotations)
-    && (desired.metadata.ownerReferences === undefined || jsonEqual(existing.metadata.ownerReferences, desired.metadata.ownerReferences));
-}
-
-/**
- * Makes the child look as desired: create it; on AlreadyExists read it and, only if
- * `isManaged(existing)` says it is ours, update it when it differs (PUT with the read
- * resourceVersion; a conflict reads again). A foreign object of the same name is never touched:
- * 'conflict'. The desired object's fields replace the existing ones; labels and annotations are
- * merged (ours win), so what others added survives.
- */
-export async function applyChild<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, desired: T, options: { isManaged(existing: T): boolean }): Promise<ApplyResult> {
-  try {
-    await kube.create(kind, desired);
-    return 'created';
-  } catch (error) {
-    if (!isAlreadyExists(error)) throw error;
-  }
-  const key = keyOf(desired);
-  // The first read may be stale (watch cache): the PUT's resourceVersion precondition checks it.
-  let existing = await kube.get<T>(kind, key, { cached: true });
-  for (let attempt = 0; attempt <= STATUS_CONFLICT_RETRIES; attempt++) {
-    // Deleted between our create and read: create again.
-    if (!existing) return applyChild(kube, kind, desired, options);
-    if (!options.isManaged(existing)) return 'conflict';
-    if (childMatches(existing, desired)) return 'unchanged';
-    const metadata = {
-      ...existing.metadata,
-      labels: { ...existing.metadata.labels, ...desired.metadata.labels },
-      annotations: { ...existing.metadata.annotations, ...desired.metadata.annotations },
-      ...(desired.metadata.ownerReferences ? { ownerReferences: desired.metadata.ownerReferences } : {}),
-    };
-    try {
-      await kube.replace<T>(kind, { ...existing, ...desired, metadata });
-      return 'updated';
-    } catch (error) {
-      if (!isConflict(error)) throw error;
-      existing = await kube.get<T>(kind, key);
-    }
-  }
-  throw new StatusConflictError(`${kind.kind} ${keyString(key)} kept changing under us; will retry`);
 }
 
 /**

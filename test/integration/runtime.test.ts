@@ -14,7 +14,8 @@ import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/i
 import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
 import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
 import { defineFunction, type FunctionDeclaration, type ReconcileContext, TransientError, POLL_DATA, ConfigMap, CoreEvent, Namespace, Pod, type KubeObject, type ObjectKey, KubeClient, matching, ownerLabelValue, applyChild, EventSink } from '../../functions/runtime/index.ts';
-import { type FunctionMetrics, OUTCOME_HEADER } from '../../functions/runtime/host/index.ts';
+import { type FunctionMetrics } from '../../functions/runtime/host/index.ts';
+import { OUTCOME_HEADER } from '../../functions/runtime/host/index.ts';
 import { eventually, quietLog, serveFunction, startTestCluster, untilWatchCacheHolds, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 import { tempDir } from '../support/temp.ts';
@@ -227,15 +228,15 @@ describe('helpers', () => {
   test('applyChild: created, unchanged, updated, conflict with a foreign object (left alone)', async () => {
     const desired = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'child', namespace: 'default', labels: { 'example.com/managed': 'yes' } }, data: { a: '1' } };
     const isManaged = (existing: KubeObject) => existing.metadata.labels?.['example.com/managed'] === 'yes';
-    assert.equal(await applyChild(kube, ConfigMap, desired, { isManaged }), 'created');
-    assert.equal(await applyChild(kube, ConfigMap, desired, { isManaged }), 'unchanged');
+    assert.equal((await applyChild(kube, ConfigMap, desired, { isManaged })).result, 'created');
+    assert.equal((await applyChild(kube, ConfigMap, desired, { isManaged })).result, 'unchanged');
     await kube.mergePatch(ConfigMap, { namespace: 'default', name: 'child' }, { data: { a: 'edited by hand' }, metadata: { labels: { other: 'kept' } } });
-    assert.equal(await applyChild(kube, ConfigMap, desired, { isManaged }), 'updated');
+    assert.equal((await applyChild(kube, ConfigMap, desired, { isManaged })).result, 'updated');
     const child = (await kube.get(ConfigMap, { namespace: 'default', name: 'child' }))!;
     assert.deepEqual(child.data, { a: '1' });
     assert.equal(child.metadata.labels?.other, 'kept', 'labels others added survive');
     await kube.create(ConfigMap, { metadata: { name: 'foreign', namespace: 'default' }, data: { mine: 'yes' } });
-    assert.equal(await applyChild(kube, ConfigMap, { ...desired, metadata: { ...desired.metadata, name: 'foreign' } }, { isManaged }), 'conflict');
+    assert.equal((await applyChild(kube, ConfigMap, { ...desired, metadata: { ...desired.metadata, name: 'foreign' } }, { isManaged })).result, 'conflict');
     assert.deepEqual((await kube.get(ConfigMap, { namespace: 'default', name: 'foreign' }))!.data, { mine: 'yes' });
   });
 

@@ -5,8 +5,10 @@ import {
   asCreated,
   COUNTED_POD_HISTORY,
   desiredPod,
+  finishedRun,
   GENERATION_ANNOTATION,
   nextStatus,
+  nothingToDo,
   OWNER_LABEL,
   podAction,
   podNameFor,
@@ -290,9 +292,9 @@ describe('restart back-off (CrashLoopBackOff)', () => {
     let backoff: RestartBackoff | undefined;
     const waits: number[] = [];
     for (let i = 0; i < 7; i++) {
-      backoff = restartBackoff(backoff, failed(`p${i}`), T0);
+      backoff = restartBackoff(backoff, finishedRun(failed(`p${i}`), T0));
       waits.push((Date.parse(backoff.notBefore) - T0.getTime()) / 1000);
-      assert.deepEqual(restartBackoff(backoff, failed(`p${i}`), new Date(T0.getTime() + 99_000)), backoff, 'idempotent per pod');
+      assert.deepEqual(restartBackoff(backoff, finishedRun(failed(`p${i}`), new Date(T0.getTime() + 99_000))), backoff, 'idempotent per pod');
     }
     assert.deepEqual(waits, [10, 20, 40, 80, 160, 300, 300]);
   });
@@ -300,11 +302,11 @@ describe('restart back-off (CrashLoopBackOff)', () => {
   test('a pod that ran 10 minutes resets the back-off: its replacement starts at once', () => {
     const previous: RestartBackoff = { quickFailures: 6, failedPod: 'old', notBefore: '2025-03-01T11:00:00Z' };
     const ranLong = failed('long', { startTime: '2025-03-01T11:40:00Z', finishedAt: '2025-03-01T11:50:00Z' });
-    const reset = restartBackoff(previous, ranLong, T0);
+    const reset = restartBackoff(previous, finishedRun(ranLong, T0));
     assert.equal(reset.quickFailures, 0);
     assert.equal(podAction(owner({ status: { restartBackoff: previous } }), ranLong, T0).type, 'replace');
     const quick = failed('quick', { startTime: '2025-03-01T11:49:00Z', finishedAt: '2025-03-01T11:50:00Z' });
-    assert.equal(restartBackoff(previous, quick, T0).quickFailures, 7, 'ran 1 minute: not reset');
+    assert.equal(restartBackoff(previous, finishedRun(quick, T0)).quickFailures, 7, 'ran 1 minute: not reset');
   });
 
   test('the wait counts from the container\'s finish time, not from when the function looked', () => {
@@ -358,6 +360,18 @@ describe('what the reconcile may skip (pure)', () => {
     assert.equal(settled(owner({ status: status(1, 'PodRunning') }), 'web-immortalpod'), false, 'an older generation');
     assert.equal(settled(owner({ status: status(2, 'PodMissing') }), 'web-immortalpod'), false, 'its pod was missing');
     assert.equal(settled(owner({ status: status(2, 'PodRunning') }), 'other-pod'), false);
+  });
+
+  test('nothingToDo: from the event alone only a pod as created; with the object read, a pod or an object that changes nothing', () => {
+    const running = podFor(owner(), { phase: 'Running' });
+    assert.equal(nothingToDo(key, undefined, owner(), T0), false, 'no hint: a resync reads everything');
+    assert.equal(nothingToDo(key, podFor(owner())), true, 'our pod as created, before any read');
+    assert.equal(nothingToDo(key, running), false, 'a started pod needs the object read');
+    const done = owner({ status: nextStatus(owner(), owner(), running) });
+    assert.equal(nothingToDo(key, running, done, T0), true, 'our running pod, and the status says so');
+    assert.equal(nothingToDo(key, running, owner(), T0), false, 'the status does not say so yet');
+    assert.equal(nothingToDo(key, done, done, T0), true, 'the object itself, settled');
+    assert.equal(nothingToDo(key, owner(), owner(), T0), false, 'the object itself, not settled');
   });
 
   test('reported: the same reason and (bounded) message are already on Ready', () => {
