@@ -24,7 +24,7 @@ import type { Logger } from 'pino';
 import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { guessedResource } from '../../functions/runtime/knative-objects.ts';
-import { compileSelector } from '../../functions/composite/selector.ts';
+import { compileSelector } from '../../functions/composite/metacontroller/index.ts';
 import { formatLabelSelector } from '../manifests/sources.ts';
 import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';
 import type { BrokerDirectory } from './brokers.ts';

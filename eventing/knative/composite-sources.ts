@@ -20,9 +20,9 @@
 // informer per parent and child kind when a CompositeController appears; Stop ends them when it
 // goes), pkg/dynamic/discovery (a kind resolved through discovery, refreshed when missing).
 import type { Logger } from 'pino';
-import { resolveComposite } from '../../functions/composite-controller/controllers.ts';
-import { COMPOSITE_FUNCTION, EVENT_SOURCES_CONFIG, eventingObjectsFor, type EventingOptions } from '../../functions/composite-controller/eventing.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { resolveComposite } from '../../functions/composite/controllers.ts';
+import { COMPOSITE_FUNCTION, EVENT_SOURCES_CONFIG, eventingObjectsFor, type EventingOptions } from '../../functions/composite/eventing.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { TerminalError } from '../../functions/runtime/errors.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';

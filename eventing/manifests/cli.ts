@@ -5,7 +5,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { COMPOSITE_FUNCTION } from '../../functions/composite-controller/eventing.ts';
+import { COMPOSITE_FUNCTION } from '../../functions/composite/eventing.ts';
 import { BROAD, NARROW_NO_CONTROLLERS, readCompositeFile, type CompositeRights } from './composite.ts';
 import { EVENT_POLICY_FEATURE_NOTE, withEventPolicies } from './event-policy.ts';
 import { generateManifests, installable, renderManifests } from './index.ts';

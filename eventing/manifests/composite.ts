@@ -7,16 +7,16 @@
 //   --composite-broad       the declaration's `*` (Metacontroller's chart binds a ClusterRole over
 //                           `*`): any controller is served as soon as it appears. The function
 //                           still refuses privileged children a controller does not allow
-//                           (functions/composite/privileged.ts)
+//                           (functions/composite/metacontroller/privileged.ts)
 //
 // Why narrow by default: whoever controls a hook's plain-HTTP endpoint decides what the function
 // writes, so the function's rights are theirs too. The parent and child kinds are only known when
 // a CompositeController appears, and the per-controller ClusterRoles it makes for the event
-// sources (functions/composite-controller/eventing.ts) can only be created by someone who holds
+// sources (functions/composite/eventing.ts) can only be created by someone who holds
 // what they grant, or `escalate` and `bind`. With the controllers given, the function's `*` rule
 // is replaced by exactly:
 //
-//   per controller   policyRulesFor (functions/composite/controller-spec.ts): the parent (get, list,
+//   per controller   policyRulesFor (functions/composite/metacontroller/controller-spec.ts): the parent (get, list,
 //                    watch, update, patch) with its /status and /finalizers, the children fully,
 //                    the related kinds (get, list, watch) listed in the annotation
 //                    `operator-functions.dev/related-resources` ("<apiVersion>/<resource>, …";
@@ -33,9 +33,9 @@
 // is refused by the API server (403), which is the promise of the narrow mode.
 import { readFileSync } from 'node:fs';
 import { parseAllDocuments } from 'yaml';
-import { checkController, policyRulesFor } from '../../functions/composite/controller-spec.ts';
-import type { CompositeController, ResolvedResource } from '../../functions/composite/types.ts';
-import { COMPOSITE_FUNCTION, managedObjectKeys } from '../../functions/composite-controller/eventing.ts';
+import { checkController, policyRulesFor } from '../../functions/composite/metacontroller/controller-spec.ts';
+import type { CompositeController, ResolvedResource } from '../../functions/composite/metacontroller/types.ts';
+import { COMPOSITE_FUNCTION, managedObjectKeys } from '../../functions/composite/eventing.ts';
 import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/declaration.ts';
 import { parseApiVersion, type KubeObject } from '../../functions/runtime/kinds.ts';
 import { clusterScopedOf, RBAC_API } from '../../functions/runtime/knative-objects.ts';

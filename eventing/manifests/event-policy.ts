@@ -21,7 +21,7 @@
 // webhook refuses every EventPolicy ("oidc-authentication feature not enabled").
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
-import { COMPOSITE_FUNCTION, MANAGED_NAME_PREFIX } from '../../functions/composite-controller/eventing.ts';
+import { COMPOSITE_FUNCTION, MANAGED_NAME_PREFIX } from '../../functions/composite/eventing.ts';
 import { EVENTING_API, labels, type ManifestOptions } from './options.ts';
 
 const EVENT_POLICY_API = 'eventing.knative.dev/v1alpha1';

@@ -11,7 +11,7 @@ import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts
 import type { KubeObject, ResourceKind } from '../../functions/runtime/kinds.ts';
 import { CRD_DIR, readManifests } from '../crds.ts';
 import { admissionObjects } from './admission-policy.ts';
-import { COMPOSITE_FUNCTION } from '../../functions/composite-controller/eventing.ts';
+import { COMPOSITE_FUNCTION } from '../../functions/composite/eventing.ts';
 import { broker, deadLetterSink, namespaceObject } from './broker.ts';
 import { compositeInstall, NARROW_NO_CONTROLLERS, type CompositeRights } from './composite.ts';
 import { DEFAULT_OPTIONS, type ManifestOptions } from './options.ts';

@@ -16,9 +16,9 @@ import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/
 import { ApiServerSource } from '../../eventing/knative/kinds.ts';
 import { manifestOptions } from '../../eventing/manifests/cli.ts';
 import { functionIdentity } from '../../eventing/manifests/rbac.ts';
-import { ensureEventing, eventingObjectsFor, type EventingOptions, type EventingResult } from '../../functions/composite-controller/eventing.ts';
-import composite from '../../functions/composite-controller/index.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { ensureEventing, eventingObjectsFor, type EventingOptions, type EventingResult } from '../../functions/composite/eventing.ts';
+import composite from '../../functions/composite/index.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import { installConfigValues } from '../../functions/runtime/knative-objects.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';

@@ -12,14 +12,14 @@ import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/
 import { narrowComposite, readCompositeFile } from '../../eventing/manifests/composite.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import { functionIdentity } from '../../eventing/manifests/rbac.ts';
-import { ensureEventing } from '../../functions/composite-controller/eventing.ts';
-import composite from '../../functions/composite-controller/index.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { ensureEventing } from '../../functions/composite/eventing.ts';
+import composite from '../../functions/composite/index.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import { CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { KubeClient } from '../../functions/runtime/kube.ts';
 import { deliver, eventually, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
-import { NOT_PERMITTED_REASON } from '../../functions/composite-controller/reconcile.ts';
+import { NOT_PERMITTED_REASON } from '../../functions/composite/reconcile.ts';
 import { canI, createObjects, type AccessQuestion } from '../support/rbac.ts';
 
 const SEED = new URL('../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url).pathname;

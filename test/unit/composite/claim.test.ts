@@ -1,8 +1,8 @@
-// Adoption and release of children (functions/composite/claim.ts).
+// Adoption and release of children (functions/composite/metacontroller/claim.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { planClaim } from '../../../functions/composite/claim.ts';
-import { compileSelector, type Selector } from '../../../functions/composite/selector.ts';
+import { planClaim } from '../../../functions/composite/metacontroller/claim.ts';
+import { compileSelector, type Selector } from '../../../functions/composite/metacontroller/selector.ts';
 import type { KubeObject, OwnerReference } from '../../../functions/runtime/kinds.ts';
 
 const selector = (compileSelector({ matchLabels: { app: 'web' } }) as { selector: Selector }).selector;

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
   boundedName, CONTROLLER_LABEL, derivative, eventingObjectsFor, eventingOptionsFrom, inPlace, repaired, sourceName, identityName, type EventingOptions,
-} from '../../../functions/composite-controller/eventing.ts';
+} from '../../../functions/composite/eventing.ts';
 import { ownerLabelValue } from '../../../functions/runtime/owner-labels.ts';
 import { Pod, Secret, ConfigMap, Namespace, type KubeObject, type ResourceKind } from '../../../functions/runtime/kinds.ts';
 import { FUNCTION_EXTENSION } from '../../../functions/runtime/events.ts';

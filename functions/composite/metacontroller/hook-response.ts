@@ -17,12 +17,12 @@
 // child of a namespaced parent in another namespace: its ownerReference cannot cross namespaces,
 // so the garbage collector deletes it (OwnerRefInvalidNamespace) and every sync creates it
 // again, while upstream reports success.
-import { isValidNamespace, pathSegmentProblem, type KubeObject } from '../runtime/kinds.ts';
+import { isValidNamespace, pathSegmentProblem, type KubeObject } from '../../runtime/kinds.ts';
 import { firstDuplicateKey } from './duplicate-keys.ts';
 import { describeKey, CONTROLLER_UID_LABEL, type Selector } from './selector.ts';
 import { allowedPrivileged, PRIVILEGED_CHILD_REASON, privilegedChildProblem } from './privileged.ts';
 import type { CompositeController, CompositeHookResponse, HookVersion, ResolvedResource, Webhook } from './types.ts';
-import { quote } from '../runtime/quote.ts';
+import { quote } from '../../runtime/quote.ts';
 
 /** `eventReason`: the Warning Event's reason when it is not upstream's SyncError. */
 export type Checked<T> = { ok: true; value: T } | { ok: false; reason: string; eventReason?: string };

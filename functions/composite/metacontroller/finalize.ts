@@ -10,7 +10,7 @@
 // ignored; children are managed only while the parent lives or ShouldFinalize) and
 // pkg/controller/composite/hooks.go (shouldCallFinalizeHook: the finalize hook is called when the
 // parent is being deleted or has stopped matching the labelSelector, else the sync hook).
-import type { KubeObject } from '../runtime/kinds.ts';
+import type { KubeObject } from '../../runtime/kinds.ts';
 import type { CompositeController } from './types.ts';
 
 const GC_FINALIZERS = new Set(['foregroundDeletion', 'orphan']);

@@ -12,13 +12,7 @@
 // Deliberate difference: a controller without generateSelector whose parent has no
 // spec.selector gets generateSelector's behaviour (children labelled controller-uid=<uid>)
 // instead of failing every sync (the seed's manifest is such a controller).
-import { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs } from '../composite/finalize.ts';
-import type { HookFailure } from '../composite/hook-client.ts';
-import { buildHookRequest } from '../composite/hook-request.ts';
-import { childErrorsMessage, type UpdateStrategies } from '../composite/manage-children.ts';
-import { childSelector, type Selector } from '../composite/selector.ts';
-import { planSync } from '../composite/sync-plan.ts';
-import type { CompositeController, ResolvedResource } from '../composite/types.ts';
+import { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs, type HookFailure, buildHookRequest, childErrorsMessage, type UpdateStrategies, childSelector, type Selector, planSync, type CompositeController, type ResolvedResource } from './metacontroller/index.ts';
 import type { EventRecorder } from '../runtime/recorder.ts';
 import { discoveryFor } from '../runtime/discovery.ts';
 import { TransientError } from '../runtime/errors.ts';

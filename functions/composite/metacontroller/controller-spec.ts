@@ -7,13 +7,13 @@
 // rolling_update.go) and Start (resyncPeriodSeconds, never below one second); syncRevisions in
 // controller_revision.go fails every sync of a controller without a sync hook. Upstream runs
 // with broad rights; the rules below are what its calls need for one controller.
-import type { PolicyRule } from '../runtime/declaration.ts';
-import { parseApiVersion, type KubeObject } from '../runtime/kinds.ts';
+import type { PolicyRule } from '../../runtime/declaration.ts';
+import { parseApiVersion, type KubeObject } from '../../runtime/kinds.ts';
 import type { Checked } from './hook-response.ts';
 import { webhookTarget } from './hook-client.ts';
 import { parentFilter } from './selector.ts';
 import { UNSUPPORTED_WEBHOOK_FIELDS, type CompositeController, type ResolvedResource } from './types.ts';
-import { quote } from '../runtime/quote.ts';
+import { quote } from '../../runtime/quote.ts';
 
 const METHODS = new Set(['OnDelete', 'Recreate', 'InPlace', 'RollingRecreate', 'RollingInPlace']);
 

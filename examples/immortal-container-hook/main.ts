@@ -1,8 +1,8 @@
 // Serves the ImmortalContainer sync hook for the seed's CompositeController manifest
 // (`url: http://immortalcontainer-controller.metacontroller/sync`): POST /sync on PORT
 // (default 8080) of HOST (default 127.0.0.1; 0.0.0.0 inside a container).
-import { sync } from './immortal-container-hook.ts';
-import { serveHooks } from './serve-hook.ts';
+import { sync } from './hook.ts';
+import { serveHooks } from '../../functions/composite/metacontroller/index.ts';
 
 const server = await serveHooks({
   hooks: { '/sync': sync },

@@ -8,12 +8,12 @@
 // whose selector matches its labels, in its namespace for namespaced parents, skipping parents
 // whose selector cannot be built; findPotentialParents; a deleted orphan wakes nobody; a parent
 // that neither matches parentResource.labelSelector nor carries our finalizer is never woken).
-import type { KubeObject, ObjectKey } from '../runtime/kinds.ts';
+import type { KubeObject, ObjectKey } from '../../runtime/kinds.ts';
 import { finalizerName, isOurs } from './finalize.ts';
 import { childSelector, type Selector } from './selector.ts';
 import type { CompositeController } from './types.ts';
-import { parseApiVersion } from '../runtime/kinds.ts';
-import { controllerOf } from '../runtime/reconciler.ts';
+import { parseApiVersion } from '../../runtime/kinds.ts';
+import { controllerOf } from '../../runtime/reconciler.ts';
 
 export interface ParentKind {
   group: string;

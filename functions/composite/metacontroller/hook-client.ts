@@ -13,10 +13,10 @@
 // Not supported (yet): etag caching, caBundle / clientTLS, authorization and basicAuth.
 import http from 'node:http';
 import https from 'node:https';
-import { MAX_TIMER_MS } from '../runtime/timers.ts';
+import { MAX_TIMER_MS } from '../../runtime/timers.ts';
 import { parseHookResponse } from './hook-response.ts';
 import type { CompositeHookResponse, HookVersion, Webhook } from './types.ts';
-import { quote } from '../runtime/quote.ts';
+import { quote } from '../../runtime/quote.ts';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
 /** A hook answer larger than this is refused rather than buffered. */

@@ -14,8 +14,8 @@
 // Metacontroller deletes observed children that are not desired, and the delete brings the next
 // sync, which creates the pod afresh. An image change is the update strategy's business (the
 // manifest's `Recreate` recreates the pod; the hook only states the desired spec).
-import type { KubeObject } from '../runtime/kinds.ts';
-import { HookRequestError, type CompositeHookResponse, type ObjectMap } from './types.ts';
+import type { KubeObject } from '../../functions/runtime/kinds.ts';
+import { HookRequestError, type CompositeHookResponse, type ObjectMap } from '../../functions/composite/metacontroller/index.ts';
 
 export const POD_SUFFIX = '-immortalpod';
 export const CONTAINER_NAME = 'acontainer';

@@ -37,3 +37,6 @@ export default defineFunction({
   runtimeKinds: compositeRuntimeKinds,
   reconcile: reconcileComposite,
 });
+
+export { CompositeControllerKind } from './kinds.ts';
+export { sourceName } from './eventing.ts';

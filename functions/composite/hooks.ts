@@ -7,9 +7,7 @@
 //
 // Upstream: metacontroller pkg/hooks/webhook.go (Call); the call itself is
 // functions/composite/hook-client.ts.
-import { callCompositeHook, webhookTarget, type HookResult } from '../composite/hook-client.ts';
-import { isStrict } from '../composite/hook-response.ts';
-import type { CompositeHookResponse, Hook } from '../composite/types.ts';
+import { callCompositeHook, webhookTarget, type HookResult, isStrict, type CompositeHookResponse, type Hook } from './metacontroller/index.ts';
 
 export interface UrlRewrite {
   from: string;

@@ -8,9 +8,7 @@
 // keeps going past failures and reports them together; a uid precondition and Background
 // propagation on deletes; AlreadyExists on create and NotFound/Conflict on update are fine: the
 // next sync sees the truth).
-import { planClaim, type ClaimAction } from '../composite/claim.ts';
-import type { ChildOperation } from '../composite/manage-children.ts';
-import type { Selector } from '../composite/selector.ts';
+import { planClaim, type ClaimAction, type ChildOperation, type Selector } from './metacontroller/index.ts';
 import { apiVersionOf, keyOf, sameKind, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';
 import { isAlreadyExists, isConflict, isNotFound, type KubeClient } from '../runtime/kube.ts';
 

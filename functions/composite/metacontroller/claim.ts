@@ -13,8 +13,8 @@
 // if its uid changed or it is being deleted (canAdoptFunc / RecheckDeletionTimestamp upstream).
 // An adoption that fails with NotFound just means the child is not ours; a release that fails
 // with NotFound is fine.
-import type { KubeObject, OwnerReference } from '../runtime/kinds.ts';
-import { controllerOf } from '../runtime/reconciler.ts';
+import type { KubeObject, OwnerReference } from '../../runtime/kinds.ts';
+import { controllerOf } from '../../runtime/reconciler.ts';
 import type { Selector } from './selector.ts';
 
 export type ClaimAction =

@@ -5,9 +5,9 @@
 // pkg/controller/composite/api/v1/hooks.go (CompositeHookRequest, CompositeHookResponse) and
 // pkg/controller/common/api/api.go (GroupVersionKind.MarshalText: the `<Kind>.<version>` /
 // `<Kind>.<group>/<version>` keys of `children` and `related`).
-import { parseApiVersion, type KubeObject, type LabelSelector } from '../runtime/kinds.ts';
+import { parseApiVersion, type KubeObject, type LabelSelector } from '../../runtime/kinds.ts';
 
-export type { LabelSelector, LabelSelectorRequirement } from '../runtime/kinds.ts';
+export type { LabelSelector, LabelSelectorRequirement } from '../../runtime/kinds.ts';
 
 export interface ResourceRule {
   /** group/version, or just the version for the core group ("v1"). */

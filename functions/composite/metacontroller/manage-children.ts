@@ -13,11 +13,11 @@
 // Children are matched by kind (`<Kind>.<group>/<version>`) and `namespace/name`.
 // RollingRecreate and RollingInPlace act like Recreate and InPlace here: the one-child-at-a-time
 // rollout upstream drives through ControllerRevisions is not implemented.
-import type { KubeObject } from '../runtime/kinds.ts';
+import type { KubeObject } from '../../runtime/kinds.ts';
 import { applyUpdate, forCreate } from './apply.ts';
 import { controllerRefFor } from './claim.ts';
 import { groupKindKey, groupVersionKindKey, type ChildUpdateMethod, type ResolvedResource } from './types.ts';
-import { cut, quote } from '../runtime/quote.ts';
+import { cut, quote } from '../../runtime/quote.ts';
 
 /** Completes "the child has been …" once the shell has carried it out. */
 export type ChildOperation =

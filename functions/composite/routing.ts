@@ -10,7 +10,7 @@
 // findPotentialParents; the pure decisions are functions/composite/child-events.ts). Upstream's
 // uid check of the referenced parent happens in the sync here (isOurs, claim): a reference to a
 // parent of the same name but another uid syncs that parent, which changes nothing of the child.
-import { potentialParents, referencedParent, type ParentKind } from '../composite/child-events.ts';
+import { potentialParents, referencedParent, type ParentKind } from './metacontroller/index.ts';
 import type { MapperContext, RuntimeKinds } from '../runtime/declaration.ts';
 import type { ChangeEvent } from '../runtime/events.ts';
 import { groupKind, kindKey, sameKind, type KindKey, type KubeObject } from '../runtime/kinds.ts';

@@ -18,8 +18,8 @@
 //                                 fills in a ServiceAccount's token
 //   pods and the kinds that make  outside the parent's namespace (a cluster-scoped parent's): a pod
 //   them (deployments, jobs, …)   runs as any ServiceAccount of its namespace and mounts its Secrets
-import { parseApiVersion, type KubeObject } from '../runtime/kinds.ts';
-import { quote } from '../runtime/quote.ts';
+import { parseApiVersion, type KubeObject } from '../../runtime/kinds.ts';
+import { quote } from '../../runtime/quote.ts';
 import type { CompositeController, ResolvedResource } from './types.ts';
 
 /** `<resource>.<group>` (`<resource>` for the core group) of each privileged kind a controller allows, comma-separated; `*` allows every one. */

@@ -9,7 +9,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { HookRequestError } from './types.ts';
-import { quote } from '../runtime/quote.ts';
+import { quote } from '../../runtime/quote.ts';
 
 /** A pure hook: the decoded request in, the response object out (or a Promise of it). */
 export type HookFunction = (request: never) => unknown;

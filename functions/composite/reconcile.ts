@@ -19,7 +19,7 @@
 // Upstream: metacontroller pkg/controller/composite/controller.go (every parent is its own work
 // item, so failures are independent; Start: resyncPeriodSeconds; a hook's resyncAfterSeconds
 // requeues that parent).
-import { resyncPeriodMs } from '../composite/controller-spec.ts';
+import { resyncPeriodMs } from './metacontroller/index.ts';
 import type { ReconcileContext, ReconcileResult } from '../runtime/declaration.ts';
 import { agreedRetryAfter, TerminalError, TransientError } from '../runtime/errors.ts';
 import { MAX_KEYS_PER_EVENT } from '../runtime/events.ts';

@@ -9,8 +9,8 @@
 // annotation itself, read-only ObjectMeta system fields and .status are reverted to the
 // observed ones so they never cause a diff, then the annotation records the new desired object;
 // the create path records the annotation before the ownerReference is added).
-import type { KubeObject } from '../runtime/kinds.ts';
-import { jsonEqual } from '../runtime/reconciler.ts';
+import type { KubeObject } from '../../runtime/kinds.ts';
+import { jsonEqual } from '../../runtime/reconciler.ts';
 
 export const LAST_APPLIED_ANNOTATION = 'metacontroller.k8s.io/last-applied-configuration';
 

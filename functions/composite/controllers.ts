@@ -7,10 +7,7 @@
 // list of a small cluster-scoped kind), so a changed or deleted controller takes effect at once
 // in every instance, and a scaled-to-zero function needs no state to start.
 import type { Logger } from 'pino';
-import { checkController } from '../composite/controller-spec.ts';
-import { updateStrategies } from '../composite/manage-children.ts';
-import { parentFilter } from '../composite/selector.ts';
-import type { CompositeController, ResolvedResource } from '../composite/types.ts';
+import { checkController, updateStrategies, parentFilter, type CompositeController, type ResolvedResource } from './metacontroller/index.ts';
 import { discoveryFor } from '../runtime/discovery.ts';
 import { TerminalError } from '../runtime/errors.ts';
 import { apiVersionOf, sameKind, type KubeObject, type ResourceKind } from '../runtime/kinds.ts';

@@ -15,8 +15,8 @@
 // stale at once and every sync would write it again: the hot loop of upstream's fallback
 // (GoogleCloudPlatform/metacontroller#176; upstream since refuses such controllers,
 // composite/metacontroller.go).
-import type { KubeObject } from '../runtime/kinds.ts';
-import { jsonEqual } from '../runtime/reconciler.ts';
+import type { KubeObject } from '../../runtime/kinds.ts';
+import { jsonEqual } from '../../runtime/reconciler.ts';
 import { finalizerEnabled, finalizerName, manageChildren } from './finalize.ts';
 import { desiredChildren, type Checked } from './hook-response.ts';
 import { planChildren, type ChildOperation, type UpdateStrategies } from './manage-children.ts';

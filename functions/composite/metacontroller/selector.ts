@@ -5,9 +5,9 @@
 // controller.go: makeSelector (generateSelector → `controller-uid=<parent uid>`, the parent's
 // own `.spec.selector` otherwise, and an empty one is an error, never "select everything"),
 // doNotMatchLabels (parentResource.labelSelector; absent = every parent).
-import type { KubeObject } from '../runtime/kinds.ts';
+import type { KubeObject } from '../../runtime/kinds.ts';
 import type { CompositeControllerSpec, LabelSelector } from './types.ts';
-import { quote } from '../runtime/quote.ts';
+import { quote } from '../../runtime/quote.ts';
 
 export const CONTROLLER_UID_LABEL = 'controller-uid';
 
