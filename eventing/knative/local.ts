@@ -5,7 +5,7 @@
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { isAlreadyExists, type KubeClient } from '../../functions/runtime/kube.ts';
-import { BROAD } from '../manifests/composite.ts';
+import { BROAD } from '../manifests/install-rights.ts';
 import { generateManifests } from '../manifests/index.ts';
 import { DEFAULT_OPTIONS } from '../manifests/options.ts';
 import { validateManifests } from '../manifests/validate.ts';

@@ -27,7 +27,8 @@ import { apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject 
 import { ApiError } from '../runtime/kube.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
-import { ensureEventing, eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './eventing.ts';
+import { ensureEventing } from './ensure-event-sources.ts';
+import { eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './event-sources.ts';
 import { parseHookUrls, type UrlRewrite } from './hooks.ts';
 import { guessedResource, watchableBySource } from '../runtime/knative-objects.ts';
 import { CompositeControllerKind } from './kinds.ts';

@@ -27,7 +27,7 @@ import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
 import { EventPlane } from '../../eventing/plane.ts';
 import { sync } from '../../examples/immortal-container-hook/hook.ts';
 import { serveHooks, type HookServer } from '../../functions/composite/metacontroller/serve-hook.ts';
-import { sourceName } from '../../functions/composite/eventing.ts';
+import { sourceName } from '../../functions/composite/event-sources.ts';
 import composite from '../../functions/composite/index.ts';
 import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import copyrator from '../../functions/copyrator/index.ts';

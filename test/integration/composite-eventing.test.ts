@@ -16,7 +16,8 @@ import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/
 import { ApiServerSource } from '../../eventing/knative/kinds.ts';
 import { manifestOptions } from '../../eventing/manifests/cli.ts';
 import { functionIdentity } from '../../eventing/manifests/rbac.ts';
-import { ensureEventing, eventingObjectsFor, type EventingOptions, type EventingResult } from '../../functions/composite/eventing.ts';
+import { ensureEventing, type EventingResult } from '../../functions/composite/ensure-event-sources.ts';
+import { eventingObjectsFor, type EventingOptions } from '../../functions/composite/event-sources.ts';
 import composite from '../../functions/composite/index.ts';
 import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import { installConfigValues } from '../../functions/runtime/knative-objects.ts';

@@ -14,7 +14,7 @@ import { functionIdentity } from '../../eventing/manifests/rbac.ts';
 import { knativeService } from '../../eventing/manifests/service.ts';
 import { resyncEvent } from '../../eventing/plane.ts';
 import composite from '../../functions/composite/index.ts';
-import { EVENT_SOURCES_CONFIG } from '../../functions/composite/eventing.ts';
+import { EVENT_SOURCES_CONFIG } from '../../functions/composite/event-sources.ts';
 import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';

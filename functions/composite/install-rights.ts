@@ -1,4 +1,5 @@
-// The composite function's rights in an install (`opfn manifests`), narrow unless chosen broad.
+// The composite function's rights in an install (`opfn manifests`, through the declaration's
+// `narrowRights`), narrow unless chosen broad.
 //
 //   default                 exactly what the CompositeControllers of `--composite <file>` need
 //                           (none given: nothing beyond reading CompositeControllers and writing
@@ -7,16 +8,16 @@
 //   --composite-broad       the declaration's `*` (Metacontroller's chart binds a ClusterRole over
 //                           `*`): any controller is served as soon as it appears. The function
 //                           still refuses privileged children a controller does not allow
-//                           (functions/composite/metacontroller/privileged.ts)
+//                           (metacontroller/privileged.ts)
 //
 // Why narrow by default: whoever controls a hook's plain-HTTP endpoint decides what the function
 // writes, so the function's rights are theirs too. The parent and child kinds are only known when
 // a CompositeController appears, and the per-controller ClusterRoles it makes for the event
-// sources (functions/composite/eventing.ts) can only be created by someone who holds
+// sources (event-sources.ts) can only be created by someone who holds
 // what they grant, or `escalate` and `bind`. With the controllers given, the function's `*` rule
 // is replaced by exactly:
 //
-//   per controller   policyRulesFor (functions/composite/metacontroller/controller-spec.ts): the parent (get, list,
+//   per controller   policyRulesFor (metacontroller/controller-spec.ts): the parent (get, list,
 //                    watch, update, patch) with its /status and /finalizers, the children fully,
 //                    the related kinds (get, list, watch) listed in the annotation
 //                    `operator-functions.dev/related-resources` ("<apiVersion>/<resource>, …";
@@ -31,18 +32,12 @@
 // reach every namespace). The per-controller roles only grant get, list, watch on kinds the
 // function itself holds, so neither `escalate` nor `bind` is needed. A controller not in the file
 // is refused by the API server (403), which is the promise of the narrow mode.
-import { readFileSync } from 'node:fs';
-import { parseAllDocuments } from 'yaml';
-import { checkController, policyRulesFor } from '../../functions/composite/metacontroller/controller-spec.ts';
-import type { CompositeController, ResolvedResource } from '../../functions/composite/metacontroller/types.ts';
-import { COMPOSITE_FUNCTION, managedObjectKeys } from '../../functions/composite/eventing.ts';
-import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/declaration.ts';
-import { parseApiVersion, type KubeObject } from '../../functions/runtime/kinds.ts';
-import { clusterScopedOf, RBAC_API } from '../../functions/runtime/knative-objects.ts';
-import { mergeRules } from '../../functions/runtime/rbac.ts';
-import { CRD_DIR, readManifests } from '../crds.ts';
-import { labels, type ManifestOptions } from './options.ts';
-import { serviceAccountName } from './rbac.ts';
+import type { InstallContext, InstallPlacement, NarrowedRights, PolicyRule } from '../runtime/declaration.ts';
+import { parseApiVersion, type KubeObject } from '../runtime/kinds.ts';
+import { clusterScopedOf, RBAC_API } from '../runtime/knative-objects.ts';
+import { mergeRules } from '../runtime/rbac.ts';
+import { managedObjectKeys } from './event-sources.ts';
+import { checkController, policyRulesFor, type CompositeController, type ResolvedResource } from './metacontroller/index.ts';
 
 export const RELATED_ANNOTATION = 'operator-functions.dev/related-resources';
 /** The Role holding the namespaced event-source rules in 'cluster' scope. */
@@ -58,12 +53,8 @@ export interface KnownController {
 
 interface CrdSpec { group: string; scope: string; names: { plural: string; kind: string } }
 
-/** Every CompositeController in a YAML text (other documents ignored), checked, with its kinds resolved from `crds` and the built-ins. */
-export function readCompositeControllers(text: string, what: string, crds: KubeObject[] = readManifests(CRD_DIR)): KnownController[] {
-  const documents = parseAllDocuments(text);
-  const broken = documents.find((document) => document.errors.length);
-  if (broken) throw new Error(`${what}: not YAML: ${broken.errors[0]!.message}`);
-  const objects = documents.map((document) => document.toJS() as KubeObject).filter((object) => object && typeof object === 'object');
+/** Every CompositeController among `objects` (other kinds ignored), checked, with its kinds resolved from `crds`, the file's own CRDs and the built-ins; `source` names the file in errors. */
+export function compositeControllersIn(objects: KubeObject[], source: string, crds: KubeObject[]): KnownController[] {
   const known = [...crds, ...objects.filter((object) => object.kind === 'CustomResourceDefinition')].map((crd) => crd.spec as CrdSpec);
   const builtInClusterScoped = clusterScopedOf([]);
   const resolve = (apiVersion: string, resource: string): ResolvedResource => {
@@ -74,43 +65,43 @@ export function readCompositeControllers(text: string, what: string, crds: KubeO
   const controllers: KnownController[] = [];
   for (const object of objects.filter((o) => o.kind === 'CompositeController' && String(o.apiVersion).startsWith('metacontroller.k8s.io/'))) {
     const checked = checkController(object);
-    if (!checked.ok) throw new Error(`${what}: ${checked.reason}`);
+    if (!checked.ok) throw new Error(`${source}: ${checked.reason}`);
     const cc: CompositeController = checked.value;
     const name = cc.metadata.name!;
-    if (controllers.some((other) => other.name === name)) throw new Error(`${what}: CompositeController ${name} is there twice`);
+    if (controllers.some((other) => other.name === name)) throw new Error(`${source}: CompositeController ${name} is there twice`);
     controllers.push({
       name,
       parent: resolve(cc.spec.parentResource.apiVersion, cc.spec.parentResource.resource),
       children: (cc.spec.childResources ?? []).map((child) => resolve(child.apiVersion, child.resource)),
-      related: relatedOf(cc, what).map(([apiVersion, resource]) => resolve(apiVersion, resource)),
+      related: relatedOf(cc, source).map(([apiVersion, resource]) => resolve(apiVersion, resource)),
     });
   }
-  if (!controllers.length) throw new Error(`${what}: no CompositeController (apiVersion metacontroller.k8s.io/…) in it`);
+  if (!controllers.length) throw new Error(`${source}: no CompositeController (apiVersion metacontroller.k8s.io/…) in it`);
   return controllers;
 }
 
 /** `<apiVersion>/<resource>` entries of the related-resources annotation, e.g. `v1/configmaps, apps/v1/deployments`. */
-function relatedOf(cc: CompositeController, what: string): [apiVersion: string, resource: string][] {
+function relatedOf(cc: CompositeController, source: string): [apiVersion: string, resource: string][] {
   const value = cc.metadata.annotations?.[RELATED_ANNOTATION];
   if (!value) return [];
   return value.split(',').map((entry) => entry.trim()).filter(Boolean).map((entry) => {
     const slash = entry.lastIndexOf('/');
-    if (slash <= 0 || slash === entry.length - 1 || entry.split('/').length > 3) throw new Error(`${what}: CompositeController ${cc.metadata.name}: ${RELATED_ANNOTATION} entry "${entry}" is not <apiVersion>/<resource> (e.g. v1/configmaps, apps/v1/deployments)`);
+    if (slash <= 0 || slash === entry.length - 1 || entry.split('/').length > 3) throw new Error(`${source}: CompositeController ${cc.metadata.name}: ${RELATED_ANNOTATION} entry "${entry}" is not <apiVersion>/<resource> (e.g. v1/configmaps, apps/v1/deployments)`);
     return [entry.slice(0, slash), entry.slice(slash + 1)];
   });
 }
 
 /** The rules of the narrow mode: the function's own (its ClusterRole or Role) and those of the install namespace's Role (in 'cluster' scope). */
-export function compositeRules(controllers: KnownController[], options: ManifestOptions): { functionRules: PolicyRule[]; namespaceRules: PolicyRule[] } {
+export function compositeRules(controllers: KnownController[], placement: InstallPlacement): { functionRules: PolicyRule[]; namespaceRules: PolicyRule[] } {
   const functionRules: PolicyRule[] = [];
   const namespaceRules: PolicyRule[] = [];
   const names = new Map<string, { group: string; plural: string; namespaced: boolean; names: Set<string> }>();
   for (const controller of controllers) {
     functionRules.push(...policyRulesFor(controller));
     const clusterScopedKind = [controller.parent, ...controller.children].some((resource) => !resource.namespaced);
-    for (const key of managedObjectKeys(controller.name, options)) {
+    for (const key of managedObjectKeys(controller.name, placement)) {
       // A namespaced install makes ClusterRoles only for cluster-scoped kinds (identity()).
-      if (!key.kind.namespaced && options.scope === 'namespace' && !clusterScopedKind) continue;
+      if (!key.kind.namespaced && placement.scope === 'namespace' && !clusterScopedKind) continue;
       const id = `${key.kind.group}/${key.kind.plural}`;
       const entry = names.get(id) ?? { group: key.kind.group, plural: key.kind.plural, namespaced: key.kind.namespaced, names: new Set<string>() };
       entry.names.add(key.name);
@@ -123,40 +114,23 @@ export function compositeRules(controllers: KnownController[], options: Manifest
       { apiGroups: [group], resources: [plural], verbs: ['create'] },
       { apiGroups: [group], resources: [plural], verbs: ['get', 'update', 'delete'], resourceNames: [...objectNames] },
     ];
-    (namespaced && options.scope === 'cluster' ? namespaceRules : functionRules).push(...rules);
+    (namespaced && placement.scope === 'cluster' ? namespaceRules : functionRules).push(...rules);
   }
   return { functionRules: mergeRules(functionRules), namespaceRules: mergeRules(namespaceRules) };
 }
 
-/** The composite declaration with the narrow rules instead of `*`, and the install namespace's Role and binding (none in 'namespace' scope). */
-export function narrowComposite(declaration: FunctionDeclaration, controllers: KnownController[], options: ManifestOptions): { declaration: FunctionDeclaration; objects: KubeObject[] } {
-  if (declaration.name !== COMPOSITE_FUNCTION) throw new Error(`narrowComposite applies to the ${COMPOSITE_FUNCTION} function, not ${declaration.name}`);
-  const { functionRules, namespaceRules } = compositeRules(controllers, options);
-  const objectLabels = labels('function', declaration);
+/**
+ * The rights of an install not told to be broad: exactly those of the controllers in the given
+ * file (none given: no controller is served), and the install namespace's Role and binding for
+ * their event sources (none in 'namespace' scope).
+ */
+export function narrowCompositeRights(install: InstallContext): NarrowedRights {
+  const { placement, given } = install;
+  const controllers = given ? compositeControllersIn(given.objects, given.source, install.crds) : [];
+  const { functionRules, namespaceRules } = compositeRules(controllers, placement);
   const objects: KubeObject[] = namespaceRules.length ? [
-    { apiVersion: RBAC_API, kind: 'Role', metadata: { name: EVENTING_ROLE, namespace: options.namespace, labels: objectLabels }, rules: namespaceRules },
-    { apiVersion: RBAC_API, kind: 'RoleBinding', metadata: { name: EVENTING_ROLE, namespace: options.namespace, labels: objectLabels }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: EVENTING_ROLE }, subjects: [{ kind: 'ServiceAccount', name: serviceAccountName(declaration), namespace: options.namespace }] },
+    { apiVersion: RBAC_API, kind: 'Role', metadata: { name: EVENTING_ROLE, namespace: placement.namespace, labels: install.labels }, rules: namespaceRules },
+    { apiVersion: RBAC_API, kind: 'RoleBinding', metadata: { name: EVENTING_ROLE, namespace: placement.namespace, labels: install.labels }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: EVENTING_ROLE }, subjects: [{ kind: 'ServiceAccount', name: install.serviceAccountName, namespace: placement.namespace }] },
   ] : [];
-  return { declaration: { ...declaration, rbac: functionRules }, objects };
-}
-
-/** The composite function's rights in an install: exactly those of the given controllers (none: no controller is served), or the declaration's `*`. */
-export type CompositeRights = { broad: true } | { controllers: KnownController[] };
-export const NARROW_NO_CONTROLLERS: CompositeRights = { controllers: [] };
-export const BROAD: CompositeRights = { broad: true };
-
-/** The composite declaration with the rights an install gives it, and the extra objects those need (the install namespace's Role and binding). */
-export function compositeInstall(declaration: FunctionDeclaration, options: ManifestOptions, rights: CompositeRights): { declaration: FunctionDeclaration; objects: KubeObject[] } {
-  return 'broad' in rights ? { declaration, objects: [] } : narrowComposite(declaration, rights.controllers, options);
-}
-
-/** The controllers of `--composite <file>`. */
-export function readCompositeFile(path: string): KnownController[] {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    throw new Error(`--composite ${path}: cannot read it (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
-  }
-  return readCompositeControllers(text, `--composite ${path}`);
+  return { rbac: functionRules, objects };
 }

@@ -4,9 +4,10 @@
 // and the pure parts of ensureEventing (derivative, inPlace, repaired) and its configuration.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { derivative, inPlace, repaired } from '../../../functions/composite/ensure-event-sources.ts';
 import {
-  boundedName, CONTROLLER_LABEL, derivative, eventingObjectsFor, eventingOptionsFrom, inPlace, repaired, sourceName, identityName, type EventingOptions,
-} from '../../../functions/composite/eventing.ts';
+  boundedName, CONTROLLER_LABEL, eventingObjectsFor, eventingOptionsFrom, sourceName, identityName, type EventingOptions,
+} from '../../../functions/composite/event-sources.ts';
 import { ownerLabelValue } from '../../../functions/runtime/owner-labels.ts';
 import { Pod, Secret, ConfigMap, Namespace, type KubeObject, type ResourceKind } from '../../../functions/runtime/kinds.ts';
 import { FUNCTION_EXTENSION } from '../../../functions/runtime/events.ts';
