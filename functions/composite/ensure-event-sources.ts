@@ -19,14 +19,14 @@ const OWNED_FIELDS = ['spec', 'rules', 'roleRef', 'subjects'] as const;
  * ignored; an empty object matches an absent one (Knative 1.0's ApiServerSource schema prunes
  * `namespaceSelector: {}`); arrays must have the same length.
  */
-export function derivative(desired: unknown, actual: unknown): boolean {
+export function deepDerivative(desired: unknown, actual: unknown): boolean {
   if (desired === undefined) return true;
-  if (Array.isArray(desired)) return Array.isArray(actual) && actual.length === desired.length && desired.every((item, index) => derivative(item, actual[index]));
+  if (Array.isArray(desired)) return Array.isArray(actual) && actual.length === desired.length && desired.every((item, index) => deepDerivative(item, actual[index]));
   if (desired !== null && typeof desired === 'object') {
     const entries = Object.entries(desired);
     if (entries.length === 0) return actual === undefined || (actual !== null && typeof actual === 'object' && !Array.isArray(actual) && Object.keys(actual).length === 0);
     if (actual === null || typeof actual !== 'object' || Array.isArray(actual)) return false;
-    return entries.every(([field, value]) => derivative(value, (actual as Record<string, unknown>)[field]));
+    return entries.every(([field, value]) => deepDerivative(value, (actual as Record<string, unknown>)[field]));
   }
   return desired === actual;
 }
@@ -35,8 +35,8 @@ export function derivative(desired: unknown, actual: unknown): boolean {
 export function inPlace(desired: KubeObject, actual: KubeObject): boolean {
   const ours = desired.metadata.ownerReferences![0]!;
   return controllerOf(actual)?.uid === ours.uid
-    && derivative(desired.metadata.labels, actual.metadata.labels ?? {})
-    && OWNED_FIELDS.every((field) => derivative(desired[field], actual[field]));
+    && deepDerivative(desired.metadata.labels, actual.metadata.labels ?? {})
+    && OWNED_FIELDS.every((field) => deepDerivative(desired[field], actual[field]));
 }
 
 /** `actual` with what we own taken from `desired`; whatever else is on it stays. */
@@ -76,7 +76,7 @@ export async function ensureEventing(controller: KubeObject, kinds: ControllerKi
     const uid = controller.metadata.uid;
     for (const candidate of managedObjectKeys(controller.metadata.name!, options)) {
       if (wanted.has(`${candidate.kind.kind}/${candidate.name}`)) continue;
-      const existing = await readable(kube.get(candidate.kind, candidate, { cached: true }));
+      const existing = await readUnlessForbidden(kube.get(candidate.kind, candidate, { cached: true }));
       if (!existing || controllerOf(existing)?.uid !== uid) continue;
       if (await kube.delete(candidate.kind, candidate, { uid: existing.metadata.uid })) results.push({ kind: candidate.kind.kind, name: candidate.name, operation: 'deleted' });
     }
@@ -91,7 +91,7 @@ export async function ensureEventing(controller: KubeObject, kinds: ControllerKi
  * The object, or undefined when this identity may not read it: then it cannot have made it either
  * (a namespaced install holds no ClusterRole rights unless a kind of its controllers is cluster-scoped).
  */
-async function readable(read: Promise<KubeObject | undefined>): Promise<KubeObject | undefined> {
+async function readUnlessForbidden(read: Promise<KubeObject | undefined>): Promise<KubeObject | undefined> {
   try {
     return await read;
   } catch (error) {
@@ -116,7 +116,7 @@ async function ensureObject(kube: KubeClient, object: KubeObject): Promise<Event
   }
   if (inPlace(object, existing)) return 'unchanged';
   // A binding's roleRef cannot change (the API server refuses the update): replace the binding.
-  if (object.roleRef !== undefined && !derivative(object.roleRef, existing.roleRef)) {
+  if (object.roleRef !== undefined && !deepDerivative(object.roleRef, existing.roleRef)) {
     await kube.delete(kind, key, { uid: existing.metadata.uid });
     await kube.create(kind, object);
     return 'recreated';

@@ -6,7 +6,7 @@
 // cluster's DNS maps the Service name; on a cluster it stays empty.
 //
 // Upstream: metacontroller pkg/hooks/webhook.go (Call); the call itself is
-// functions/composite/hook-client.ts.
+// metacontroller/hook-client.ts.
 import { callCompositeHook, webhookTarget, type HookResult, isStrict, type CompositeHookResponse, type Hook } from './metacontroller/index.ts';
 
 export interface UrlRewrite {

@@ -12,7 +12,7 @@
 // informer per parent and child kind when a CompositeController appears; Stop ends them when it
 // goes), pkg/dynamic/discovery (a kind resolved through discovery, refreshed when missing).
 import type { DerivedSourcesDeclaration } from '../runtime/declaration.ts';
-import { resolveComposite } from './controllers.ts';
+import { resolveComposite } from './served-controllers.ts';
 import { EVENT_SOURCES_CONFIG, eventingObjectsFor, MANAGED_NAME_PREFIX } from './event-sources.ts';
 
 export const planeEventSources: DerivedSourcesDeclaration = {

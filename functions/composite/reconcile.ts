@@ -26,7 +26,7 @@ import { MAX_KEYS_PER_EVENT } from '../runtime/events.ts';
 import { apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject } from '../runtime/kinds.ts';
 import { ApiError } from '../runtime/kube.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
-import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './controllers.ts';
+import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './served-controllers.ts';
 import { ensureEventing } from './ensure-event-sources.ts';
 import { eventingOptionsFrom, EVENT_SOURCES_CONFIG } from './event-sources.ts';
 import { parseHookUrls, type UrlRewrite } from './hooks.ts';

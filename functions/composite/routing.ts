@@ -7,7 +7,7 @@
 // Upstream: metacontroller pkg/controller/composite/controller.go (onParentAdd/Update/Delete
 // enqueue the parent; onChildAdd/Update/Delete resolve the child's controller reference to its
 // parent, or, for an orphan that is not being deleted, every parent whose selector matches it:
-// findPotentialParents; the pure decisions are functions/composite/child-events.ts). Upstream's
+// findPotentialParents; the pure decisions are metacontroller/child-events.ts). Upstream's
 // uid check of the referenced parent happens in the sync here (isOurs, claim): a reference to a
 // parent of the same name but another uid syncs that parent, which changes nothing of the child.
 import { potentialParents, referencedParent, type ParentKind } from './metacontroller/index.ts';
@@ -15,7 +15,7 @@ import type { MapperContext, RuntimeKinds } from '../runtime/declaration.ts';
 import type { ChangeEvent } from '../runtime/events.ts';
 import { groupKind, kindKey, sameKind, type KindKey, type KubeObject } from '../runtime/kinds.ts';
 import { controllerOf } from '../runtime/reconciler.ts';
-import { servedComposites, withParentKind } from './controllers.ts';
+import { servedComposites, withParentKind } from './served-controllers.ts';
 import { effectiveController, type ResolvedComposite } from './sync-parent.ts';
 
 const parentKindOf = (composite: ResolvedComposite): ParentKind => ({ group: composite.parentKind.group, kind: composite.parentKind.kind, namespaced: composite.parentKind.namespaced });

@@ -2,7 +2,7 @@
 // finalizer checks, the finalizer itself, the child selector, the claim, the sync or finalize
 // hook, then the answer applied (finalizer removal, child writes, status with
 // observedGeneration: through the status subresource, or a plain update of the parent when its
-// CRD has none). The decisions are the pure modules in functions/composite/; this file only
+// CRD has none). The decisions are the pure modules in metacontroller/; this file only
 // sequences them with the API calls.
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go syncParentObject, sync

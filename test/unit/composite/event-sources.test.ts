@@ -1,10 +1,10 @@
 // The event sources the composite function manages per CompositeController (eventingObjectsFor):
 // identities with exactly get/list/watch on the controller's kinds, the ApiServerSources tagged
 // for the composite Trigger, ownership by the controller, names valid for any controller name;
-// and the pure parts of ensureEventing (derivative, inPlace, repaired) and its configuration.
+// and the pure parts of ensureEventing (deepDerivative, inPlace, repaired) and its configuration.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { derivative, inPlace, repaired } from '../../../functions/composite/ensure-event-sources.ts';
+import { deepDerivative, inPlace, repaired } from '../../../functions/composite/ensure-event-sources.ts';
 import {
   boundedName, CONTROLLER_LABEL, eventingObjectsFor, eventingOptionsFrom, sourceName, identityName, type EventingOptions,
 } from '../../../functions/composite/event-sources.ts';
@@ -178,13 +178,13 @@ describe('ensureEventing decisions', () => {
     metadata: { ...structuredClone(object.metadata), uid: 'obj', resourceVersion: '7', labels: { ...object.metadata.labels, 'someone/else': 'x' } },
   });
 
-  test('derivative: fields we never set are ignored; what we set must be there; {} matches absent', () => {
-    assert.ok(derivative({ a: 1, b: { c: [1, 2] } }, { a: 1, b: { c: [1, 2], d: 3 }, e: 4 }));
-    assert.ok(!derivative({ a: 1 }, { a: 2 }));
-    assert.ok(!derivative({ b: { c: [1, 2] } }, { b: { c: [1] } }));
-    assert.ok(!derivative({ a: 1 }, undefined));
-    assert.ok(derivative({ namespaceSelector: {} }, {}));
-    assert.ok(!derivative({ namespaceSelector: {} }, { namespaceSelector: { matchLabels: { a: 'b' } } }));
+  test('deepDerivative: fields we never set are ignored; what we set must be there; {} matches absent', () => {
+    assert.ok(deepDerivative({ a: 1, b: { c: [1, 2] } }, { a: 1, b: { c: [1, 2], d: 3 }, e: 4 }));
+    assert.ok(!deepDerivative({ a: 1 }, { a: 2 }));
+    assert.ok(!deepDerivative({ b: { c: [1, 2] } }, { b: { c: [1] } }));
+    assert.ok(!deepDerivative({ a: 1 }, undefined));
+    assert.ok(deepDerivative({ namespaceSelector: {} }, {}));
+    assert.ok(!deepDerivative({ namespaceSelector: {} }, { namespaceSelector: { matchLabels: { a: 'b' } } }));
   });
 
   test('in place: as stored by the API server (defaults and others\' labels added)', () => {

@@ -1,5 +1,5 @@
 // The ImmortalContainer sync hook as a pure function, and served over HTTP
-// (examples/immortal-container-hook/hook.ts, serve-hook.ts).
+// (examples/immortal-container-hook/hook.ts, functions/composite/metacontroller/serve-hook.ts).
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';

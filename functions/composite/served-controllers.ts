@@ -41,8 +41,8 @@ export async function resolveComposite(object: KubeObject, kube: KubeClient): Pr
 
 /**
  * How long one read of the controllers serves this process. Every event of a parent or child
- * needs them twice (routing, then the sync): read each time, they cost 8 lists per parent in a
- * burst (bench/composite.ts). Metacontroller reads them from an informer, which lags too; a
+ * needs them twice (routing, then the sync): read each time, a burst of parents would list them
+ * again for every event. Metacontroller reads them from an informer, which lags too; a
  * controller's own events (and the resync) bypass this and read it afresh (forgetComposites).
  */
 const SERVED_FOR_MS = 2000;
