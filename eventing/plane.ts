@@ -17,7 +17,7 @@ import type { FunctionDeclaration, KubeObject, KubeClient } from '../functions/r
 import { Activator, type FunctionStats } from './activator.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
 import { DEAD_LETTER_FILE } from './state-files.ts';
-import { compositeSourcesFor, inMemoryConfig } from './knative/composite-sources.ts';
+import { derivedSourcesFor, inMemoryConfig } from './knative/derived-sources.ts';
 import { KnativeControllers } from './knative/controllers.ts';
 import { pingEvent, withResyncInterval } from './knative/ping-sources.ts';
 import { configurationFromService, functionOf } from './knative/services.ts';
@@ -232,7 +232,7 @@ export class EventPlane {
       externalSources: this.#options.externalSources,
       // In memory: one namespace, the plane's own objects; routes (and their stats) by the function's name;
       // the CompositeControllers' sources derived here, as the composite function does not write them.
-      ...(this.#objects ? { objects: this.#objects, status: this.status, routeName: (trigger: KubeObject) => trigger.metadata.name!, knownKinds: functions.flatMap(kindsOf), derivedSources: compositeSourcesFor(functions, { kube, log, placement: DEFAULT_OPTIONS, status: this.status }) } : {}),
+      ...(this.#objects ? { objects: this.#objects, status: this.status, routeName: (trigger: KubeObject) => trigger.metadata.name!, knownKinds: functions.flatMap(kindsOf), derivedSources: derivedSourcesFor(functions, { kube, log, placement: DEFAULT_OPTIONS, status: this.status }) } : {}),
     });
     await this.knative.start();
     // Objects in memory have no status anyone could read: what is not Ready fails the start.

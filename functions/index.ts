@@ -7,7 +7,7 @@ export const functionModules: Record<string, string> = {
   'immortal-container': './immortal-container/index.ts',
   copyrator: './copyrator/index.ts',
   'exchange-rate': './exchange-rate/index.ts',
-  composite: './composite-controller/index.ts',
+  composite: './composite/index.ts',
 };
 
 export const functionNames = Object.keys(functionModules);

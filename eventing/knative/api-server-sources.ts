@@ -22,7 +22,7 @@
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind, type KubeClient, guessedResource } from '../../functions/runtime/index.ts';
-import { compileSelector } from '../../functions/composite/selector.ts';
+import { compileSelector } from '../../functions/composite/metacontroller/index.ts';
 import { formatLabelSelector } from '../manifests/sources.ts';
 import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';
 import type { BrokerDirectory } from './brokers.ts';

@@ -28,7 +28,7 @@ export interface ObjectHandlers {
   remove(object: KubeObject): Promise<void>;
 }
 
-/** ApiServerSources a controller derives at run time from other objects (composite-sources.ts). */
+/** ApiServerSources a controller derives at run time from other objects (derived-sources.ts). */
 export interface DerivedSources {
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -53,7 +53,7 @@ export interface KnativeControllerOptions {
   /** A client authenticated as a ServiceAccount, for ApiServerSources (default: `kube`). */
   clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>;
   /**
-   * ApiServerSources derived at run time rather than held as objects (composite-sources.ts: the
+   * ApiServerSources derived at run time rather than held as objects (derived-sources.ts: the
    * CompositeControllers' sources when objects are in memory), applied through the same
    * serialized handlers; started last, stopped first.
    */

@@ -5,8 +5,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type FunctionDeclaration, guessedResource } from '../../functions/runtime/index.ts';
-import { COMPOSITE_FUNCTION } from '../../functions/composite-controller/eventing.ts';
-import { BROAD, NARROW_NO_CONTROLLERS, readCompositeFile, type CompositeRights } from './composite.ts';
+import { BROAD, NARROW_NOTHING_GIVEN, readGivenFile, type InstallRights } from './install-rights.ts';
 import { EVENT_POLICY_FEATURE_NOTE, withEventPolicies } from './event-policy.ts';
 import { generateManifests, installable, renderManifests } from './index.ts';
 import { openfaasStack } from './openfaas.ts';
@@ -95,12 +94,15 @@ export function manifestFiles(command: ManifestCommand, declarations: FunctionDe
   return renderManifests(files);
 }
 
+/** The function `--composite` and `--composite-broad` are about. */
+const COMPOSITE_FUNCTION = 'composite';
+
 /** The composite function's rights: --composite's controllers, --composite-broad's `*`, or by default none beyond its runtime's. */
-function compositeRights(command: ManifestCommand, declarations: FunctionDeclaration[]): CompositeRights {
+function compositeRights(command: ManifestCommand, declarations: FunctionDeclaration[]): InstallRights {
   if (command.composite !== undefined && command.compositeBroad) throw new Error('--composite and --composite-broad exclude each other: give the controllers (narrow) or choose `*`');
-  if (command.composite === undefined) return command.compositeBroad ? BROAD : NARROW_NO_CONTROLLERS;
+  if (command.composite === undefined) return command.compositeBroad ? BROAD : NARROW_NOTHING_GIVEN;
   if (!declarations.some((declaration) => declaration.name === COMPOSITE_FUNCTION)) throw new Error(`--composite: the ${COMPOSITE_FUNCTION} function is not among the functions`);
-  return { controllers: readCompositeFile(command.composite) };
+  return { given: readGivenFile(command.composite, '--composite') };
 }
 
 /** What `opfn manifests` says when no controller was given and `*` was not chosen. */

@@ -19,8 +19,7 @@
 // them cluster-local, as generated), nor against a sender holding one of those identities (whoever
 // may create tokens for ServiceAccounts in the install namespace). Without the feature, Knative's
 // webhook refuses every EventPolicy ("oidc-authentication feature not enabled").
-import type { FunctionDeclaration, KubeObject } from '../../functions/runtime/index.ts';
-import { COMPOSITE_FUNCTION, MANAGED_NAME_PREFIX } from '../../functions/composite-controller/eventing.ts';
+import { type FunctionDeclaration, type KubeObject } from '../../functions/runtime/index.ts';
 import { EVENTING_API, labels, type ManifestOptions } from './options.ts';
 
 const EVENT_POLICY_API = 'eventing.knative.dev/v1alpha1';
@@ -30,14 +29,14 @@ export const EVENT_POLICY_FEATURE_NOTE = 'an EventPolicy takes effect, and Knati
 /** The generated objects whose identity may send for the function: its sources and its Trigger. */
 const SENDER_KINDS = new Set(['ApiServerSource', 'PingSource', 'Trigger']);
 
-/** The OIDC subjects of the ApiServerSources the composite function makes per CompositeController: one glob (`*` only as a suffix). */
-const compositeSourcesSubject = (namespace: string): string => `system:serviceaccount:${namespace}:${MANAGED_NAME_PREFIX}*`;
+/** The OIDC subjects of the ApiServerSources a function derives at run time (the composite function's, per CompositeController): one glob (`*` only as a suffix). */
+const derivedSourcesSubject = (namespace: string, identityPrefix: string): string => `system:serviceaccount:${namespace}:${identityPrefix}*`;
 
 /** The function's EventPolicy, from its generated objects (`objects`: what functionObjects gave). */
 export function eventPolicy(declaration: FunctionDeclaration, objects: KubeObject[], options: ManifestOptions): KubeObject {
   const senders = objects.filter((object) => SENDER_KINDS.has(object.kind ?? '') && object.metadata.namespace === options.namespace);
   const from: Record<string, unknown>[] = senders.map((object) => ({ ref: { apiVersion: object.apiVersion, kind: object.kind, name: object.metadata.name } }));
-  if (declaration.name === COMPOSITE_FUNCTION) from.push({ sub: compositeSourcesSubject(options.namespace) });
+  if (declaration.derivedSources) from.push({ sub: derivedSourcesSubject(options.namespace, declaration.derivedSources.identityPrefix) });
   return {
     apiVersion: EVENT_POLICY_API,
     kind: 'EventPolicy',

@@ -10,9 +10,8 @@ import { stringify } from 'yaml';
 import type { FunctionDeclaration, KubeObject, ResourceKind } from '../../functions/runtime/index.ts';
 import { CRD_DIR, readManifests } from '../crds.ts';
 import { admissionObjects } from './admission-policy.ts';
-import { COMPOSITE_FUNCTION } from '../../functions/composite-controller/eventing.ts';
 import { broker, deadLetterSink, namespaceObject } from './broker.ts';
-import { compositeInstall, NARROW_NO_CONTROLLERS, type CompositeRights } from './composite.ts';
+import { NARROW_NOTHING_GIVEN, withInstallRights, type InstallRights } from './install-rights.ts';
 import { DEFAULT_OPTIONS, type ManifestOptions } from './options.ts';
 import { pingSources } from './ping-source.ts';
 import { functionIdentity } from './rbac.ts';
@@ -33,12 +32,12 @@ export function functionObjects(declaration: FunctionDeclaration, options: Manif
   ];
 }
 
-/** functionObjects, with the composite function's rights as `composite` says (composite.ts; narrow unless chosen broad). */
-function installedObjects(declaration: FunctionDeclaration, options: ManifestOptions, composite: CompositeRights): KubeObject[] {
-  if (declaration.name !== COMPOSITE_FUNCTION) return functionObjects(declaration, options);
-  const installed = compositeInstall(declaration, options, composite);
+/** functionObjects, with the rights `rights` says (install-rights.ts: a function that narrows its rights does so unless chosen broad). */
+function installedObjects(declaration: FunctionDeclaration, options: ManifestOptions, rights: InstallRights): KubeObject[] {
+  if (!declaration.narrowRights) return functionObjects(declaration, options);
+  const installed = withInstallRights(declaration, options, rights);
   const objects = functionObjects(installed.declaration, options);
-  // The install namespace's Role and binding, right after the function's own identity.
+  // The objects its rights need (the composite function's Role and binding), right after its own identity.
   objects.splice(objects.findIndex((object) => object.kind === 'Service'), 0, ...installed.objects);
   return objects;
 }
@@ -62,7 +61,7 @@ export const installable = (declarations: FunctionDeclaration[], options: Manife
   declarations.filter((declaration) => options.scope === 'cluster' || !declaration.crossesNamespaces);
 
 /** The files of a deployment, in apply order. */
-export function generateManifests(declarations: FunctionDeclaration[], options: ManifestOptions = DEFAULT_OPTIONS, composite: CompositeRights = NARROW_NO_CONTROLLERS): ManifestFile[] {
+export function generateManifests(declarations: FunctionDeclaration[], options: ManifestOptions = DEFAULT_OPTIONS, rights: InstallRights = NARROW_NOTHING_GIVEN): ManifestFile[] {
   const sorted = installable(declarations, options).sort((a, b) => a.name.localeCompare(b.name));
   return [
     // In 'namespace' scope the namespace is the user's: deleting the deployment must not delete it.
@@ -70,7 +69,7 @@ export function generateManifests(declarations: FunctionDeclaration[], options: 
     { name: 'crds.yaml', objects: crdsFor(sorted) },
     { name: 'broker.yaml', objects: [broker(options), deadLetterSink(options)] },
     // A function's admission policy lives in its file: it is installed and removed with it.
-    ...sorted.map((declaration) => ({ name: `${declaration.name}.yaml`, objects: [...installedObjects(declaration, options, composite), ...admissionObjects(declaration, options)] })),
+    ...sorted.map((declaration) => ({ name: `${declaration.name}.yaml`, objects: [...installedObjects(declaration, options, rights), ...admissionObjects(declaration, options)] })),
   ];
 }
 

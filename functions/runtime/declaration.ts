@@ -196,6 +196,53 @@ export interface AdmissionDeclaration {
   validations: { expression: string; message: string; messageExpression?: string; reason?: 'Unauthorized' | 'Forbidden' | 'Invalid' | 'RequestEntityTooLarge' }[];
 }
 
+/** Where an install puts the objects it makes: its namespace, its Broker, and how far its rights reach. */
+export interface InstallPlacement {
+  namespace: string;
+  brokerName: string;
+  scope: 'cluster' | 'namespace';
+}
+
+/**
+ * Event sources a function derives at run time from each object of its reconciled kind, when the
+ * kinds it must hear about are known only then (a CompositeController names its parent and child
+ * kinds). On a cluster the function writes these ApiServerSources itself; a local plane holding
+ * its Knative objects in memory runs them instead: it watches the reconciled kind, asks
+ * `sourcesFor` for each object, and starts the function with `planeConfig` so that it writes none.
+ */
+export interface DerivedSourcesDeclaration {
+  /** Configuration the plane gives the function when the plane runs these sources itself. */
+  planeConfig: Record<string, string>;
+  /** How the names of the ServiceAccounts these sources run as begin (an EventPolicy admits them as senders). */
+  identityPrefix: string;
+  /**
+   * The ApiServerSources one object needs, placed as `placement` says. A TerminalError: the
+   * object is invalid and gets none; any other error: asked again later, with backoff.
+   */
+  sourcesFor(object: KubeObject, ctx: { kube: KubeClient; placement: InstallPlacement }): Promise<KubeObject[]>;
+}
+
+/** What `opfn manifests` tells a function that narrows its rights at install time (`narrowRights`). */
+export interface InstallContext {
+  placement: InstallPlacement;
+  /** The function's ServiceAccount, in the install's namespace. */
+  serviceAccountName: string;
+  /** The labels of the function's generated objects. */
+  labels: Record<string, string>;
+  /** The CRDs the install knows (crds/), for the kinds the given objects name. */
+  crds: KubeObject[];
+  /** The objects of the file the install was given for the function, and how to name that file in an error; absent when none was given. */
+  given?: { objects: KubeObject[]; source: string };
+}
+
+/** The rights an install grants a function instead of its declared ones. */
+export interface NarrowedRights {
+  /** Replaces the declaration's `rbac`. */
+  rbac: PolicyRule[];
+  /** Further objects the install needs, placed right after the function's identity. */
+  objects: KubeObject[];
+}
+
 export interface FunctionDeclaration {
   /** DNS-1123 label: names the Knative Service, ServiceAccount, Role and Triggers. */
   name: string;
@@ -236,6 +283,15 @@ export interface FunctionDeclaration {
    * local plane installs. Absent for most functions.
    */
   admission?: AdmissionDeclaration;
+  /** Event sources the function derives from its objects at run time; absent for most functions. */
+  derivedSources?: DerivedSourcesDeclaration;
+  /**
+   * For a function whose declared `rbac` is broad because its kinds are known only at run time
+   * (Metacontroller's `*`): the narrower rights an install grants instead, from what the install
+   * was told (`opfn manifests --composite <file>`), unless the broad ones were chosen
+   * (`--composite-broad`, or the local plane's own control plane). Absent for most functions.
+   */
+  narrowRights?(install: InstallContext): NarrowedRights;
   /**
    * Work each resync does besides reconciling every object: finding what no existing object
    * names any more, which no event will bring (a copy whose rule is gone, left by a replica

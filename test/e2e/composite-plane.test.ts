@@ -9,7 +9,7 @@
 // kube-controller-manager), and its kinds stop reaching the function.
 //
 // The seed's Metacontroller ImmortalContainer: its CompositeController manifest unchanged, its
-// sync hook (the TypeScript rewrite, functions/composite/immortal-container-hook.ts) served on
+// sync hook (the TypeScript rewrite, examples/immortal-container-hook/hook.ts) served on
 // loopback, the manifest's in-cluster hook URL mapped there by COMPOSITE_HOOK_URLS.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -22,12 +22,12 @@ import { applyGeneratedObjects } from '../../eventing/knative/local.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
 import { EventPlane } from '../../eventing/plane.ts';
-import { sync } from '../../functions/composite/immortal-container-hook.ts';
-import { serveHooks, type HookServer } from '../../functions/composite/serve-hook.ts';
-import { sourceName } from '../../functions/composite-controller/eventing.ts';
-import composite from '../../functions/composite-controller/index.ts';
+import { sync } from '../../examples/immortal-container-hook/hook.ts';
+import { serveHooks, type HookServer } from '../../functions/composite/metacontroller/serve-hook.ts';
+import { sourceName } from '../../functions/composite/event-sources.ts';
+import composite from '../../functions/composite/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind } from '../../functions/runtime/index.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';

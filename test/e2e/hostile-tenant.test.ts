@@ -28,7 +28,7 @@ import { fileURLToPath } from 'node:url';
 import { CopyratorRuleKind, type CopyratorRule } from '../../functions/copyrator/desired.ts';
 import { ExchangeRateKind, type ExchangeRate } from '../../functions/exchange-rate/desired.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import { readDeadLetterFile } from '../../eventing/broker.ts';
 import { DEAD_LETTER_FILE } from '../../eventing/state-files.ts';
 import { FUNCTION_EXTENSION, apiVersionOf, collectionPath, ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ResourceKind, type KubeClient, type PolicyRule } from '../../functions/runtime/index.ts';

@@ -25,11 +25,11 @@ import { applyGeneratedObjects, applyObjects } from '../../eventing/knative/loca
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
 import { EventPlane } from '../../eventing/plane.ts';
-import { sync } from '../../functions/composite/immortal-container-hook.ts';
-import { serveHooks, type HookServer } from '../../functions/composite/serve-hook.ts';
-import { sourceName } from '../../functions/composite-controller/eventing.ts';
-import composite from '../../functions/composite-controller/index.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { sync } from '../../examples/immortal-container-hook/hook.ts';
+import { serveHooks, type HookServer } from '../../functions/composite/metacontroller/serve-hook.ts';
+import { sourceName } from '../../functions/composite/event-sources.ts';
+import composite from '../../functions/composite/index.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import copyrator from '../../functions/copyrator/index.ts';
 import { CopyratorRuleKind, DISTRIBUTE_LABEL, RULE_ANNOTATION, type CopyableObject } from '../../functions/copyrator/desired.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';

@@ -16,9 +16,10 @@ import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/
 import { ApiServerSource } from '../../eventing/knative/kinds.ts';
 import { manifestOptions } from '../../eventing/manifests/cli.ts';
 import { functionIdentity } from '../../eventing/manifests/rbac.ts';
-import { ensureEventing, eventingObjectsFor, type EventingOptions, type EventingResult } from '../../functions/composite-controller/eventing.ts';
-import composite from '../../functions/composite-controller/index.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { ensureEventing, type EventingResult } from '../../functions/composite/ensure-event-sources.ts';
+import { eventingObjectsFor, type EventingOptions } from '../../functions/composite/event-sources.ts';
+import composite from '../../functions/composite/index.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import { installConfigValues, ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind, KubeClient } from '../../functions/runtime/index.ts';
 import { deliver, eventually, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { crdFor } from '../support/examples.ts';

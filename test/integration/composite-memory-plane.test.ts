@@ -1,6 +1,6 @@
 // CompositeControllers applied while the local plane runs with its Knative objects in memory (as
 // against a configured cluster): the plane runs each controller's ApiServerSources itself
-// (eventing/knative/composite-sources.ts) and the composite function writes none, so the events
+// (eventing/knative/derived-sources.ts, from the declaration's derivedSources) and the composite function writes none, so the events
 // of the parent and child kinds flow source → broker → function with nobody delivering by hand.
 // The seed's Metacontroller ImmortalContainer (CRD group, CompositeController manifest unchanged,
 // the seed-equivalent sync hook served on loopback); a second controller whose parent kind (a
@@ -16,15 +16,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { applyCrds } from '../../eventing/crds.ts';
-import { CompositeSources } from '../../eventing/knative/composite-sources.ts';
+import { FunctionDerivedSources } from '../../eventing/knative/derived-sources.ts';
 import { installKnativeCrds } from '../../eventing/knative/crds.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import { EventPlane, FUNCTION_EXTENSION } from '../../eventing/plane.ts';
-import { sync } from '../../functions/composite/immortal-container-hook.ts';
-import { serveHooks, type HookServer } from '../../functions/composite/serve-hook.ts';
-import { CONTROLLER_EXTENSION, eventingObjectsFor, sourceName } from '../../functions/composite-controller/eventing.ts';
-import composite from '../../functions/composite-controller/index.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { sync } from '../../examples/immortal-container-hook/hook.ts';
+import { serveHooks, type HookServer } from '../../functions/composite/metacontroller/serve-hook.ts';
+import { CONTROLLER_EXTENSION, eventingObjectsFor, sourceName } from '../../functions/composite/event-sources.ts';
+import composite from '../../functions/composite/index.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind, type KubeClient } from '../../functions/runtime/index.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { crdFor, MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
@@ -236,7 +236,7 @@ describe('CompositeControllers applied while the plane runs (objects in memory)'
 
   test('controllers that exist when a plane starts have their sources before the start resolves: exactly the ApiServerSources the function writes', async () => {
     const got: KubeObject[] = [];
-    const derived = new CompositeSources({ kube, sources: { apply: async (object) => void got.push(object), remove: async () => {} }, log: quietLog, placement: DEFAULT_OPTIONS });
+    const derived = new FunctionDerivedSources({ declaration: composite, kube, sources: { apply: async (object) => void got.push(object), remove: async () => {} }, log: quietLog, placement: DEFAULT_OPTIONS });
     await derived.start();
     try {
       const seed = (await kube.get<KubeObject>(CompositeControllerKind, { namespace: '', name: SEED }))!;

@@ -9,16 +9,16 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { applyCrds, readManifestFile } from '../../eventing/crds.ts';
 import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/crds.ts';
-import { narrowComposite, readCompositeFile } from '../../eventing/manifests/composite.ts';
+import { readGivenFile, withInstallRights } from '../../eventing/manifests/install-rights.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
 import { functionIdentity } from '../../eventing/manifests/rbac.ts';
-import { ensureEventing } from '../../functions/composite-controller/eventing.ts';
-import composite from '../../functions/composite-controller/index.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { ensureEventing } from '../../functions/composite/ensure-event-sources.ts';
+import composite from '../../functions/composite/index.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import { CoreEvent, Pod, type KubeObject, type ResourceKind, KubeClient } from '../../functions/runtime/index.ts';
 import { deliver, eventually, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
-import { NOT_PERMITTED_REASON } from '../../functions/composite-controller/reconcile.ts';
+import { NOT_PERMITTED_REASON } from '../../functions/composite/reconcile.ts';
 import { canI, createObjects, type AccessQuestion } from '../support/rbac.ts';
 
 const SEED = new URL('../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url).pathname;
@@ -36,7 +36,7 @@ before(async () => {
   const dir = await knativeCrdDir();
   await applyCrds(cluster.kube, (dir ? knativeCrds(dir) : standInCrds()).filter((crd) => (crd.spec as { names: { kind: string } }).names.kind === 'ApiServerSource'));
   await createObjects(cluster.cp, [NS, OTHER].map((name) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name } })));
-  const narrowed = narrowComposite(composite, readCompositeFile(SEED), options);
+  const narrowed = withInstallRights(composite, options, { given: readGivenFile(SEED, '--composite') });
   await createObjects(cluster.cp, [...functionIdentity(narrowed.declaration, options), ...narrowed.objects]);
   kube = KubeClient.fromFile(await cluster.cp.serviceAccountKubeconfig(NS, 'opfn-composite'), (verb, resource, code) => {
     if (['post', 'put', 'patch', 'delete'].includes(verb)) writes.push(`${verb} ${resource} ${code}`);

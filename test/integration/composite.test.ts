@@ -1,6 +1,6 @@
 // The seed's Metacontroller ImmortalContainer served by the `composite` function against a real
 // API server: the CompositeController manifest and the ImmortalContainer from crds/examples/
-// applied unchanged, the seed-equivalent sync hook (functions/composite/immortal-container-hook.ts)
+// applied unchanged, the seed-equivalent sync hook (examples/immortal-container-hook/hook.ts)
 // served on loopback by serve-hook.ts, the function running as its own ServiceAccount with its
 // generated RBAC. Events are delivered to the function host directly, as the broker would.
 import assert from 'node:assert/strict';
@@ -9,12 +9,12 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import { applyCrds } from '../../eventing/crds.ts';
-import { sync } from '../../functions/composite/immortal-container-hook.ts';
-import { serveHooks, type HookServer } from '../../functions/composite/serve-hook.ts';
-import { LAST_APPLIED_ANNOTATION } from '../../functions/composite/apply.ts';
-import composite from '../../functions/composite-controller/index.ts';
+import { sync } from '../../examples/immortal-container-hook/hook.ts';
+import { serveHooks, type HookServer } from '../../functions/composite/metacontroller/serve-hook.ts';
+import { LAST_APPLIED_ANNOTATION } from '../../functions/composite/metacontroller/apply.ts';
+import composite from '../../functions/composite/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind, type KubeClient } from '../../functions/runtime/index.ts';
 import { OUTCOME_HEADER } from '../../functions/runtime/host/index.ts';
 import { CloudEvent, HTTP } from 'cloudevents';

@@ -22,7 +22,7 @@ import { withEventPolicies } from '../../eventing/manifests/event-policy.ts';
 import { generateManifests } from '../../eventing/manifests/index.ts';
 import { undeclaredFields } from '../../eventing/manifests/schema-fields.ts';
 import { validateManifests } from '../../eventing/manifests/validate.ts';
-import { eventingObjectsFor, type EventingOptions } from '../../functions/composite-controller/eventing.ts';
+import { eventingObjectsFor, type EventingOptions } from '../../functions/composite/event-sources.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import { collectionPath, Pod, Secret, type KubeObject, type ResourceKind, KubeClient } from '../../functions/runtime/index.ts';
 

@@ -13,9 +13,9 @@ import { DEFAULT_OPTIONS, type ManifestOptions } from '../../eventing/manifests/
 import { functionIdentity } from '../../eventing/manifests/rbac.ts';
 import { knativeService } from '../../eventing/manifests/service.ts';
 import { resyncEvent } from '../../eventing/plane.ts';
-import composite from '../../functions/composite-controller/index.ts';
-import { EVENT_SOURCES_CONFIG } from '../../functions/composite-controller/eventing.ts';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
+import composite from '../../functions/composite/index.ts';
+import { EVENT_SOURCES_CONFIG } from '../../functions/composite/event-sources.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { defineFunction, type FunctionDeclaration, installNamespaceFrom, kindKeyString, Namespace, Pod, type KubeObject, type ResourceKind, allOf } from '../../functions/runtime/index.ts';

@@ -6,13 +6,17 @@ import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { manifestFiles, manifestOptions, runManifests } from '../../eventing/manifests/cli.ts';
-import { compositeRules, EVENTING_ROLE, readCompositeControllers } from '../../eventing/manifests/composite.ts';
+import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
+import { parseObjects } from '../../eventing/manifests/install-rights.ts';
+import { compositeControllersIn, compositeRules, EVENTING_ROLE } from '../../functions/composite/install-rights.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import type { KubeObject } from '../../functions/runtime/index.ts';
 
 const SEED = new URL('../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url).pathname;
 const seedText = readFileSync(SEED, 'utf8');
 const functions = await loadAllFunctions();
+/** The CompositeControllers of a YAML text, as `opfn manifests --composite` reads a file. */
+const readCompositeControllers = (text: string, source: string, crds: KubeObject[] = readManifests(CRD_DIR)) => compositeControllersIn(parseObjects(text, source), source, crds);
 const objectsOf = (text: string) => parseAllDocuments(text).map((document) => document.toJS() as KubeObject).filter(Boolean);
 
 const cc = (name: string, extra: string) => `apiVersion: metacontroller.k8s.io/v1alpha1

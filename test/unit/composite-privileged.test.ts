@@ -1,12 +1,12 @@
-// Privileged children (functions/composite/privileged.ts): a hook's answer may not hand out the
+// Privileged children (functions/composite/metacontroller/privileged.ts): a hook's answer may not hand out the
 // composite function's rights unless its CompositeController allows the kind by name.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { desiredChildren } from '../../functions/composite/hook-response.ts';
-import { ALLOW_PRIVILEGED_ANNOTATION, PRIVILEGED_CHILD_REASON, privilegeOf } from '../../functions/composite/privileged.ts';
-import { compileSelector, type Selector } from '../../functions/composite/selector.ts';
-import type { CompositeController, ResolvedResource } from '../../functions/composite/types.ts';
-import type { KubeObject } from '../../functions/runtime/index.ts';
+import { desiredChildren } from '../../functions/composite/metacontroller/hook-response.ts';
+import { ALLOW_PRIVILEGED_ANNOTATION, PRIVILEGED_CHILD_REASON, privilegeOf } from '../../functions/composite/metacontroller/privileged.ts';
+import { compileSelector, type Selector } from '../../functions/composite/metacontroller/selector.ts';
+import type { CompositeController, ResolvedResource } from '../../functions/composite/metacontroller/types.ts';
+import { type KubeObject } from '../../functions/runtime/index.ts';
 
 const everything = (compileSelector({}) as { selector: Selector }).selector;
 const rule = (apiVersion: string, resource: string, kind: string, namespaced: boolean): ResolvedResource => ({ apiVersion, resource, kind, namespaced });

@@ -1,11 +1,11 @@
-// A 403 while serving a CompositeController (functions/composite-controller/reconcile.ts): an RBAC
+// A 403 while serving a CompositeController (functions/composite/reconcile.ts): an RBAC
 // denial is a narrow install without this controller (NotPermitted, regenerate it); any other 403
 // (an admission policy, a quota) is reported as itself (Refused). Either is terminal: reported on
 // the controller, answered 2xx, the resync tries again.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
-import { NOT_PERMITTED_REASON, reconcileComposite, REFUSED_REASON } from '../../functions/composite-controller/reconcile.ts';
+import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
+import { NOT_PERMITTED_REASON, reconcileComposite, REFUSED_REASON } from '../../functions/composite/reconcile.ts';
 import { type ReconcileContext, TerminalError, kindKey, ApiError } from '../../functions/runtime/index.ts';
 import { quietLog } from '../support/cluster.ts';
 

@@ -1,12 +1,12 @@
 // Which functions make the in-memory plane run CompositeControllers' sources itself, and what it
-// tells the composite function (eventing/knative/composite-sources.ts); the sources themselves
+// tells the composite function (eventing/knative/derived-sources.ts, from the declaration's derivedSources); the sources themselves
 // are tested against a real API server in test/integration/composite-memory-plane.test.ts.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { compositeSourcesFor, inMemoryConfig } from '../../eventing/knative/composite-sources.ts';
+import { derivedSourcesFor, inMemoryConfig } from '../../eventing/knative/derived-sources.ts';
 import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
-import composite from '../../functions/composite-controller/index.ts';
-import { EVENT_SOURCES_CONFIG } from '../../functions/composite-controller/eventing.ts';
+import composite from '../../functions/composite/index.ts';
+import { EVENT_SOURCES_CONFIG } from '../../functions/composite/event-sources.ts';
 import { resolveConfig } from '../../functions/runtime/index.ts';
 import copyrator from '../../functions/copyrator/index.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
@@ -26,7 +26,7 @@ describe('the in-memory plane and the composite function', () => {
 
   test('CompositeControllers are watched only when the plane runs the composite function', () => {
     const options = { kube: unreachableKube(), log: quietLog, placement: DEFAULT_OPTIONS };
-    assert.equal(compositeSourcesFor([immortalContainer, copyrator], options), undefined);
-    assert.equal(typeof compositeSourcesFor([immortalContainer, composite], options), 'function');
+    assert.equal(derivedSourcesFor([immortalContainer, copyrator], options), undefined);
+    assert.equal(typeof derivedSourcesFor([immortalContainer, composite], options), 'function');
   });
 });

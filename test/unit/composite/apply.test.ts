@@ -1,8 +1,8 @@
-// The 3-way merge against the last-applied annotation (functions/composite/apply.ts).
+// The 3-way merge against the last-applied annotation (functions/composite/metacontroller/apply.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { applyUpdate, forCreate, goJsonMarshal, LAST_APPLIED_ANNOTATION, threeWayMerge } from '../../../functions/composite/apply.ts';
-import type { KubeObject } from '../../../functions/runtime/index.ts';
+import { applyUpdate, forCreate, goJsonMarshal, LAST_APPLIED_ANNOTATION, threeWayMerge } from '../../../functions/composite/metacontroller/apply.ts';
+import { type KubeObject } from '../../../functions/runtime/index.ts';
 
 const merge = (observed: string, lastApplied: string, desired: string) => threeWayMerge(JSON.parse(observed), JSON.parse(lastApplied), JSON.parse(desired));
 

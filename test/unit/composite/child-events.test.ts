@@ -1,10 +1,10 @@
-// Routing child changes to parents (functions/composite/child-events.ts).
+// Routing child changes to parents (functions/composite/metacontroller/child-events.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { potentialParents, referencedParent, type ParentKind } from '../../../functions/composite/child-events.ts';
-import { parentFilter, type Selector } from '../../../functions/composite/selector.ts';
-import type { CompositeController } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/index.ts';
+import { potentialParents, referencedParent, type ParentKind } from '../../../functions/composite/metacontroller/child-events.ts';
+import { parentFilter, type Selector } from '../../../functions/composite/metacontroller/selector.ts';
+import type { CompositeController } from '../../../functions/composite/metacontroller/types.ts';
+import { type KubeObject } from '../../../functions/runtime/index.ts';
 
 const controller = (extra: Partial<CompositeController['spec']> = {}): CompositeController => ({
   apiVersion: 'metacontroller.k8s.io/v1alpha1',

@@ -1,9 +1,9 @@
-// Adoption and release of children (functions/composite/claim.ts).
+// Adoption and release of children (functions/composite/metacontroller/claim.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { planClaim } from '../../../functions/composite/claim.ts';
-import { compileSelector, type Selector } from '../../../functions/composite/selector.ts';
-import type { KubeObject, OwnerReference } from '../../../functions/runtime/index.ts';
+import { planClaim } from '../../../functions/composite/metacontroller/claim.ts';
+import { compileSelector, type Selector } from '../../../functions/composite/metacontroller/selector.ts';
+import { type KubeObject, type OwnerReference } from '../../../functions/runtime/index.ts';
 
 const selector = (compileSelector({ matchLabels: { app: 'web' } }) as { selector: Selector }).selector;
 const parent = (deleting = false, namespace: string | undefined = 'prod'): KubeObject => ({

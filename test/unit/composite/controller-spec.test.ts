@@ -1,12 +1,12 @@
-// Checking a CompositeController and deriving its RBAC (functions/composite/controller-spec.ts).
+// Checking a CompositeController and deriving its RBAC (functions/composite/metacontroller/controller-spec.ts).
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { checkController, policyRulesFor, resyncPeriodMs } from '../../../functions/composite/controller-spec.ts';
-import { childSelector } from '../../../functions/composite/selector.ts';
-import type { CompositeController } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/index.ts';
+import { checkController, policyRulesFor, resyncPeriodMs } from '../../../functions/composite/metacontroller/controller-spec.ts';
+import { childSelector } from '../../../functions/composite/metacontroller/selector.ts';
+import type { CompositeController } from '../../../functions/composite/metacontroller/types.ts';
+import { type KubeObject } from '../../../functions/runtime/index.ts';
 
 const seed = parseAllDocuments(readFileSync(new URL('../../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url), 'utf8'))
   .map((doc) => doc.toJS())

@@ -1,12 +1,12 @@
-// Finalizer decisions and the after-hook plan (functions/composite/finalize.ts, sync-plan.ts).
+// Finalizer decisions and the after-hook plan (functions/composite/metacontroller/finalize.ts, sync-plan.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { forCreate } from '../../../functions/composite/apply.ts';
-import { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs, manageChildren, shouldFinalize } from '../../../functions/composite/finalize.ts';
-import { compileSelector, type Selector } from '../../../functions/composite/selector.ts';
-import { planSync, statusWrite, type SyncPlanInput } from '../../../functions/composite/sync-plan.ts';
-import type { CompositeController, CompositeHookResponse } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/index.ts';
+import { forCreate } from '../../../functions/composite/metacontroller/apply.ts';
+import { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs, manageChildren, shouldFinalize } from '../../../functions/composite/metacontroller/finalize.ts';
+import { compileSelector, type Selector } from '../../../functions/composite/metacontroller/selector.ts';
+import { planSync, statusWrite, type SyncPlanInput } from '../../../functions/composite/metacontroller/sync-plan.ts';
+import type { CompositeController, CompositeHookResponse } from '../../../functions/composite/metacontroller/types.ts';
+import { type KubeObject } from '../../../functions/runtime/index.ts';
 
 const controller = (finalize: boolean): CompositeController => ({
   apiVersion: 'metacontroller.k8s.io/v1alpha1',

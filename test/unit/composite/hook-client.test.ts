@@ -1,10 +1,10 @@
-// The webhook client against real HTTP servers on loopback (functions/composite/hook-client.ts).
+// The webhook client against real HTTP servers on loopback (functions/composite/metacontroller/hook-client.ts).
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { MAX_TIMER_MS } from '../../../functions/runtime/index.ts';
-import { callCompositeHook, DEFAULT_TIMEOUT_MS, postJson, retryAfterSeconds, webhookTarget, webhookTimeoutMs, type HookFailure } from '../../../functions/composite/hook-client.ts';
+import { callCompositeHook, DEFAULT_TIMEOUT_MS, postJson, retryAfterSeconds, webhookTarget, webhookTimeoutMs, type HookFailure } from '../../../functions/composite/metacontroller/hook-client.ts';
 
 interface Seen {
   method?: string;

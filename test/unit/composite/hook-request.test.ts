@@ -1,9 +1,9 @@
-// The sync/finalize hook request (functions/composite/hook-request.ts).
+// The sync/finalize hook request (functions/composite/metacontroller/hook-request.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { buildHookRequest, objectKey } from '../../../functions/composite/hook-request.ts';
-import type { CompositeController, ResolvedResource } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/index.ts';
+import { buildHookRequest, objectKey } from '../../../functions/composite/metacontroller/hook-request.ts';
+import type { CompositeController, ResolvedResource } from '../../../functions/composite/metacontroller/types.ts';
+import { type KubeObject } from '../../../functions/runtime/index.ts';
 
 const controller: CompositeController = {
   apiVersion: 'metacontroller.k8s.io/v1alpha1',

@@ -1,10 +1,10 @@
-// Decoding and checking a hook's answer (functions/composite/hook-response.ts).
+// Decoding and checking a hook's answer (functions/composite/metacontroller/hook-response.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { desiredChildren, isStrict, objectNameProblem, parseHookResponse, withNamespaceDefaults } from '../../../functions/composite/hook-response.ts';
-import { compileSelector, type Selector } from '../../../functions/composite/selector.ts';
-import type { ResolvedResource } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/index.ts';
+import { desiredChildren, isStrict, objectNameProblem, parseHookResponse, withNamespaceDefaults } from '../../../functions/composite/metacontroller/hook-response.ts';
+import { compileSelector, type Selector } from '../../../functions/composite/metacontroller/selector.ts';
+import type { ResolvedResource } from '../../../functions/composite/metacontroller/types.ts';
+import { type KubeObject } from '../../../functions/runtime/index.ts';
 
 const loose = { version: 'v1' as const, strict: false, hookType: 'sync' };
 const strict = { version: 'v2' as const, strict: true, hookType: 'sync' };

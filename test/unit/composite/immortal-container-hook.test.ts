@@ -1,17 +1,17 @@
 // The ImmortalContainer sync hook as a pure function, and served over HTTP
-// (functions/composite/immortal-container-hook.ts, serve-hook.ts).
+// (examples/immortal-container-hook/hook.ts, functions/composite/metacontroller/serve-hook.ts).
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { callCompositeHook } from '../../../functions/composite/hook-client.ts';
-import { buildHookRequest } from '../../../functions/composite/hook-request.ts';
-import { sync } from '../../../functions/composite/immortal-container-hook.ts';
-import { planChildren } from '../../../functions/composite/manage-children.ts';
-import { serveHooks, type HookServer } from '../../../functions/composite/serve-hook.ts';
-import { HookRequestError, type CompositeController } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/index.ts';
+import { callCompositeHook } from '../../../functions/composite/metacontroller/hook-client.ts';
+import { buildHookRequest } from '../../../functions/composite/metacontroller/hook-request.ts';
+import { sync } from '../../../examples/immortal-container-hook/hook.ts';
+import { planChildren } from '../../../functions/composite/metacontroller/manage-children.ts';
+import { serveHooks, type HookServer } from '../../../functions/composite/metacontroller/serve-hook.ts';
+import { HookRequestError, type CompositeController } from '../../../functions/composite/metacontroller/types.ts';
+import { type KubeObject } from '../../../functions/runtime/index.ts';
 
 const manifests = parseAllDocuments(readFileSync(new URL('../../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url), 'utf8')).map((doc) => doc.toJS());
 const controller = manifests.find((object) => object.kind === 'CompositeController') as CompositeController;

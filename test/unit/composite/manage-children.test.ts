@@ -1,10 +1,10 @@
-// Planning the children's writes (functions/composite/manage-children.ts).
+// Planning the children's writes (functions/composite/metacontroller/manage-children.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { forCreate, LAST_APPLIED_ANNOTATION } from '../../../functions/composite/apply.ts';
-import { childErrorsMessage, methodFor, planChildren, updateStrategies, type ChildOperation, type UpdateStrategies } from '../../../functions/composite/manage-children.ts';
-import type { ResolvedResource } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/index.ts';
+import { forCreate, LAST_APPLIED_ANNOTATION } from '../../../functions/composite/metacontroller/apply.ts';
+import { childErrorsMessage, methodFor, planChildren, updateStrategies, type ChildOperation, type UpdateStrategies } from '../../../functions/composite/metacontroller/manage-children.ts';
+import type { ResolvedResource } from '../../../functions/composite/metacontroller/types.ts';
+import { type KubeObject } from '../../../functions/runtime/index.ts';
 
 const parent: KubeObject = { apiVersion: 'example.com/v1', kind: 'Thing', metadata: { name: 'p', namespace: 'prod', uid: 'parent-uid' } };
 const pods: ResolvedResource = { apiVersion: 'v1', resource: 'pods', kind: 'Pod', namespaced: true };

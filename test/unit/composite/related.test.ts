@@ -1,9 +1,9 @@
-// The customize hook's answer and the related lists (functions/composite/related.ts).
+// The customize hook's answer and the related lists (functions/composite/metacontroller/related.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { parseCustomizeResponse, relatedQueries, selectRelated, type RelatedContext } from '../../../functions/composite/related.ts';
-import type { RelatedResourceRule, ResolvedResource } from '../../../functions/composite/types.ts';
-import type { KubeObject } from '../../../functions/runtime/index.ts';
+import { parseCustomizeResponse, relatedQueries, selectRelated, type RelatedContext } from '../../../functions/composite/metacontroller/related.ts';
+import type { RelatedResourceRule, ResolvedResource } from '../../../functions/composite/metacontroller/types.ts';
+import { type KubeObject } from '../../../functions/runtime/index.ts';
 
 const configMaps: ResolvedResource = { apiVersion: 'v1', resource: 'configmaps', kind: 'ConfigMap', namespaced: true };
 const namespaces: ResolvedResource = { apiVersion: 'v1', resource: 'namespaces', kind: 'Namespace', namespaced: false };

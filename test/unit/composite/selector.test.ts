@@ -1,8 +1,8 @@
-// Label selectors and the parent ↔ children selector (functions/composite/selector.ts).
+// Label selectors and the parent ↔ children selector (functions/composite/metacontroller/selector.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { childSelector, compileSelector, parentFilter } from '../../../functions/composite/selector.ts';
-import type { CompositeControllerSpec } from '../../../functions/composite/types.ts';
+import { childSelector, compileSelector, parentFilter } from '../../../functions/composite/metacontroller/selector.ts';
+import type { CompositeControllerSpec } from '../../../functions/composite/metacontroller/types.ts';
 
 const spec = (extra: Partial<CompositeControllerSpec> = {}): CompositeControllerSpec => ({ parentResource: { apiVersion: 'example.com/v1', resource: 'things' }, ...extra });
 

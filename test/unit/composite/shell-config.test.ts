@@ -2,9 +2,9 @@
 // (COMPOSITE_HOOK_URLS) and the selector deviation for controllers without generateSelector.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { parseHookUrls, rewriteUrl } from '../../../functions/composite-controller/hooks.ts';
-import { effectiveController } from '../../../functions/composite-controller/sync-parent.ts';
-import type { CompositeController } from '../../../functions/composite/types.ts';
+import { parseHookUrls, rewriteUrl } from '../../../functions/composite/hooks.ts';
+import { effectiveController } from '../../../functions/composite/sync-parent.ts';
+import type { CompositeController } from '../../../functions/composite/metacontroller/types.ts';
 
 describe('COMPOSITE_HOOK_URLS', () => {
   test('parses prefix=replacement pairs; empty means none', () => {

@@ -1,0 +1,150 @@
+// The I/O around a parent's children: listing the candidates of each child kind, carrying out
+// the claim (adopt matching orphans, release children that stopped matching) and the planned
+// child operations. The decisions are functions/composite/claim.ts and manage-children.ts.
+//
+// Upstream: metacontroller pkg/controller/composite/controller.go claimChildren,
+// pkg/dynamic/controllerref (adoptChild / releaseChild, with RecheckDeletionTimestamp before the
+// first adoption) and pkg/controller/common/manage_children.go (ManageChildren: deletes first,
+// keeps going past failures and reports them together; a uid precondition and Background
+// propagation on deletes; AlreadyExists on create and NotFound/Conflict on update are fine: the
+// next sync sees the truth).
+import { planClaim, type ClaimAction, type ChildOperation, type Selector } from './metacontroller/index.ts';
+import { apiVersionOf, keyOf, sameKind, type KubeObject, type ResourceKind, isConflict, isNotFound, type KubeClient, applyChild, type ApplyOptions } from '../runtime/index.ts';
+
+export interface ParentRef {
+  parent: KubeObject;
+  kind: ResourceKind;
+}
+
+/** List items carry no apiVersion/kind for built-in kinds; the hook request is keyed by them. */
+const typed = (kind: ResourceKind, object: KubeObject): KubeObject => ({ ...object, apiVersion: apiVersionOf(kind), kind: kind.kind });
+
+/** The objects of a child kind in a namespace (undefined: all), typed. */
+export type CandidateLists = (kind: ResourceKind, namespace: string | undefined) => Promise<KubeObject[]>;
+
+/**
+ * Lists shared by every parent of one sweep: each child kind is listed once per namespace (page
+ * by page), not once per parent, as upstream shares its informer cache. A list a little older
+ * than a parent's sync is safe: adoptions and releases are PUTs with the resourceVersion listed,
+ * creations of an existing name answer AlreadyExists, and the next sync sees the truth.
+ */
+export function sharedLists(kube: KubeClient): CandidateLists {
+  const lists = new Map<string, Promise<KubeObject[]>>();
+  return (kind, namespace) => {
+    const id = `${kind.group}/${kind.plural}/${namespace ?? '*'}`;
+    let list = lists.get(id);
+    if (!list) {
+      list = kube.list(kind, { namespace }).then((result) => result.items.map((item) => typed(kind, item)));
+      // A failed list is not kept: the next parent tries again.
+      list.catch(() => lists.delete(id));
+      lists.set(id, list);
+    }
+    return list;
+  };
+}
+
+/**
+ * The objects of a child kind that `selector` matches, listed for one parent (no sharing), from
+ * the API server's watch cache: read from etcd, every such list would scan the whole collection,
+ * once per parent. A list a little stale is what upstream's informer gives too, and is safe for
+ * the same reasons as sharedLists' (the selector is never empty: childSelector refuses that).
+ */
+export function selectedLists(kube: KubeClient, selector: Selector): CandidateLists {
+  return async (kind, namespace) => {
+    const items: KubeObject[] = [];
+    for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined, cached: true })) items.push(...page.items.map((item) => typed(kind, item)));
+    return items;
+  };
+}
+
+/**
+ * The parent's children of every child kind: owned ones still matching `selector`, plus orphans
+ * adopted now. Children that stopped matching are released. Candidates are the child kind's
+ * objects in the parent's namespace, or in all namespaces for a cluster-scoped parent.
+ */
+export async function claimChildren(kube: KubeClient, { parent, kind }: ParentRef, childKinds: ResourceKind[], selector: Selector, listed: CandidateLists): Promise<KubeObject[]> {
+  const observed: KubeObject[] = [];
+  let parentRechecked: boolean | undefined;
+  for (const childKind of childKinds) {
+    const candidates = await listed(childKind, kind.namespaced ? parent.metadata.namespace : undefined);
+    const plan = planClaim({ parent, parentApiVersion: apiVersionOf(kind), parentKind: kind.kind, parentNamespaced: kind.namespaced, selector, candidates });
+    observed.push(...plan.claimed);
+    for (const release of plan.release) await writeOwners(kube, childKind, release);
+    if (plan.adopt.length > 0) {
+      // RecheckDeletionTimestamp: adopt nothing for a parent that was replaced or is going away.
+      parentRechecked ??= await stillAdopting(kube, kind, parent);
+      if (!parentRechecked) continue;
+      for (const adopt of plan.adopt) {
+        const adopted = await writeOwners(kube, childKind, adopt);
+        if (adopted) observed.push(typed(childKind, adopted));
+      }
+    }
+  }
+  return observed;
+}
+
+async function stillAdopting(kube: KubeClient, kind: ResourceKind, parent: KubeObject): Promise<boolean> {
+  const fresh = await kube.get(kind, keyOf(parent));
+  return fresh !== undefined && fresh.metadata.uid === parent.metadata.uid && !fresh.metadata.deletionTimestamp;
+}
+
+/** PUT the child with its new ownerReferences (its resourceVersion inside); undefined when it moved on. */
+async function writeOwners(kube: KubeClient, kind: ResourceKind, action: ClaimAction): Promise<KubeObject | undefined> {
+  try {
+    return await kube.replace(kind, { ...action.child, metadata: { ...action.child.metadata, ownerReferences: action.ownerReferences } });
+  } catch (error) {
+    if (isNotFound(error) || isConflict(error)) return undefined;
+    throw error;
+  }
+}
+
+export interface ChildWrites {
+  /** Children deleted (Recreate, or not desired any more): a sync soon creates what is missing. */
+  deleted: number;
+  /** Why some children could not be applied; the others were. */
+  errors: string[];
+}
+
+/** Carries out every operation, deletes first, and collects the failures instead of stopping. */
+export async function applyChildOperations(kube: KubeClient, childKinds: ResourceKind[], operations: ChildOperation[]): Promise<ChildWrites> {
+  const result: ChildWrites = { deleted: 0, errors: [] };
+  const kindOf = (object: KubeObject) => childKinds.find((kind) => sameKind(kind, object.apiVersion, object.kind));
+  const ordered = [...operations].sort((a, b) => Number(!isDelete(a)) - Number(!isDelete(b)));
+  for (const operation of ordered) {
+    const object = operation.action === 'create' || operation.action === 'update' ? operation.object : operation.action === 'error' ? operation.child : operation.observed;
+    const kind = kindOf(object);
+    const what = `${object.kind} ${keyOf(object).namespace ? `${keyOf(object).namespace}/` : ''}${object.metadata.name}`;
+    try {
+      switch (operation.action) {
+        case 'error':
+          result.errors.push(`${what}: ${operation.reason}`);
+          break;
+        case 'unchanged':
+          break;
+        case 'delete':
+        case 'recreate':
+          if (await kube.delete(kind!, keyOf(operation.observed), { uid: operation.observed.metadata.uid, propagationPolicy: 'Background' })) result.deleted++;
+          break;
+        case 'create':
+          await applyChild(kube, kind!, operation.object, planned);
+          break;
+        case 'update':
+          await applyChild(kube, kind!, operation.object, { ...planned, observed: operation.observed });
+          break;
+      }
+    } catch (error) {
+      result.errors.push(`can't ${operation.action} ${what}: ${(error as Error).message}`);
+    }
+  }
+  return result;
+}
+
+/**
+ * How a planned child is applied: the children were claimed (claim.ts), so they are the parent's;
+ * the object written is the plan's, already through Metacontroller's 3-way merge (apply.ts); and
+ * a create that finds the name taken or an update that finds the child changed or gone is left,
+ * as upstream leaves it: the next sync sees the truth.
+ */
+const planned: ApplyOptions<KubeObject> = { isManaged: () => true, merge: (_observed, object) => object, onRace: 'leave' };
+
+const isDelete = (operation: ChildOperation) => operation.action === 'delete' || operation.action === 'recreate';

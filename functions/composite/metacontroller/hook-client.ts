@@ -1,0 +1,202 @@
+// Calls a Metacontroller webhook: where it is, how long to wait, what counts as an answer.
+//
+// Upstream: metacontroller pkg/hooks/webhook.go (webhookURL: `url` overrides everything, else
+// both `service` and `path`, giving `<protocol>://<name>.<namespace>:<port><path>` with port 80
+// and protocol http by default; webhookTimeout: 10 s when absent or not positive;
+// webhookExecutor.Call: POST with `Content-Type: application/json`, 429 → TooManyRequestError
+// whose delay is the Retry-After header as an RFC 1123 date (seconds from now, rounded up) or
+// else as an integer (0 when neither), anything but 200 → "unsupported status code"),
+// pkg/hooks/webhook_plain.go (isStatusSupported: only 200) and pkg/hooks/errors.go. The parent
+// controller re-queues a 429 after the delay without an Event; every other failure becomes a
+// Warning Event `SyncError` on the parent and a rate-limited retry (controller.go sync).
+//
+// Not supported (yet): etag caching, caBundle / clientTLS, authorization and basicAuth.
+import http from 'node:http';
+import https from 'node:https';
+import { MAX_TIMER_MS, quote } from '../../runtime/index.ts';
+import { parseHookResponse } from './hook-response.ts';
+import type { CompositeHookResponse, HookVersion, Webhook } from './types.ts';
+
+export const DEFAULT_TIMEOUT_MS = 10_000;
+/** A hook answer larger than this is refused rather than buffered. */
+export const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
+
+export interface HookTarget {
+  url: string;
+  timeoutMs: number;
+}
+
+/** Why a call produced no usable answer; `TooManyRequests` is a wait, everything else a SyncError. */
+export type HookFailure =
+  | { type: 'TooManyRequests'; retryAfterSeconds: number; reason: string }
+  | { type: 'SyncError'; cause: 'config' | 'unreachable' | 'timeout' | 'status' | 'too-large' | 'malformed'; reason: string };
+
+export type HookResult<T> = { ok: true; value: T } | { ok: false; failure: HookFailure };
+
+const syncError = (cause: Extract<HookFailure, { type: 'SyncError' }>['cause'], reason: string): { ok: false; failure: HookFailure } => ({
+  ok: false,
+  failure: { type: 'SyncError', cause, reason },
+});
+
+/** Where a webhook lives and how long to wait for it. */
+export function webhookTarget(webhook: Webhook | undefined): HookResult<HookTarget> {
+  if (!webhook) return syncError('config', 'invalid webhook config: no webhook');
+  const timeoutMs = webhookTimeoutMs(webhook.timeout);
+  if (webhook.url) return { ok: true, value: { url: webhook.url, timeoutMs } };
+  if (!webhook.service || webhook.path === undefined) {
+    return syncError('config', "invalid webhook config: must specify either a full 'url', or both 'service' and 'path'");
+  }
+  const { name, namespace, port = 80, protocol = 'http' } = webhook.service;
+  if (!name || !namespace) return syncError('config', "invalid webhook config: 'service' must specify both 'name' and 'namespace'");
+  return { ok: true, value: { url: `${protocol}://${name}.${namespace}:${port}${webhook.path}`, timeoutMs } };
+}
+
+const DURATION_UNITS: Record<string, number> = { ns: 1e-6, us: 1e-3, µs: 1e-3, μs: 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/**
+ * A Go duration ("10s", "1m30s", "1.5s", ".5s", "+2m") in milliseconds; 10 s when absent,
+ * invalid or not positive; at most MAX_TIMER_MS (an effectively unbounded wait, as upstream's would be; a
+ * longer timer would fire after 1 ms and time out every call of a webhook with a `timeout` of
+ * about 596.5 h or more).
+ */
+export function webhookTimeoutMs(timeout: string | undefined): number {
+  // time.ParseDuration's grammar: each number has a digit on one side of its point at least.
+  if (!timeout || !/^\+?((\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$/.test(timeout)) return DEFAULT_TIMEOUT_MS;
+  let total = 0;
+  for (const [, amount, unit] of timeout.matchAll(/(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g)) total += Number(amount) * DURATION_UNITS[unit!]!;
+  return total > 0 ? Math.min(total, MAX_TIMER_MS) : DEFAULT_TIMEOUT_MS;
+}
+
+/** Retry-After as upstream reads it: an RFC 1123 date (seconds from now, rounded up), else an integer, else 0. */
+export function retryAfterSeconds(header: string | undefined, now: Date = new Date()): number {
+  const value = header?.trim() ?? '';
+  if (/^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} [A-Z]{1,5}$/.test(value)) {
+    const at = Date.parse(value);
+    if (!Number.isNaN(at)) return Math.ceil((at - now.getTime()) / 1000);
+  }
+  return /^[+-]?\d+$/.test(value) ? Number.parseInt(value, 10) : 0;
+}
+
+export interface CallOptions {
+  /** Connection pooling; by default one keep-alive agent per protocol for the whole process. */
+  agent?: http.Agent;
+  now?: () => Date;
+  /** Larger answers are refused (default MAX_RESPONSE_BYTES). */
+  maxResponseBytes?: number;
+}
+
+const agents = { 'http:': new http.Agent({ keepAlive: true }), 'https:': new https.Agent({ keepAlive: true }) };
+
+/** Redirects followed at most, as Go's http.Client. */
+const MAX_REDIRECTS = 10;
+
+/**
+ * POSTs the JSON payload and returns the body of a 200 answer, or why there is none. A 307 or 308
+ * is followed with the same POST, up to 10 times, as upstream's Go client does (a Flask hook
+ * mounted at `/sync/` answers `/sync` with a 308); the timeout covers the whole chain.
+ */
+export async function postJson(target: HookTarget, payload: unknown, options: CallOptions = {}): Promise<HookResult<string>> {
+  const body = Buffer.from(JSON.stringify(payload));
+  const deadline = Date.now() + target.timeoutMs;
+  let url = target.url;
+  for (let redirects = 0; ; redirects++) {
+    const outcome = await postOnce(url, body, deadline, target, options);
+    if (!('location' in outcome)) return outcome;
+    if (redirects === MAX_REDIRECTS) return syncError('status', `http error: POST ${target.url}: stopped after ${MAX_REDIRECTS} redirects`);
+    url = outcome.location;
+  }
+}
+
+function postOnce(target: string, body: Buffer, deadline: number, hook: HookTarget, options: CallOptions): Promise<HookResult<string> | { location: string }> {
+  let url: URL;
+  try {
+    url = new URL(target);
+  } catch {
+    return Promise.resolve(syncError('config', `invalid webhook URL ${quote(target)}`));
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return Promise.resolve(syncError('config', `unsupported webhook URL scheme "${url.protocol}"`));
+  const transport = url.protocol === 'https:' ? https : http;
+  return new Promise((resolve) => {
+    let settled = false;
+    const finish = (result: HookResult<string> | { location: string }) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve(result);
+    };
+    const request = transport.request(url, {
+      method: 'POST',
+      agent: options.agent ?? agents[url.protocol as 'http:' | 'https:'],
+      headers: { 'Content-Type': 'application/json', 'Content-Length': body.length },
+    });
+    // One deadline for the whole exchange, body and redirects included (Go's http.Client.Timeout).
+    const timer = setTimeout(() => {
+      finish(syncError('timeout', `http error: POST ${hook.url}: timed out after ${hook.timeoutMs} ms`));
+      request.destroy();
+    }, Math.max(0, deadline - Date.now()));
+    request.on('error', (error) => finish(syncError('unreachable', `http error: POST ${target}: ${error.message}`)));
+    request.on('response', (response) => {
+      const status = response.statusCode ?? 0;
+      const location = response.headers.location;
+      if ((status === 307 || status === 308) && location) {
+        response.resume();
+        let next: string;
+        try {
+          next = new URL(location, url).href;
+        } catch {
+          finish(syncError('status', `http error: POST ${target}: ${status} to an invalid Location ${quote(location)}`));
+          return;
+        }
+        finish({ location: next });
+        return;
+      }
+      if (status === 429) {
+        const header = response.headers['retry-after'];
+        const seconds = retryAfterSeconds(Array.isArray(header) ? header[0] : header, options.now?.() ?? new Date());
+        response.resume();
+        finish({ ok: false, failure: { type: 'TooManyRequests', retryAfterSeconds: seconds, reason: `Too many request, it will be resync after: ${seconds}` } });
+        return;
+      }
+      const chunks: Buffer[] = [];
+      let size = 0;
+      const limit = options.maxResponseBytes ?? MAX_RESPONSE_BYTES;
+      response.on('data', (chunk: Buffer) => {
+        size += chunk.length;
+        if (size > limit) {
+          finish(syncError('too-large', `hook answer from ${target} is larger than ${limit} bytes`));
+          request.destroy();
+          return;
+        }
+        chunks.push(chunk);
+      });
+      response.on('error', (error) => finish(syncError('unreachable', `can't read response body: ${error.message}`)));
+      response.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        if (status !== 200) finish(syncError('status', `unsupported status code: ${status} body: ${truncate(text)}`));
+        else finish({ ok: true, value: text });
+      });
+    });
+    request.end(body);
+  });
+}
+
+export interface CompositeHookCall {
+  webhook: Webhook | undefined;
+  version: HookVersion;
+  strict: boolean;
+  hookType: 'sync' | 'finalize';
+  request: unknown;
+}
+
+/** One sync or finalize hook call, decoded: what the shell needs to act or to report. */
+export async function callCompositeHook(call: CompositeHookCall, options: CallOptions = {}): Promise<HookResult<CompositeHookResponse>> {
+  const target = webhookTarget(call.webhook);
+  if (!target.ok) return target;
+  const answer = await postJson(target.value, call.request, options);
+  if (!answer.ok) return answer;
+  const parsed = parseHookResponse(answer.value, { version: call.version, strict: call.strict, hookType: call.hookType });
+  return parsed.ok ? parsed : syncError('malformed', parsed.reason);
+}
+
+/** Keeps an Event message readable when a hook answers with a whole HTML page. */
+const truncate = (text: string): string => (text.length > 512 ? `${text.slice(0, 512)}…` : text);
