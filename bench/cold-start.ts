@@ -25,7 +25,7 @@
 // Writes bench/results/cold-start-<label>-<date>.json.
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { freePort, killOnExit, stopProcess } from '../cluster/control-plane.ts';
+import { freePort, killOnExit, stopProcess } from '../processes/index.ts';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';

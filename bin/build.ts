@@ -26,7 +26,7 @@ import { basename, dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { build, type Metafile } from 'esbuild';
-import { isRunning } from '../cluster/processes.ts';
+import { isRunning } from '../processes/index.ts';
 import { functionModules } from '../functions/index.ts';
 import { bundleNarrowing } from './bundle-narrowing.ts';
 

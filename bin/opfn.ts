@@ -5,7 +5,7 @@ import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import type { ChangeAction } from '../eventing/apiserver-events.ts';
 import { functionNames, loadFunction } from '../functions/index.ts';
-import { isRunning, isSameProcess, processArguments, processStart } from '../cluster/processes.ts';
+import { isRunning, isSameProcess, processArguments, processStart } from '../processes/index.ts';
 import { CLUSTER_STATE_FILE, clusterRecord, DEAD_LETTER_FILE, planeRecord } from '../eventing/state-files.ts';
 
 // Commands import what they need when they run, so `opfn --help` answers at once.
@@ -136,7 +136,7 @@ cluster
       say(`a local cluster is already running (pid ${running.pid}); export KUBECONFIG=${running.kubeconfig}`);
       process.exit(1);
     }
-    const { startControlPlane, kubectlPathLine } = await import('../cluster/control-plane.ts');
+    const { startControlPlane, kubectlPathLine } = await import('../cluster/index.ts');
     const { applyCrds } = await import('../eventing/crds.ts');
     const { KubeClient } = await import('../functions/runtime/kube.ts');
     try {
@@ -178,7 +178,7 @@ cluster
     // left its control plane running.
     const clearLeftovers = async () => {
       rmSync(CLUSTER_STATE, { force: true });
-      const { reclaimAbandonedControlPlanes } = await import('../cluster/control-plane.ts');
+      const { reclaimAbandonedControlPlanes } = await import('../cluster/index.ts');
       for (const line of reclaimAbandonedControlPlanes()) say(line);
     };
     const gone = async () => {
@@ -218,7 +218,7 @@ cluster
       process.exit(1);
     }
     console.log(`export KUBECONFIG=${running.kubeconfig}`);
-    if (running.binDir) console.log((await import('../cluster/control-plane.ts')).kubectlPathLine(running.binDir));
+    if (running.binDir) console.log((await import('../cluster/index.ts')).kubectlPathLine(running.binDir));
   });
 
 program

@@ -9,14 +9,14 @@ import type { Logger } from 'pino';
 import { loadAllFunctions, loadFunction } from '../functions/index.ts';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import { configuredKubeconfig, KubeClient } from '../functions/runtime/kube.ts';
-import { kubectlPathLine, startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
+import { kubectlPathLine, startControlPlane, type ControlPlane } from '../cluster/index.ts';
 import type { Trigger } from './broker.ts';
 import { applyCrds, readManifestFile } from './crds.ts';
 import { applyGeneratedObjects } from './knative/local.ts';
 import { DEFAULT_OPTIONS } from './manifests/options.ts';
 import { serviceAccountName } from './manifests/rbac.ts';
 import { bundledFunctions, EventPlane, triggersFromManifests, type PlaneOptions } from './plane.ts';
-import { isSameProcess, processStart } from '../cluster/processes.ts';
+import { isSameProcess, processStart } from '../processes/index.ts';
 import { DEAD_LETTER_FILE, PLANE_STATE_FILE, planeRecord } from './state-files.ts';
 
 export interface DevOptions {

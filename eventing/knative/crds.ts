@@ -15,7 +15,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { provisionScript, runProvisionScript } from '../../cluster/provision-script.ts';
+import { provisionScript, runProvisionScript } from '../../cluster/index.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { applyCrds } from '../crds.ts';

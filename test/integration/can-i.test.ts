@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { parse } from 'yaml';
-import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 import { manifestOptions } from '../../eventing/manifests/cli.ts';
 import { functionObjects } from '../../eventing/manifests/index.ts';
 import type { ManifestOptions } from '../../eventing/manifests/options.ts';

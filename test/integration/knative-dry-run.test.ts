@@ -13,7 +13,7 @@ import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
-import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 import { applyCrds } from '../../eventing/crds.ts';
 import { knativeCrds, provisionKnativeCrds } from '../../eventing/knative/crds.ts';
 import { resourceKindOf } from '../../eventing/knative/kinds.ts';

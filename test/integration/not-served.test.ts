@@ -12,7 +12,7 @@ import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/i
 import { Discovery } from '../../functions/runtime/discovery.ts';
 import { Pod } from '../../functions/runtime/kinds.ts';
 import { ApiError, isNotFound, KubeClient, NOT_SERVED } from '../../functions/runtime/kube.ts';
-import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 import { deliver, kubeFor, serveFunction, type RunningFunction } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 

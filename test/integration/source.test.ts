@@ -15,7 +15,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
-import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 import { ConfigMap, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, KubeClient, type WatchEvent } from '../../functions/runtime/kube.ts';
 import { ApiServerSource, type SourceOptions, type SourceSpec } from '../../eventing/source.ts';

@@ -10,7 +10,7 @@ import type { KubeObject, ObjectKey, ResourceKind } from '../../functions/runtim
 import { ConnectionReusingKubeConfig, KubeClient, type RequestObserver } from '../../functions/runtime/kube.ts';
 import { createMetrics, type FunctionMetrics } from '../../functions/runtime/metrics.ts';
 import { createFunctionHost, OUTCOME_HEADER, type FunctionHost, type FunctionHostOptions } from '../../functions/runtime/server.ts';
-import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 
 export const quietLog = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
 

@@ -5,7 +5,7 @@ import { rbacObjects, serviceAccountName } from '../../eventing/rbac.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { collectionPath, type KubeObject } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
-import type { ControlPlane } from '../../cluster/control-plane.ts';
+import type { ControlPlane } from '../../cluster/index.ts';
 
 const PATHS: Record<string, string> = {
   ServiceAccount: '/api/v1/namespaces/{ns}/serviceaccounts',
