@@ -44,7 +44,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import type { FunctionStats } from '../eventing/activator/configuration.ts';
+import type { FunctionStats } from '../eventing/activator/index.ts';
 import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
 import immortalContainer from '../functions/immortal-container/index.ts';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';

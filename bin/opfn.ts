@@ -100,11 +100,11 @@ program
   .option('--replace <function=url...>', 'send a function\'s events to another implementation at this URL instead (as opfn manifests --replace); repeatable')
   .option('--log-format <format>', 'json | pretty (default: pretty on a terminal, json when piped)', logFormatOption)
   .action(async (options: { functions?: string[]; idle: number; resync?: number; triggers?: string[]; bundle: boolean; local?: boolean; replace?: string[]; logFormat?: 'json' | 'pretty' }) => {
-    const { runDev } = await import('../eventing/dev.ts');
+    const { runDev } = await import('./dev.ts');
     const { createLogger, logFormat } = await import('../functions/runtime/log.ts');
     const format = options.logFormat ?? logFormat();
     try {
-      const { parseReplacements } = await import('../eventing/manifests/cli.ts');
+      const { parseReplacements } = await import('./manifests.ts');
       const running = await runDev({
         replace: parseReplacements(options.replace ?? [], functionNames, true),
         functions: options.functions,
@@ -283,7 +283,7 @@ deadLetters
   .option('--file <path>', 'dead-letter file')
   .option('--json', 'print the letters as JSON lines instead')
   .action(async (options: { file?: string; json?: boolean }) => {
-    const { readDeadLetterFile } = await import('../eventing/broker.ts');
+    const { readDeadLetterFile } = await import('../eventing/broker/index.ts');
     const file = deadLetterFile(options);
     const entries = await readDeadLetterFile(file);
     for (const entry of entries) {
@@ -309,7 +309,7 @@ deadLetters
   .option('--file <path>', 'dead-letter file')
   .option('--broker <url>', 'broker ingress URL (default: the one the running `opfn dev` wrote to its state folder)')
   .action(async (options: { file?: string; broker?: string }) => {
-    const { replayDeadLetterFile } = await import('../eventing/broker.ts');
+    const { replayDeadLetterFile } = await import('../eventing/broker/index.ts');
     const plane = planeRecord(STATE_DIR);
     // A plane killed without cleaning up leaves its record; its port may since be anyone's.
     const running = isSameProcess(plane);
@@ -329,7 +329,7 @@ deadLetters
   .description('delete every dead letter (the file, its .refused letters and their rotated .1)')
   .option('--file <path>', 'dead-letter file')
   .action(async (options: { file?: string }) => {
-    const { clearDeadLetterFile } = await import('../eventing/broker.ts');
+    const { clearDeadLetterFile } = await import('../eventing/broker/index.ts');
     const file = deadLetterFile(options);
     say(`${await clearDeadLetterFile(file)} dead letter(s) removed from ${file}`);
   });
@@ -362,7 +362,7 @@ program
   .option('--composite-broad', 'give the composite function Metacontroller\'s `*` instead, so any CompositeController is served once applied (a hook\'s privileged children are still refused unless its controller allows them)')
   .option('--retry-after-max <duration>', 'honour a function\'s Retry-After up to this ISO-8601 duration (delivery.retryAfterMax; needs Knative\'s delivery-retryafter feature)')
   .action(async (options: { out?: string; image?: string; namespace?: string; brokerClass?: string; replace?: string[]; target: string; composite?: string; compositeBroad?: boolean; eventPolicy?: boolean; retryAfterMax?: string }) => {
-    const { runManifests } = await import('../eventing/manifests/cli.ts');
+    const { runManifests } = await import('./manifests.ts');
     const { loadAllFunctions } = await import('../functions/index.ts');
     try {
       if (options.target !== 'knative' && options.target !== 'openfaas') throw new Error(`--target must be knative or openfaas, not "${options.target}"`);

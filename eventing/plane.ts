@@ -16,26 +16,17 @@ import type { Logger } from 'pino';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import type { KubeObject } from '../functions/runtime/kinds.ts';
 import type { KubeClient } from '../functions/runtime/kube.ts';
-import { Activator, type FunctionStats } from './activator.ts';
-import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
+import { Activator, type FunctionStats } from './activator/index.ts';
+import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker/index.ts';
 import { DEAD_LETTER_FILE } from './state-files.ts';
-import { compositeSourcesFor, inMemoryConfig } from './knative/composite-sources.ts';
-import { KnativeControllers } from './knative/controllers.ts';
-import { pingEvent, withResyncInterval } from './knative/ping-sources.ts';
-import { configurationFromService, functionOf } from './knative/services.ts';
-import { StatusBoard } from './knative/status.ts';
-import { functionObjects } from './manifests/index.ts';
-import { broker as brokerObject, deadLetterSink } from './manifests/broker.ts';
-import { DEFAULT_OPTIONS, type ManifestOptions } from './manifests/options.ts';
-import { pingSources } from './manifests/ping-source.ts';
-import { validateManifests } from './manifests/validate.ts';
-import { FUNCTION_EXTENSION, kindsOf } from './manifests/wiring.ts';
-import type { SourceStats } from './source.ts';
+import { compositeSourcesFor, configurationFromService, functionOf, inMemoryConfig, KnativeControllers, pingEvent, StatusBoard, withResyncInterval } from './knative/index.ts';
+import { broker as brokerObject, deadLetterSink, DEFAULT_OPTIONS, FUNCTION_EXTENSION, functionObjects, kindsOf, type ManifestOptions, pingSources, validateManifests } from './manifests/index.ts';
+import type { SourceStats } from './source/index.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 // The declaration-level wiring (the generator's building blocks) that plane users need too.
-export { FUNCTION_EXTENSION, sourcesFor } from './manifests/wiring.ts';
+export { FUNCTION_EXTENSION, sourcesFor } from './manifests/index.ts';
 
 /**
  * The Knative objects the plane runs for `functions` when they do not live in an API server:

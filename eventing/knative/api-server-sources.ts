@@ -25,8 +25,8 @@ import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseAp
 import type { KubeClient } from '../../functions/runtime/kube.ts';
 import { guessedResource } from '../../functions/runtime/knative-objects.ts';
 import { compileSelector } from '../../functions/composite/selector.ts';
-import { formatLabelSelector } from '../manifests/sources.ts';
-import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';
+import { formatLabelSelector } from '../manifests/index.ts';
+import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source/index.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { ceOverridesProblem, overrideExtensions } from './ce-overrides.ts';
 import { ApiServerSource } from './kinds.ts';

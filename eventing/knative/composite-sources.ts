@@ -27,8 +27,7 @@ import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts
 import { TerminalError } from '../../functions/runtime/errors.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';
-import { BACKOFF_MAX_MS, describe, jitter } from '../source/backoff.ts';
-import { ApiServerSource as LocalSource } from '../source.ts';
+import { ApiServerSource as LocalSource, BACKOFF_MAX_MS, describe, jitter } from '../source/index.ts';
 import type { DerivedSources, ObjectHandlers } from './controllers.ts';
 import type { StatusBoard } from './status.ts';
 

@@ -11,12 +11,10 @@
 // dead-letter sink (event_display) is not run locally: the broker's dead-letter file stands in
 // for it.
 import type { Scaling } from '../../functions/runtime/declaration.ts';
-import { DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration } from '../activator/activator.ts';
-import { capacityAtMaxScale } from '../activator/decider.ts';
+import { capacityAtMaxScale, DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration } from '../activator/index.ts';
 import { deliveryBudgetFromEnvironment } from '../../functions/runtime/delivery-budget.ts';
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/kinds.ts';
-import { DEAD_LETTER_SERVICE } from '../manifests/options.ts';
-import { AUTOSCALING } from '../manifests/service.ts';
+import { AUTOSCALING, DEAD_LETTER_SERVICE } from '../manifests/index.ts';
 import { KnativeService } from './kinds.ts';
 import { notReady, ready, type StatusWriter, type Verdict } from './status.ts';
 

@@ -10,7 +10,7 @@ import type { FunctionDeclaration, PolicyRule } from '../../functions/runtime/de
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { clusterScopedOf, identity } from '../../functions/runtime/knative-objects.ts';
 import { mergeRules, rulesFor } from '../../functions/runtime/rbac.ts';
-import type { SourceSpec } from '../source.ts';
+import type { SourceSpec } from '../source/index.ts';
 import { labels, type ManifestOptions } from './options.ts';
 
 export { identity, splitByScope } from '../../functions/runtime/knative-objects.ts';

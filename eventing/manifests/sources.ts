@@ -6,7 +6,7 @@
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject, LabelSelector } from '../../functions/runtime/kinds.ts';
 import { sourcesFor } from './wiring.ts';
-import type { SourceSpec } from '../source.ts';
+import type { SourceSpec } from '../source/index.ts';
 import { apiServerSourceObject, sourceResource } from '../../functions/runtime/knative-objects.ts';
 import { labels, sourceServiceAccountName, type ManifestOptions } from './options.ts';
 import { clusterScopedResources, identity, sourceRules } from './rbac.ts';

@@ -12,7 +12,7 @@ import { apiServerEventType, FUNCTION_EXTENSION } from '../../functions/runtime/
 import { apiVersionOf, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { guessedResource, sourceKindName, watchableBySource } from '../../functions/runtime/knative-objects.ts';
 import type { SubscriptionsApiFilter } from '../filters.ts';
-import type { SourceSpec } from '../source.ts';
+import type { SourceSpec } from '../source/index.ts';
 
 /** CloudEvent extension naming the function a source serves (ApiServerSource ceOverrides). */
 export { FUNCTION_EXTENSION };

@@ -29,7 +29,7 @@ import { CopyratorRuleKind, type CopyratorRule } from '../../functions/copyrator
 import { ExchangeRateKind, type ExchangeRate } from '../../functions/exchange-rate/desired.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';
-import { readDeadLetterFile } from '../../eventing/broker.ts';
+import { readDeadLetterFile } from '../../eventing/broker/index.ts';
 import { DEAD_LETTER_FILE } from '../../eventing/state-files.ts';
 import { FUNCTION_EXTENSION } from '../../functions/runtime/events.ts';
 import { apiVersionOf, collectionPath, ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';

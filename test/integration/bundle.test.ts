@@ -23,8 +23,7 @@ import { reconcileReply } from '../../functions/runtime/reply.ts';
 import { KEEP_ALIVE_TIMEOUT_MS, OUTCOME_HEADER } from '../../functions/runtime/server.ts';
 import { deliver, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
-import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
-import { knativeService, READINESS_PATH } from '../../eventing/manifests/service.ts';
+import { DEFAULT_OPTIONS, knativeService, READINESS_PATH } from '../../eventing/manifests/index.ts';
 import { IMAGE_NODE_FLAGS } from '../../bin/build.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');

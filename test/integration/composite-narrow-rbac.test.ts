@@ -8,10 +8,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { applyCrds, readManifestFile } from '../../eventing/crds.ts';
-import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/crds.ts';
+import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/index.ts';
 import { narrowComposite, readCompositeFile } from '../../eventing/manifests/composite.ts';
-import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
-import { functionIdentity } from '../../eventing/manifests/rbac.ts';
+import { DEFAULT_OPTIONS, functionIdentity } from '../../eventing/manifests/index.ts';
 import { ensureEventing } from '../../functions/composite-controller/eventing.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { CompositeControllerKind } from '../../functions/composite-controller/kinds.ts';

@@ -17,7 +17,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, fetch } from 'undici';
 import { parse } from 'yaml';
-import { rbacObjects } from '../../eventing/rbac.ts';
+import { rbacObjects } from '../../eventing/manifests/index.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { startTestCluster, type TestCluster } from '../support/cluster.ts';

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { join } from 'node:path';
 import { CloudEvent, HTTP, type CloudEventV1 } from 'cloudevents';
-import { Broker } from '../../eventing/broker.ts';
+import { Broker } from '../../eventing/broker/index.ts';
 import { resyncEvent } from '../../eventing/plane.ts';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';

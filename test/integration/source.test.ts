@@ -18,7 +18,7 @@ import { pino, type Logger } from 'pino';
 import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 import { ConfigMap, type KubeObject, type ResourceKind } from '../../functions/runtime/kinds.ts';
 import { ApiError, KubeClient, type WatchEvent } from '../../functions/runtime/kube.ts';
-import { ApiServerSource, type SourceOptions, type SourceSpec } from '../../eventing/source.ts';
+import { ApiServerSource, type SourceOptions, type SourceSpec } from '../../eventing/source/index.ts';
 
 const WAIT_LIMIT_MS = 90_000;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

@@ -1,7 +1,7 @@
 // Runs a function as its own ServiceAccount with exactly the generated RBAC objects, so a test
 // proves the declared rules are enough (and, by probing, that they are not more).
-import { resourceKindOf } from '../../eventing/knative/kinds.ts';
-import { rbacObjects, serviceAccountName } from '../../eventing/rbac.ts';
+import { resourceKindOf } from '../../eventing/knative/index.ts';
+import { rbacObjects, serviceAccountName } from '../../eventing/manifests/index.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import { collectionPath, type KubeObject } from '../../functions/runtime/kinds.ts';
 import type { KubeClient } from '../../functions/runtime/kube.ts';

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { manifestFiles, manifestOptions, runManifests } from '../../eventing/manifests/cli.ts';
+import { manifestFiles, manifestOptions, runManifests } from '../../bin/manifests.ts';
 import { compositeRules, EVENTING_ROLE, readCompositeControllers } from '../../eventing/manifests/composite.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';

@@ -3,8 +3,8 @@
 // are tested against a real API server in test/integration/composite-memory-plane.test.ts.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { compositeSourcesFor, inMemoryConfig } from '../../eventing/knative/composite-sources.ts';
-import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
+import { compositeSourcesFor, inMemoryConfig } from '../../eventing/knative/index.ts';
+import { DEFAULT_OPTIONS } from '../../eventing/manifests/index.ts';
 import composite from '../../functions/composite-controller/index.ts';
 import { EVENT_SOURCES_CONFIG } from '../../functions/composite-controller/eventing.ts';
 import { resolveConfig } from '../../functions/runtime/config.ts';

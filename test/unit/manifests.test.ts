@@ -13,16 +13,10 @@ import { parseAllDocuments } from 'yaml';
 import { loadAllFunctions } from '../../functions/index.ts';
 import { defineFunction, type FunctionDeclaration, type PolicyRule } from '../../functions/runtime/declaration.ts';
 import { Namespace, type KubeObject } from '../../functions/runtime/kinds.ts';
-import { manifestFiles, manifestOptions, runManifests } from '../../eventing/manifests/cli.ts';
-import { functionObjects, generateManifests, renderManifests } from '../../eventing/manifests/index.ts';
-import { openfaasStack } from '../../eventing/manifests/openfaas.ts';
-import { DEFAULT_OPTIONS, type ManifestOptions } from '../../eventing/manifests/options.ts';
-import { functionRules } from '../../eventing/manifests/rbac.ts';
-import { parseLabelSelector } from '../../eventing/manifests/sources.ts';
-import { validateManifests } from '../../eventing/manifests/validate.ts';
+import { manifestFiles, manifestOptions, runManifests } from '../../bin/manifests.ts';
+import { DEFAULT_OPTIONS, functionObjects, functionRules, generateManifests, type ManifestOptions, openfaasStack, parseLabelSelector, renamedKinds, renderManifests, unwatchedKinds, validateManifests } from '../../eventing/manifests/index.ts';
 import { pollEvent, resyncEvent, sourcesFor } from '../../eventing/plane.ts';
 import { interpretEvent } from '../../functions/runtime/events.ts';
-import { renamedKinds, unwatchedKinds } from '../../eventing/manifests/wiring.ts';
 import { guessedResource, installNamespaceFrom, sourceKindName, sourceResource } from '../../functions/runtime/knative-objects.ts';
 import { matchesTrigger } from '../../eventing/filters.ts';
 

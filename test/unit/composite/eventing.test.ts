@@ -11,9 +11,8 @@ import { ownerLabelValue } from '../../../functions/runtime/owner-labels.ts';
 import { Pod, Secret, ConfigMap, Namespace, type KubeObject, type ResourceKind } from '../../../functions/runtime/kinds.ts';
 import { FUNCTION_EXTENSION } from '../../../functions/runtime/events.ts';
 import { loadAllFunctions } from '../../../functions/index.ts';
-import { manifestOptions } from '../../../eventing/manifests/cli.ts';
-import { generateManifests } from '../../../eventing/manifests/index.ts';
-import { validateManifests } from '../../../eventing/manifests/validate.ts';
+import { manifestOptions } from '../../../bin/manifests.ts';
+import { generateManifests, validateManifests } from '../../../eventing/manifests/index.ts';
 
 const ImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
 const ClusterParent: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Tenant', plural: 'tenants', namespaced: false };

@@ -4,17 +4,11 @@
 // files are left alone.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
-import { COMPOSITE_FUNCTION } from '../../functions/composite-controller/eventing.ts';
-import { BROAD, NARROW_NO_CONTROLLERS, readCompositeFile, type CompositeRights } from './composite.ts';
-import { EVENT_POLICY_FEATURE_NOTE, withEventPolicies } from './event-policy.ts';
-import { generateManifests, installable, renderManifests } from './index.ts';
-import { openfaasStack } from './openfaas.ts';
-import { parseIsoDuration } from '../delivery.ts';
-import { DEFAULT_OPTIONS, KAFKA_BROKER_CLASS, type ManifestOptions } from './options.ts';
-import { validateManifests } from './validate.ts';
-import { guessedResource } from '../../functions/runtime/knative-objects.ts';
-import { renamedKinds, unwatchedKinds } from './wiring.ts';
+import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
+import { COMPOSITE_FUNCTION } from '../functions/composite-controller/eventing.ts';
+import { BROAD, type CompositeRights, DEFAULT_OPTIONS, EVENT_POLICY_FEATURE_NOTE, generateManifests, installable, KAFKA_BROKER_CLASS, type ManifestOptions, NARROW_NO_CONTROLLERS, openfaasStack, readCompositeFile, renamedKinds, renderManifests, unwatchedKinds, validateManifests, withEventPolicies } from '../eventing/manifests/index.ts';
+import { parseIsoDuration } from '../eventing/delivery.ts';
+import { guessedResource } from '../functions/runtime/knative-objects.ts';
 
 export interface ManifestCommand {
   target: 'knative' | 'openfaas';

@@ -5,10 +5,7 @@
 import type { FunctionDeclaration } from '../../functions/runtime/declaration.ts';
 import type { KubeObject } from '../../functions/runtime/kinds.ts';
 import { isAlreadyExists, type KubeClient } from '../../functions/runtime/kube.ts';
-import { BROAD } from '../manifests/composite.ts';
-import { generateManifests } from '../manifests/index.ts';
-import { DEFAULT_OPTIONS } from '../manifests/options.ts';
-import { validateManifests } from '../manifests/validate.ts';
+import { BROAD, DEFAULT_OPTIONS, generateManifests, validateManifests } from '../manifests/index.ts';
 import { installKnativeCrds } from './crds.ts';
 import { withResyncInterval } from './ping-sources.ts';
 import { resourceKindOf } from './kinds.ts';

@@ -10,14 +10,13 @@ import { loadAllFunctions, loadFunction } from '../functions/index.ts';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import { configuredKubeconfig, KubeClient } from '../functions/runtime/kube.ts';
 import { kubectlPathLine, startControlPlane, type ControlPlane } from '../cluster/index.ts';
-import type { Trigger } from './broker.ts';
-import { applyCrds, readManifestFile } from './crds.ts';
-import { applyGeneratedObjects } from './knative/local.ts';
-import { DEFAULT_OPTIONS } from './manifests/options.ts';
-import { serviceAccountName } from './manifests/rbac.ts';
-import { bundledFunctions, EventPlane, triggersFromManifests, type PlaneOptions } from './plane.ts';
+import type { Trigger } from '../eventing/broker/index.ts';
+import { applyCrds, readManifestFile } from '../eventing/crds.ts';
+import { applyGeneratedObjects } from '../eventing/knative/index.ts';
+import { DEFAULT_OPTIONS, serviceAccountName } from '../eventing/manifests/index.ts';
+import { bundledFunctions, EventPlane, triggersFromManifests, type PlaneOptions } from '../eventing/plane.ts';
 import { isSameProcess, processStart } from '../processes/index.ts';
-import { DEAD_LETTER_FILE, PLANE_STATE_FILE, planeRecord } from './state-files.ts';
+import { DEAD_LETTER_FILE, PLANE_STATE_FILE, planeRecord } from '../eventing/state-files.ts';
 
 export interface DevOptions {
   functions?: string[];
