@@ -31,7 +31,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { buildFunctions, IMAGE_NODE_FLAGS } from '../bin/build.ts';
+import { buildFunctions, IMAGE_NODE_FLAGS } from '../build/index.ts';
 import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/kinds.ts';

@@ -7,8 +7,10 @@ import { join } from 'node:path';
 import type { FunctionDeclaration } from '../functions/runtime/declaration.ts';
 import { COMPOSITE_FUNCTION } from '../functions/composite-controller/eventing.ts';
 import { BROAD, type CompositeRights, DEFAULT_OPTIONS, EVENT_POLICY_FEATURE_NOTE, generateManifests, installable, KAFKA_BROKER_CLASS, type ManifestOptions, NARROW_NO_CONTROLLERS, openfaasStack, readCompositeFile, renamedKinds, renderManifests, unwatchedKinds, validateManifests, withEventPolicies } from '../eventing/manifests/index.ts';
-import { parseIsoDuration } from '../eventing/delivery.ts';
+import { parseIsoDuration } from '../eventing/broker/index.ts';
 import { guessedResource } from '../functions/runtime/knative-objects.ts';
+import { loadAllFunctions } from '../functions/index.ts';
+import { say } from './terminal.ts';
 
 export interface ManifestCommand {
   target: 'knative' | 'openfaas';
@@ -138,4 +140,16 @@ export function runManifests(command: ManifestCommand, declarations: FunctionDec
     if (!existsSync(path) || readFileSync(path, 'utf8') !== content) writeFileSync(path, content);
   }
   return Object.keys(files).map((name) => join(command.out!, name));
+}
+
+/** `opfn manifests`: generates for every function, prints or writes, and says what it wrote. */
+export async function manifestsCommand(options: Omit<ManifestCommand, 'target'> & { target: string }): Promise<void> {
+  try {
+    if (options.target !== 'knative' && options.target !== 'openfaas') throw new Error(`--target must be knative or openfaas, not "${options.target}"`);
+    const written = runManifests({ ...options, target: options.target }, await loadAllFunctions(), (text) => process.stdout.write(text));
+    if (written.length) say(`wrote ${written.join(', ')}`);
+  } catch (error) {
+    say(`opfn manifests: ${(error as Error).message}`);
+    process.exit(1);
+  }
 }

@@ -75,20 +75,6 @@ export function pollEvent(declaration: FunctionDeclaration): CloudEvent<unknown>
   return pingEvent(poll);
 }
 
-/**
- * Builds the functions' esbuild bundles into `outdir` and returns how to run them, as the
- * container image does (dist/main.mjs, which runs a bundle from its V8 code cache and writes that
- * cache when the first instance exits): a cold start takes about a third of the time of running
- * the TypeScript sources (bench/cold-start.ts). Without the image's memory flag
- * (IMAGE_NODE_FLAGS, a capped young generation): the plane's instances come and go, and more
- * scavenges would only slow their bursts.
- */
-export async function bundledFunctions(outdir: string): Promise<Required<Pick<PlaneOptions, 'command'>>> {
-  const { buildFunctions } = await import('../bin/build.ts');
-  await buildFunctions({ outdir });
-  return { command: (declaration) => ({ command: process.execPath, args: [join(outdir, 'main.mjs'), declaration.name] }) };
-}
-
 export interface PlaneOptions {
   functions: FunctionDeclaration[];
   kube: KubeClient;
@@ -115,7 +101,7 @@ export interface PlaneOptions {
   resyncIntervalMs?: number;
   /** Objects in memory only: the generated Triggers' retries and backoff (default Knative's). */
   delivery?: DeliverySpec;
-  /** How to start a function process; default: its TypeScript entry under Node 24. */
+  /** How to start a function process (the build's bundledFunctions gives the bundles' way); default: its TypeScript entry under Node 24. */
   command?: (declaration: FunctionDeclaration) => { command: string; args: string[] };
   /** Extra environment for function processes (e.g. LOG_LEVEL). */
   env?: Record<string, string>;
