@@ -90,8 +90,7 @@ export interface PlaneOptions {
   /**
    * Instances one function may run at once on this machine, whatever its Service's max-scale
    * (which still bounds it). Default: the cores less one for the API server and the plane, at
-   * least 1. Measured with bench/plane.ts on 2 cores: a burst scaled out to 4 instances took
-   * 1.9× the CPU of direct writes, held at 1 instance 1.5× (the instances competed for the cores).
+   * least 1: instances beyond the cores only compete for them (docs/benchmarks.md).
    */
   hostInstanceLimit?: number;
   /**
