@@ -114,7 +114,7 @@ export interface PlaneOptions {
    * Run the Knative objects that live in the API server (Brokers, Services, Triggers,
    * ApiServerSources, PingSources: eventing/knative/), status written to them, instead of the
    * generated objects in memory; `kubectl patch trigger …` then takes effect live. For a local
-   * control plane holding the generated objects (eventing/knative/local.ts). `clientFor` gives
+   * control plane holding the generated objects (eventing/knative/local-install.ts). `clientFor` gives
    * each source its ServiceAccount's identity.
    */
   knativeObjects?: { clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient> };

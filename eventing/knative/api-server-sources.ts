@@ -1,5 +1,5 @@
 // Knative ApiServerSources (sources.knative.dev/v1) on the local plane: each object runs as its
-// own local ApiServerSource (eventing/source.ts) with the spec's resources, label selectors,
+// own local ApiServerSource (eventing/source/) with the spec's resources, label selectors,
 // mode and ceOverrides, sending to the broker; an update restarts it with the new spec (its
 // initial list then emits `add` for what exists, which level-triggered functions treat as a
 // resync), a delete stops it.

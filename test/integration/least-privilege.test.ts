@@ -1,5 +1,5 @@
 // Least privilege, probed at the API server: for every function of the project, its
-// ServiceAccount (bound to exactly the RBAC objects eventing/rbac.ts generates) may do what its
+// ServiceAccount (bound to exactly the RBAC objects eventing/manifests/rbac.ts generates) may do what its
 // declaration grants and nothing else, in any namespace and at cluster scope. The API server
 // answers the questions (SelfSubjectAccessReview, asked as the ServiceAccount), and real requests
 // confirm the ones that matter most: Secrets, nodes, namespaces, RBAC objects, escalate, bind,
