@@ -1,4 +1,4 @@
-// `opfn manifests`: parses the options, generates, checks (validate.ts) and prints or writes.
+// `opfn manifests`: parses the options, generates (eventing/manifests/), checks and prints or writes.
 // With --out, the folder gets one file per function plus kustomization.yaml (`kubectl apply -k
 // <folder>`); generated files that no longer belong (a function removed) are deleted, other
 // files are left alone.
