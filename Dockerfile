@@ -14,17 +14,18 @@ COPY package.json package-lock.json ./
 # one), and esbuild's JS API finds its binary through its platform package without a script.
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
-COPY bin ./bin
+COPY build ./build
 COPY functions ./functions
-RUN node bin/build.ts
+COPY processes ./processes
+RUN node build/build.ts
 
 FROM node:24-slim
 WORKDIR /app
 # Knative sets PORT itself; 8080 is its default.
 ENV NODE_ENV=production PORT=8080
 COPY --from=build /app/dist ./dist
-# Each function's V8 code cache (dist/<name>.code-cache, see bin/build.ts), made by this very
-# Node with the ENTRYPOINT's flags (IMAGE_NODE_FLAGS in bin/build.ts; V8 rejects a cache made
+# Each function's V8 code cache (dist/<name>.code-cache, see build/build.ts), made by this very
+# Node with the ENTRYPOINT's flags (IMAGE_NODE_FLAGS in build/node-flags.ts; V8 rejects a cache made
 # with other flags): starts each function once (no cluster needed) and stops it. Written as root
 # into dist/, readable by all; at run time it is only read (a rejected or missing cache only
 # costs start time: the function compiles its bundle and says so on stderr).
@@ -34,5 +35,5 @@ RUN node --max-semi-space-size=1 dist/warm-cache.mjs
 # eventing/manifests/service.ts).
 USER 1000:1000
 EXPOSE 8080
-# Flags: less memory for an instance that idles most of its life (IMAGE_NODE_FLAGS, bin/build.ts).
+# Flags: less memory for an instance that idles most of its life (IMAGE_NODE_FLAGS, build/node-flags.ts).
 ENTRYPOINT ["node", "--max-semi-space-size=1", "dist/main.mjs"]

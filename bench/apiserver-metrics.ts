@@ -6,7 +6,7 @@
 // A request is counted when its handler returns, a moment after the client has its answer, and a
 // watch only when it ends.
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ControlPlane } from '../cluster/control-plane.ts';
+import type { ControlPlane } from '../cluster/index.ts';
 
 export interface RequestSeries { verb: string; resource: string; code: string; value: number }
 export type RequestTotals = Map<string, RequestSeries>;

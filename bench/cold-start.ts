@@ -25,13 +25,13 @@
 // Writes its results as JSON outside the repository (bench/harness.ts, resultsFolder).
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { freePort, killOnExit, stopProcess } from '../cluster/control-plane.ts';
+import { freePort, killOnExit, stopProcess } from '../processes/index.ts';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { buildFunctions, IMAGE_NODE_FLAGS } from '../bin/build.ts';
+import { buildFunctions, IMAGE_NODE_FLAGS } from '../build/index.ts';
 import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/index.ts';

@@ -21,10 +21,10 @@
 import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { ApiServerSource } from '../eventing/knative/kinds.ts';
-import { applyGeneratedObjects } from '../eventing/knative/local.ts';
-import { DEFAULT_OPTIONS } from '../eventing/manifests/options.ts';
-import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
+import { ApiServerSource, applyGeneratedObjects } from '../eventing/knative/index.ts';
+import { DEFAULT_OPTIONS } from '../eventing/manifests/index.ts';
+import { bundledFunctions } from '../build/index.ts';
+import { EventPlane } from '../eventing/plane.ts';
 import { sync } from '../examples/immortal-container-hook/hook.ts';
 import composite, { CompositeControllerKind, sourceName } from '../functions/composite/index.ts';
 import { controllerRefFor, CONTROLLER_UID_LABEL, forCreate, serveHooks } from '../functions/composite/metacontroller/index.ts';

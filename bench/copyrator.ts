@@ -11,7 +11,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { bundledFunctions, EventPlane } from '../eventing/plane.ts';
+import { bundledFunctions } from '../build/index.ts';
+import { EventPlane } from '../eventing/plane.ts';
 import copyrator from '../functions/copyrator/index.ts';
 import { CopyratorRuleKind, desiredCopy, DISTRIBUTE_LABEL, type CopyableObject, type CopyratorRule } from '../functions/copyrator/desired.ts';
 import { ConfigMap, Namespace, forEachLimited } from '../functions/runtime/index.ts';

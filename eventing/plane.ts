@@ -13,27 +13,18 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
-import type { FunctionDeclaration, KubeObject, KubeClient } from '../functions/runtime/index.ts';
-import { Activator, type FunctionStats } from './activator.ts';
-import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker.ts';
+import { type FunctionDeclaration, type KubeObject, type KubeClient } from '../functions/runtime/index.ts';
+import { Activator, type FunctionStats } from './activator/index.ts';
+import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker/index.ts';
 import { DEAD_LETTER_FILE } from './state-files.ts';
-import { derivedSourcesFor, inMemoryConfig } from './knative/derived-sources.ts';
-import { KnativeControllers } from './knative/controllers.ts';
-import { pingEvent, withResyncInterval } from './knative/ping-sources.ts';
-import { configurationFromService, functionOf } from './knative/services.ts';
-import { StatusBoard } from './knative/status.ts';
-import { functionObjects } from './manifests/index.ts';
-import { broker as brokerObject, deadLetterSink } from './manifests/broker.ts';
-import { DEFAULT_OPTIONS, type ManifestOptions } from './manifests/options.ts';
-import { pingSources } from './manifests/ping-source.ts';
-import { validateManifests } from './manifests/validate.ts';
-import { FUNCTION_EXTENSION, kindsOf } from './manifests/wiring.ts';
-import type { SourceStats } from './source.ts';
+import { derivedSourcesFor, configurationFromService, functionOf, inMemoryConfig, KnativeControllers, pingEvent, StatusBoard, withResyncInterval } from './knative/index.ts';
+import { broker as brokerObject, deadLetterSink, DEFAULT_OPTIONS, FUNCTION_EXTENSION, functionObjects, kindsOf, type ManifestOptions, pingSources, validateManifests } from './manifests/index.ts';
+import type { SourceStats } from './source/index.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 // The declaration-level wiring (the generator's building blocks) that plane users need too.
-export { FUNCTION_EXTENSION, sourcesFor } from './manifests/wiring.ts';
+export { FUNCTION_EXTENSION, sourcesFor } from './manifests/index.ts';
 
 /**
  * The Knative objects the plane runs for `functions` when they do not live in an API server:
@@ -82,20 +73,6 @@ export function pollEvent(declaration: FunctionDeclaration): CloudEvent<unknown>
   return pingEvent(poll);
 }
 
-/**
- * Builds the functions' esbuild bundles into `outdir` and returns how to run them, as the
- * container image does (dist/main.mjs, which runs a bundle from its V8 code cache and writes that
- * cache when the first instance exits): a cold start takes about a third of the time of running
- * the TypeScript sources (bench/cold-start.ts). Without the image's memory flag
- * (IMAGE_NODE_FLAGS, a capped young generation): the plane's instances come and go, and more
- * scavenges would only slow their bursts.
- */
-export async function bundledFunctions(outdir: string): Promise<Required<Pick<PlaneOptions, 'command'>>> {
-  const { buildFunctions } = await import('../bin/build.ts');
-  await buildFunctions({ outdir });
-  return { command: (declaration) => ({ command: process.execPath, args: [join(outdir, 'main.mjs'), declaration.name] }) };
-}
-
 export interface PlaneOptions {
   functions: FunctionDeclaration[];
   kube: KubeClient;
@@ -111,8 +88,7 @@ export interface PlaneOptions {
   /**
    * Instances one function may run at once on this machine, whatever its Service's max-scale
    * (which still bounds it). Default: the cores less one for the API server and the plane, at
-   * least 1. Measured with bench/plane.ts on 2 cores: a burst scaled out to 4 instances took
-   * 1.9× the CPU of direct writes, held at 1 instance 1.5× (the instances competed for the cores).
+   * least 1: instances beyond the cores only compete for them (docs/benchmarks.md).
    */
   hostInstanceLimit?: number;
   /**
@@ -122,7 +98,7 @@ export interface PlaneOptions {
   resyncIntervalMs?: number;
   /** Objects in memory only: the generated Triggers' retries and backoff (default Knative's). */
   delivery?: DeliverySpec;
-  /** How to start a function process; default: its TypeScript entry under Node 24. */
+  /** How to start a function process (the build's bundledFunctions gives the bundles' way); default: its TypeScript entry under Node 24. */
   command?: (declaration: FunctionDeclaration) => { command: string; args: string[] };
   /** Extra environment for function processes (e.g. LOG_LEVEL). */
   env?: Record<string, string>;
@@ -136,7 +112,7 @@ export interface PlaneOptions {
    * Run the Knative objects that live in the API server (Brokers, Services, Triggers,
    * ApiServerSources, PingSources: eventing/knative/), status written to them, instead of the
    * generated objects in memory; `kubectl patch trigger …` then takes effect live. For a local
-   * control plane holding the generated objects (eventing/knative/local.ts). `clientFor` gives
+   * control plane holding the generated objects (eventing/knative/local-install.ts). `clientFor` gives
    * each source its ServiceAccount's identity.
    */
   knativeObjects?: { clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient> };

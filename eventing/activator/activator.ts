@@ -26,7 +26,7 @@ import http from 'node:http';
 import type net from 'node:net';
 import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
-import type { Lease } from '../broker/dispatcher.ts';
+import type { Lease } from '../broker/index.ts';
 import { checkConfiguration, type FunctionConfiguration, type FunctionProcessSpec, type FunctionStats } from './configuration.ts';
 import { routeOf } from './handler.ts';
 import type { Instance } from './instance.ts';

@@ -3,7 +3,6 @@
 // a healthy set): starting → ready ⇄ suspect → stopping → exited, with exited reachable from
 // every state (a process may die at any time) and nothing leaving exited.
 import http from 'node:http';
-import net from 'node:net';
 import type { ChildProcess } from 'node:child_process';
 
 export type InstanceState = 'starting' | 'ready' | 'suspect' | 'stopping' | 'exited';
@@ -97,17 +96,4 @@ export class Instance {
       req.end();
     });
   }
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
 }

@@ -13,8 +13,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import { lineSink, pipeLines } from './child-output.ts';
-import { freePort, Instance } from './instance.ts';
-import { atExit } from '../../cluster/exit-cleanup.ts';
+import { atExit, freePort } from '../../processes/index.ts';
+import { Instance } from './instance.ts';
 
 const PROBE_INTERVAL_MS = 25;
 

@@ -1,9 +1,9 @@
 // The local broker: a stand-in for a Knative Broker (MT channel-based) outside a cluster. This
-// file is the façade (triggers, publish, listen, idle, stats, close); the mechanics live beside
+// file is the Broker class (triggers, publish, listen, idle, stats, close); the mechanics live beside
 // it: ingress.ts (HTTP front door), ttl.ts (knativebrokerttl), triggers.ts (a Trigger checked and
 // its delivery policy resolved), trigger-queue.ts (per-trigger bounded queue), attempts.ts (retry
 // loop, direct routes), dispatcher.ts (one attempt and its verdict), dead-letters.ts (sink, file,
-// log), replies.ts and hold.ts (the reply path, replies due later), cloudevent-http.ts (the HTTP
+// log), replies.ts and requeue-hold.ts (the reply path, replies due later), cloudevent-http.ts (the HTTP
 // binding), ../filters.ts and ../delivery.ts (Knative's filter and delivery rules).
 //
 // Shutdown (close): intake stops first (ingress 503, publish refused), deliveries in flight and

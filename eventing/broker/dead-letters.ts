@@ -18,7 +18,7 @@ import { basename, dirname, join } from 'node:path';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { isRetryableStatus, withErrorExtensions, type DeadLetterTarget, type DeliveryFailure, type ResolvedDelivery } from '../delivery.ts';
-import { isRunning } from '../../cluster/processes.ts';
+import { isRunning } from '../../processes/index.ts';
 import { withRetries } from './attempts.ts';
 import { judge, type Dispatcher } from './dispatcher.ts';
 

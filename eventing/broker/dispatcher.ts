@@ -8,15 +8,10 @@
 //   body = 502 as Knative's filter answers (retried); other statuses per SelectiveRetry.
 // - A function instance reached directly (a lease) gets at most INSTANCE_CONNECTIONS connections;
 //   further deliveries wait in the pool. The events a process serves at once, and with them the
-//   API requests it makes at once, stay bounded. Measured with bench/plane.ts (500
-//   ImmortalContainers, one instance): with 256 the function held 355 connections to the API
-//   server, and each object cost 4.3 ms of CPU in the function and 5.8 ms in kube-apiserver; with
-//   64, 2.8 ms and 5.1 ms. 32 is what a function's Kubernetes client opens at most
-//   (functions/runtime/host/function-host.ts API_CONNECTIONS), so a delivery it accepts does not wait there
-//   for a connection, holding its event and its promises: in ten interleaved bursts of 500 per
-//   side, a freshly started function took 0.72–0.91 s of CPU per burst with 32 against
-//   0.76–1.10 s with 64 (13 % less on average); convergence 2.10 s against 2.20 s on average, within
-//   the noise of this machine.
+//   API requests it makes at once, stay bounded (more connections only made each object cost
+//   more CPU, in the function and in kube-apiserver: docs/benchmarks.md). 32 is what a
+//   function's Kubernetes client opens at most (functions/runtime/host/function-host.ts API_CONNECTIONS), so
+//   a delivery it accepts does not wait there for a connection, holding its event and its promises.
 import type { CloudEventV1 } from 'cloudevents';
 import { Agent, request } from 'undici';
 import { MAX_TIMER_MS } from '../../functions/runtime/index.ts';

@@ -1,13 +1,13 @@
 // The filter's reply path (knative/eventing pkg/broker/filter/filter_handler.go): a subscriber's
 // reply CloudEvent goes back into the broker's ingress (carrying the delivered event's TTL, which
 // the ingress decrements); the keys of a reconcile reply that are due later are held until then,
-// each at its own time (hold.ts).
+// each at its own time (requeue-hold.ts).
 // A reply the broker cannot take is dead-lettered to the file, never lost silently.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { withErrorExtensions } from '../delivery.ts';
 import type { DeadLetterSink } from './dead-letters.ts';
-import { requeueEvent, RequeueHold, splitReply } from './hold.ts';
+import { requeueEvent, RequeueHold, splitReply } from './requeue-hold.ts';
 
 /** open: replies routed or held; stopping: only what is due now is routed; closed: dropped. */
 export type ReplyState = 'open' | 'stopping' | 'closed';

@@ -1,5 +1,5 @@
 // Knative ApiServerSources (sources.knative.dev/v1) on the local plane: each object runs as its
-// own local ApiServerSource (eventing/source.ts) with the spec's resources, label selectors,
+// own local ApiServerSource (eventing/source/) with the spec's resources, label selectors,
 // mode and ceOverrides, sending to the broker; an update restarts it with the new spec (its
 // initial list then emits `add` for what exists, which level-triggered functions treat as a
 // resync), a delete stops it.
@@ -23,8 +23,8 @@ import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind, type KubeClient, guessedResource } from '../../functions/runtime/index.ts';
 import { compileSelector } from '../../functions/composite/metacontroller/index.ts';
-import { formatLabelSelector } from '../manifests/sources.ts';
-import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source.ts';
+import { formatLabelSelector } from '../manifests/index.ts';
+import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source/index.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { ceOverridesProblem, overrideExtensions } from './ce-overrides.ts';
 import { ApiServerSource } from './kinds.ts';

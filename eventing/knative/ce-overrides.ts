@@ -5,7 +5,7 @@
 // that would replace a CloudEvents attribute. The local stand-in CRDs store any spec, so a bad
 // override reaches the local controllers, which report it on the object instead of emitting
 // events the broker must refuse.
-import { headerValueProblem } from '../broker/cloudevent-http.ts';
+import { headerValueProblem } from '../broker/index.ts';
 import { quote } from '../../functions/runtime/index.ts';
 
 /** The CloudEvents 1.0 context attributes and the data: an extension may not take their names. */

@@ -13,8 +13,8 @@
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { apiVersionOf, Namespace, type KubeObject, type ResourceKind, type KubeClient } from '../../functions/runtime/index.ts';
-import type { Broker } from '../broker.ts';
-import { ApiServerSource as LocalSource } from '../source.ts';
+import type { Broker } from '../broker/index.ts';
+import { ApiServerSource as LocalSource } from '../source/index.ts';
 import { ApiServerSourceController } from './api-server-sources.ts';
 import { BrokerDirectory } from './brokers.ts';
 import { ApiServerSource, Broker as BrokerKind, KnativeService, PingSource, Trigger } from './kinds.ts';

@@ -15,8 +15,8 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { provisionScript, runProvisionScript } from '../../cluster/provision-script.ts';
-import type { KubeObject, KubeClient } from '../../functions/runtime/index.ts';
+import { provisionScript, runProvisionScript } from '../../cluster/index.ts';
+import { type KubeObject, type KubeClient } from '../../functions/runtime/index.ts';
 import { applyCrds } from '../crds.ts';
 
 /** Provisions Knative's CRDs (the default part), its adapters (`adapters`) or its eventing module's source folder (`eventing-module`). */

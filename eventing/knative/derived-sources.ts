@@ -14,8 +14,7 @@
 // sources it no longer needs stop.
 import type { Logger } from 'pino';
 import { type FunctionDeclaration, TerminalError, type KubeObject, type ResourceKind, type KubeClient, type DerivedSourcesDeclaration, type InstallPlacement } from '../../functions/runtime/index.ts';
-import { BACKOFF_MAX_MS, describe, jitter } from '../source/backoff.ts';
-import { ApiServerSource as LocalSource } from '../source.ts';
+import { ApiServerSource as LocalSource, BACKOFF_MAX_MS, describe, jitter } from '../source/index.ts';
 import type { DerivedSources, ObjectHandlers } from './controllers.ts';
 import type { StatusBoard } from './status.ts';
 

@@ -11,11 +11,9 @@
 // dead-letter sink (event_display) is not run locally: the broker's dead-letter file stands in
 // for it.
 import { type Scaling, keyOf, keyString, type KubeObject } from '../../functions/runtime/index.ts';
-import { DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration } from '../activator/activator.ts';
-import { capacityAtMaxScale } from '../activator/decider.ts';
 import { deliveryBudgetFromEnvironment } from '../../functions/runtime/host/index.ts';
-import { DEAD_LETTER_SERVICE } from '../manifests/options.ts';
-import { AUTOSCALING } from '../manifests/service.ts';
+import { capacityAtMaxScale, DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration } from '../activator/index.ts';
+import { AUTOSCALING, DEAD_LETTER_SERVICE } from '../manifests/index.ts';
 import { KnativeService } from './kinds.ts';
 import { notReady, ready, type StatusWriter, type Verdict } from './status.ts';
 

@@ -8,7 +8,7 @@
 // ServiceDirectory (a function → the activator's URL). `delivery.deadLetterSink` the same way;
 // the generated dead-letter Service resolves to the broker's own dead-letter file.
 import { keyOf, keyString, type KubeObject } from '../../functions/runtime/index.ts';
-import type { Broker, DeliverySpec, Trigger } from '../broker.ts';
+import type { Broker, DeliverySpec, Trigger } from '../broker/index.ts';
 import type { BrokerDirectory } from './brokers.ts';
 import { Trigger as TriggerKind } from './kinds.ts';
 import type { Address, ServiceDirectory } from './services.ts';

@@ -7,7 +7,7 @@
 // 'namespace' scope place the rules) are built by `identity` in functions/runtime/knative-objects.ts,
 // which the composite function shares for the identities it manages per CompositeController.
 import { type FunctionDeclaration, type PolicyRule, type KubeObject, clusterScopedOf, identity, mergeRules, rulesFor } from '../../functions/runtime/index.ts';
-import type { SourceSpec } from '../source.ts';
+import type { SourceSpec } from '../source/index.ts';
 import { labels, type ManifestOptions } from './options.ts';
 
 export { identity, splitByScope } from '../../functions/runtime/index.ts';

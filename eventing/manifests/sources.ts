@@ -5,7 +5,7 @@
 // shared with the sources the composite function manages per CompositeController.
 import { type FunctionDeclaration, type KubeObject, type LabelSelector, apiServerSourceObject, sourceResource } from '../../functions/runtime/index.ts';
 import { sourcesFor } from './wiring.ts';
-import type { SourceSpec } from '../source.ts';
+import type { SourceSpec } from '../source/index.ts';
 import { labels, sourceServiceAccountName, type ManifestOptions } from './options.ts';
 import { clusterScopedResources, identity, sourceRules } from './rbac.ts';
 

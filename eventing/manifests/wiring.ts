@@ -9,7 +9,7 @@
 // (ceOverrides), which its Trigger filters on.
 import { unwantedChanges, type FunctionDeclaration, apiServerEventType, FUNCTION_EXTENSION, apiVersionOf, type ResourceKind, guessedResource, sourceKindName, watchableBySource } from '../../functions/runtime/index.ts';
 import type { SubscriptionsApiFilter } from '../filters.ts';
-import type { SourceSpec } from '../source.ts';
+import type { SourceSpec } from '../source/index.ts';
 
 /** CloudEvent extension naming the function a source serves (ApiServerSource ceOverrides). */
 export { FUNCTION_EXTENSION };

@@ -1,5 +1,5 @@
 // ApiServerSource: one ResourceLoop per (source, resource), one Delivery to the sink, an
-// optional periodic resync; see ../source.ts for the behaviour as a whole.
+// optional periodic resync; see index.ts for the behaviour as a whole.
 import { describe } from './backoff.ts';
 import { Delivery, type Counters } from './delivery.ts';
 import { ResourceLoop, type LoopContext, LIST_PAGE_SIZE } from './resource-loop.ts';

@@ -4,9 +4,8 @@ import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
-import { freePort } from '../../cluster/control-plane.ts';
-import { processArguments } from '../../cluster/processes.ts';
-import { readDeadLetterFile } from '../../eventing/broker.ts';
+import { freePort, processArguments } from '../../processes/index.ts';
+import { readDeadLetterFile } from '../../eventing/broker/index.ts';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
@@ -267,7 +266,7 @@ test('opfn invoke gives up on a function that never answers, after --timeout', a
 });
 
 test('opfn dead-letters list, replay (through a broker ingress) and clear', async () => {
-  const { Broker } = await import('../../eventing/broker.ts');
+  const { Broker } = await import('../../eventing/broker/index.ts');
   const { pino } = await import('pino');
   const received: string[] = [];
   const subscriber = createHttpServer((req, res) => {

@@ -10,7 +10,7 @@ import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
-import { readDeadLetterFile } from '../../eventing/broker.ts';
+import { readDeadLetterFile } from '../../eventing/broker/index.ts';
 import { EventPlane, FUNCTION_EXTENSION } from '../../eventing/plane.ts';
 import copyrator from '../../functions/copyrator/index.ts';
 import { CopyratorRuleKind, DISTRIBUTE_LABEL, RULE_ANNOTATION, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';

@@ -29,7 +29,7 @@ import { CopyratorRuleKind, type CopyratorRule } from '../../functions/copyrator
 import { ExchangeRateKind, type ExchangeRate } from '../../functions/exchange-rate/desired.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
 import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
-import { readDeadLetterFile } from '../../eventing/broker.ts';
+import { readDeadLetterFile } from '../../eventing/broker/index.ts';
 import { DEAD_LETTER_FILE } from '../../eventing/state-files.ts';
 import { FUNCTION_EXTENSION, apiVersionOf, collectionPath, ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ResourceKind, type KubeClient, type PolicyRule } from '../../functions/runtime/index.ts';
 import { eventually, kubeFor } from '../support/cluster.ts';

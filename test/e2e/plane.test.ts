@@ -7,7 +7,7 @@ import { Writable } from 'node:stream';
 import { HTTP } from 'cloudevents';
 import { pino } from 'pino';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
-import { readDeadLetterFile, refusedLettersFile } from '../../eventing/broker.ts';
+import { readDeadLetterFile, refusedLettersFile } from '../../eventing/broker/index.ts';
 import { EventPlane, FUNCTION_EXTENSION } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
@@ -15,7 +15,7 @@ import { Pod, type ObjectKey, type KubeClient } from '../../functions/runtime/in
 import { eventually, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { exampleImmortalContainer } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
-import { serviceAccountName } from '../../eventing/rbac.ts';
+import { serviceAccountName } from '../../eventing/manifests/index.ts';
 import { tempDir } from '../support/temp.ts';
 
 let cluster: TestCluster;

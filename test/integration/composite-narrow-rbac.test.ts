@@ -8,10 +8,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { applyCrds, readManifestFile } from '../../eventing/crds.ts';
-import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/crds.ts';
-import { readGivenFile, withInstallRights } from '../../eventing/manifests/install-rights.ts';
-import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
-import { functionIdentity } from '../../eventing/manifests/rbac.ts';
+import { knativeCrdDir, knativeCrds, standInCrds } from '../../eventing/knative/index.ts';
+import { DEFAULT_OPTIONS, functionIdentity, readGivenFile, withInstallRights } from '../../eventing/manifests/index.ts';
 import { ensureEventing } from '../../functions/composite/ensure-event-sources.ts';
 import composite from '../../functions/composite/index.ts';
 import { CompositeControllerKind } from '../../functions/composite/kinds.ts';

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
-import { ApiServerSource } from '../../eventing/source.ts';
+import { ApiServerSource } from '../../eventing/source/index.ts';
 import { ConfigMap, KubeClient, type FunctionEvent } from '../../functions/runtime/index.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';

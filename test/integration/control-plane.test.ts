@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
-import { provisionBinaries, startControlPlane } from '../../cluster/control-plane.ts';
+import { provisionBinaries, startControlPlane } from '../../cluster/index.ts';
 import { tempDir } from '../support/temp.ts';
 
 const run = promisify(execFile);
@@ -97,7 +97,7 @@ test('two control planes at once do not collide', async () => {
 });
 
 test('a process ended by a Ctrl-C it does not handle (a test runner, a benchmark) leaves no control-plane process or folder behind', async () => {
-  const module = new URL('../../cluster/control-plane.ts', import.meta.url).pathname;
+  const module = new URL('../../cluster/index.ts', import.meta.url).pathname;
   const owner = spawn(process.execPath, ['--input-type=module', '-e', `
     import { startControlPlane } from ${JSON.stringify(module)};
     const cp = await startControlPlane({ progress: () => {} });

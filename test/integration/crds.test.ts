@@ -14,7 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { ApiException, KubeConfig, KubernetesObjectApi, loadAllYaml, type KubernetesObject } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
-import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 import { withoutRules } from '../support/crd-rules.ts';
 
 const CRD_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'crds');

@@ -16,16 +16,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { serviceAccountClients } from '../../eventing/dev.ts';
-import { ApiServerSource, KnativeService, PingSource, Trigger } from '../../eventing/knative/kinds.ts';
-import { applyGeneratedObjects } from '../../eventing/knative/local.ts';
-import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
-import { serviceAccountName } from '../../eventing/manifests/rbac.ts';
+import { serviceAccountClients } from '../../bin/dev.ts';
+import { ApiServerSource, applyGeneratedObjects, KnativeService, PingSource, PLANE_CRD_NAMES, STAND_IN_LABEL, Trigger } from '../../eventing/knative/index.ts';
+import { DEFAULT_OPTIONS, serviceAccountName } from '../../eventing/manifests/index.ts';
 import { EventPlane } from '../../eventing/plane.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { ConfigMap, Namespace, Pod, type KubeObject, type ResourceKind, KubeClient } from '../../functions/runtime/index.ts';
-import { PLANE_CRD_NAMES, STAND_IN_LABEL } from '../../eventing/knative/crds.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { createObjects } from '../support/rbac.ts';
 
@@ -349,7 +346,7 @@ describe('the generated objects run on the local plane', () => {
 
 describe('opfn dev against a configured cluster', () => {
   test('runs the generated objects in memory: nothing Knative is installed there, the function gets its events', async () => {
-    const { runDev } = await import('../../eventing/dev.ts');
+    const { runDev } = await import('../../bin/dev.ts');
     // A cluster of its own, without Knative: only the plane in memory can make its function act.
     const configured = await startTestCluster();
     const knativeCrds = async () => (await configured.kube.request<{ items: KubeObject[] }>('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions')).items.map((crd) => crd.metadata.name!).filter((name) => name.endsWith('knative.dev'));
@@ -382,7 +379,7 @@ describe('opfn dev against a configured cluster', () => {
 
 describe('opfn dev on a control plane of its own', () => {
   test('applies the generated objects and runs them; --replace sends a function\'s events to another implementation, the function never starts', async () => {
-    const { runDev } = await import('../../eventing/dev.ts');
+    const { runDev } = await import('../../bin/dev.ts');
     const lines: string[] = [];
     const devState = mkdtempSync(join(tmpdir(), 'opfn-dev-'));
     const running = await runDev({ local: true, bundle: false, idleSeconds: 30, stateDir: devState, log: quietLog, say: (line) => lines.push(line), env: { LOG_LEVEL: 'warn' }, replace: { [immortalContainer.name]: other.url } });

@@ -1,5 +1,5 @@
 // Least privilege, probed at the API server: for every function of the project, its
-// ServiceAccount (bound to exactly the RBAC objects eventing/rbac.ts generates) may do what its
+// ServiceAccount (bound to exactly the RBAC objects eventing/manifests/rbac.ts generates) may do what its
 // declaration grants and nothing else, in any namespace and at cluster scope. The API server
 // answers the questions (SelfSubjectAccessReview, asked as the ServiceAccount), and real requests
 // confirm the ones that matter most: Secrets, nodes, namespaces, RBAC objects, escalate, bind,
@@ -17,7 +17,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, fetch } from 'undici';
 import { parse } from 'yaml';
-import { rbacObjects } from '../../eventing/rbac.ts';
+import { rbacObjects } from '../../eventing/manifests/index.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import type { FunctionDeclaration } from '../../functions/runtime/index.ts';
 import { startTestCluster, type TestCluster } from '../support/cluster.ts';

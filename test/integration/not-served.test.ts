@@ -9,8 +9,8 @@ import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import { applyCrds } from '../../eventing/crds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
-import { Discovery, Pod, ApiError, isNotFound, NOT_SERVED, KubeClient } from '../../functions/runtime/index.ts';
-import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
+import { Discovery, Pod, ApiError, isNotFound, KubeClient, NOT_SERVED } from '../../functions/runtime/index.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 import { deliver, kubeFor, serveFunction, type RunningFunction } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 

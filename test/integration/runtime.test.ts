@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { join } from 'node:path';
 import { CloudEvent, HTTP, type CloudEventV1 } from 'cloudevents';
-import { Broker } from '../../eventing/broker.ts';
+import { Broker } from '../../eventing/broker/index.ts';
 import { resyncEvent } from '../../eventing/plane.ts';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
@@ -14,8 +14,7 @@ import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/i
 import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
 import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
 import { defineFunction, type FunctionDeclaration, type ReconcileContext, TransientError, POLL_DATA, ConfigMap, CoreEvent, Namespace, Pod, type KubeObject, type ObjectKey, KubeClient, matching, ownerLabelValue, applyChild, EventSink } from '../../functions/runtime/index.ts';
-import { type FunctionMetrics } from '../../functions/runtime/host/index.ts';
-import { OUTCOME_HEADER } from '../../functions/runtime/host/index.ts';
+import { type FunctionMetrics, OUTCOME_HEADER } from '../../functions/runtime/host/index.ts';
 import { eventually, quietLog, serveFunction, startTestCluster, untilWatchCacheHolds, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 import { tempDir } from '../support/temp.ts';

@@ -15,9 +15,9 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
-import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 import { ConfigMap, type KubeObject, type ResourceKind, ApiError, KubeClient, type WatchEvent } from '../../functions/runtime/index.ts';
-import { ApiServerSource, type SourceOptions, type SourceSpec } from '../../eventing/source.ts';
+import { ApiServerSource, type SourceOptions, type SourceSpec } from '../../eventing/source/index.ts';
 
 const WAIT_LIMIT_MS = 90_000;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

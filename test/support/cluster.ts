@@ -7,7 +7,7 @@ import { pino } from 'pino';
 import { applyCrds } from '../../eventing/crds.ts';
 import { type FunctionDeclaration, type KubeObject, type ObjectKey, type ResourceKind, ConnectionReusingKubeConfig, KubeClient, type RequestObserver } from '../../functions/runtime/index.ts';
 import { createMetrics, type FunctionMetrics, createFunctionHost, OUTCOME_HEADER, type FunctionHost, type FunctionHostOptions } from '../../functions/runtime/host/index.ts';
-import { startControlPlane, type ControlPlane } from '../../cluster/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 
 export const quietLog = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
 

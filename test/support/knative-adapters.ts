@@ -23,14 +23,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { freePort, killOnExit, stopProcess } from '../../cluster/control-plane.ts';
-import type { ControlPlane } from '../../cluster/control-plane.ts';
-import { runProvisionScript } from '../../cluster/provision-script.ts';
-import { hasLabels, namespacesFrom } from '../../eventing/knative/api-server-sources.ts';
-import { PROVISION_KNATIVE_SCRIPT } from '../../eventing/knative/crds.ts';
-import { ApiServerSource, Broker, PingSource } from '../../eventing/knative/kinds.ts';
-import { ready, writeStatus } from '../../eventing/knative/status.ts';
-import { formatLabelSelector } from '../../eventing/manifests/sources.ts';
+import { freePort, killOnExit, stopProcess } from '../../processes/index.ts';
+import { runProvisionScript, type ControlPlane } from '../../cluster/index.ts';
+import { ApiServerSource, Broker, hasLabels, namespacesFrom, PingSource, PROVISION_KNATIVE_SCRIPT, ready, writeStatus } from '../../eventing/knative/index.ts';
+import { formatLabelSelector } from '../../eventing/manifests/index.ts';
 import { keyOf, keyString, parseApiVersion, type KubeObject, type LabelSelector, type KubeClient, guessedResource } from '../../functions/runtime/index.ts';
 
 /** The namespace Knative's system components run in (SYSTEM_NAMESPACE). */

@@ -1,9 +1,9 @@
 // Runs a function as its own ServiceAccount with exactly the generated RBAC objects, so a test
 // proves the declared rules are enough (and, by probing, that they are not more).
-import { resourceKindOf } from '../../eventing/knative/kinds.ts';
-import { rbacObjects, serviceAccountName } from '../../eventing/rbac.ts';
+import { resourceKindOf } from '../../eventing/knative/index.ts';
+import { rbacObjects, serviceAccountName } from '../../eventing/manifests/index.ts';
 import { type FunctionDeclaration, collectionPath, type KubeObject, type KubeClient } from '../../functions/runtime/index.ts';
-import type { ControlPlane } from '../../cluster/control-plane.ts';
+import type { ControlPlane } from '../../cluster/index.ts';
 
 const PATHS: Record<string, string> = {
   ServiceAccount: '/api/v1/namespaces/{ns}/serviceaccounts',

@@ -4,7 +4,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { atExit } from '../../cluster/exit-cleanup.ts';
+import { atExit } from '../../processes/index.ts';
 
 /**
  * A new folder `<prefix>XXXXXX` under the system's temporary folder, removed when this process

@@ -6,7 +6,7 @@ import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
-import { Activator, type FunctionProcessSpec, type Scaling } from '../../eventing/activator.ts';
+import { Activator, type FunctionProcessSpec, type Scaling } from '../../eventing/activator/index.ts';
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/tiny-function.ts', import.meta.url));
 const log = pino({ level: 'silent' });

@@ -9,7 +9,7 @@ import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
-import { Activator, canTransition, capacityAtMaxScale, desiredScale, pick, type FunctionProcessSpec } from '../../eventing/activator.ts';
+import { Activator, canTransition, capacityAtMaxScale, desiredScale, pick, type FunctionProcessSpec } from '../../eventing/activator/index.ts';
 import { routeOf } from '../../eventing/activator/handler.ts';
 
 const CHILD = `

@@ -8,7 +8,7 @@ import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
-import { Activator, effectiveTarget, type ActivatorOptions, type FunctionProcessSpec, type Scaling } from '../../eventing/activator.ts';
+import { Activator, effectiveTarget, type ActivatorOptions, type FunctionProcessSpec, type Scaling } from '../../eventing/activator/index.ts';
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/tiny-function.ts', import.meta.url));
 

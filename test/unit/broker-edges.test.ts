@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
 import { Dispatcher } from '../../eventing/broker/dispatcher.ts';
-import { appendJsonLine, Broker, clearDeadLetterFile, readDeadLetterFile, replayDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker.ts';
+import { appendJsonLine, Broker, clearDeadLetterFile, readDeadLetterFile, replayDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker/index.ts';
 import { serversClosedAfter } from '../support/http.ts';
 import { exitedPid } from '../support/processes.ts';
 import { tempDir } from '../support/temp.ts';

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
-import { Broker, type Lease } from '../../eventing/broker.ts';
+import { Broker, type Lease } from '../../eventing/broker/index.ts';
 import { INSTANCE_CONNECTIONS } from '../../eventing/broker/dispatcher.ts';
 import { serversClosedAfter } from '../support/http.ts';
 import { tempDir } from '../support/temp.ts';

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
-import { Broker, readDeadLetterFile } from '../../eventing/broker.ts';
+import { Broker, readDeadLetterFile } from '../../eventing/broker/index.ts';
 import { serversClosedAfter } from '../support/http.ts';
 import { tempDir } from '../support/temp.ts';
 

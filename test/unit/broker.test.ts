@@ -22,7 +22,7 @@ import {
   retryAfterDelayMs,
   type BrokerOptions,
   type Trigger,
-} from '../../eventing/broker.ts';
+} from '../../eventing/broker/index.ts';
 import { serversClosedAfter } from '../support/http.ts';
 import { tempDir } from '../support/temp.ts';
 
@@ -894,7 +894,7 @@ describe('Broker robustness', () => {
     const failing = await startSubscriber(answer(500));
     const deadLetterFile = join(dir, 'close.jsonl');
     const script = join(dir, 'close-child.ts');
-    const brokerModule = fileURLToPath(new URL('../../eventing/broker.ts', import.meta.url));
+    const brokerModule = fileURLToPath(new URL('../../eventing/broker/index.ts', import.meta.url));
     await writeFile(
       script,
       `

@@ -1,5 +1,5 @@
 // The esbuild plugins that keep out of the function bundles what a function never runs
-// (bin/bundle-narrowing.ts): each snippet below is bundled with them, as bin/build.ts bundles a
+// (build/bundle-narrowing.ts): each snippet below is bundled with them, as build/build.ts bundles a
 // function, and run in a child process, so the modules Node loads are its own.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -10,7 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, describe, test } from 'node:test';
 import { build } from 'esbuild';
-import { bundleNarrowing, ICONV_LEFT_OUT, lazyUndiciH2 } from '../../bin/bundle-narrowing.ts';
+import { bundleNarrowing, ICONV_LEFT_OUT, lazyUndiciH2 } from '../../build/bundle-narrowing.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const scratch = mkdtempSync(join(tmpdir(), 'opfn-narrowing-'));
@@ -28,7 +28,7 @@ async function runBundled(source: string, env: Record<string, string> = {}): Pro
 
 const LOADED = "const loaded = (name) => process.moduleLoadList.includes('NativeModule ' + name);";
 
-describe('bundle narrowing (bin/bundle-narrowing.ts)', () => {
+describe('bundle narrowing (build/bundle-narrowing.ts)', () => {
   test('the narrowed mime database answers contentType and charset as the full one for every type, and for the extensions a host uses', async () => {
     const db = createRequire(import.meta.url)('mime-db') as Record<string, unknown>;
     const full = createRequire(import.meta.url)('mime-types') as { contentType(type: string): string | false; charset(type: string): string | false };
@@ -114,7 +114,7 @@ describe('bundle narrowing (bin/bundle-narrowing.ts)', () => {
     writeFileSync(changed, "const connectH2 = require('./http2-client.js')\nmodule.exports = connectH2\n");
     await assert.rejects(
       build({ entryPoints: [changed], bundle: false, write: false, logLevel: 'silent', plugins: [lazyUndiciH2] }),
-      (error: Error) => /lazy-undici-h2 \(bin\/bundle-narrowing\.ts.*0 × const connectH2 = require\('\.\/client-h2\.js'\), expected 1; update the plugin/.test(error.message),
+      (error: Error) => /lazy-undici-h2 \(build\/bundle-narrowing\.ts.*0 × const connectH2 = require\('\.\/client-h2\.js'\), expected 1; update the plugin/.test(error.message),
     );
   });
 });

@@ -3,8 +3,8 @@
 // are tested against a real API server in test/integration/composite-memory-plane.test.ts.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { derivedSourcesFor, inMemoryConfig } from '../../eventing/knative/derived-sources.ts';
-import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
+import { derivedSourcesFor, inMemoryConfig } from '../../eventing/knative/index.ts';
+import { DEFAULT_OPTIONS } from '../../eventing/manifests/index.ts';
 import composite from '../../functions/composite/index.ts';
 import { EVENT_SOURCES_CONFIG } from '../../functions/composite/event-sources.ts';
 import { resolveConfig } from '../../functions/runtime/index.ts';

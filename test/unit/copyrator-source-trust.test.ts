@@ -3,8 +3,7 @@
 // test/integration/copyrator-hostile-tenant.test.ts runs both against a real API server.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { admissionObjects, admissionPolicyName } from '../../eventing/manifests/admission-policy.ts';
-import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
+import { admissionObjects, admissionPolicyName, DEFAULT_OPTIONS } from '../../eventing/manifests/index.ts';
 import { READ_VERBS, WRITE_VERBS } from '../../functions/copyrator/admission.ts';
 import { ANY_SOURCE_LABEL, DISTRIBUTE_LABEL, distributes, sourceRefusal, type CopyratorRule } from '../../functions/copyrator/desired.ts';
 import copyrator from '../../functions/copyrator/index.ts';

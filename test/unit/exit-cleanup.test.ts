@@ -1,4 +1,4 @@
-// cluster/exit-cleanup.ts, in real Node processes: the clean-up runs however the process ends,
+// processes/exit-cleanup.ts, in real Node processes: the clean-up runs however the process ends,
 // and a signal the process does not handle itself still ends it as that signal would.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { tempDir } from '../support/temp.ts';
 
-const MODULE = fileURLToPath(new URL('../../cluster/exit-cleanup.ts', import.meta.url));
+const MODULE = fileURLToPath(new URL('../../processes/exit-cleanup.ts', import.meta.url));
 
 /**
  * Runs `body` in a fresh Node process after it registered two clean-up tasks, which append their

@@ -9,8 +9,8 @@ import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino } from 'pino';
-import { Broker } from '../../eventing/broker.ts';
-import { RequeueHold } from '../../eventing/broker/hold.ts';
+import { Broker } from '../../eventing/broker/index.ts';
+import { RequeueHold } from '../../eventing/broker/requeue-hold.ts';
 import { serversClosedAfter } from '../support/http.ts';
 import { tempDir } from '../support/temp.ts';
 

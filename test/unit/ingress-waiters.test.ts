@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
-import { Broker } from '../../eventing/broker.ts';
+import { Broker } from '../../eventing/broker/index.ts';
 
 let dir = '';
 let server: Server;

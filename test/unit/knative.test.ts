@@ -11,12 +11,9 @@ import { nextFire, parseSchedule } from '../../eventing/knative/cron.ts';
 import { pingEvent, pingPlan } from '../../eventing/knative/ping-sources.ts';
 import { functionOf, scalingFromService, ServiceDirectory } from '../../eventing/knative/services.ts';
 import { apiServerStatus, nextStatus, sameStatus, StatusBoard } from '../../eventing/knative/status.ts';
-import { checkConfiguration, type FunctionConfiguration } from '../../eventing/activator/activator.ts';
+import { checkConfiguration, type FunctionConfiguration } from '../../eventing/activator/index.ts';
 import { brokerTriggerFor, TriggerController, type Resolvers } from '../../eventing/knative/triggers.ts';
-import { deadLetterSink } from '../../eventing/manifests/broker.ts';
-import { functionObjects } from '../../eventing/manifests/index.ts';
-import { DEFAULT_OPTIONS } from '../../eventing/manifests/options.ts';
-import { formatLabelSelector, parseLabelSelector } from '../../eventing/manifests/sources.ts';
+import { deadLetterSink, DEFAULT_OPTIONS, formatLabelSelector, functionObjects, parseLabelSelector } from '../../eventing/manifests/index.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import { Pod, type KubeObject, type KubeClient } from '../../functions/runtime/index.ts';
 

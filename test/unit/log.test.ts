@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { pino } from 'pino';
-import { Broker } from '../../eventing/broker.ts';
+import { Broker } from '../../eventing/broker/index.ts';
 import { logFormat, prettyLine } from '../../functions/runtime/host/index.ts';
 
 describe('logs', () => {

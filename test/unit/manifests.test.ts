@@ -12,15 +12,9 @@ import type { CloudEventV1 } from 'cloudevents';
 import { parseAllDocuments } from 'yaml';
 import { loadAllFunctions } from '../../functions/index.ts';
 import { defineFunction, type FunctionDeclaration, type PolicyRule, Namespace, type KubeObject, interpretEvent, guessedResource, installNamespaceFrom, sourceKindName, sourceResource } from '../../functions/runtime/index.ts';
-import { manifestFiles, manifestOptions, runManifests } from '../../eventing/manifests/cli.ts';
-import { functionObjects, generateManifests, renderManifests } from '../../eventing/manifests/index.ts';
-import { openfaasStack } from '../../eventing/manifests/openfaas.ts';
-import { DEFAULT_OPTIONS, type ManifestOptions } from '../../eventing/manifests/options.ts';
-import { functionRules } from '../../eventing/manifests/rbac.ts';
-import { parseLabelSelector } from '../../eventing/manifests/sources.ts';
-import { validateManifests } from '../../eventing/manifests/validate.ts';
+import { manifestFiles, manifestOptions, runManifests } from '../../bin/manifests.ts';
+import { DEFAULT_OPTIONS, functionObjects, functionRules, generateManifests, type ManifestOptions, openfaasStack, parseLabelSelector, renamedKinds, renderManifests, unwatchedKinds, validateManifests } from '../../eventing/manifests/index.ts';
 import { pollEvent, resyncEvent, sourcesFor } from '../../eventing/plane.ts';
-import { renamedKinds, unwatchedKinds } from '../../eventing/manifests/wiring.ts';
 import { matchesTrigger } from '../../eventing/filters.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');

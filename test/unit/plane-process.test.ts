@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { tempDir } from '../support/temp.ts';
 
-const ACTIVATOR = fileURLToPath(new URL('../../eventing/activator.ts', import.meta.url));
+const ACTIVATOR = fileURLToPath(new URL('../../eventing/activator/index.ts', import.meta.url));
 const TINY_FUNCTION = fileURLToPath(new URL('../fixtures/tiny-function.ts', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const FUNCTION_MAIN = fileURLToPath(new URL('../../functions/main.ts', import.meta.url));

@@ -1,10 +1,10 @@
-// Whether a recorded process still runs (cluster/processes.ts), with real processes.
+// Whether a recorded process still runs (processes/identity.ts), with real processes.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'node:test';
-import { isRunning, isSameProcess, processStart } from '../../cluster/processes.ts';
+import { isRunning, isSameProcess, processStart } from '../../processes/identity.ts';
 import { exitedPid } from '../support/processes.ts';
 
 test('a running process runs; an exited one does not; nor does a zombie, which has ended though nobody collected its exit', async () => {

@@ -1,11 +1,11 @@
-// The local broker's hold of requeued keys (eventing/broker/hold.ts): a reply split into what is
+// The local broker's hold of requeued keys (eventing/broker/requeue-hold.ts): a reply split into what is
 // due now and the keys for later, one entry per (function, key) at the earliest time asked for,
 // keys that come due together released together, and memory bounded by a count of keys.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino } from 'pino';
-import { RequeueHold, splitReply, type Requeue } from '../../eventing/broker/hold.ts';
+import { RequeueHold, splitReply, type Requeue } from '../../eventing/broker/requeue-hold.ts';
 import { MAX_KEYS_PER_EVENT, MAX_TIMER_MS } from '../../functions/runtime/index.ts';
 
 const NOW = Date.parse('2026-01-01T00:00:00Z');

@@ -310,7 +310,7 @@ describe('answers', () => {
     const first = await receive(host, reconcileEvent([key('bad'), key('periodic')]));
     assert.equal(first.status, 200);
     assert.deepEqual(JSON.parse(first.reply!.body), { keys: [key('bad'), key('periodic')], notBefore: { [key('periodic')]: '2025-05-01T00:00:30.000Z' } }, 'the requeue is kept beside the failure');
-    // The local broker holds each key apart (hold.ts): the failed key comes back alone.
+    // The local broker holds each key apart (requeue-hold.ts): the failed key comes back alone.
     const retry = await receive(host, reconcileEvent([key('bad')]));
     assert.equal(retry.status, 503, 'alone, its failure is the whole answer: the broker backs off');
   });

@@ -10,9 +10,8 @@ import {
 } from '../../../functions/composite/event-sources.ts';
 import { ownerLabelValue, Pod, Secret, ConfigMap, Namespace, type KubeObject, type ResourceKind, FUNCTION_EXTENSION } from '../../../functions/runtime/index.ts';
 import { loadAllFunctions } from '../../../functions/index.ts';
-import { manifestOptions } from '../../../eventing/manifests/cli.ts';
-import { generateManifests } from '../../../eventing/manifests/index.ts';
-import { validateManifests } from '../../../eventing/manifests/validate.ts';
+import { manifestOptions } from '../../../bin/manifests.ts';
+import { generateManifests, validateManifests } from '../../../eventing/manifests/index.ts';
 
 const ImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
 const ClusterParent: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Tenant', plural: 'tenants', namespaced: false };

@@ -1,18 +1,14 @@
-// `opfn manifests`: parses the options, generates, checks (validate.ts) and prints or writes.
+// `opfn manifests`: parses the options, generates (eventing/manifests/), checks and prints or writes.
 // With --out, the folder gets one file per function plus kustomization.yaml (`kubectl apply -k
 // <folder>`); generated files that no longer belong (a function removed) are deleted, other
 // files are left alone.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type FunctionDeclaration, guessedResource } from '../../functions/runtime/index.ts';
-import { BROAD, NARROW_NOTHING_GIVEN, readGivenFile, type InstallRights } from './install-rights.ts';
-import { EVENT_POLICY_FEATURE_NOTE, withEventPolicies } from './event-policy.ts';
-import { generateManifests, installable, renderManifests } from './index.ts';
-import { openfaasStack } from './openfaas.ts';
-import { parseIsoDuration } from '../delivery.ts';
-import { DEFAULT_OPTIONS, KAFKA_BROKER_CLASS, type ManifestOptions } from './options.ts';
-import { validateManifests } from './validate.ts';
-import { renamedKinds, unwatchedKinds } from './wiring.ts';
+import { type FunctionDeclaration, guessedResource } from '../functions/runtime/index.ts';
+import { BROAD, DEFAULT_OPTIONS, EVENT_POLICY_FEATURE_NOTE, generateManifests, installable, KAFKA_BROKER_CLASS, type ManifestOptions, NARROW_NOTHING_GIVEN, readGivenFile, type InstallRights, openfaasStack, renamedKinds, renderManifests, unwatchedKinds, validateManifests, withEventPolicies } from '../eventing/manifests/index.ts';
+import { parseIsoDuration } from '../eventing/broker/index.ts';
+import { loadAllFunctions } from '../functions/index.ts';
+import { say } from './terminal.ts';
 
 export interface ManifestCommand {
   target: 'knative' | 'openfaas';
@@ -145,4 +141,16 @@ export function runManifests(command: ManifestCommand, declarations: FunctionDec
     if (!existsSync(path) || readFileSync(path, 'utf8') !== content) writeFileSync(path, content);
   }
   return Object.keys(files).map((name) => join(command.out!, name));
+}
+
+/** `opfn manifests`: generates for every function, prints or writes, and says what it wrote. */
+export async function manifestsCommand(options: Omit<ManifestCommand, 'target'> & { target: string }): Promise<void> {
+  try {
+    if (options.target !== 'knative' && options.target !== 'openfaas') throw new Error(`--target must be knative or openfaas, not "${options.target}"`);
+    const written = runManifests({ ...options, target: options.target }, await loadAllFunctions(), (text) => process.stdout.write(text));
+    if (written.length) say(`wrote ${written.join(', ')}`);
+  } catch (error) {
+    say(`opfn manifests: ${(error as Error).message}`);
+    process.exit(1);
+  }
 }

@@ -25,9 +25,10 @@
 //   the same event, same id); events of one object are delivered one at a time, in order, while
 //   different objects are delivered concurrently up to a bound that pushes back on the watch.
 //
-// The implementation lives in source/: types.ts, resource-loop.ts (list+watch), delivery.ts
+// The implementation: types.ts, resource-loop.ts (list+watch), delivery.ts
 // (sink retries, per-object order), backoff.ts, source.ts (ApiServerSource). How its events
 // compare with Knative 1.23's adapter, event by event: docs/apiserversource.md.
-export { ApiServerSource } from './source/source.ts';
-export { LIST_PAGE_SIZE } from './source/resource-loop.ts';
-export type { SourceOptions, SourceResource, SourceSpec, SourceStats } from './source/types.ts';
+export { ApiServerSource } from './source.ts';
+export { LIST_PAGE_SIZE } from './resource-loop.ts';
+export type { SourceOptions, SourceResource, SourceSpec, SourceStats } from './types.ts';
+export { BACKOFF_MAX_MS, describe, jitter } from './backoff.ts';

@@ -3,10 +3,7 @@
 // and `kubectl get/edit/patch` works on them: Knative's own CRDs (crds.ts), then every generated
 // object but the functions' CRDs (eventing/crds.ts installed those), created or replaced.
 import { type FunctionDeclaration, type KubeObject, isAlreadyExists, type KubeClient } from '../../functions/runtime/index.ts';
-import { BROAD } from '../manifests/install-rights.ts';
-import { generateManifests } from '../manifests/index.ts';
-import { DEFAULT_OPTIONS } from '../manifests/options.ts';
-import { validateManifests } from '../manifests/validate.ts';
+import { BROAD, DEFAULT_OPTIONS, generateManifests, validateManifests } from '../manifests/index.ts';
 import { installKnativeCrds } from './crds.ts';
 import { withResyncInterval } from './ping-sources.ts';
 import { resourceKindOf } from './kinds.ts';

@@ -6,17 +6,20 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { delimiter, join, resolve } from 'node:path';
 import type { Logger } from 'pino';
-import { loadAllFunctions, loadFunction } from '../functions/index.ts';
+import { functionNames, loadAllFunctions, loadFunction } from '../functions/index.ts';
 import { type FunctionDeclaration, configuredKubeconfig, KubeClient } from '../functions/runtime/index.ts';
-import { kubectlPathLine, startControlPlane, type ControlPlane } from '../cluster/control-plane.ts';
-import type { Trigger } from './broker.ts';
-import { applyCrds, readManifestFile } from './crds.ts';
-import { applyGeneratedObjects } from './knative/local.ts';
-import { DEFAULT_OPTIONS } from './manifests/options.ts';
-import { serviceAccountName } from './manifests/rbac.ts';
-import { bundledFunctions, EventPlane, triggersFromManifests, type PlaneOptions } from './plane.ts';
-import { isSameProcess, processStart } from '../cluster/processes.ts';
-import { DEAD_LETTER_FILE, PLANE_STATE_FILE, planeRecord } from './state-files.ts';
+import { createLogger, logFormat } from '../functions/runtime/host/index.ts';
+import { kubectlPathLine, startControlPlane, type ControlPlane } from '../cluster/index.ts';
+import type { Trigger } from '../eventing/broker/index.ts';
+import { applyCrds, readManifestFile } from '../eventing/crds.ts';
+import { applyGeneratedObjects } from '../eventing/knative/index.ts';
+import { DEFAULT_OPTIONS, serviceAccountName } from '../eventing/manifests/index.ts';
+import { EventPlane, triggersFromManifests, type PlaneOptions } from '../eventing/plane.ts';
+import { bundledFunctions } from '../build/index.ts';
+import { isSameProcess, processStart } from '../processes/index.ts';
+import { DEAD_LETTER_FILE, PLANE_STATE_FILE, planeRecord } from '../eventing/state-files.ts';
+import { parseReplacements } from './manifests.ts';
+import { say, untilSignal } from './terminal.ts';
 
 export interface DevOptions {
   functions?: string[];
@@ -185,3 +188,40 @@ async function startPlane(
   return plane;
 }
 
+
+/** The options of `opfn dev` as the command line gives them. */
+export interface DevCommandOptions {
+  functions?: string[];
+  idle: number;
+  resync?: number;
+  triggers?: string[];
+  bundle: boolean;
+  local?: boolean;
+  replace?: string[];
+  logFormat?: 'json' | 'pretty';
+}
+
+/** `opfn dev`: runs the plane until a signal stops it (intake first, then the deliveries in flight). */
+export async function devCommand(options: DevCommandOptions, stateDir: string): Promise<void> {
+  const format = options.logFormat ?? logFormat();
+  try {
+    const running = await runDev({
+      replace: parseReplacements(options.replace ?? [], functionNames, true),
+      functions: options.functions,
+      triggerFiles: options.triggers,
+      bundle: options.bundle,
+      idleSeconds: options.idle,
+      resyncSeconds: options.resync,
+      stateDir,
+      local: options.local,
+      // Function processes write to a pipe: tell them the format the terminal gets.
+      env: { LOG_FORMAT: format },
+      log: createLogger(undefined, process.env.LOG_LEVEL ?? 'info', format),
+      say,
+    });
+    untilSignal(running.stop, { stopping: 'intake first, then waiting for deliveries in flight', forced: 'deliveries still running are cut; child processes are killed' });
+  } catch (error) {
+    say(`opfn dev: ${(error as Error).message}`);
+    process.exit(1);
+  }
+}
