@@ -21,8 +21,7 @@
 // default in Knative 1.23, whose webhook then refuses the field too).
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind, type KubeClient, guessedResource } from '../../functions/runtime/index.ts';
-import { compileSelector } from '../../functions/composite/metacontroller/index.ts';
+import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind, type KubeClient, guessedResource, compileSelector } from '../../functions/runtime/index.ts';
 import { formatLabelSelector } from '../manifests/index.ts';
 import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source/index.ts';
 import type { BrokerDirectory } from './brokers.ts';

@@ -73,11 +73,12 @@ const ARROWS: Record<Part, readonly Arrow[]> = {
   registry: ['function', 'runtime'],
   'function program': ['registry', 'runtime', 'host'],
   eventing: ['registry', 'runtime', 'host', 'cluster', 'processes'],
-  build: ['registry', 'function program', 'runtime', 'host'],
+  build: ['registry', 'function program', 'runtime', 'host', 'processes'],
   bin: BELOW_BIN,
   cluster: ['processes'],
   processes: [],
-  examples: ['runtime'],
+  // The seed's hook serves Metacontroller's hook contract with the core's helpers.
+  examples: ['runtime', 'metacontroller'],
   // Benchmarks run against the tests' control plane and helpers (test/support/).
   bench: [...BELOW_BIN, 'bin', 'examples', 'test'],
   test: [...BELOW_BIN, 'bin', 'examples', 'bench', 'test'],

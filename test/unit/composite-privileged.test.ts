@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { desiredChildren } from '../../functions/composite/metacontroller/hook-response.ts';
 import { ALLOW_PRIVILEGED_ANNOTATION, PRIVILEGED_CHILD_REASON, privilegeOf } from '../../functions/composite/metacontroller/privileged.ts';
-import { compileSelector, type Selector } from '../../functions/composite/metacontroller/selector.ts';
+import { compileSelector, type Selector } from '../../functions/runtime/index.ts';
 import type { CompositeController, ResolvedResource } from '../../functions/composite/metacontroller/types.ts';
 import { type KubeObject } from '../../functions/runtime/index.ts';
 

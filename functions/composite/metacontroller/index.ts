@@ -12,7 +12,7 @@ export { isStrict } from './hook-response.ts';
 export { childErrorsMessage, updateStrategies, type ChildOperation, type UpdateStrategies } from './manage-children.ts';
 export { ALLOW_PRIVILEGED_ANNOTATION, PRIVILEGED_CHILD_REASON } from './privileged.ts';
 export { parseCustomizeResponse, relatedQueries, selectRelated } from './related.ts';
-export { childSelector, compileSelector, CONTROLLER_UID_LABEL, parentFilter, type Selector } from './selector.ts';
+export { childSelector, CONTROLLER_UID_LABEL, parentFilter, type Selector } from './selector.ts';
 export { serveHooks, type HookFunction, type HookServer } from './serve-hook.ts';
 export { planSync } from './sync-plan.ts';
 export { HookRequestError, type CompositeController, type CompositeHookResponse, type Hook, type ObjectMap, type ResolvedResource } from './types.ts';

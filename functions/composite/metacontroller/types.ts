@@ -7,7 +7,7 @@
 // `<Kind>.<group>/<version>` keys of `children` and `related`).
 import { parseApiVersion, type KubeObject, type LabelSelector } from '../../runtime/index.ts';
 
-export type { LabelSelector, LabelSelectorRequirement } from '../../runtime/kinds.ts';
+export type { LabelSelector, LabelSelectorRequirement } from '../../runtime/index.ts';
 
 export interface ResourceRule {
   /** group/version, or just the version for the core group ("v1"). */

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { planClaim } from '../../../functions/composite/metacontroller/claim.ts';
-import { compileSelector, type Selector } from '../../../functions/composite/metacontroller/selector.ts';
+import { compileSelector, type Selector } from '../../../functions/runtime/index.ts';
 import { type KubeObject, type OwnerReference } from '../../../functions/runtime/index.ts';
 
 const selector = (compileSelector({ matchLabels: { app: 'web' } }) as { selector: Selector }).selector;

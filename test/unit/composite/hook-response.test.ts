@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { desiredChildren, isStrict, objectNameProblem, parseHookResponse, withNamespaceDefaults } from '../../../functions/composite/metacontroller/hook-response.ts';
-import { compileSelector, type Selector } from '../../../functions/composite/metacontroller/selector.ts';
+import { compileSelector, type Selector } from '../../../functions/runtime/index.ts';
 import type { ResolvedResource } from '../../../functions/composite/metacontroller/types.ts';
 import { type KubeObject } from '../../../functions/runtime/index.ts';
 
