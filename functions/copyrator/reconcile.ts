@@ -216,11 +216,11 @@ function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
  * deadline has passed and this run has written something (so that every run gets further), it
  * stops before the next page or chunk and reports the tally unfinished.
  */
-async function converge({ kube, shared, now, deadline }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; controlled: ControlledObject[] }> {
+async function converge({ kube, readOnce, now, deadline }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; controlled: ControlledObject[] }> {
   const kind = kindOf(rule.ruleType);
   // The namespaces first: their labels decide whether the source namespace may be read at all.
   // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
-  const namespaces = (await shared('namespaces', () => kube.list(Namespace))).items;
+  const namespaces = (await readOnce('namespaces', () => kube.list(Namespace))).items;
   const refused = sourceRefusal(rule, namespaces);
   // Copies of the kind the rule no longer copies (its ruleType changed) are removed as well; from
   // the watch cache, as there are almost never any, and as metadata: deleting needs no data.

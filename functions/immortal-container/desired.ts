@@ -164,30 +164,30 @@ export const asCreated = (pod: PodObject, key: ObjectKey): boolean =>
   && (pod.metadata.ownerReferences?.some((owner) => owner.controller && owner.kind === ImmortalContainerKind.kind && owner.name === key.name) ?? false);
 
 /** The status says the current generation was carried out and its pod was healthy then. */
-export const settled = (owner: ImmortalContainer, podName: string): boolean => {
+export const statusShowsHealthyPod = (owner: ImmortalContainer, podName: string): boolean => {
   const ready = owner.status?.conditions?.find((condition) => condition.type === 'Ready');
   return owner.status?.observedGeneration === owner.metadata.generation && owner.status?.currentPod === podName && (ready?.reason === 'PodRunning' || ready?.reason === 'PodPending');
 };
 
-/** The owner's pod, when the event (ReconcileContext.hint) is about it. */
-export const podInEvent = (owner: ImmortalContainer, hint: KubeObject | undefined): PodObject | undefined =>
-  hint?.kind === 'Pod' && hint.metadata.name === podNameFor(owner) && hint.metadata.namespace === owner.metadata.namespace ? (hint as PodObject) : undefined;
+/** The owner's pod, when the event (ReconcileContext.eventObject) is about it. */
+export const podInEvent = (owner: ImmortalContainer, eventObject: KubeObject | undefined): PodObject | undefined =>
+  eventObject?.kind === 'Pod' && eventObject.metadata.name === podNameFor(owner) && eventObject.metadata.namespace === owner.metadata.namespace ? (eventObject as PodObject) : undefined;
 
 /**
  * Whether the event behind this reconcile already shows there is nothing to do, from what it
- * carried (`hint`: the event's body, or the runtime's own first read of the ImmortalContainer:
- * ReconcileContext.hint) and, once read, the ImmortalContainer. Asked before that read, when only
+ * carried (`eventObject`: the event's body, or the runtime's own first read of the ImmortalContainer:
+ * ReconcileContext.eventObject) and, once read, the ImmortalContainer. Asked before that read, when only
  * our pod as created can be told (the reconcile that created it writes the status), and again
- * after. The hint only ever spares work: whatever is done is decided from fresh reads.
+ * after. The event object only ever spares work: whatever is done is decided from fresh reads.
  */
-export function nothingToDo(key: ObjectKey, hint: KubeObject | undefined, owner?: ImmortalContainer, now: Date = new Date()): boolean {
-  if (!hint) return false;
-  if (hint.kind === 'Pod' && asCreated(hint as PodObject, key)) return true;
+export function nothingToDo(key: ObjectKey, eventObject: KubeObject | undefined, owner?: ImmortalContainer, now: Date = new Date()): boolean {
+  if (!eventObject) return false;
+  if (eventObject.kind === 'Pod' && asCreated(eventObject as PodObject, key)) return true;
   if (!owner) return false;
   // Our pod, needing nothing, and the status already saying so.
-  const pod = podInEvent(owner, hint);
+  const pod = podInEvent(owner, eventObject);
   if (pod) return podAction(owner, pod, now).type === 'keep' && jsonEqual(nextStatus(owner, owner, pod), owner.status);
   // The ImmortalContainer itself, read afresh, its generation carried out with a healthy pod:
-  // changes of the pod come as the pod's own events, and the resync (no hint) reads everything.
-  return hint.kind === ImmortalContainerKind.kind && settled(owner, podNameFor(owner));
+  // changes of the pod come as the pod's own events, and the resync (no event object) reads everything.
+  return eventObject.kind === ImmortalContainerKind.kind && statusShowsHealthyPod(owner, podNameFor(owner));
 }

@@ -1,17 +1,17 @@
 // ImmortalContainer reconcile: reads the object and its pod, acts on the difference, writes status.
-import { type ReconcileContext, type ReconcileResult, Pod, type ObjectKey, applyChild, keepExisting, getAnnounced, isControlledBy, updateStatus, type ConditionInput, FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/index.ts';
+import { type ReconcileContext, type ReconcileResult, Pod, type ObjectKey, applyChild, keepExisting, getNoOlderThan, isControlledBy, updateStatus, type ConditionInput, FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/index.ts';
 import type { RestartBackoff } from './backoff.ts';
 import { desiredPod, ImmortalContainerKind, nextStatus, nothingToDo, podAction, podInEvent, podNameFor, reported, type ImmortalContainer, type PodObject } from './desired.ts';
 
 export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
   const { kube, log, events, now } = ctx;
-  if (nothingToDo(key, ctx.hint)) return;
+  if (nothingToDo(key, ctx.eventObject)) return;
   // At the version the event announced, if it did (from the watch cache when it holds it).
-  const owner = await getAnnounced<ImmortalContainer>(kube, ImmortalContainerKind, key, ctx.hint);
+  const owner = await getNoOlderThan<ImmortalContainer>(kube, ImmortalContainerKind, key, ctx.eventObject);
   // Gone, or going: the garbage collector removes the pod through its ownerReference.
   if (!owner || owner.metadata.deletionTimestamp) return;
-  // ctx.hint again: for a Reference-mode event the runtime makes the read above the hint.
-  if (nothingToDo(key, ctx.hint, owner, now())) return;
+  // ctx.eventObject again: for a Reference-mode event the runtime makes the read above its event object.
+  if (nothingToDo(key, ctx.eventObject, owner, now())) return;
 
   const podKey = { namespace: key.namespace, name: podNameFor(owner) };
   let problem: ConditionInput | undefined;
@@ -44,7 +44,7 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
   // No pod known (the status names none, and the event is not about one): create first, as a new
   // object's pod cannot be there yet. Else read it afresh: "nothing to do" is a decision no
   // conditional write would check.
-  let pod = !owner.status?.currentPod && !podInEvent(owner, ctx.hint) ? await create() : await kube.get<PodObject>(Pod, podKey);
+  let pod = !owner.status?.currentPod && !podInEvent(owner, ctx.eventObject) ? await create() : await kube.get<PodObject>(Pod, podKey);
   let action = podAction(owner, pod, now());
 
   if (action.type === 'backoff') {

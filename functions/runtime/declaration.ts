@@ -117,15 +117,15 @@ export interface ReconcileContext {
   installNamespace?: string;
   /**
    * The object a Resource-mode event carried, when the event maps to this one key: the
-   * reconciled object itself, or the owned/watched object that maps to it (check `hint.kind`);
+   * reconciled object itself, or the owned/watched object that maps to it (check `eventObject.kind`);
    * with `apiVersion` and `kind` set. Possibly stale or forged: use it only to decide to do LESS
    * (skip a read, find nothing to do); everything written must come from a read of the API
-   * server (the body's resourceVersion may say where that read is served: getAnnounced in
+   * server (the body's resourceVersion may say where that read is served: getNoOlderThan in
    * reconciler.ts). For a Reference-mode event of the reconciled kind it is set by the
    * reconcile's own first read of the object (reference-reads.ts): read it after that read.
    * Absent for resyncs, fan-outs and runs shared by several events.
    */
-  hint?: KubeObject;
+  eventObject?: KubeObject;
   /**
    * The reconciled object as the runtime has just read it from the API server (or written it:
    * the answer to adding the declared finalizer), when it had to before calling reconcile (a
@@ -140,7 +140,7 @@ export interface ReconcileContext {
    * 1000 rules in a resync list them once, not 1000 times. Each event reads afresh, and so does
    * a run several events share (workqueue.ts): an answer read for one event may predate another's change.
    */
-  shared<T>(name: string, read: () => Promise<T>): Promise<T>;
+  readOnce<T>(name: string, read: () => Promise<T>): Promise<T>;
   /**
    * When this delivery stops starting work (ms since the epoch; its budget, delivery-budget.ts,
    * after it arrived), so that its answer goes back before the request times out. A reconcile
@@ -297,7 +297,7 @@ export interface FunctionDeclaration {
    * names any more, which no event will bring (a copy whose rule is gone, left by a replica
    * killed between two writes). Runs once per resync event, before the reconciles, even when
    * there is no object to reconcile, with the delivery's deadline (`ctx.deadline`); a failure
-   * is logged and fails nothing (the next resync tries again). No hint, no shared reads.
+   * is logged and fails nothing (the next resync tries again). No event object, no readOnce.
    */
   sweep?(ctx: ReconcileContext): Promise<void>;
   /**

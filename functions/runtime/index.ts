@@ -80,7 +80,7 @@ export {
   controllerOf,
   controllerReference,
   ensureFinalizer,
-  getAnnounced,
+  getNoOlderThan,
   isControlledBy,
   jsonEqual,
   removeFinalizer,

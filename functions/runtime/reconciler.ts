@@ -68,14 +68,14 @@ export const isControlledBy = (child: KubeObject, owner: KubeObject): boolean =>
  * The object at the version an event announced or newer: from the API server's watch cache
  * (resourceVersion=0), which is cheaper for the API server and spares etcd, when the cache holds
  * that version or a later one, else from etcd: when the cache lags behind the announcement, or
- * nothing was announced. `announced` is a resourceVersion, or the event's hint (ctx.hint), which
+ * nothing was announced. `announced` is a resourceVersion, or the event's object (ctx.eventObject), which
  * announces its own when it is an object of `kind` (a Resource-mode body).
  * Either way the object comes from the API server, never from the body: a forged announcement
  * can only cost the second read. It is as fresh as the event that asked for the reconcile, as
  * an informer-fed controller's reads are; a newer change brings its own event, and writes guarded
  * by resourceVersion (the status) refuse a version that has moved on.
  */
-export async function getAnnounced<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, key: ObjectKey, announced: string | KubeObject | undefined): Promise<T | undefined> {
+export async function getNoOlderThan<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, key: ObjectKey, announced: string | KubeObject | undefined): Promise<T | undefined> {
   const version = typeof announced === 'object' ? (sameKind(kind, announced.apiVersion, announced.kind) ? announced.metadata.resourceVersion : undefined) : announced;
   if (version) {
     const cached = await kube.get<T>(kind, key, { cached: true });

@@ -37,7 +37,7 @@ describe('Reference-mode events of the reconciled kind', () => {
     assert.equal((await deliver(fn.url, added)).status, 200);
     await fn.host.flushEvents();
     assert.deepEqual(difference(before, await requests()), { 'get immortalcontainers': 1, 'post pods': 1, 'post events': 1, 'put immortalcontainers/status': 1 },
-      'the object is read once: the reconcile\'s own read is its hint');
+      'the object is read once: the reconcile\'s own read is its eventObject');
     for (const action of ['add', 'update'] as const) {
       before = await requests();
       assert.equal((await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: ic, action, mode: 'Reference' }))).status, 200);
@@ -56,7 +56,7 @@ describe('Reference-mode events of the reconciled kind', () => {
     assert.ok(pod, 'the first reconcile created the pod');
     await cluster.kube.delete(Pod, podKey);
     // The pod's delete arrives first and the ImmortalContainer's Reference-mode update right
-    // after, in the same tick: the delete's reconcile (no body to hint with) takes the
+    // after, in the same tick: the delete's reconcile (no body to learn from) takes the
     // announcement and sees a settled object; the update's own reconcile finds none and runs in full.
     const deleted: FunctionEvent = { type: 'change', action: 'delete', mode: 'resource', ref: { apiVersion: 'v1', kind: 'Pod', namespace: 'default', name: podKey.name }, object: pod, id: 'pod-delete' };
     const answers = await Promise.all([fn.host.handle(deleted), fn.host.handle(reference(ic, 'update'))]);

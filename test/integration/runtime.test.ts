@@ -191,7 +191,7 @@ describe('declared finalizer', () => {
       },
     },
     reconcile: async (key: ObjectKey, ctx: ReconcileContext) => {
-      reconciled.push(`${key.name}:${ctx.hint?.metadata.finalizers?.join(',')}`);
+      reconciled.push(`${key.name}:${ctx.eventObject?.metadata.finalizers?.join(',')}`);
     },
   });
 

@@ -13,7 +13,7 @@ import {
   podAction,
   podNameFor,
   reported,
-  settled,
+  statusShowsHealthyPod,
   type ImmortalContainer,
   type ImmortalContainerStatus,
   type PodObject,
@@ -354,24 +354,24 @@ describe('what the reconcile may skip (pure)', () => {
     assert.equal(asCreated(foreign, key), false, 'not controlled by it');
   });
 
-  test('settled: this generation carried out, its pod healthy then', () => {
+  test('statusShowsHealthyPod: this generation carried out, its pod healthy then', () => {
     const status = (generation: number, reason: string): ImmortalContainerStatus => ({ observedGeneration: generation, currentPod: 'web-immortalpod', conditions: [{ type: 'Ready', status: 'True', reason, message: '', lastTransitionTime: '' }] as Condition[] });
-    assert.equal(settled(owner({ status: status(2, 'PodRunning') }), 'web-immortalpod'), true);
-    assert.equal(settled(owner({ status: status(1, 'PodRunning') }), 'web-immortalpod'), false, 'an older generation');
-    assert.equal(settled(owner({ status: status(2, 'PodMissing') }), 'web-immortalpod'), false, 'its pod was missing');
-    assert.equal(settled(owner({ status: status(2, 'PodRunning') }), 'other-pod'), false);
+    assert.equal(statusShowsHealthyPod(owner({ status: status(2, 'PodRunning') }), 'web-immortalpod'), true);
+    assert.equal(statusShowsHealthyPod(owner({ status: status(1, 'PodRunning') }), 'web-immortalpod'), false, 'an older generation');
+    assert.equal(statusShowsHealthyPod(owner({ status: status(2, 'PodMissing') }), 'web-immortalpod'), false, 'its pod was missing');
+    assert.equal(statusShowsHealthyPod(owner({ status: status(2, 'PodRunning') }), 'other-pod'), false);
   });
 
   test('nothingToDo: from the event alone only a pod as created; with the object read, a pod or an object that changes nothing', () => {
     const running = podFor(owner(), { phase: 'Running' });
-    assert.equal(nothingToDo(key, undefined, owner(), T0), false, 'no hint: a resync reads everything');
+    assert.equal(nothingToDo(key, undefined, owner(), T0), false, 'no eventObject: a resync reads everything');
     assert.equal(nothingToDo(key, podFor(owner())), true, 'our pod as created, before any read');
     assert.equal(nothingToDo(key, running), false, 'a started pod needs the object read');
     const done = owner({ status: nextStatus(owner(), owner(), running) });
     assert.equal(nothingToDo(key, running, done, T0), true, 'our running pod, and the status says so');
     assert.equal(nothingToDo(key, running, owner(), T0), false, 'the status does not say so yet');
-    assert.equal(nothingToDo(key, done, done, T0), true, 'the object itself, settled');
-    assert.equal(nothingToDo(key, owner(), owner(), T0), false, 'the object itself, not settled');
+    assert.equal(nothingToDo(key, done, done, T0), true, 'the object itself, statusShowsHealthyPod');
+    assert.equal(nothingToDo(key, owner(), owner(), T0), false, 'the object itself, not statusShowsHealthyPod');
   });
 
   test('reported: the same reason and (bounded) message are already on Ready', () => {

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { defineFunction, type FunctionEvent, Pod, type ResourceKind, OwnWrites, type KubeClient, discoveryFor } from '../../functions/runtime/index.ts';
-import { hintFromFirstRead, ReferenceEvents, SeenObjects, skipReason } from '../../functions/runtime/host/index.ts';
+import { eventObjectFromFirstRead, ReferenceEvents, SeenObjects, skipReason } from '../../functions/runtime/host/index.ts';
 import { unreachableKube } from '../support/cluster.ts';
 
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
@@ -49,7 +49,7 @@ test('the intake announces Reference-mode adds and updates of the reconciled kin
   assert.equal(seen.references.take(key('a')), false, 'a Resource-mode event carries its body instead');
 });
 
-test("the reconcile's first read of its object becomes its hint; nothing is read for it, other reads and the watch cache's are not hints", async () => {
+test("the reconcile's first read of its object becomes its eventObject; nothing is read for it, other reads and the watch cache's are not hints", async () => {
   const reads: string[] = [];
   const stored = { apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'a', namespace: 'ns', resourceVersion: '7' } };
   const kube = {
@@ -60,31 +60,31 @@ test("the reconcile's first read of its object becomes its hint; nothing is read
     server: 'https://x',
   } as unknown as KubeClient;
 
-  const ctx: { kube: KubeClient; hint?: { metadata: { name?: string } } } = { kube };
-  const client = hintFromFirstRead(ctx as never, key('a'));
+  const ctx: { kube: KubeClient; eventObject?: { metadata: { name?: string } } } = { kube };
+  const client = eventObjectFromFirstRead(ctx as never, key('a'));
   assert.equal(reads.length, 0, 'no read of its own');
   assert.equal(client.server, 'https://x', 'everything else answers as the client does');
   await client.get(Pod, { namespace: 'ns', name: 'a' });
-  assert.equal(ctx.hint, undefined, 'a read of another kind is no hint');
+  assert.equal(ctx.eventObject, undefined, 'a read of another kind is no eventObject');
   const object = await client.get(Widget, { namespace: 'ns', name: 'a' });
-  assert.deepEqual(ctx.hint, object, 'the first read of the key is');
-  assert.notEqual(ctx.hint, object, 'a copy: the reconcile may change what it read');
-  ctx.hint = undefined;
+  assert.deepEqual(ctx.eventObject, object, 'the first read of the key is');
+  assert.notEqual(ctx.eventObject, object, 'a copy: the reconcile may change what it read');
+  ctx.eventObject = undefined;
   await client.get(Widget, { namespace: 'ns', name: 'a' });
-  assert.equal(ctx.hint, undefined, 'only the first read');
+  assert.equal(ctx.eventObject, undefined, 'only the first read');
   assert.deepEqual(reads, ['Pod/a', 'Widget/a', 'Widget/a']);
 
-  const cachedCtx: { kube: KubeClient; hint?: unknown } = { kube };
-  await hintFromFirstRead(cachedCtx as never, key('a')).get(Widget, { namespace: 'ns', name: 'a' }, { cached: true });
-  assert.equal(cachedCtx.hint, undefined, "the watch cache's answer may be stale: no hint");
-  const goneCtx: { kube: KubeClient; hint?: unknown } = { kube };
-  assert.equal(await hintFromFirstRead(goneCtx as never, key('gone')).get(Widget, { namespace: 'ns', name: 'gone' }), undefined);
-  assert.equal(goneCtx.hint, undefined, 'an object that is gone is no hint');
+  const cachedCtx: { kube: KubeClient; eventObject?: unknown } = { kube };
+  await eventObjectFromFirstRead(cachedCtx as never, key('a')).get(Widget, { namespace: 'ns', name: 'a' }, { cached: true });
+  assert.equal(cachedCtx.eventObject, undefined, "the watch cache's answer may be stale: no eventObject");
+  const goneCtx: { kube: KubeClient; eventObject?: unknown } = { kube };
+  assert.equal(await eventObjectFromFirstRead(goneCtx as never, key('gone')).get(Widget, { namespace: 'ns', name: 'gone' }), undefined);
+  assert.equal(goneCtx.eventObject, undefined, 'an object that is gone is no eventObject');
 });
 
 test("per-client caches see through a reconcile's view of the client (kube.underlying): one discovery cache for all reconciles", () => {
   const kube = unreachableKube();
-  const view = hintFromFirstRead({ kube }, key('a'));
+  const view = eventObjectFromFirstRead({ kube }, key('a'));
   assert.notEqual(view, kube, 'a view of its own per reconcile');
   assert.equal(view.underlying, kube);
   assert.equal(discoveryFor(view), discoveryFor(kube), 'what one reconcile discovered serves the next (a cache keyed on the view would miss, and forgetting through it would forget nothing)');

@@ -36,7 +36,7 @@ describe('reads shared by the keys of one event', () => {
     const declaration = defineFunction({
       name: 'widgets', description: 'test', reconciles: Widget, rbac: [],
       reconcile: async (_key, ctx) => {
-        await ctx.shared('namespaces', async () => {
+        await ctx.readOnce('namespaces', async () => {
           reads++;
           if (failNext) {
             failNext = false;
@@ -68,7 +68,7 @@ describe('reads shared by the keys of one event', () => {
           await gate;
           return;
         }
-        seen.push(`${name}:${await ctx.shared('namespaces', async () => ++generation)}`);
+        seen.push(`${name}:${await ctx.readOnce('namespaces', async () => ++generation)}`);
       },
     });
     const host = createFunctionHost(declaration, { kube: unreachableKube(), log: quietLog, metrics: createMetrics('widgets'), fanOutConcurrency: 1 });

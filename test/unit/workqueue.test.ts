@@ -1,5 +1,5 @@
 // Per-key coalescing (functions/runtime/host/workqueue.ts): a follow-up run knows whether it answers
-// one request (which may then use its own hint) or several (which may use none).
+// one request (which may then use its own event object) or several (which may use none).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { KeyedWorkQueue } from '../../functions/runtime/host/index.ts';

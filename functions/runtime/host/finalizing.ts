@@ -16,7 +16,7 @@ export async function reconcileWithFinalizer(declaration: FunctionDeclaration, k
   if (!finalizer || groupKind(key.kind) !== groupKind(declaration.reconciles)) return declaration.reconcile(key, ctx);
   const { kube } = ctx;
   const object = await kube.get(key.kind, key);
-  if (!object) return declaration.reconcile(key, { ...ctx, hint: undefined });
+  if (!object) return declaration.reconcile(key, { ...ctx, eventObject: undefined });
   const has = object.metadata.finalizers?.includes(finalizer.name) ?? false;
   if (object.metadata.deletionTimestamp) {
     // Being deleted without our finalizer: nothing of ours is left to clean up.
@@ -26,6 +26,6 @@ export async function reconcileWithFinalizer(declaration: FunctionDeclaration, k
     return undefined;
   }
   const current = has ? object : await ensureFinalizer(kube, key.kind, object, finalizer.name);
-  // A fresh read: as good a hint as any event body, and one read the reconcile need not make again.
-  return declaration.reconcile(key, { ...ctx, hint: current ?? object, current });
+  // A fresh read: as good an event object as any event body, and one read the reconcile need not make again.
+  return declaration.reconcile(key, { ...ctx, eventObject: current ?? object, current });
 }

@@ -92,8 +92,8 @@ export class FunctionHost {
    * One reconcile of one key, coalesced with the other requests for it (reconcile-loop.ts);
    * returns the failure, if any, instead of throwing.
    */
-  reconcileKey(key: KindKey, parentLog: Logger, hint?: KubeObject): Promise<KeyResult> {
-    return this.#loop.reconcileKey(key, parentLog, hint);
+  reconcileKey(key: KindKey, parentLog: Logger, eventObject?: KubeObject): Promise<KeyResult> {
+    return this.#loop.reconcileKey(key, parentLog, eventObject);
   }
 
   /** Stops taking events (readiness turns 503) and resolves when in-flight ones are answered and recorded Events written. */

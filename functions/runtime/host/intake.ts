@@ -12,7 +12,7 @@ import { FanOutGate } from './fan-out-gate.ts';
 import type { HostSettings } from './host-options.ts';
 import type { ReconcileLoop } from './reconcile-loop.ts';
 import { keysForEvent, uniqueKeys } from './routing.ts';
-import { isSettled, skipReason, type SeenObjects } from './skips.ts';
+import { isUnchangedSinceReconcile, skipReason, type SeenObjects } from './skips.ts';
 
 /** The answer when a delivery fails before any key is reconciled: statusForError's code, but 500 for a TerminalError (no key to record it on). */
 function failedBeforeReconcile(error: unknown, log: Logger, what: string): Outcome {
@@ -48,7 +48,7 @@ export class Intake {
     const eventLog = () => (child ??= log.child({ ceId: event.id }));
     const reconciled = declaration.reconciles;
     let keys: KindKey[];
-    let hint: KubeObject | undefined;
+    let eventObject: KubeObject | undefined;
     /** When each key may start (ms since the epoch), for keys a reconcile event names ahead of their time. */
     let dueAt: number[] | undefined;
     if (event.type === 'resync' || event.type === 'poll') return this.#fanOut(event.type, eventLog());
@@ -80,9 +80,9 @@ export class Intake {
         if (skip) return { status: 200, body: { ignored: skip } };
         keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog(), installNamespace));
         if (keys.length === 0) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns ${declaration.runtimeKinds ? `nothing ${declaration.name} reconciles` : `no ${reconciled.kind}`}` } };
-        // The body is a hint for the one object it maps to (its own key, or its owner's); a
+        // The body is an event object for the one object it maps to (its own key, or its owner's); a
         // delete's body is the object's last state, not its present one.
-        if (event.object && event.action !== 'delete' && keys.length === 1) hint = { apiVersion: event.ref.apiVersion, kind: event.ref.kind, ...event.object };
+        if (event.object && event.action !== 'delete' && keys.length === 1) eventObject = { apiVersion: event.ref.apiVersion, kind: event.ref.kind, ...event.object };
       }
     } catch (error) {
       return failedBeforeReconcile(error, eventLog(), 'could not work out what the event concerns');
@@ -96,7 +96,7 @@ export class Intake {
         if (keys.length === 0) return { status: 200, body: { ignored: `every key is outside the install's namespace ${installNamespace}` } };
       }
     }
-    return this.#loop.reconcileAll(keys, eventLog(), deadline, hint, dueAt);
+    return this.#loop.reconcileAll(keys, eventLog(), deadline, eventObject, dueAt);
   }
 
   /**
@@ -123,7 +123,7 @@ export class Intake {
         listed += page.items.length;
         for (const item of page.items) {
           const key = kindKey(reconciled, keyOf(item));
-          if (type === 'resync' || !isSettled(declaration, key, item, this.#seen)) keys.push(key);
+          if (type === 'resync' || !isUnchangedSinceReconcile(declaration, key, item, this.#seen)) keys.push(key);
         }
       }
       if (keys.length === 0 && type === 'poll') return { status: 200, body: { ignored: `poll: all ${listed} ${reconciled.kind} objects settled` } };

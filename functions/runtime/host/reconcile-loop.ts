@@ -11,7 +11,7 @@ import type { EventSink } from '../recorder.ts';
 import { answerFor, failedResult, type KeyResult, type Outcome } from './answers.ts';
 import { reconcileWithFinalizer } from './finalizing.ts';
 import type { HostSettings } from './host-options.ts';
-import { hintFromFirstRead } from './reference-reads.ts';
+import { eventObjectFromFirstRead } from './reference-reads.ts';
 import type { SeenObjects } from './skips.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
 
@@ -50,14 +50,14 @@ export class ReconcileLoop {
    * into one answer. Keys not started by the deadline are deferred, except the first: every
    * delivery gets something done.
    */
-  async reconcileAll(keys: KindKey[], log: Logger, deadline: number, hint?: KubeObject, dueAt?: number[]): Promise<Outcome> {
+  async reconcileAll(keys: KindKey[], log: Logger, deadline: number, eventObject?: KubeObject, dueAt?: number[]): Promise<Outcome> {
     const { fanOutConcurrency, now, sleep, declaration } = this.#settings;
     const results: KeyResult[] = new Array(keys.length);
-    const reads = sharedReads();
+    const reads = readsOnce();
     await forEachLimited(keys, fanOutConcurrency, async (key, index) => {
       const early = (dueAt?.[index] ?? 0) - now().getTime();
       if (early > 0) await sleep(early);
-      results[index] = index > 0 && now().getTime() >= deadline ? { type: 'deferred' } : await this.reconcileKey(key, log, hint, reads, deadline);
+      results[index] = index > 0 && now().getTime() >= deadline ? { type: 'deferred' } : await this.reconcileKey(key, log, eventObject, reads, deadline);
     });
     const outcome = answerFor(declaration.name, keys, results, now());
     if (outcome.body.deferred) log.warn({ ...outcome.body, budgetMs: this.#settings.deliveryBudgetMs }, 'delivery budget spent; the keys not started go back in the reply');
@@ -66,15 +66,15 @@ export class ReconcileLoop {
 
   /**
    * One reconcile of one key, coalesced with the other requests for it (workqueue.ts); returns
-   * the failure, if any, instead of throwing. `hint` is the event's body for this object (trusted
+   * the failure, if any, instead of throwing. `eventObject` is the event's body for this object (trusted
    * only to do less; a shared follow-up run gets none).
    */
-  reconcileKey(key: KindKey, parentLog: Logger, hint?: KubeObject, reads = sharedReads(), deadline = this.deadline()): Promise<KeyResult> {
+  reconcileKey(key: KindKey, parentLog: Logger, eventObject?: KubeObject, reads = readsOnce(), deadline = this.deadline()): Promise<KeyResult> {
     const { metrics, now } = this.#settings;
     const id = kindKeyString(key);
     const log = parentLog.child({ key: id });
     // Taken now, in call order (reference-reads.ts explains why that keeps it safe).
-    const announced = !hint && this.#seen.references.take(key);
+    const announced = !eventObject && this.#seen.references.take(key);
     return this.#queue.run(id, async (shared) => {
       const started = performance.now();
       const observe = (result: string) => {
@@ -85,13 +85,13 @@ export class ReconcileLoop {
       };
       // A run several events share may be older than some of their changes: it reads afresh,
       // and has a budget of its own (it starts when the run before it ends).
-      const ctx = this.#context(log, shared ? undefined : hint, shared ? sharedReads() : reads, shared ? this.deadline() : deadline);
-      if (announced && !shared) ctx.kube = hintFromFirstRead(ctx, key);
+      const ctx = this.#context(log, shared ? undefined : eventObject, shared ? readsOnce() : reads, shared ? this.deadline() : deadline);
+      if (announced && !shared) ctx.kube = eventObjectFromFirstRead(ctx, key);
       try {
         const result = await reconcileWithFinalizer(this.#settings.declaration, key, ctx);
         const requeue = result?.requeueAfterSeconds;
         const seconds = observe(requeue !== undefined ? 'requeue' : 'success');
-        if (ctx.hint && sameKind(key.kind, ctx.hint.apiVersion, ctx.hint.kind)) this.#seen.remember(key, ctx.hint);
+        if (ctx.eventObject && sameKind(key.kind, ctx.eventObject.apiVersion, ctx.eventObject.kind)) this.#seen.remember(key, ctx.eventObject);
         log.debug({ ms: Math.round(seconds * 1000), requeueAfterSeconds: requeue, failedKeys: result?.failedKeys?.length }, 'reconciled');
         // A TerminalError is not retried (its reconcile reported it).
         const failedKeys = result?.failedKeys?.filter(({ error }) => !(error instanceof TerminalError)).map(({ key, error }) => ({ key, result: failedResult(error) }));
@@ -122,20 +122,20 @@ export class ReconcileLoop {
   /** The declaration's sweep (declaration.ts): logged when it fails, never failing the resync. */
   async sweep(log: Logger, deadline: number): Promise<void> {
     try {
-      await this.#settings.declaration.sweep!(this.#context(log, undefined, sharedReads(), deadline));
+      await this.#settings.declaration.sweep!(this.#context(log, undefined, readsOnce(), deadline));
     } catch (error) {
       log.warn({ err: (error as Error).message }, 'the resync\'s sweep failed; the next resync tries again');
     }
   }
 
-  #context(log: Logger, hint: KubeObject | undefined, shared: ReconcileContext['shared'], deadline: number): ReconcileContext {
+  #context(log: Logger, eventObject: KubeObject | undefined, readOnce: ReconcileContext['readOnce'], deadline: number): ReconcileContext {
     const { kube, config, http, now, installNamespace } = this.#settings;
-    return { kube, log, events: this.#events.recorder(log), config, http, now, installNamespace, hint, shared, deadline };
+    return { kube, log, events: this.#events.recorder(log), config, http, now, installNamespace, eventObject, readOnce, deadline };
   }
 }
 
-/** ReconcileContext.shared for one event: each read once; a read that failed is tried again by the next key that asks. */
-function sharedReads(): ReconcileContext['shared'] {
+/** ReconcileContext.readOnce for one event: each read once; a read that failed is tried again by the next key that asks. */
+function readsOnce(): ReconcileContext['readOnce'] {
   const reads = new Map<string, Promise<unknown>>();
   return <T>(name: string, read: () => Promise<T>): Promise<T> => {
     let pending = reads.get(name) as Promise<T> | undefined;

@@ -4,7 +4,7 @@
 //
 //   echo         the object is exactly the version this process itself just wrote (its own pod
 //                create, its own status write): the reconcile that wrote it knew all of it.
-//   status only  an update of the reconciled kind that is settled (isSettled): its generation
+//   status only  an update of the reconciled kind that is settled (isUnchangedSinceReconcile): its generation
 //                equals status.observedGeneration, not being deleted, with the declared
 //                finalizer in place; for a function that reads the object's labels or
 //                annotations (`readsMetadata`, the default) also with the metadata this process
@@ -75,7 +75,7 @@ export function skipReason(declaration: FunctionDeclaration, event: Extract<Func
   if (ownWrites.isOwn(kind, object)) return `${what} is at the version this function wrote (resourceVersion ${object.metadata.resourceVersion})`;
   if (kind !== declaration.reconciles || event.action !== 'update') return undefined;
   const key = { kind, namespace: kind.namespaced ? event.ref.namespace : '', name: event.ref.name };
-  if (!isSettled(declaration, key, object, seen)) return undefined;
+  if (!isUnchangedSinceReconcile(declaration, key, object, seen)) return undefined;
   return `${what}: only its status changed (generation ${object.metadata.generation} observed)`;
 }
 
@@ -85,7 +85,7 @@ export function skipReason(declaration: FunctionDeclaration, event: Extract<Func
  * in place, and for a function that reads labels or annotations (`readsMetadata`) this process
  * last reconciled the same metadata.
  */
-export function isSettled(declaration: FunctionDeclaration, key: KindKey, object: KubeObject, seen: SeenObjects): boolean {
+export function isUnchangedSinceReconcile(declaration: FunctionDeclaration, key: KindKey, object: KubeObject, seen: SeenObjects): boolean {
   const generation = object.metadata.generation;
   const observed = (object.status as { observedGeneration?: unknown } | undefined)?.observedGeneration;
   if (generation === undefined || generation !== observed || object.metadata.deletionTimestamp) return false;

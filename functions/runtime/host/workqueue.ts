@@ -28,7 +28,7 @@ export class KeyedWorkQueue {
     return this.#slots.size;
   }
 
-  /** `task` learns whether its run is shared by several requests (then it must not trust any caller's hint). */
+  /** `task` learns whether its run is shared by several requests (then it must not trust any caller's event object). */
   run<T>(key: string, task: (shared: boolean) => Promise<T>): Promise<T> {
     const slot = this.#slots.get(key);
     if (!slot) {

@@ -1,4 +1,4 @@
-// Reads at the version an event announced (functions/runtime/reconciler.ts getAnnounced) against
+// Reads at the version an event announced (functions/runtime/reconciler.ts getNoOlderThan) against
 // a real API server: served from its watch cache when the cache holds that version or a newer
 // one, from etcd otherwise, and never taken from the event's body.
 import assert from 'node:assert/strict';
@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
-import { Pod, type KubeObject, type ObjectKey, type ResourceKind, ConnectionReusingKubeConfig, KubeClient, getAnnounced } from '../../functions/runtime/index.ts';
+import { Pod, type KubeObject, type ObjectKey, type ResourceKind, ConnectionReusingKubeConfig, KubeClient, getNoOlderThan } from '../../functions/runtime/index.ts';
 import { deliver, serveFunction, startTestCluster, untilWatchCacheHolds, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
@@ -47,12 +47,12 @@ const create = (name: string, image = 'nginx:1.27') => cluster.kube.create<Immor
 const keyOf = (ic: ImmortalContainer) => ({ namespace: 'default', name: ic.metadata.name! });
 const cached = (ic: ImmortalContainer) => untilWatchCacheHolds(cluster.kube, ImmortalContainerKind, ic);
 
-describe('getAnnounced', () => {
+describe('getNoOlderThan', () => {
   test('the announced version held by the watch cache: one read, from the cache', async () => {
     const ic = await create('announced-current');
     await cached(ic);
     kube.reads.length = 0;
-    const read = await getAnnounced<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), ic.metadata.resourceVersion);
+    const read = await getNoOlderThan<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), ic.metadata.resourceVersion);
     assert.deepEqual(kube.reads, ['ImmortalContainer cache']);
     assert.equal(read?.metadata.resourceVersion, ic.metadata.resourceVersion);
   });
@@ -62,7 +62,7 @@ describe('getAnnounced', () => {
     const updated = await cluster.kube.mergePatch<ImmortalContainer>(ImmortalContainerKind, keyOf(ic), { spec: { image: 'nginx:1.28' } });
     await cached(updated);
     kube.reads.length = 0;
-    const read = await getAnnounced<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), ic.metadata.resourceVersion);
+    const read = await getNoOlderThan<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), ic.metadata.resourceVersion);
     assert.deepEqual(kube.reads, ['ImmortalContainer cache']);
     assert.equal(read?.spec.image, 'nginx:1.28');
     assert.equal(read?.metadata.resourceVersion, updated.metadata.resourceVersion);
@@ -73,18 +73,18 @@ describe('getAnnounced', () => {
     await cached(ic);
     for (const announced of [String(Number(ic.metadata.resourceVersion) + 1_000_000), 'abc']) {
       kube.reads.length = 0;
-      const read = await getAnnounced<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), announced);
+      const read = await getNoOlderThan<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), announced);
       assert.deepEqual(kube.reads, ['ImmortalContainer cache', 'ImmortalContainer etcd'], `announced ${announced}`);
       assert.equal(read?.metadata.resourceVersion, ic.metadata.resourceVersion);
     }
     kube.reads.length = 0;
-    assert.equal((await getAnnounced<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), undefined))?.metadata.uid, ic.metadata.uid);
+    assert.equal((await getNoOlderThan<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), undefined))?.metadata.uid, ic.metadata.uid);
     assert.deepEqual(kube.reads, ['ImmortalContainer etcd']);
   });
 
   test('an object that does not exist: undefined, whatever was announced', async () => {
     kube.reads.length = 0;
-    assert.equal(await getAnnounced(kube, ImmortalContainerKind, { namespace: 'default', name: 'never-created' }, '1'), undefined);
+    assert.equal(await getNoOlderThan(kube, ImmortalContainerKind, { namespace: 'default', name: 'never-created' }, '1'), undefined);
     assert.deepEqual(kube.reads, ['ImmortalContainer cache', 'ImmortalContainer etcd']);
   });
 });
