@@ -32,11 +32,11 @@ export const narrowClientNodeGen: Plugin = {
 /**
  * undici's index loads all of undici when it is imported: fetch, WebSocket, EventSource, the
  * caches (node:sqlite), mocks, every interceptor (node:dns, node:zlib). The bundles import it
- * from two places only: kube.ts (Agent, request) and client-node (Agent and ProxyAgent in
+ * from two places only: the runtime's kube/ client (Agent, request) and client-node (Agent and ProxyAgent in
  * config.js; fetch in the generated API clients, which no function uses). This module gives
  * them those names from undici's own modules, and loads fetch only if it is ever called.
  * `request` is undici's top-level shortcut (a URL, then `dispatcher.request`), for the form
- * kube.ts uses; an import of any other name from 'undici' fails the build.
+ * the runtime's client uses; an import of any other name from 'undici' fails the build.
  */
 const NARROW_UNDICI = `
 import Dispatcher from 'undici/lib/dispatcher/dispatcher.js';
@@ -95,7 +95,7 @@ function editSource(name: string, file: RegExp, why: string, edits: SourceEdit[]
 /**
  * undici's client loads its HTTP/2 half (and with it node:http2, about 5,000 lines of Node's
  * own code) when it is loaded, though it only runs when a server picks h2 by ALPN, which the
- * API client never offers (kube.ts: allowH2 false). Here it is loaded on first use instead.
+ * API client never offers (kube/config.ts: allowH2 false). Here it is loaded on first use instead.
  */
 export const lazyUndiciH2 = editSource('lazy-undici-h2', /[\\/]undici[\\/]lib[\\/]dispatcher[\\/]client\.js$/, 'HTTP/2 on first use', [
   { from: "const connectH2 = require('./client-h2.js')", to: "const connectH2 = (...args) => require('./client-h2.js')(...args)" },

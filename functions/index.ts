@@ -1,6 +1,6 @@
 // Every function of the project: its name and the module holding its declaration (relative to
 // this file). Modules are imported on demand, so a function process loads only its own code,
-// and bin/build.ts bundles each one on its own.
+// and build/build.ts bundles each one on its own.
 import type { FunctionDeclaration } from './runtime/index.ts';
 
 export const functionModules: Record<string, string> = {

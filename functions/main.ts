@@ -1,6 +1,6 @@
 // The entry program of a function process: `node functions/main.ts <function>` or
 // FUNCTION=<function>. Picks the function by name from the registry and serves it; the
-// container image runs its bundled counterpart (bin/build.ts) with the function chosen at start.
+// container image runs its bundled counterpart (build/build.ts) with the function chosen at start.
 import { loadFunction } from './index.ts';
 import { serve } from './runtime/host/index.ts';
 

@@ -1,6 +1,6 @@
 // The I/O around a parent's children: listing the candidates of each child kind, carrying out
 // the claim (adopt matching orphans, release children that stopped matching) and the planned
-// child operations. The decisions are functions/composite/claim.ts and manage-children.ts.
+// child operations. The decisions are functions/composite/metacontroller/claim.ts and manage-children.ts.
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go claimChildren,
 // pkg/dynamic/controllerref (adoptChild / releaseChild, with RecheckDeletionTimestamp before the

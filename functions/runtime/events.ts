@@ -308,7 +308,7 @@ function interpretReconcile(event: CloudEventV1<unknown>): FunctionEvent {
 /**
  * A due time (opfnnotbefore, a key's notBefore) in ms since the epoch, or undefined when it is not
  * an RFC 3339 time: the one rule on both ends of the wire, so the local broker holds exactly the
- * times a function accepts (eventing/broker/hold.ts).
+ * times a function accepts (eventing/broker/requeue-hold.ts).
  */
 export function dueTimeMs(raw: unknown): number | undefined {
   const at = typeof raw === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(raw) ? Date.parse(raw) : Number.NaN;

@@ -1,8 +1,8 @@
 // The few building blocks of generated Knative and RBAC objects that both `opfn manifests`
 // (eventing/manifests/, at install time, from declarations) and a function managing such objects
-// at run time (functions/composite-controller/eventing.ts, per CompositeController) need. They
+// at run time (functions/composite/event-sources.ts, per CompositeController) need. They
 // live here because functions/ never imports eventing/ (each function's bundle holds its own
-// folder and the runtime only, bin/build.ts); eventing/manifests/ re-exports them.
+// folder and the runtime only, build/build.ts); eventing/manifests/ re-exports them.
 //
 // Identities: a ServiceAccount bound to exactly its rules. In 'cluster' scope the rules go into a
 // ClusterRole and ClusterRoleBinding. In 'namespace' scope they go into a Role and RoleBinding in

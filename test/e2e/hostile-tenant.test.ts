@@ -62,8 +62,7 @@ const CONVERGE_MS = 30_000;
 /**
  * Forged pings sent at once, and how many resyncs' worth of requests they may cost: a function runs
  * one resync and keeps one follow-up for every ping that arrives meanwhile; pings the broker is
- * still delivering when the follow-up starts make the next. A handful of runs, not one per ping
- * (measured: 4 for 20 pings and for 40).
+ * still delivering when the follow-up starts make the next. A handful of runs, not one per ping.
  */
 const PINGS = 40;
 const MERGED_RUNS = 8;

@@ -1,5 +1,5 @@
-// The runtime must reuse connections to the API server: client-node 2.0.1 alone opens a new TLS
-// connection per request (measured: >500 open sockets for 1500 calls). Counted from the kernel's
+// The runtime must reuse connections to the API server: client-node alone opens a new TLS
+// connection per request. Counted from the kernel's
 // socket table, so nothing about the client is taken on trust.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -76,11 +76,11 @@ test('a function host\'s client opens at most its 32 connections, however many r
   assert.ok(free > 40, `an uncapped client opens more under the same burst: ${free}`);
 });
 
-// undici 8 offers HTTP/2 by ALPN and kube-apiserver picks it. A source stopped right after its
-// list aborts its watch before the response headers; undici's HTTP/2 client then left the session
-// with a socket that threw an uncaught SocketError "other side closed" (client-h2.js
-// onHttp2SocketEnd) when the API server restarted, which crashed the plane process (10 of 10
-// here before the fix). The client now speaks HTTP/1.1 to the API server.
+// undici offers HTTP/2 by ALPN and kube-apiserver picks it. A source stopped right after its
+// list aborts its watch before the response headers; undici's HTTP/2 client leaves the session
+// with a socket that throws an uncaught SocketError "other side closed" (client-h2.js
+// onHttp2SocketEnd) when the API server restarts, which would crash the plane process. So the
+// client speaks HTTP/1.1 to the API server.
 test('sources stopped before their watch answered survive a later API server restart', async () => {
   const uncaught: unknown[] = [];
   const record = (err: unknown) => uncaught.push(err);

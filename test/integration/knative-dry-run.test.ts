@@ -124,7 +124,7 @@ describe('server-side dry run, strict field validation, against Knative 1.23\'s 
     }
   });
 
-  // The objects the composite function makes at run time per CompositeController (eventing.ts).
+  // The objects the composite function makes at run time per CompositeController (functions/composite/event-sources.ts).
   for (const [what, options] of [
     ['composite event sources, cluster scope', { namespace: 'cc-cluster', brokerName: 'operator-functions', scope: 'cluster' }],
     ['composite event sources, namespace scope, a cluster-scoped parent and a Secret child', { namespace: 'cc-ns', brokerName: 'b', scope: 'namespace' }],

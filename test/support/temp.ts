@@ -1,6 +1,5 @@
 // Temporary folders of a test file or benchmark, removed however its process ends (passed, failed,
-// or stopped by Ctrl-C): every `npm test` used to leave its bundles, plane state and kubeconfigs in
-// the system's temporary folder (the cli test's folder alone held 19 MiB).
+// or stopped by Ctrl-C), so that no run leaves bundles, plane state or kubeconfigs behind.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -123,7 +123,7 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
   // failed key comes back in the next reply without the broker's backoff: it is retried at the
   // pace of its neighbour's requeue (never sooner, as the round's answer waits for it), not
   // backed off. A requeue due later is not waited for, so the failed key fails alone (503) and
-  // is backed off until then. The local broker holds each key apart (eventing/broker/hold.ts):
+  // is backed off until then. The local broker holds each key apart (eventing/broker/requeue-hold.ts):
   // there the failed keys are retried alone, with backoff, and each requeue at its own time.
   if (retryable.length > 0 || deferred.length > 0 || requeued.length > 0) {
     const room = MAX_KEYS_PER_EVENT - retryable.length;

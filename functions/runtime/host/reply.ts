@@ -4,7 +4,7 @@
 // (requeueAfterSeconds), each at its own time. A 2xx answer whose body is
 // a CloudEvent is a reply in Knative's broker (filter_handler.go): it re-enters the broker, and
 // the Trigger that selects on `opfnfunction` routes it back to this function with its delivery
-// policy. The local broker holds each key of a reply until it is due (eventing/broker/hold.ts);
+// policy. The local broker holds each key of a reply until it is due (eventing/broker/requeue-hold.ts);
 // Knative delivers at once, and the function waits for the keys due within that delivery's budget
 // and drops those due later (its resync catches up).
 import { randomUUID } from 'node:crypto';
