@@ -58,11 +58,21 @@ function mode(results: Counts[]): { counts: Counts; agree: number } {
 }
 
 async function main(): Promise<void> {
-  const { values } = benchFlags('npm run bench:api-requests -- [--reps 5] [--label name] [--controller-manager]\n' +
-    '  --reps    repetitions of each case; the table shows the most common count (default 5)\n' +
-    '  --label   a name for this run, part of the result file name (default local)\n' +
-    '  --controller-manager  also run kube-controller-manager (its garbage collector reads new pods\' owners)',
-  () => parseArgs({ options: { reps: { type: 'string', default: '5' }, label: { type: 'string', default: 'local' }, 'controller-manager': { type: 'boolean', default: false }, help: { type: 'boolean', default: false } } }));
+  const { values } = benchFlags(
+    'npm run bench:api-requests -- [--reps 5] [--label name] [--controller-manager]\n' +
+      '  --reps    repetitions of each case; the table shows the most common count (default 5)\n' +
+      '  --label   a name for this run, part of the result file name (default local)\n' +
+      "  --controller-manager  also run kube-controller-manager (its garbage collector reads new pods' owners)",
+    () =>
+      parseArgs({
+        options: {
+          reps: { type: 'string', default: '5' },
+          label: { type: 'string', default: 'local' },
+          'controller-manager': { type: 'boolean', default: false },
+          help: { type: 'boolean', default: false },
+        },
+      }),
+  );
   const reps = Number(values.reps);
   if (!Number.isInteger(reps) || reps < 1) {
     console.error(`--reps must be a positive integer, got "${values.reps}"`);
@@ -78,13 +88,25 @@ async function main(): Promise<void> {
 
   const results = new Map<Case, Counts[]>(CASES.map((name) => [name, []]));
   const clientSide = new Map<Case, Record<string, number>[]>(CASES.map((name) => [name, []]));
-  const clientCounts = async () => Object.fromEntries((await metrics.apiRequests.get()).values.map((value) => [`${value.labels.verb} ${value.labels.resource} ${value.labels.code}`, value.value]));
+  const clientCounts = async () =>
+    Object.fromEntries(
+      (await metrics.apiRequests.get()).values.map((value) => [
+        `${value.labels.verb} ${value.labels.resource} ${value.labels.code}`,
+        value.value,
+      ]),
+    );
 
   const run = async (name: Case, action: () => Promise<void>) => {
     const clientBefore = await clientCounts();
     results.get(name)!.push(await measure(cluster, action));
     const clientAfter = await clientCounts();
-    clientSide.get(name)!.push(Object.fromEntries(Object.entries(clientAfter).map(([key, value]) => [key, value - (clientBefore[key] ?? 0)]).filter(([, value]) => value !== 0)));
+    clientSide.get(name)!.push(
+      Object.fromEntries(
+        Object.entries(clientAfter)
+          .map(([key, value]) => [key, value - (clientBefore[key] ?? 0)])
+          .filter(([, value]) => value !== 0),
+      ),
+    );
   };
   const deliverOk = async (event: CloudEvent<unknown>) => {
     const answer = await deliver(url, event);
@@ -94,8 +116,15 @@ async function main(): Promise<void> {
   try {
     // Warm up connections (and the function's code) on an object of its own; let the
     // controller manager's start-up burst pass.
-    const warm = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'api-warmup', namespace: 'default' }, spec: { image: 'nginx' } });
-    await deliverOk(apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: warm, action: 'add', mode: 'Reference' }));
+    const warm = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
+      apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+      kind: 'ImmortalContainer',
+      metadata: { name: 'api-warmup', namespace: 'default' },
+      spec: { image: 'nginx' },
+    });
+    await deliverOk(
+      apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: warm, action: 'add', mode: 'Reference' }),
+    );
     await sleep(2000);
 
     for (let rep = 0; rep < reps; rep++) {
@@ -103,20 +132,44 @@ async function main(): Promise<void> {
       const podKey = { namespace: 'default', name: `${name}-immortalpod` };
       await run('scrape pair', async () => {});
 
-      const ic = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image: 'nginx' } });
-      const added = apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: ic, action: 'add', mode: 'Reference' });
+      const ic = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
+        apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+        kind: 'ImmortalContainer',
+        metadata: { name, namespace: 'default' },
+        spec: { image: 'nginx' },
+      });
+      const added = apiServerSourceEvent({
+        server: cluster.cp.server,
+        kind: ImmortalContainerKind,
+        object: ic,
+        action: 'add',
+        mode: 'Reference',
+      });
       await run('create', () => deliverOk(added));
 
       await run('no-op', () => deliverOk(added));
 
       const written = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name }))!;
-      await run('own-status', () => deliverOk(apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: written, action: 'update', mode: 'Resource' })));
+      await run('own-status', () =>
+        deliverOk(
+          apiServerSourceEvent({
+            server: cluster.cp.server,
+            kind: ImmortalContainerKind,
+            object: written,
+            action: 'update',
+            mode: 'Resource',
+          }),
+        ),
+      );
 
       const pod = (await cluster.kube.get<PodObject>(Pod, podKey))!;
       await cluster.kube.delete(Pod, podKey);
-      await run('recreate', () => deliverOk(apiServerSourceEvent({ server: cluster.cp.server, kind: Pod, object: pod, action: 'delete', mode: 'Resource' })));
+      await run('recreate', () =>
+        deliverOk(apiServerSourceEvent({ server: cluster.cp.server, kind: Pod, object: pod, action: 'delete', mode: 'Resource' })),
+      );
       const status = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name }))?.status;
-      if (status?.startTimes !== 2 || !(await cluster.kube.get(Pod, podKey))) throw new Error(`${name}: expected a recreated pod and startTimes 2, got startTimes ${status?.startTimes}`);
+      if (status?.startTimes !== 2 || !(await cluster.kube.get(Pod, podKey)))
+        throw new Error(`${name}: expected a recreated pod and startTimes 2, got startTimes ${status?.startTimes}`);
     }
   } finally {
     await fn.close();
@@ -133,29 +186,54 @@ async function main(): Promise<void> {
       ['agree', ...CASES.map((name) => `${chosen.get(name)!.agree}/${reps}`)],
     ];
     const widths = header.map((cell, column) => Math.max(cell.length, ...body.map((row) => row[column].length)));
-    const line = (cells: string[]) => cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
+    const line = (cells: string[]) =>
+      cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
     console.log(line(header));
     for (const row of body) console.log(line(row));
   };
 
-  console.log(`API requests per reconcile (kube-apiserver apiserver_request_total, after − before; most common of ${reps} repetitions; kube-controller-manager ${values['controller-manager'] ? 'running' : 'not running'})\n`);
+  console.log(
+    `API requests per reconcile (kube-apiserver apiserver_request_total, after − before; most common of ${reps} repetitions; kube-controller-manager ${values['controller-manager'] ? 'running' : 'not running'})\n`,
+  );
   table('verb', (counts) => counts.byVerb);
   console.log('');
   table('verb resource', (counts) => counts.byResource);
-  console.log('\nthe function\'s own count (opfn_kube_api_requests_total: verb resource code), same repetitions:');
+  console.log("\nthe function's own count (opfn_kube_api_requests_total: verb resource code), same repetitions:");
   for (const name of CASES.slice(1)) {
     const seen = new Map<string, number>();
     for (const counts of clientSide.get(name)!) seen.set(JSON.stringify(counts), (seen.get(JSON.stringify(counts)) ?? 0) + 1);
-    for (const [counts, times] of seen) console.log(`  ${name.padEnd(9)} ${times}/${reps}: ${Object.entries(JSON.parse(counts) as Record<string, number>).map(([key, value]) => `${key} ×${value}`).join(', ')}`);
+    for (const [counts, times] of seen)
+      console.log(
+        `  ${name.padEnd(9)} ${times}/${reps}: ${Object.entries(JSON.parse(counts) as Record<string, number>)
+          .map(([key, value]) => `${key} ×${value}`)
+          .join(', ')}`,
+      );
   }
-  const outliers = CASES.flatMap((name) => results.get(name)!.filter((counts) => counts.total !== chosen.get(name)!.counts.total).map((counts) => `${name}: ${counts.total} (${Object.entries(counts.byResource).map(([key, value]) => `${key} ×${value}`).join(', ')})`));
-  if (outliers.length) console.log(`\nrepetitions that differ (other clients of the API server at the same moment):\n  ${outliers.join('\n  ')}`);
+  const outliers = CASES.flatMap((name) =>
+    results
+      .get(name)!
+      .filter((counts) => counts.total !== chosen.get(name)!.counts.total)
+      .map(
+        (counts) =>
+          `${name}: ${counts.total} (${Object.entries(counts.byResource)
+            .map(([key, value]) => `${key} ×${value}`)
+            .join(', ')})`,
+      ),
+  );
+  if (outliers.length)
+    console.log(`\nrepetitions that differ (other clients of the API server at the same moment):\n  ${outliers.join('\n  ')}`);
 
-  writeResults({
-    benchmark: 'api-requests', label: values.label, date: new Date().toISOString(), command: `npm run bench:api-requests -- ${process.argv.slice(2).join(' ')}`.trim(),
-    chosen: Object.fromEntries(CASES.map((name) => [name, { ...chosen.get(name)!.counts, agree: `${chosen.get(name)!.agree}/${reps}` }])),
-    outliers,
-  }, 'chosen');
+  writeResults(
+    {
+      benchmark: 'api-requests',
+      label: values.label,
+      date: new Date().toISOString(),
+      command: `npm run bench:api-requests -- ${process.argv.slice(2).join(' ')}`.trim(),
+      chosen: Object.fromEntries(CASES.map((name) => [name, { ...chosen.get(name)!.counts, agree: `${chosen.get(name)!.agree}/${reps}` }])),
+      outliers,
+    },
+    'chosen',
+  );
 }
 
 await main();

@@ -8,21 +8,41 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControlPlane } from '../cluster/index.ts';
 
-export interface RequestSeries { verb: string; resource: string; code: string; value: number }
+export interface RequestSeries {
+  verb: string;
+  resource: string;
+  code: string;
+  value: number;
+}
 export type RequestTotals = Map<string, RequestSeries>;
 
 /** verb → count, "VERB resource[/subresource]" → count, and the same with the HTTP code where it is not 2xx; `total` excludes non-resource paths. */
-export interface RequestCounts { byVerb: Record<string, number>; byResource: Record<string, number>; failed: Record<string, number>; total: number }
+export interface RequestCounts {
+  byVerb: Record<string, number>;
+  byResource: Record<string, number>;
+  failed: Record<string, number>;
+  total: number;
+}
 
 export function parseRequestTotals(text: string): RequestTotals {
   const series: RequestTotals = new Map();
   for (const line of text.split('\n')) {
     if (!line.startsWith('apiserver_request_total{')) continue;
     const labelsEnd = line.lastIndexOf('}');
-    const labels = Object.fromEntries([...line.slice('apiserver_request_total{'.length, labelsEnd).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((match) => [match[1], match[2]]));
+    const labels = Object.fromEntries(
+      [...line.slice('apiserver_request_total{'.length, labelsEnd).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((match) => [
+        match[1],
+        match[2],
+      ]),
+    );
     // /metrics, /readyz, /healthz…: the measurement and probes, not work on objects.
     const resource = labels.resource ? `${labels.resource}${labels.subresource ? `/${labels.subresource}` : ''}` : '';
-    series.set(line.slice(0, labelsEnd + 1), { verb: labels.verb ?? '?', resource, code: labels.code ?? '', value: Number(line.slice(labelsEnd + 1).trim()) });
+    series.set(line.slice(0, labelsEnd + 1), {
+      verb: labels.verb ?? '?',
+      resource,
+      code: labels.code ?? '',
+      value: Number(line.slice(labelsEnd + 1).trim()),
+    });
   }
   return series;
 }
@@ -52,7 +72,10 @@ export function requestDifference(before: RequestTotals, after: RequestTotals, w
  * Waits until the API server has counted no new resource request for `quietMs` (scraping every
  * `everyMs`), or `timeoutMs` passed; returns the last scrape and when the counts last moved.
  */
-export async function awaitQuiet(cp: Pick<ControlPlane, 'request'>, options: { quietMs?: number; everyMs?: number; timeoutMs?: number } = {}): Promise<{ totals: RequestTotals; lastChangeAt: number; quiet: boolean }> {
+export async function awaitQuiet(
+  cp: Pick<ControlPlane, 'request'>,
+  options: { quietMs?: number; everyMs?: number; timeoutMs?: number } = {},
+): Promise<{ totals: RequestTotals; lastChangeAt: number; quiet: boolean }> {
   const { quietMs = 1500, everyMs = 250, timeoutMs = 120_000 } = options;
   const deadline = performance.now() + timeoutMs;
   let totals = await scrapeRequestTotals(cp);

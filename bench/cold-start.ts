@@ -70,7 +70,9 @@ interface Sample {
 }
 
 function rssKiB(pid: number): number {
-  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((candidate) => candidate.startsWith('VmRSS:'));
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8')
+    .split('\n')
+    .find((candidate) => candidate.startsWith('VmRSS:'));
   return Number(line?.split(/\s+/)[1] ?? NaN);
 }
 
@@ -78,12 +80,26 @@ function rssKiB(pid: number): number {
 async function coldStart(cluster: TestCluster, variant: Variant, name: string): Promise<Sample> {
   if (variant.floor) return floorStart(variant);
   const ic = await cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
-    apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer',
-    metadata: { name, namespace: 'default' }, spec: { image: 'nginx:1.27' },
+    apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+    kind: 'ImmortalContainer',
+    metadata: { name, namespace: 'default' },
+    spec: { image: 'nginx:1.27' },
   });
-  const event = apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: ic, action: 'add', mode: 'Reference' });
+  const event = apiServerSourceEvent({
+    server: cluster.cp.server,
+    kind: ImmortalContainerKind,
+    object: ic,
+    action: 'add',
+    mode: 'Reference',
+  });
   const port = await freePort();
-  const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: cluster.cp.kubeconfigPath, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info' };
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    KUBECONFIG: cluster.cp.kubeconfigPath,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'info',
+  };
   delete env.NODE_COMPILE_CACHE;
   delete env.NODE_DISABLE_COMPILE_CACHE;
   if (!variant.cache) env.NODE_DISABLE_COMPILE_CACHE = '1';
@@ -101,7 +117,10 @@ async function coldStart(cluster: TestCluster, variant: Variant, name: string): 
   try {
     let readyMs: number | undefined;
     while (readyMs === undefined) {
-      if (died()) throw new Error(`${variant.label} exited (${child.exitCode ?? child.signalCode}) before it was ready: ${(stderr || stdout).trim().split('\n').slice(-3).join(' | ')}`);
+      if (died())
+        throw new Error(
+          `${variant.label} exited (${child.exitCode ?? child.signalCode}) before it was ready: ${(stderr || stdout).trim().split('\n').slice(-3).join(' | ')}`,
+        );
       if (performance.now() - started > RUN_TIMEOUT_MS) throw new Error(`${variant.label} not ready after ${RUN_TIMEOUT_MS / 1000}s`);
       try {
         const response = await fetch(`${url}health/readiness`);
@@ -114,12 +133,14 @@ async function coldStart(cluster: TestCluster, variant: Variant, name: string): 
     }
     const answer = await deliver(url, event);
     const doneMs = performance.now() - started;
-    if (answer.status !== 200) throw new Error(`${variant.label}: the add event was answered ${answer.status} ${JSON.stringify(answer.body)}`);
+    if (answer.status !== 200)
+      throw new Error(`${variant.label}: the add event was answered ${answer.status} ${JSON.stringify(answer.body)}`);
 
     // The run counts only if it did the real work.
     const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: `${name}-immortalpod` });
     const status = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name }))?.status;
-    if (!pod || status?.startTimes !== 1) throw new Error(`${variant.label}: reconcile answered 200 but pod=${Boolean(pod)} startTimes=${status?.startTimes}`);
+    if (!pod || status?.startTimes !== 1)
+      throw new Error(`${variant.label}: reconcile answered 200 but pod=${Boolean(pod)} startTimes=${status?.startTimes}`);
 
     const readyLine = stdout.split('\n').find((line) => line.includes('"startupMs"'));
     const startupMs = readyLine ? (JSON.parse(readyLine) as { startupMs?: number }).startupMs : undefined;
@@ -139,7 +160,8 @@ async function floorStart(variant: Variant): Promise<Sample> {
   const child = killOnExit(spawn(process.execPath, variant.args, { cwd: ROOT, env, stdio: 'ignore' }));
   try {
     for (;;) {
-      if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${variant.label} exited (${child.exitCode ?? child.signalCode})`);
+      if (child.exitCode !== null || child.signalCode !== null)
+        throw new Error(`${variant.label} exited (${child.exitCode ?? child.signalCode})`);
       if (performance.now() - started > RUN_TIMEOUT_MS) throw new Error(`${variant.label} not answering after ${RUN_TIMEOUT_MS / 1000}s`);
       try {
         const response = await fetch(`http://127.0.0.1:${port}/`);
@@ -166,10 +188,19 @@ const median = (values: number[]) => {
 const ms = (value: number | undefined) => (value === undefined || Number.isNaN(value) ? '-' : `${Math.round(value)}`);
 
 async function main(): Promise<void> {
-  const { values } = benchFlags('npm run bench:cold-start -- [--runs 7] [--label name]\n' +
-    '  --runs   interleaved runs of each variant, after one unmeasured round (default 7)\n' +
-    '  --label  a name for this run, part of the result file name (default local)',
-  () => parseArgs({ options: { runs: { type: 'string', default: '7' }, label: { type: 'string', default: 'local' }, help: { type: 'boolean', default: false } } }));
+  const { values } = benchFlags(
+    'npm run bench:cold-start -- [--runs 7] [--label name]\n' +
+      '  --runs   interleaved runs of each variant, after one unmeasured round (default 7)\n' +
+      '  --label  a name for this run, part of the result file name (default local)',
+    () =>
+      parseArgs({
+        options: {
+          runs: { type: 'string', default: '7' },
+          label: { type: 'string', default: 'local' },
+          help: { type: 'boolean', default: false },
+        },
+      }),
+  );
   const runs = Number(values.runs);
   if (!Number.isInteger(runs) || runs < 1) {
     console.error(`--runs must be a positive integer, got "${values.runs}"`);
@@ -194,10 +225,18 @@ async function main(): Promise<void> {
   const cluster = await startTestCluster();
   const samples = new Map<string, Sample[]>(variants.map((variant) => [variant.id, []]));
   try {
-    const commands = variants.map((variant) =>
-      `  ${variant.label.padEnd(31)} ${variant.cache === IMAGE_CACHE ? '(code cache of dist/warm-cache.mjs)' : variant.cache ? `NODE_COMPILE_CACHE=${variant.cache}` : 'NODE_DISABLE_COMPILE_CACHE=1'} ${process.execPath} ${variant.args.map((arg) => (arg.includes(' ') ? JSON.stringify(arg) : arg)).join(' ')}`);
-    console.log(`node ${process.version}, ${cpus().length} CPU(s) (${cpus()[0]?.model ?? 'unknown'}), load ${loadavg().map((load) => load.toFixed(2)).join(' ')}`);
-    console.log(`bundle ${bundle.file}: ${(bundle.bytes / 1024).toFixed(0)} KiB, its code cache ${(statSync(join(built.outdir, `${FUNCTION}.code-cache`)).size / 1024).toFixed(0)} KiB`);
+    const commands = variants.map(
+      (variant) =>
+        `  ${variant.label.padEnd(31)} ${variant.cache === IMAGE_CACHE ? '(code cache of dist/warm-cache.mjs)' : variant.cache ? `NODE_COMPILE_CACHE=${variant.cache}` : 'NODE_DISABLE_COMPILE_CACHE=1'} ${process.execPath} ${variant.args.map((arg) => (arg.includes(' ') ? JSON.stringify(arg) : arg)).join(' ')}`,
+    );
+    console.log(
+      `node ${process.version}, ${cpus().length} CPU(s) (${cpus()[0]?.model ?? 'unknown'}), load ${loadavg()
+        .map((load) => load.toFixed(2))
+        .join(' ')}`,
+    );
+    console.log(
+      `bundle ${bundle.file}: ${(bundle.bytes / 1024).toFixed(0)} KiB, its code cache ${(statSync(join(built.outdir, `${FUNCTION}.code-cache`)).size / 1024).toFixed(0)} KiB`,
+    );
     console.log(`each run: KUBECONFIG=<admin> PORT=<free> HOST=127.0.0.1, cwd ${ROOT}`);
     console.log(commands.join('\n'));
 
@@ -206,7 +245,9 @@ async function main(): Promise<void> {
     for (let round = 0; round < runs; round++) {
       const order = variants.map((_, index) => variants[(index + round) % variants.length]);
       for (const variant of order) samples.get(variant.id)!.push(await coldStart(cluster, variant, `cold-${variant.id}-${round}`));
-      process.stderr.write(`round ${round + 1}/${runs}: ${order.map((variant) => `${variant.id} ${ms(samples.get(variant.id)!.at(-1)!.doneMs)} ms`).join(', ')}\n`);
+      process.stderr.write(
+        `round ${round + 1}/${runs}: ${order.map((variant) => `${variant.id} ${ms(samples.get(variant.id)!.at(-1)!.doneMs)} ms`).join(', ')}\n`,
+      );
     }
   } finally {
     await cluster.stop();
@@ -214,10 +255,24 @@ async function main(): Promise<void> {
   }
 
   const baseline = median(samples.get('a')!.map((sample) => sample.doneMs));
-  console.log(`\nspawn → first reconcile done (ms), ${runs} runs per variant, interleaved; ready = spawn → /health/readiness 200; startupMs = the process's own clock at listen`);
+  console.log(
+    `\nspawn → first reconcile done (ms), ${runs} runs per variant, interleaved; ready = spawn → /health/readiness 200; startupMs = the process's own clock at listen`,
+  );
   const floorReady = median(samples.get('f')!.map((sample) => sample.readyMs));
   const floorRss = median(samples.get('f')!.map((sample) => sample.idleRssKiB));
-  const header = ['variant', 'median', 'min', 'max', 'ready med', 'startupMs med', 'reconcile med', 'vs (a)', 'ready / floor', 'idle RSS MiB', 'RSS / floor'];
+  const header = [
+    'variant',
+    'median',
+    'min',
+    'max',
+    'ready med',
+    'startupMs med',
+    'reconcile med',
+    'vs (a)',
+    'ready / floor',
+    'idle RSS MiB',
+    'RSS / floor',
+  ];
   const rows = variants.map((variant) => {
     const list = samples.get(variant.id)!;
     const done = list.map((sample) => sample.doneMs);
@@ -225,13 +280,36 @@ async function main(): Promise<void> {
     const startup = list.every((sample) => sample.startupMs !== undefined) ? median(list.map((sample) => sample.startupMs!)) : undefined;
     const reconcile = median(list.map((sample) => sample.doneMs - sample.readyMs));
     const rss = median(list.map((sample) => sample.idleRssKiB));
-    return [variant.label, ms(median(done)), ms(Math.min(...done)), ms(Math.max(...done)), ms(ready), ms(startup), ms(reconcile), `${(median(done) / baseline).toFixed(2)}×`, `${(ready / floorReady).toFixed(2)}×`, (rss / 1024).toFixed(1), `${(rss / floorRss).toFixed(2)}×`];
+    return [
+      variant.label,
+      ms(median(done)),
+      ms(Math.min(...done)),
+      ms(Math.max(...done)),
+      ms(ready),
+      ms(startup),
+      ms(reconcile),
+      `${(median(done) / baseline).toFixed(2)}×`,
+      `${(ready / floorReady).toFixed(2)}×`,
+      (rss / 1024).toFixed(1),
+      `${(rss / floorRss).toFixed(2)}×`,
+    ];
   });
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
-  const line = (cells: string[]) => cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
+  const line = (cells: string[]) =>
+    cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
   console.log(line(header));
   for (const row of rows) console.log(line(row));
-  console.log(`\nraw spawn → done (ms):\n${variants.map((variant) => `  ${variant.id}: ${samples.get(variant.id)!.map((sample) => ms(sample.doneMs)).join(' ')}`).join('\n')}`);
+  console.log(
+    `\nraw spawn → done (ms):\n${variants
+      .map(
+        (variant) =>
+          `  ${variant.id}: ${samples
+            .get(variant.id)!
+            .map((sample) => ms(sample.doneMs))
+            .join(' ')}`,
+      )
+      .join('\n')}`,
+  );
 
   const production = samples.get('c')!;
   const summary = {
@@ -244,10 +322,22 @@ async function main(): Promise<void> {
     doneVsFloor: median(production.map((sample) => sample.doneMs)) / floorReady,
     idleRssVsFloor: median(production.map((sample) => sample.idleRssKiB)) / floorRss,
   };
-  console.log(`\n(c) as the image runs it vs the bare node:http floor: ready ${summary.readyVsFloor.toFixed(2)}× (goal ≤ 2×), first reconcile done ${summary.doneVsFloor.toFixed(2)}×, idle RSS ${summary.idleRssVsFloor.toFixed(2)}× (goal ≤ 1.5×)`);
+  console.log(
+    `\n(c) as the image runs it vs the bare node:http floor: ready ${summary.readyVsFloor.toFixed(2)}× (goal ≤ 2×), first reconcile done ${summary.doneVsFloor.toFixed(2)}×, idle RSS ${summary.idleRssVsFloor.toFixed(2)}× (goal ≤ 1.5×)`,
+  );
   writeResults({
-    benchmark: 'cold-start', label: values.label, date: new Date().toISOString(), command: `npm run bench:cold-start -- ${process.argv.slice(2).join(' ')}`.trim(),
-    environment: { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), bundleBytes: bundle.bytes, idleMs: IDLE_MS },
+    benchmark: 'cold-start',
+    label: values.label,
+    date: new Date().toISOString(),
+    command: `npm run bench:cold-start -- ${process.argv.slice(2).join(' ')}`.trim(),
+    environment: {
+      node: process.version,
+      cpus: cpus().length,
+      cpu: cpus()[0]?.model,
+      loadavg: loadavg(),
+      bundleBytes: bundle.bytes,
+      idleMs: IDLE_MS,
+    },
     summary,
     variants: Object.fromEntries(variants.map((variant) => [variant.id, { label: variant.label, samples: samples.get(variant.id) }])),
   });

@@ -40,10 +40,17 @@ const Parent = MetaImmortalContainer;
 type ParentObject = KubeObject & { spec?: { image?: string }; status?: { currentPod?: string; observedGeneration?: number } };
 const converged = (object: KubeObject): boolean => {
   const parent = object as ParentObject;
-  return parent.status?.currentPod === `${parent.metadata.name}-immortalpod` && parent.status.observedGeneration === parent.metadata.generation;
+  return (
+    parent.status?.currentPod === `${parent.metadata.name}-immortalpod` && parent.status.observedGeneration === parent.metadata.generation
+  );
 };
 const watchParents = (kube: KubeClient, namespace: string) => new ConvergenceWatch(kube, namespace, { kind: Parent, converged });
-const newParent = (namespace: string, name: string): ParentObject => ({ apiVersion: 'immortalcontainers.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace }, spec: { image: 'nginx:latest' } });
+const newParent = (namespace: string, name: string): ParentObject => ({
+  apiVersion: 'immortalcontainers.flugel.it/v1alpha1',
+  kind: 'ImmortalContainer',
+  metadata: { name, namespace },
+  spec: { image: 'nginx:latest' },
+});
 
 interface RunResult extends Measured {
   side: 'plane' | 'direct';
@@ -64,13 +71,26 @@ async function anomalies(kube: KubeClient, namespace: string, n: number): Promis
 async function runDirect(cluster: TestCluster, n: number, writer: KubeClient, watcher: KubeClient): Promise<RunResult> {
   const namespace = 'direct';
   await createNamespace(cluster, namespace);
-  const measured = await measure(cluster, watchParents(watcher, namespace), n, () => pooled(n, async (i) => {
-    const parent = await writer.create<ParentObject>(Parent, newParent(namespace, `ic-${i}`));
-    const [child] = sync({ parent, children: {} }).children as KubeObject[];
-    const owned = { ...child!, metadata: { ...child!.metadata, labels: { [CONTROLLER_UID_LABEL]: parent.metadata.uid! }, ownerReferences: [controllerRefFor(parent, parent.apiVersion!, parent.kind!)] } };
-    await writer.create(Pod, forCreate(owned));
-    await writer.replace(Parent, { ...parent, status: { currentPod: child!.metadata.name, observedGeneration: parent.metadata.generation } }, 'status');
-  }));
+  const measured = await measure(cluster, watchParents(watcher, namespace), n, () =>
+    pooled(n, async (i) => {
+      const parent = await writer.create<ParentObject>(Parent, newParent(namespace, `ic-${i}`));
+      const [child] = sync({ parent, children: {} }).children as KubeObject[];
+      const owned = {
+        ...child!,
+        metadata: {
+          ...child!.metadata,
+          labels: { [CONTROLLER_UID_LABEL]: parent.metadata.uid! },
+          ownerReferences: [controllerRefFor(parent, parent.apiVersion!, parent.kind!)],
+        },
+      };
+      await writer.create(Pod, forCreate(owned));
+      await writer.replace(
+        Parent,
+        { ...parent, status: { currentPod: child!.metadata.name, observedGeneration: parent.metadata.generation } },
+        'status',
+      );
+    }),
+  );
   return { side: 'direct', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
 }
 
@@ -100,19 +120,28 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
     await writer.create(CompositeControllerKind, controller);
     for (const role of ['parents', 'children'] as const) {
       const name = sourceName(controller.metadata.name!, role);
-      await eventually(async () => {
-        const source = await cluster.kube.get<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(ApiServerSource, { namespace: DEFAULT_OPTIONS.namespace, name });
-        return source?.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.status === 'True');
-      }, 60_000, `ApiServerSource ${name} Ready`);
+      await eventually(
+        async () => {
+          const source = await cluster.kube.get<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(
+            ApiServerSource,
+            { namespace: DEFAULT_OPTIONS.namespace, name },
+          );
+          return source?.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.status === 'True');
+        },
+        60_000,
+        `ApiServerSource ${name} Ready`,
+      );
     }
     // Warm: one parent converged, so the run measures throughput, not a cold start (bench:cold-start).
     const warm = watchParents(watcher, 'warm');
     await writer.create(Parent, newParent('warm', 'warm'));
     await warm.until(1, 60_000);
     await warm.stop();
-    const measured = await measure(cluster, watchParents(watcher, namespace), n, () => pooled(n, async (i) => {
-      await writer.create(Parent, newParent(namespace, `ic-${i}`));
-    }));
+    const measured = await measure(cluster, watchParents(watcher, namespace), n, () =>
+      pooled(n, async (i) => {
+        await writer.create(Parent, newParent(namespace, `ic-${i}`));
+      }),
+    );
     return { side: 'plane', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
   } finally {
     await plane.stop();
@@ -121,8 +150,17 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
 }
 
 async function main(): Promise<void> {
-  const { values } = benchFlags('npm run bench:composite -- [--n 200] [--label name]\n  --n      parents (one pod each), side by side with direct writes (default 200)\n  --label  a name for this run, part of the result file name (default local)',
-    () => parseArgs({ options: { n: { type: 'string', default: '200' }, label: { type: 'string', default: 'local' }, help: { type: 'boolean', default: false } } }));
+  const { values } = benchFlags(
+    'npm run bench:composite -- [--n 200] [--label name]\n  --n      parents (one pod each), side by side with direct writes (default 200)\n  --label  a name for this run, part of the result file name (default local)',
+    () =>
+      parseArgs({
+        options: {
+          n: { type: 'string', default: '200' },
+          label: { type: 'string', default: 'local' },
+          help: { type: 'boolean', default: false },
+        },
+      }),
+  );
   const n = Number(values.n);
   if (!Number.isInteger(n) || n < 1) {
     console.error(`--n takes a positive integer (got "${values.n}")`);
@@ -135,27 +173,70 @@ async function main(): Promise<void> {
   const results: RunResult[] = [];
   try {
     for (const side of ['direct', 'plane'] as const) {
-      const result = side === 'plane' ? await runPlane(cluster, n, writer, watcher, hooks.url) : await runDirect(cluster, n, writer, watcher);
+      const result =
+        side === 'plane' ? await runPlane(cluster, n, writer, watcher, hooks.url) : await runDirect(cluster, n, writer, watcher);
       results.push(result);
-      process.stderr.write(`N=${n} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/parent${result.anomalies.length ? `, ANOMALIES ${result.anomalies.join('; ')}` : ''}\n`);
+      process.stderr.write(
+        `N=${n} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/parent${result.anomalies.length ? `, ANOMALIES ${result.anomalies.join('; ')}` : ''}\n`,
+      );
     }
   } finally {
     await hooks.close();
     await cluster.stop();
   }
   const [direct, plane] = results as [RunResult, RunResult];
-  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: 'esbuild bundles + code cache', concurrency: CONCURRENCY };
-  console.log(`\nMetacontroller ImmortalContainers (seed CompositeController, sync hook on loopback): plane vs pooled direct writes (${CONCURRENCY} at a time); completion by watch; requests from apiserver_request_total`);
+  const environment = {
+    node: process.version,
+    cpus: cpus().length,
+    cpu: cpus()[0]?.model,
+    loadavg: loadavg(),
+    functions: 'esbuild bundles + code cache',
+    concurrency: CONCURRENCY,
+  };
+  console.log(
+    `\nMetacontroller ImmortalContainers (seed CompositeController, sync hook on loopback): plane vs pooled direct writes (${CONCURRENCY} at a time); completion by watch; requests from apiserver_request_total`,
+  );
   console.log(`node ${environment.node}, ${environment.cpus} CPU(s)\n`);
   console.log('side    N     converged s  quiet s  req/parent  requests by verb');
   for (const r of results) {
-    console.log(`${r.side.padEnd(6)}  ${String(r.n).padEnd(4)}  ${(r.convergedMs / 1000).toFixed(2).padStart(11)}  ${(r.quietMs / 1000).toFixed(2).padStart(7)}  ${r.requestsPerObject.toFixed(2).padStart(10)}  ${Object.entries(r.requests.byVerb).sort().map(([verb, count]) => `${verb} ${count}`).join(', ')}`);
+    console.log(
+      `${r.side.padEnd(6)}  ${String(r.n).padEnd(4)}  ${(r.convergedMs / 1000).toFixed(2).padStart(11)}  ${(r.quietMs / 1000).toFixed(2).padStart(7)}  ${r.requestsPerObject.toFixed(2).padStart(10)}  ${Object.entries(
+        r.requests.byVerb,
+      )
+        .sort()
+        .map(([verb, count]) => `${verb} ${count}`)
+        .join(', ')}`,
+    );
   }
-  const summary = { n, convergenceRatio: plane.convergedMs / direct.convergedMs, planeSeconds: plane.convergedMs / 1000, directSeconds: direct.convergedMs / 1000, planeRequestsPerParent: plane.requestsPerObject, directRequestsPerParent: direct.requestsPerObject };
-  console.log(`\nconvergence ${summary.convergenceRatio.toFixed(2)}× direct writes; requests/parent ${summary.planeRequestsPerParent.toFixed(2)} vs ${summary.directRequestsPerParent.toFixed(2)}`);
-  for (const r of results) console.log(`  ${r.side.padEnd(6)} ${Object.entries(r.requests.byResource).filter(([, count]) => count / n >= 0.005).sort().map(([key, count]) => `${key} ${(count / n).toFixed(2)}`).join(', ')}`);
+  const summary = {
+    n,
+    convergenceRatio: plane.convergedMs / direct.convergedMs,
+    planeSeconds: plane.convergedMs / 1000,
+    directSeconds: direct.convergedMs / 1000,
+    planeRequestsPerParent: plane.requestsPerObject,
+    directRequestsPerParent: direct.requestsPerObject,
+  };
+  console.log(
+    `\nconvergence ${summary.convergenceRatio.toFixed(2)}× direct writes; requests/parent ${summary.planeRequestsPerParent.toFixed(2)} vs ${summary.directRequestsPerParent.toFixed(2)}`,
+  );
+  for (const r of results)
+    console.log(
+      `  ${r.side.padEnd(6)} ${Object.entries(r.requests.byResource)
+        .filter(([, count]) => count / n >= 0.005)
+        .sort()
+        .map(([key, count]) => `${key} ${(count / n).toFixed(2)}`)
+        .join(', ')}`,
+    );
   console.log();
-  writeResults({ benchmark: 'composite', label: values.label, date: new Date().toISOString(), command: `npm run bench:composite -- ${process.argv.slice(2).join(' ')}`.trim(), environment, summary, runs: results });
+  writeResults({
+    benchmark: 'composite',
+    label: values.label,
+    date: new Date().toISOString(),
+    command: `npm run bench:composite -- ${process.argv.slice(2).join(' ')}`.trim(),
+    environment,
+    summary,
+    runs: results,
+  });
 }
 
 await main();

@@ -27,7 +27,14 @@ export class ConvergenceWatch {
   lastAt = 0;
   errors: string[] = [];
 
-  constructor(kube: KubeClient, namespace: string, watched: { kind: ResourceKind; converged: (object: KubeObject) => boolean } = { kind: ImmortalContainerKind, converged: converged as (object: KubeObject) => boolean }) {
+  constructor(
+    kube: KubeClient,
+    namespace: string,
+    watched: { kind: ResourceKind; converged: (object: KubeObject) => boolean } = {
+      kind: ImmortalContainerKind,
+      converged: converged as (object: KubeObject) => boolean,
+    },
+  ) {
     this.#kube = kube;
     this.#namespace = namespace;
     this.#kind = watched.kind;
@@ -43,7 +50,15 @@ export class ConvergenceWatch {
   until(count: number, timeoutMs: number): Promise<void> {
     this.#want = count;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${this.#done.size}/${count} ${this.#kind.kind}s of ${this.#namespace} converged after ${timeoutMs / 1000}s; watch errors: ${this.errors.slice(-3).join(' | ') || 'none'}`)), timeoutMs);
+      const timer = setTimeout(
+        () =>
+          reject(
+            new Error(
+              `${this.#done.size}/${count} ${this.#kind.kind}s of ${this.#namespace} converged after ${timeoutMs / 1000}s; watch errors: ${this.errors.slice(-3).join(' | ') || 'none'}`,
+            ),
+          ),
+        timeoutMs,
+      );
       this.#resolve = () => {
         clearTimeout(timer);
         resolve();
@@ -61,7 +76,11 @@ export class ConvergenceWatch {
     let resourceVersion: string | undefined;
     while (!this.#abort.signal.aborted) {
       try {
-        for await (const event of this.#kube.watch<ImmortalContainer>(this.#kind, { namespace: this.#namespace, resourceVersion, signal: this.#abort.signal })) {
+        for await (const event of this.#kube.watch<ImmortalContainer>(this.#kind, {
+          namespace: this.#namespace,
+          resourceVersion,
+          signal: this.#abort.signal,
+        })) {
           resourceVersion = event.object.metadata.resourceVersion ?? resourceVersion;
           if (event.type !== 'ADDED' && event.type !== 'MODIFIED') continue;
           const ic = event.object;

@@ -14,18 +14,34 @@ import { pino } from 'pino';
 import { bundledFunctions } from '../build/index.ts';
 import { EventPlane } from '../eventing/plane.ts';
 import copyrator from '../functions/copyrator/index.ts';
-import { CopyratorRuleKind, desiredCopy, DISTRIBUTE_LABEL, type CopyableObject, type CopyratorRule } from '../functions/copyrator/desired.ts';
+import {
+  CopyratorRuleKind,
+  desiredCopy,
+  DISTRIBUTE_LABEL,
+  type CopyableObject,
+  type CopyratorRule,
+} from '../functions/copyrator/desired.ts';
 import { ConfigMap, Namespace, forEachLimited } from '../functions/runtime/index.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { benchFlags, planeStateDir } from './harness.ts';
 
-const { values } = benchFlags('npm run bench:copyrator -- [--namespaces 50] [--configmaps 20] [--bundled]\n' +
-  '  --namespaces  namespaces of the bench, each getting every copy, besides the control plane\'s own (default 50)\n' +
-  '  --configmaps  ConfigMaps the rule copies from its source namespace (default 20)\n' +
-  '  --bundled     run the function bundled, as npm start does (default: its TypeScript sources)',
-() => parseArgs({ options: { namespaces: { type: 'string', default: '50' }, configmaps: { type: 'string', default: '20' }, bundled: { type: 'boolean', default: false }, help: { type: 'boolean', default: false } } }));
+const { values } = benchFlags(
+  'npm run bench:copyrator -- [--namespaces 50] [--configmaps 20] [--bundled]\n' +
+    "  --namespaces  namespaces of the bench, each getting every copy, besides the control plane's own (default 50)\n" +
+    '  --configmaps  ConfigMaps the rule copies from its source namespace (default 20)\n' +
+    '  --bundled     run the function bundled, as npm start does (default: its TypeScript sources)',
+  () =>
+    parseArgs({
+      options: {
+        namespaces: { type: 'string', default: '50' },
+        configmaps: { type: 'string', default: '20' },
+        bundled: { type: 'boolean', default: false },
+        help: { type: 'boolean', default: false },
+      },
+    }),
+);
 const namespaceCount = Number(values.namespaces);
 const configMapCount = Number(values.configmaps);
 const WRITE_CONCURRENCY = 16;
@@ -34,17 +50,28 @@ const bundled = values.bundled ? await bundledFunctions(tempDir('opfn-bench-dist
 const cluster = await startTestCluster();
 const { kube } = cluster;
 
-const inParallel = <T>(items: T[], work: (item: T) => Promise<unknown>): Promise<void> => forEachLimited(items, WRITE_CONCURRENCY, async (item) => void (await work(item)));
+const inParallel = <T>(items: T[], work: (item: T) => Promise<unknown>): Promise<void> =>
+  forEachLimited(items, WRITE_CONCURRENCY, async (item) => void (await work(item)));
 
 // Targets: the bench's own namespaces; the control plane's kube-* and default get copies too and
 // are counted in `expected`.
 const SOURCE = 'bench-src';
 const targets = Array.from({ length: namespaceCount }, (_, i) => `bench-${i}`);
 // The source namespace distributes: an administrator's label (functions/copyrator/README.md).
-await inParallel([SOURCE, ...targets], (name) => kube.create(Namespace, { metadata: { name, ...(name === SOURCE ? { labels: { [DISTRIBUTE_LABEL]: 'true' } } : {}) } }));
+await inParallel([SOURCE, ...targets], (name) =>
+  kube.create(Namespace, { metadata: { name, ...(name === SOURCE ? { labels: { [DISTRIBUTE_LABEL]: 'true' } } : {}) } }),
+);
 const sourceName = (i: number) => `settings-${i}`;
-const source = (i: number, version: string): CopyableObject => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: sourceName(i), namespace: SOURCE, labels: { copyrator: 'bench' } }, data: { version, payload: 'x'.repeat(512) } });
-await inParallel(Array.from({ length: configMapCount }, (_, i) => i), (i) => kube.create(ConfigMap, source(i, 'v1')));
+const source = (i: number, version: string): CopyableObject => ({
+  apiVersion: 'v1',
+  kind: 'ConfigMap',
+  metadata: { name: sourceName(i), namespace: SOURCE, labels: { copyrator: 'bench' } },
+  data: { version, payload: 'x'.repeat(512) },
+});
+await inParallel(
+  Array.from({ length: configMapCount }, (_, i) => i),
+  (i) => kube.create(ConfigMap, source(i, 'v1')),
+);
 const activeNamespaces = (await kube.list(Namespace)).items.map((ns) => ns.metadata.name!).filter((name) => name !== SOURCE);
 const expected = activeNamespaces.length * configMapCount;
 
@@ -67,7 +94,9 @@ while (plane.activator.instances(copyrator.name) === 0) await sleep(50);
 await sleep(2000);
 
 const copies = async (version?: string) =>
-  (await kube.list<CopyableObject>(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=bench' })).items.filter((cm) => !version || cm.data?.version === version).length;
+  (await kube.list<CopyableObject>(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=bench' })).items.filter(
+    (cm) => !version || cm.data?.version === version,
+  ).length;
 async function until(check: () => Promise<boolean>): Promise<void> {
   while (!(await check())) await sleep(100);
 }
@@ -79,22 +108,41 @@ async function phase(run: () => Promise<unknown>, done: () => Promise<boolean>):
   return { seconds: (performance.now() - started) / 1000, events: plane.source.stats().emitted - emitted };
 }
 
-const rule: CopyratorRule = { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'bench', namespace: SOURCE }, ruleType: 'configmap', selector: { copyrator: 'bench' }, namespace: SOURCE };
+const rule: CopyratorRule = {
+  apiVersion: 'flant.com/v1',
+  kind: 'CopyratorRule',
+  metadata: { name: 'bench', namespace: SOURCE },
+  ruleType: 'configmap',
+  selector: { copyrator: 'bench' },
+  namespace: SOURCE,
+};
 // A rule's own changes reach the function through its ApiServerSource, as every other change.
 const viaPlane = {
-  create: await phase(() => kube.create(CopyratorRuleKind, rule), async () => (await copies('v1')) === expected),
+  create: await phase(
+    () => kube.create(CopyratorRuleKind, rule),
+    async () => (await copies('v1')) === expected,
+  ),
   update: await phase(
-    () => inParallel(Array.from({ length: configMapCount }, (_, i) => i), (i) => kube.mergePatch(ConfigMap, { namespace: SOURCE, name: sourceName(i) }, { data: { version: 'v2' } })),
+    () =>
+      inParallel(
+        Array.from({ length: configMapCount }, (_, i) => i),
+        (i) => kube.mergePatch(ConfigMap, { namespace: SOURCE, name: sourceName(i) }, { data: { version: 'v2' } }),
+      ),
     async () => (await copies('v2')) === expected,
   ),
-  delete: await phase(() => kube.delete(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }), async () => (await copies()) === 0 && !(await kube.get(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }))),
+  delete: await phase(
+    () => kube.delete(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }),
+    async () => (await copies()) === 0 && !(await kube.get(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' })),
+  ),
 };
 await plane.stop();
 state.release(plane);
 
 // The same copies, written directly.
 const stored: CopyratorRule = { ...rule, metadata: { ...rule.metadata, uid: 'bench' } };
-const all = activeNamespaces.flatMap((namespace) => Array.from({ length: configMapCount }, (_, i) => desiredCopy(stored, source(i, 'v1'), namespace)));
+const all = activeNamespaces.flatMap((namespace) =>
+  Array.from({ length: configMapCount }, (_, i) => desiredCopy(stored, source(i, 'v1'), namespace)),
+);
 const timed = async (run: () => Promise<unknown>) => {
   const started = performance.now();
   await run();
@@ -102,14 +150,24 @@ const timed = async (run: () => Promise<unknown>) => {
 };
 const direct = {
   create: await timed(() => inParallel(all, (copy) => kube.create(ConfigMap, copy))),
-  update: await timed(() => inParallel(all, (copy) => kube.mergePatch(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }, { data: { version: 'v2' } }))),
-  delete: await timed(() => inParallel(all, (copy) => kube.delete(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }))),
+  update: await timed(() =>
+    inParallel(all, (copy) =>
+      kube.mergePatch(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }, { data: { version: 'v2' } }),
+    ),
+  ),
+  delete: await timed(() =>
+    inParallel(all, (copy) => kube.delete(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! })),
+  ),
 };
 await cluster.stop();
 
-console.log(`CopyratorRule: ${configMapCount} ConfigMaps × ${activeNamespaces.length} namespaces (${namespaceCount} + the control plane's own) = ${expected} copies${values.bundled ? ' (function bundled)' : ''}`);
+console.log(
+  `CopyratorRule: ${configMapCount} ConfigMaps × ${activeNamespaces.length} namespaces (${namespaceCount} + the control plane's own) = ${expected} copies${values.bundled ? ' (function bundled)' : ''}`,
+);
 console.log('phase    through the plane                 direct writes (16 at a time)   plane / direct');
 for (const name of ['create', 'update', 'delete'] as const) {
   const p = viaPlane[name];
-  console.log(`${name.padEnd(8)} ${p.seconds.toFixed(2).padStart(6)} s  ${String(p.events).padStart(5)} events  ${(expected / p.seconds).toFixed(0).padStart(5)} copies/s   ${direct[name].toFixed(2).padStart(6)} s  ${(expected / direct[name]).toFixed(0).padStart(5)} copies/s   ${(p.seconds / direct[name]).toFixed(1).padStart(5)}x`);
+  console.log(
+    `${name.padEnd(8)} ${p.seconds.toFixed(2).padStart(6)} s  ${String(p.events).padStart(5)} events  ${(expected / p.seconds).toFixed(0).padStart(5)} copies/s   ${direct[name].toFixed(2).padStart(6)} s  ${(expected / direct[name]).toFixed(0).padStart(5)} copies/s   ${(p.seconds / direct[name]).toFixed(1).padStart(5)}x`,
+  );
 }

@@ -36,7 +36,12 @@ interface MachineTimes {
 /** The machine's CPU times from the first line of /proc/stat; undefined where there is none. */
 function machineTimes(): MachineTimes | undefined {
   try {
-    const [user, nice, system, , , , , steal] = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0].trim().split(/\s+/).slice(1).map(Number);
+    const [user, nice, system, , , , , steal] = readFileSync('/proc/stat', 'utf8')
+      .split('\n', 1)[0]
+      .trim()
+      .split(/\s+/)
+      .slice(1)
+      .map(Number);
     return { busy: (user + nice + system) / clockTicks(), steal: (steal ?? 0) / clockTicks() };
   } catch {
     return undefined;
@@ -71,7 +76,9 @@ function stat(pid: number): { seconds: number; ppid: number } | undefined {
 export function cpuSnapshot(controlPlaneDir: string): Snapshot | undefined {
   let pids: number[];
   try {
-    pids = readdirSync('/proc').filter((name) => /^\d+$/.test(name)).map(Number);
+    pids = readdirSync('/proc')
+      .filter((name) => /^\d+$/.test(name))
+      .map(Number);
   } catch {
     return undefined;
   }
@@ -87,8 +94,14 @@ export function cpuSnapshot(controlPlaneDir: string): Snapshot | undefined {
       continue;
     }
     const role: Role | undefined = command.includes(controlPlaneDir)
-      ? (command.includes('kube-apiserver') ? 'apiServer' : command.includes('etcd') ? 'etcd' : undefined)
-      : /functions\/runtime\/main\.ts |main\.mjs /.test(command) ? 'functions' : undefined;
+      ? command.includes('kube-apiserver')
+        ? 'apiServer'
+        : command.includes('etcd')
+          ? 'etcd'
+          : undefined
+      : /functions\/runtime\/main\.ts |main\.mjs /.test(command)
+        ? 'functions'
+        : undefined;
     if (!role) continue;
     const info = stat(pid);
     // Function processes count only when this process started them.

@@ -41,7 +41,11 @@ export const CONCURRENCY = 32;
 
 /** Runs `work(i)` for i < n with at most CONCURRENCY at once. */
 export function pooled(n: number, work: (i: number) => Promise<unknown>): Promise<void> {
-  return forEachLimited(Array.from({ length: n }, (_, i) => i), CONCURRENCY, async (i) => void (await work(i)));
+  return forEachLimited(
+    Array.from({ length: n }, (_, i) => i),
+    CONCURRENCY,
+    async (i) => void (await work(i)),
+  );
 }
 
 /**
@@ -104,7 +108,14 @@ export async function measure(cluster: TestCluster, watch: ConvergenceWatch, n: 
   const cpu = cpuBetween(cpuBefore, cpuSnapshot(cluster.cp.dir));
   await watch.stop();
   const requests = requestDifference(before, after);
-  return { convergedMs, quietMs: Math.max(convergedMs, lastChangeAt - started), requests, requestsPerObject: requests.total / n, cpu, cpuToConvergence };
+  return {
+    convergedMs,
+    quietMs: Math.max(convergedMs, lastChangeAt - started),
+    requests,
+    requestsPerObject: requests.total / n,
+    cpu,
+    cpuToConvergence,
+  };
 }
 
 /**
@@ -140,7 +151,8 @@ export function writeResults(result: BenchResult, compared = 'summary'): string 
   writeFileSync(file, JSON.stringify(result, null, 2) + '\n');
   console.log(`results: ${file}`);
   const baselineFile = join(BASELINES, `${result.benchmark}.json`);
-  if (existsSync(baselineFile)) printComparison(JSON.parse(readFileSync(baselineFile, 'utf8')) as BenchResult, result, compared, relative(process.cwd(), baselineFile));
+  if (existsSync(baselineFile))
+    printComparison(JSON.parse(readFileSync(baselineFile, 'utf8')) as BenchResult, result, compared, relative(process.cwd(), baselineFile));
   return file;
 }
 

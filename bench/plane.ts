@@ -48,19 +48,39 @@ import { bundledFunctions } from '../build/index.ts';
 import { EventPlane } from '../eventing/plane.ts';
 import immortalContainer from '../functions/immortal-container/index.ts';
 import { type FunctionDeclaration, Pod, KubeClient } from '../functions/runtime/index.ts';
-import { desiredPod, ImmortalContainerKind, nextStatus, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
+import {
+  desiredPod,
+  ImmortalContainerKind,
+  nextStatus,
+  type ImmortalContainer,
+  type PodObject,
+} from '../functions/immortal-container/desired.ts';
 import { startTestCluster, type TestCluster } from '../test/support/cluster.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { benchFlags, brokerTotal, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, writeResults, type Measured } from './harness.ts';
+import {
+  benchFlags,
+  brokerTotal,
+  CONCURRENCY,
+  createNamespace,
+  measure,
+  planeStateDir,
+  pooled,
+  writeResults,
+  type Measured,
+} from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** Objects of the unmeasured round each side runs first (main), and the default of `--warm`. */
 const WARM_UP_OBJECTS = 200;
 type Side = 'plane' | 'fresh' | 'direct';
 /** Each repetition runs the sides in another order, so that none always runs first or after the same one. */
-const ORDERS: Side[][] = [['plane', 'fresh', 'direct'], ['direct', 'plane', 'fresh'], ['fresh', 'direct', 'plane']];
+const ORDERS: Side[][] = [
+  ['plane', 'fresh', 'direct'],
+  ['direct', 'plane', 'fresh'],
+  ['fresh', 'direct', 'plane'],
+];
 interface RunResult extends Measured {
   side: Side;
   n: number;
@@ -77,7 +97,10 @@ interface RunResult extends Measured {
 }
 
 const newIc = (namespace: string, name: string): ImmortalContainer => ({
-  apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace }, spec: { image: 'nginx' },
+  apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+  kind: 'ImmortalContainer',
+  metadata: { name, namespace },
+  spec: { image: 'nginx' },
 });
 
 /** Deletes every ImmortalContainer and pod of `namespace` (no garbage collector needed). */
@@ -95,7 +118,8 @@ async function anomalies(kube: KubeClient, namespace: string, n: number): Promis
     const owner = pod.metadata.ownerReferences?.find((reference) => reference.controller)?.name ?? '(none)';
     podsByOwner.set(owner, (podsByOwner.get(owner) ?? 0) + 1);
   }
-  const found = ics.filter((ic) => podsByOwner.get(ic.metadata.name!) !== 1 || ic.status?.startTimes !== 1)
+  const found = ics
+    .filter((ic) => podsByOwner.get(ic.metadata.name!) !== 1 || ic.status?.startTimes !== 1)
     .map((ic) => `${ic.metadata.name}: pods ${podsByOwner.get(ic.metadata.name!) ?? 0}, startTimes ${ic.status?.startTimes}`);
   if (ics.length !== n) found.unshift(`${ics.length} objects instead of ${n}`);
   if (pods.length !== n) found.unshift(`${pods.length} pods instead of ${n}`);
@@ -103,7 +127,13 @@ async function anomalies(kube: KubeClient, namespace: string, n: number): Promis
 }
 
 /** One measured run of `work` (bench/harness.ts); a startTimes above 1 is a double count, never expected. */
-async function measureImmortals(cluster: TestCluster, watcher: KubeClient, namespace: string, n: number, work: () => Promise<void>): Promise<Measured> {
+async function measureImmortals(
+  cluster: TestCluster,
+  watcher: KubeClient,
+  namespace: string,
+  n: number,
+  work: () => Promise<void>,
+): Promise<Measured> {
   const watch = new ConvergenceWatch(watcher, namespace);
   const measured = await measure(cluster, watch, n, work);
   if (watch.overCounted.size) throw new Error(`startTimes above 1 seen on ${[...watch.overCounted].slice(0, 5).join(', ')}`);
@@ -118,7 +148,19 @@ function profiled(dir: string, command?: (declaration: FunctionDeclaration) => {
   };
 }
 
-async function runPlane(cluster: TestCluster, options: { side: 'plane' | 'fresh'; n: number; round: string; warmObjects: number; bundled?: Awaited<ReturnType<typeof bundledFunctions>>; writer: KubeClient; watcher: KubeClient; profileDir?: string }): Promise<RunResult> {
+async function runPlane(
+  cluster: TestCluster,
+  options: {
+    side: 'plane' | 'fresh';
+    n: number;
+    round: string;
+    warmObjects: number;
+    bundled?: Awaited<ReturnType<typeof bundledFunctions>>;
+    writer: KubeClient;
+    watcher: KubeClient;
+    profileDir?: string;
+  },
+): Promise<RunResult> {
   const { side, n, round, warmObjects, writer, watcher } = options;
   const namespace = `${side}-${n}-${round}`;
   const warmNamespace = `warm-${side}-${n}-${round}`;
@@ -153,16 +195,20 @@ async function runPlane(cluster: TestCluster, options: { side: 'plane' | 'fresh'
     await warm.stop();
     maxInstances = 0;
     const emittedBefore = plane.source.stats().emitted;
-    const measured = await measureImmortals(cluster, watcher, namespace, n, () => pooled(n, async (i) => {
-      await writer.create(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
-    }));
+    const measured = await measureImmortals(cluster, watcher, namespace, n, () =>
+      pooled(n, async (i) => {
+        await writer.create(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
+      }),
+    );
     // The bench runs without resyncs, so an event the broker gave up on is an object that never
     // converges: say so rather than only time out.
     const deadLetters = brokerTotal(plane, 'deadLettered');
     const found = await anomalies(writer, namespace, n);
     if (deadLetters) found.unshift(`${deadLetters} events dead-lettered (${plane.broker.deadLetterFile})`);
     return {
-      side, n, ...measured,
+      side,
+      n,
+      ...measured,
       anomalies: found,
       maxInstances,
       events: plane.source.stats().emitted - emittedBefore,
@@ -181,16 +227,26 @@ async function runPlane(cluster: TestCluster, options: { side: 'plane' | 'fresh'
   }
 }
 
-async function runDirect(cluster: TestCluster, options: { n: number; round: string; writer: KubeClient; watcher: KubeClient }): Promise<RunResult> {
+async function runDirect(
+  cluster: TestCluster,
+  options: { n: number; round: string; writer: KubeClient; watcher: KubeClient },
+): Promise<RunResult> {
   const { n, round, writer, watcher } = options;
   const namespace = `direct-${n}-${round}`;
   await createNamespace(cluster, namespace);
   try {
-    const measured = await measureImmortals(cluster, watcher, namespace, n, () => pooled(n, async (i) => {
-      const owner = await writer.create<ImmortalContainer>(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
-      const pod = await writer.create<PodObject>(Pod, desiredPod(owner));
-      await writer.mergePatch(ImmortalContainerKind, { namespace, name: owner.metadata.name! }, { status: nextStatus(owner, owner, pod) }, 'status');
-    }));
+    const measured = await measureImmortals(cluster, watcher, namespace, n, () =>
+      pooled(n, async (i) => {
+        const owner = await writer.create<ImmortalContainer>(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
+        const pod = await writer.create<PodObject>(Pod, desiredPod(owner));
+        await writer.mergePatch(
+          ImmortalContainerKind,
+          { namespace, name: owner.metadata.name! },
+          { status: nextStatus(owner, owner, pod) },
+          'status',
+        );
+      }),
+    );
     return { side: 'direct', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
   } finally {
     await clean(cluster, namespace);
@@ -201,51 +257,88 @@ async function runDirect(cluster: TestCluster, options: { n: number; round: stri
 const anomalyNote = (result: RunResult) => (result.anomalies.length ? `, ANOMALIES ${result.anomalies.slice(0, 3).join('; ')}` : '');
 
 function printTable(results: RunResult[]): void {
-  const header = ['N', 'side', 'converged s', 'quiet s', 'req/object', 'CPU ms/object (bench+fn+apiserver+etcd)', 'neighbours s (others/steal)', 'requests by verb', 'instances', 'anomalies'];
+  const header = [
+    'N',
+    'side',
+    'converged s',
+    'quiet s',
+    'req/object',
+    'CPU ms/object (bench+fn+apiserver+etcd)',
+    'neighbours s (others/steal)',
+    'requests by verb',
+    'instances',
+    'anomalies',
+  ];
   // Up to convergence: CPU of every other process on the machine and time stolen by the hypervisor.
-  const neighbours = (cpu: RunResult['cpuToConvergence']) => (cpu?.others === undefined ? '-' : `${cpu.others.toFixed(2)}/${(cpu.steal ?? 0).toFixed(2)}`);
+  const neighbours = (cpu: RunResult['cpuToConvergence']) =>
+    cpu?.others === undefined ? '-' : `${cpu.others.toFixed(2)}/${(cpu.steal ?? 0).toFixed(2)}`;
   const perObject = (seconds: number, n: number) => ((seconds * 1000) / n).toFixed(1);
   const rows = results.map((r) => [
-    String(r.n), r.side, (r.convergedMs / 1000).toFixed(2), (r.quietMs / 1000).toFixed(2), r.requestsPerObject.toFixed(2),
-    r.cpu ? `${perObject(r.cpu.total, r.n)} (${[r.cpu.bench, r.cpu.functions, r.cpu.apiServer, r.cpu.etcd].map((s) => perObject(s, r.n)).join('+')})` : '-',
+    String(r.n),
+    r.side,
+    (r.convergedMs / 1000).toFixed(2),
+    (r.quietMs / 1000).toFixed(2),
+    r.requestsPerObject.toFixed(2),
+    r.cpu
+      ? `${perObject(r.cpu.total, r.n)} (${[r.cpu.bench, r.cpu.functions, r.cpu.apiServer, r.cpu.etcd].map((s) => perObject(s, r.n)).join('+')})`
+      : '-',
     neighbours(r.cpuToConvergence),
-    Object.entries(r.requests.byVerb).sort().map(([verb, count]) => `${verb} ${count}`).join(', '),
-    r.maxInstances === undefined ? '-' : String(r.maxInstances), String(r.anomalies.length),
+    Object.entries(r.requests.byVerb)
+      .sort()
+      .map(([verb, count]) => `${verb} ${count}`)
+      .join(', '),
+    r.maxInstances === undefined ? '-' : String(r.maxInstances),
+    String(r.anomalies.length),
   ]);
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
   // Numbers align right; the one column of text aligns left.
   const textColumn = header.indexOf('requests by verb');
-  const line = (cells: string[]) => cells.map((cell, column) => (column === textColumn ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
+  const line = (cells: string[]) =>
+    cells.map((cell, column) => (column === textColumn ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join('  ');
   console.log(line(header));
   for (const row of rows) console.log(line(row));
 }
 
 async function main(): Promise<void> {
-  const { values } = benchFlags('npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--warm 200] [--no-fresh] [--sources] [--controller-manager] [--cpu-prof DIR]\n' +
-    '  --n        object counts to run, side by side with direct writes (default 200,500)\n' +
-    '  --reps     repetitions of each count (default 1)\n' +
-    '  --label    a name for this run, part of the result file name (default local)\n' +
-    '  --warm     objects the function converges before each measured plane burst (default 200: V8 has compiled its hot path, as the writer\'s)\n' +
-    '  --no-fresh leave out the fresh side (a function that has converged one object: its JIT warm-up inside the burst), printed beside the goal\'s ratio\n' +
-    '  --sources  run the function from its TypeScript sources instead of the bundle\n' +
-    '  --controller-manager  also run kube-controller-manager (garbage collector) during the runs\n' +
-    '  --cpu-prof DIR  write the function processes\' CPU profiles there (run the bench itself under node --cpu-prof for the plane\'s)',
-    () => parseArgs({ options: {
-    n: { type: 'string', default: '200,500' },
-    reps: { type: 'string', default: '1' },
-    label: { type: 'string', default: 'local' },
-    warm: { type: 'string', default: String(WARM_UP_OBJECTS) },
-    fresh: { type: 'boolean', default: true },
-    sources: { type: 'boolean', default: false },
-    'controller-manager': { type: 'boolean', default: false },
-    'cpu-prof': { type: 'string' },
-    help: { type: 'boolean', default: false },
-  }, allowNegative: true }));
+  const { values } = benchFlags(
+    'npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--warm 200] [--no-fresh] [--sources] [--controller-manager] [--cpu-prof DIR]\n' +
+      '  --n        object counts to run, side by side with direct writes (default 200,500)\n' +
+      '  --reps     repetitions of each count (default 1)\n' +
+      '  --label    a name for this run, part of the result file name (default local)\n' +
+      "  --warm     objects the function converges before each measured plane burst (default 200: V8 has compiled its hot path, as the writer's)\n" +
+      "  --no-fresh leave out the fresh side (a function that has converged one object: its JIT warm-up inside the burst), printed beside the goal's ratio\n" +
+      '  --sources  run the function from its TypeScript sources instead of the bundle\n' +
+      '  --controller-manager  also run kube-controller-manager (garbage collector) during the runs\n' +
+      "  --cpu-prof DIR  write the function processes' CPU profiles there (run the bench itself under node --cpu-prof for the plane's)",
+    () =>
+      parseArgs({
+        options: {
+          n: { type: 'string', default: '200,500' },
+          reps: { type: 'string', default: '1' },
+          label: { type: 'string', default: 'local' },
+          warm: { type: 'string', default: String(WARM_UP_OBJECTS) },
+          fresh: { type: 'boolean', default: true },
+          sources: { type: 'boolean', default: false },
+          'controller-manager': { type: 'boolean', default: false },
+          'cpu-prof': { type: 'string' },
+          help: { type: 'boolean', default: false },
+        },
+        allowNegative: true,
+      }),
+  );
   const sizes = values.n.split(',').map(Number);
   const reps = Number(values.reps);
   const warmObjects = Number(values.warm);
-  if (sizes.some((n) => !Number.isInteger(n) || n < 1) || !Number.isInteger(reps) || reps < 1 || !Number.isInteger(warmObjects) || warmObjects < 1) {
-    console.error(`--n takes positive integers separated by commas (got "${values.n}"), --reps and --warm a positive integer (got "${values.reps}", "${values.warm}")`);
+  if (
+    sizes.some((n) => !Number.isInteger(n) || n < 1) ||
+    !Number.isInteger(reps) ||
+    reps < 1 ||
+    !Number.isInteger(warmObjects) ||
+    warmObjects < 1
+  ) {
+    console.error(
+      `--n takes positive integers separated by commas (got "${values.n}"), --reps and --warm a positive integer (got "${values.reps}", "${values.warm}")`,
+    );
     process.exit(2);
   }
   /** The sides every repetition runs (the fresh one unless --no-fresh). */
@@ -277,11 +370,23 @@ async function main(): Promise<void> {
         await sleep(3000);
         background.push(requestDifference(idleBefore, await scrapeRequestTotals(cluster.cp)).total / 3);
         for (const side of ORDERS[rep % ORDERS.length].filter((side) => sides.includes(side))) {
-          const result = side === 'direct'
-            ? await runDirect(cluster, { n, round: String(rep), writer, watcher })
-            : await runPlane(cluster, { side, n, round: String(rep), warmObjects: side === 'fresh' ? 1 : warmObjects, bundled, writer, watcher, profileDir: values['cpu-prof'] });
+          const result =
+            side === 'direct'
+              ? await runDirect(cluster, { n, round: String(rep), writer, watcher })
+              : await runPlane(cluster, {
+                  side,
+                  n,
+                  round: String(rep),
+                  warmObjects: side === 'fresh' ? 1 : warmObjects,
+                  bundled,
+                  writer,
+                  watcher,
+                  profileDir: values['cpu-prof'],
+                });
           results.push(result);
-          process.stderr.write(`N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${anomalyNote(result)}\n`);
+          process.stderr.write(
+            `N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${anomalyNote(result)}\n`,
+          );
         }
       }
     }
@@ -290,9 +395,25 @@ async function main(): Promise<void> {
   }
 
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  const environment = { node: process.version, cpus: cpus().length, cpu: cpus()[0]?.model, loadavg: loadavg(), functions: values.sources ? 'TypeScript sources' : 'esbuild bundles + code cache', controllerManager: values['controller-manager'], concurrency: CONCURRENCY, warmUpRoundObjects: WARM_UP_OBJECTS, warmObjects, fresh: values.fresh, backgroundRequestsPerSecond: median(background) };
-  console.log(`\nImmortalContainers: plane vs pooled direct writes (${CONCURRENCY} at a time, one KubeClient pool), completion by watch; requests from apiserver_request_total over the whole run (user's creates included; background ≈ ${environment.backgroundRequestsPerSecond.toFixed(1)}/s)`);
-  console.log(`node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, an unmeasured round of ${WARM_UP_OBJECTS} objects per side first; each plane burst on a new function process that first converged ${warmObjects} object(s)${values.fresh ? ', each fresh burst on one that converged 1' : ''}; kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`);
+  const environment = {
+    node: process.version,
+    cpus: cpus().length,
+    cpu: cpus()[0]?.model,
+    loadavg: loadavg(),
+    functions: values.sources ? 'TypeScript sources' : 'esbuild bundles + code cache',
+    controllerManager: values['controller-manager'],
+    concurrency: CONCURRENCY,
+    warmUpRoundObjects: WARM_UP_OBJECTS,
+    warmObjects,
+    fresh: values.fresh,
+    backgroundRequestsPerSecond: median(background),
+  };
+  console.log(
+    `\nImmortalContainers: plane vs pooled direct writes (${CONCURRENCY} at a time, one KubeClient pool), completion by watch; requests from apiserver_request_total over the whole run (user's creates included; background ≈ ${environment.backgroundRequestsPerSecond.toFixed(1)}/s)`,
+  );
+  console.log(
+    `node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, an unmeasured round of ${WARM_UP_OBJECTS} objects per side first; each plane burst on a new function process that first converged ${warmObjects} object(s)${values.fresh ? ', each fresh burst on one that converged 1' : ''}; kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`,
+  );
   printTable(results);
   console.log('\nratios to direct writes (medians of the repetitions); the goal (≤ 1.5×) is read on plane:');
   const summary = sizes.map((n) => {
@@ -331,7 +452,12 @@ async function main(): Promise<void> {
     const line = (side: 'plane' | 'fresh', ratios: ReturnType<typeof against>) =>
       `  N=${String(n).padEnd(5)} ${side.padEnd(5)} convergence ${ratios.convergenceRatio.toFixed(2)}× (${ratios.seconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s${reps > 1 ? `; by repetition ${ratios.repetitionRatios.map((ratio) => `${ratio.toFixed(2)}×`).join(' ')}` : ''})   CPU ${Number.isNaN(ratios.cpuRatio) ? '-' : `${ratios.cpuToConvergenceRatio.toFixed(2)}× to convergence, ${ratios.cpuRatio.toFixed(2)}× until quiet; function ${ratios.functionCpuMsPerObject.toFixed(2)} ms/object`}   requests/object ${ratios.requestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${ratios.maxInstances}${ratios.maxInstances > 1 ? ' (scaled out)' : ''}`;
     const activator = results.find((r) => r.n === n && r.side === 'plane')?.activatorStats?.[immortalContainer.name];
-    const routed = activator ? `; activator: ${Object.entries(activator).filter(([key]) => key !== 'instances').map(([key, value]) => `${key} ${value}`).join(', ')}` : '';
+    const routed = activator
+      ? `; activator: ${Object.entries(activator)
+          .filter(([key]) => key !== 'instances')
+          .map(([key, value]) => `${key} ${value}`)
+          .join(', ')}`
+      : '';
     console.log(line('plane', plane) + routed);
     if (fresh) console.log(line('fresh', fresh));
     return row;
@@ -340,15 +466,27 @@ async function main(): Promise<void> {
   for (const n of sizes) {
     for (const side of sides) {
       const r = results.find((result) => result.n === n && result.side === side)!;
-      const shown = Object.entries(r.requests.byResource).filter(([, count]) => count / n >= 0.005).sort();
+      const shown = Object.entries(r.requests.byResource)
+        .filter(([, count]) => count / n >= 0.005)
+        .sort();
       const failed = Object.entries(r.requests.failed).sort();
-      console.log(`  N=${n} ${side.padEnd(6)} ${shown.map(([key, count]) => `${key} ${(count / n).toFixed(2)}`).join(', ')}${failed.length ? `; not 2xx: ${failed.map(([key, count]) => `${key} ×${count}`).join(', ')}` : ''}`);
+      console.log(
+        `  N=${n} ${side.padEnd(6)} ${shown.map(([key, count]) => `${key} ${(count / n).toFixed(2)}`).join(', ')}${failed.length ? `; not 2xx: ${failed.map(([key, count]) => `${key} ×${count}`).join(', ')}` : ''}`,
+      );
     }
   }
-  console.log('(below 0.005 per object not shown: the API server\'s own controllers)');
+  console.log("(below 0.005 per object not shown: the API server's own controllers)");
 
   console.log();
-  writeResults({ benchmark: 'plane', label: values.label, date: new Date().toISOString(), command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(), environment, summary, runs: results });
+  writeResults({
+    benchmark: 'plane',
+    label: values.label,
+    date: new Date().toISOString(),
+    command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(),
+    environment,
+    summary,
+    runs: results,
+  });
 }
 
 try {

@@ -29,23 +29,34 @@ import { benchFlags, planeStateDir, writeResults } from './harness.ts';
 const NAMESPACE = 'soak';
 const stamp = () => new Date().toISOString().slice(11, 19);
 
-const { values } = benchFlags('npm run soak -- [--minutes 10] [--objects 200] [--rate 20] [--resync 30] [--sample 15] [--label name]\n' +
-  '  --minutes  how long the churn lasts, then at most 2 minutes of waiting for convergence (default 10)\n' +
-  '  --objects  ImmortalContainers kept alive, about (default 200)\n' +
-  '  --rate     operations per second: create, change an image, delete (default 20)\n' +
-  '  --resync   seconds between resync pings (default 30)\n' +
-  '  --sample   seconds between RSS samples of every process (default 15)\n' +
-  '  --label    a name for this run, part of the result file name (default local)',
-() => parseArgs({ options: {
-  minutes: { type: 'string', default: '10' },
-  objects: { type: 'string', default: '200' },
-  rate: { type: 'string', default: '20' },
-  resync: { type: 'string', default: '30' },
-  sample: { type: 'string', default: '15' },
-  label: { type: 'string', default: 'local' },
-  help: { type: 'boolean', default: false },
-} }));
-const [minutes, objects, rate, resyncSeconds, sampleSeconds] = [values.minutes, values.objects, values.rate, values.resync, values.sample].map(Number);
+const { values } = benchFlags(
+  'npm run soak -- [--minutes 10] [--objects 200] [--rate 20] [--resync 30] [--sample 15] [--label name]\n' +
+    '  --minutes  how long the churn lasts, then at most 2 minutes of waiting for convergence (default 10)\n' +
+    '  --objects  ImmortalContainers kept alive, about (default 200)\n' +
+    '  --rate     operations per second: create, change an image, delete (default 20)\n' +
+    '  --resync   seconds between resync pings (default 30)\n' +
+    '  --sample   seconds between RSS samples of every process (default 15)\n' +
+    '  --label    a name for this run, part of the result file name (default local)',
+  () =>
+    parseArgs({
+      options: {
+        minutes: { type: 'string', default: '10' },
+        objects: { type: 'string', default: '200' },
+        rate: { type: 'string', default: '20' },
+        resync: { type: 'string', default: '30' },
+        sample: { type: 'string', default: '15' },
+        label: { type: 'string', default: 'local' },
+        help: { type: 'boolean', default: false },
+      },
+    }),
+);
+const [minutes, objects, rate, resyncSeconds, sampleSeconds] = [
+  values.minutes,
+  values.objects,
+  values.rate,
+  values.resync,
+  values.sample,
+].map(Number);
 if (![minutes, objects, rate, resyncSeconds, sampleSeconds].every((value) => Number.isFinite(value) && value > 0)) {
   console.error('--minutes, --objects, --rate, --resync and --sample take positive numbers');
   process.exit(2);
@@ -61,7 +72,10 @@ function children(): { pid: number; role: string }[] {
       if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) !== process.pid) continue;
       const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
       const binary = cmdline[0].split('/').pop()!;
-      const role = binary === 'node' || binary.startsWith('node') ? `function ${cmdline.slice(1).find((arg) => !arg.startsWith('-') && !arg.endsWith('.mjs') && !arg.endsWith('.ts')) ?? '?'}` : binary;
+      const role =
+        binary === 'node' || binary.startsWith('node')
+          ? `function ${cmdline.slice(1).find((arg) => !arg.startsWith('-') && !arg.endsWith('.mjs') && !arg.endsWith('.ts')) ?? '?'}`
+          : binary;
       found.push({ pid: Number(entry), role });
     } catch {
       // gone meanwhile
@@ -72,31 +86,43 @@ function children(): { pid: number; role: string }[] {
 
 function rssMiB(pid: number): number | undefined {
   try {
-    const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((candidate) => candidate.startsWith('VmRSS:'));
+    const line = readFileSync(`/proc/${pid}/status`, 'utf8')
+      .split('\n')
+      .find((candidate) => candidate.startsWith('VmRSS:'));
     return Number(line!.split(/\s+/)[1]) / 1024;
   } catch {
     return undefined;
   }
 }
 
-interface Sample { at: number; rss: Record<string, number> }
+interface Sample {
+  at: number;
+  rss: Record<string, number>;
+}
 const samples: Sample[] = [];
 const errors: string[] = [];
 
 // The plane's own warnings and errors, printed as they come.
-const log = pino({ level: 'warn' }, new Writable({
-  write(chunk, _encoding, done) {
-    for (const line of chunk.toString().split('\n').filter(Boolean)) {
-      let entry: Record<string, unknown>;
-      try { entry = JSON.parse(line); } catch { entry = { msg: line }; }
-      const { level, time, pid, hostname, msg, component, ...details } = entry;
-      const text = `${stamp()} ${Number(level) >= 50 ? 'ERROR' : 'WARN'} [${String(component ?? '?')}] ${String(msg ?? line)} ${JSON.stringify(details).slice(0, 300)}`;
-      errors.push(text);
-      console.log(text);
-    }
-    done();
-  },
-}));
+const log = pino(
+  { level: 'warn' },
+  new Writable({
+    write(chunk, _encoding, done) {
+      for (const line of chunk.toString().split('\n').filter(Boolean)) {
+        let entry: Record<string, unknown>;
+        try {
+          entry = JSON.parse(line);
+        } catch {
+          entry = { msg: line };
+        }
+        const { level, time, pid, hostname, msg, component, ...details } = entry;
+        const text = `${stamp()} ${Number(level) >= 50 ? 'ERROR' : 'WARN'} [${String(component ?? '?')}] ${String(msg ?? line)} ${JSON.stringify(details).slice(0, 300)}`;
+        errors.push(text);
+        console.log(text);
+      }
+      done();
+    },
+  }),
+);
 
 const bundled = await bundledFunctions(tempDir('opfn-soak-dist-'));
 const cluster = await startTestCluster();
@@ -119,7 +145,9 @@ let behind: string[] = [];
 try {
   await plane.start();
   await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name: NAMESPACE } });
-  console.log(`${stamp()} soak: ${minutes} min, ~${objects} ImmortalContainers, ${rate} operations/s, resync every ${resyncSeconds} s, RSS every ${sampleSeconds} s (MiB)`);
+  console.log(
+    `${stamp()} soak: ${minutes} min, ~${objects} ImmortalContainers, ${rate} operations/s, resync every ${resyncSeconds} s, RSS every ${sampleSeconds} s (MiB)`,
+  );
 
   const sample = () => {
     const rss: Record<string, number> = { 'plane (source+broker+activator)': process.memoryUsage().rss / 1024 / 1024 };
@@ -128,7 +156,11 @@ try {
       if (value !== undefined) rss[`${child.role} [${child.pid}]`] = value;
     }
     samples.push({ at: performance.now(), rss });
-    console.log(`${stamp()} rss ${Object.entries(rss).map(([role, value]) => `${role} ${value.toFixed(0)}`).join(' | ')}   ops ${JSON.stringify(ops)}, errors ${errors.length}`);
+    console.log(
+      `${stamp()} rss ${Object.entries(rss)
+        .map(([role, value]) => `${role} ${value.toFixed(0)}`)
+        .join(' | ')}   ops ${JSON.stringify(ops)}, errors ${errors.length}`,
+    );
   };
   sample();
   const sampler = setInterval(sample, sampleSeconds * 1000);
@@ -142,12 +174,18 @@ try {
   while (performance.now() < deadline) {
     // Below the population: mostly create; at it: update or delete as often as create.
     const roll = Math.random();
-    const op = alive.length < objects * 0.9 ? (roll < 0.8 ? 'create' : 'update') : roll < 0.34 ? 'create' : roll < 0.67 ? 'update' : 'delete';
+    const op =
+      alive.length < objects * 0.9 ? (roll < 0.8 ? 'create' : 'update') : roll < 0.34 ? 'create' : roll < 0.67 ? 'update' : 'delete';
     const work = (async () => {
       try {
         if (op === 'create' || alive.length === 0) {
           const name = `soak-${serial++}`;
-          await kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: NAMESPACE }, spec: { image: 'nginx:1.0' } });
+          await kube.create(ImmortalContainerKind, {
+            apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+            kind: 'ImmortalContainer',
+            metadata: { name, namespace: NAMESPACE },
+            spec: { image: 'nginx:1.0' },
+          });
           alive.push(name);
           ops.create++;
         } else if (op === 'update') {
@@ -181,7 +219,14 @@ try {
   while (performance.now() < until) {
     const ics = (await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace: NAMESPACE })).items;
     const pods = new Map((await kube.list<PodObject>(Pod, { namespace: NAMESPACE })).items.map((pod) => [pod.metadata.name, pod]));
-    behind = ics.filter((ic) => pods.get(podNameFor(ic))?.spec?.containers?.[0]?.image !== ic.spec.image || ic.status?.observedGeneration !== ic.metadata.generation || ic.status?.currentPod !== podNameFor(ic)).map((ic) => ic.metadata.name!);
+    behind = ics
+      .filter(
+        (ic) =>
+          pods.get(podNameFor(ic))?.spec?.containers?.[0]?.image !== ic.spec.image ||
+          ic.status?.observedGeneration !== ic.metadata.generation ||
+          ic.status?.currentPod !== podNameFor(ic),
+      )
+      .map((ic) => ic.metadata.name!);
     if (behind.length === 0) {
       converged = true;
       break;
@@ -196,7 +241,9 @@ try {
 }
 
 const roles = [...new Set(samples.flatMap((entry) => Object.keys(entry.rss)))];
-console.log(`\n${converged ? 'every remaining object converged' : `NOT CONVERGED: ${behind.length} objects behind, e.g. ${behind.slice(0, 5).join(', ')}`}; operations ${JSON.stringify(ops)}; ${errors.length} warnings/errors logged by the plane or the driver`);
+console.log(
+  `\n${converged ? 'every remaining object converged' : `NOT CONVERGED: ${behind.length} objects behind, e.g. ${behind.slice(0, 5).join(', ')}`}; operations ${JSON.stringify(ops)}; ${errors.length} warnings/errors logged by the plane or the driver`,
+);
 console.log('RSS (MiB)                                  first     min     max    last');
 const summary = roles.map((role) => {
   const series = samples.map((entry) => entry.rss[role]).filter((value) => value !== undefined);
@@ -204,5 +251,18 @@ const summary = roles.map((role) => {
   console.log(`${role.padEnd(40)} ${[row.first, row.min, row.max, row.last].map((value) => value.toFixed(0).padStart(7)).join(' ')}`);
   return row;
 });
-writeResults({ benchmark: 'soak', label: values.label, date: new Date().toISOString(), command: `npm run soak -- ${process.argv.slice(2).join(' ')}`.trim(), environment: { node: process.version, cpus: cpus().length }, options: { minutes, objects, rate, resyncSeconds, sampleSeconds }, converged, behind: behind.slice(0, 50), ops, errors, summary, samples });
+writeResults({
+  benchmark: 'soak',
+  label: values.label,
+  date: new Date().toISOString(),
+  command: `npm run soak -- ${process.argv.slice(2).join(' ')}`.trim(),
+  environment: { node: process.version, cpus: cpus().length },
+  options: { minutes, objects, rate, resyncSeconds, sampleSeconds },
+  converged,
+  behind: behind.slice(0, 50),
+  ops,
+  errors,
+  summary,
+  samples,
+});
 process.exitCode = converged ? 0 : 1;

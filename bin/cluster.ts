@@ -29,7 +29,8 @@ function clusterProcess({ pid, startTime }: { pid: number; startTime?: string })
   return args.some((arg, i) => arg === 'cluster' && args[i + 1] === 'up') ? 'running' : 'other';
 }
 
-const staleCluster = (pid: number) => `process ${pid} is not the control plane \`opfn cluster up\` started (that one ended without cleaning up, and its pid now belongs to another process)`;
+const staleCluster = (pid: number) =>
+  `process ${pid} is not the control plane \`opfn cluster up\` started (that one ended without cleaning up, and its pid now belongs to another process)`;
 
 /** `opfn cluster up`: runs until Ctrl-C or `opfn cluster down`. */
 export async function clusterUp(stateDir: string): Promise<void> {
@@ -46,8 +47,17 @@ export async function clusterUp(stateDir: string): Promise<void> {
     await applyCrds(KubeClient.fromFile(cp.kubeconfigPath));
     mkdirSync(stateDir, { recursive: true });
     // The start time tells this process apart from a later one given the same pid (clusterProcess).
-    writeFileSync(clusterState, JSON.stringify({ pid: process.pid, startTime: processStart(process.pid), server: cp.server, kubeconfig: cp.kubeconfigPath, binDir: cp.binDir }, null, 2));
-    say(`control plane ready at ${cp.server} in ${((performance.now() - started) / 1000).toFixed(1)}s, CRDs installed; kubectl of the same release is in ${cp.binDir}`);
+    writeFileSync(
+      clusterState,
+      JSON.stringify(
+        { pid: process.pid, startTime: processStart(process.pid), server: cp.server, kubeconfig: cp.kubeconfigPath, binDir: cp.binDir },
+        null,
+        2,
+      ),
+    );
+    say(
+      `control plane ready at ${cp.server} in ${((performance.now() - started) / 1000).toFixed(1)}s, CRDs installed; kubectl of the same release is in ${cp.binDir}`,
+    );
     console.log(`export KUBECONFIG=${cp.kubeconfigPath}\n${kubectlPathLine(cp.binDir)}`);
     untilSignal(
       async () => {
@@ -97,9 +107,12 @@ export async function clusterDown(stateDir: string): Promise<void> {
     return gone();
   }
   // It stops its control plane, removes the file and exits; one that ends without removing the file leaves it to us.
-  for (let waited = 0; clusterProcess({ ...record, pid }) === 'running' && waited < 30_000; waited += 100) await new Promise((r) => setTimeout(r, 100));
+  for (let waited = 0; clusterProcess({ ...record, pid }) === 'running' && waited < 30_000; waited += 100)
+    await new Promise((r) => setTimeout(r, 100));
   if (clusterProcess({ ...record, pid }) === 'running') {
-    say(`process ${pid} did not stop within 30s; it may be stopped (SIGSTOP) or hung: kill -9 ${pid}, then run \`opfn cluster down\` again to stop what it left`);
+    say(
+      `process ${pid} did not stop within 30s; it may be stopped (SIGSTOP) or hung: kill -9 ${pid}, then run \`opfn cluster down\` again to stop what it left`,
+    );
     process.exit(1);
   }
   if (existsSync(clusterState)) clearLeftovers();

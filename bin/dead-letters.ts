@@ -29,7 +29,10 @@ export async function listDeadLetters(file: string, options: { json?: boolean })
       console.log(JSON.stringify(l));
       continue;
     }
-    const reason = typeof l.knativeerrordata === 'string' ? errorReason(Buffer.from(l.knativeerrordata, 'base64').toString('utf8')).replace(/\s+/g, ' ').slice(0, 120) : '';
+    const reason =
+      typeof l.knativeerrordata === 'string'
+        ? errorReason(Buffer.from(l.knativeerrordata, 'base64').toString('utf8')).replace(/\s+/g, ' ').slice(0, 120)
+        : '';
     console.log([l.id, l.type, l.subject ?? l.source, l.knativeerrorcode ?? '-', reason].join('  '));
   }
   // The letters a function refused for good are kept apart (`<file>.refused`), rotated ones too.
@@ -50,7 +53,9 @@ export async function replayDeadLetters(file: string, stateDir: string, broker: 
   }
   const result = await replayDeadLetterFile(file, target);
   for (const failed of result.failed) say(`not replayed: ${failed.id}: ${failed.reason}`);
-  say(`${result.replayed} dead letter(s) replayed through ${target}${result.failed.length ? `; ${result.failed.length} kept in the file` : ''}`);
+  say(
+    `${result.replayed} dead letter(s) replayed through ${target}${result.failed.length ? `; ${result.failed.length} kept in the file` : ''}`,
+  );
   process.exit(result.failed.length ? 1 : 0);
 }
 

@@ -42,13 +42,14 @@ export interface DevOptions {
   replace?: Record<string, string>;
 }
 
-
 /**
  * A client per ServiceAccount of `controlPlane`: on a control plane of its own the plane runs each
  * generated ApiServerSource as its own generated identity, as Knative does.
  */
-export const serviceAccountClients = (controlPlane: ControlPlane) =>
-  async (namespace: string, account: string): Promise<KubeClient> => KubeClient.fromFile(await controlPlane.serviceAccountKubeconfig(namespace, account));
+export const serviceAccountClients =
+  (controlPlane: ControlPlane) =>
+  async (namespace: string, account: string): Promise<KubeClient> =>
+    KubeClient.fromFile(await controlPlane.serviceAccountKubeconfig(namespace, account));
 
 /**
  * Which cluster configuration kubectl would use, if any (KUBECONFIG files that exist, ~/.kube/config,
@@ -59,7 +60,10 @@ export function configuredCluster(env: NodeJS.ProcessEnv = process.env): string 
   const listed = (env.KUBECONFIG ?? '').split(delimiter).filter((file) => file.trim() !== '');
   const found = configuredKubeconfig(env);
   if (found && found.files.length > 0) return listed.length > 0 ? `KUBECONFIG ${found.files.join(delimiter)}` : found.files[0];
-  if (listed.length > 0) throw new Error(`KUBECONFIG names no file that exists (${listed.join(delimiter)}). Fix or unset it, or run with --local to use a new local control plane.`);
+  if (listed.length > 0)
+    throw new Error(
+      `KUBECONFIG names no file that exists (${listed.join(delimiter)}). Fix or unset it, or run with --local to use a new local control plane.`,
+    );
   return found ? 'in-cluster service account' : undefined;
 }
 
@@ -67,7 +71,9 @@ export function configuredCluster(env: NodeJS.ProcessEnv = process.env): string 
  * The cluster of KUBECONFIG (or ~/.kube/config) if it answers within 3 s; else what is wrong, as
  * the rest of a sentence that begins "the configured cluster", and what to fix.
  */
-export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfigPath: string | undefined } | { problem: string; fix: string }> {
+export async function reachableCluster(): Promise<
+  { kube: KubeClient; kubeconfigPath: string | undefined } | { problem: string; fix: string }
+> {
   let kube: KubeClient;
   try {
     kube = KubeClient.fromEnvironment();
@@ -83,7 +89,10 @@ export async function reachableCluster(): Promise<{ kube: KubeClient; kubeconfig
     const { message, code, path } = error as NodeJS.ErrnoException;
     // A CA, certificate or token file the kubeconfig names is read on the first request.
     if (path) return { problem: `names a file that cannot be read: ${path} (${code})`, fix: 'Fix the kubeconfig' };
-    return { problem: `does not answer: ${message.includes(kube.server) ? message : `${kube.server}: ${message}`}`, fix: 'Fix the connection' };
+    return {
+      problem: `does not answer: ${message.includes(kube.server) ? message : `${kube.server}: ${message}`}`,
+      fix: 'Fix the connection',
+    };
   }
   // The function processes find the cluster where this process did: the same files, or, in a
   // pod, its service account (no KUBECONFIG).
@@ -102,14 +111,23 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
   let cluster: Awaited<ReturnType<typeof reachableCluster>>;
   if (configured) {
     cluster = await reachableCluster();
-    if ('problem' in cluster) throw new Error(`the configured cluster (${configured}) ${cluster.problem}. ${cluster.fix}, or run with --local to use a new local control plane instead.`);
+    if ('problem' in cluster)
+      throw new Error(
+        `the configured cluster (${configured}) ${cluster.problem}. ${cluster.fix}, or run with --local to use a new local control plane instead.`,
+      );
     say(`Using the cluster at ${cluster.kube.server} (${configured}).`);
   } else {
-    say(options.local ? 'Starting a local control plane (--local): etcd + kube-apiserver + kube-controller-manager.' : 'No cluster configured (no KUBECONFIG file, no ~/.kube/config, not in a pod); starting a local control plane (etcd + kube-apiserver + kube-controller-manager).');
+    say(
+      options.local
+        ? 'Starting a local control plane (--local): etcd + kube-apiserver + kube-controller-manager.'
+        : 'No cluster configured (no KUBECONFIG file, no ~/.kube/config, not in a pod); starting a local control plane (etcd + kube-apiserver + kube-controller-manager).',
+    );
     // Its own process group: Ctrl-C stops the plane first, which then stops the control plane.
     controlPlane = await startControlPlane({ progress: say, ownProcessGroup: true });
     cluster = { kube: KubeClient.fromFile(controlPlane.kubeconfigPath), kubeconfigPath: controlPlane.kubeconfigPath };
-    say(`Local control plane at ${controlPlane.server}. In another terminal:\n\n  export KUBECONFIG=${controlPlane.kubeconfigPath}\n  ${kubectlPathLine(controlPlane.binDir)}   # kubectl of the same release\n`);
+    say(
+      `Local control plane at ${controlPlane.server}. In another terminal:\n\n  export KUBECONFIG=${controlPlane.kubeconfigPath}\n  ${kubectlPathLine(controlPlane.binDir)}   # kubectl of the same release\n`,
+    );
   }
 
   try {
@@ -125,7 +143,10 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
         for (const [name, fn] of Object.entries(stats.activator)) {
           // Routes are named after the function in memory, <namespace>/<name> for objects in the API server.
           const route = stats.broker[name] ?? stats.broker[`${DEFAULT_OPTIONS.namespace}/${name}`];
-          options.log.info({ component: 'plane', function: name, ...fn, ...route }, `${name}: ${fn.proxied + fn.direct} requests (${fn.direct} direct), up to ${fn.peakInstances} instance(s)`);
+          options.log.info(
+            { component: 'plane', function: name, ...fn, ...route },
+            `${name}: ${fn.proxied + fn.direct} requests (${fn.direct} direct), up to ${fn.peakInstances} instance(s)`,
+          );
         }
         await controlPlane?.stop();
       },
@@ -148,7 +169,11 @@ async function startPlane(
   say('CRDs installed and established.');
   const bundleDir = join(options.stateDir, 'dist');
   const launch = options.bundle ? await bundledFunctions(bundleDir) : undefined;
-  say(options.bundle ? `Functions bundled (esbuild); they run from ${bundleDir}, as in the image.` : 'Functions run from their TypeScript sources; edits apply at the next cold start.');
+  say(
+    options.bundle
+      ? `Functions bundled (esbuild); they run from ${bundleDir}, as in the image.`
+      : 'Functions run from their TypeScript sources; edits apply at the next cold start.',
+  );
   // The plane runs the objects `opfn manifests` generates: on a control plane of its own they are
   // kept in its API server (kubectl edits them live); on a configured cluster, which may have a
   // real Knative, only in memory (nothing installed there).
@@ -157,10 +182,18 @@ async function startPlane(
   let functionKubeconfigs: Record<string, string> | undefined;
   if (controlPlane) {
     const { objects } = await applyGeneratedObjects(cluster.kube, functions, options.replace, resyncIntervalMs);
-    say(`Knative objects generated by \`opfn manifests\` applied (${objects.length}); the plane runs them: kubectl get ksvc,brokers,triggers,pingsources,apiserversources -n ${DEFAULT_OPTIONS.namespace}`);
+    say(
+      `Knative objects generated by \`opfn manifests\` applied (${objects.length}); the plane runs them: kubectl get ksvc,brokers,triggers,pingsources,apiserversources -n ${DEFAULT_OPTIONS.namespace}`,
+    );
     knativeObjects = { clientFor: serviceAccountClients(controlPlane) };
     // Each function runs as its generated ServiceAccount: what it may do locally is what it may do on a cluster.
-    functionKubeconfigs = Object.fromEntries(await Promise.all(functions.map(async (fn) => [fn.name, await controlPlane.serviceAccountKubeconfig(DEFAULT_OPTIONS.namespace, serviceAccountName(fn))] as const)));
+    functionKubeconfigs = Object.fromEntries(
+      await Promise.all(
+        functions.map(
+          async (fn) => [fn.name, await controlPlane.serviceAccountKubeconfig(DEFAULT_OPTIONS.namespace, serviceAccountName(fn))] as const,
+        ),
+      ),
+    );
   }
   const plane = new EventPlane({
     functions,
@@ -178,16 +211,25 @@ async function startPlane(
     env: options.env,
   });
   const { brokerUrl } = await plane.start();
-  if (!controlPlane) say(`Knative objects generated by \`opfn manifests\` run in memory (nothing installed on the cluster): ${plane.knative!.describe()}.`);
+  if (!controlPlane)
+    say(`Knative objects generated by \`opfn manifests\` run in memory (nothing installed on the cluster): ${plane.knative!.describe()}.`);
   const other = planeRecord(options.stateDir);
-  if (other?.pid !== process.pid && isSameProcess(other)) say(`Another plane (pid ${other!.pid}) runs from ${options.stateDir}: \`opfn dead-letters replay\` keeps using its broker (pass --broker ${brokerUrl} for this one's).`);
+  if (other?.pid !== process.pid && isSameProcess(other))
+    say(
+      `Another plane (pid ${other!.pid}) runs from ${options.stateDir}: \`opfn dead-letters replay\` keeps using its broker (pass --broker ${brokerUrl} for this one's).`,
+    );
   // The start time tells this process apart from a later one given the same pid, once this one is gone.
-  else writeFileSync(join(options.stateDir, PLANE_STATE_FILE), JSON.stringify({ pid: process.pid, startTime: processStart(process.pid), brokerUrl }, null, 2));
+  else
+    writeFileSync(
+      join(options.stateDir, PLANE_STATE_FILE),
+      JSON.stringify({ pid: process.pid, startTime: processStart(process.pid), brokerUrl }, null, 2),
+    );
   for (const trigger of triggers) say(`Trigger ${trigger.name} → ${trigger.subscriber}`);
-  say(`Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, DEAD_LETTER_FILE)}. Ctrl-C stops everything.`);
+  say(
+    `Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, DEAD_LETTER_FILE)}. Ctrl-C stops everything.`,
+  );
   return plane;
 }
-
 
 /** The options of `opfn dev` as the command line gives them. */
 export interface DevCommandOptions {
@@ -219,7 +261,10 @@ export async function devCommand(options: DevCommandOptions, stateDir: string): 
       log: createLogger(undefined, process.env.LOG_LEVEL ?? 'info', format),
       say,
     });
-    untilSignal(running.stop, { stopping: 'intake first, then waiting for deliveries in flight', forced: 'deliveries still running are cut; child processes are killed' });
+    untilSignal(running.stop, {
+      stopping: 'intake first, then waiting for deliveries in flight',
+      forced: 'deliveries still running are cut; child processes are killed',
+    });
   } catch (error) {
     say(`opfn dev: ${(error as Error).message}`);
     process.exit(1);

@@ -25,16 +25,31 @@ export async function invoke(name: string, options: InvokeOptions): Promise<void
       event = resyncEvent(declaration);
     } else {
       if (!options.name) throw new Error('--name is required (or use --resync)');
-      if (!['add', 'update', 'delete'].includes(options.action)) throw new Error(`--action must be add, update or delete, not "${options.action}"`);
+      if (!['add', 'update', 'delete'].includes(options.action))
+        throw new Error(`--action must be add, update or delete, not "${options.action}"`);
       const object = { metadata: { name: options.name, namespace: declaration.reconciles.namespaced ? options.namespace : '' } };
-      event = apiServerSourceEvent({ server: 'opfn-invoke', kind: declaration.reconciles, object, action: options.action as ChangeAction, mode: options.resource ? 'Resource' : 'Reference' });
+      event = apiServerSourceEvent({
+        server: 'opfn-invoke',
+        kind: declaration.reconciles,
+        object,
+        action: options.action as ChangeAction,
+        mode: options.resource ? 'Resource' : 'Reference',
+      });
     }
     const message = HTTP.binary(event);
     const signal = options.timeout > 0 ? AbortSignal.timeout(options.timeout * 1000) : undefined;
-    const response = await fetch(options.url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string, signal }).catch((error: Error & { cause?: { code?: string; message?: string } }) => {
-      if (error.name === 'TimeoutError') throw new Error(`no answer from ${options.url} within ${options.timeout} s (--timeout); the function's log says what it is doing`);
+    const response = await fetch(options.url, {
+      method: 'POST',
+      headers: message.headers as Record<string, string>,
+      body: message.body as string,
+      signal,
+    }).catch((error: Error & { cause?: { code?: string; message?: string } }) => {
+      if (error.name === 'TimeoutError')
+        throw new Error(`no answer from ${options.url} within ${options.timeout} s (--timeout); the function's log says what it is doing`);
       const cause = error.cause?.code ?? error.cause?.message ?? error.message;
-      throw new Error(`nothing answers at ${options.url} (${cause}); start the function with \`opfn serve ${name}\` (PORT=8080) or pass --url`);
+      throw new Error(
+        `nothing answers at ${options.url} (${cause}); start the function with \`opfn serve ${name}\` (PORT=8080) or pass --url`,
+      );
     });
     console.log(`${response.status} ${(await response.text()) || response.headers.get('x-opfn-outcome') || ''}`);
     process.exit(response.ok ? 0 : 1);

@@ -15,7 +15,8 @@ const MAX_TIMER_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
 
 const seconds = (value: string): number => {
   const parsed = Number(value);
-  if (!Number.isFinite(parsed) || parsed < 0 || parsed > MAX_TIMER_SECONDS) throw new InvalidArgumentError(`must be a number of seconds from 0 to ${MAX_TIMER_SECONDS} (about 24 days)`);
+  if (!Number.isFinite(parsed) || parsed < 0 || parsed > MAX_TIMER_SECONDS)
+    throw new InvalidArgumentError(`must be a number of seconds from 0 to ${MAX_TIMER_SECONDS} (about 24 days)`);
   return parsed;
 };
 
@@ -30,18 +31,36 @@ const program = new Command('opfn')
 
 program
   .command('dev')
-  .description('install the CRDs and run every function on the local event plane (source, broker, scale-from-zero activator) against the configured cluster ($KUBECONFIG, ~/.kube/config, in-cluster), or a new local control plane when none is configured')
-  .option('-f, --functions <names>', `comma-separated functions to run (default: all of ${functionNames.join(', ')})`, (v) => v.split(',').filter(Boolean))
+  .description(
+    'install the CRDs and run every function on the local event plane (source, broker, scale-from-zero activator) against the configured cluster ($KUBECONFIG, ~/.kube/config, in-cluster), or a new local control plane when none is configured',
+  )
+  .option('-f, --functions <names>', `comma-separated functions to run (default: all of ${functionNames.join(', ')})`, (v) =>
+    v.split(',').filter(Boolean),
+  )
   .option('--idle <seconds>', 'idle time before a function scales to zero', seconds, 30)
-  .option('--resync <seconds>', 'resync every object this often instead of on each PingSource\'s schedule (0 = never; default: the schedules, */5 * * * *)', seconds)
+  .option(
+    '--resync <seconds>',
+    "resync every object this often instead of on each PingSource's schedule (0 = never; default: the schedules, */5 * * * *)",
+    seconds,
+  )
   .option('--no-bundle', 'run the functions from their TypeScript sources instead of esbuild bundles (edits apply at the next cold start)')
-  .option('-t, --triggers <file...>', 'YAML files of Knative Triggers (spec.subscriber.uri) to add to the broker, e.g. to route a kind to another implementation')
+  .option(
+    '-t, --triggers <file...>',
+    'YAML files of Knative Triggers (spec.subscriber.uri) to add to the broker, e.g. to route a kind to another implementation',
+  )
   .option('--local', 'always start a new local control plane, even when a cluster is configured')
-  .option('--replace <function=url...>', 'send a function\'s events to another implementation at this URL instead (as opfn manifests --replace); repeatable')
+  .option(
+    '--replace <function=url...>',
+    "send a function's events to another implementation at this URL instead (as opfn manifests --replace); repeatable",
+  )
   .option('--log-format <format>', 'json | pretty (default: pretty on a terminal, json when piped)', logFormatOption)
   .action(async (options) => (await import('./dev.ts')).devCommand(options, STATE_DIR));
 
-const cluster = program.command('cluster').description('a local Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager) for trying the operators without a cluster');
+const cluster = program
+  .command('cluster')
+  .description(
+    'a local Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager) for trying the operators without a cluster',
+  );
 cluster
   .command('up')
   .description('start the control plane with the CRDs installed and keep it running until Ctrl-C or `opfn cluster down`')
@@ -71,20 +90,28 @@ program
 
 const deadLetters = program
   .command('dead-letters')
-  .description(`events the broker could not deliver (default file ${join(STATE_DIR, DEAD_LETTER_FILE)}, 0600, rotated to .1 at 64 MiB; events a function refused for good, a 4xx, apart in <file>.refused, rotated at 8 MiB)`);
+  .description(
+    `events the broker could not deliver (default file ${join(STATE_DIR, DEAD_LETTER_FILE)}, 0600, rotated to .1 at 64 MiB; events a function refused for good, a 4xx, apart in <file>.refused, rotated at 8 MiB)`,
+  );
 const deadLetterFile = (options: { file?: string }) => resolve(options.file ?? join(STATE_DIR, DEAD_LETTER_FILE));
 deadLetters
   .command('list')
   .description('one line per dead letter, oldest first: id, type, subject, status and reason')
   .option('--file <path>', 'dead-letter file')
   .option('--json', 'print the letters as JSON lines instead')
-  .action(async (options: { file?: string; json?: boolean }) => (await import('./dead-letters.ts')).listDeadLetters(deadLetterFile(options), options));
+  .action(async (options: { file?: string; json?: boolean }) =>
+    (await import('./dead-letters.ts')).listDeadLetters(deadLetterFile(options), options),
+  );
 deadLetters
   .command('replay')
-  .description('re-publish every dead letter through the broker ingress of the running `opfn dev` (or --broker); letters it refuses stay in the file')
+  .description(
+    're-publish every dead letter through the broker ingress of the running `opfn dev` (or --broker); letters it refuses stay in the file',
+  )
   .option('--file <path>', 'dead-letter file')
   .option('--broker <url>', 'broker ingress URL (default: the one the running `opfn dev` wrote to its state folder)')
-  .action(async (options: { file?: string; broker?: string }) => (await import('./dead-letters.ts')).replayDeadLetters(deadLetterFile(options), STATE_DIR, options.broker));
+  .action(async (options: { file?: string; broker?: string }) =>
+    (await import('./dead-letters.ts')).replayDeadLetters(deadLetterFile(options), STATE_DIR, options.broker),
+  );
 deadLetters
   .command('clear')
   .description('delete every dead letter (the file, its .refused letters and their rotated .1)')
@@ -107,17 +134,34 @@ program
 
 program
   .command('manifests')
-  .description('generate the Knative objects (CRDs, Broker, per function: ServiceAccount + role, Service, Trigger, PingSource, ApiServerSources) from the declarations; --out writes a folder for `kubectl apply -k`')
+  .description(
+    'generate the Knative objects (CRDs, Broker, per function: ServiceAccount + role, Service, Trigger, PingSource, ApiServerSources) from the declarations; --out writes a folder for `kubectl apply -k`',
+  )
   .option('-o, --out <dir>', 'write one file per function and kustomization.yaml into <dir> (default: print one YAML stream)')
   .option('--image <image>', 'container image of the functions (built from the Dockerfile)')
   .option('-n, --namespace <namespace>', 'run the functions in this namespace only (Roles instead of ClusterRoles; sources watch only it)')
-  .option('--broker-class <class>', 'Knative Broker class: MTChannelBasedBroker (default) or Kafka (durable; needs Knative\'s Kafka broker)')
-  .option('--replace <function=target...>', 'send a function\'s events to a URL or another Knative Service instead (its Trigger\'s subscriber); repeatable')
+  .option('--broker-class <class>', "Knative Broker class: MTChannelBasedBroker (default) or Kafka (durable; needs Knative's Kafka broker)")
+  .option(
+    '--replace <function=target...>',
+    "send a function's events to a URL or another Knative Service instead (its Trigger's subscriber); repeatable",
+  )
   .option('--target <target>', 'knative, or openfaas (a stack.yml)', 'knative')
-  .option('--composite <file>', 'the CompositeControllers known at install time (YAML; other kinds ignored): the composite function gets exactly their rights (without this file: none, so it serves no controller)')
-  .option('--event-policy', 'per function an EventPolicy: the Broker takes events only from that function\'s sources and Trigger (needs Knative\'s authentication-oidc feature)')
-  .option('--composite-broad', 'give the composite function Metacontroller\'s `*` instead, so any CompositeController is served once applied (a hook\'s privileged children are still refused unless its controller allows them)')
-  .option('--retry-after-max <duration>', 'honour a function\'s Retry-After up to this ISO-8601 duration (delivery.retryAfterMax; needs Knative\'s delivery-retryafter feature)')
+  .option(
+    '--composite <file>',
+    'the CompositeControllers known at install time (YAML; other kinds ignored): the composite function gets exactly their rights (without this file: none, so it serves no controller)',
+  )
+  .option(
+    '--event-policy',
+    "per function an EventPolicy: the Broker takes events only from that function's sources and Trigger (needs Knative's authentication-oidc feature)",
+  )
+  .option(
+    '--composite-broad',
+    "give the composite function Metacontroller's `*` instead, so any CompositeController is served once applied (a hook's privileged children are still refused unless its controller allows them)",
+  )
+  .option(
+    '--retry-after-max <duration>',
+    "honour a function's Retry-After up to this ISO-8601 duration (delivery.retryAfterMax; needs Knative's delivery-retryafter feature)",
+  )
   .action(async (options) => (await import('./manifests.ts')).manifestsCommand(options));
 
 await program.parseAsync();

@@ -62,16 +62,20 @@ const PROGRAMS = [
 
 /** Builds programs/ into `outdir` (ES modules with Node's built-ins external; nothing else is imported). */
 async function buildPrograms(outdir: string): Promise<void> {
-  await Promise.all(PROGRAMS.map(({ source, output }) => build({
-    entryPoints: [join(PROGRAMS_DIR, source)],
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node24',
-    outfile: join(outdir, output),
-    banner: { js: `// Built by build/build.ts from build/programs/${source}.` },
-    logLevel: 'silent',
-  })));
+  await Promise.all(
+    PROGRAMS.map(({ source, output }) =>
+      build({
+        entryPoints: [join(PROGRAMS_DIR, source)],
+        bundle: true,
+        platform: 'node',
+        format: 'esm',
+        target: 'node24',
+        outfile: join(outdir, output),
+        banner: { js: `// Built by build/build.ts from build/programs/${source}.` },
+        logLevel: 'silent',
+      }),
+    ),
+  );
 }
 
 export interface BuildResult {
@@ -87,7 +91,8 @@ function removeAbandonedBuilds(target: string): void {
   const entries = existsSync(dirname(target)) ? readdirSync(dirname(target)) : [];
   for (const name of entries) {
     const pid = /^(?:building|previous)-(\d+)$/.exec(name.startsWith(prefix) ? name.slice(prefix.length) : '')?.[1];
-    if (pid !== undefined && (Number(pid) === process.pid || !isRunning(Number(pid)))) rmSync(join(dirname(target), name), { recursive: true, force: true });
+    if (pid !== undefined && (Number(pid) === process.pid || !isRunning(Number(pid))))
+      rmSync(join(dirname(target), name), { recursive: true, force: true });
   }
 }
 
@@ -98,7 +103,9 @@ function removeAbandonedBuilds(target: string): void {
  * generation): the local plane's instances come and go, and more scavenges would only slow
  * their bursts.
  */
-export async function bundledFunctions(outdir: string): Promise<{ command: (declaration: { name: string }) => { command: string; args: string[] } }> {
+export async function bundledFunctions(
+  outdir: string,
+): Promise<{ command: (declaration: { name: string }) => { command: string; args: string[] } }> {
   await buildFunctions({ outdir });
   return { command: (declaration) => ({ command: process.execPath, args: [join(outdir, 'main.mjs'), declaration.name] }) };
 }
@@ -118,37 +125,44 @@ export async function buildFunctions(options: { outdir?: string } = {}): Promise
   mkdirSync(outdir, { recursive: true });
 
   const metafiles: Record<string, Metafile> = {};
-  const bundles = await Promise.all(entries.map(async (entry) => {
-    const bundleStarted = performance.now();
-    const file = join(outdir, `${entry.name}.cjs`);
-    const result = await build({
-      stdin: { contents: entrySource(entry), resolveDir: ROOT, sourcefile: `<generated entry of ${entry.name}>`, loader: 'ts' },
-      bundle: true,
-      platform: 'node',
-      format: 'cjs',
-      // The module as the function Node's CommonJS loader would wrap it in, so that the file is
-      // one script whose value is that function (dist/main.mjs compiles and runs it).
-      banner: { js: `// Run by dist/main.mjs (running this file with node does nothing): function ${entry.name}, its runtime and dependencies.\n(function (exports, require, module, __filename, __dirname) {` },
-      footer: { js: '})' },
-      target: 'node24',
-      minify: true,
-      sourcemap: 'linked',
-      outfile: file,
-      metafile: true,
-      logLevel: 'silent',
-      plugins: bundleNarrowing,
-    });
-    for (const warning of result.warnings) console.warn(`warning (${entry.name}): ${warning.text}${warning.location ? ` (${warning.location.file}:${warning.location.line})` : ''}`);
-    metafiles[entry.name] = result.metafile;
-    return {
-      name: entry.name,
-      file: relative(ROOT, file),
-      bytes: statSync(file).size,
-      mapBytes: statSync(`${file}.map`).size,
-      inputs: Object.keys(result.metafile.inputs).length,
-      ms: Math.round(performance.now() - bundleStarted),
-    };
-  }));
+  const bundles = await Promise.all(
+    entries.map(async (entry) => {
+      const bundleStarted = performance.now();
+      const file = join(outdir, `${entry.name}.cjs`);
+      const result = await build({
+        stdin: { contents: entrySource(entry), resolveDir: ROOT, sourcefile: `<generated entry of ${entry.name}>`, loader: 'ts' },
+        bundle: true,
+        platform: 'node',
+        format: 'cjs',
+        // The module as the function Node's CommonJS loader would wrap it in, so that the file is
+        // one script whose value is that function (dist/main.mjs compiles and runs it).
+        banner: {
+          js: `// Run by dist/main.mjs (running this file with node does nothing): function ${entry.name}, its runtime and dependencies.\n(function (exports, require, module, __filename, __dirname) {`,
+        },
+        footer: { js: '})' },
+        target: 'node24',
+        minify: true,
+        sourcemap: 'linked',
+        outfile: file,
+        metafile: true,
+        logLevel: 'silent',
+        plugins: bundleNarrowing,
+      });
+      for (const warning of result.warnings)
+        console.warn(
+          `warning (${entry.name}): ${warning.text}${warning.location ? ` (${warning.location.file}:${warning.location.line})` : ''}`,
+        );
+      metafiles[entry.name] = result.metafile;
+      return {
+        name: entry.name,
+        file: relative(ROOT, file),
+        bytes: statSync(file).size,
+        mapBytes: statSync(`${file}.map`).size,
+        inputs: Object.keys(result.metafile.inputs).length,
+        ms: Math.round(performance.now() - bundleStarted),
+      };
+    }),
+  );
 
   writeFileSync(join(outdir, 'functions.json'), JSON.stringify(entries.map((entry) => entry.name)));
   await buildPrograms(outdir);
@@ -173,7 +187,9 @@ async function main(): Promise<void> {
   } catch (error) {
     const errors = (error as { errors?: { text: string; location?: { file: string; line: number } | null }[] }).errors;
     const first = errors?.[0];
-    const why = first ? `${first.text}${first.location ? ` (${first.location.file}:${first.location.line})` : ''}${errors!.length > 1 ? ` and ${errors!.length - 1} more error(s)` : ''}` : (error as Error).message;
+    const why = first
+      ? `${first.text}${first.location ? ` (${first.location.file}:${first.location.line})` : ''}${errors!.length > 1 ? ` and ${errors!.length - 1} more error(s)` : ''}`
+      : (error as Error).message;
     console.error(`build failed: ${why}`);
     process.exit(1);
   }
@@ -181,7 +197,9 @@ async function main(): Promise<void> {
   if (!values.quiet) {
     const width = Math.max(...result.bundles.map((bundle) => bundle.file.length));
     for (const bundle of result.bundles) {
-      console.log(`${bundle.file.padEnd(width)}  ${kib(bundle.bytes).padStart(10)}  (map ${kib(bundle.mapBytes)}, ${bundle.inputs} inputs, ${bundle.ms} ms)`);
+      console.log(
+        `${bundle.file.padEnd(width)}  ${kib(bundle.bytes).padStart(10)}  (map ${kib(bundle.mapBytes)}, ${bundle.inputs} inputs, ${bundle.ms} ms)`,
+      );
     }
     console.log(PROGRAMS.map(({ output }) => relative(ROOT, join(result.outdir, output))).join(', '));
     console.log(`built ${result.bundles.length} function bundle(s) in ${result.ms} ms`);

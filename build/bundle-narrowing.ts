@@ -19,13 +19,19 @@ const CLIENT_NODE_CONFIG = /[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]config
  * names, from the modules that define them; if a later client-node takes more names from it,
  * the build fails ("No matching export"), it never silently misses code.
  */
-const CONFIG_GEN_NAMES = "export { createConfiguration } from './gen/configuration.js';\nexport { ServerConfiguration } from './gen/servers.js';\n";
+const CONFIG_GEN_NAMES =
+  "export { createConfiguration } from './gen/configuration.js';\nexport { ServerConfiguration } from './gen/servers.js';\n";
 export const narrowClientNodeGen: Plugin = {
   name: 'narrow-client-node-gen',
   setup(build) {
     build.onResolve({ filter: /^\.\/gen\/index\.js$/ }, (args) =>
-      CLIENT_NODE_CONFIG.test(args.importer) ? { path: args.importer, namespace: 'client-node-config-gen' } : undefined);
-    build.onLoad({ filter: /.*/, namespace: 'client-node-config-gen' }, (args) => ({ contents: CONFIG_GEN_NAMES, resolveDir: dirname(args.path), loader: 'js' }));
+      CLIENT_NODE_CONFIG.test(args.importer) ? { path: args.importer, namespace: 'client-node-config-gen' } : undefined,
+    );
+    build.onLoad({ filter: /.*/, namespace: 'client-node-config-gen' }, (args) => ({
+      contents: CONFIG_GEN_NAMES,
+      resolveDir: dirname(args.path),
+      loader: 'js',
+    }));
   },
 };
 
@@ -59,7 +65,11 @@ export const narrowUndici: Plugin = {
   name: 'narrow-undici',
   setup(build) {
     build.onResolve({ filter: /^undici$/ }, () => ({ path: 'undici', namespace: 'narrow-undici' }));
-    build.onLoad({ filter: /.*/, namespace: 'narrow-undici' }, () => ({ contents: NARROW_UNDICI, resolveDir: dirname(require.resolve('undici/package.json')), loader: 'js' }));
+    build.onLoad({ filter: /.*/, namespace: 'narrow-undici' }, () => ({
+      contents: NARROW_UNDICI,
+      resolveDir: dirname(require.resolve('undici/package.json')),
+      loader: 'js',
+    }));
   },
 };
 
@@ -83,7 +93,14 @@ function editSource(name: string, file: RegExp, why: string, edits: SourceEdit[]
         let source = readFileSync(args.path, 'utf8');
         for (const { from, to, count = 1 } of edits) {
           const found = typeof from === 'string' ? source.split(from).length - 1 : [...source.matchAll(from)].length;
-          if (found !== count) return { errors: [{ text: `${name} (build/bundle-narrowing.ts: ${why}): ${args.path} has ${found} × ${from}, expected ${count}; update the plugin for this version` }] };
+          if (found !== count)
+            return {
+              errors: [
+                {
+                  text: `${name} (build/bundle-narrowing.ts: ${why}): ${args.path} has ${found} × ${from}, expected ${count}; update the plugin for this version`,
+                },
+              ],
+            };
           source = source.replace(from, to);
         }
         return { contents: source, loader: 'js' };
@@ -106,34 +123,62 @@ export const lazyUndiciH2 = editSource('lazy-undici-h2', /[\\/]undici[\\/]lib[\\
  * bundle text read on every start), used only when UNDICI_USE_MILO is set. The bundle leaves
  * them out: with that variable set, the first connection fails saying so.
  */
-export const leaveOutUndiciMilo = editSource('leave-out-undici-milo', /[\\/]undici[\\/]lib[\\/]dispatcher[\\/]parser-h1\.js$/, 'llhttp only', [
-  { from: "miloPackage = require('../milo/simd.js')", to: 'miloPackage = null' },
-  { from: "require('../milo/no-simd.js')", to: `(() => { throw new Error("undici's milo parser (UNDICI_USE_MILO) is left out of the function bundles (build/bundle-narrowing.ts)") })()` },
-]);
+export const leaveOutUndiciMilo = editSource(
+  'leave-out-undici-milo',
+  /[\\/]undici[\\/]lib[\\/]dispatcher[\\/]parser-h1\.js$/,
+  'llhttp only',
+  [
+    { from: "miloPackage = require('../milo/simd.js')", to: 'miloPackage = null' },
+    {
+      from: "require('../milo/no-simd.js')",
+      to: `(() => { throw new Error("undici's milo parser (UNDICI_USE_MILO) is left out of the function bundles (build/bundle-narrowing.ts)") })()`,
+    },
+  ],
+);
 
 /**
  * prom-client's index loads its Pushgateway (node:https, node:zlib) and the cluster aggregator
  * (node:cluster) when it is loaded; a function only serves /metrics. Each loads on first use.
  */
-export const lazyPromClientExtras = editSource('lazy-prom-client-extras', /[\\/]prom-client[\\/]index\.js$/, 'Pushgateway and AggregatorRegistry on first use', [
-  { from: "exports.Pushgateway = require('./lib/pushgateway');", to: "Object.defineProperty(exports, 'Pushgateway', { enumerable: true, get: () => require('./lib/pushgateway') });" },
-  { from: "exports.AggregatorRegistry = require('./lib/cluster');", to: "Object.defineProperty(exports, 'AggregatorRegistry', { enumerable: true, get: () => require('./lib/cluster') });" },
-]);
+export const lazyPromClientExtras = editSource(
+  'lazy-prom-client-extras',
+  /[\\/]prom-client[\\/]index\.js$/,
+  'Pushgateway and AggregatorRegistry on first use',
+  [
+    {
+      from: "exports.Pushgateway = require('./lib/pushgateway');",
+      to: "Object.defineProperty(exports, 'Pushgateway', { enumerable: true, get: () => require('./lib/pushgateway') });",
+    },
+    {
+      from: "exports.AggregatorRegistry = require('./lib/cluster');",
+      to: "Object.defineProperty(exports, 'AggregatorRegistry', { enumerable: true, get: () => require('./lib/cluster') });",
+    },
+  ],
+);
 
 /**
  * Express loads all four body parsers and serve-static when it is loaded; a function's host
  * uses only `express.raw`. The urlencoded parser alone pulls in qs and its intrinsics
  * machinery on every cold start. Here each is loaded when first asked for.
  */
-export const lazyExpressMiddleware = editSource('lazy-express-middleware', /[\\/]express[\\/]lib[\\/]express\.js$/, 'middleware on first use', [
-  { from: "var bodyParser = require('body-parser')\n", to: '' },
-  {
-    from: "exports.json = bodyParser.json\nexports.raw = bodyParser.raw\nexports.static = require('serve-static');\nexports.text = bodyParser.text\nexports.urlencoded = bodyParser.urlencoded\n",
-    to: "for (const name of ['json', 'raw', 'text', 'urlencoded']) Object.defineProperty(exports, name, { enumerable: true, get: () => require('body-parser')[name] });\nObject.defineProperty(exports, 'static', { enumerable: true, get: () => require('serve-static') });\n",
-  },
-]);
+export const lazyExpressMiddleware = editSource(
+  'lazy-express-middleware',
+  /[\\/]express[\\/]lib[\\/]express\.js$/,
+  'middleware on first use',
+  [
+    { from: "var bodyParser = require('body-parser')\n", to: '' },
+    {
+      from: "exports.json = bodyParser.json\nexports.raw = bodyParser.raw\nexports.static = require('serve-static');\nexports.text = bodyParser.text\nexports.urlencoded = bodyParser.urlencoded\n",
+      to: "for (const name of ['json', 'raw', 'text', 'urlencoded']) Object.defineProperty(exports, name, { enumerable: true, get: () => require('body-parser')[name] });\nObject.defineProperty(exports, 'static', { enumerable: true, get: () => require('serve-static') });\n",
+    },
+  ],
+);
 export const lazyBodyParsers = editSource('lazy-body-parsers', /[\\/]body-parser[\\/]index\.js$/, 'each parser on first use', [
-  { from: /^exports\.(json|raw|text|urlencoded) = require\('(\.\/lib\/types\/\w+)'\)$/gm, to: "Object.defineProperty(exports, '$1', { enumerable: true, get: () => require('$2') })", count: 4 },
+  {
+    from: /^exports\.(json|raw|text|urlencoded) = require\('(\.\/lib\/types\/\w+)'\)$/gm,
+    to: "Object.defineProperty(exports, '$1', { enumerable: true, get: () => require('$2') })",
+    count: 4,
+  },
 ]);
 
 /**
@@ -148,13 +193,27 @@ export const lazyClientNodeProxies: Plugin = {
   name: 'lazy-client-node-proxies',
   setup(build) {
     const moduleFilter = new RegExp(`^(${PROXY_MODULES.join('|')})$`);
-    build.onResolve({ filter: moduleFilter }, (args) => (CLIENT_NODE_CONFIG.test(args.importer) ? { path: args.path, namespace: 'lazy-client-node-proxies', pluginData: args.importer } : undefined));
+    build.onResolve({ filter: moduleFilter }, (args) =>
+      CLIENT_NODE_CONFIG.test(args.importer)
+        ? { path: args.path, namespace: 'lazy-client-node-proxies', pluginData: args.importer }
+        : undefined,
+    );
     build.onLoad({ filter: /.*/, namespace: 'lazy-client-node-proxies' }, (args) => {
       const importer = readFileSync(args.pluginData as string, 'utf8');
       const escaped = args.path.replace(/[-/\\^$*+?.()|[\]{}]/g, '\\$&');
       const imports = [...importer.matchAll(new RegExp(`^import \\{([^}]*)\\} from '${escaped}';$`, 'gm'))];
-      if (imports.length !== 1) return { errors: [{ text: `lazy-client-node-proxies (build/bundle-narrowing.ts): ${args.pluginData} does not import { … } from '${args.path}' on one line; update the plugin for this client-node` }] };
-      const names = imports[0][1].split(',').map((name) => name.trim()).filter(Boolean);
+      if (imports.length !== 1)
+        return {
+          errors: [
+            {
+              text: `lazy-client-node-proxies (build/bundle-narrowing.ts): ${args.pluginData} does not import { … } from '${args.path}' on one line; update the plugin for this client-node`,
+            },
+          ],
+        };
+      const names = imports[0][1]
+        .split(',')
+        .map((name) => name.trim())
+        .filter(Boolean);
       const getters = names.map((name) => `  get ${name}() { return require(${JSON.stringify(args.path)}).${name}; },`).join('\n');
       return { contents: `module.exports = {\n${getters}\n};\n`, resolveDir: dirname(args.pluginData as string), loader: 'js' };
     });
@@ -191,7 +250,8 @@ export const narrowMimeDb: Plugin = {
  * CloudEvent's own charset is read by events.ts), so nothing calls it. If something ever does,
  * it fails with this message rather than mis-decoding.
  */
-export const ICONV_LEFT_OUT = 'iconv-lite is left out of the function bundles (build/bundle-narrowing.ts): a function reads bodies as raw bytes';
+export const ICONV_LEFT_OUT =
+  'iconv-lite is left out of the function bundles (build/bundle-narrowing.ts): a function reads bodies as raw bytes';
 const ICONV_STUB = `
 const leftOut = () => { throw new Error(${JSON.stringify(ICONV_LEFT_OUT)}); };
 module.exports = { decode: leftOut, encode: leftOut, getDecoder: leftOut, getEncoder: leftOut, encodingExists: leftOut };
@@ -205,4 +265,15 @@ export const leaveOutIconvLite: Plugin = {
 };
 
 /** Every plugin above, in the order the function bundles use them. */
-export const bundleNarrowing: Plugin[] = [narrowClientNodeGen, narrowUndici, lazyUndiciH2, leaveOutUndiciMilo, lazyPromClientExtras, lazyExpressMiddleware, lazyBodyParsers, lazyClientNodeProxies, narrowMimeDb, leaveOutIconvLite];
+export const bundleNarrowing: Plugin[] = [
+  narrowClientNodeGen,
+  narrowUndici,
+  lazyUndiciH2,
+  leaveOutUndiciMilo,
+  lazyPromClientExtras,
+  lazyExpressMiddleware,
+  lazyBodyParsers,
+  lazyClientNodeProxies,
+  narrowMimeDb,
+  leaveOutIconvLite,
+];

@@ -25,12 +25,57 @@ async function openssl(dir: string, ...args: string[]): Promise<void> {
 /** A CA, a serving certificate for 127.0.0.1/localhost, and a service-account signing key. */
 export async function writeCertificates(dir: string): Promise<Certificates> {
   writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n');
-  await openssl(dir, 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-keyout', 'ca.key', '-out', 'ca.crt', '-days', String(CERTIFICATE_DAYS), '-subj', '/CN=operator-functions-test-ca');
-  await openssl(dir, 'req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-keyout', 'apiserver.key', '-out', 'apiserver.csr', '-subj', '/CN=kube-apiserver');
-  await openssl(dir, 'x509', '-req', '-in', 'apiserver.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial',
-    '-out', 'apiserver.crt', '-days', String(CERTIFICATE_DAYS), '-extfile', 'san.cnf');
+  await openssl(
+    dir,
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.crt',
+    '-days',
+    String(CERTIFICATE_DAYS),
+    '-subj',
+    '/CN=operator-functions-test-ca',
+  );
+  await openssl(
+    dir,
+    'req',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    'apiserver.key',
+    '-out',
+    'apiserver.csr',
+    '-subj',
+    '/CN=kube-apiserver',
+  );
+  await openssl(
+    dir,
+    'x509',
+    '-req',
+    '-in',
+    'apiserver.csr',
+    '-CA',
+    'ca.crt',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'apiserver.crt',
+    '-days',
+    String(CERTIFICATE_DAYS),
+    '-extfile',
+    'san.cnf',
+  );
   await openssl(dir, 'ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', 'sa.key');
   await openssl(dir, 'ec', '-in', 'sa.key', '-pubout', '-out', 'sa.pub');
   return {

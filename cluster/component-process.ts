@@ -26,12 +26,19 @@ function tail(file: string, lines = 15): string {
 }
 
 /** Resolves once `check` holds; rejects, with the end of the component's log, if it exits, cannot start or is not ready in time. */
-export async function waitFor(what: string, child: ChildProcess, logFile: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
+export async function waitFor(
+  what: string,
+  child: ChildProcess,
+  logFile: string,
+  timeoutMs: number,
+  check: () => Promise<boolean>,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     const spawnError = spawnErrors.get(child);
     if (spawnError) throw new Error(`${what} could not be started: ${spawnError.message}`);
-    if (child.exitCode !== null) throw new Error(`${what} exited with code ${child.exitCode}; its log (${logFile}) ends:\n${tail(logFile)}`);
+    if (child.exitCode !== null)
+      throw new Error(`${what} exited with code ${child.exitCode}; its log (${logFile}) ends:\n${tail(logFile)}`);
     if (await check().catch(() => false)) return;
     await new Promise((r) => setTimeout(r, 50));
   }

@@ -83,7 +83,13 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     return child;
   };
   const { etcd, etcdUrl } = startEtcd(start, binDir, dir, { client: etcdPort, peer: peerPort });
-  const apiServerFlags = apiServerArgs({ etcdUrl, port: apiPort, certificates, tokenFile: admin.tokenFile, extraFlags: options.apiServerFlags });
+  const apiServerFlags = apiServerArgs({
+    etcdUrl,
+    port: apiPort,
+    certificates,
+    tokenFile: admin.tokenFile,
+    extraFlags: options.apiServerFlags,
+  });
   let apiServer = startApiServer(start, binDir, apiServerFlags);
   let controllerManager: ChildProcess | undefined;
 
@@ -115,7 +121,8 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     dir,
     binDir,
     etcdUrl,
-    serviceAccountKubeconfig: (namespace, name) => serviceAccountKubeconfig(admin, { dir, server, caPath: certificates.caPath, namespace, name }),
+    serviceAccountKubeconfig: (namespace, name) =>
+      serviceAccountKubeconfig(admin, { dir, server, caPath: certificates.caPath, namespace, name }),
     request: admin.request,
     stop,
     restartApiServer: async () => {

@@ -14,7 +14,11 @@ const FOLDER_PREFIX = 'opfn-cp-';
 /** In each control plane's folder: the process that runs it and the processes it started. */
 const OWNER_FILE = 'owner.json';
 
-interface Owner { pid: number; startTime?: string; children: number[] }
+interface Owner {
+  pid: number;
+  startTime?: string;
+  children: number[];
+}
 
 /**
  * Stops the control planes whose owner was killed (SIGKILL, the OOM killer, a CI timeout run no
@@ -46,7 +50,9 @@ export function reclaimAbandonedControlPlanes(folders = FOLDERS): string[] {
       }
     }
     rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
-    reclaimed.push(`stopped the control plane in ${dir} that process ${owner.pid} left running when it was killed (${killed} of its processes killed, folder removed)`);
+    reclaimed.push(
+      `stopped the control plane in ${dir} that process ${owner.pid} left running when it was killed (${killed} of its processes killed, folder removed)`,
+    );
   }
   return reclaimed;
 }

@@ -53,7 +53,11 @@ export function adminAccess(dir: string, server: string, caPath: string): AdminA
     });
     const text = await response.text();
     let parsed: unknown = text;
-    try { parsed = JSON.parse(text); } catch { /* plain text, e.g. /readyz */ }
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      /* plain text, e.g. /readyz */
+    }
     return { status: response.status, body: parsed as any };
   };
   return { tokenFile, kubeconfigPath, request, close: () => tls.close() };
@@ -64,15 +68,25 @@ export function adminAccess(dir: string, server: string, caPath: string): AdminA
  * token from the TokenRequest API (ServiceAccounts no longer get token Secrets) valid as long as
  * the control plane's certificates.
  */
-export async function serviceAccountKubeconfig(admin: AdminAccess, options: { dir: string; server: string; caPath: string; namespace: string; name: string }): Promise<string> {
+export async function serviceAccountKubeconfig(
+  admin: AdminAccess,
+  options: { dir: string; server: string; caPath: string; namespace: string; name: string },
+): Promise<string> {
   const { namespace, name } = options;
   const created = await admin.request('POST', `/api/v1/namespaces/${namespace}/serviceaccounts`, { metadata: { name } });
-  if (created.status !== 201 && created.status !== 409) throw new Error(`creating ServiceAccount ${namespace}/${name}: ${created.status} ${JSON.stringify(created.body)}`);
+  if (created.status !== 201 && created.status !== 409)
+    throw new Error(`creating ServiceAccount ${namespace}/${name}: ${created.status} ${JSON.stringify(created.body)}`);
   const issued = await admin.request('POST', `/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`, {
-    apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: CERTIFICATE_DAYS * 24 * 3600 },
+    apiVersion: 'authentication.k8s.io/v1',
+    kind: 'TokenRequest',
+    spec: { expirationSeconds: CERTIFICATE_DAYS * 24 * 3600 },
   });
-  if (issued.status !== 201) throw new Error(`requesting a token for ServiceAccount ${namespace}/${name}: ${issued.status} ${JSON.stringify(issued.body)}`);
+  if (issued.status !== 201)
+    throw new Error(`requesting a token for ServiceAccount ${namespace}/${name}: ${issued.status} ${JSON.stringify(issued.body)}`);
   const path = join(options.dir, `sa-${namespace}-${name}.kubeconfig`);
-  writeFileSync(path, kubeconfigYaml(options.server, options.caPath, `system:serviceaccount:${namespace}:${name}`, issued.body.status.token));
+  writeFileSync(
+    path,
+    kubeconfigYaml(options.server, options.caPath, `system:serviceaccount:${namespace}:${name}`, issued.body.status.token),
+  );
   return path;
 }

@@ -13,7 +13,12 @@ export const provisionScript = (name: string): string => join(dirname(fileURLToP
  * to `progress` as it comes; a failure rejects with the script's own error line, else with
  * `<what> failed (exit N); run bash <script> to see why`.
  */
-export function runProvisionScript(script: string, args: string[], what: string, progress: (line: string) => void = () => {}): Promise<string> {
+export function runProvisionScript(
+  script: string,
+  args: string[],
+  what: string,
+  progress: (line: string) => void = () => {},
+): Promise<string> {
   return new Promise((resolve, reject) => {
     const child = spawn('bash', [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
@@ -28,7 +33,15 @@ export function runProvisionScript(script: string, args: string[], what: string,
     child.on('error', reject);
     child.on('close', (code) => {
       if (code === 0) resolve(out.trim().split('\n').pop()!);
-      else reject(new Error(lastLines.filter((line) => line.includes('error')).pop()?.replace('[provision] error: ', '') ?? `${what} failed (exit ${code}); run bash ${[script, ...args].join(' ')} to see why`));
+      else
+        reject(
+          new Error(
+            lastLines
+              .filter((line) => line.includes('error'))
+              .pop()
+              ?.replace('[provision] error: ', '') ?? `${what} failed (exit ${code}); run bash ${[script, ...args].join(' ')} to see why`,
+          ),
+        );
     });
   });
 }

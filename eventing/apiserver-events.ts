@@ -51,7 +51,10 @@ export function apiServerSourceAttributes(change: ApiServerSourceChange): CloudE
     namespace,
     ...change.extensions,
     // Reference: Knative's corev1.ObjectReference, whose empty fields are omitted (a cluster-scoped object has no namespace).
-    data: mode === 'Reference' ? { kind: kind.kind, ...(namespace ? { namespace } : {}), name, apiVersion } : { apiVersion, kind: kind.kind, ...object },
+    data:
+      mode === 'Reference'
+        ? { kind: kind.kind, ...(namespace ? { namespace } : {}), name, apiVersion }
+        : { apiVersion, kind: kind.kind, ...object },
   };
 }
 

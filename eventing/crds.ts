@@ -39,13 +39,19 @@ export async function applyCrds(kube: KubeClient, crds: KubeObject[] = readManif
     } catch (error) {
       if (!isAlreadyExists(error)) throw error;
       const existing = await kube.get(CustomResourceDefinition, { namespace: '', name: crd.metadata.name! });
-      await kube.replace(CustomResourceDefinition, { ...crd, metadata: { ...crd.metadata, resourceVersion: existing?.metadata.resourceVersion } });
+      await kube.replace(CustomResourceDefinition, {
+        ...crd,
+        metadata: { ...crd.metadata, resourceVersion: existing?.metadata.resourceVersion },
+      });
     }
   }
   const deadline = Date.now() + timeoutMs;
   for (const crd of crds) {
     for (;;) {
-      const current = await kube.get<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(CustomResourceDefinition, { namespace: '', name: crd.metadata.name! });
+      const current = await kube.get<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(
+        CustomResourceDefinition,
+        { namespace: '', name: crd.metadata.name! },
+      );
       if (current?.status?.conditions?.some((condition) => condition.type === 'Established' && condition.status === 'True')) break;
       if (Date.now() > deadline) throw new Error(`CRD ${crd.metadata.name} not Established after ${timeoutMs / 1000}s`);
       await new Promise((resolve) => setTimeout(resolve, 50));

@@ -69,8 +69,7 @@ export interface ResolvedDelivery {
 
 const NUMBER = String.raw`(\d+(?:[.,]\d+)?)`;
 const ISO_DURATION = new RegExp(
-  `^P(?:${NUMBER}Y)?(?:${NUMBER}M)?(?:${NUMBER}W)?(?:${NUMBER}D)?` +
-    `(?:T(?:${NUMBER}H)?(?:${NUMBER}M)?(?:${NUMBER}S)?)?$`,
+  `^P(?:${NUMBER}Y)?(?:${NUMBER}M)?(?:${NUMBER}W)?(?:${NUMBER}D)?` + `(?:T(?:${NUMBER}H)?(?:${NUMBER}M)?(?:${NUMBER}S)?)?$`,
 );
 const MS_PER_SECOND = 1000;
 const MS_PER_DAY = 24 * 3600 * MS_PER_SECOND;
@@ -175,7 +174,10 @@ export function parseDeadLetterSink(sink: string, where: string): DeadLetterTarg
 }
 
 /** Validates a DeliverySpec and parses its durations; throws one clear Error naming the field. */
-export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<ResolvedDelivery, 'deadLetter'> & { deadLetter?: DeadLetterTarget; warnings: string[] } {
+export function parseDeliverySpec(
+  spec: DeliverySpec,
+  where: string,
+): Omit<ResolvedDelivery, 'deadLetter'> & { deadLetter?: DeadLetterTarget; warnings: string[] } {
   if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) {
     throw new Error(`${where} must be an object with retry, backoffPolicy, backoffDelay, timeout, retryAfterMax, deadLetterSink`);
   }
@@ -186,7 +188,9 @@ export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<Resol
   }
   // The local dispatcher sends in binary mode only (as Knative does when format is unset).
   if (spec.format !== undefined && spec.format !== 'binary') {
-    throw new Error(`${where}.format ${describe(spec.format)}: the local broker sends events in binary mode only ("binary", or leave format unset)`);
+    throw new Error(
+      `${where}.format ${describe(spec.format)}: the local broker sends events in binary mode only ("binary", or leave format unset)`,
+    );
   }
   let retry = 0;
   if (spec.retry !== undefined) {
@@ -214,10 +218,16 @@ export function parseDeliverySpec(spec: DeliverySpec, where: string): Omit<Resol
   if (spec.timeout !== undefined && timeoutMs <= 0) throw new Error(`${where}.timeout must be above zero, got ${describe(spec.timeout)}`);
   const retryAfterMaxMs = duration('retryAfterMax');
   if (retry > 0 && (spec.backoffPolicy === undefined) !== (spec.backoffDelay === undefined)) {
-    warnings.push(`${where} sets only one of backoffPolicy/backoffDelay; Knative then retries without waiting, and so does the local broker`);
+    warnings.push(
+      `${where} sets only one of backoffPolicy/backoffDelay; Knative then retries without waiting, and so does the local broker`,
+    );
   }
   const deadLetter = spec.deadLetterSink === undefined ? undefined : parseDeadLetterSink(spec.deadLetterSink, where);
-  const resolved: Omit<ResolvedDelivery, 'deadLetter'> & { deadLetter?: DeadLetterTarget; warnings: string[] } = { retry, timeoutMs, warnings };
+  const resolved: Omit<ResolvedDelivery, 'deadLetter'> & { deadLetter?: DeadLetterTarget; warnings: string[] } = {
+    retry,
+    timeoutMs,
+    warnings,
+  };
   if (spec.backoffPolicy !== undefined) resolved.backoffPolicy = spec.backoffPolicy;
   if (backoffDelayMs !== undefined) resolved.backoffDelayMs = backoffDelayMs;
   if (retryAfterMaxMs !== undefined) resolved.retryAfterMaxMs = retryAfterMaxMs;

@@ -106,7 +106,10 @@ function stringForm(value: unknown): string {
 }
 
 /** Knative Trigger spec.filter.attributes. */
-export function evaluateAttributesFilter(attributes: Record<string, string> | undefined | null, event: CloudEventV1<unknown>): FilterResult {
+export function evaluateAttributesFilter(
+  attributes: Record<string, string> | undefined | null,
+  event: CloudEventV1<unknown>,
+): FilterResult {
   if (attributes === undefined || attributes === null || typeof attributes !== 'object') return 'none';
   for (const [name, expected] of Object.entries(attributes)) {
     const { found, value } = lookupAttribute(event, name);
@@ -145,7 +148,11 @@ function hasEmptyEntry(map: Record<string, unknown>): boolean {
   return Object.entries(map).some(([name, value]) => name === '' || value === '' || value === undefined || value === null);
 }
 
-function matchMap(map: Record<string, unknown>, event: CloudEventV1<unknown>, test: (actual: string, expected: string) => boolean): FilterResult {
+function matchMap(
+  map: Record<string, unknown>,
+  event: CloudEventV1<unknown>,
+  test: (actual: string, expected: string) => boolean,
+): FilterResult {
   if (hasEmptyEntry(map)) return 'none';
   for (const [name, expected] of Object.entries(map)) {
     const { found, value } = lookupAttribute(event, name);
@@ -221,7 +228,11 @@ export interface FilterValidation {
  * receives every attribute name they compare (filter.attributes, and exact/prefix/suffix keys,
  * nested ones too), for checks of the caller's own.
  */
-export function validateTriggerFilters(trigger: Pick<Trigger, 'filter' | 'filters'>, where = 'trigger', names: string[] = []): FilterValidation {
+export function validateTriggerFilters(
+  trigger: Pick<Trigger, 'filter' | 'filters'>,
+  where = 'trigger',
+  names: string[] = [],
+): FilterValidation {
   const result: FilterValidation = { errors: [], warnings: [] };
   if (trigger.filter !== undefined && trigger.filter !== null) {
     if (!isRecord(trigger.filter)) {
@@ -237,7 +248,10 @@ export function validateTriggerFilters(trigger: Pick<Trigger, 'filter' | 'filter
         } else {
           for (const [name, value] of Object.entries(attributes)) {
             names.push(name);
-            if (!ATTRIBUTE_NAME.test(name)) result.errors.push(`${where}.filter.attributes[${JSON.stringify(name)}]: attribute name must start with a letter and contain only lowercase letters and digits`);
+            if (!ATTRIBUTE_NAME.test(name))
+              result.errors.push(
+                `${where}.filter.attributes[${JSON.stringify(name)}]: attribute name must start with a letter and contain only lowercase letters and digits`,
+              );
             if (typeof value !== 'string') result.errors.push(`${where}.filter.attributes.${name} must be a string`);
           }
         }
@@ -277,7 +291,8 @@ function validateExpression(filter: unknown, where: string, result: FilterValida
     if (d === 'all' || d === 'any') return Array.isArray(v) ? v.length > 0 : v !== undefined && v !== null;
     return isRecord(v) ? Object.keys(v).length > 0 : v !== undefined && v !== null;
   });
-  if (present.length > 1) result.errors.push(`${where}: multiple dialects found (${present.join(', ')}); a filter can have only one dialect set`);
+  if (present.length > 1)
+    result.errors.push(`${where}: multiple dialects found (${present.join(', ')}); a filter can have only one dialect set`);
   if (present.length === 0) result.warnings.push(`${where} has no dialect set; Knative skips it`);
   for (const d of ['exact', 'prefix', 'suffix'] as const) {
     const map = filter[d];
@@ -288,9 +303,15 @@ function validateExpression(filter: unknown, where: string, result: FilterValida
     }
     for (const [name, value] of Object.entries(map)) {
       names.push(name);
-      if (!ATTRIBUTE_NAME.test(name)) result.errors.push(`${where}.${d}[${JSON.stringify(name)}]: attribute name must start with a letter and contain only lowercase letters and digits`);
+      if (!ATTRIBUTE_NAME.test(name))
+        result.errors.push(
+          `${where}.${d}[${JSON.stringify(name)}]: attribute name must start with a letter and contain only lowercase letters and digits`,
+        );
       if (typeof value !== 'string') result.errors.push(`${where}.${d}.${name} must be a string`);
-      else if (value === '') result.warnings.push(`${where}.${d}.${name} is empty; Knative treats the expression as invalid and skips it, so it matches every event`);
+      else if (value === '')
+        result.warnings.push(
+          `${where}.${d}.${name} is empty; Knative treats the expression as invalid and skips it, so it matches every event`,
+        );
     }
   }
   for (const d of ['all', 'any'] as const) {

@@ -17,8 +17,27 @@ import { type FunctionDeclaration, type KubeObject, type KubeClient } from '../f
 import { Activator, type FunctionStats } from './activator/index.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker/index.ts';
 import { DEAD_LETTER_FILE } from './state-files.ts';
-import { derivedSourcesFor, configurationFromService, functionOf, inMemoryConfig, KnativeControllers, pingEvent, StatusBoard, withResyncInterval } from './knative/index.ts';
-import { broker as brokerObject, deadLetterSink, DEFAULT_OPTIONS, FUNCTION_EXTENSION, functionObjects, kindsOf, type ManifestOptions, pingSources, validateManifests } from './manifests/index.ts';
+import {
+  derivedSourcesFor,
+  configurationFromService,
+  functionOf,
+  inMemoryConfig,
+  KnativeControllers,
+  pingEvent,
+  StatusBoard,
+  withResyncInterval,
+} from './knative/index.ts';
+import {
+  broker as brokerObject,
+  deadLetterSink,
+  DEFAULT_OPTIONS,
+  FUNCTION_EXTENSION,
+  functionObjects,
+  kindsOf,
+  type ManifestOptions,
+  pingSources,
+  validateManifests,
+} from './manifests/index.ts';
 import type { SourceStats } from './source/index.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -33,18 +52,33 @@ export { FUNCTION_EXTENSION, sourcesFor } from './manifests/index.ts';
  * the plane's delivery and `replace`. `resyncIntervalMs` replaces each PingSource's schedule
  * (0: no PingSources), for tests and benchmarks that want no resync or a fast one.
  */
-export function planeObjects(functions: FunctionDeclaration[], options: { delivery?: DeliverySpec; replace?: Record<string, string>; resyncIntervalMs?: number } = {}): KubeObject[] {
+export function planeObjects(
+  functions: FunctionDeclaration[],
+  options: { delivery?: DeliverySpec; replace?: Record<string, string>; resyncIntervalMs?: number } = {},
+): KubeObject[] {
   const { retry, backoffPolicy, backoffDelay } = options.delivery ?? {};
   const manifestOptions: ManifestOptions = {
     ...DEFAULT_OPTIONS,
     replace: options.replace ?? {},
-    delivery: { ...DEFAULT_OPTIONS.delivery, ...(retry !== undefined ? { retry } : {}), ...(backoffPolicy ? { backoffPolicy } : {}), ...(backoffDelay ? { backoffDelay } : {}) },
+    delivery: {
+      ...DEFAULT_OPTIONS.delivery,
+      ...(retry !== undefined ? { retry } : {}),
+      ...(backoffPolicy ? { backoffPolicy } : {}),
+      ...(backoffDelay ? { backoffDelay } : {}),
+    },
   };
   const run = new Set(['Broker', 'Service', 'Trigger', 'PingSource', 'ApiServerSource']);
-  const objects = [brokerObject(manifestOptions), deadLetterSink(manifestOptions), ...functions.flatMap((declaration) => functionObjects(declaration, manifestOptions))];
+  const objects = [
+    brokerObject(manifestOptions),
+    deadLetterSink(manifestOptions),
+    ...functions.flatMap((declaration) => functionObjects(declaration, manifestOptions)),
+  ];
   const problems = validateManifests(objects, new Set(Object.values(manifestOptions.replace).filter((target) => !target.includes('://'))));
   if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);
-  return withResyncInterval(objects.filter((object) => run.has(object.kind ?? '')), options.resyncIntervalMs);
+  return withResyncInterval(
+    objects.filter((object) => run.has(object.kind ?? '')),
+    options.resyncIntervalMs,
+  );
 }
 
 /**
@@ -55,9 +89,23 @@ export function triggersFromManifests(objects: KubeObject[]): Trigger[] {
   return objects
     .filter((object) => object.kind === 'Trigger')
     .map((object) => {
-      const spec = (object.spec ?? {}) as { filter?: Trigger['filter']; filters?: Trigger['filters']; subscriber?: { uri?: string }; delivery?: DeliverySpec };
-      if (!spec.subscriber?.uri) throw new Error(`Trigger ${object.metadata.name}: locally only spec.subscriber.uri can be resolved (a Knative Service ref needs a cluster)`);
-      return { name: object.metadata.name!, filter: spec.filter, filters: spec.filters, subscriber: spec.subscriber.uri, delivery: spec.delivery };
+      const spec = (object.spec ?? {}) as {
+        filter?: Trigger['filter'];
+        filters?: Trigger['filters'];
+        subscriber?: { uri?: string };
+        delivery?: DeliverySpec;
+      };
+      if (!spec.subscriber?.uri)
+        throw new Error(
+          `Trigger ${object.metadata.name}: locally only spec.subscriber.uri can be resolved (a Knative Service ref needs a cluster)`,
+        );
+      return {
+        name: object.metadata.name!,
+        filter: spec.filter,
+        filters: spec.filters,
+        subscriber: spec.subscriber.uri,
+        delivery: spec.delivery,
+      };
     });
 }
 
@@ -149,7 +197,8 @@ export class EventPlane {
   constructor(options: PlaneOptions) {
     this.#options = options;
     const { functions, log } = options;
-    const command = options.command ?? ((declaration) => ({ command: process.execPath, args: [join(ROOT, 'functions/main.ts'), declaration.name] }));
+    const command =
+      options.command ?? ((declaration) => ({ command: process.execPath, args: [join(ROOT, 'functions/main.ts'), declaration.name] }));
     // The activator starts each function as its generated Service says; with `knativeObjects`
     // the Service in the API server then applies its own (ServiceDirectory → configure).
     const generated = planeObjects(functions, options.knativeObjects ? {} : options);
@@ -166,7 +215,11 @@ export class EventPlane {
         return {
           name: declaration.name,
           ...command(declaration),
-          env: { KUBECONFIG: options.functionKubeconfigs?.[declaration.name] ?? options.kubeconfigPath, ...(options.knativeObjects ? {} : inMemoryConfig(declaration)), ...options.env },
+          env: {
+            KUBECONFIG: options.functionKubeconfigs?.[declaration.name] ?? options.kubeconfigPath,
+            ...(options.knativeObjects ? {} : inMemoryConfig(declaration)),
+            ...options.env,
+          },
           ...configurationFromService(service),
         };
       }),
@@ -178,7 +231,9 @@ export class EventPlane {
       log: log.child({ component: 'broker' }),
       route: options.directDelivery === false ? undefined : (subscriber, partitionKey) => this.activator.lease(subscriber, partitionKey),
     });
-    this.source = { stats: () => this.knative?.sources.stats() ?? { emitted: 0, relists: 0, watchRestarts: 0, pending: 0, sinkRetries: 0 } };
+    this.source = {
+      stats: () => this.knative?.sources.stats() ?? { emitted: 0, relists: 0, watchRestarts: 0, pending: 0, sinkRetries: 0 },
+    };
   }
 
   /** Starts every part; a start that fails stops what it had started (listeners, instances, sources) before it throws. */
@@ -202,13 +257,25 @@ export class EventPlane {
       kube,
       broker: this.broker,
       brokerUrl,
-      functions: { urlFor: (name) => (functions.some((declaration) => declaration.name === name) ? this.activator.urlFor(name) : undefined), configure: (name, configuration) => this.activator.configure(name, configuration), withdraw: (name, reason) => this.activator.withdraw(name, reason) },
+      functions: {
+        urlFor: (name) => (functions.some((declaration) => declaration.name === name) ? this.activator.urlFor(name) : undefined),
+        configure: (name, configuration) => this.activator.configure(name, configuration),
+        withdraw: (name, reason) => this.activator.withdraw(name, reason),
+      },
       log,
       clientFor: knativeObjects?.clientFor,
       externalSources: this.#options.externalSources,
       // In memory: one namespace, the plane's own objects; routes (and their stats) by the function's name;
       // the CompositeControllers' sources derived here, as the composite function does not write them.
-      ...(this.#objects ? { objects: this.#objects, status: this.status, routeName: (trigger: KubeObject) => trigger.metadata.name!, knownKinds: functions.flatMap(kindsOf), derivedSources: derivedSourcesFor(functions, { kube, log, placement: DEFAULT_OPTIONS, status: this.status }) } : {}),
+      ...(this.#objects
+        ? {
+            objects: this.#objects,
+            status: this.status,
+            routeName: (trigger: KubeObject) => trigger.metadata.name!,
+            knownKinds: functions.flatMap(kindsOf),
+            derivedSources: derivedSourcesFor(functions, { kube, log, placement: DEFAULT_OPTIONS, status: this.status }),
+          }
+        : {}),
     });
     await this.knative.start();
     // Objects in memory have no status anyone could read: what is not Ready fails the start.
@@ -252,6 +319,11 @@ export class EventPlane {
   }
 
   stats(): PlaneStats {
-    return { source: this.source.stats(), broker: this.broker.stats(), heldRequeues: this.broker.heldRequeues, activator: this.activator.stats() };
+    return {
+      source: this.source.stats(),
+      broker: this.broker.stats(),
+      heldRequeues: this.broker.heldRequeues,
+      activator: this.activator.stats(),
+    };
   }
 }

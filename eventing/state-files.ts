@@ -10,18 +10,27 @@ export const PLANE_STATE_FILE = 'plane.json';
 export const CLUSTER_STATE_FILE = 'cluster.json';
 
 /** The fields of a JSON record in the folder that have the expected type; undefined when the file is missing or not JSON. */
-function readRecord<T extends Record<string, 'string' | 'number'>>(path: string, fields: T): { [K in keyof T]?: T[K] extends 'string' ? string : number } | undefined {
+function readRecord<T extends Record<string, 'string' | 'number'>>(
+  path: string,
+  fields: T,
+): { [K in keyof T]?: T[K] extends 'string' ? string : number } | undefined {
   let parsed: Record<string, unknown>;
   try {
     parsed = JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
   } catch {
     return undefined;
   }
-  return Object.fromEntries(Object.entries(fields).filter(([name, type]) => typeof parsed?.[name] === type).map(([name]) => [name, parsed[name]])) as { [K in keyof T]?: T[K] extends 'string' ? string : number };
+  return Object.fromEntries(
+    Object.entries(fields)
+      .filter(([name, type]) => typeof parsed?.[name] === type)
+      .map(([name]) => [name, parsed[name]]),
+  ) as { [K in keyof T]?: T[K] extends 'string' ? string : number };
 }
 
 /** What the plane running from `stateDir` wrote about itself. */
-export const planeRecord = (stateDir: string) => readRecord(join(stateDir, PLANE_STATE_FILE), { pid: 'number', startTime: 'string', brokerUrl: 'string' });
+export const planeRecord = (stateDir: string) =>
+  readRecord(join(stateDir, PLANE_STATE_FILE), { pid: 'number', startTime: 'string', brokerUrl: 'string' });
 
 /** What `opfn cluster up` running from `stateDir` wrote about its control plane. */
-export const clusterRecord = (stateDir: string) => readRecord(join(stateDir, CLUSTER_STATE_FILE), { pid: 'number', startTime: 'string', kubeconfig: 'string', binDir: 'string' });
+export const clusterRecord = (stateDir: string) =>
+  readRecord(join(stateDir, CLUSTER_STATE_FILE), { pid: 'number', startTime: 'string', kubeconfig: 'string', binDir: 'string' });

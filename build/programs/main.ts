@@ -37,7 +37,9 @@ try {
 // read keeps a single copy of it in memory, as the script's source.
 const script = new Script(readFileSync(file, 'utf8'), { filename: file, cachedData });
 if (cachedData && script.cachedDataRejected) {
-  console.error(`code cache ${cacheFile} rejected (made by another Node version or with other V8 flags): compiling ${file}, which starts slower`);
+  console.error(
+    `code cache ${cacheFile} rejected (made by another Node version or with other V8 flags): compiling ${file}, which starts slower`,
+  );
 } else if (cachedData) {
   debug('code cache %s accepted', cacheFile);
 }

@@ -14,20 +14,33 @@ const here = dirname(fileURLToPath(import.meta.url));
 const known = JSON.parse(readFileSync(join(here, 'functions.json'), 'utf8')) as string[];
 const scratch = mkdtempSync(join(tmpdir(), 'opfn-warm-'));
 const kubeconfig = join(scratch, 'kubeconfig');
-writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\nclusters: [{name: warm, cluster: {server: "https://127.0.0.1:9"}}]\nusers: [{name: warm, user: {token: warm}}]\ncontexts: [{name: warm, context: {cluster: warm, user: warm}}]\ncurrent-context: warm\n');
-const freePort = () => new Promise<number>((resolve, reject) => {
-  const server = createServer().once('error', reject).listen(0, '127.0.0.1', () => {
-    const { port } = server.address() as AddressInfo;
-    server.close(() => resolve(port));
+writeFileSync(
+  kubeconfig,
+  'apiVersion: v1\nkind: Config\nclusters: [{name: warm, cluster: {server: "https://127.0.0.1:9"}}]\nusers: [{name: warm, user: {token: warm}}]\ncontexts: [{name: warm, context: {cluster: warm, user: warm}}]\ncurrent-context: warm\n',
+);
+const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const server = createServer()
+      .once('error', reject)
+      .listen(0, '127.0.0.1', () => {
+        const { port } = server.address() as AddressInfo;
+        server.close(() => resolve(port));
+      });
   });
-});
 let failed = false;
 for (const name of known) {
   const started = performance.now();
   const port = await freePort();
   const cacheFile = join(here, `${name}.code-cache`);
   rmSync(cacheFile, { force: true });
-  const env: NodeJS.ProcessEnv = { ...process.env, FUNCTION: name, KUBECONFIG: kubeconfig, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info' };
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    FUNCTION: name,
+    KUBECONFIG: kubeconfig,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'info',
+  };
   delete env.NODE_OPTIONS; // the cache is only accepted by a process with the same V8 flags
   delete env.NODE_DISABLE_COMPILE_CACHE; // which would stop main.mjs writing it
   // With this process's node flags: run it as the image runs main.mjs (see IMAGE_NODE_FLAGS).
@@ -52,7 +65,9 @@ for (const name of known) {
   clearTimeout(timer);
   if (code !== 0 || !existsSync(cacheFile)) {
     failed = true;
-    console.error(`warm-cache: ${name} did not start and stop cleanly (exit ${code}${existsSync(cacheFile) ? '' : ', no code cache written'}); its output:\n${out.trim().split('\n').slice(-5).join('\n')}`);
+    console.error(
+      `warm-cache: ${name} did not start and stop cleanly (exit ${code}${existsSync(cacheFile) ? '' : ', no code cache written'}); its output:\n${out.trim().split('\n').slice(-5).join('\n')}`,
+    );
   } else {
     console.log(`warm-cache: ${name}: ${cacheFile} (${Math.round(performance.now() - started)} ms)`);
   }

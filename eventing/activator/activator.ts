@@ -36,7 +36,14 @@ import { proxy, sendError } from './proxy.ts';
 import { InstanceSupervisor } from './supervisor.ts';
 import { ActivatorError } from './throttler.ts';
 
-export { checkConfiguration, DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration, type FunctionProcessSpec, type FunctionStats, type Scaling } from './configuration.ts';
+export {
+  checkConfiguration,
+  DEFAULT_TIMEOUT_SECONDS,
+  type FunctionConfiguration,
+  type FunctionProcessSpec,
+  type FunctionStats,
+  type Scaling,
+} from './configuration.ts';
 
 export interface ActivatorOptions {
   functions: FunctionProcessSpec[];
@@ -81,7 +88,13 @@ export class Activator {
         gone: (inst, info) => pool(inst).onGone(inst, info),
       },
     });
-    const poolOptions = { log: options.log, supervisor: this.#supervisor, idleTimeoutMs: options.idleTimeoutMs ?? 30_000, maxQueue: options.maxQueue ?? 1000, hostInstanceLimit: options.hostInstanceLimit };
+    const poolOptions = {
+      log: options.log,
+      supervisor: this.#supervisor,
+      idleTimeoutMs: options.idleTimeoutMs ?? 30_000,
+      maxQueue: options.maxQueue ?? 1000,
+      hostInstanceLimit: options.hostInstanceLimit,
+    };
     for (const spec of options.functions) {
       if (!spec.name || spec.name.includes('/')) throw new Error(`function name "${spec.name}" must be non-empty and contain no "/"`);
       if (this.#fns.has(spec.name)) throw new Error(`function "${spec.name}" is declared twice`);
@@ -100,7 +113,8 @@ export class Activator {
     });
     server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
       this.#log.debug({ err: err.message, code: err.code }, 'activator: bad request from client');
-      if (socket.writable && err.code !== 'ECONNRESET') socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      if (socket.writable && err.code !== 'ECONNRESET')
+        socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
       else socket.destroy();
     });
     this.#server = server;
@@ -157,7 +171,10 @@ export class Activator {
     const before = this.configurationOf(name);
     if (!fn.withdrawn && JSON.stringify(before) === JSON.stringify(configuration)) return false;
     const { scaling, timeoutSeconds, deliveryBudgetSeconds } = configuration;
-    this.#log.info({ fn: name, from: before, to: configuration }, `${name} ${fn.withdrawn ? 'runs again' : 'reconfigured'}: ${JSON.stringify(scaling)}, timeout ${timeoutSeconds}s, delivery budget ${deliveryBudgetSeconds}s`);
+    this.#log.info(
+      { fn: name, from: before, to: configuration },
+      `${name} ${fn.withdrawn ? 'runs again' : 'reconfigured'}: ${JSON.stringify(scaling)}, timeout ${timeoutSeconds}s, delivery budget ${deliveryBudgetSeconds}s`,
+    );
     fn.reconfigure(configuration);
     return true;
   }
@@ -201,7 +218,8 @@ export class Activator {
     for (const fn of this.#fns.values()) fn.scale();
     const waits: Promise<string | undefined>[] = [];
     for (const fn of this.#fns.values()) {
-      for (const inst of fn.instances) waits.push(inst.ready.then((ok) => (ok ? undefined : `${fn.name}#${inst.n}: ${inst.startError ?? 'did not start'}`)));
+      for (const inst of fn.instances)
+        waits.push(inst.ready.then((ok) => (ok ? undefined : `${fn.name}#${inst.n}: ${inst.startError ?? 'did not start'}`)));
     }
     const failed = (await Promise.all(waits)).filter((x): x is string => x !== undefined);
     if (failed.length > 0) throw new Error(`activator: function instances failed to start: ${failed.join('; ')}`);

@@ -38,11 +38,18 @@ export function pipeLines(stream: Readable, emit: (line: string) => void): void 
  * `component`) passes through with the instance number added, so the plane's output stays JSON
  * lines; any other line is prefixed `[name#n] `.
  */
-export function lineSink(output: Writable | 'log', log: Logger, fn: string, instance: number, which: 'stdout' | 'stderr'): (line: string) => void {
+export function lineSink(
+  output: Writable | 'log',
+  log: Logger,
+  fn: string,
+  instance: number,
+  which: 'stdout' | 'stderr',
+): (line: string) => void {
   if (output === 'log') {
     const child = log.child({ fn, instance, stream: which });
     return (line) => child.info(line);
   }
   const prefix = `[${fn}#${instance}] `;
-  return (line) => output.write(line.startsWith('{"') && line.endsWith('}') ? `{"instance":${instance},${line.slice(1)}\n` : `${prefix}${line}\n`);
+  return (line) =>
+    output.write(line.startsWith('{"') && line.endsWith('}') ? `{"instance":${instance},${line.slice(1)}\n` : `${prefix}${line}\n`);
 }

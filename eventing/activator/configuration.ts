@@ -45,9 +45,11 @@ export interface FunctionStats {
 export function checkConfiguration(name: string, configuration: FunctionConfiguration): Required<FunctionConfiguration> {
   const { scaling: s, timeoutSeconds = DEFAULT_TIMEOUT_SECONDS } = configuration;
   for (const k of ['minScale', 'maxScale', 'target', 'containerConcurrency'] as const) {
-    if (!Number.isInteger(s[k]) || s[k] < 0) throw new Error(`function "${name}": scaling.${k} must be a non-negative integer, got ${String(s[k])}`);
+    if (!Number.isInteger(s[k]) || s[k] < 0)
+      throw new Error(`function "${name}": scaling.${k} must be a non-negative integer, got ${String(s[k])}`);
   }
-  if (s.maxScale > 0 && s.maxScale < s.minScale) throw new Error(`function "${name}": scaling.maxScale (${s.maxScale}) is below minScale (${s.minScale})`);
+  if (s.maxScale > 0 && s.maxScale < s.minScale)
+    throw new Error(`function "${name}": scaling.maxScale (${s.maxScale}) is below minScale (${s.minScale})`);
   if (!(timeoutSeconds >= 0)) throw new Error(`function "${name}": timeoutSeconds must be >= 0, got ${String(timeoutSeconds)}`);
   const deliveryBudgetSeconds = configuration.deliveryBudgetSeconds ?? deliveryBudgetFor(timeoutSeconds);
   const budgetProblem = deliveryBudgetProblem(deliveryBudgetSeconds, timeoutSeconds);

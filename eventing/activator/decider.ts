@@ -43,6 +43,10 @@ export function desiredScale(demand: number, scaling: Scaling, live: number, hos
   if (scaling.maxScale > 0) want = Math.min(want, scaling.maxScale);
   want = Math.min(want, Math.max(1, hostLimit));
   const reason =
-    live === 0 && demand > 0 ? 'cold start' : demand > target * live ? `concurrency ${demand} > target ${target} x ${live}` : `min-scale ${scaling.minScale}`;
+    live === 0 && demand > 0
+      ? 'cold start'
+      : demand > target * live
+        ? `concurrency ${demand} > target ${target} x ${live}`
+        : `min-scale ${scaling.minScale}`;
   return { want, reason };
 }

@@ -16,7 +16,12 @@ export function routeOf(target: string, known: ReadonlySet<string> | ReadonlyMap
   const m = /^\/([^/?#]*)([^#]*)/.exec(raw);
   const name = m?.[1] ?? '';
   if (!known.has(name)) {
-    return { status: 404, message: name ? `no function named "${name}" (known: ${[...known.keys()].join(', ')})` : 'request path must start with a function name' };
+    return {
+      status: 404,
+      message: name
+        ? `no function named "${name}" (known: ${[...known.keys()].join(', ')})`
+        : 'request path must start with a function name',
+    };
   }
   let path = m?.[2] ?? '';
   if (!path.startsWith('/')) path = `/${path}`;

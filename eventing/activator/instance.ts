@@ -86,11 +86,14 @@ export class Instance {
   /** One GET of the readiness path: the status code, or an Error. */
   probe(): Promise<number | Error> {
     return new Promise((resolve) => {
-      const req = http.request({ host: '127.0.0.1', port: this.port, method: 'GET', path: READINESS_PATH, agent: this.agent, timeout: PROBE_TIMEOUT_MS }, (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-        res.on('error', (e) => resolve(e));
-      });
+      const req = http.request(
+        { host: '127.0.0.1', port: this.port, method: 'GET', path: READINESS_PATH, agent: this.agent, timeout: PROBE_TIMEOUT_MS },
+        (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+          res.on('error', (e) => resolve(e));
+        },
+      );
       req.on('timeout', () => req.destroy(Object.assign(new Error('readiness probe timed out'), { code: 'ETIMEDOUT' })));
       req.on('error', (e) => resolve(e));
       req.end();

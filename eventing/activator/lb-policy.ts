@@ -25,7 +25,12 @@ export function partitionKeyOf(value: unknown): string | undefined {
   return typeof key === 'string' && key !== '' ? key : undefined;
 }
 
-export function pick<T extends Candidate>(instances: readonly T[], containerConcurrency: number, target: number, partitionKey?: string): T | undefined {
+export function pick<T extends Candidate>(
+  instances: readonly T[],
+  containerConcurrency: number,
+  target: number,
+  partitionKey?: string,
+): T | undefined {
   const starting = instances.some((i) => i.state === 'starting');
   const hasRoom = (inst: T) => (containerConcurrency > 0 ? inst.inFlight < containerConcurrency : !starting || inst.inFlight < target);
   if (partitionKey !== undefined) {

@@ -190,10 +190,13 @@ export class FunctionPool {
     const coldStartForRequests = live === 0 && this.#queue.waiting > 0;
     if (this.#failures > 0 && !afterBackoff && !coldStartForRequests) {
       if (!this.#retryTimer) {
-        this.#retryTimer = setTimeout(() => {
-          this.#retryTimer = undefined;
-          this.scale(true);
-        }, Math.min(100 * 2 ** (this.#failures - 1), 10_000));
+        this.#retryTimer = setTimeout(
+          () => {
+            this.#retryTimer = undefined;
+            this.scale(true);
+          },
+          Math.min(100 * 2 ** (this.#failures - 1), 10_000),
+        );
         this.#retryTimer.unref();
       }
       return;
@@ -229,7 +232,10 @@ export class FunctionPool {
     this.instances.push(inst);
     this.stats.started++;
     // The function cannot see its timeout; its delivery budget tells it how long to start work.
-    void this.#supervisor.boot(inst, { ...this.spec, env: { [DELIVERY_BUDGET_ENV]: String(this.spec.deliveryBudgetSeconds), ...this.spec.env } });
+    void this.#supervisor.boot(inst, {
+      ...this.spec,
+      env: { [DELIVERY_BUDGET_ENV]: String(this.spec.deliveryBudgetSeconds), ...this.spec.env },
+    });
   }
 
   #stop(inst: Instance, reason: string): void {
@@ -257,7 +263,10 @@ export class FunctionPool {
       inst.transition('stopping');
       this.#scaleEvent(live, live - 1, reason);
     }
-    this.#log.error({ fn: this.name, instance: inst.n, pid: inst.pid, reason }, `function ${this.name}#${inst.n} failed to start: ${reason}`);
+    this.#log.error(
+      { fn: this.name, instance: inst.n, pid: inst.pid, reason },
+      `function ${this.name}#${inst.n} failed to start: ${reason}`,
+    );
     // Nothing else will serve the buffered requests: fail them (503, the broker retries).
     if (this.live() === 0) this.#queue.rejectAll(503, `function "${this.name}" ${reason}`);
     this.scale();

@@ -7,7 +7,17 @@ import http from 'node:http';
 import type { Logger } from 'pino';
 
 // RFC 9110 §7.6.1 connection-specific fields, plus the legacy ones proxies drop.
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
 
 /** Request headers for the instance: hop-by-hop fields (and those named in Connection) removed, X-Forwarded-* added. */
 export function upstreamHeaders(req: http.IncomingMessage, frontHost: string): http.OutgoingHttpHeaders {
@@ -78,7 +88,14 @@ export interface ProxyHooks {
   failed(err: NodeJS.ErrnoException, answered: boolean): Promise<{ gone: boolean }>;
 }
 
-export function proxy(target: ProxyTarget, req: http.IncomingMessage, res: http.ServerResponse, path: string, hooks: ProxyHooks, log: Logger): void {
+export function proxy(
+  target: ProxyTarget,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  path: string,
+  hooks: ProxyHooks,
+  log: Logger,
+): void {
   let released = false;
   const release = (): void => {
     if (released) return;
@@ -88,7 +105,14 @@ export function proxy(target: ProxyTarget, req: http.IncomingMessage, res: http.
   };
   let clientGone = false;
   let timedOut = false;
-  const upstream = http.request({ host: '127.0.0.1', port: target.port, method: req.method, path, headers: upstreamHeaders(req, 'operator-functions-activator'), agent: target.agent });
+  const upstream = http.request({
+    host: '127.0.0.1',
+    port: target.port,
+    method: req.method,
+    path,
+    headers: upstreamHeaders(req, 'operator-functions-activator'),
+    agent: target.agent,
+  });
   const timer =
     target.timeoutMs > 0
       ? setTimeout(() => {

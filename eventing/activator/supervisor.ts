@@ -56,7 +56,13 @@ export class InstanceSupervisor {
   readonly #stopGraceMs: number;
   readonly #childOutput: Writable | 'log';
 
-  constructor(options: { log: Logger; hooks: SupervisorHooks; startTimeoutMs: number; stopGraceMs: number; childOutput: Writable | 'log' }) {
+  constructor(options: {
+    log: Logger;
+    hooks: SupervisorHooks;
+    startTimeoutMs: number;
+    stopGraceMs: number;
+    childOutput: Writable | 'log';
+  }) {
     this.#log = options.log;
     this.#hooks = options.hooks;
     this.#startTimeoutMs = options.startTimeoutMs;
@@ -96,7 +102,10 @@ export class InstanceSupervisor {
     // The plane's process may end without close() (a second Ctrl-C, a test stopped by Ctrl-C):
     // a function process, in a process group of its own, must not outlive it. Killed outright,
     // the plane runs no hook: then the function sees its IPC channel close and stops itself.
-    child.once('exit', atExit(() => child.kill('SIGKILL')));
+    child.once(
+      'exit',
+      atExit(() => child.kill('SIGKILL')),
+    );
     if (child.stdout) pipeLines(child.stdout, lineSink(this.#childOutput, this.#log, spec.name, inst.n, 'stdout'));
     if (child.stderr) pipeLines(child.stderr, lineSink(this.#childOutput, this.#log, spec.name, inst.n, 'stderr'));
     child.on('error', (err) => {
@@ -112,7 +121,10 @@ export class InstanceSupervisor {
       if (inst.state !== 'starting') break;
       if (r === 200) {
         inst.transition('ready');
-        this.#log.info({ fn: spec.name, instance: inst.n, pid: inst.pid, port: inst.port }, `function instance ${spec.name}#${inst.n} ready`);
+        this.#log.info(
+          { fn: spec.name, instance: inst.n, pid: inst.pid, port: inst.port },
+          `function instance ${spec.name}#${inst.n} ready`,
+        );
         this.#hooks.ready(inst);
         return;
       }
@@ -146,7 +158,10 @@ export class InstanceSupervisor {
       child.kill('SIGTERM');
       inst.killTimer = setTimeout(() => {
         if (child.exitCode === null && child.signalCode === null) {
-          this.#log.warn({ fn: inst.fn, instance: inst.n, pid: inst.pid }, `function ${inst.fn}#${inst.n} ignored SIGTERM for ${formatDuration(this.#stopGraceMs)}: SIGKILL`);
+          this.#log.warn(
+            { fn: inst.fn, instance: inst.n, pid: inst.pid },
+            `function ${inst.fn}#${inst.n} ignored SIGTERM for ${formatDuration(this.#stopGraceMs)}: SIGKILL`,
+          );
           child.kill('SIGKILL');
         }
       }, this.#stopGraceMs);
@@ -190,6 +205,13 @@ export class InstanceSupervisor {
     if (!inst.transition('exited')) return;
     const description = err ? `spawn error: ${err.message}` : code !== null ? `exit ${code}` : signal ? `signal ${signal}` : 'not spawned';
     const clean = !err && (code === 0 || signal === 'SIGTERM' || signal === 'SIGINT');
-    this.#hooks.gone(inst, { wasServing: prev === 'ready' || prev === 'suspect', wasStarting: prev === 'starting', code, signal, description, clean });
+    this.#hooks.gone(inst, {
+      wasServing: prev === 'ready' || prev === 'suspect',
+      wasStarting: prev === 'starting',
+      code,
+      signal,
+      description,
+      clean,
+    });
   }
 }

@@ -35,7 +35,9 @@ export class Throttler<T> {
   /** Waits for a slot (given by `hand`); rejects at once when the queue is full, or when `res` closes first. */
   wait(res: http.ServerResponse): Promise<T> {
     if (this.#waiters.length >= this.#maxQueue) {
-      return Promise.reject(new ActivatorError(503, `pending request queue full (${this.#maxQueue} requests buffered for "${this.#name}")`));
+      return Promise.reject(
+        new ActivatorError(503, `pending request queue full (${this.#maxQueue} requests buffered for "${this.#name}")`),
+      );
     }
     return new Promise<T>((resolve, reject) => {
       const waiter: Waiter<T> = { resolve, reject };

@@ -34,7 +34,12 @@ export type RetryResult =
   | { ok: false; failure?: DeliveryFailure; closed: boolean; attempts: number };
 
 /** Sends with `attempt` (given the retry number, 0 first) until it succeeds, fails for good, the retries run out or `closed()`. */
-export async function withRetries(dispatcher: Pick<Dispatcher, 'sleep'>, delivery: ResolvedDelivery, closed: () => boolean, attempt: (retry: number) => Promise<Verdict>): Promise<RetryResult> {
+export async function withRetries(
+  dispatcher: Pick<Dispatcher, 'sleep'>,
+  delivery: ResolvedDelivery,
+  closed: () => boolean,
+  attempt: (retry: number) => Promise<Verdict>,
+): Promise<RetryResult> {
   let failure: DeliveryFailure | undefined;
   let askedWaitMs = 0;
   for (let retry = 0; retry <= delivery.retry; retry += 1) {
@@ -50,7 +55,11 @@ export async function withRetries(dispatcher: Pick<Dispatcher, 'sleep'>, deliver
 }
 
 /** Delivers `item` with retries; resolves with the subscriber's reply, or undefined (no reply, or dead-lettered). */
-export async function deliverWithRetries(ctx: AttemptContext, queue: TriggerQueue, item: QueueItem): Promise<CloudEventV1<unknown> | undefined> {
+export async function deliverWithRetries(
+  ctx: AttemptContext,
+  queue: TriggerQueue,
+  item: QueueItem,
+): Promise<CloudEventV1<unknown> | undefined> {
   // The loop's policy as the delivery began; the subscriber as the Trigger is at each attempt.
   const delivery = queue.delivery;
   const outgoing = withoutTtl(item.event);
@@ -67,18 +76,30 @@ export async function deliverWithRetries(ctx: AttemptContext, queue: TriggerQueu
     lease?.release(outcome.kind === 'error' && !outcome.timedOut ? 'unreachable' : 'answered');
     const verdict = judge(subscriber, outcome);
     if (!verdict.ok && verdict.retryable && retry < delivery.retry) {
-      ctx.log.debug({ trigger: name, id: item.event.id, attempt: retry + 1, reason: verdict.failure.reason }, 'delivery failed; will retry');
+      ctx.log.debug(
+        { trigger: name, id: item.event.id, attempt: retry + 1, reason: verdict.failure.reason },
+        'delivery failed; will retry',
+      );
     }
     return verdict;
   });
   const { name, subscriber } = queue.trigger;
   if (result.ok) {
     queue.stats.delivered += 1;
-    ctx.log.debug({ trigger: name, id: item.event.id, attempts: result.attempts, direct, reply: result.reply !== undefined }, 'event delivered');
+    ctx.log.debug(
+      { trigger: name, id: item.event.id, attempts: result.attempts, direct, reply: result.reply !== undefined },
+      'event delivered',
+    );
     return result.reply;
   }
   const last = result.failure;
-  const failure = result.closed ? { ...last, destination: subscriber, reason: `broker closed before the event was delivered${last ? ` (last failure: ${last.reason})` : ''}` } : last;
+  const failure = result.closed
+    ? {
+        ...last,
+        destination: subscriber,
+        reason: `broker closed before the event was delivered${last ? ` (last failure: ${last.reason})` : ''}`,
+      }
+    : last;
   await ctx.deadLetter(queue, item.event, failure ?? { destination: subscriber, reason: 'delivery failed' });
   return undefined;
 }

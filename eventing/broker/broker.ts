@@ -12,7 +12,13 @@
 import { resolve as resolvePath } from 'node:path';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { KNATIVE_DEFAULT_DELIVERY, parseDeliverySpec, type DeadLetterTarget, type DeliveryFailure, type DeliverySpec } from '../delivery.ts';
+import {
+  KNATIVE_DEFAULT_DELIVERY,
+  parseDeliverySpec,
+  type DeadLetterTarget,
+  type DeliveryFailure,
+  type DeliverySpec,
+} from '../delivery.ts';
 import { matchesTrigger, type Trigger } from '../filters.ts';
 import { deliverWithRetries, type AttemptContext } from './attempts.ts';
 import { eventProblem, plainEvent } from './cloudevent-http.ts';
@@ -82,11 +88,13 @@ export class Broker {
   #listening = false;
 
   constructor(options: BrokerOptions) {
-    if (options === null || typeof options !== 'object') throw new Error('Broker: options are required ({ triggers, deadLetterFile, log })');
+    if (options === null || typeof options !== 'object')
+      throw new Error('Broker: options are required ({ triggers, deadLetterFile, log })');
     if (!options.log || typeof options.log.warn !== 'function') throw new Error('Broker: options.log must be a pino Logger');
     // One `component` key per line: add it only when the given logger does not carry one yet.
     const bound = typeof options.log.bindings === 'function' ? options.log.bindings() : {};
-    this.#log = typeof options.log.child === 'function' && bound.component === undefined ? options.log.child({ component: 'broker' }) : options.log;
+    this.#log =
+      typeof options.log.child === 'function' && bound.component === undefined ? options.log.child({ component: 'broker' }) : options.log;
     if (typeof options.deadLetterFile !== 'string' || options.deadLetterFile.trim() === '') {
       throw new Error('Broker: options.deadLetterFile must be a file path (dead-lettered events are appended there as JSON lines)');
     }
@@ -95,7 +103,12 @@ export class Broker {
     this.#brokerDelivery = parseDeliverySpec(options.delivery ?? KNATIVE_DEFAULT_DELIVERY, 'broker.delivery');
     for (const warning of this.#brokerDelivery.warnings) this.#log.warn(warning);
     this.#dispatcher = new Dispatcher({ abort: this.#abort.signal, maxResponseBytes: MAX_EVENT_BYTES });
-    this.#deadLetters = new DeadLetterSink({ file: resolvePath(options.deadLetterFile), maxBytes: options.deadLetterMaxBytes, dispatcher: this.#dispatcher, log: this.#log });
+    this.#deadLetters = new DeadLetterSink({
+      file: resolvePath(options.deadLetterFile),
+      maxBytes: options.deadLetterMaxBytes,
+      dispatcher: this.#dispatcher,
+      log: this.#log,
+    });
     this.#ingress = new Ingress({
       log: this.#log,
       ingest: (event) => this.#ingest(event, 'ingress'),
@@ -222,7 +235,11 @@ export class Broker {
     for (const queue of this.#allQueues()) queue.refuseWaiters('Broker closed before the event was accepted');
     const dropped = this.#replies.dropHeld();
     const pending = this.#pendingCount();
-    if (pending > 0) this.#log.info({ pending, drainTimeoutMs }, `broker stopping: waiting up to ${drainTimeoutMs} ms for ${pending} events in flight or queued`);
+    if (pending > 0)
+      this.#log.info(
+        { pending, drainTimeoutMs },
+        `broker stopping: waiting up to ${drainTimeoutMs} ms for ${pending} events in flight or queued`,
+      );
     let timer: NodeJS.Timeout | undefined;
     const drained = await Promise.race([
       this.idle().then(() => true),
@@ -235,9 +252,17 @@ export class Broker {
     this.#abort.abort();
     const undelivered: Array<{ queue: TriggerQueue; item: QueueItem }> = [];
     for (const queue of this.#allQueues()) for (const item of queue.stop()) undelivered.push({ queue, item });
-    if (!drained) this.#log.warn({ queued: undelivered.length, inFlight: this.#pendingCount() - undelivered.length }, 'broker drain deadline passed: cutting deliveries still running');
+    if (!drained)
+      this.#log.warn(
+        { queued: undelivered.length, inFlight: this.#pendingCount() - undelivered.length },
+        'broker drain deadline passed: cutting deliveries still running',
+      );
     for (const { queue, item } of undelivered) {
-      await this.#deadLetter(queue, item.event, { destination: queue.trigger.subscriber, body: 'dispatch error: broker closed before delivery', reason: 'broker closed before the event was delivered' });
+      await this.#deadLetter(queue, item.event, {
+        destination: queue.trigger.subscriber,
+        body: 'dispatch error: broker closed before delivery',
+        reason: 'broker closed before the event was delivered',
+      });
     }
     await this.idle();
     await ingressClosed;
@@ -262,7 +287,9 @@ export class Broker {
   // ---- entry: TTL, filtering, enqueueing ------------------------------------------------------
 
   async #ingest(event: CloudEventV1<unknown>, origin: 'publish' | 'ingress' | 'reply'): Promise<IngestResult> {
-    const ttl = nextTtl(event, (raw) => this.#log.warn({ id: event.id, [TTL_ATTRIBUTE]: raw }, 'knativebrokerttl is not an integer; using 255'));
+    const ttl = nextTtl(event, (raw) =>
+      this.#log.warn({ id: event.id, [TTL_ATTRIBUTE]: raw }, 'knativebrokerttl is not an integer; using 255'),
+    );
     if (ttl <= 0) {
       this.#log.warn(
         { origin, id: event.id, type: event.type, source: event.source, [TTL_ATTRIBUTE]: event[TTL_ATTRIBUTE] },

@@ -23,7 +23,11 @@ export class BodyTooLarge extends Error {
  * The body, at most `limit` bytes. A larger body is read on to its end and discarded (up to
  * `drainLimit` bytes, then the stream is destroyed) so that the sender gets the 413 answer.
  */
-export async function readBody(stream: AsyncIterable<unknown> & { destroy?: (err?: Error) => void }, limit: number, drainLimit = limit): Promise<Buffer> {
+export async function readBody(
+  stream: AsyncIterable<unknown> & { destroy?: (err?: Error) => void },
+  limit: number,
+  drainLimit = limit,
+): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   let tooLarge = false;
@@ -73,7 +77,8 @@ export function looksLikeCloudEvent(headers: Record<string, string>): boolean {
 }
 
 const JSON_TYPE = /^application\/(json|[a-z0-9.+-]*\+json)\s*(;|$)/i;
-const TEXTUAL = /^(text\/|application\/(json|cloudevents\+json|[a-z0-9.+-]*\+json|xml|[a-z0-9.+-]*\+xml|x-www-form-urlencoded|javascript))/i;
+const TEXTUAL =
+  /^(text\/|application\/(json|cloudevents\+json|[a-z0-9.+-]*\+json|xml|[a-z0-9.+-]*\+xml|x-www-form-urlencoded|javascript))/i;
 const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
 
 /**
@@ -137,7 +142,10 @@ export function ceHeaderProblem(headers: Record<string, string>): string | undef
 }
 
 /** HTTP message → CloudEvent with the SDK (HTTP.toEvent + validate). Throws an Error with the reason. */
-export function parseMessage(rawHeaders: IncomingHttpHeaders | Record<string, string | string[] | undefined>, body: Buffer): CloudEventV1<unknown> {
+export function parseMessage(
+  rawHeaders: IncomingHttpHeaders | Record<string, string | string[] | undefined>,
+  body: Buffer,
+): CloudEventV1<unknown> {
   const headers = flattenHeaders(rawHeaders);
   const contentType = (headers['content-type'] ?? '').trim();
   const structured = /^application\/cloudevents/i.test(contentType);
@@ -161,7 +169,8 @@ export function parseMessage(rawHeaders: IncomingHttpHeaders | Record<string, st
   } catch (err) {
     throw new Error(describeSdkError(err));
   }
-  if (Array.isArray(parsed)) throw new Error('batched CloudEvents (application/cloudevents-batch+json) are not accepted; send one event per request');
+  if (Array.isArray(parsed))
+    throw new Error('batched CloudEvents (application/cloudevents-batch+json) are not accepted; send one event per request');
   const sdkEvent = parsed as CloudEvent<unknown>;
   try {
     const valid = sdkEvent.validate();
@@ -238,15 +247,16 @@ function originalTime(headers: Record<string, string>, payload: string | Buffer,
 
 function describeSdkError(err: unknown): string {
   const error = err as Error & { errors?: unknown[] };
-  const details = Array.isArray(error?.errors) && error.errors.length > 0
-    ? error.errors
-        .map((e) => {
-          const item = e as { instancePath?: string; dataPath?: string; message?: string };
-          const where = item?.instancePath || item?.dataPath || 'event';
-          return item && typeof item === 'object' && item.message ? `${where} ${item.message}` : String(e);
-        })
-        .join('; ')
-    : '';
+  const details =
+    Array.isArray(error?.errors) && error.errors.length > 0
+      ? error.errors
+          .map((e) => {
+            const item = e as { instancePath?: string; dataPath?: string; message?: string };
+            const where = item?.instancePath || item?.dataPath || 'event';
+            return item && typeof item === 'object' && item.message ? `${where} ${item.message}` : String(e);
+          })
+          .join('; ')
+      : '';
   const head = (error?.message ?? String(err)).split('\n')[0] ?? 'invalid CloudEvent';
   return details ? `${head}: ${details}` : head;
 }

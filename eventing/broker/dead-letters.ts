@@ -34,7 +34,8 @@ export const refusedLettersFile = (path: string): string => `${path}.refused`;
 const refusedCap = (maxBytes: number): number => Math.max(1, Math.floor(maxBytes * REFUSED_SHARE));
 
 /** The subscriber refused the event for good (SelectiveRetry does not retry its 4xx answer). */
-const isRefusal = (failure: DeliveryFailure): boolean => failure.status !== undefined && failure.status >= 400 && failure.status < 500 && !isRetryableStatus(failure.status);
+const isRefusal = (failure: DeliveryFailure): boolean =>
+  failure.status !== undefined && failure.status >= 400 && failure.status < 500 && !isRetryableStatus(failure.status);
 
 const REPLAYING = '.replaying-';
 /** Where this process's replay moves the letters of `path` while it sends them (`<aside>.1` holds the rotated ones). */
@@ -79,7 +80,8 @@ export function toStructuredJson(event: CloudEventV1<unknown>): string {
   for (const [key, value] of Object.entries(event)) {
     if (value === undefined) continue;
     if (key === 'data' && ArrayBuffer.isView(value)) {
-      if (event.data_base64 === undefined) out.data_base64 = Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64');
+      if (event.data_base64 === undefined)
+        out.data_base64 = Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64');
       continue;
     }
     if (key === 'data' && event.data_base64 !== undefined) continue;
@@ -115,12 +117,19 @@ function serialized(path: string, work: () => Promise<void>): Promise<void> {
 }
 
 /** Appends one line to a 0600 file, rotating it to `<path>.1` first when it would exceed `maxBytes`. */
-export function appendJsonLine(path: string, line: string, options: { maxBytes?: number; onRotate?: (dropped: number) => void } = {}): Promise<void> {
+export function appendJsonLine(
+  path: string,
+  line: string,
+  options: { maxBytes?: number; onRotate?: (dropped: number) => void } = {},
+): Promise<void> {
   const text = line.endsWith('\n') ? line : `${line}\n`;
   const maxBytes = options.maxBytes ?? DEFAULT_DEAD_LETTER_MAX_BYTES;
   return serialized(path, async () => {
     await mkdir(dirname(path), { recursive: true, mode: 0o700 });
-    const size = await stat(path).then((s) => s.size, () => 0);
+    const size = await stat(path).then(
+      (s) => s.size,
+      () => 0,
+    );
     if (size > 0 && size + Buffer.byteLength(text) > maxBytes) {
       const dropped = await countLines(`${path}.1`);
       await rename(path, `${path}.1`);
@@ -147,7 +156,9 @@ async function countLines(path: string): Promise<number> {
 }
 
 /** Every letter of the file, its refused letters, their rotated predecessors and what a killed replay left (oldest first in each); unparsable lines are reported, not dropped. */
-export async function readDeadLetterFile(path: string): Promise<Array<{ letter?: CloudEventV1<unknown>; line: number; file: string; error?: string }>> {
+export async function readDeadLetterFile(
+  path: string,
+): Promise<Array<{ letter?: CloudEventV1<unknown>; line: number; file: string; error?: string }>> {
   const out: Array<{ letter?: CloudEventV1<unknown>; line: number; file: string; error?: string }> = [];
   for (const file of await letterFiles(path)) {
     let text: string;
@@ -200,11 +211,26 @@ export class DeadLetterSink {
   }
 
   /** Dead-letters `event` after `failure`: Knative's error extensions added, a log line, then the sink or file. Never rejects. */
-  async send(target: DeadLetterTarget, event: CloudEventV1<unknown>, failure: DeliveryFailure, delivery: ResolvedDelivery, context: Record<string, unknown>): Promise<void> {
+  async send(
+    target: DeadLetterTarget,
+    event: CloudEventV1<unknown>,
+    failure: DeliveryFailure,
+    delivery: ResolvedDelivery,
+    context: Record<string, unknown>,
+  ): Promise<void> {
     const letter = withErrorExtensions(event, failure);
     const sink = target.kind === 'http' ? target.url : target.path;
     this.#log.warn(
-      { ...context, subscriber: failure.destination, id: event.id, type: event.type, source: event.source, status: failure.status, reason: failure.reason, sink },
+      {
+        ...context,
+        subscriber: failure.destination,
+        id: event.id,
+        type: event.type,
+        source: event.source,
+        status: failure.status,
+        reason: failure.reason,
+        sink,
+      },
       'event dead-lettered',
     );
     if (target.kind === 'http') await this.toHttp(target.url, letter, delivery, context);
@@ -216,17 +242,29 @@ export class DeadLetterSink {
   async toHttp(url: string, letter: CloudEventV1<unknown>, delivery: ResolvedDelivery, context: Record<string, unknown>): Promise<void> {
     const error = await this.#sendToSink(url, letter, delivery);
     if (error === undefined) return;
-    this.#log.error({ ...context, id: letter.id, sink: url, error, fallback: this.#file }, 'dead-letter sink failed; writing the event to the dead-letter file');
+    this.#log.error(
+      { ...context, id: letter.id, sink: url, error, fallback: this.#file },
+      'dead-letter sink failed; writing the event to the dead-letter file',
+    );
     await this.toFile(letter, context);
   }
 
   /** Appends `letter` to the file (or `path`, capped at `maxBytes`); when even that fails the event goes into the log. Never rejects. */
-  async toFile(letter: CloudEventV1<unknown>, context: Record<string, unknown>, path = this.#file, maxBytes = this.#maxBytes): Promise<void> {
+  async toFile(
+    letter: CloudEventV1<unknown>,
+    context: Record<string, unknown>,
+    path = this.#file,
+    maxBytes = this.#maxBytes,
+  ): Promise<void> {
     const line = toStructuredJson(letter);
     try {
       await appendJsonLine(path, line, {
         maxBytes,
-        onRotate: (dropped) => this.#log.warn({ file: path, maxBytes, dropped }, `dead-letter file reached its size cap; rotated to ${path}.1 (${dropped} older letters deleted)`),
+        onRotate: (dropped) =>
+          this.#log.warn(
+            { file: path, maxBytes, dropped },
+            `dead-letter file reached its size cap; rotated to ${path}.1 (${dropped} older letters deleted)`,
+          ),
       });
     } catch (err) {
       this.#log.error({ ...context, file: path, err, event: line }, 'cannot write the dead-letter file; the event is in this log line');
@@ -236,13 +274,18 @@ export class DeadLetterSink {
   /** Undefined when the sink took the letter; else why not. */
   async #sendToSink(url: string, letter: CloudEventV1<unknown>, delivery: ResolvedDelivery): Promise<string | undefined> {
     // A closing broker needs no check of its own: its dispatcher then fails every send at once, for good.
-    const result = await withRetries(this.#dispatcher, delivery, () => false, async () => {
-      const outcome = await this.#dispatcher.send(url, letter, delivery.timeoutMs, false);
-      // Any 2xx: Knative reads only a dead-letter sink's status, not its body.
-      if (outcome.kind === 'response' && outcome.status >= 200 && outcome.status < 300) return { ok: true };
-      return judge(url, outcome);
-    });
-    return result.ok ? undefined : result.failure?.reason ?? 'not attempted';
+    const result = await withRetries(
+      this.#dispatcher,
+      delivery,
+      () => false,
+      async () => {
+        const outcome = await this.#dispatcher.send(url, letter, delivery.timeoutMs, false);
+        // Any 2xx: Knative reads only a dead-letter sink's status, not its body.
+        if (outcome.kind === 'response' && outcome.status >= 200 && outcome.status < 300) return { ok: true };
+        return judge(url, outcome);
+      },
+    );
+    return result.ok ? undefined : (result.failure?.reason ?? 'not attempted');
   }
 }
 
@@ -274,7 +317,11 @@ export async function replayDeadLetterFile(path: string, brokerUrl: string): Pro
   // again lands in a new `.refused` file, not in this replay a second time.
   const families = [
     { path, maxBytes: DEFAULT_DEAD_LETTER_MAX_BYTES, moved: await moveAside(path) },
-    { path: refusedLettersFile(path), maxBytes: refusedCap(DEFAULT_DEAD_LETTER_MAX_BYTES), moved: await moveAside(refusedLettersFile(path)) },
+    {
+      path: refusedLettersFile(path),
+      maxBytes: refusedCap(DEFAULT_DEAD_LETTER_MAX_BYTES),
+      moved: await moveAside(refusedLettersFile(path)),
+    },
   ];
   for (const family of families) await replayMoved(family, brokerUrl, result);
   return result;
@@ -285,7 +332,11 @@ async function moveAside(path: string): Promise<string[]> {
   const aside = replayAside(path);
   const moved: string[] = [];
   const stranded = await strandedReplays(path);
-  const sources = [...stranded.map((file, i) => ({ file, target: `${aside}.taken-${i}` })), { file: `${path}.1`, target: `${aside}.1` }, { file: path, target: aside }];
+  const sources = [
+    ...stranded.map((file, i) => ({ file, target: `${aside}.taken-${i}` })),
+    { file: `${path}.1`, target: `${aside}.1` },
+    { file: path, target: aside },
+  ];
   for (const { file, target } of sources) {
     try {
       await rename(file, target);
@@ -298,7 +349,11 @@ async function moveAside(path: string): Promise<string[]> {
 }
 
 /** Sends the letters of the moved files into `result`; what is not accepted goes back to `path`. */
-async function replayMoved({ path, maxBytes, moved }: { path: string; maxBytes: number; moved: string[] }, brokerUrl: string, result: ReplayResult): Promise<void> {
+async function replayMoved(
+  { path, maxBytes, moved }: { path: string; maxBytes: number; moved: string[] },
+  brokerUrl: string,
+  result: ReplayResult,
+): Promise<void> {
   const rest: string[] = [];
   for (const file of moved) {
     const text = await readFile(file, 'utf8');

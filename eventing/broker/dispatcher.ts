@@ -16,14 +16,23 @@ import type { CloudEventV1 } from 'cloudevents';
 import { Agent, request } from 'undici';
 import { MAX_TIMER_MS } from '../../functions/runtime/index.ts';
 import { isRetryableStatus, type DeliveryFailure } from '../delivery.ts';
-import { BodyTooLarge, describeNetworkError, flattenHeaders, looksLikeCloudEvent, parseMessage, readBody, toBinaryMessage } from './cloudevent-http.ts';
+import {
+  BodyTooLarge,
+  describeNetworkError,
+  flattenHeaders,
+  looksLikeCloudEvent,
+  parseMessage,
+  readBody,
+  toBinaryMessage,
+} from './cloudevent-http.ts';
 
 export type SendOutcome =
   | { kind: 'response'; status: number; headers: Record<string, string>; body: Buffer }
   | { kind: 'error'; message: string; retryable: boolean; timedOut?: boolean };
 
 /** A failed attempt's verdict carries the subscriber's Retry-After header, for the wait before the next attempt. */
-export type Verdict = { ok: true; reply?: CloudEventV1<unknown> } | { ok: false; retryable: boolean; failure: DeliveryFailure; retryAfter?: string };
+export type Verdict =
+  { ok: true; reply?: CloudEventV1<unknown> } | { ok: false; retryable: boolean; failure: DeliveryFailure; retryAfter?: string };
 
 /**
  * A direct route to a subscriber, bypassing its front door: the activator hands one out when an
@@ -62,9 +71,13 @@ export class Dispatcher {
   constructor(options: { abort: AbortSignal; maxResponseBytes: number }) {
     this.#abort = options.abort;
     this.#maxResponseBytes = options.maxResponseBytes;
-    this.#abort.addEventListener('abort', () => {
-      for (const cut of [...this.#onAbort]) cut();
-    }, { once: true });
+    this.#abort.addEventListener(
+      'abort',
+      () => {
+        for (const cut of [...this.#onAbort]) cut();
+      },
+      { once: true },
+    );
   }
 
   /** Runs `cut` when the dispatcher is aborted (at once if it already is); returns its removal. */
@@ -97,11 +110,18 @@ export class Dispatcher {
         : undefined;
     const forget = this.#whenAborted(() => controller.abort());
     try {
-      const response = await request(url, { method: 'POST', headers: message.headers, body: message.body, dispatcher: direct ? this.#instances : this.#agent, signal: controller.signal });
+      const response = await request(url, {
+        method: 'POST',
+        headers: message.headers,
+        body: message.body,
+        dispatcher: direct ? this.#instances : this.#agent,
+        signal: controller.signal,
+      });
       const body = await readBody(response.body, this.#maxResponseBytes);
       return { kind: 'response', status: response.statusCode, headers: flattenHeaders(response.headers), body };
     } catch (err) {
-      if (timedOut) return { kind: 'error', message: `no answer within ${timeoutMs} ms (delivery timeout)`, retryable: true, timedOut: true };
+      if (timedOut)
+        return { kind: 'error', message: `no answer within ${timeoutMs} ms (delivery timeout)`, retryable: true, timedOut: true };
       if (this.#abort.aborted) return { kind: 'error', message: 'broker closed during delivery', retryable: false };
       if (err instanceof BodyTooLarge) return { kind: 'error', message: `answer ${err.message}`, retryable: false };
       const error = err as Error & { code?: string };
@@ -130,20 +150,26 @@ export class Dispatcher {
   }
 
   async close(): Promise<void> {
-    await Promise.all([this.#agent, this.#instances].map(async (agent) => {
-      try {
-        await agent.close();
-      } catch {
-        await agent.destroy().catch(() => undefined);
-      }
-    }));
+    await Promise.all(
+      [this.#agent, this.#instances].map(async (agent) => {
+        try {
+          await agent.close();
+        } catch {
+          await agent.destroy().catch(() => undefined);
+        }
+      }),
+    );
   }
 }
 
 /** The broker filter's reading of one attempt. */
 export function judge(destination: string, outcome: SendOutcome): Verdict {
   if (outcome.kind === 'error') {
-    return { ok: false, retryable: outcome.retryable, failure: { destination, body: `dispatch error: ${outcome.message}`, reason: outcome.message } };
+    return {
+      ok: false,
+      retryable: outcome.retryable,
+      failure: { destination, body: `dispatch error: ${outcome.message}`, reason: outcome.message },
+    };
   }
   const { status, headers, body } = outcome;
   if (status >= 200 && status < 300) {
@@ -154,7 +180,12 @@ export function judge(destination: string, outcome: SendOutcome): Verdict {
         return {
           ok: false,
           retryable: true,
-          failure: { destination, status: 502, body, reason: `subscriber answered ${status} with an invalid CloudEvent (${(err as Error).message}); Knative's broker treats this as 502` },
+          failure: {
+            destination,
+            status: 502,
+            body,
+            reason: `subscriber answered ${status} with an invalid CloudEvent (${(err as Error).message}); Knative's broker treats this as 502`,
+          },
         };
       }
     }

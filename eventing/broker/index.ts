@@ -7,6 +7,16 @@ export { MAX_EVENT_BYTES } from './ingress.ts';
 export { DEFAULT_TTL, TTL_ATTRIBUTE } from './ttl.ts';
 export { NOT_BEFORE_EXTENSION } from './requeue-hold.ts';
 export type { DirectRoute, Lease } from './dispatcher.ts';
-export { appendJsonLine, clearDeadLetterFile, DEFAULT_DEAD_LETTER_MAX_BYTES, originalEvent, readDeadLetterFile, refusedLettersFile, replayDeadLetterFile, toStructuredJson, type ReplayResult } from './dead-letters.ts';
+export {
+  appendJsonLine,
+  clearDeadLetterFile,
+  DEFAULT_DEAD_LETTER_MAX_BYTES,
+  originalEvent,
+  readDeadLetterFile,
+  refusedLettersFile,
+  replayDeadLetterFile,
+  toStructuredJson,
+  type ReplayResult,
+} from './dead-letters.ts';
 export * from '../delivery.ts';
 export * from '../filters.ts';

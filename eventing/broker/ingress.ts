@@ -75,8 +75,13 @@ export class Ingress {
 
   #refuseFull(res: ServerResponse, bytes: number | undefined): void {
     const why = `${this.#waiting} requests (${this.#waitingBytes} bytes) already wait for room in a full trigger queue (at most ${this.#maxWaiting} requests, ${this.#maxWaitingBytes} bytes)`;
-    if (!this.#refusing) this.#log.warn({ waiting: this.#waiting, waitingBytes: this.#waitingBytes, bytes }, `ingress refusing events (503) while ${why}`);
-    else this.#log.debug({ waiting: this.#waiting, waitingBytes: this.#waitingBytes, bytes }, 'ingress refused an event (503): pending request queue full');
+    if (!this.#refusing)
+      this.#log.warn({ waiting: this.#waiting, waitingBytes: this.#waitingBytes, bytes }, `ingress refusing events (503) while ${why}`);
+    else
+      this.#log.debug(
+        { waiting: this.#waiting, waitingBytes: this.#waitingBytes, bytes },
+        'ingress refused an event (503): pending request queue full',
+      );
     this.#refusing = true;
     reply(res, 503, `pending request queue full: ${why}; retry later`, { 'Retry-After': '1' });
   }
@@ -143,7 +148,12 @@ export class Ingress {
       } catch (err) {
         if (err instanceof BodyTooLarge) {
           this.#log.warn({ bytes: declared || undefined, limit: this.#maxBytes }, 'ingress refused an event larger than the limit (413)');
-          return reply(res, 413, `event larger than ${this.#maxBytes} bytes (the limit fits any Kubernetes object, ~1.5 MiB, as a Resource-mode event)`, { Connection: 'close' });
+          return reply(
+            res,
+            413,
+            `event larger than ${this.#maxBytes} bytes (the limit fits any Kubernetes object, ~1.5 MiB, as a Resource-mode event)`,
+            { Connection: 'close' },
+          );
         }
         return reply(res, 400, `cannot read request body: ${(err as Error).message}`);
       }

@@ -44,7 +44,11 @@ export class ReplyRouter {
     this.#state = options.state;
     this.#onSettled = options.onSettled;
     this.#routed = options.routed;
-    this.#hold = new RequeueHold({ maxKeysPerFunction: options.maxHeldKeysPerFunction, log: options.log, release: (event) => this.#routeNow(event, 'held') });
+    this.#hold = new RequeueHold({
+      maxKeysPerFunction: options.maxHeldKeysPerFunction,
+      log: options.log,
+      release: (event) => this.#routeNow(event, 'held'),
+    });
   }
 
   /** Requeued keys held until they are due. */
@@ -109,7 +113,10 @@ export class ReplyRouter {
     } catch (err) {
       const reason = `reply could not be routed: ${(err as Error).message}`;
       this.#log.warn({ trigger: from, id: event.id, type: event.type, reason, file: this.#deadLetters.file }, 'reply event dead-lettered');
-      await this.#deadLetters.toFile(withErrorExtensions(event, { destination: from, body: `dispatch error: ${reason}`, reason }), { trigger: from, reason });
+      await this.#deadLetters.toFile(withErrorExtensions(event, { destination: from, body: `dispatch error: ${reason}`, reason }), {
+        trigger: from,
+        reason,
+      });
     }
   }
 }

@@ -29,7 +29,15 @@
 import { randomUUID } from 'node:crypto';
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { dueTimeMs, FUNCTION_EXTENSION, MAX_KEYS_PER_EVENT, NOT_BEFORE_EXTENSION, RECONCILE_TYPE, MAX_TIMER_MS, quote } from '../../functions/runtime/index.ts';
+import {
+  dueTimeMs,
+  FUNCTION_EXTENSION,
+  MAX_KEYS_PER_EVENT,
+  NOT_BEFORE_EXTENSION,
+  RECONCILE_TYPE,
+  MAX_TIMER_MS,
+  quote,
+} from '../../functions/runtime/index.ts';
 import { TTL_ATTRIBUTE } from './ttl.ts';
 
 // The extension is the runtime's (functions/runtime/events.ts): one name on both ends of the wire.
@@ -82,7 +90,11 @@ function reconcileData(event: CloudEventV1<unknown>): { keys: string[]; notBefor
   if (typeof data !== 'object' || data === null) return undefined;
   const { keys, notBefore } = data as { keys?: unknown; notBefore?: unknown };
   if (!Array.isArray(keys) || keys.length === 0 || !keys.every((key) => typeof key === 'string')) return undefined;
-  return { keys, notBefore: typeof notBefore === 'object' && notBefore !== null && !Array.isArray(notBefore) ? (notBefore as Record<string, unknown>) : {} };
+  return {
+    keys,
+    notBefore:
+      typeof notBefore === 'object' && notBefore !== null && !Array.isArray(notBefore) ? (notBefore as Record<string, unknown>) : {},
+  };
 }
 
 /**
@@ -92,11 +104,15 @@ function reconcileData(event: CloudEventV1<unknown>): { keys: string[]; notBefor
  */
 export function splitReply(event: CloudEventV1<unknown>, now: number): ReplySplit {
   const eventDue = dueAt(event[NOT_BEFORE_EXTENSION], now);
-  const problems = 'problem' in eventDue && eventDue.problem ? [`${NOT_BEFORE_EXTENSION}: ${eventDue.problem}, so the keys without a time of their own go on now`] : [];
+  const problems =
+    'problem' in eventDue && eventDue.problem
+      ? [`${NOT_BEFORE_EXTENSION}: ${eventDue.problem}, so the keys without a time of their own go on now`]
+      : [];
   const fn = event[FUNCTION_EXTENSION];
   const data = event.type === RECONCILE_TYPE && typeof fn === 'string' ? reconcileData(event) : undefined;
   if (!data) {
-    if (eventDue.at !== 'now') problems.push(`a ${String(event.type)} reply asked for later but is not a reconcile reply with keys, so it goes on now, unheld`);
+    if (eventDue.at !== 'now')
+      problems.push(`a ${String(event.type)} reply asked for later but is not a reconcile reply with keys, so it goes on now, unheld`);
     return { now: event, later: [], problems };
   }
   const dueNow: string[] = [];
@@ -187,7 +203,10 @@ export class RequeueHold {
   dropAll(): number {
     const count = this.size;
     for (const [fn, keys] of this.#held) {
-      this.#log.info({ function: fn, dropped: keys.size, keys: [...keys.keys()].slice(0, LOGGED_KEYS) }, 'held requeues dropped because the plane stopped (the next resync reconciles their keys)');
+      this.#log.info(
+        { function: fn, dropped: keys.size, keys: [...keys.keys()].slice(0, LOGGED_KEYS) },
+        'held requeues dropped because the plane stopped (the next resync reconciles their keys)',
+      );
     }
     for (const bucket of this.#buckets.values()) clearTimeout(bucket.timer);
     this.#buckets.clear();
@@ -207,16 +226,19 @@ export class RequeueHold {
 
   #arm(at: number, now: number): NodeJS.Timeout {
     // A wait beyond a timer's range (a requeue 30 days ahead) fires early and re-arms.
-    const timer = setTimeout(() => {
-      const bucket = this.#buckets.get(at);
-      if (!bucket) return;
-      if (Date.now() < at) {
-        bucket.timer = this.#arm(at, Date.now());
-        return;
-      }
-      this.#buckets.delete(at);
-      this.#releaseDue(bucket.requeues);
-    }, Math.min(at - now, MAX_TIMER_MS));
+    const timer = setTimeout(
+      () => {
+        const bucket = this.#buckets.get(at);
+        if (!bucket) return;
+        if (Date.now() < at) {
+          bucket.timer = this.#arm(at, Date.now());
+          return;
+        }
+        this.#buckets.delete(at);
+        this.#releaseDue(bucket.requeues);
+      },
+      Math.min(at - now, MAX_TIMER_MS),
+    );
     timer.unref();
     return timer;
   }
@@ -237,7 +259,14 @@ export class RequeueHold {
         const ttl = batch.reduce<number | undefined>((highest, requeue) => maxTtl(highest, requeue.ttl), undefined);
         // The freshest reason to reconcile among the batch: an old requeue chain running out
         // of TTL must not take a key that was asked for afresh with it.
-        this.#release(requeueEvent(fn, batch[0].source, batch.map((requeue) => requeue.key), ttl));
+        this.#release(
+          requeueEvent(
+            fn,
+            batch[0].source,
+            batch.map((requeue) => requeue.key),
+            ttl,
+          ),
+        );
       }
     }
   }
@@ -260,4 +289,5 @@ export function requeueEvent(fn: string, source: string, keys: string[], ttl?: n
   };
 }
 
-const maxTtl = (a: number | undefined, b: number | undefined): number | undefined => (a === undefined ? b : b === undefined ? a : Math.max(a, b));
+const maxTtl = (a: number | undefined, b: number | undefined): number | undefined =>
+  a === undefined ? b : b === undefined ? a : Math.max(a, b);

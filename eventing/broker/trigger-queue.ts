@@ -47,7 +47,12 @@ export class TriggerQueue {
   constructor(
     trigger: Trigger,
     delivery: ResolvedDelivery,
-    options: { queueLimit: number; maxInFlight: number; run: (queue: TriggerQueue, item: QueueItem) => Promise<void>; onSettled: () => void },
+    options: {
+      queueLimit: number;
+      maxInFlight: number;
+      run: (queue: TriggerQueue, item: QueueItem) => Promise<void>;
+      onSettled: () => void;
+    },
   ) {
     this.#trigger = trigger;
     this.#delivery = delivery;

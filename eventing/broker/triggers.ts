@@ -33,7 +33,12 @@ export function checkTrigger(trigger: Trigger): Trigger {
 }
 
 /** The delivery policy of `trigger`: its own, else the broker's; dead letters to its sink, the broker's, or `deadLetterFile`. */
-export function resolveDelivery(trigger: Trigger, brokerDelivery: ReturnType<typeof parseDeliverySpec>, deadLetterFile: string, log: Logger): ResolvedDelivery {
+export function resolveDelivery(
+  trigger: Trigger,
+  brokerDelivery: ReturnType<typeof parseDeliverySpec>,
+  deadLetterFile: string,
+  log: Logger,
+): ResolvedDelivery {
   const own = trigger.delivery === undefined ? undefined : parseDeliverySpec(trigger.delivery, `trigger ${trigger.name}.delivery`);
   for (const warning of own?.warnings ?? []) log.warn(warning);
   const base = own ?? brokerDelivery;

@@ -11,7 +11,8 @@ export const DEFAULT_TTL = 255;
 export function nextTtl(event: CloudEventV1<unknown>, warn: (raw: unknown) => void = () => undefined): number {
   const raw = event[TTL_ATTRIBUTE];
   if (raw === undefined || raw === null) return DEFAULT_TTL;
-  const value = typeof raw === 'number' ? raw : typeof raw === 'string' && /^\s*-?\d+\s*$/.test(raw) ? Number.parseInt(raw, 10) : Number.NaN;
+  const value =
+    typeof raw === 'number' ? raw : typeof raw === 'string' && /^\s*-?\d+\s*$/.test(raw) ? Number.parseInt(raw, 10) : Number.NaN;
   if (!Number.isInteger(value) || value > 2 ** 31 - 1 || value < -(2 ** 31)) {
     warn(raw);
     return DEFAULT_TTL;

@@ -21,7 +21,20 @@
 // default in Knative 1.23, whose webhook then refuses the field too).
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
-import { apiVersionOf, isValidGroupVersion, keyOf, keyString, Namespace, parseApiVersion, type KubeObject, type LabelSelector, type ResourceKind, type KubeClient, guessedResource, compileSelector } from '../../functions/runtime/index.ts';
+import {
+  apiVersionOf,
+  isValidGroupVersion,
+  keyOf,
+  keyString,
+  Namespace,
+  parseApiVersion,
+  type KubeObject,
+  type LabelSelector,
+  type ResourceKind,
+  type KubeClient,
+  guessedResource,
+  compileSelector,
+} from '../../functions/runtime/index.ts';
 import { formatLabelSelector } from '../manifests/index.ts';
 import { ApiServerSource as LocalSource, type SourceSpec, type SourceStats } from '../source/index.ts';
 import type { BrokerDirectory } from './brokers.ts';
@@ -75,10 +88,20 @@ export class KindResolver {
     return found && { group, version, kind: found.kind, plural: found.name, namespaced: found.namespaced };
   }
 
-  async #find(apiVersion: string, group: string, version: string, resource: string): Promise<{ name: string; kind: string; namespaced: boolean } | undefined> {
+  async #find(
+    apiVersion: string,
+    group: string,
+    version: string,
+    resource: string,
+  ): Promise<{ name: string; kind: string; namespaced: boolean } | undefined> {
     let resources = this.#versions.get(apiVersion);
     if (!resources) {
-      resources = this.#kube.request<{ resources: { name: string; kind: string; namespaced: boolean }[] }>('GET', group ? `/apis/${group}/${version}` : `/api/${version}`).then((list) => list.resources ?? []);
+      resources = this.#kube
+        .request<{ resources: { name: string; kind: string; namespaced: boolean }[] }>(
+          'GET',
+          group ? `/apis/${group}/${version}` : `/api/${version}`,
+        )
+        .then((list) => list.resources ?? []);
       this.#versions.set(apiVersion, resources);
       resources.catch(() => this.#versions.delete(apiVersion));
     }
@@ -90,11 +113,13 @@ export class KindResolver {
 export type NamespaceLister = (selector: LabelSelector) => Promise<string[]>;
 
 /** Lists namespaces through the API server (what Knative's controller reads from its namespace informer). */
-export const namespacesFrom = (kube: KubeClient): NamespaceLister => async (selector) => {
-  const labelSelector = formatLabelSelector(selector);
-  const list = await kube.list(Namespace, { ...(labelSelector ? { labelSelector } : {}), metadataOnly: true });
-  return list.items.map((item) => item.metadata.name!).sort();
-};
+export const namespacesFrom =
+  (kube: KubeClient): NamespaceLister =>
+  async (selector) => {
+    const labelSelector = formatLabelSelector(selector);
+    const list = await kube.list(Namespace, { ...(labelSelector ? { labelSelector } : {}), metadataOnly: true });
+    return list.items.map((item) => item.metadata.name!).sort();
+  };
 
 /**
  * One Namespace list (metadata only, made on first use) shared by every selector asked: each is
@@ -107,33 +132,63 @@ export function namespacesListedOnce(kube: KubeClient): NamespaceLister {
     const compiled = compileSelector(selector);
     if (!compiled.ok) throw new Error(compiled.reason);
     listed ??= kube.list(Namespace, { metadataOnly: true }).then((list) => list.items);
-    return (await listed).filter((item) => compiled.selector.matches(item.metadata.labels)).map((item) => item.metadata.name!).sort();
+    return (await listed)
+      .filter((item) => compiled.selector.matches(item.metadata.labels))
+      .map((item) => item.metadata.name!)
+      .sort();
   };
 }
 
 /** Does the selector name any label (`{}` and absent select every namespace)? */
-export const hasLabels = (selector: LabelSelector | undefined): boolean => Boolean(selector && (Object.keys(selector.matchLabels ?? {}).length || selector.matchExpressions?.length));
+export const hasLabels = (selector: LabelSelector | undefined): boolean =>
+  Boolean(selector && (Object.keys(selector.matchLabels ?? {}).length || selector.matchExpressions?.length));
 
 /** The local source for an ApiServerSource object (with the namespaces it watches), or the conditions saying why there is none. */
-export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolver, 'resolve'>, brokers: Pick<BrokerDirectory, 'has'>, namespaces: NamespaceLister): Promise<{ specs?: SourceSpec[]; namespaces?: string[]; verdict?: Verdict }> {
+export async function localSourceFor(
+  object: KubeObject,
+  kinds: Pick<KindResolver, 'resolve'>,
+  brokers: Pick<BrokerDirectory, 'has'>,
+  namespaces: NamespaceLister,
+): Promise<{ specs?: SourceSpec[]; namespaces?: string[]; verdict?: Verdict }> {
   const spec = (object.spec ?? {}) as SourceObjectSpec;
   const namespace = object.metadata.namespace ?? '';
-  const fail = (type: string, reason: string, message: string) => ({ verdict: { conditions: [{ type, status: 'False' as const, reason, message }, notReady(reason, message)], fields: cleared('sinkUri', 'namespaces') } });
+  const fail = (type: string, reason: string, message: string) => ({
+    verdict: {
+      conditions: [{ type, status: 'False' as const, reason, message }, notReady(reason, message)],
+      fields: cleared('sinkUri', 'namespaces'),
+    },
+  });
   const ref = spec.sink?.ref;
   if (ref?.kind !== 'Broker' || !ref.name) return fail('SinkProvided', 'NotFound', 'locally an ApiServerSource can only send to a Broker');
   if (!brokers.has(ref.namespace ?? namespace, ref.name)) return fail('SinkProvided', 'NotFound', `Broker "${ref.name}" does not exist`);
-  if (spec.mode !== undefined && spec.mode !== 'Reference' && spec.mode !== 'Resource') return fail('Deployed', 'InvalidMode', `mode "${String(spec.mode)}" is neither Reference nor Resource`);
+  if (spec.mode !== undefined && spec.mode !== 'Reference' && spec.mode !== 'Resource')
+    return fail('Deployed', 'InvalidMode', `mode "${String(spec.mode)}" is neither Reference nor Resource`);
   const { owner } = spec;
-  if (owner !== undefined && (owner === null || typeof owner !== 'object' || [owner.apiVersion, owner.kind].some((field) => field !== undefined && typeof field !== 'string'))) {
+  if (
+    owner !== undefined &&
+    (owner === null ||
+      typeof owner !== 'object' ||
+      [owner.apiVersion, owner.kind].some((field) => field !== undefined && typeof field !== 'string'))
+  ) {
     return fail('Deployed', 'InvalidOwner', 'spec.owner must be an object with a string apiVersion and kind');
   }
-  if (spec.filters?.length) return fail('Deployed', 'FiltersUnsupported', 'the local source does not implement spec.filters (Knative\'s NewAPIServerFilters feature)');
+  if (spec.filters?.length)
+    return fail(
+      'Deployed',
+      'FiltersUnsupported',
+      "the local source does not implement spec.filters (Knative's NewAPIServerFilters feature)",
+    );
   const overridesProblem = ceOverridesProblem(spec.ceOverrides);
   if (overridesProblem) return fail('Deployed', 'InvalidCEOverrides', overridesProblem);
   const resources = [];
   for (const resource of spec.resources ?? []) {
     const kind = resource.apiVersion && resource.kind ? await kinds.resolve(resource.apiVersion, resource.kind) : undefined;
-    if (!kind) return fail('Deployed', 'UnknownKind', `${resource.apiVersion ?? '?'} ${resource.kind ?? '?'} is not served by the API server as "${guessedResource(resource.kind ?? '')}", the resource an ApiServerSource watches for that kind`);
+    if (!kind)
+      return fail(
+        'Deployed',
+        'UnknownKind',
+        `${resource.apiVersion ?? '?'} ${resource.kind ?? '?'} is not served by the API server as "${guessedResource(resource.kind ?? '')}", the resource an ApiServerSource watches for that kind`,
+      );
     resources.push({ kind, ...(resource.selector ? { labelSelector: formatLabelSelector(resource.selector) } : {}) });
   }
   if (!resources.length) return fail('Deployed', 'NoResources', 'spec.resources is empty');
@@ -158,7 +213,9 @@ export async function localSourceFor(object: KubeObject, kinds: Pick<KindResolve
   return {
     specs: [
       ...(clusterScoped.length ? [{ ...base, resources: clusterScoped }] : []),
-      ...(namespaced.length ? watched.map((name) => ({ ...base, name: `${base.name}@${name}`, resources: namespaced, namespace: name })) : []),
+      ...(namespaced.length
+        ? watched.map((name) => ({ ...base, name: `${base.name}@${name}`, resources: namespaced, namespace: name }))
+        : []),
     ],
     namespaces: watched,
   };
@@ -229,12 +286,28 @@ export class ApiServerSourceController {
         if (this.#stopped) return;
         const message = (error as Error).message;
         const forbidden = /forbidden|403/i.test(message);
-        await status.write(ApiServerSource, object, { conditions: [{ type: 'SufficientPermissions', status: forbidden ? 'False' : 'Unknown', reason: forbidden ? 'Forbidden' : 'Unknown', message }, notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message)], fields: { ...cleared('sinkUri'), namespaces: planned.namespaces } });
+        await status.write(ApiServerSource, object, {
+          conditions: [
+            {
+              type: 'SufficientPermissions',
+              status: forbidden ? 'False' : 'Unknown',
+              reason: forbidden ? 'Forbidden' : 'Unknown',
+              message,
+            },
+            notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message),
+          ],
+          fields: { ...cleared('sinkUri'), namespaces: planned.namespaces },
+        });
         return;
       }
     }
     await status.write(ApiServerSource, object, {
-      conditions: [{ type: 'SinkProvided', status: 'True', reason: 'SinkProvided' }, { type: 'SufficientPermissions', status: 'True', reason: 'SufficientPermissions' }, { type: 'Deployed', status: 'True', reason: 'Deployed' }, ready()],
+      conditions: [
+        { type: 'SinkProvided', status: 'True', reason: 'SinkProvided' },
+        { type: 'SufficientPermissions', status: 'True', reason: 'SufficientPermissions' },
+        { type: 'Deployed', status: 'True', reason: 'Deployed' },
+        ready(),
+      ],
       fields: { sinkUri: brokers.url, namespaces: planned.namespaces },
     });
   }
@@ -256,7 +329,8 @@ export class ApiServerSourceController {
     // through the API server, which checks it again.
     const listed = this.#options.namespaces ?? namespacesListedOnce(this.#options.kube);
     for (const [key, object] of [...this.#objects]) {
-      if ((object.spec as SourceObjectSpec | undefined)?.namespaceSelector) await this.apply(object, this.#running.has(key) ? listed : undefined);
+      if ((object.spec as SourceObjectSpec | undefined)?.namespaceSelector)
+        await this.apply(object, this.#running.has(key) ? listed : undefined);
     }
   }
 

@@ -25,7 +25,10 @@ export class BrokerDirectory {
 
   async apply(broker: KubeObject): Promise<void> {
     this.#brokers.add(keyString(keyOf(broker)));
-    await this.#status.write(Broker, broker, { conditions: [ready('Ready', 'the local plane\'s broker')], fields: { address: { url: this.#ingressUrl } } });
+    await this.#status.write(Broker, broker, {
+      conditions: [ready('Ready', "the local plane's broker")],
+      fields: { address: { url: this.#ingressUrl } },
+    });
   }
 
   async remove(broker: KubeObject): Promise<void> {

@@ -9,17 +9,30 @@ import { headerValueProblem } from '../broker/index.ts';
 import { quote } from '../../functions/runtime/index.ts';
 
 /** The CloudEvents 1.0 context attributes and the data: an extension may not take their names. */
-const RESERVED = new Set(['specversion', 'id', 'source', 'type', 'subject', 'time', 'datacontenttype', 'dataschema', 'data', 'data_base64']);
+const RESERVED = new Set([
+  'specversion',
+  'id',
+  'source',
+  'type',
+  'subject',
+  'time',
+  'datacontenttype',
+  'dataschema',
+  'data',
+  'data_base64',
+]);
 
 /** Why a source's `ceOverrides` cannot be applied, if it cannot. */
 export function ceOverridesProblem(ceOverrides: unknown): string | undefined {
   if (ceOverrides === undefined) return undefined;
   const extensions = (ceOverrides as { extensions?: unknown } | null)?.extensions;
   if (extensions === undefined) return undefined;
-  if (extensions === null || typeof extensions !== 'object' || Array.isArray(extensions)) return 'ceOverrides.extensions must map names to strings';
+  if (extensions === null || typeof extensions !== 'object' || Array.isArray(extensions))
+    return 'ceOverrides.extensions must map names to strings';
   for (const [name, value] of Object.entries(extensions)) {
     if (!/^[a-zA-Z0-9]+$/.test(name)) return `ceOverrides.extensions: ${quote(name)} is not an extension name (letters and digits only)`;
-    if (RESERVED.has(name.toLowerCase())) return `ceOverrides.extensions: ${quote(name)} would replace the CloudEvents attribute ${name.toLowerCase()}`;
+    if (RESERVED.has(name.toLowerCase()))
+      return `ceOverrides.extensions: ${quote(name)} would replace the CloudEvents attribute ${name.toLowerCase()}`;
     if (typeof value !== 'string') return `ceOverrides.extensions.${name} must be a string`;
     const problem = headerValueProblem(value);
     if (problem) return `ceOverrides.extensions.${name} ${problem}`;

@@ -87,29 +87,49 @@ export class KnativeControllers {
     this.services = new ServiceDirectory(status, functions);
     this.triggers = new TriggerController(status, broker, { brokers: this.brokers, services: this.services }, options.routeName);
     this.pings = new PingSourceController(status, this.brokers, publish, log.child({ component: 'pingsource' }));
-    this.sources = new ApiServerSourceController({ kube, brokers: this.brokers, publish, log: log.child({ component: 'source' }), status, knownKinds: options.knownKinds, clientFor: options.clientFor });
+    this.sources = new ApiServerSourceController({
+      kube,
+      brokers: this.brokers,
+      publish,
+      log: log.child({ component: 'source' }),
+      status,
+      knownKinds: options.knownKinds,
+      clientFor: options.clientFor,
+    });
   }
 
   /** Starts watching; resolves once every kind was listed and its objects applied. */
   async start(): Promise<void> {
     const { kube, log } = this.#options;
-    const afterBrokers = async () => { await this.triggers.refresh(); await this.pings.refresh(); await this.sources.refresh(); };
+    const afterBrokers = async () => {
+      await this.triggers.refresh();
+      await this.pings.refresh();
+      await this.sources.refresh();
+    };
     const watched: [typeof Trigger, ObjectHandlers][] = [
       [BrokerKind, this.#serialized(this.brokers, afterBrokers)],
       [KnativeService, this.#serialized(this.services, () => this.triggers.refresh())],
       [Trigger, this.#serialized(this.triggers)],
-      ...(this.#options.externalSources ? [] : [[PingSource, this.#serialized(this.pings)], [ApiServerSource, this.#serialized(this.sources)]] as [typeof Trigger, ObjectHandlers][]),
+      ...(this.#options.externalSources
+        ? []
+        : ([
+            [PingSource, this.#serialized(this.pings)],
+            [ApiServerSource, this.#serialized(this.sources)],
+          ] as [typeof Trigger, ObjectHandlers][])),
     ];
     const handlers = new Map(watched.map(([kind, handler]) => [`${apiVersionOf(kind)} ${kind.kind}`, handler]));
     if (this.#options.objects) {
       // In memory: each kind in the order the watch would settle them (what an object names first).
       for (const [kind, handler] of watched) {
-        for (const object of this.#options.objects) if (object.apiVersion === apiVersionOf(kind) && object.kind === kind.kind) void handler.apply(object);
+        for (const object of this.#options.objects)
+          if (object.apiVersion === apiVersionOf(kind) && object.kind === kind.kind) void handler.apply(object);
       }
       await this.#serial;
       return this.#startDerived();
     }
-    const isNamespace = (event: CloudEventV1<unknown>) => (event as unknown as { kind: string }).kind === Namespace.kind && (event as unknown as { apiversion: string }).apiversion === apiVersionOf(Namespace);
+    const isNamespace = (event: CloudEventV1<unknown>) =>
+      (event as unknown as { kind: string }).kind === Namespace.kind &&
+      (event as unknown as { apiversion: string }).apiversion === apiVersionOf(Namespace);
     const applyEvent = (event: CloudEventV1<unknown>): Promise<void> => {
       if (isNamespace(event)) return this.#namespacesChanged();
       const ext = event as unknown as { apiversion: string; kind: string };
@@ -125,7 +145,10 @@ export class KnativeControllers {
     this.#watcher = new LocalSource({
       kube,
       // Namespaces in Reference mode: only that one changed matters, and labels are read again when the sources select.
-      sources: [{ name: 'knative-objects', mode: 'Resource', resources: watched.map(([kind]) => ({ kind })) }, { name: 'knative-namespaces', mode: 'Reference', resources: [{ kind: Namespace }] }],
+      sources: [
+        { name: 'knative-objects', mode: 'Resource', resources: watched.map(([kind]) => ({ kind })) },
+        { name: 'knative-namespaces', mode: 'Reference', resources: [{ kind: Namespace }] },
+      ],
       sink: async (event) => {
         // The first listing's namespaces are the ones the sources select as they are applied.
         if (listing) {
@@ -187,7 +210,10 @@ export class KnativeControllers {
       try {
         await this.sources.namespacesChanged();
       } catch (error) {
-        this.#options.log.warn({ reason: (error as Error).message }, `ApiServerSources selecting namespaces again: ${(error as Error).message}`);
+        this.#options.log.warn(
+          { reason: (error as Error).message },
+          `ApiServerSources selecting namespaces again: ${(error as Error).message}`,
+        );
       }
     });
   }
@@ -197,14 +223,18 @@ export class KnativeControllers {
     const run = (work: () => Promise<void>) => this.#run(work);
     // A failure is logged, never thrown back at the watcher: it would send the same event again.
     const log = this.#options.log.child({ component: 'knative' });
-    const guarded = (what: 'apply' | 'remove') => (object: KubeObject) => run(async () => {
-      try {
-        await controller[what](object);
-        await then?.();
-      } catch (error) {
-        log.warn({ object: `${object.metadata.namespace}/${object.metadata.name}`, reason: (error as Error).message }, `${what} ${object.metadata.namespace}/${object.metadata.name}: ${(error as Error).message}`);
-      }
-    });
+    const guarded = (what: 'apply' | 'remove') => (object: KubeObject) =>
+      run(async () => {
+        try {
+          await controller[what](object);
+          await then?.();
+        } catch (error) {
+          log.warn(
+            { object: `${object.metadata.namespace}/${object.metadata.name}`, reason: (error as Error).message },
+            `${what} ${object.metadata.namespace}/${object.metadata.name}: ${(error as Error).message}`,
+          );
+        }
+      });
     return { apply: guarded('apply'), remove: guarded('remove') };
   }
 }

@@ -23,12 +23,21 @@ import { applyCrds } from '../crds.ts';
 export const PROVISION_KNATIVE_SCRIPT = provisionScript('provision-knative.sh');
 
 /** The CRDs (by metadata.name) of the kinds the local plane runs. */
-export const PLANE_CRD_NAMES = ['services.serving.knative.dev', 'brokers.eventing.knative.dev', 'triggers.eventing.knative.dev', 'pingsources.sources.knative.dev', 'apiserversources.sources.knative.dev'];
+export const PLANE_CRD_NAMES = [
+  'services.serving.knative.dev',
+  'brokers.eventing.knative.dev',
+  'triggers.eventing.knative.dev',
+  'pingsources.sources.knative.dev',
+  'apiserversources.sources.knative.dev',
+];
 
 const OVERRIDE = 'KNATIVE_CRDS_DIR';
 
 function checkOverride(dir: string): string {
-  if (!existsSync(join(dir, 'trigger.yaml'))) throw new Error(`${OVERRIDE}=${dir} has no trigger.yaml: point it at a folder of Knative's CRD files (config/core/resources of knative.dev/eventing and config/core/300-resources of knative.dev/serving), or unset it to provision them`);
+  if (!existsSync(join(dir, 'trigger.yaml')))
+    throw new Error(
+      `${OVERRIDE}=${dir} has no trigger.yaml: point it at a folder of Knative's CRD files (config/core/resources of knative.dev/eventing and config/core/300-resources of knative.dev/serving), or unset it to provision them`,
+    );
   return dir;
 }
 
@@ -40,7 +49,7 @@ export async function provisionKnativeCrds(): Promise<string> {
   const override = process.env[OVERRIDE];
   if (override) return checkOverride(override);
   try {
-    return await runProvisionScript(PROVISION_KNATIVE_SCRIPT, [], 'provisioning Knative\'s CRDs');
+    return await runProvisionScript(PROVISION_KNATIVE_SCRIPT, [], "provisioning Knative's CRDs");
   } catch (error) {
     throw new Error(`Knative's CRDs could not be provisioned: ${(error as Error).message}`);
   }
@@ -50,7 +59,7 @@ export async function provisionKnativeCrds(): Promise<string> {
 export async function knativeCrdDir(): Promise<string | undefined> {
   const override = process.env[OVERRIDE];
   if (override) return checkOverride(override);
-  return runProvisionScript(PROVISION_KNATIVE_SCRIPT, [], 'provisioning Knative\'s CRDs').catch(() => undefined);
+  return runProvisionScript(PROVISION_KNATIVE_SCRIPT, [], "provisioning Knative's CRDs").catch(() => undefined);
 }
 
 /** The Knative CRDs of `dir` (every YAML file in it; they use YAML merge keys, `<<: *version`). */
@@ -58,21 +67,39 @@ export function knativeCrds(dir: string): KubeObject[] {
   return readdirSync(dir)
     .filter((file) => /\.ya?ml$/.test(file))
     .sort()
-    .flatMap((file) => parseAllDocuments(readFileSync(join(dir, file), 'utf8'), { merge: true }).map((document) => document.toJS() as KubeObject))
+    .flatMap((file) =>
+      parseAllDocuments(readFileSync(join(dir, file), 'utf8'), { merge: true }).map((document) => document.toJS() as KubeObject),
+    )
     .filter((object) => object?.kind === 'CustomResourceDefinition');
 }
 
 export const STAND_IN_LABEL = 'operator-functions.dev/stand-in';
 
 const column = (name: string, jsonPath: string, type = 'string') => ({ name, type, jsonPath });
-const READY_COLUMNS = [column('Ready', ".status.conditions[?(@.type=='Ready')].status"), column('Reason', ".status.conditions[?(@.type=='Ready')].reason"), column('Age', '.metadata.creationTimestamp', 'date')];
+const READY_COLUMNS = [
+  column('Ready', ".status.conditions[?(@.type=='Ready')].status"),
+  column('Reason', ".status.conditions[?(@.type=='Ready')].reason"),
+  column('Age', '.metadata.creationTimestamp', 'date'),
+];
 
 /** Permissive CRDs for the five kinds the plane runs (spec and status unchecked), labelled STAND_IN_LABEL. */
 export function standInCrds(): KubeObject[] {
-  const kinds: [group: string, kind: string, plural: string, shortNames: string[], extra: { name: string; type: string; jsonPath: string }[]][] = [
+  const kinds: [
+    group: string,
+    kind: string,
+    plural: string,
+    shortNames: string[],
+    extra: { name: string; type: string; jsonPath: string }[],
+  ][] = [
     ['serving.knative.dev', 'Service', 'services', ['kservice', 'ksvc'], [column('URL', '.status.url')]],
     ['eventing.knative.dev', 'Broker', 'brokers', [], [column('URL', '.status.address.url')]],
-    ['eventing.knative.dev', 'Trigger', 'triggers', [], [column('Broker', '.spec.broker'), column('Subscriber_URI', '.status.subscriberUri')]],
+    [
+      'eventing.knative.dev',
+      'Trigger',
+      'triggers',
+      [],
+      [column('Broker', '.spec.broker'), column('Subscriber_URI', '.status.subscriberUri')],
+    ],
     ['sources.knative.dev', 'PingSource', 'pingsources', [], [column('Sink', '.status.sinkUri'), column('Schedule', '.spec.schedule')]],
     ['sources.knative.dev', 'ApiServerSource', 'apiserversources', [], [column('Sink', '.status.sinkUri')]],
   ];
@@ -84,8 +111,24 @@ export function standInCrds(): KubeObject[] {
     spec: {
       group,
       scope: 'Namespaced',
-      names: { kind, plural, singular: kind.toLowerCase(), listKind: `${kind}List`, categories: ['all', 'knative'], ...(shortNames.length ? { shortNames } : {}) },
-      versions: [{ name: 'v1', served: true, storage: true, subresources: { status: {} }, additionalPrinterColumns: [...extra, ...READY_COLUMNS], schema: { openAPIV3Schema: { type: 'object', properties: { spec: open, status: open } } } }],
+      names: {
+        kind,
+        plural,
+        singular: kind.toLowerCase(),
+        listKind: `${kind}List`,
+        categories: ['all', 'knative'],
+        ...(shortNames.length ? { shortNames } : {}),
+      },
+      versions: [
+        {
+          name: 'v1',
+          served: true,
+          storage: true,
+          subresources: { status: {} },
+          additionalPrinterColumns: [...extra, ...READY_COLUMNS],
+          schema: { openAPIV3Schema: { type: 'object', properties: { spec: open, status: open } } },
+        },
+      ],
     },
   }));
 }
@@ -101,7 +144,9 @@ export async function installKnativeCrds(kube: KubeClient, dir?: string): Promis
   if (missing.length) throw new Error(`the Knative CRD folder lacks ${missing.join(', ')}`);
   const install: KubeObject[] = [];
   for (const crd of wanted) {
-    const existing = await kube.request<KubeObject>('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${crd.metadata.name}`).catch(() => undefined);
+    const existing = await kube
+      .request<KubeObject>('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${crd.metadata.name}`)
+      .catch(() => undefined);
     if (!existing || existing.metadata.labels?.[STAND_IN_LABEL]) install.push(crd);
   }
   await applyCrds(kube, install); // one created meanwhile by another plane is replaced, not an error

@@ -14,7 +14,8 @@ export function parseSchedule(text: string): Schedule {
   const problem = cronProblem(text);
   if (problem) throw new Error(`schedule "${text}" ${problem}`);
   const zone = /^(?:CRON_TZ|TZ)=(\S+)\s+/.exec(text.trim());
-  if (zone && zone[1] !== 'UTC' && zone[1] !== 'Etc/UTC') throw new Error(`schedule "${text}": the local plane evaluates schedules in UTC, not ${zone[1]}`);
+  if (zone && zone[1] !== 'UTC' && zone[1] !== 'Etc/UTC')
+    throw new Error(`schedule "${text}": the local plane evaluates schedules in UTC, not ${zone[1]}`);
   const body = text.trim().replace(/^(CRON_TZ|TZ)=\S+\s+/, '');
   if (body.startsWith('@every')) {
     const everyMs = [...body.matchAll(/(\d+)(ms|s|m|h)/g)].reduce((sum, [, n, unit]) => sum + Number(n) * UNIT_MS[unit], 0);
@@ -28,7 +29,12 @@ export function parseSchedule(text: string): Schedule {
     const set = new Set<number>();
     for (const item of part.split(',')) {
       const [range, step] = item.split('/');
-      const [from, to] = range === '*' || range === '?' ? [field.min, field.max] : range.includes('-') ? range.split('-').map(value) : [value(range), step ? field.max : value(range)];
+      const [from, to] =
+        range === '*' || range === '?'
+          ? [field.min, field.max]
+          : range.includes('-')
+            ? range.split('-').map(value)
+            : [value(range), step ? field.max : value(range)];
       for (let v = from; v <= to; v += step ? Number(step) : 1) set.add(v);
     }
     return set;
@@ -45,7 +51,9 @@ export function nextFire(schedule: Schedule, after: Date): Date {
   at.setUTCMinutes(at.getUTCMinutes() + 1);
   // A little over four years of days (29 February); days and hours are skipped whole.
   for (let guard = 0; guard < 5 * 366 * 24 * 60; guard++) {
-    const dayOk = schedule.eitherDay ? days.has(at.getUTCDate()) || weekdays.has(at.getUTCDay()) : days.has(at.getUTCDate()) && weekdays.has(at.getUTCDay());
+    const dayOk = schedule.eitherDay
+      ? days.has(at.getUTCDate()) || weekdays.has(at.getUTCDay())
+      : days.has(at.getUTCDate()) && weekdays.has(at.getUTCDay());
     if (!months.has(at.getUTCMonth() + 1) || !dayOk) {
       at.setUTCHours(0, 0, 0, 0);
       at.setUTCDate(at.getUTCDate() + 1);

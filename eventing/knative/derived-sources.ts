@@ -13,7 +13,15 @@
 // sources; a deleted object loses them; one whose answer changed gets the new set, and the
 // sources it no longer needs stop.
 import type { Logger } from 'pino';
-import { type FunctionDeclaration, TerminalError, type KubeObject, type ResourceKind, type KubeClient, type DerivedSourcesDeclaration, type InstallPlacement } from '../../functions/runtime/index.ts';
+import {
+  type FunctionDeclaration,
+  TerminalError,
+  type KubeObject,
+  type ResourceKind,
+  type KubeClient,
+  type DerivedSourcesDeclaration,
+  type InstallPlacement,
+} from '../../functions/runtime/index.ts';
 import { ApiServerSource as LocalSource, BACKOFF_MAX_MS, describe, jitter } from '../source/index.ts';
 import type { DerivedSources, ObjectHandlers } from './controllers.ts';
 import type { StatusBoard } from './status.ts';
@@ -134,18 +142,29 @@ export class FunctionDerivedSources implements DerivedSources {
       if (this.#stopped) return;
       await sources.apply(object);
       const ready = this.#options.status?.ready(`${object.kind} ${object.metadata.namespace}/${object.metadata.name}`);
-      if (ready && ready.status !== 'True') log.warn({ object: key, source: object.metadata.name, reason: ready.reason, message: ready.message }, `event source ${object.metadata.name} of ${what} is not Ready: ${ready.reason}: ${ready.message ?? ''}`);
+      if (ready && ready.status !== 'True')
+        log.warn(
+          { object: key, source: object.metadata.name, reason: ready.reason, message: ready.message },
+          `event source ${object.metadata.name} of ${what} is not Ready: ${ready.reason}: ${ready.message ?? ''}`,
+        );
     }
     if (wanted.length) this.#applied.set(key, wanted);
     else this.#applied.delete(key);
     const names = (objects: KubeObject[]) => objects.map((object) => object.metadata.name).join(', ');
-    if (names(before) !== names(wanted)) log.info({ object: key, sources: wanted.map((object) => object.metadata.name) }, `event sources of ${what}: ${names(wanted) || 'none'}`);
+    if (names(before) !== names(wanted))
+      log.info(
+        { object: key, sources: wanted.map((object) => object.metadata.name) },
+        `event sources of ${what}: ${names(wanted) || 'none'}`,
+      );
   }
 
   #retryLater(key: string, error: unknown): void {
     const attempts = (this.#retries.get(key)?.attempts ?? 0) + 1;
     const delayMs = jitter(Math.min(RETRY_INITIAL_MS * 2 ** (attempts - 1), BACKOFF_MAX_MS));
-    this.#options.log.info({ object: key, attempts, reason: describe(error), retryInMs: delayMs }, `event sources of ${this.#kind.kind} ${key} not resolved (${describe(error)}); retrying in ${delayMs} ms`);
+    this.#options.log.info(
+      { object: key, attempts, reason: describe(error), retryInMs: delayMs },
+      `event sources of ${this.#kind.kind} ${key} not resolved (${describe(error)}); retrying in ${delayMs} ms`,
+    );
     if (this.#stopped) return;
     const timer = setTimeout(() => void this.#schedule(key), delayMs);
     timer.unref();
@@ -175,7 +194,10 @@ class AllDerivedSources implements DerivedSources {
 }
 
 /** The derived sources of the `functions` a plane runs in memory, or undefined when none of them declares any. */
-export function derivedSourcesFor(functions: FunctionDeclaration[], options: Omit<DerivedSourcesOptions, 'sources' | 'declaration'>): ((sources: ObjectHandlers) => DerivedSources) | undefined {
+export function derivedSourcesFor(
+  functions: FunctionDeclaration[],
+  options: Omit<DerivedSourcesOptions, 'sources' | 'declaration'>,
+): ((sources: ObjectHandlers) => DerivedSources) | undefined {
   const deriving = functions.filter((declaration) => declaration.derivedSources);
   if (!deriving.length) return undefined;
   return (sources) => {

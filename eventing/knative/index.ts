@@ -5,7 +5,16 @@
 export { hasLabels, namespacesFrom } from './api-server-sources.ts';
 export { derivedSourcesFor, FunctionDerivedSources, inMemoryConfig } from './derived-sources.ts';
 export { KnativeControllers } from './controllers.ts';
-export { installKnativeCrds, knativeCrdDir, knativeCrds, PLANE_CRD_NAMES, PROVISION_KNATIVE_SCRIPT, provisionKnativeCrds, STAND_IN_LABEL, standInCrds } from './crds.ts';
+export {
+  installKnativeCrds,
+  knativeCrdDir,
+  knativeCrds,
+  PLANE_CRD_NAMES,
+  PROVISION_KNATIVE_SCRIPT,
+  provisionKnativeCrds,
+  STAND_IN_LABEL,
+  standInCrds,
+} from './crds.ts';
 export { ApiServerSource, Broker, EventPolicy, KnativeService, PingSource, resourceKindOf, Trigger } from './kinds.ts';
 export { applyGeneratedObjects, applyObjects } from './local-install.ts';
 export { pingEvent, withResyncInterval } from './ping-sources.ts';

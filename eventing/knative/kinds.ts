@@ -3,7 +3,13 @@
 // tests dry-run, and the built-in kinds of a deployment's identities.
 import { Namespace, type KubeObject, type ResourceKind } from '../../functions/runtime/index.ts';
 
-const kind = (group: string, version: string, name: string, plural: string, namespaced = true): ResourceKind => ({ group, version, kind: name, plural, namespaced });
+const kind = (group: string, version: string, name: string, plural: string, namespaced = true): ResourceKind => ({
+  group,
+  version,
+  kind: name,
+  plural,
+  namespaced,
+});
 
 export const KnativeService = kind('serving.knative.dev', 'v1', 'Service', 'services');
 export const Trigger = kind('eventing.knative.dev', 'v1', 'Trigger', 'triggers');

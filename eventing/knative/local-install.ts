@@ -23,11 +23,18 @@ export async function applyObjects(kube: KubeClient, objects: KubeObject[]): Pro
 }
 
 /** Installs Knative's CRDs (where missing) and applies the generated objects of `functions` (with `replace` as `opfn manifests --replace`). */
-export async function applyGeneratedObjects(kube: KubeClient, functions: FunctionDeclaration[], replace: Record<string, string> = {}, resyncIntervalMs?: number): Promise<{ objects: KubeObject[]; crdsInstalled: number }> {
+export async function applyGeneratedObjects(
+  kube: KubeClient,
+  functions: FunctionDeclaration[],
+  replace: Record<string, string> = {},
+  resyncIntervalMs?: number,
+): Promise<{ objects: KubeObject[]; crdsInstalled: number }> {
   const crdsInstalled = await installKnativeCrds(kube);
   // The developer's own plane serves any CompositeController applied while it runs: broad, as
   // `opfn manifests --composite-broad` (the function still refuses privileged children).
-  const generated = generateManifests(functions, { ...DEFAULT_OPTIONS, replace }, BROAD).flatMap((file) => file.objects).filter((object) => object.kind !== 'CustomResourceDefinition');
+  const generated = generateManifests(functions, { ...DEFAULT_OPTIONS, replace }, BROAD)
+    .flatMap((file) => file.objects)
+    .filter((object) => object.kind !== 'CustomResourceDefinition');
   const objects = withResyncInterval(generated, resyncIntervalMs);
   const problems = validateManifests(objects, new Set(Object.values(replace).filter((target) => !target.includes('://'))));
   if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);

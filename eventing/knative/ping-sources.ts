@@ -32,7 +32,11 @@ export function withResyncInterval(objects: KubeObject[], intervalMs: number | u
   if (intervalMs === undefined) return objects;
   return objects
     .filter((object) => !(object.kind === 'PingSource' && intervalMs === 0))
-    .map((object) => (object.kind === 'PingSource' ? { ...object, spec: { ...(object.spec as object), schedule: `@every ${Math.round(intervalMs)}ms` } } : object));
+    .map((object) =>
+      object.kind === 'PingSource'
+        ? { ...object, spec: { ...(object.spec as object), schedule: `@every ${Math.round(intervalMs)}ms` } }
+        : object,
+    );
 }
 
 export function pingEvent(object: KubeObject): CloudEvent<unknown> {
@@ -40,7 +44,11 @@ export function pingEvent(object: KubeObject): CloudEvent<unknown> {
   const contentType = spec.contentType ?? 'application/json';
   let data: unknown = spec.data ?? '';
   if (/json/.test(contentType) && typeof data === 'string' && data) {
-    try { data = JSON.parse(data); } catch { /* sent as the text it is */ }
+    try {
+      data = JSON.parse(data);
+    } catch {
+      /* sent as the text it is */
+    }
   }
   return new CloudEvent<unknown>({
     id: randomUUID(),
@@ -57,14 +65,48 @@ export function pingPlan(object: KubeObject, brokers: Pick<BrokerDirectory, 'has
   const spec = (object.spec ?? {}) as PingSpec;
   const namespace = object.metadata.namespace ?? '';
   const ref = spec.sink?.ref;
-  if (ref?.kind !== 'Broker' || !ref.name) return { verdict: { conditions: [{ type: 'SinkProvided', status: 'False', reason: 'NotFound', message: 'locally a PingSource can only send to a Broker' }, notReady('NotFound', 'locally a PingSource can only send to a Broker')], fields: cleared('sinkUri') } };
-  if (!brokers.has(ref.namespace ?? namespace, ref.name)) return { verdict: { conditions: [{ type: 'SinkProvided', status: 'False', reason: 'NotFound', message: `Broker "${ref.name}" does not exist` }, notReady('NotFound', `Broker "${ref.name}" does not exist`)], fields: cleared('sinkUri') } };
+  if (ref?.kind !== 'Broker' || !ref.name)
+    return {
+      verdict: {
+        conditions: [
+          { type: 'SinkProvided', status: 'False', reason: 'NotFound', message: 'locally a PingSource can only send to a Broker' },
+          notReady('NotFound', 'locally a PingSource can only send to a Broker'),
+        ],
+        fields: cleared('sinkUri'),
+      },
+    };
+  if (!brokers.has(ref.namespace ?? namespace, ref.name))
+    return {
+      verdict: {
+        conditions: [
+          { type: 'SinkProvided', status: 'False', reason: 'NotFound', message: `Broker "${ref.name}" does not exist` },
+          notReady('NotFound', `Broker "${ref.name}" does not exist`),
+        ],
+        fields: cleared('sinkUri'),
+      },
+    };
   const overridesProblem = ceOverridesProblem(spec.ceOverrides);
   if (overridesProblem) return { verdict: { conditions: [notReady('InvalidCEOverrides', overridesProblem)], fields: cleared('sinkUri') } };
-  if (spec.timezone && spec.timezone !== 'UTC' && spec.timezone !== 'Etc/UTC') return { verdict: { conditions: [notReady('TimezoneUnsupported', `the local plane evaluates schedules in UTC, not ${spec.timezone}`)], fields: cleared('sinkUri') } };
+  if (spec.timezone && spec.timezone !== 'UTC' && spec.timezone !== 'Etc/UTC')
+    return {
+      verdict: {
+        conditions: [notReady('TimezoneUnsupported', `the local plane evaluates schedules in UTC, not ${spec.timezone}`)],
+        fields: cleared('sinkUri'),
+      },
+    };
   try {
     const schedule = parseSchedule(spec.schedule ?? '* * * * *');
-    return { schedule, verdict: { conditions: [{ type: 'SinkProvided', status: 'True', reason: 'SinkProvided' }, { type: 'Deployed', status: 'True', reason: 'Deployed' }, ready()], fields: { sinkUri: brokers.url } } };
+    return {
+      schedule,
+      verdict: {
+        conditions: [
+          { type: 'SinkProvided', status: 'True', reason: 'SinkProvided' },
+          { type: 'Deployed', status: 'True', reason: 'Deployed' },
+          ready(),
+        ],
+        fields: { sinkUri: brokers.url },
+      },
+    };
   } catch (error) {
     return { verdict: { conditions: [notReady('InvalidSchedule', (error as Error).message)], fields: cleared('sinkUri') } };
   }
@@ -78,7 +120,12 @@ export class PingSourceController {
   readonly #publish: (event: CloudEvent<unknown>) => Promise<void>;
   readonly #log: Logger;
 
-  constructor(status: StatusWriter, brokers: Pick<BrokerDirectory, 'has' | 'url'>, publish: (event: CloudEvent<unknown>) => Promise<void>, log: Logger) {
+  constructor(
+    status: StatusWriter,
+    brokers: Pick<BrokerDirectory, 'has' | 'url'>,
+    publish: (event: CloudEvent<unknown>) => Promise<void>,
+    log: Logger,
+  ) {
     this.#status = status;
     this.#brokers = brokers;
     this.#publish = publish;
@@ -110,7 +157,9 @@ export class PingSourceController {
       if (!pingPlan(object, this.#brokers).schedule) continue;
       const event = pingEvent(object);
       if (!(await wanted(event))) continue;
-      await this.#publish(event).catch((error: unknown) => this.#log.warn({ pingsource: key, reason: (error as Error).message }, `ping of ${key} not accepted by the broker`));
+      await this.#publish(event).catch((error: unknown) =>
+        this.#log.warn({ pingsource: key, reason: (error as Error).message }, `ping of ${key} not accepted by the broker`),
+      );
     }
   }
 
@@ -122,14 +171,19 @@ export class PingSourceController {
     const at = nextFire(schedule, new Date());
     // A fire later than a timer holds re-arms on the way.
     const wait = Math.min(at.getTime() - Date.now(), MAX_TIMER_MS);
-    const timer = setTimeout(() => {
-      const object = this.#sources.get(key);
-      if (!object) return;
-      if (Date.now() >= at.getTime()) {
-        this.#publish(pingEvent(object)).catch((error: unknown) => this.#log.warn({ pingsource: key, reason: (error as Error).message }, `ping of ${key} not accepted by the broker`));
-      }
-      this.#arm(key, schedule);
-    }, Math.max(wait, 0));
+    const timer = setTimeout(
+      () => {
+        const object = this.#sources.get(key);
+        if (!object) return;
+        if (Date.now() >= at.getTime()) {
+          this.#publish(pingEvent(object)).catch((error: unknown) =>
+            this.#log.warn({ pingsource: key, reason: (error as Error).message }, `ping of ${key} not accepted by the broker`),
+          );
+        }
+        this.#arm(key, schedule);
+      },
+      Math.max(wait, 0),
+    );
     timer.unref();
     this.#timers.set(key, timer);
   }

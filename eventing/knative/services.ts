@@ -18,7 +18,17 @@ import { KnativeService } from './kinds.ts';
 import { notReady, ready, type StatusWriter, type Verdict } from './status.ts';
 
 type Container = { env?: { name: string; value?: string }[] };
-const template = (service: KubeObject) => ((service.spec as { template?: { metadata?: { annotations?: Record<string, string> }; spec?: { containers?: Container[]; containerConcurrency?: number } } } | undefined)?.template ?? {});
+const template = (service: KubeObject) =>
+  (
+    service.spec as
+      | {
+          template?: {
+            metadata?: { annotations?: Record<string, string> };
+            spec?: { containers?: Container[]; containerConcurrency?: number };
+          };
+        }
+      | undefined
+  )?.template ?? {};
 
 /** The function a Service runs (its container's FUNCTION), if any. */
 export function functionOf(service: KubeObject): string | undefined {
@@ -48,25 +58,45 @@ export class UnsupportedAnnotation extends Error {
 /** Scaling from the revision template, Knative's defaults where an annotation is absent; throws for one it cannot honour. */
 export function scalingFromService(service: KubeObject): Scaling {
   const annotations = template(service).metadata?.annotations ?? {};
-  const known = new Set(Object.values(IMPLEMENTED_ANNOTATIONS).flat().map((name) => `${AUTOSCALING}/${name}`));
+  const known = new Set(
+    Object.values(IMPLEMENTED_ANNOTATIONS)
+      .flat()
+      .map((name) => `${AUTOSCALING}/${name}`),
+  );
   for (const key of Object.keys(annotations)) {
-    if (key.startsWith(`${AUTOSCALING}/`) && !known.has(key)) throw new UnsupportedAnnotation(`annotation ${key} is not implemented by the local plane (it implements ${Object.keys(IMPLEMENTED_ANNOTATIONS).map((name) => `${AUTOSCALING}/${name}`).join(', ')})`);
+    if (key.startsWith(`${AUTOSCALING}/`) && !known.has(key))
+      throw new UnsupportedAnnotation(
+        `annotation ${key} is not implemented by the local plane (it implements ${Object.keys(IMPLEMENTED_ANNOTATIONS)
+          .map((name) => `${AUTOSCALING}/${name}`)
+          .join(', ')})`,
+      );
   }
   const read = (name: string): [key: string, value: string] | undefined => {
-    const key = IMPLEMENTED_ANNOTATIONS[name]!.map((spelling) => `${AUTOSCALING}/${spelling}`).find((candidate) => annotations[candidate] !== undefined);
+    const key = IMPLEMENTED_ANNOTATIONS[name]!.map((spelling) => `${AUTOSCALING}/${spelling}`).find(
+      (candidate) => annotations[candidate] !== undefined,
+    );
     return key === undefined ? undefined : [key, annotations[key]!];
   };
   const klass = read('class');
-  if (klass && klass[1] !== KPA) throw new UnsupportedAnnotation(`annotation ${klass[0]} "${klass[1]}": the local plane scales as Knative's own autoscaler (${KPA}) does, nothing else`);
+  if (klass && klass[1] !== KPA)
+    throw new UnsupportedAnnotation(
+      `annotation ${klass[0]} "${klass[1]}": the local plane scales as Knative's own autoscaler (${KPA}) does, nothing else`,
+    );
   const metric = read('metric');
-  if (metric && metric[1] !== 'concurrency') throw new UnsupportedAnnotation(`annotation ${metric[0]} "${metric[1]}": the local plane scales on concurrency only`);
+  if (metric && metric[1] !== 'concurrency')
+    throw new UnsupportedAnnotation(`annotation ${metric[0]} "${metric[1]}": the local plane scales on concurrency only`);
   const number = (name: string, fallback: number) => {
     const found = read(name);
     const value = found === undefined ? fallback : Number(found[1]);
     if (!Number.isInteger(value) || value < 0) throw new Error(`annotation ${found?.[0]} "${found?.[1]}" is not a whole number ≥ 0`);
     return value;
   };
-  return { minScale: number('min-scale', 0), maxScale: number('max-scale', 0), target: number('target', 0), containerConcurrency: template(service).spec?.containerConcurrency ?? 0 };
+  return {
+    minScale: number('min-scale', 0),
+    maxScale: number('max-scale', 0),
+    target: number('target', 0),
+    containerConcurrency: template(service).spec?.containerConcurrency ?? 0,
+  };
 }
 
 /**
@@ -76,10 +106,15 @@ export function scalingFromService(service: KubeObject): Scaling {
  */
 export function configurationFromService(service: KubeObject): FunctionConfiguration {
   const timeoutSeconds = (template(service).spec as { timeoutSeconds?: unknown } | undefined)?.timeoutSeconds;
-  if (timeoutSeconds !== undefined && (typeof timeoutSeconds !== 'number' || !Number.isInteger(timeoutSeconds) || timeoutSeconds < 0)) throw new Error(`timeoutSeconds ${JSON.stringify(timeoutSeconds)} is not a whole number ≥ 0`);
+  if (timeoutSeconds !== undefined && (typeof timeoutSeconds !== 'number' || !Number.isInteger(timeoutSeconds) || timeoutSeconds < 0))
+    throw new Error(`timeoutSeconds ${JSON.stringify(timeoutSeconds)} is not a whole number ≥ 0`);
   const env = Object.fromEntries((template(service).spec?.containers?.[0]?.env ?? []).map(({ name, value }) => [name, value]));
   const deliveryBudgetSeconds = deliveryBudgetFromEnvironment(env);
-  return { scaling: scalingFromService(service), timeoutSeconds: timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS, ...(deliveryBudgetSeconds === undefined ? {} : { deliveryBudgetSeconds }) };
+  return {
+    scaling: scalingFromService(service),
+    timeoutSeconds: timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS,
+    ...(deliveryBudgetSeconds === undefined ? {} : { deliveryBudgetSeconds }),
+  };
 }
 
 /** A URL (with the function's capacity at full scale, which bounds its Trigger's deliveries), the dead-letter stand-in, or why neither. */
@@ -117,7 +152,10 @@ export class ServiceDirectory {
     const fn = functionOf(service);
     if (fn === undefined) {
       if (service.metadata.name === DEAD_LETTER_SERVICE) return { standIn: 'dead-letters' };
-      return { reason: 'NotRunLocally', message: 'the local plane runs only Services of this project\'s image (a container with env FUNCTION)' };
+      return {
+        reason: 'NotRunLocally',
+        message: "the local plane runs only Services of this project's image (a container with env FUNCTION)",
+      };
     }
     const url = this.#functions.urlFor(fn);
     if (!url) return { reason: 'UnknownFunction', message: `the local plane does not run function "${fn}"` };
@@ -135,13 +173,16 @@ export class ServiceDirectory {
    */
   #run(service: KubeObject): Verdict {
     const address = this.#address(service);
-    if ('standIn' in address) return { conditions: [ready('DeadLetterFile', 'locally the broker\'s dead-letter file stands in for this sink')] };
+    if ('standIn' in address)
+      return { conditions: [ready('DeadLetterFile', "locally the broker's dead-letter file stands in for this sink")] };
     if ('reason' in address) return { conditions: [notReady(address.reason, address.message)] };
     let configuration: FunctionConfiguration;
     try {
       configuration = configurationFromService(service);
     } catch (error) {
-      return { conditions: [notReady(error instanceof UnsupportedAnnotation ? error.reason : 'InvalidConfiguration', (error as Error).message)] };
+      return {
+        conditions: [notReady(error instanceof UnsupportedAnnotation ? error.reason : 'InvalidConfiguration', (error as Error).message)],
+      };
     }
     try {
       this.#functions.configure(functionOf(service)!, configuration);

@@ -19,7 +19,12 @@ export interface Verdict {
   fields?: Record<string, unknown>;
 }
 
-export const ready = (reason = 'Ready', message?: string): Condition => ({ type: 'Ready', status: 'True', reason, ...(message ? { message } : {}) });
+export const ready = (reason = 'Ready', message?: string): Condition => ({
+  type: 'Ready',
+  status: 'True',
+  reason,
+  ...(message ? { message } : {}),
+});
 export const notReady = (reason: string, message: string): Condition => ({ type: 'Ready', status: 'False', reason, message });
 
 /** Verdict fields of an object that is not Ready: the address it had is removed (merge patch null). */
@@ -27,10 +32,10 @@ export const cleared = (...fields: string[]): Record<string, null> => Object.fro
 
 /** The status to write: the verdict's conditions with transition times kept where the status did not flip. */
 export function nextStatus(object: KubeObject, verdict: Verdict, now: string): Record<string, unknown> {
-  const previous = ((object.status as { conditions?: Condition[] } | undefined)?.conditions ?? []);
+  const previous = (object.status as { conditions?: Condition[] } | undefined)?.conditions ?? [];
   const conditions = verdict.conditions.map((condition) => {
     const before = previous.find((c) => c.type === condition.type);
-    return { ...condition, lastTransitionTime: before && before.status === condition.status ? before.lastTransitionTime ?? now : now };
+    return { ...condition, lastTransitionTime: before && before.status === condition.status ? (before.lastTransitionTime ?? now) : now };
   });
   return { ...verdict.fields, observedGeneration: object.metadata.generation, conditions };
 }
@@ -63,7 +68,9 @@ export interface StatusWriter {
 }
 
 /** Status written to the objects in the API server (they live there: the local control plane). */
-export const apiServerStatus = (kube: KubeClient): StatusWriter => ({ write: (kind, object, verdict) => writeStatus(kube, kind, object, verdict) });
+export const apiServerStatus = (kube: KubeClient): StatusWriter => ({
+  write: (kind, object, verdict) => writeStatus(kube, kind, object, verdict),
+});
 
 /**
  * Status kept in memory, for objects that live only in the plane (run against a configured

@@ -31,20 +31,32 @@ export interface Resolvers {
 /** Where a Destination points locally: a URL, the broker's dead-letter file, or why neither. */
 export function resolveDestination(destination: Destination | undefined, namespace: string, services: Resolvers['services']): Address {
   if (!destination) return { reason: 'Missing', message: 'no destination given' };
-  if (destination.uri) return /^https?:\/\//i.test(destination.uri) ? { url: destination.uri } : { reason: 'UnsupportedURI', message: `${destination.uri}: locally only http(s) URLs can be reached` };
+  if (destination.uri)
+    return /^https?:\/\//i.test(destination.uri)
+      ? { url: destination.uri }
+      : { reason: 'UnsupportedURI', message: `${destination.uri}: locally only http(s) URLs can be reached` };
   const ref = destination.ref;
-  if (ref?.kind === 'Service' && ref.apiVersion?.startsWith('serving.knative.dev/') && ref.name) return services.address(ref.namespace ?? namespace, ref.name);
-  return { reason: 'UnsupportedReference', message: `${ref?.apiVersion ?? '?'} ${ref?.kind ?? '?'} ${ref?.name ?? ''}: locally only a Knative Service or a URL can be resolved` };
+  if (ref?.kind === 'Service' && ref.apiVersion?.startsWith('serving.knative.dev/') && ref.name)
+    return services.address(ref.namespace ?? namespace, ref.name);
+  return {
+    reason: 'UnsupportedReference',
+    message: `${ref?.apiVersion ?? '?'} ${ref?.kind ?? '?'} ${ref?.name ?? ''}: locally only a Knative Service or a URL can be resolved`,
+  };
 }
 
 /** The broker route for a Trigger object (named <namespace>/<name> unless `name` is given), or the conditions saying why there is none. */
-export function brokerTriggerFor(object: KubeObject, resolvers: Resolvers, name = keyString(keyOf(object))): { trigger?: Trigger; verdict: Verdict } {
+export function brokerTriggerFor(
+  object: KubeObject,
+  resolvers: Resolvers,
+  name = keyString(keyOf(object)),
+): { trigger?: Trigger; verdict: Verdict } {
   const spec = (object.spec ?? {}) as TriggerSpec;
   const namespace = object.metadata.namespace ?? '';
   const conditions: Condition[] = [];
   const failed = (type: string, reason: string, message: string) => conditions.push({ type, status: 'False', reason, message });
 
-  if (spec.broker && resolvers.brokers.has(namespace, spec.broker)) conditions.push({ type: 'BrokerReady', status: 'True', reason: 'BrokerReady' });
+  if (spec.broker && resolvers.brokers.has(namespace, spec.broker))
+    conditions.push({ type: 'BrokerReady', status: 'True', reason: 'BrokerReady' });
   else failed('BrokerReady', 'BrokerDoesNotExist', `Broker "${spec.broker ?? ''}" does not exist`);
 
   const subscriber = resolveDestination(spec.subscriber, namespace, resolvers.services);
@@ -58,12 +70,18 @@ export function brokerTriggerFor(object: KubeObject, resolvers: Resolvers, name 
     if ('reason' in sink) failed('DeadLetterSinkResolved', sink.reason, sink.message);
     else {
       deadLetterSink = 'url' in sink ? sink.url : undefined;
-      conditions.push({ type: 'DeadLetterSinkResolved', status: 'True', reason: 'DeadLetterSinkResolved', ...('standIn' in sink ? { message: 'the broker\'s dead-letter file' } : {}) });
+      conditions.push({
+        type: 'DeadLetterSinkResolved',
+        status: 'True',
+        reason: 'DeadLetterSinkResolved',
+        ...('standIn' in sink ? { message: "the broker's dead-letter file" } : {}),
+      });
     }
   }
 
   const failure = conditions.find((condition) => condition.status === 'False');
-  if (failure) return { verdict: { conditions: [...conditions, notReady(failure.reason!, failure.message!)], fields: cleared('subscriberUri') } };
+  if (failure)
+    return { verdict: { conditions: [...conditions, notReady(failure.reason!, failure.message!)], fields: cleared('subscriberUri') } };
   const { deadLetterSink: _, ...delivery } = spec.delivery ?? {};
   const trigger: Trigger = {
     name,
@@ -88,7 +106,12 @@ export class TriggerController {
   readonly #routeName: (object: KubeObject) => string;
 
   /** `routeName`: the broker route of a Trigger (default <namespace>/<name>; its stats are kept under it). */
-  constructor(status: StatusWriter, broker: Pick<Broker, 'addTrigger' | 'removeTrigger'>, resolvers: Resolvers, routeName = (object: KubeObject) => keyString(keyOf(object))) {
+  constructor(
+    status: StatusWriter,
+    broker: Pick<Broker, 'addTrigger' | 'removeTrigger'>,
+    resolvers: Resolvers,
+    routeName = (object: KubeObject) => keyString(keyOf(object)),
+  ) {
     this.#status = status;
     this.#routeName = routeName;
     this.#broker = broker;
@@ -105,7 +128,10 @@ export class TriggerController {
         this.#routes.set(key, JSON.stringify(trigger));
       } catch (error) {
         this.#unroute(key);
-        await this.#status.write(TriggerKind, object, { conditions: [notReady('Invalid', (error as Error).message)], fields: cleared('subscriberUri') });
+        await this.#status.write(TriggerKind, object, {
+          conditions: [notReady('Invalid', (error as Error).message)],
+          fields: cleared('subscriberUri'),
+        });
         return;
       }
     } else {

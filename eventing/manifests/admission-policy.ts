@@ -27,7 +27,9 @@ export function admissionObjects(declaration: FunctionDeclaration, options: Pick
       spec: {
         // A check that cannot be evaluated refuses: the checks guard rights, not convenience.
         failurePolicy: 'Fail',
-        matchConstraints: { resourceRules: [{ apiGroups: [group], apiVersions: ['*'], resources: [plural], operations: ['CREATE', 'UPDATE'] }] },
+        matchConstraints: {
+          resourceRules: [{ apiGroups: [group], apiVersions: ['*'], resources: [plural], operations: ['CREATE', 'UPDATE'] }],
+        },
         ...(admission.matchConditions ? { matchConditions: admission.matchConditions } : {}),
         ...(admission.variables ? { variables: admission.variables } : {}),
         validations: admission.validations,

@@ -14,7 +14,15 @@
 // is kept at one instance (min-scale 1) so its log is not lost with a pod scaled to zero. Secret
 // data never reaches it: Secrets are sent in Reference mode.
 import type { KubeObject } from '../../functions/runtime/index.ts';
-import { DEAD_LETTER_SERVICE, EVENTING_API, KAFKA_BROKER_CLASS, KNATIVE_SERVICE_API, labels, PART_OF, type ManifestOptions } from './options.ts';
+import {
+  DEAD_LETTER_SERVICE,
+  EVENTING_API,
+  KAFKA_BROKER_CLASS,
+  KNATIVE_SERVICE_API,
+  labels,
+  PART_OF,
+  type ManifestOptions,
+} from './options.ts';
 import { AUTOSCALING, VISIBILITY_LABEL } from './service.ts';
 import { deliveryFor } from './triggers.ts';
 
@@ -28,9 +36,16 @@ export function broker(options: ManifestOptions): KubeObject {
   return {
     apiVersion: EVENTING_API,
     kind: 'Broker',
-    metadata: { name: options.brokerName, namespace: options.namespace, labels: labels('broker'), annotations: { [BROKER_CLASS_ANNOTATION]: options.brokerClass } },
+    metadata: {
+      name: options.brokerName,
+      namespace: options.namespace,
+      labels: labels('broker'),
+      annotations: { [BROKER_CLASS_ANNOTATION]: options.brokerClass },
+    },
     spec: {
-      ...(options.brokerClass === KAFKA_BROKER_CLASS ? { config: { apiVersion: 'v1', kind: 'ConfigMap', name: 'kafka-broker-config', namespace: 'knative-eventing' } } : {}),
+      ...(options.brokerClass === KAFKA_BROKER_CLASS
+        ? { config: { apiVersion: 'v1', kind: 'ConfigMap', name: 'kafka-broker-config', namespace: 'knative-eventing' } }
+        : {}),
       delivery: deliveryFor(options),
     },
   };
@@ -46,12 +61,14 @@ export function deadLetterSink(options: ManifestOptions): KubeObject {
       template: {
         metadata: { labels: objectLabels, annotations: { [`${AUTOSCALING}/min-scale`]: '1', [`${AUTOSCALING}/max-scale`]: '1' } },
         spec: {
-          containers: [{
-            name: 'event-display',
-            image: options.deadLetterImage,
-            resources: { requests: { cpu: '10m', memory: '32Mi' }, limits: { memory: '64Mi' } },
-            securityContext: { runAsNonRoot: true, runAsUser: 65532, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } },
-          }],
+          containers: [
+            {
+              name: 'event-display',
+              image: options.deadLetterImage,
+              resources: { requests: { cpu: '10m', memory: '32Mi' }, limits: { memory: '64Mi' } },
+              securityContext: { runAsNonRoot: true, runAsUser: 65532, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } },
+            },
+          ],
         },
       },
     },

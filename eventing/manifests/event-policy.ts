@@ -24,18 +24,22 @@ import { EVENTING_API, labels, type ManifestOptions } from './options.ts';
 
 const EVENT_POLICY_API = 'eventing.knative.dev/v1alpha1';
 /** What a cluster needs before it takes EventPolicies. */
-export const EVENT_POLICY_FEATURE_NOTE = 'an EventPolicy takes effect, and Knative\'s webhook accepts one, only with the authentication-oidc feature enabled (kubectl -n knative-eventing patch configmap config-features --type merge -p \'{"data":{"authentication-oidc":"enabled"}}\'), which needs the API server\'s ServiceAccount issuer discovery reachable by Knative';
+export const EVENT_POLICY_FEATURE_NOTE =
+  'an EventPolicy takes effect, and Knative\'s webhook accepts one, only with the authentication-oidc feature enabled (kubectl -n knative-eventing patch configmap config-features --type merge -p \'{"data":{"authentication-oidc":"enabled"}}\'), which needs the API server\'s ServiceAccount issuer discovery reachable by Knative';
 
 /** The generated objects whose identity may send for the function: its sources and its Trigger. */
 const SENDER_KINDS = new Set(['ApiServerSource', 'PingSource', 'Trigger']);
 
 /** The OIDC subjects of the ApiServerSources a function derives at run time (the composite function's, per CompositeController): one glob (`*` only as a suffix). */
-const derivedSourcesSubject = (namespace: string, identityPrefix: string): string => `system:serviceaccount:${namespace}:${identityPrefix}*`;
+const derivedSourcesSubject = (namespace: string, identityPrefix: string): string =>
+  `system:serviceaccount:${namespace}:${identityPrefix}*`;
 
 /** The function's EventPolicy, from its generated objects (`objects`: what functionObjects gave). */
 export function eventPolicy(declaration: FunctionDeclaration, objects: KubeObject[], options: ManifestOptions): KubeObject {
   const senders = objects.filter((object) => SENDER_KINDS.has(object.kind ?? '') && object.metadata.namespace === options.namespace);
-  const from: Record<string, unknown>[] = senders.map((object) => ({ ref: { apiVersion: object.apiVersion, kind: object.kind, name: object.metadata.name } }));
+  const from: Record<string, unknown>[] = senders.map((object) => ({
+    ref: { apiVersion: object.apiVersion, kind: object.kind, name: object.metadata.name },
+  }));
   if (declaration.derivedSources) from.push({ sub: derivedSourcesSubject(options.namespace, declaration.derivedSources.identityPrefix) });
   return {
     apiVersion: EVENT_POLICY_API,
@@ -46,7 +50,11 @@ export function eventPolicy(declaration: FunctionDeclaration, objects: KubeObjec
 }
 
 /** Each function's file with its EventPolicy appended (files named `<function>.yaml`, as generateManifests names them). */
-export function withEventPolicies<F extends { name: string; objects: KubeObject[] }>(files: F[], declarations: FunctionDeclaration[], options: ManifestOptions): F[] {
+export function withEventPolicies<F extends { name: string; objects: KubeObject[] }>(
+  files: F[],
+  declarations: FunctionDeclaration[],
+  options: ManifestOptions,
+): F[] {
   return files.map((file) => {
     const declaration = declarations.find((candidate) => `${candidate.name}.yaml` === file.name);
     return declaration ? { ...file, objects: [...file.objects, eventPolicy(declaration, file.objects, options)] } : file;

@@ -38,7 +38,11 @@ function installedObjects(declaration: FunctionDeclaration, options: ManifestOpt
   const installed = withInstallRights(declaration, options, rights);
   const objects = functionObjects(installed.declaration, options);
   // The objects its rights need (the composite function's Role and binding), right after its own identity.
-  objects.splice(objects.findIndex((object) => object.kind === 'Service'), 0, ...installed.objects);
+  objects.splice(
+    objects.findIndex((object) => object.kind === 'Service'),
+    0,
+    ...installed.objects,
+  );
   return objects;
 }
 
@@ -61,7 +65,11 @@ export const installable = (declarations: FunctionDeclaration[], options: Manife
   declarations.filter((declaration) => options.scope === 'cluster' || !declaration.crossesNamespaces);
 
 /** The files of a deployment, in apply order. */
-export function generateManifests(declarations: FunctionDeclaration[], options: ManifestOptions = DEFAULT_OPTIONS, rights: InstallRights = NARROW_NOTHING_GIVEN): ManifestFile[] {
+export function generateManifests(
+  declarations: FunctionDeclaration[],
+  options: ManifestOptions = DEFAULT_OPTIONS,
+  rights: InstallRights = NARROW_NOTHING_GIVEN,
+): ManifestFile[] {
   const sorted = installable(declarations, options).sort((a, b) => a.name.localeCompare(b.name));
   return [
     // In 'namespace' scope the namespace is the user's: deleting the deployment must not delete it.
@@ -69,7 +77,10 @@ export function generateManifests(declarations: FunctionDeclaration[], options: 
     { name: 'crds.yaml', objects: crdsFor(sorted) },
     { name: 'broker.yaml', objects: [broker(options), deadLetterSink(options)] },
     // A function's admission policy lives in its file: it is installed and removed with it.
-    ...sorted.map((declaration) => ({ name: `${declaration.name}.yaml`, objects: [...installedObjects(declaration, options, rights), ...admissionObjects(declaration, options)] })),
+    ...sorted.map((declaration) => ({
+      name: `${declaration.name}.yaml`,
+      objects: [...installedObjects(declaration, options, rights), ...admissionObjects(declaration, options)],
+    })),
   ];
 }
 
@@ -80,7 +91,9 @@ export function toYaml(objects: KubeObject[]): string {
 }
 
 export function kustomization(files: ManifestFile[]): string {
-  return HEADER + stringify({ apiVersion: 'kustomize.config.k8s.io/v1beta1', kind: 'Kustomization', resources: files.map((file) => file.name) });
+  return (
+    HEADER + stringify({ apiVersion: 'kustomize.config.k8s.io/v1beta1', kind: 'Kustomization', resources: files.map((file) => file.name) })
+  );
 }
 
 /** Every file's text, kustomization.yaml included: what `opfn manifests --out <dir>` writes. */

@@ -41,7 +41,11 @@ export function readGivenFile(path: string, flag: string): GivenObjects {
 }
 
 /** The declaration with the rights the install grants it, and the further objects those need (placed after its identity). */
-export function withInstallRights(declaration: FunctionDeclaration, options: ManifestOptions, rights: InstallRights): { declaration: FunctionDeclaration; objects: KubeObject[] } {
+export function withInstallRights(
+  declaration: FunctionDeclaration,
+  options: ManifestOptions,
+  rights: InstallRights,
+): { declaration: FunctionDeclaration; objects: KubeObject[] } {
   if (!declaration.narrowRights || 'broad' in rights) return { declaration, objects: [] };
   const { namespace, brokerName, scope } = options;
   const narrowed = declaration.narrowRights({

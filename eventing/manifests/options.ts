@@ -1,7 +1,13 @@
 // What `opfn manifests` can be told, and the names and labels every generated object shares.
 // Names are derived here once, so a Trigger's subscriber, a source's ServiceAccount and the
 // checks in validate.ts all agree on them.
-import { type FunctionDeclaration, brokerRef as brokerRefNamed, INSTALL_DEFAULTS, KNATIVE_SERVICE_API, objectLabels } from '../../functions/runtime/index.ts';
+import {
+  type FunctionDeclaration,
+  brokerRef as brokerRefNamed,
+  INSTALL_DEFAULTS,
+  KNATIVE_SERVICE_API,
+  objectLabels,
+} from '../../functions/runtime/index.ts';
 import type { DeliverySpec } from '../delivery.ts';
 
 export { EVENTING_API, FUNCTION_LABEL, KNATIVE_SERVICE_API, PART_OF, RBAC_API, SOURCES_API } from '../../functions/runtime/index.ts';

@@ -25,7 +25,14 @@ export function pingSources(declaration: FunctionDeclaration, options: ManifestO
   return [resync, pingSource(pollSourceName(declaration), 'poll', POLL_SCHEDULE, POLL_DATA, declaration, options)];
 }
 
-function pingSource(name: string, component: string, schedule: string, data: object, declaration: FunctionDeclaration, options: ManifestOptions): KubeObject {
+function pingSource(
+  name: string,
+  component: string,
+  schedule: string,
+  data: object,
+  declaration: FunctionDeclaration,
+  options: ManifestOptions,
+): KubeObject {
   return {
     apiVersion: SOURCES_API,
     kind: 'PingSource',

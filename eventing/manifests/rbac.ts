@@ -6,7 +6,15 @@
 // The objects of one identity (ServiceAccount, Role/ClusterRole, bindings, and how 'cluster' and
 // 'namespace' scope place the rules) are built by `identity` in functions/runtime/knative-objects.ts,
 // which the composite function shares for the identities it manages per CompositeController.
-import { type FunctionDeclaration, type PolicyRule, type KubeObject, clusterScopedOf, identity, mergeRules, rulesFor } from '../../functions/runtime/index.ts';
+import {
+  type FunctionDeclaration,
+  type PolicyRule,
+  type KubeObject,
+  clusterScopedOf,
+  identity,
+  mergeRules,
+  rulesFor,
+} from '../../functions/runtime/index.ts';
 import type { SourceSpec } from '../source/index.ts';
 import { labels, type ManifestOptions } from './options.ts';
 
@@ -22,7 +30,9 @@ export const functionRules = (declaration: FunctionDeclaration): PolicyRule[] =>
  * of the function): each source has its own ServiceAccount.
  */
 export function sourceRules(source: SourceSpec): PolicyRule[] {
-  return mergeRules(source.resources.map(({ kind }) => ({ apiGroups: [kind.group], resources: [kind.plural], verbs: ['get', 'list', 'watch'] })));
+  return mergeRules(
+    source.resources.map(({ kind }) => ({ apiGroups: [kind.group], resources: [kind.plural], verbs: ['get', 'list', 'watch'] })),
+  );
 }
 
 /** `group/plural` of every cluster-scoped resource the declaration knows of. */
@@ -32,7 +42,13 @@ export function clusterScopedResources(declaration: FunctionDeclaration): Set<st
 
 /** The function's own identity: what its Knative Service runs as. */
 export function functionIdentity(declaration: FunctionDeclaration, options: ManifestOptions): KubeObject[] {
-  return identity(serviceAccountName(declaration), functionRules(declaration), clusterScopedResources(declaration), options, labels('function', declaration));
+  return identity(
+    serviceAccountName(declaration),
+    functionRules(declaration),
+    clusterScopedResources(declaration),
+    options,
+    labels('function', declaration),
+  );
 }
 
 /**
@@ -40,5 +56,11 @@ export function functionIdentity(declaration: FunctionDeclaration, options: Mani
  * run it).
  */
 export function rbacObjects(declaration: FunctionDeclaration, namespace: string): KubeObject[] {
-  return identity(serviceAccountName(declaration), functionRules(declaration), clusterScopedResources(declaration), { scope: 'cluster', namespace }, labels('function', declaration));
+  return identity(
+    serviceAccountName(declaration),
+    functionRules(declaration),
+    clusterScopedResources(declaration),
+    { scope: 'cluster', namespace },
+    labels('function', declaration),
+  );
 }

@@ -42,18 +42,33 @@ export const configSecretName = (declaration: FunctionDeclaration): string => `o
 export function environment(declaration: FunctionDeclaration, options: ManifestOptions): Record<string, unknown>[] {
   const install = installConfigValues(options);
   const required = declaration.config.filter((parameter) => !parameter.secret && parameter.default === undefined);
-  if (required.length) throw new Error(`function ${declaration.name}: config ${required.map((p) => p.name).join(', ')} has no default; give it one (or make it secret) so the generated Service can set it`);
+  if (required.length)
+    throw new Error(
+      `function ${declaration.name}: config ${required.map((p) => p.name).join(', ')} has no default; give it one (or make it secret) so the generated Service can set it`,
+    );
   // An install limited to one namespace tells every function so (installNamespaceFrom): its Role
   // grants only there, and the runtime lists there.
   const declared = new Set(declaration.config.map((parameter) => parameter.name));
-  const scope = options.scope === 'namespace' ? [INSTALL_CONFIG.scope, INSTALL_CONFIG.namespace].filter((name) => !declared.has(name)).map((name) => ({ name, value: install[name] })) : [];
+  const scope =
+    options.scope === 'namespace'
+      ? [INSTALL_CONFIG.scope, INSTALL_CONFIG.namespace]
+          .filter((name) => !declared.has(name))
+          .map((name) => ({ name, value: install[name] }))
+      : [];
   return [
     { name: 'FUNCTION', value: declaration.name },
     { name: DELIVERY_BUDGET_ENV, value: String(deliveryBudgetFor(REVISION_TIMEOUT_SECONDS)) },
     ...scope,
-    ...declaration.config.map((parameter) => (parameter.secret
-      ? { name: parameter.name, valueFrom: { secretKeyRef: { name: configSecretName(declaration), key: parameter.name, optional: parameter.default !== undefined } } }
-      : { name: parameter.name, value: install[parameter.name] ?? parameter.default })),
+    ...declaration.config.map((parameter) =>
+      parameter.secret
+        ? {
+            name: parameter.name,
+            valueFrom: {
+              secretKeyRef: { name: configSecretName(declaration), key: parameter.name, optional: parameter.default !== undefined },
+            },
+          }
+        : { name: parameter.name, value: install[parameter.name] ?? parameter.default },
+    ),
   ];
 }
 
@@ -82,24 +97,26 @@ export function knativeService(declaration: FunctionDeclaration, options: Manife
           serviceAccountName: serviceAccountName(declaration),
           containerConcurrency: declaration.scaling.containerConcurrency,
           timeoutSeconds: REVISION_TIMEOUT_SECONDS,
-          containers: [{
-            name: 'function',
-            image: options.image,
-            env: environment(declaration, options),
-            ports: [{ name: 'http1', containerPort: CONTAINER_PORT }],
-            readinessProbe: { httpGet: { path: READINESS_PATH }, periodSeconds: 1 },
-            livenessProbe: { httpGet: { path: LIVENESS_PATH }, periodSeconds: 10, failureThreshold: 3 },
-            // A reconcile mostly waits on the API server: little CPU, no CPU limit (throttling
-            // would only slow cold starts); memory bounded (idle RSS is about 60 MiB).
-            resources: { requests: { cpu: '50m', memory: '96Mi' }, limits: { memory: '256Mi' } },
-            securityContext: {
-              runAsNonRoot: true,
-              runAsUser: IMAGE_UID,
-              runAsGroup: IMAGE_UID,
-              readOnlyRootFilesystem: true,
-              capabilities: { drop: ['ALL'] },
+          containers: [
+            {
+              name: 'function',
+              image: options.image,
+              env: environment(declaration, options),
+              ports: [{ name: 'http1', containerPort: CONTAINER_PORT }],
+              readinessProbe: { httpGet: { path: READINESS_PATH }, periodSeconds: 1 },
+              livenessProbe: { httpGet: { path: LIVENESS_PATH }, periodSeconds: 10, failureThreshold: 3 },
+              // A reconcile mostly waits on the API server: little CPU, no CPU limit (throttling
+              // would only slow cold starts); memory bounded (idle RSS is about 60 MiB).
+              resources: { requests: { cpu: '50m', memory: '96Mi' }, limits: { memory: '256Mi' } },
+              securityContext: {
+                runAsNonRoot: true,
+                runAsUser: IMAGE_UID,
+                runAsGroup: IMAGE_UID,
+                readOnlyRootFilesystem: true,
+                capabilities: { drop: ['ALL'] },
+              },
             },
-          }],
+          ],
         },
       },
     },

@@ -31,7 +31,8 @@ const DNS_1035_LABEL = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
 
 type Ref = { ref?: { apiVersion?: string; kind?: string; name?: string; namespace?: string }; uri?: string };
 const spec = (object: KubeObject) => (object.spec ?? {}) as Record<string, any>;
-const id = (object: KubeObject) => `${object.kind} ${object.metadata.namespace ? `${object.metadata.namespace}/` : ''}${object.metadata.name}`;
+const id = (object: KubeObject) =>
+  `${object.kind} ${object.metadata.namespace ? `${object.metadata.namespace}/` : ''}${object.metadata.name}`;
 
 /**
  * Problems in a set of generated objects (empty when sound). `external` names Knative Services
@@ -40,23 +41,32 @@ const id = (object: KubeObject) => `${object.kind} ${object.metadata.namespace ?
 export function validateManifests(objects: KubeObject[], external: Set<string> = new Set()): string[] {
   const problems: string[] = [];
   const named = (kind: string, namespace: string | undefined, name: string | undefined) =>
-    objects.some((object) => object.kind === kind && object.metadata.name === name && (object.metadata.namespace ?? '') === (namespace ?? ''));
+    objects.some(
+      (object) => object.kind === kind && object.metadata.name === name && (object.metadata.namespace ?? '') === (namespace ?? ''),
+    );
   const checkRef = (owner: KubeObject, what: string, target: Ref | undefined, kind: 'Service' | 'Broker') => {
     if (!target) return problems.push(`${id(owner)}: ${what} is missing`);
     if (target.uri !== undefined) {
-      if (kind === 'Broker' || !/^[a-z][a-z0-9+.-]*:\/\/./i.test(target.uri)) problems.push(`${id(owner)}: ${what} uri "${target.uri}" is not ${kind === 'Broker' ? 'allowed (the sink is the Broker)' : 'an absolute URL'}`);
+      if (kind === 'Broker' || !/^[a-z][a-z0-9+.-]*:\/\/./i.test(target.uri))
+        problems.push(
+          `${id(owner)}: ${what} uri "${target.uri}" is not ${kind === 'Broker' ? 'allowed (the sink is the Broker)' : 'an absolute URL'}`,
+        );
       return;
     }
     const ref = target.ref;
     const namespace = ref?.namespace ?? owner.metadata.namespace;
     if (ref?.kind !== kind) return problems.push(`${id(owner)}: ${what} refers to a ${ref?.kind ?? 'nothing'}, not a ${kind}`);
-    if (!named(kind, namespace, ref.name) && !(kind === 'Service' && external.has(ref.name!))) problems.push(`${id(owner)}: ${what} ${kind} ${namespace}/${ref.name} is not generated`);
+    if (!named(kind, namespace, ref.name) && !(kind === 'Service' && external.has(ref.name!)))
+      problems.push(`${id(owner)}: ${what} ${kind} ${namespace}/${ref.name} is not generated`);
   };
   const checkServiceAccount = (owner: KubeObject, name: string | undefined, namespace = owner.metadata.namespace) => {
-    if (name && !named('ServiceAccount', namespace, name)) problems.push(`${id(owner)}: ServiceAccount ${namespace}/${name} is not generated`);
+    if (name && !named('ServiceAccount', namespace, name))
+      problems.push(`${id(owner)}: ServiceAccount ${namespace}/${name} is not generated`);
   };
   const checkAttributes = (owner: KubeObject, what: string, names: string[]) => {
-    for (const name of names) if (!ATTRIBUTE_NAME.test(name)) problems.push(`${id(owner)}: ${what} "${name}" is not a CloudEvent attribute name ([a-z0-9], 1-20 characters)`);
+    for (const name of names)
+      if (!ATTRIBUTE_NAME.test(name))
+        problems.push(`${id(owner)}: ${what} "${name}" is not a CloudEvent attribute name ([a-z0-9], 1-20 characters)`);
   };
   /** The delivery's timeout in seconds (undefined when unset), after checking its fields as Knative's webhook does. */
   const checkDelivery = (owner: KubeObject): number | undefined => {
@@ -70,8 +80,16 @@ export function validateManifests(objects: KubeObject[], external: Set<string> =
     }
   };
   const budgetOf = (namespace: string | undefined, name: string | undefined): number | undefined => {
-    const service = objects.find((object) => object.kind === 'Service' && object.apiVersion === 'serving.knative.dev/v1' && object.metadata.name === name && object.metadata.namespace === namespace);
-    const value = (spec(service ?? { metadata: {} }).template?.spec?.containers?.[0]?.env as { name: string; value?: string }[] | undefined)?.find((e) => e.name === DELIVERY_BUDGET_ENV)?.value;
+    const service = objects.find(
+      (object) =>
+        object.kind === 'Service' &&
+        object.apiVersion === 'serving.knative.dev/v1' &&
+        object.metadata.name === name &&
+        object.metadata.namespace === namespace,
+    );
+    const value = (
+      spec(service ?? { metadata: {} }).template?.spec?.containers?.[0]?.env as { name: string; value?: string }[] | undefined
+    )?.find((e) => e.name === DELIVERY_BUDGET_ENV)?.value;
     return value === undefined ? undefined : Number(value);
   };
 
@@ -81,12 +99,21 @@ export function validateManifests(objects: KubeObject[], external: Set<string> =
       case 'Service': {
         if (object.apiVersion !== 'serving.knative.dev/v1') break;
         const onService = Object.keys(metadata.annotations ?? {}).filter((key) => key.startsWith(`${AUTOSCALING}/`));
-        if (onService.length) problems.push(`${id(object)}: autoscaling annotations on the Service's metadata (${onService.join(', ')}) belong on spec.template.metadata.annotations`);
+        if (onService.length)
+          problems.push(
+            `${id(object)}: autoscaling annotations on the Service's metadata (${onService.join(', ')}) belong on spec.template.metadata.annotations`,
+          );
         const revision = `${metadata.name}-00001`;
-        if (revision.length > 63 || !DNS_1035_LABEL.test(revision)) problems.push(`${id(object)}: its revision name ${revision} is not a DNS-1035 label of at most 63 characters`);
+        if (revision.length > 63 || !DNS_1035_LABEL.test(revision))
+          problems.push(`${id(object)}: its revision name ${revision} is not a DNS-1035 label of at most 63 characters`);
         checkServiceAccount(object, spec(object).template?.spec?.serviceAccountName);
-        const budget = (spec(object).template?.spec?.containers?.[0]?.env as { name: string; value?: string }[] | undefined)?.find((e) => e.name === DELIVERY_BUDGET_ENV)?.value;
-        const budgetProblem = budget === undefined ? undefined : deliveryBudgetProblem(Number(budget), spec(object).template?.spec?.timeoutSeconds ?? REVISION_TIMEOUT_SECONDS);
+        const budget = (spec(object).template?.spec?.containers?.[0]?.env as { name: string; value?: string }[] | undefined)?.find(
+          (e) => e.name === DELIVERY_BUDGET_ENV,
+        )?.value;
+        const budgetProblem =
+          budget === undefined
+            ? undefined
+            : deliveryBudgetProblem(Number(budget), spec(object).template?.spec?.timeoutSeconds ?? REVISION_TIMEOUT_SECONDS);
         if (budgetProblem) problems.push(`${id(object)}: ${budgetProblem}`);
         break;
       }
@@ -99,9 +126,13 @@ export function validateManifests(objects: KubeObject[], external: Set<string> =
         const timeout = checkDelivery(object);
         const subscriber = spec(object).subscriber?.ref as Ref['ref'];
         const budget = subscriber?.kind === 'Service' ? budgetOf(subscriber.namespace ?? metadata.namespace, subscriber.name) : undefined;
-        if (timeout !== undefined && budget !== undefined && timeout < budget) problems.push(`${id(object)}: delivery.timeout (${timeout} s) is shorter than its function's delivery budget (${DELIVERY_BUDGET_ENV} ${budget} s): attempts the function is still answering would be sent again`);
+        if (timeout !== undefined && budget !== undefined && timeout < budget)
+          problems.push(
+            `${id(object)}: delivery.timeout (${timeout} s) is shorter than its function's delivery budget (${DELIVERY_BUDGET_ENV} ${budget} s): attempts the function is still answering would be sent again`,
+          );
         if (spec(object).delivery?.deadLetterSink) checkRef(object, 'deadLetterSink', spec(object).delivery.deadLetterSink, 'Service');
-        if (!named('Broker', metadata.namespace, spec(object).broker)) problems.push(`${id(object)}: Broker ${spec(object).broker} is not generated`);
+        if (!named('Broker', metadata.namespace, spec(object).broker))
+          problems.push(`${id(object)}: Broker ${spec(object).broker} is not generated`);
         break;
       }
       case 'Broker':
@@ -120,7 +151,8 @@ export function validateManifests(objects: KubeObject[], external: Set<string> =
       case 'RoleBinding':
       case 'ClusterRoleBinding': {
         const roleRef = object.roleRef as { kind: string; name: string };
-        if (!named(roleRef.kind, roleRef.kind === 'Role' ? metadata.namespace : undefined, roleRef.name)) problems.push(`${id(object)}: ${roleRef.kind} ${roleRef.name} is not generated`);
+        if (!named(roleRef.kind, roleRef.kind === 'Role' ? metadata.namespace : undefined, roleRef.name))
+          problems.push(`${id(object)}: ${roleRef.kind} ${roleRef.name} is not generated`);
         for (const subject of (object.subjects ?? []) as { kind: string; name: string; namespace?: string }[]) {
           if (subject.kind === 'ServiceAccount') checkServiceAccount(object, subject.name, subject.namespace);
         }

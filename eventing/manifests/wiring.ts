@@ -7,7 +7,17 @@
 // selectors; Secrets always in Reference mode, in a source of their own, because Secret contents
 // must never travel through the event plane. Every event is tagged with the function's name
 // (ceOverrides), which its Trigger filters on.
-import { unwantedChanges, type FunctionDeclaration, apiServerEventType, FUNCTION_EXTENSION, apiVersionOf, type ResourceKind, guessedResource, sourceKindName, watchableBySource } from '../../functions/runtime/index.ts';
+import {
+  unwantedChanges,
+  type FunctionDeclaration,
+  apiServerEventType,
+  FUNCTION_EXTENSION,
+  apiVersionOf,
+  type ResourceKind,
+  guessedResource,
+  sourceKindName,
+  watchableBySource,
+} from '../../functions/runtime/index.ts';
 import type { SubscriptionsApiFilter } from '../filters.ts';
 import type { SourceSpec } from '../source/index.ts';
 
@@ -22,7 +32,16 @@ export { FUNCTION_EXTENSION };
 export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
   const extensions = { [FUNCTION_EXTENSION]: declaration.name };
   const primary = declaration.reconciles;
-  const sources: SourceSpec[] = watchableBySource(primary) ? [{ name: `${declaration.name}-objects`, mode: isSecret(primary) ? 'Reference' : 'Resource', resources: [{ kind: primary }], extensions }] : [];
+  const sources: SourceSpec[] = watchableBySource(primary)
+    ? [
+        {
+          name: `${declaration.name}-objects`,
+          mode: isSecret(primary) ? 'Reference' : 'Resource',
+          resources: [{ kind: primary }],
+          extensions,
+        },
+      ]
+    : [];
   const related = [
     ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel })),
     ...declaration.watches.map((watched) => ({ kind: watched.kind, labelSelector: watched.labelSelector })),
@@ -60,11 +79,17 @@ export function triggerFor(declaration: FunctionDeclaration): { name: string; fi
   return { name: declaration.name, filters: [exact(FUNCTION_EXTENSION, declaration.name), ...unwanted] };
 }
 
-const declaredKinds = (declaration: FunctionDeclaration): ResourceKind[] => [declaration.reconciles, ...declaration.owns.map((owned) => owned.kind), ...declaration.watches.map((watched) => watched.kind)];
+const declaredKinds = (declaration: FunctionDeclaration): ResourceKind[] => [
+  declaration.reconciles,
+  ...declaration.owns.map((owned) => owned.kind),
+  ...declaration.watches.map((watched) => watched.kind),
+];
 
 /** The function's kinds that no ApiServerSource can watch, each with the resource Knative would look for. */
 export function unwatchedKinds(declaration: FunctionDeclaration): { kind: ResourceKind; guessed: string }[] {
-  return declaredKinds(declaration).filter((kind) => !watchableBySource(kind)).map((kind) => ({ kind, guessed: guessedResource(kind.kind) }));
+  return declaredKinds(declaration)
+    .filter((kind) => !watchableBySource(kind))
+    .map((kind) => ({ kind, guessed: guessedResource(kind.kind) }));
 }
 
 /** The function's kinds its ApiServerSources name by another kind name, so that Knative finds their resource (sourceKindName). */

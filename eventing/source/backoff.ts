@@ -54,4 +54,3 @@ export function describe(error: unknown): string {
   }
   return text.replace(/\s+/g, ' ').trim();
 }
-

@@ -27,7 +27,13 @@ export class Delivery {
   #pending = 0;
   #waiters: (() => void)[] = [];
 
-  constructor(sink: (event: CloudEventV1<unknown>) => Promise<void>, log: Logger, signal: AbortSignal, maxPending: number, counters: Counters) {
+  constructor(
+    sink: (event: CloudEventV1<unknown>) => Promise<void>,
+    log: Logger,
+    signal: AbortSignal,
+    maxPending: number,
+    counters: Counters,
+  ) {
     this.#counters = counters;
     this.#sink = sink;
     this.#log = log;
@@ -81,11 +87,13 @@ export class Delivery {
         const reason = describe(error);
         this.#counters.lastError = `sink: ${reason}`;
         const retryInMs = jitter(delay);
-        this.#log.warn({ id: event.id, type: event.type, subject: event.subject, attempt, reason, retryInMs }, `sink did not accept ${event.type} for ${event.subject} (${reason}); retrying in ${retryInMs} ms`);
+        this.#log.warn(
+          { id: event.id, type: event.type, subject: event.subject, attempt, reason, retryInMs },
+          `sink did not accept ${event.type} for ${event.subject} (${reason}); retrying in ${retryInMs} ms`,
+        );
         await sleep(retryInMs, this.#signal);
         delay = Math.min(delay * 2, BACKOFF_MAX_MS);
       }
     }
   }
 }
-

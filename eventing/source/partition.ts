@@ -44,7 +44,7 @@ export function partitionKey(rule: PartitionRule | undefined, object: KubeObject
   const labels = object.metadata.labels ?? {};
   const name = labels[rule.labels.name];
   if (!name) return undefined;
-  const ownerNamespace = rule.owner.namespaced ? (rule.labels.namespace ? labels[rule.labels.namespace] ?? '' : namespace) : '';
+  const ownerNamespace = rule.owner.namespaced ? (rule.labels.namespace ? (labels[rule.labels.namespace] ?? '') : namespace) : '';
   return `${ownerNamespace}/${name}`;
 }
 

@@ -2,7 +2,18 @@
 // from the list's resourceVersion; resume a dropped watch from the last version seen; re-list
 // only on 410 Gone) with a store that turns each change into an ApiServerSource event.
 import type { Logger } from 'pino';
-import { keyOf, keyString, type KubeObject, type ResourceKind, ApiError, NOT_SERVED, LIST_PAGE_SIZE, type KubeClient, type WatchEvent, controllerOf } from '../../functions/runtime/index.ts';
+import {
+  keyOf,
+  keyString,
+  type KubeObject,
+  type ResourceKind,
+  ApiError,
+  NOT_SERVED,
+  LIST_PAGE_SIZE,
+  type KubeClient,
+  type WatchEvent,
+  controllerOf,
+} from '../../functions/runtime/index.ts';
 import { apiServerSourceAttributes, type ChangeAction } from '../apiserver-events.ts';
 import { abortable, BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, describe, jitter, sleep } from './backoff.ts';
 import type { Counters, Delivery } from './delivery.ts';
@@ -14,7 +25,13 @@ const SHORT_WATCH_MS = 1000;
 export { LIST_PAGE_SIZE };
 
 /** Every object of the kind, page by page (limit/continue); the resourceVersion of the snapshot. */
-async function listAll(kube: KubeClient, kind: ResourceKind, scope: { namespace?: string; labelSelector?: string }, pageSize: number, signal: AbortSignal): Promise<{ items: KubeObject[]; resourceVersion?: string }> {
+async function listAll(
+  kube: KubeClient,
+  kind: ResourceKind,
+  scope: { namespace?: string; labelSelector?: string },
+  pageSize: number,
+  signal: AbortSignal,
+): Promise<{ items: KubeObject[]; resourceVersion?: string }> {
   const items: KubeObject[] = [];
   let resourceVersion: string | undefined;
   const pages = kube.pages(kind, { ...scope, limit: pageSize });
@@ -32,7 +49,9 @@ async function listAll(kube: KubeClient, kind: ResourceKind, scope: { namespace?
  */
 function controlledBy(object: KubeObject, owner: { apiVersion?: string; kind?: string }): boolean {
   const controller = controllerOf(object);
-  return !!controller && (!owner.apiVersion || owner.apiVersion === controller.apiVersion) && (!owner.kind || owner.kind === controller.kind);
+  return (
+    !!controller && (!owner.apiVersion || owner.apiVersion === controller.apiVersion) && (!owner.kind || owner.kind === controller.kind)
+  );
 }
 
 /** What the loop last knew of an object; `object` is the whole object in Resource mode, only its name otherwise. */
@@ -69,7 +88,11 @@ export class ResourceLoop {
     this.#spec = spec;
     this.#resource = resource;
     this.#ctx = ctx;
-    this.#log = ctx.log.child({ source: spec.name, resource: resource.kind.plural, ...(resource.labelSelector ? { labelSelector: resource.labelSelector } : {}) });
+    this.#log = ctx.log.child({
+      source: spec.name,
+      resource: resource.kind.plural,
+      ...(resource.labelSelector ? { labelSelector: resource.labelSelector } : {}),
+    });
   }
 
   /** Settles once the initial list was emitted (accepted by the sink), or with the reason it cannot be. */
@@ -100,19 +123,31 @@ export class ResourceLoop {
           needsList = false;
           if (!this.#listed) {
             this.#listed = true;
-            this.#log.info({ objects: list.items.length, resourceVersion: this.#resourceVersion }, `listed ${list.items.length} ${kind.plural}; watching`);
+            this.#log.info(
+              { objects: list.items.length, resourceVersion: this.#resourceVersion },
+              `listed ${list.items.length} ${kind.plural}; watching`,
+            );
             void Promise.all(deliveries).then((accepted) => {
               if (accepted.every(Boolean)) this.#ready.resolve();
               else this.#ready.reject(new Error(`source ${this.#label} stopped before its initial events were accepted`));
             });
           } else {
-            this.#log.info({ objects: list.items.length, resourceVersion: this.#resourceVersion }, `re-listed ${kind.plural}; watching again`);
+            this.#log.info(
+              { objects: list.items.length, resourceVersion: this.#resourceVersion },
+              `re-listed ${kind.plural}; watching again`,
+            );
           }
         }
         if (watches++ > 0) counters.watchRestarts++;
         const started = performance.now();
         let events = 0;
-        for await (const event of kube.watch(kind, { namespace, resourceVersion: this.#resourceVersion, labelSelector, timeoutSeconds: this.#ctx.watchTimeoutSeconds, signal })) {
+        for await (const event of kube.watch(kind, {
+          namespace,
+          resourceVersion: this.#resourceVersion,
+          labelSelector,
+          timeoutSeconds: this.#ctx.watchTimeoutSeconds,
+          signal,
+        })) {
           events++;
           delay = BACKOFF_INITIAL_MS;
           await this.#applyWatchEvent(event);
@@ -130,7 +165,11 @@ export class ResourceLoop {
           // Forbidden, not served (CRD missing), Invalid (bad selector): a user has to act. Once
           // listed, a kind that is not served is the API server restarting: retry until it is.
           const hint = error.code === 403 ? ' (does the identity in the kubeconfig have list/watch on it?)' : '';
-          this.#ready.reject(new Error(`source ${this.#spec.name}: listing ${kind.plural}${labelSelector ? ` with labelSelector "${labelSelector}"` : ''} failed: ${reason}${hint}`));
+          this.#ready.reject(
+            new Error(
+              `source ${this.#spec.name}: listing ${kind.plural}${labelSelector ? ` with labelSelector "${labelSelector}"` : ''} failed: ${reason}${hint}`,
+            ),
+          );
           return;
         }
         // client-go's reflector: only "410 Gone" (the version is no longer served) needs a new
@@ -140,7 +179,10 @@ export class ResourceLoop {
         const retryInMs = gone ? 0 : jitter(delay);
         const what = !this.#listed ? 'initial list' : needsList ? 'list' : 'watch';
         const next = needsList ? 're-listing' : `resuming the watch from resourceVersion ${this.#resourceVersion}`;
-        this.#log.warn({ reason, retryInMs, resourceVersion: this.#resourceVersion }, `${what} of ${kind.plural} failed (${reason}); ${next} in ${retryInMs} ms`);
+        this.#log.warn(
+          { reason, retryInMs, resourceVersion: this.#resourceVersion },
+          `${what} of ${kind.plural} failed (${reason}); ${next} in ${retryInMs} ms`,
+        );
         await sleep(retryInMs, signal);
         if (!gone) delay = Math.min(delay * 2, BACKOFF_MAX_MS);
       }
@@ -181,8 +223,18 @@ export class ResourceLoop {
     if (this.#spec.owner && !controlledBy(object, this.#spec.owner)) return Promise.resolve(true);
     const partition = partitionKey(this.#resource.partition, object);
     const extensions = partition === undefined ? this.#spec.extensions : { ...this.#spec.extensions, [PARTITION_KEY_EXTENSION]: partition };
-    const event = apiServerSourceAttributes({ server: this.#ctx.server, kind: this.#resource.kind, object, action, mode: this.#spec.mode, extensions });
-    return this.#ctx.delivery.enqueue(`${this.#spec.name}\u0000${this.#resource.kind.group}/${this.#resource.kind.plural}\u0000${key}`, event);
+    const event = apiServerSourceAttributes({
+      server: this.#ctx.server,
+      kind: this.#resource.kind,
+      object,
+      action,
+      mode: this.#spec.mode,
+      extensions,
+    });
+    return this.#ctx.delivery.enqueue(
+      `${this.#spec.name}\u0000${this.#resource.kind.group}/${this.#resource.kind.plural}\u0000${key}`,
+      event,
+    );
   }
 
   /** Compares a fresh list with what was known and emits the difference; returns the deliveries. */
@@ -229,4 +281,3 @@ export class ResourceLoop {
     await this.#ctx.delivery.room();
   }
 }
-

@@ -21,11 +21,18 @@ export class ApiServerSource {
 
   constructor(options: SourceOptions) {
     for (const spec of options.sources) {
-      if (spec.mode !== 'Reference' && spec.mode !== 'Resource') throw new Error(`source ${spec.name}: mode must be "Reference" or "Resource", not "${String(spec.mode)}"`);
+      if (spec.mode !== 'Reference' && spec.mode !== 'Resource')
+        throw new Error(`source ${spec.name}: mode must be "Reference" or "Resource", not "${String(spec.mode)}"`);
       if (spec.resources.length === 0) throw new Error(`source ${spec.name}: no resources to watch`);
     }
     this.#options = options;
-    this.#delivery = new Delivery(options.sink, options.log, this.#abort.signal, Math.max(1, options.maxPendingEvents ?? DEFAULT_MAX_PENDING), this.#counters);
+    this.#delivery = new Delivery(
+      options.sink,
+      options.log,
+      this.#abort.signal,
+      Math.max(1, options.maxPendingEvents ?? DEFAULT_MAX_PENDING),
+      this.#counters,
+    );
   }
 
   /**
@@ -55,7 +62,10 @@ export class ApiServerSource {
         this.#running.push(
           loop.run().catch((error: unknown) => {
             // Not expected: run() handles its own failures. Say so loudly rather than stop silently.
-            log.error({ source: spec.name, resource: resource.kind.plural, reason: describe(error) }, `watch loop of ${resource.kind.plural} crashed: ${describe(error)}`);
+            log.error(
+              { source: spec.name, resource: resource.kind.plural, reason: describe(error) },
+              `watch loop of ${resource.kind.plural} crashed: ${describe(error)}`,
+            );
           }),
         );
       }

@@ -29,18 +29,21 @@ export interface ImmortalContainerHookRequest {
 
 const FINISHED_PHASES = new Set(['Succeeded', 'Failed']);
 
-export const isFinished = (pod: KubeObject): boolean => FINISHED_PHASES.has(((pod as { status?: { phase?: string } }).status?.phase) ?? '');
+export const isFinished = (pod: KubeObject): boolean => FINISHED_PHASES.has((pod as { status?: { phase?: string } }).status?.phase ?? '');
 
 export function sync(request: ImmortalContainerHookRequest): Pick<CompositeHookResponse, 'status' | 'children'> {
   const parent = request.parent;
   const name = parent?.metadata?.name;
   const image = parent?.spec?.image;
   if (typeof name !== 'string' || name === '') throw new HookRequestError('parent.metadata.name is missing');
-  if (typeof image !== 'string' || image === '') throw new HookRequestError(`ImmortalContainer ${name}: spec.image must be a non-empty string`);
+  if (typeof image !== 'string' || image === '')
+    throw new HookRequestError(`ImmortalContainer ${name}: spec.image must be a non-empty string`);
 
   const podName = `${name}${POD_SUFFIX}`;
   // v1 keys pods by name, v2 by namespace/name: look at the objects, not the keys.
-  const pods = Object.values(request.children?.[POD_GROUP] ?? {}).sort((a, b) => (a.metadata.name ?? '').localeCompare(b.metadata.name ?? ''));
+  const pods = Object.values(request.children?.[POD_GROUP] ?? {}).sort((a, b) =>
+    (a.metadata.name ?? '').localeCompare(b.metadata.name ?? ''),
+  );
   const current = pods.find((pod) => pod.metadata.name === podName) ?? pods[0];
   const finished = current !== undefined && current.metadata.name === podName && isFinished(current);
 

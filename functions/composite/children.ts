@@ -9,7 +9,18 @@
 // propagation on deletes; AlreadyExists on create and NotFound/Conflict on update are fine: the
 // next sync sees the truth).
 import { planClaim, type ClaimAction, type ChildOperation, type Selector } from './metacontroller/index.ts';
-import { apiVersionOf, keyOf, sameKind, type KubeObject, type ResourceKind, isConflict, isNotFound, type KubeClient, applyChild, type ApplyOptions } from '../runtime/index.ts';
+import {
+  apiVersionOf,
+  keyOf,
+  sameKind,
+  type KubeObject,
+  type ResourceKind,
+  isConflict,
+  isNotFound,
+  type KubeClient,
+  applyChild,
+  type ApplyOptions,
+} from '../runtime/index.ts';
 
 export interface ParentRef {
   parent: KubeObject;
@@ -52,7 +63,8 @@ export function sharedLists(kube: KubeClient): CandidateLists {
 export function selectedLists(kube: KubeClient, selector: Selector): CandidateLists {
   return async (kind, namespace) => {
     const items: KubeObject[] = [];
-    for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined, cached: true })) items.push(...page.items.map((item) => typed(kind, item)));
+    for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined, cached: true }))
+      items.push(...page.items.map((item) => typed(kind, item)));
     return items;
   };
 }
@@ -62,12 +74,25 @@ export function selectedLists(kube: KubeClient, selector: Selector): CandidateLi
  * adopted now. Children that stopped matching are released. Candidates are the child kind's
  * objects in the parent's namespace, or in all namespaces for a cluster-scoped parent.
  */
-export async function claimChildren(kube: KubeClient, { parent, kind }: ParentRef, childKinds: ResourceKind[], selector: Selector, listed: CandidateLists): Promise<KubeObject[]> {
+export async function claimChildren(
+  kube: KubeClient,
+  { parent, kind }: ParentRef,
+  childKinds: ResourceKind[],
+  selector: Selector,
+  listed: CandidateLists,
+): Promise<KubeObject[]> {
   const observed: KubeObject[] = [];
   let parentRechecked: boolean | undefined;
   for (const childKind of childKinds) {
     const candidates = await listed(childKind, kind.namespaced ? parent.metadata.namespace : undefined);
-    const plan = planClaim({ parent, parentApiVersion: apiVersionOf(kind), parentKind: kind.kind, parentNamespaced: kind.namespaced, selector, candidates });
+    const plan = planClaim({
+      parent,
+      parentApiVersion: apiVersionOf(kind),
+      parentKind: kind.kind,
+      parentNamespaced: kind.namespaced,
+      selector,
+      candidates,
+    });
     observed.push(...plan.claimed);
     for (const release of plan.release) await writeOwners(kube, childKind, release);
     if (plan.adopt.length > 0) {
@@ -106,12 +131,21 @@ export interface ChildWrites {
 }
 
 /** Carries out every operation, deletes first, and collects the failures instead of stopping. */
-export async function applyChildOperations(kube: KubeClient, childKinds: ResourceKind[], operations: ChildOperation[]): Promise<ChildWrites> {
+export async function applyChildOperations(
+  kube: KubeClient,
+  childKinds: ResourceKind[],
+  operations: ChildOperation[],
+): Promise<ChildWrites> {
   const result: ChildWrites = { deleted: 0, errors: [] };
   const kindOf = (object: KubeObject) => childKinds.find((kind) => sameKind(kind, object.apiVersion, object.kind));
   const ordered = [...operations].sort((a, b) => Number(!isDelete(a)) - Number(!isDelete(b)));
   for (const operation of ordered) {
-    const object = operation.action === 'create' || operation.action === 'update' ? operation.object : operation.action === 'error' ? operation.child : operation.observed;
+    const object =
+      operation.action === 'create' || operation.action === 'update'
+        ? operation.object
+        : operation.action === 'error'
+          ? operation.child
+          : operation.observed;
     const kind = kindOf(object);
     const what = `${object.kind} ${keyOf(object).namespace ? `${keyOf(object).namespace}/` : ''}${object.metadata.name}`;
     try {
@@ -123,7 +157,10 @@ export async function applyChildOperations(kube: KubeClient, childKinds: Resourc
           break;
         case 'delete':
         case 'recreate':
-          if (await kube.delete(kind!, keyOf(operation.observed), { uid: operation.observed.metadata.uid, propagationPolicy: 'Background' })) result.deleted++;
+          if (
+            await kube.delete(kind!, keyOf(operation.observed), { uid: operation.observed.metadata.uid, propagationPolicy: 'Background' })
+          )
+            result.deleted++;
           break;
         case 'create':
           await applyChild(kube, kind!, operation.object, planned);

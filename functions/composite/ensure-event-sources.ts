@@ -5,7 +5,16 @@
 // others) are left alone; what we set (labels, our controller reference, spec, rules, roleRef,
 // subjects) is restored when it drifted. It reads first (the API server's watch cache), so a
 // controller whose objects are in place costs reads only, never a write.
-import { ApiError, isAlreadyExists, isConflict, type KubeClient, TransientError, keyOf, type KubeObject, controllerOf } from '../runtime/index.ts';
+import {
+  ApiError,
+  isAlreadyExists,
+  isConflict,
+  type KubeClient,
+  TransientError,
+  keyOf,
+  type KubeObject,
+  controllerOf,
+} from '../runtime/index.ts';
 import { eventingObjectsFor, managedKindOf, managedObjectKeys, type ControllerKinds, type EventingOptions } from './event-sources.ts';
 
 /** The top-level fields we own besides metadata. */
@@ -18,10 +27,15 @@ const OWNED_FIELDS = ['spec', 'rules', 'roleRef', 'subjects'] as const;
  */
 export function deepDerivative(desired: unknown, actual: unknown): boolean {
   if (desired === undefined) return true;
-  if (Array.isArray(desired)) return Array.isArray(actual) && actual.length === desired.length && desired.every((item, index) => deepDerivative(item, actual[index]));
+  if (Array.isArray(desired))
+    return Array.isArray(actual) && actual.length === desired.length && desired.every((item, index) => deepDerivative(item, actual[index]));
   if (desired !== null && typeof desired === 'object') {
     const entries = Object.entries(desired);
-    if (entries.length === 0) return actual === undefined || (actual !== null && typeof actual === 'object' && !Array.isArray(actual) && Object.keys(actual).length === 0);
+    if (entries.length === 0)
+      return (
+        actual === undefined ||
+        (actual !== null && typeof actual === 'object' && !Array.isArray(actual) && Object.keys(actual).length === 0)
+      );
     if (actual === null || typeof actual !== 'object' || Array.isArray(actual)) return false;
     return entries.every(([field, value]) => deepDerivative(value, (actual as Record<string, unknown>)[field]));
   }
@@ -31,9 +45,11 @@ export function deepDerivative(desired: unknown, actual: unknown): boolean {
 /** Whether `actual` holds what we set on `desired` (labels, our controller reference, owned fields). */
 export function inPlace(desired: KubeObject, actual: KubeObject): boolean {
   const ours = desired.metadata.ownerReferences![0]!;
-  return controllerOf(actual)?.uid === ours.uid
-    && deepDerivative(desired.metadata.labels, actual.metadata.labels ?? {})
-    && OWNED_FIELDS.every((field) => deepDerivative(desired[field], actual[field]));
+  return (
+    controllerOf(actual)?.uid === ours.uid &&
+    deepDerivative(desired.metadata.labels, actual.metadata.labels ?? {}) &&
+    OWNED_FIELDS.every((field) => deepDerivative(desired[field], actual[field]))
+  );
 }
 
 /** `actual` with what we own taken from `desired`; whatever else is on it stays. */
@@ -63,22 +79,32 @@ export interface EventingResult {
  * when they are its own. Writes nothing when everything is in place. A write that races another
  * replica's (409 Conflict) is a TransientError: the next attempt reads again.
  */
-export async function ensureEventing(controller: KubeObject, kinds: ControllerKinds, ctx: { kube: KubeClient }, options: EventingOptions): Promise<EventingResult[]> {
+export async function ensureEventing(
+  controller: KubeObject,
+  kinds: ControllerKinds,
+  ctx: { kube: KubeClient },
+  options: EventingOptions,
+): Promise<EventingResult[]> {
   const { kube } = ctx;
   const desired = eventingObjectsFor(controller, kinds, options);
   const results: EventingResult[] = [];
   try {
-    for (const object of desired) results.push({ kind: object.kind!, name: object.metadata.name!, operation: await ensureObject(kube, object) });
+    for (const object of desired)
+      results.push({ kind: object.kind!, name: object.metadata.name!, operation: await ensureObject(kube, object) });
     const wanted = new Set(desired.map((object) => `${object.kind}/${object.metadata.name}`));
     const uid = controller.metadata.uid;
     for (const candidate of managedObjectKeys(controller.metadata.name!, options)) {
       if (wanted.has(`${candidate.kind.kind}/${candidate.name}`)) continue;
       const existing = await readUnlessForbidden(kube.get(candidate.kind, candidate, { cached: true }));
       if (!existing || controllerOf(existing)?.uid !== uid) continue;
-      if (await kube.delete(candidate.kind, candidate, { uid: existing.metadata.uid })) results.push({ kind: candidate.kind.kind, name: candidate.name, operation: 'deleted' });
+      if (await kube.delete(candidate.kind, candidate, { uid: existing.metadata.uid }))
+        results.push({ kind: candidate.kind.kind, name: candidate.name, operation: 'deleted' });
     }
   } catch (error) {
-    if (isConflict(error) || isAlreadyExists(error)) throw new TransientError(`event sources of CompositeController ${controller.metadata.name}: ${(error as Error).message}`, { cause: error });
+    if (isConflict(error) || isAlreadyExists(error))
+      throw new TransientError(`event sources of CompositeController ${controller.metadata.name}: ${(error as Error).message}`, {
+        cause: error,
+      });
     throw error;
   }
   return results;

@@ -27,7 +27,27 @@
 //
 // How they are kept in place on the cluster: ensure-event-sources.ts.
 import { createHash } from 'node:crypto';
-import { FUNCTION_EXTENSION, apiVersionOf, isValidNamespace, type KubeObject, type OwnerReference, type ResourceKind, apiServerSourceObject, clusterRoleName, clusterScopedOf, identity, INSTALL_CONFIG, objectLabels, RBAC_API, SOURCES_API, sourceResource, type Placement, watchableBySource, ownerLabelValue, mergeRules } from '../runtime/index.ts';
+import {
+  FUNCTION_EXTENSION,
+  apiVersionOf,
+  isValidNamespace,
+  type KubeObject,
+  type OwnerReference,
+  type ResourceKind,
+  apiServerSourceObject,
+  clusterRoleName,
+  clusterScopedOf,
+  identity,
+  INSTALL_CONFIG,
+  objectLabels,
+  RBAC_API,
+  SOURCES_API,
+  sourceResource,
+  type Placement,
+  watchableBySource,
+  ownerLabelValue,
+  mergeRules,
+} from '../runtime/index.ts';
 import { CompositeControllerKind } from './kinds.ts';
 export const COMPOSITE_FUNCTION = 'composite';
 /** Label naming the CompositeController an object serves (the name, or its hash form past 63 characters). */
@@ -85,8 +105,10 @@ const IDENTITY_NAME_MAX = 253 - 64;
 
 /** How the name of every object made per CompositeController begins. */
 export const MANAGED_NAME_PREFIX = 'opfn-cc-';
-export const identityName = (controllerName: string): string => boundedName(MANAGED_NAME_PREFIX, controllerName, '', IDENTITY_NAME_MAX, false);
-export const sourceName = (controllerName: string, role: 'parents' | 'children'): string => boundedName(MANAGED_NAME_PREFIX, controllerName, `-${role}`, SOURCE_NAME_MAX, true);
+export const identityName = (controllerName: string): string =>
+  boundedName(MANAGED_NAME_PREFIX, controllerName, '', IDENTITY_NAME_MAX, false);
+export const sourceName = (controllerName: string, role: 'parents' | 'children'): string =>
+  boundedName(MANAGED_NAME_PREFIX, controllerName, `-${role}`, SOURCE_NAME_MAX, true);
 
 const isSecret = (kind: ResourceKind) => kind.group === '' && kind.kind === 'Secret';
 const sameKind = (a: ResourceKind, b: ResourceKind) => a.group === b.group && a.version === b.version && a.kind === b.kind;
@@ -107,14 +129,18 @@ export function eventingObjectsFor(controller: KubeObject, kinds: ControllerKind
   const rules = mergeRules(all.map((kind) => ({ apiGroups: [kind.group], resources: [kind.plural], verbs: ['get', 'list', 'watch'] })));
   const account = identityName(owner.name);
   const extensions = { [FUNCTION_EXTENSION]: COMPOSITE_FUNCTION, [CONTROLLER_EXTENSION]: ownerLabelValue(owner.name) };
-  const source = (role: 'parents' | 'children', sent: ResourceKind[]) => apiServerSourceObject({
-    name: sourceName(owner.name, role),
-    labels,
-    mode: sent.some(isSecret) ? 'Reference' : 'Resource',
-    resources: sent.map(sourceResource),
-    serviceAccountName: account,
-    extensions,
-  }, options);
+  const source = (role: 'parents' | 'children', sent: ResourceKind[]) =>
+    apiServerSourceObject(
+      {
+        name: sourceName(owner.name, role),
+        labels,
+        mode: sent.some(isSecret) ? 'Reference' : 'Resource',
+        resources: sent.map(sourceResource),
+        serviceAccountName: account,
+        extensions,
+      },
+      options,
+    );
   // A kind no ApiServerSource can watch would keep its source from ever becoming Ready: left
   // out (the function reports it; its parents are synced by the resync).
   const watchedChildren = children.filter(watchableBySource);
@@ -126,7 +152,13 @@ export function eventingObjectsFor(controller: KubeObject, kinds: ControllerKind
   return objects.map((object) => ({ ...object, metadata: { ...object.metadata, ownerReferences: [owner] } }));
 }
 
-const kind = (group: string, name: string, plural: string, namespaced: boolean): ResourceKind => ({ group, version: 'v1', kind: name, plural, namespaced });
+const kind = (group: string, name: string, plural: string, namespaced: boolean): ResourceKind => ({
+  group,
+  version: 'v1',
+  kind: name,
+  plural,
+  namespaced,
+});
 const RBAC_GROUP = RBAC_API.split('/')[0]!;
 const ServiceAccountKind = kind('', 'ServiceAccount', 'serviceaccounts', true);
 const ClusterRoleKind = kind(RBAC_GROUP, 'ClusterRole', 'clusterroles', false);
@@ -146,7 +178,10 @@ export const managedKindOf = (object: KubeObject): ResourceKind => {
  * Every object a controller may have under these options, whether or not it needs it now: what
  * ensureEventing may read, write and delete for it (`opfn manifests --composite` grants exactly these names).
  */
-export function managedObjectKeys(controllerName: string, options: EventingOptions): { kind: ResourceKind; namespace: string; name: string }[] {
+export function managedObjectKeys(
+  controllerName: string,
+  options: EventingOptions,
+): { kind: ResourceKind; namespace: string; name: string }[] {
   const account = identityName(controllerName);
   const clusterName = clusterRoleName(account, options);
   const { namespace } = options;
@@ -154,7 +189,12 @@ export function managedObjectKeys(controllerName: string, options: EventingOptio
     { kind: ServiceAccountKind, namespace, name: account },
     { kind: ClusterRoleKind, namespace: '', name: clusterName },
     { kind: ClusterRoleBindingKind, namespace: '', name: clusterName },
-    ...(options.scope === 'namespace' ? [{ kind: RoleKind, namespace, name: account }, { kind: RoleBindingKind, namespace, name: account }] : []),
+    ...(options.scope === 'namespace'
+      ? [
+          { kind: RoleKind, namespace, name: account },
+          { kind: RoleBindingKind, namespace, name: account },
+        ]
+      : []),
     { kind: ApiServerSourceKind, namespace, name: sourceName(controllerName, 'parents') },
     { kind: ApiServerSourceKind, namespace, name: sourceName(controllerName, 'children') },
   ];

@@ -7,7 +7,14 @@
 //
 // Upstream: metacontroller pkg/hooks/webhook.go (Call); the call itself is
 // metacontroller/hook-client.ts.
-import { callCompositeHook, webhookTarget, type HookResult, isStrict, type CompositeHookResponse, type Hook } from './metacontroller/index.ts';
+import {
+  callCompositeHook,
+  webhookTarget,
+  type HookResult,
+  isStrict,
+  type CompositeHookResponse,
+  type Hook,
+} from './metacontroller/index.ts';
 
 export interface UrlRewrite {
   from: string;
@@ -17,11 +24,15 @@ export interface UrlRewrite {
 /** "from=to,from2=to2" → rewrites, or the reason the text is not that. */
 export function parseHookUrls(text: string): UrlRewrite[] | string {
   const rewrites: UrlRewrite[] = [];
-  for (const entry of text.split(',').map((part) => part.trim()).filter(Boolean)) {
+  for (const entry of text
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)) {
     const equals = entry.indexOf('=');
     const from = entry.slice(0, equals);
     const to = entry.slice(equals + 1);
-    if (equals <= 0 || !URL.canParse(from) || !URL.canParse(to)) return `COMPOSITE_HOOK_URLS entry "${entry}" is not <URL prefix>=<URL prefix>`;
+    if (equals <= 0 || !URL.canParse(from) || !URL.canParse(to))
+      return `COMPOSITE_HOOK_URLS entry "${entry}" is not <URL prefix>=<URL prefix>`;
     rewrites.push({ from, to });
   }
   return rewrites;
@@ -34,7 +45,12 @@ export function rewriteUrl(url: string, rewrites: UrlRewrite[]): string {
 }
 
 /** One sync or finalize hook call, the webhook's URL (or service + path) rewritten. */
-export async function callHook(hook: Hook, hookType: 'sync' | 'finalize', request: unknown, rewrites: UrlRewrite[]): Promise<HookResult<CompositeHookResponse>> {
+export async function callHook(
+  hook: Hook,
+  hookType: 'sync' | 'finalize',
+  request: unknown,
+  rewrites: UrlRewrite[],
+): Promise<HookResult<CompositeHookResponse>> {
   const target = webhookTarget(hook.webhook);
   if (!target.ok) return target;
   const version = hook.version ?? 'v1';

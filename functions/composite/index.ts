@@ -14,7 +14,8 @@ import { compositeRuntimeKinds } from './routing.ts';
 
 export default defineFunction({
   name: 'composite',
-  description: 'Serves Metacontroller CompositeControllers: syncs each parent through its sync hook, applies the children and status it answers.',
+  description:
+    'Serves Metacontroller CompositeControllers: syncs each parent through its sync hook, applies the children and status it answers.',
   reconciles: CompositeControllerKind,
   // Metacontroller's own rights: the parent and child kinds are only known when a
   // CompositeController appears, so the function may manage any kind (as Metacontroller's chart
@@ -23,19 +24,30 @@ export default defineFunction({
   config: [
     {
       name: 'COMPOSITE_HOOK_URLS',
-      description: 'Hook URL prefixes rewritten before a call, "<prefix>=<replacement>,…" (e.g. a cluster Service name to a loopback port on a local plane); empty on a cluster',
+      description:
+        'Hook URL prefixes rewritten before a call, "<prefix>=<replacement>,…" (e.g. a cluster Service name to a loopback port on a local plane); empty on a cluster',
       default: '',
     },
     {
       name: EVENT_SOURCES_CONFIG,
-      description: '"managed": this function writes the ApiServerSources (and their identities) of each CompositeController, as on Knative; "plane": the local event plane runs them itself (objects held in memory, against a configured cluster)',
+      description:
+        '"managed": this function writes the ApiServerSources (and their identities) of each CompositeController, as on Knative; "plane": the local event plane runs them itself (objects held in memory, against a configured cluster)',
       default: 'managed',
     },
     // Where the event sources of each CompositeController go (event-sources.ts); `opfn manifests`
     // sets the install's values.
-    { name: INSTALL_CONFIG.namespace, description: 'Namespace of the ApiServerSources and ServiceAccounts made per CompositeController (the install\'s namespace)', default: INSTALL_DEFAULTS.namespace },
+    {
+      name: INSTALL_CONFIG.namespace,
+      description: "Namespace of the ApiServerSources and ServiceAccounts made per CompositeController (the install's namespace)",
+      default: INSTALL_DEFAULTS.namespace,
+    },
     { name: INSTALL_CONFIG.brokerName, description: 'Broker those ApiServerSources send to', default: INSTALL_DEFAULTS.brokerName },
-    { name: INSTALL_CONFIG.scope, description: '"cluster" (ClusterRoles, sources watching every namespace) or "namespace" (Roles, sources watching their own namespace)', default: INSTALL_DEFAULTS.scope },
+    {
+      name: INSTALL_CONFIG.scope,
+      description:
+        '"cluster" (ClusterRoles, sources watching every namespace) or "namespace" (Roles, sources watching their own namespace)',
+      default: INSTALL_DEFAULTS.scope,
+    },
   ],
   runtimeKinds: compositeRuntimeKinds,
   derivedSources: planeEventSources,

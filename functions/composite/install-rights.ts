@@ -32,7 +32,17 @@
 // reach every namespace). The per-controller roles only grant get, list, watch on kinds the
 // function itself holds, so neither `escalate` nor `bind` is needed. A controller not in the file
 // is refused by the API server (403), which is the promise of the narrow mode.
-import { type PolicyRule, parseApiVersion, type KubeObject, clusterScopedOf, RBAC_API, mergeRules, type InstallContext, type InstallPlacement, type NarrowedRights } from '../runtime/index.ts';
+import {
+  type PolicyRule,
+  parseApiVersion,
+  type KubeObject,
+  clusterScopedOf,
+  RBAC_API,
+  mergeRules,
+  type InstallContext,
+  type InstallPlacement,
+  type NarrowedRights,
+} from '../runtime/index.ts';
 import { managedObjectKeys } from './event-sources.ts';
 import { checkController, policyRulesFor, type CompositeController, type ResolvedResource } from './metacontroller/index.ts';
 
@@ -48,7 +58,11 @@ export interface KnownController {
   related: ResolvedResource[];
 }
 
-interface CrdSpec { group: string; scope: string; names: { plural: string; kind: string } }
+interface CrdSpec {
+  group: string;
+  scope: string;
+  names: { plural: string; kind: string };
+}
 
 /** Every CompositeController among `objects` (other kinds ignored), checked, with its kinds resolved from `crds`, the file's own CRDs and the built-ins; `source` names the file in errors. */
 export function compositeControllersIn(objects: KubeObject[], source: string, crds: KubeObject[]): KnownController[] {
@@ -57,10 +71,17 @@ export function compositeControllersIn(objects: KubeObject[], source: string, cr
   const resolve = (apiVersion: string, resource: string): ResolvedResource => {
     const { group } = parseApiVersion(apiVersion);
     const crd = known.find((spec) => spec.group === group && spec.names?.plural === resource);
-    return { apiVersion, resource, kind: crd?.names.kind ?? '', namespaced: crd ? crd.scope !== 'Cluster' : !builtInClusterScoped.has(`${group}/${resource}`) };
+    return {
+      apiVersion,
+      resource,
+      kind: crd?.names.kind ?? '',
+      namespaced: crd ? crd.scope !== 'Cluster' : !builtInClusterScoped.has(`${group}/${resource}`),
+    };
   };
   const controllers: KnownController[] = [];
-  for (const object of objects.filter((o) => o.kind === 'CompositeController' && String(o.apiVersion).startsWith('metacontroller.k8s.io/'))) {
+  for (const object of objects.filter(
+    (o) => o.kind === 'CompositeController' && String(o.apiVersion).startsWith('metacontroller.k8s.io/'),
+  )) {
     const checked = checkController(object);
     if (!checked.ok) throw new Error(`${source}: ${checked.reason}`);
     const cc: CompositeController = checked.value;
@@ -81,15 +102,25 @@ export function compositeControllersIn(objects: KubeObject[], source: string, cr
 function relatedOf(cc: CompositeController, source: string): [apiVersion: string, resource: string][] {
   const value = cc.metadata.annotations?.[RELATED_ANNOTATION];
   if (!value) return [];
-  return value.split(',').map((entry) => entry.trim()).filter(Boolean).map((entry) => {
-    const slash = entry.lastIndexOf('/');
-    if (slash <= 0 || slash === entry.length - 1 || entry.split('/').length > 3) throw new Error(`${source}: CompositeController ${cc.metadata.name}: ${RELATED_ANNOTATION} entry "${entry}" is not <apiVersion>/<resource> (e.g. v1/configmaps, apps/v1/deployments)`);
-    return [entry.slice(0, slash), entry.slice(slash + 1)];
-  });
+  return value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter(Boolean)
+    .map((entry) => {
+      const slash = entry.lastIndexOf('/');
+      if (slash <= 0 || slash === entry.length - 1 || entry.split('/').length > 3)
+        throw new Error(
+          `${source}: CompositeController ${cc.metadata.name}: ${RELATED_ANNOTATION} entry "${entry}" is not <apiVersion>/<resource> (e.g. v1/configmaps, apps/v1/deployments)`,
+        );
+      return [entry.slice(0, slash), entry.slice(slash + 1)];
+    });
 }
 
 /** The rules of the narrow mode: the function's own (its ClusterRole or Role) and those of the install namespace's Role (in 'cluster' scope). */
-export function compositeRules(controllers: KnownController[], placement: InstallPlacement): { functionRules: PolicyRule[]; namespaceRules: PolicyRule[] } {
+export function compositeRules(
+  controllers: KnownController[],
+  placement: InstallPlacement,
+): { functionRules: PolicyRule[]; namespaceRules: PolicyRule[] } {
   const functionRules: PolicyRule[] = [];
   const namespaceRules: PolicyRule[] = [];
   const names = new Map<string, { group: string; plural: string; namespaced: boolean; names: Set<string> }>();
@@ -100,7 +131,12 @@ export function compositeRules(controllers: KnownController[], placement: Instal
       // A namespaced install makes ClusterRoles only for cluster-scoped kinds (identity()).
       if (!key.kind.namespaced && placement.scope === 'namespace' && !clusterScopedKind) continue;
       const id = `${key.kind.group}/${key.kind.plural}`;
-      const entry = names.get(id) ?? { group: key.kind.group, plural: key.kind.plural, namespaced: key.kind.namespaced, names: new Set<string>() };
+      const entry = names.get(id) ?? {
+        group: key.kind.group,
+        plural: key.kind.plural,
+        namespaced: key.kind.namespaced,
+        names: new Set<string>(),
+      };
       entry.names.add(key.name);
       names.set(id, entry);
     }
@@ -125,9 +161,22 @@ export function narrowCompositeRights(install: InstallContext): NarrowedRights {
   const { placement, given } = install;
   const controllers = given ? compositeControllersIn(given.objects, given.source, install.crds) : [];
   const { functionRules, namespaceRules } = compositeRules(controllers, placement);
-  const objects: KubeObject[] = namespaceRules.length ? [
-    { apiVersion: RBAC_API, kind: 'Role', metadata: { name: EVENTING_ROLE, namespace: placement.namespace, labels: install.labels }, rules: namespaceRules },
-    { apiVersion: RBAC_API, kind: 'RoleBinding', metadata: { name: EVENTING_ROLE, namespace: placement.namespace, labels: install.labels }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: EVENTING_ROLE }, subjects: [{ kind: 'ServiceAccount', name: install.serviceAccountName, namespace: placement.namespace }] },
-  ] : [];
+  const objects: KubeObject[] = namespaceRules.length
+    ? [
+        {
+          apiVersion: RBAC_API,
+          kind: 'Role',
+          metadata: { name: EVENTING_ROLE, namespace: placement.namespace, labels: install.labels },
+          rules: namespaceRules,
+        },
+        {
+          apiVersion: RBAC_API,
+          kind: 'RoleBinding',
+          metadata: { name: EVENTING_ROLE, namespace: placement.namespace, labels: install.labels },
+          roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: EVENTING_ROLE },
+          subjects: [{ kind: 'ServiceAccount', name: install.serviceAccountName, namespace: placement.namespace }],
+        },
+      ]
+    : [];
   return { rbac: functionRules, objects };
 }

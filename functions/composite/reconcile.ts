@@ -20,7 +20,24 @@
 // item, so failures are independent; Start: resyncPeriodSeconds; a hook's resyncAfterSeconds
 // requeues that parent).
 import { resyncPeriodMs } from './metacontroller/index.ts';
-import { type ReconcileContext, type ReconcileResult, agreedRetryAfter, TerminalError, TransientError, MAX_KEYS_PER_EVENT, apiVersionOf, groupKind, keyOf, kindKey, type KindKey, type KubeObject, ApiError, guessedResource, watchableBySource, forEachLimited } from '../runtime/index.ts';
+import {
+  type ReconcileContext,
+  type ReconcileResult,
+  agreedRetryAfter,
+  TerminalError,
+  TransientError,
+  MAX_KEYS_PER_EVENT,
+  apiVersionOf,
+  groupKind,
+  keyOf,
+  kindKey,
+  type KindKey,
+  type KubeObject,
+  ApiError,
+  guessedResource,
+  watchableBySource,
+  forEachLimited,
+} from '../runtime/index.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './served-controllers.ts';
 import { ensureEventing } from './ensure-event-sources.ts';
@@ -57,8 +74,15 @@ async function reconcileController(key: KindKey, ctx: ReconcileContext): Promise
     return await syncController(key, ctx);
   } catch (error) {
     if (!(error instanceof ApiError) || error.code !== 403) throw error;
-    if (!isRbacDenial(error)) throw new TerminalError(`serving CompositeController ${key.name} was refused: ${error.message}. This is not the function's role (an admission policy or a quota refused it), so regenerating the install does not help; the resync tries again`, { reason: REFUSED_REASON, cause: error });
-    throw new TerminalError(`the composite function may not serve CompositeController ${key.name}: ${error.message}. Its install grants exactly the rights of the controllers it was generated with: regenerate it with this controller in \`opfn manifests --composite <file>\`, or choose \`--composite-broad\``, { reason: NOT_PERMITTED_REASON, cause: error });
+    if (!isRbacDenial(error))
+      throw new TerminalError(
+        `serving CompositeController ${key.name} was refused: ${error.message}. This is not the function's role (an admission policy or a quota refused it), so regenerating the install does not help; the resync tries again`,
+        { reason: REFUSED_REASON, cause: error },
+      );
+    throw new TerminalError(
+      `the composite function may not serve CompositeController ${key.name}: ${error.message}. Its install grants exactly the rights of the controllers it was generated with: regenerate it with this controller in \`opfn manifests --composite <file>\`, or choose \`--composite-broad\``,
+      { reason: NOT_PERMITTED_REASON, cause: error },
+    );
   }
 }
 
@@ -74,14 +98,25 @@ async function syncController(key: KindKey, ctx: ReconcileContext): Promise<Reco
     if (typeof options === 'string') throw new TerminalError(options, { reason: 'InvalidConfig' });
     const results = await ensureEventing(object, { parent: composite.parentKind, children: composite.childKinds }, ctx, options);
     for (const kind of [composite.parentKind, ...composite.childKinds].filter((kind) => !watchableBySource(kind))) {
-      ctx.events.warning(object, CompositeControllerKind, 'KindNotWatchable', `${kind.kind} is served as "${kind.plural}", and no kind name makes an ApiServerSource watch that (it guesses "${guessedResource(kind.kind)}" from ${kind.kind}): its changes reach this controller only through its resync`);
+      ctx.events.warning(
+        object,
+        CompositeControllerKind,
+        'KindNotWatchable',
+        `${kind.kind} is served as "${kind.plural}", and no kind name makes an ApiServerSource watch that (it guesses "${guessedResource(kind.kind)}" from ${kind.kind}): its changes reach this controller only through its resync`,
+      );
     }
     const changed = results.filter((result) => result.operation !== 'unchanged');
-    if (changed.length) ctx.log.info({ controller: key.name, changed: changed.map((result) => `${result.operation} ${result.kind} ${result.name}`) }, 'event sources of the CompositeController brought in line');
+    if (changed.length)
+      ctx.log.info(
+        { controller: key.name, changed: changed.map((result) => `${result.operation} ${result.kind} ${result.name}`) },
+        'event sources of the CompositeController brought in line',
+      );
   }
   const sweep = new Sweep(ctx, sharedLists(ctx.kube), ctx.deadline);
   // An install limited to one namespace may only list there.
-  for await (const page of ctx.kube.pages(composite.parentKind, { namespace: composite.parentKind.namespaced ? ctx.installNamespace : undefined })) {
+  for await (const page of ctx.kube.pages(composite.parentKind, {
+    namespace: composite.parentKind.namespaced ? ctx.installNamespace : undefined,
+  })) {
     await forEachLimited(page.items, PARENT_CONCURRENCY, (parent) => sweep.sync(composite, parent));
   }
   const period = resyncPeriodMs(composite.controller);
@@ -146,7 +181,10 @@ class Sweep {
   result(periodSeconds: number, answering: 'sweep' | 'parent'): ReconcileResult | undefined {
     const result = this.#requeuesAndFailures(periodSeconds, answering);
     if (this.#deferred.length === 0) return result;
-    this.#ctx.log.info({ synced: this.#started, deferred: this.#deferred.length }, 'sweep stopped at the delivery deadline; the parents left are synced one by one');
+    this.#ctx.log.info(
+      { synced: this.#started, deferred: this.#deferred.length },
+      'sweep stopped at the delivery deadline; the parents left are synced one by one',
+    );
     return { ...result, deferredKeys: this.#deferred };
   }
 
@@ -182,12 +220,18 @@ class Sweep {
     if (apart && this.#resyncs.length > 0) requeues.requeueKeys = this.#resyncs;
     const requeue = Object.keys(requeues).length > 0 ? requeues : undefined;
     if (failures.length > 0 && periodSeconds > 0) {
-      this.#ctx.log.warn({ failed: failures.length, requeueAfterSeconds: requeue?.requeueAfterSeconds }, 'parents failed to sync; the periodic resync retries them');
+      this.#ctx.log.warn(
+        { failed: failures.length, requeueAfterSeconds: requeue?.requeueAfterSeconds },
+        'parents failed to sync; the periodic resync retries them',
+      );
       return requeue;
     }
     if (failures.length > 0 && answering === 'sweep') return { ...requeue, failedKeys: failures };
     if (failures.length > 0) {
-      const message = `${failures.length} parent(s) failed to sync: ${failures.slice(0, 3).map(({ error }) => error.message).join('; ')}${failures.length > 3 ? '; …' : ''}`;
+      const message = `${failures.length} parent(s) failed to sync: ${failures
+        .slice(0, 3)
+        .map(({ error }) => error.message)
+        .join('; ')}${failures.length > 3 ? '; …' : ''}`;
       throw new TransientError(message, { retryAfterSeconds: agreedRetryAfter(failures.map(({ error }) => error.retryAfterSeconds)) });
     }
     return requeue;

@@ -5,7 +5,18 @@
 // Upstream: metacontroller pkg/controller/common/customize/manager.go (GetRelatedObjects,
 // getCustomizeHookResponse). Upstream caches the answer per parent uid and generation; this
 // function is stateless between events, so it asks on every sync.
-import { postJson, type HookResult, isStrict, parseCustomizeResponse, relatedQueries, selectRelated, webhookTarget, type CompositeController, type Hook, type ResolvedResource } from './metacontroller/index.ts';
+import {
+  postJson,
+  type HookResult,
+  isStrict,
+  parseCustomizeResponse,
+  relatedQueries,
+  selectRelated,
+  webhookTarget,
+  type CompositeController,
+  type Hook,
+  type ResolvedResource,
+} from './metacontroller/index.ts';
 import { type Discovery, apiVersionOf, Namespace, type KubeObject, type ResourceKind, type KubeClient } from '../runtime/index.ts';
 import { rewriteUrl, type UrlRewrite } from './hooks.ts';
 
@@ -16,7 +27,13 @@ export interface Related {
 
 const failure = (reason: string): HookResult<Related> => ({ ok: false, failure: { type: 'SyncError', cause: 'malformed', reason } });
 
-export async function relatedFor(hook: Hook, controller: CompositeController, parent: KubeObject, parentKind: ResourceKind, env: { kube: KubeClient; discovery: Discovery; hookUrls: UrlRewrite[] }): Promise<HookResult<Related>> {
+export async function relatedFor(
+  hook: Hook,
+  controller: CompositeController,
+  parent: KubeObject,
+  parentKind: ResourceKind,
+  env: { kube: KubeClient; discovery: Discovery; hookUrls: UrlRewrite[] },
+): Promise<HookResult<Related>> {
   const target = webhookTarget(hook.webhook);
   if (!target.ok) return target;
   const version = hook.version ?? 'v1';
@@ -26,15 +43,21 @@ export async function relatedFor(hook: Hook, controller: CompositeController, pa
   if (!parsed.ok) return failure(parsed.reason);
   const kinds: ResourceKind[] = [];
   for (const rule of parsed.value.relatedResources) kinds.push(await env.discovery.resolve(rule.apiVersion, rule.resource));
-  const resolved = kinds.map((kind) => ({ apiVersion: apiVersionOf(kind), resource: kind.plural, kind: kind.kind, namespaced: kind.namespaced }));
+  const resolved = kinds.map((kind) => ({
+    apiVersion: apiVersionOf(kind),
+    resource: kind.plural,
+    kind: kind.kind,
+    namespaced: kind.namespaced,
+  }));
   const queries = relatedQueries(parsed.value.relatedResources, resolved, { version, parent, parentNamespaced: parentKind.namespaced });
   if (!queries.ok) return failure(queries.reason);
   const objects: KubeObject[] = [];
   for (const [index, query] of queries.value.entries()) {
     const kind = kinds[index]!;
-    const namespaces = query.namespaceSelector !== undefined
-      ? (await env.kube.list(Namespace, { labelSelector: query.namespaceSelector })).items.map((item) => item.metadata.name!)
-      : [query.namespace];
+    const namespaces =
+      query.namespaceSelector !== undefined
+        ? (await env.kube.list(Namespace, { labelSelector: query.namespaceSelector })).items.map((item) => item.metadata.name!)
+        : [query.namespace];
     for (const namespace of namespaces) {
       const listed = (await env.kube.list(kind, { namespace, labelSelector: query.labelSelector || undefined })).items;
       objects.push(...selectRelated(query, listed).map((object) => ({ ...object, apiVersion: apiVersionOf(kind), kind: kind.kind })));

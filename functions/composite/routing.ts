@@ -11,11 +11,25 @@
 // uid check of the referenced parent happens in the sync here (isOurs, claim): a reference to a
 // parent of the same name but another uid syncs that parent, which changes nothing of the child.
 import { potentialParents, referencedParent, type ParentKind } from './metacontroller/index.ts';
-import { type MapperContext, type RuntimeKinds, type ChangeEvent, groupKind, kindKey, sameKind, type KindKey, type KubeObject, controllerOf } from '../runtime/index.ts';
+import {
+  type MapperContext,
+  type RuntimeKinds,
+  type ChangeEvent,
+  groupKind,
+  kindKey,
+  sameKind,
+  type KindKey,
+  type KubeObject,
+  controllerOf,
+} from '../runtime/index.ts';
 import { servedComposites, withParentKind } from './served-controllers.ts';
 import { effectiveController, type ResolvedComposite } from './sync-parent.ts';
 
-const parentKindOf = (composite: ResolvedComposite): ParentKind => ({ group: composite.parentKind.group, kind: composite.parentKind.kind, namespaced: composite.parentKind.namespaced });
+const parentKindOf = (composite: ResolvedComposite): ParentKind => ({
+  group: composite.parentKind.group,
+  kind: composite.parentKind.kind,
+  namespaced: composite.parentKind.namespaced,
+});
 
 export const compositeRuntimeKinds: RuntimeKinds = {
   async keysFor(event, ctx) {
@@ -61,8 +75,11 @@ async function parentsOfChild(event: ChangeEvent, composites: ResolvedComposite[
     // orphan's event. The cost stays bounded per page; only orphans with labels pay it.
     for await (const page of kube.pages(composite.parentKind, { namespace })) {
       for (const candidate of page.items) {
-        const matching = potentialParents(effectiveController(composite.controller, candidate), composite.parentFilter, parent, child, [candidate]);
-        if (matching.length > 0) keys.push(kindKey(composite.parentKind, { namespace: candidate.metadata.namespace ?? '', name: candidate.metadata.name ?? '' }));
+        const matching = potentialParents(effectiveController(composite.controller, candidate), composite.parentFilter, parent, child, [
+          candidate,
+        ]);
+        if (matching.length > 0)
+          keys.push(kindKey(composite.parentKind, { namespace: candidate.metadata.namespace ?? '', name: candidate.metadata.name ?? '' }));
       }
     }
   }

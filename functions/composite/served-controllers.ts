@@ -7,8 +7,22 @@
 // list of a small cluster-scoped kind), so a changed or deleted controller takes effect at once
 // in every instance, and a scaled-to-zero function needs no state to start.
 import type { Logger } from 'pino';
-import { checkController, updateStrategies, parentFilter, type CompositeController, type ResolvedResource } from './metacontroller/index.ts';
-import { discoveryFor, TerminalError, apiVersionOf, sameKind, type KubeObject, type ResourceKind, type KubeClient } from '../runtime/index.ts';
+import {
+  checkController,
+  updateStrategies,
+  parentFilter,
+  type CompositeController,
+  type ResolvedResource,
+} from './metacontroller/index.ts';
+import {
+  discoveryFor,
+  TerminalError,
+  apiVersionOf,
+  sameKind,
+  type KubeObject,
+  type ResourceKind,
+  type KubeClient,
+} from '../runtime/index.ts';
 import { CompositeControllerKind } from './kinds.ts';
 import type { ResolvedComposite } from './sync-parent.ts';
 
@@ -22,7 +36,12 @@ export async function resolveComposite(object: KubeObject, kube: KubeClient): Pr
   const parentKind = await discovery.resolve(parentResource.apiVersion, parentResource.resource);
   const childKinds: ResourceKind[] = [];
   for (const rule of childResources) childKinds.push(await discovery.resolve(rule.apiVersion, rule.resource));
-  const childRules: ResolvedResource[] = childKinds.map((kind) => ({ apiVersion: apiVersionOf(kind), resource: kind.plural, kind: kind.kind, namespaced: kind.namespaced }));
+  const childRules: ResolvedResource[] = childKinds.map((kind) => ({
+    apiVersion: apiVersionOf(kind),
+    resource: kind.plural,
+    kind: kind.kind,
+    namespaced: kind.namespaced,
+  }));
   const filter = parentFilter(controller.spec);
   // checkController compiled it already; kept total for the type.
   if (!filter.ok) throw new TerminalError(filter.reason, { reason: 'InvalidController' });
@@ -31,7 +50,10 @@ export async function resolveComposite(object: KubeObject, kube: KubeClient): Pr
     parentKind,
     childKinds,
     childRules,
-    strategies: updateStrategies(childRules, childResources.map((rule) => rule.updateStrategy?.method)),
+    strategies: updateStrategies(
+      childRules,
+      childResources.map((rule) => rule.updateStrategy?.method),
+    ),
     parentFilter: filter.selector,
   };
 }

@@ -12,8 +12,35 @@
 // Deliberate difference: a controller without generateSelector whose parent has no
 // spec.selector gets generateSelector's behaviour (children labelled controller-uid=<uid>)
 // instead of failing every sync (the seed's manifest is such a controller).
-import { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs, type HookFailure, buildHookRequest, childErrorsMessage, type UpdateStrategies, childSelector, type Selector, planSync, type CompositeController, type ResolvedResource } from './metacontroller/index.ts';
-import { type EventRecorder, discoveryFor, TransientError, apiVersionOf, type KubeObject, type ResourceKind, isConflict, isNotFound, type KubeClient, ensureFinalizer, removeFinalizer } from '../runtime/index.ts';
+import {
+  finalizerAction,
+  finalizerEnabled,
+  finalizerName,
+  hookToCall,
+  isOurs,
+  type HookFailure,
+  buildHookRequest,
+  childErrorsMessage,
+  type UpdateStrategies,
+  childSelector,
+  type Selector,
+  planSync,
+  type CompositeController,
+  type ResolvedResource,
+} from './metacontroller/index.ts';
+import {
+  type EventRecorder,
+  discoveryFor,
+  TransientError,
+  apiVersionOf,
+  type KubeObject,
+  type ResourceKind,
+  isConflict,
+  isNotFound,
+  type KubeClient,
+  ensureFinalizer,
+  removeFinalizer,
+} from '../runtime/index.ts';
 import { applyChildOperations, claimChildren, selectedLists, type CandidateLists } from './children.ts';
 import { callHook, type UrlRewrite } from './hooks.ts';
 import { relatedFor } from './related.ts';
@@ -72,7 +99,10 @@ export async function syncParent(composite: ResolvedComposite, listed: KubeObjec
     // miss for a related kind) is a SyncError too, as upstream reports every error but a 429.
     const message = (error as Error).message;
     env.events.warning(listed, composite.parentKind, 'SyncError', `Sync error: ${message}`);
-    throw new ParentSyncError(`${composite.parentKind.kind} ${describe(listed)}: ${message}`, { cause: error, retryAfterSeconds: error instanceof TransientError ? error.retryAfterSeconds : undefined });
+    throw new ParentSyncError(`${composite.parentKind.kind} ${describe(listed)}: ${message}`, {
+      cause: error,
+      retryAfterSeconds: error instanceof TransientError ? error.retryAfterSeconds : undefined,
+    });
   }
 }
 
@@ -107,7 +137,9 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   // A 429 waits for Retry-After without an Event; every other failure is a SyncError.
   const hookFailed = (failure: HookFailure): never => {
     if (failure.type === 'TooManyRequests') {
-      throw new ParentSyncError(`${parentKind.kind} ${describe(parent!)}: ${failure.reason}`, { retryAfterSeconds: Math.max(1, failure.retryAfterSeconds) });
+      throw new ParentSyncError(`${parentKind.kind} ${describe(parent!)}: ${failure.reason}`, {
+        retryAfterSeconds: Math.max(1, failure.retryAfterSeconds),
+      });
     }
     return fail(failure.reason);
   };
@@ -115,12 +147,20 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   const selector = childSelector(effective.spec, parent);
   if (!selector.ok) return fail(selector.reason);
 
-  const observed = await claimChildren(kube, { parent, kind: parentKind }, composite.childKinds, selector.selector, env.listed ?? selectedLists(kube, selector.selector));
+  const observed = await claimChildren(
+    kube,
+    { parent, kind: parentKind },
+    composite.childKinds,
+    selector.selector,
+    env.listed ?? selectedLists(kube, selector.selector),
+  );
   const hookType = hookToCall(controller, parent, stillMatches);
   if (hookType === 'none') return { resyncAfterSeconds: 0 };
   const hook = controller.spec.hooks![hookType]!;
   const customize = controller.spec.hooks?.customize;
-  const related = customize ? await relatedFor(customize, controller, parent, parentKind, { kube, discovery: discoveryFor(kube), hookUrls: env.hookUrls }) : undefined;
+  const related = customize
+    ? await relatedFor(customize, controller, parent, parentKind, { kube, discovery: discoveryFor(kube), hookUrls: env.hookUrls })
+    : undefined;
   if (related && !related.ok) return hookFailed(related.failure);
   const request = buildHookRequest({
     controller,
@@ -173,4 +213,5 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync };
 }
 
-const describe = (object: KubeObject): string => (object.metadata.namespace ? `${object.metadata.namespace}/${object.metadata.name}` : `${object.metadata.name}`);
+const describe = (object: KubeObject): string =>
+  object.metadata.namespace ? `${object.metadata.namespace}/${object.metadata.name}` : `${object.metadata.name}`;

@@ -19,7 +19,8 @@ import type { AdmissionDeclaration } from '../runtime/index.ts';
 export const READ_VERBS = ['get', 'list'] as const;
 export const WRITE_VERBS = ['create', 'update', 'delete'] as const;
 
-const needs = "', and a rule needs that: it has the copyrator get and list ' + variables.resource + ' in namespace ' + object.namespace + ' and create, update and delete them in every namespace'";
+const needs =
+  "', and a rule needs that: it has the copyrator get and list ' + variables.resource + ' in namespace ' + object.namespace + ' and create, update and delete them in every namespace'";
 /** Where a right is checked, as the message expression (CEL) and the static message say it. */
 const WHERE = {
   source: { cel: "' in namespace ' + object.namespace", words: 'in its source namespace' },
@@ -37,7 +38,8 @@ export const copyratorAdmission: AdmissionDeclaration = {
       // What the function acts on: type, source namespace, selector. The function itself adds and
       // removes its finalizer (metadata alone); that update must not need the rights above.
       name: 'rule-changes-what-is-copied',
-      expression: "request.operation == 'CREATE' || !has(oldObject.ruleType) || !has(oldObject.namespace) || !has(oldObject.selector) || object.ruleType != oldObject.ruleType || object.namespace != oldObject.namespace || object.selector != oldObject.selector",
+      expression:
+        "request.operation == 'CREATE' || !has(oldObject.ruleType) || !has(oldObject.namespace) || !has(oldObject.selector) || object.ruleType != oldObject.ruleType || object.namespace != oldObject.namespace || object.selector != oldObject.selector",
     },
   ],
   variables: [

@@ -6,7 +6,21 @@
 // failures. Copies live in other namespaces, where an ownerReference cannot point (the garbage
 // collector treats a cross-namespace owner as absent and deletes the dependent), so a copy is
 // marked as the rule's by labels (for listing) and annotations (the exact rule and source).
-import { type KubeObject, type ResourceKind, ConfigMap, isValidNamespace, Secret, PART_OF, ownerLabelValue, controllerOf, jsonEqual, setCondition, type Condition, type ConditionInput, quote } from '../runtime/index.ts';
+import {
+  type KubeObject,
+  type ResourceKind,
+  ConfigMap,
+  isValidNamespace,
+  Secret,
+  PART_OF,
+  ownerLabelValue,
+  controllerOf,
+  jsonEqual,
+  setCondition,
+  type Condition,
+  type ConditionInput,
+  quote,
+} from '../runtime/index.ts';
 
 export const CopyratorRuleKind: ResourceKind = {
   group: 'flant.com',
@@ -82,23 +96,32 @@ export const copiesSelector = (rule: KubeObject): string =>
 /** Why a rule cannot be acted on, or undefined when it is well-formed. */
 export function ruleProblem(rule: CopyratorRule, secretsEnabled: boolean): ConditionInput | undefined {
   const invalid = (message: string): ConditionInput => ({ type: 'Ready', status: 'False', reason: 'InvalidRule', message });
-  if (rule.ruleType !== 'configmap' && rule.ruleType !== 'secret') return invalid(`ruleType must be configmap or secret, not ${quote(rule.ruleType)}`);
+  if (rule.ruleType !== 'configmap' && rule.ruleType !== 'secret')
+    return invalid(`ruleType must be configmap or secret, not ${quote(rule.ruleType)}`);
   if (!isValidNamespace(rule.namespace)) return invalid(`namespace ${quote(rule.namespace)} is not a valid namespace name`);
   const selector = rule.selector ?? {};
   if (typeof selector !== 'object' || Array.isArray(selector)) return invalid('selector must be a map of label names to values');
   for (const [name, value] of Object.entries(selector)) {
     if (!LABEL_NAME.test(name)) return invalid(`selector label name ${quote(name)} is not a valid label name`);
-    if (typeof value !== 'string' || value.length > 63 || !LABEL_VALUE.test(value)) return invalid(`selector value ${quote(value)} of ${quote(name)} is not a valid label value`);
+    if (typeof value !== 'string' || value.length > 63 || !LABEL_VALUE.test(value))
+      return invalid(`selector value ${quote(value)} of ${quote(name)} is not a valid label value`);
   }
   if (rule.ruleType === 'secret' && !secretsEnabled) {
-    return { type: 'Ready', status: 'False', reason: 'SecretsDisabled', message: 'this copyrator was deployed without access to Secrets (COPYRATOR_SECRETS=false)' };
+    return {
+      type: 'Ready',
+      status: 'False',
+      reason: 'SecretsDisabled',
+      message: 'this copyrator was deployed without access to Secrets (COPYRATOR_SECRETS=false)',
+    };
   }
   return undefined;
 }
 
 /** `a=1,b=2` (validated by ruleProblem first). */
 export const selectorString = (selector: Record<string, string>): string =>
-  Object.entries(selector ?? {}).map(([name, value]) => `${name}=${value}`).join(',');
+  Object.entries(selector ?? {})
+    .map(([name, value]) => `${name}=${value}`)
+    .join(',');
 
 /** Does an object with these labels match the rule's selector (every label, exact value)? */
 export const matchesSelector = (selector: Record<string, string>, labels: Record<string, string> | undefined): boolean =>
@@ -121,7 +144,8 @@ const NEVER_COPIED_TYPES = new Set(['kubernetes.io/service-account-token', 'boot
  * source: one managed by another controller is reported, and loses the copies it had before it
  * got its controller. The reconcile reads it again and decides.
  */
-export const isSelectable = (object: CopyableObject): boolean => !isCopy(object) && !object.metadata.deletionTimestamp && !NEVER_COPIED_TYPES.has(object.type ?? '');
+export const isSelectable = (object: CopyableObject): boolean =>
+  !isCopy(object) && !object.metadata.deletionTimestamp && !NEVER_COPIED_TYPES.has(object.type ?? '');
 
 /**
  * Is this object one a rule may copy: not a copy itself, not being deleted, not of a type never
@@ -151,7 +175,9 @@ export interface ControlledObject {
 export const controlledOf = (listed: CopyableObject[]): ControlledObject[] =>
   listed.flatMap((object) => {
     const controller = isSelectable(object) ? controllerOf(object) : undefined;
-    return controller ? [{ namespace: object.metadata.namespace!, name: object.metadata.name!, controller: `${controller.kind}/${controller.name}` }] : [];
+    return controller
+      ? [{ namespace: object.metadata.namespace!, name: object.metadata.name!, controller: `${controller.kind}/${controller.name}` }]
+      : [];
   });
 
 /** The reason of the Warning Event naming selected objects another controller manages. */
@@ -181,7 +207,10 @@ export function refusalNews(status: CopyratorRuleStatus | undefined, refused: Co
 
 /** The Warning naming them (the first three), and why. */
 export function controlledWarning(controlled: ControlledObject[]): string {
-  const named = controlled.slice(0, 3).map((object) => `${object.namespace}/${object.name} (controller ${quote(object.controller)})`).join(', ');
+  const named = controlled
+    .slice(0, 3)
+    .map((object) => `${object.namespace}/${object.name} (controller ${quote(object.controller)})`)
+    .join(', ');
   const more = controlled.length > 3 ? ` and ${controlled.length - 3} more` : '';
   return `not copied: ${named}${more}; an object another controller manages is never a source, as that controller writes it for users who may not write into every namespace`;
 }
@@ -211,7 +240,8 @@ const DISTRIBUTING_BY_DEFAULT = 'default';
 const labelOf = (namespace: KubeObject | undefined, label: string): string | undefined => namespace?.metadata.labels?.[label];
 
 export const distributes = (namespace: KubeObject): boolean =>
-  labelOf(namespace, DISTRIBUTE_LABEL) === 'true' || (namespace.metadata.name === DISTRIBUTING_BY_DEFAULT && labelOf(namespace, DISTRIBUTE_LABEL) !== 'false');
+  labelOf(namespace, DISTRIBUTE_LABEL) === 'true' ||
+  (namespace.metadata.name === DISTRIBUTING_BY_DEFAULT && labelOf(namespace, DISTRIBUTE_LABEL) !== 'false');
 
 /**
  * Why the namespace labels do not let this rule copy (Ready=False, and its copies removed), or
@@ -222,12 +252,18 @@ export function sourceRefusal(rule: CopyratorRule, namespaces: KubeObject[]): Co
   const byName = new Map(namespaces.map((namespace) => [namespace.metadata.name!, namespace]));
   const own = rule.metadata.namespace!;
   if (rule.namespace !== own && labelOf(byName.get(own), ANY_SOURCE_LABEL) !== 'true') {
-    return refused('SourceNotOwnNamespace', `a rule copies out of its own namespace (${own}), not ${rule.namespace}, unless an administrator labels namespace ${own} ${ANY_SOURCE_LABEL}=true`);
+    return refused(
+      'SourceNotOwnNamespace',
+      `a rule copies out of its own namespace (${own}), not ${rule.namespace}, unless an administrator labels namespace ${own} ${ANY_SOURCE_LABEL}=true`,
+    );
   }
   const source = byName.get(rule.namespace);
   if (!source) return refused('SourceNamespaceNotFound', `source namespace ${rule.namespace} does not exist`);
   if (!distributes(source)) {
-    return refused('SourceNotDistributing', `namespace ${rule.namespace} does not distribute: its ConfigMaps and Secrets are copied into other namespaces only once an administrator labels it ${DISTRIBUTE_LABEL}=true`);
+    return refused(
+      'SourceNotDistributing',
+      `namespace ${rule.namespace} does not distribute: its ConfigMaps and Secrets are copied into other namespaces only once an administrator labels it ${DISTRIBUTE_LABEL}=true`,
+    );
   }
   return undefined;
 }
@@ -249,7 +285,12 @@ const isExcluded = (namespace: KubeObject): boolean => {
 /** The namespaces copies go to: Active ones other than the source namespace, not excluded. */
 export const targetNamespaces = (rule: CopyratorRule, namespaces: KubeObject[]): string[] =>
   namespaces
-    .filter((namespace) => (namespace as { status?: { phase?: string } }).status?.phase === 'Active' && !namespace.metadata.deletionTimestamp && !isExcluded(namespace))
+    .filter(
+      (namespace) =>
+        (namespace as { status?: { phase?: string } }).status?.phase === 'Active' &&
+        !namespace.metadata.deletionTimestamp &&
+        !isExcluded(namespace),
+    )
     .map((namespace) => namespace.metadata.name!)
     .filter((name) => name !== rule.namespace);
 
@@ -265,7 +306,11 @@ export function desiredCopy(rule: CopyratorRule, source: CopyableObject, namespa
     metadata: {
       name: source.metadata.name,
       namespace,
-      labels: { ...source.metadata.labels, [RULE_NAMESPACE_LABEL]: rule.metadata.namespace!, [RULE_NAME_LABEL]: ownerLabelValue(rule.metadata.name!) },
+      labels: {
+        ...source.metadata.labels,
+        [RULE_NAMESPACE_LABEL]: rule.metadata.namespace!,
+        [RULE_NAME_LABEL]: ownerLabelValue(rule.metadata.name!),
+      },
       annotations: { [RULE_ANNOTATION]: ruleRef(rule), [SOURCE_ANNOTATION]: `${source.metadata.namespace}/${source.metadata.name}` },
     },
   };
@@ -300,7 +345,8 @@ export function copyUpToDate(existing: CopyableObject, desired: CopyableObject):
 }
 
 /** Is this object a copy made by this very rule? */
-export const isManagedBy = (object: KubeObject, rule: KubeObject): boolean => object.metadata.annotations?.[RULE_ANNOTATION] === ruleRef(rule);
+export const isManagedBy = (object: KubeObject, rule: KubeObject): boolean =>
+  object.metadata.annotations?.[RULE_ANNOTATION] === ruleRef(rule);
 
 export type CopyAction =
   | { type: 'create'; desired: CopyableObject }
@@ -338,14 +384,17 @@ export function planObserved(wanted: WantedCopies, observed: CopyableObject[]): 
   return observed.flatMap((object): CopyAction[] => {
     if (object.metadata.deletionTimestamp) return [];
     const source = wanted.targets.has(object.metadata.namespace!) ? wanted.sources.get(object.metadata.name!) : undefined;
-    return [source ? updateAction(desiredCopy(wanted.rule, source, object.metadata.namespace!), object) : { type: 'delete', existing: object }];
+    return [
+      source ? updateAction(desiredCopy(wanted.rule, source, object.metadata.namespace!), object) : { type: 'delete', existing: object },
+    ];
   });
 }
 
 /** The wanted copies that `present` (namespace/name of the rule's copies in place) lacks, namespace by namespace. */
 export function* missingCopies(wanted: WantedCopies, present: ReadonlySet<string>): Generator<CopyableObject> {
   for (const namespace of wanted.namespaces) {
-    for (const [name, source] of wanted.sources) if (!present.has(`${namespace}/${name}`)) yield desiredCopy(wanted.rule, source, namespace);
+    for (const [name, source] of wanted.sources)
+      if (!present.has(`${namespace}/${name}`)) yield desiredCopy(wanted.rule, source, namespace);
   }
 }
 
@@ -371,7 +420,11 @@ export function blockTaken(actions: CopyAction[], taken: CopyableObject[]): Copy
 export function frozenFieldsDiffer(existing: CopyableObject, desired: CopyableObject): boolean {
   if (desired.kind === 'Secret' && (existing.type ?? 'Opaque') !== (desired.type ?? 'Opaque')) return true;
   if (!existing.immutable) return false;
-  const frozen = (object: CopyableObject) => ({ data: object.data ?? {}, binaryData: object.binaryData ?? {}, immutable: object.immutable ?? false });
+  const frozen = (object: CopyableObject) => ({
+    data: object.data ?? {},
+    binaryData: object.binaryData ?? {},
+    immutable: object.immutable ?? false,
+  });
   return !jsonEqual(frozen(existing), frozen(desired));
 }
 
@@ -393,8 +446,18 @@ export function conflictFor(existing: KubeObject): Conflict {
   const other = existing.metadata.annotations?.[RULE_ANNOTATION];
   const where = `${existing.metadata.namespace}/${existing.metadata.name}`;
   return other
-    ? { namespace: existing.metadata.namespace!, name: existing.metadata.name!, reason: 'OtherRule', message: `${where} is the copy of rule ${other}, which made it first` }
-    : { namespace: existing.metadata.namespace!, name: existing.metadata.name!, reason: 'NotManaged', message: `${where} exists and is not a copy; it is left alone` };
+    ? {
+        namespace: existing.metadata.namespace!,
+        name: existing.metadata.name!,
+        reason: 'OtherRule',
+        message: `${where} is the copy of rule ${other}, which made it first`,
+      }
+    : {
+        namespace: existing.metadata.namespace!,
+        name: existing.metadata.name!,
+        reason: 'NotManaged',
+        message: `${where} exists and is not a copy; it is left alone`,
+      };
 }
 
 export interface CopyTally {
@@ -423,7 +486,12 @@ export function newConflicts(status: CopyratorRuleStatus | undefined, conflicts:
   return listFull && status?.conflictCount === conflicts.length && fresh.length <= conflicts.length - listed.length ? [] : fresh;
 }
 
-export function nextStatus(current: CopyratorRule, actedOn: CopyratorRule, tally: CopyTally | undefined, problem?: ConditionInput): CopyratorRuleStatus | undefined {
+export function nextStatus(
+  current: CopyratorRule,
+  actedOn: CopyratorRule,
+  tally: CopyTally | undefined,
+  problem?: ConditionInput,
+): CopyratorRuleStatus | undefined {
   // Deleted and recreated under the same name since we read it: that object is someone else's reconcile.
   if (current.metadata.uid !== actedOn.metadata.uid) return undefined;
   const status = current.status ?? {};
@@ -449,9 +517,31 @@ function readyCondition(tally: CopyTally): ConditionInput {
 
 function readyByCopies(tally: CopyTally): ConditionInput {
   if (tally.conflicts.length) {
-    return { type: 'Ready', status: 'False', reason: 'CopyConflicts', message: `${tally.copies} copies in place; ${tally.conflicts.length} not made: names held by objects this rule does not manage, or copies the API server refused (see status.conflicts)` };
+    return {
+      type: 'Ready',
+      status: 'False',
+      reason: 'CopyConflicts',
+      message: `${tally.copies} copies in place; ${tally.conflicts.length} not made: names held by objects this rule does not manage, or copies the API server refused (see status.conflicts)`,
+    };
   }
-  if (tally.failed) return { type: 'Ready', status: 'False', reason: 'CopiesFailing', message: `${tally.copies} copies in place; ${tally.failed} writes failed and are being retried` };
-  if (tally.unfinished) return { type: 'Ready', status: 'False', reason: 'CopiesPending', message: `${tally.copies} copies of ${tally.matched} matching objects in place so far; the others follow` };
-  return { type: 'Ready', status: 'True', reason: 'CopiesInPlace', message: `${tally.copies} copies of ${tally.matched} matching objects in place` };
+  if (tally.failed)
+    return {
+      type: 'Ready',
+      status: 'False',
+      reason: 'CopiesFailing',
+      message: `${tally.copies} copies in place; ${tally.failed} writes failed and are being retried`,
+    };
+  if (tally.unfinished)
+    return {
+      type: 'Ready',
+      status: 'False',
+      reason: 'CopiesPending',
+      message: `${tally.copies} copies of ${tally.matched} matching objects in place so far; the others follow`,
+    };
+  return {
+    type: 'Ready',
+    status: 'True',
+    reason: 'CopiesInPlace',
+    message: `${tally.copies} copies of ${tally.matched} matching objects in place`,
+  };
 }

@@ -5,7 +5,16 @@
 // Secrets are optional: with COPYRATOR_SECRETS=false (read when the declaration is loaded, so the
 // generated RBAC and sources follow it) the function neither watches nor may touch any Secret,
 // and a secret rule reports Ready=False/SecretsDisabled.
-import { defineFunction, type FunctionDeclaration, type PolicyRule, type WatchedKind, ConfigMap, Namespace, Secret, allOf } from '../runtime/index.ts';
+import {
+  defineFunction,
+  type FunctionDeclaration,
+  type PolicyRule,
+  type WatchedKind,
+  ConfigMap,
+  Namespace,
+  Secret,
+  allOf,
+} from '../runtime/index.ts';
 import { copyratorAdmission } from './admission.ts';
 import { CopyratorRuleKind, FINALIZER, type RuleType } from './desired.ts';
 import { rulesForChange } from './mapping.ts';
@@ -36,7 +45,8 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
   }
   return defineFunction({
     name: 'copyrator',
-    description: 'Copies the ConfigMaps or Secrets a CopyratorRule selects from its source namespace into every active namespace and keeps the copies in step.',
+    description:
+      'Copies the ConfigMaps or Secrets a CopyratorRule selects from its source namespace into every active namespace and keeps the copies in step.',
     // The seed's CRD names the plural `copyrators`, which Knative's ApiServerSource would guess
     // wrong from the kind (`copyratorrules`): its source names the kind `Copyrator` instead
     // (sourceKindName in functions/runtime/knative-objects.ts).

@@ -25,8 +25,33 @@
 // A forged event can only cause reconciles of rules that exist; reconcile re-reads everything:
 // whether an object is a source (its labels, its controller) is decided on the object as listed
 // from the API server, never as an event shows it.
-import { type MapperContext, type WatchedChange, isValidName, isValidNamespace, type KubeObject, type ObjectKey, type ResourceKind, type KubeClient, forEachLimited } from '../runtime/index.ts';
-import { copyUpToDate, CopyratorRuleKind, desiredCopy, isSelectable, isSource, kindOf, matchesSelector, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, SOURCE_ANNOTATION, type CopyableObject, type CopyratorRule, type RuleType } from './desired.ts';
+import {
+  type MapperContext,
+  type WatchedChange,
+  isValidName,
+  isValidNamespace,
+  type KubeObject,
+  type ObjectKey,
+  type ResourceKind,
+  type KubeClient,
+  forEachLimited,
+} from '../runtime/index.ts';
+import {
+  copyUpToDate,
+  CopyratorRuleKind,
+  desiredCopy,
+  isSelectable,
+  isSource,
+  kindOf,
+  matchesSelector,
+  ruleRef,
+  RULE_ANNOTATION,
+  RULE_NAME_LABEL,
+  SOURCE_ANNOTATION,
+  type CopyableObject,
+  type CopyratorRule,
+  type RuleType,
+} from './desired.ts';
 
 /** The `<namespace>/<name>` an annotation names, when it names a valid key (it reaches a URL). */
 function keyIn(value: unknown): ObjectKey | undefined {
@@ -37,7 +62,8 @@ function keyIn(value: unknown): ObjectKey | undefined {
 }
 
 /** The rule a copy's annotation names. */
-export const ruleKeyOfCopy = (object: KubeObject | undefined): ObjectKey | undefined => keyIn(object?.metadata.annotations?.[RULE_ANNOTATION]);
+export const ruleKeyOfCopy = (object: KubeObject | undefined): ObjectKey | undefined =>
+  keyIn(object?.metadata.annotations?.[RULE_ANNOTATION]);
 
 const keyOfRule = (rule: KubeObject): ObjectKey => ({ namespace: rule.metadata.namespace!, name: rule.metadata.name! });
 
@@ -65,8 +91,17 @@ async function isEcho(kube: KubeClient, rule: CopyratorRule, copy: CopyableObjec
 /** Those of `rules` (which read from the object's namespace) that hold a copy of the object. */
 async function rulesWithCopiesOf(kube: KubeClient, kind: ResourceKind, source: ObjectKey, rules: CopyratorRule[]): Promise<ObjectKey[]> {
   // Metadata only: the watch cache answers in one page, and this list holds every copy of the name.
-  const copies = await kube.list(kind, { fieldSelector: `metadata.name=${source.name}`, labelSelector: RULE_NAME_LABEL, cached: true, metadataOnly: true });
-  const copied = new Set(copies.items.filter((copy) => copy.metadata.annotations?.[SOURCE_ANNOTATION] === `${source.namespace}/${source.name}`).map((copy) => copy.metadata.annotations?.[RULE_ANNOTATION]));
+  const copies = await kube.list(kind, {
+    fieldSelector: `metadata.name=${source.name}`,
+    labelSelector: RULE_NAME_LABEL,
+    cached: true,
+    metadataOnly: true,
+  });
+  const copied = new Set(
+    copies.items
+      .filter((copy) => copy.metadata.annotations?.[SOURCE_ANNOTATION] === `${source.namespace}/${source.name}`)
+      .map((copy) => copy.metadata.annotations?.[RULE_ANNOTATION]),
+  );
   return rules.filter((rule) => copied.has(ruleRef(rule))).map(keyOfRule);
 }
 
@@ -79,7 +114,12 @@ const READ_CONCURRENCY = 16;
  * namespace read once, as metadata (labels decide; a Secret's data stays where it is), by a
  * list of that one name, which the API server answers from a single key as a GET would.
  */
-async function rulesSelectingSourceNamed(kube: KubeClient, kind: ResourceKind, name: string, rules: CopyratorRule[]): Promise<CopyratorRule[]> {
+async function rulesSelectingSourceNamed(
+  kube: KubeClient,
+  kind: ResourceKind,
+  name: string,
+  rules: CopyratorRule[],
+): Promise<CopyratorRule[]> {
   const namespaces = [...new Set(rules.map((rule) => rule.namespace))];
   const found = new Map<string, CopyableObject | undefined>();
   await forEachLimited(namespaces, READ_CONCURRENCY, async (namespace) => {
@@ -124,7 +164,8 @@ export function rulesForChange(ruleType: RuleType) {
         // for one with more conflicts than its status lists.
         for (const rule of copyingHere) {
           const { conflicts = [], conflictCount = 0 } = rule.status ?? {};
-          if (conflicts.some((conflict) => conflict.namespace === change.key.namespace && conflict.name === change.key.name)) keys.push(keyOfRule(rule));
+          if (conflicts.some((conflict) => conflict.namespace === change.key.namespace && conflict.name === change.key.name))
+            keys.push(keyOfRule(rule));
           else if (conflictCount > conflicts.length) unsure.push(rule);
         }
       }

@@ -12,7 +12,16 @@
 // its finalizer. Only then are the candidates deleted, each with a uid precondition (never an
 // object that replaced the one listed). An object without the copyrator's own marks (rule
 // annotation, and the rule labels that match it) is never touched.
-import { type ReconcileContext, isValidName, isValidNamespace, type KubeObject, type ObjectKey, type KubeClient, forEachLimited, ownerLabelValue } from '../runtime/index.ts';
+import {
+  type ReconcileContext,
+  isValidName,
+  isValidNamespace,
+  type KubeObject,
+  type ObjectKey,
+  type KubeClient,
+  forEachLimited,
+  ownerLabelValue,
+} from '../runtime/index.ts';
 import { CopyratorRuleKind, kindOf, ruleRef, RULE_ANNOTATION, RULE_NAME_LABEL, RULE_NAMESPACE_LABEL, type RuleType } from './desired.ts';
 
 /** Orphan copies held (and deleted) by one sweep; the rest wait for the next one. */
@@ -31,10 +40,19 @@ function ruleOfCopy(object: KubeObject): ObjectKey | undefined {
   return key;
 }
 
-export interface SweepResult { candidates: number; deleted: number; failed: number }
+export interface SweepResult {
+  candidates: number;
+  deleted: number;
+  failed: number;
+}
 
 /** Finds and deletes copies whose rule no longer exists; bounded by MAX_ORPHANS_PER_SWEEP and by `outOfTime` (checked between pages). */
-export async function sweepOrphanCopies(kube: KubeClient, ruleTypes: RuleType[], log: ReconcileContext['log'], outOfTime: () => boolean = () => false): Promise<SweepResult> {
+export async function sweepOrphanCopies(
+  kube: KubeClient,
+  ruleTypes: RuleType[],
+  log: ReconcileContext['log'],
+  outOfTime: () => boolean = () => false,
+): Promise<SweepResult> {
   // Metadata of the rules from the watch cache: cheap, and only a first cut (a fresh read decides).
   const known = new Set((await kube.list(CopyratorRuleKind, { cached: true, metadataOnly: true })).items.map(ruleRef));
   const byRule = new Map<string, { key: ObjectKey; copies: { ruleType: RuleType; object: KubeObject }[] }>();
@@ -64,17 +82,30 @@ export async function sweepOrphanCopies(kube: KubeClient, ruleTypes: RuleType[],
       rule = await kube.get(CopyratorRuleKind, key);
     } catch (error) {
       result.failed += copies.length;
-      log.warn({ err: (error as Error).message, rule: `${key.namespace}/${key.name}` }, 'orphan sweep: could not read the rule; its copies wait for the next sweep');
+      log.warn(
+        { err: (error as Error).message, rule: `${key.namespace}/${key.name}` },
+        'orphan sweep: could not read the rule; its copies wait for the next sweep',
+      );
       return;
     }
     if (rule) return;
     await forEachLimited(copies, CONCURRENCY, async ({ ruleType, object }) => {
       try {
         // The uid precondition: only the copy listed, never an object that replaced it.
-        if (await kube.delete(kindOf(ruleType), { namespace: object.metadata.namespace!, name: object.metadata.name! }, { uid: object.metadata.uid })) result.deleted++;
+        if (
+          await kube.delete(
+            kindOf(ruleType),
+            { namespace: object.metadata.namespace!, name: object.metadata.name! },
+            { uid: object.metadata.uid },
+          )
+        )
+          result.deleted++;
       } catch (error) {
         result.failed++;
-        log.warn({ err: (error as Error).message, namespace: object.metadata.namespace, name: object.metadata.name }, 'orphan sweep: could not delete a copy');
+        log.warn(
+          { err: (error as Error).message, namespace: object.metadata.namespace, name: object.metadata.name },
+          'orphan sweep: could not delete a copy',
+        );
       }
     });
   });

@@ -5,7 +5,23 @@
 //
 // Secret contents never leave this file in any form but the API writes themselves: logs, Events
 // and status name objects, never their data.
-import { type ReconcileContext, type ReconcileResult, kindKey, Namespace, type KubeObject, type ObjectKey, type ResourceKind, ApiError, type KubeClient, applyChild, updateStatus, type ConditionInput, TransientError, forEachLimited, refusedWrite } from '../runtime/index.ts';
+import {
+  type ReconcileContext,
+  type ReconcileResult,
+  kindKey,
+  Namespace,
+  type KubeObject,
+  type ObjectKey,
+  type ResourceKind,
+  ApiError,
+  type KubeClient,
+  applyChild,
+  updateStatus,
+  type ConditionInput,
+  TransientError,
+  forEachLimited,
+  refusedWrite,
+} from '../runtime/index.ts';
 import {
   blockTaken,
   conflictFor,
@@ -91,14 +107,24 @@ async function apply(kube: KubeClient, rule: KubeObject, ruleType: RuleType, act
 export function refusal(error: unknown, desired: CopyableObject): Conflict | undefined {
   const refused = refusedWrite(error);
   if (!refused) return undefined;
-  return { namespace: desired.metadata.namespace!, name: desired.metadata.name!, reason: refused.forbidden ? 'Forbidden' : 'Invalid', message: refused.message };
+  return {
+    namespace: desired.metadata.namespace!,
+    name: desired.metadata.name!,
+    reason: refused.forbidden ? 'Forbidden' : 'Invalid',
+    message: refused.message,
+  };
 }
 
 /** The copy to PUT over an existing copy of the rule, or undefined when it is up to date (updateAction). */
 function mergeCopy(existing: CopyableObject, desired: CopyableObject): CopyableObject | undefined {
   const action = updateAction(desired, existing);
   if (action.type === 'keep') return undefined;
-  if (action.type === 'replace') throw new ApiError(409, 'Conflict', `${desired.metadata.namespace}/${desired.metadata.name} cannot be updated in place (immutable, or another Secret type); will replace on retry`);
+  if (action.type === 'replace')
+    throw new ApiError(
+      409,
+      'Conflict',
+      `${desired.metadata.namespace}/${desired.metadata.name} cannot be updated in place (immutable, or another Secret type); will replace on retry`,
+    );
   return updatedCopy(desired, existing);
 }
 
@@ -107,9 +133,20 @@ function mergeCopy(existing: CopyableObject, desired: CopyableObject): CopyableO
  * that lost its labels is judged from a read of etcd; by another rule's copy or a foreign object,
  * reported as a conflict.
  */
-async function writeCopy(kube: KubeClient, rule: KubeObject, kind: ResourceKind, desired: CopyableObject, observed?: CopyableObject): Promise<Outcome> {
+async function writeCopy(
+  kube: KubeClient,
+  rule: KubeObject,
+  kind: ResourceKind,
+  desired: CopyableObject,
+  observed?: CopyableObject,
+): Promise<Outcome> {
   try {
-    const applied = await applyChild(kube, kind, desired, { observed, isManaged: (existing) => isManagedBy(existing, rule), merge: mergeCopy, firstRead: 'etcd' });
+    const applied = await applyChild(kube, kind, desired, {
+      observed,
+      isManaged: (existing) => isManagedBy(existing, rule),
+      merge: mergeCopy,
+      firstRead: 'etcd',
+    });
     if (applied.result === 'conflict') return { conflict: conflictFor(applied.object!) };
     // Never superseded: that is only for onRace 'leave'.
     return applied.result as 'created' | 'updated' | 'unchanged';
@@ -135,8 +172,9 @@ function takenNames(kube: KubeClient, kind: ResourceKind, rule: CopyratorRule): 
   const holdersOf = (name: string) => {
     let holders = holdersByName.get(name);
     if (!holders) {
-      holders = kube.list(kind, { fieldSelector: `metadata.name=${name}`, cached: true, metadataOnly: true }).then(({ items }) =>
-        items.filter((object) => !isManagedBy(object, rule)).map(({ metadata }) => ({ metadata })));
+      holders = kube
+        .list(kind, { fieldSelector: `metadata.name=${name}`, cached: true, metadataOnly: true })
+        .then(({ items }) => items.filter((object) => !isManagedBy(object, rule)).map(({ metadata }) => ({ metadata })));
       holdersByName.set(name, holders);
     }
     return holders;
@@ -185,7 +223,10 @@ class CopyWrites {
         this.failed++;
         this.firstError ??= error;
         const target = 'desired' in action ? action.desired : action.existing;
-        this.#log.warn({ err: (error as Error).message, action: action.type, namespace: target.metadata.namespace, name: target.metadata.name }, 'copy write failed');
+        this.#log.warn(
+          { err: (error as Error).message, action: action.type, namespace: target.metadata.namespace, name: target.metadata.name },
+          'copy write failed',
+        );
       }
     });
   }
@@ -216,7 +257,12 @@ function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
  * deadline has passed and this run has written something (so that every run gets further), it
  * stops before the next page or chunk and reports the tally unfinished.
  */
-async function converge({ kube, readOnce, now, deadline }: ReconcileContext, rule: CopyratorRule, ruleTypes: RuleType[], log: ReconcileContext['log']): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; controlled: ControlledObject[] }> {
+async function converge(
+  { kube, readOnce, now, deadline }: ReconcileContext,
+  rule: CopyratorRule,
+  ruleTypes: RuleType[],
+  log: ReconcileContext['log'],
+): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; controlled: ControlledObject[] }> {
   const kind = kindOf(rule.ruleType);
   // The namespaces first: their labels decide whether the source namespace may be read at all.
   // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
@@ -226,8 +272,16 @@ async function converge({ kube, readOnce, now, deadline }: ReconcileContext, rul
   // the watch cache, as there are almost never any, and as metadata: deleting needs no data.
   const formerTypes = ruleTypes.filter((ruleType) => ruleType !== rule.ruleType);
   const [listed, ...former] = await Promise.all([
-    refused ? { items: [] } : kube.list<CopyableObject>(kind, { namespace: rule.namespace, labelSelector: selectorString(rule.selector) || undefined, ...DATA_PAGES }),
-    ...formerTypes.map((ruleType) => kube.list(kindOf(ruleType), { labelSelector: copiesSelector(rule), cached: true, metadataOnly: true })),
+    refused
+      ? { items: [] }
+      : kube.list<CopyableObject>(kind, {
+          namespace: rule.namespace,
+          labelSelector: selectorString(rule.selector) || undefined,
+          ...DATA_PAGES,
+        }),
+    ...formerTypes.map((ruleType) =>
+      kube.list(kindOf(ruleType), { labelSelector: copiesSelector(rule), cached: true, metadataOnly: true }),
+    ),
   ]);
   // Decided on the objects as listed from the API server: one another controller manages is no
   // source (controllerOf), so its copies, if any, are deleted below as a non-matching source's.
@@ -240,7 +294,17 @@ async function converge({ kube, readOnce, now, deadline }: ReconcileContext, rul
   const outOfTime = () => writes.written > 0 && now().getTime() >= deadline;
   const tally = (unfinished: boolean) => {
     const { counts, conflicts, failed, firstError } = writes;
-    return { matched: sources.length, copies: counts.created + counts.updated + counts.unchanged, conflicts, failed, counts, firstError, controlled, ...(unfinished ? { unfinished } : {}), ...(refused ? { refused } : {}) };
+    return {
+      matched: sources.length,
+      copies: counts.created + counts.updated + counts.unchanged,
+      conflicts,
+      failed,
+      counts,
+      firstError,
+      controlled,
+      ...(unfinished ? { unfinished } : {}),
+      ...(refused ? { refused } : {}),
+    };
   };
   const present = new Set<string>();
   for await (const page of kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule), ...DATA_PAGES })) {
@@ -252,7 +316,13 @@ async function converge({ kube, readOnce, now, deadline }: ReconcileContext, rul
   const taken = takenNames(kube, kind, rule);
   for (const creates of chunks(missingCopies(wanted, present), CREATE_CHUNK)) {
     if (outOfTime()) return tally(true);
-    await writes.apply(rule.ruleType, blockTaken(creates.map((desired): CopyAction => ({ type: 'create', desired })), await taken(creates)));
+    await writes.apply(
+      rule.ruleType,
+      blockTaken(
+        creates.map((desired): CopyAction => ({ type: 'create', desired })),
+        await taken(creates),
+      ),
+    );
   }
   for (const [index, { items }] of former.entries()) await writes.apply(formerTypes[index]!, deletesOf(items, rule));
   return tally(false);
@@ -267,7 +337,8 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
     // Going: the runtime runs finalizeCopies instead. Gone: its finalizer removed the copies, but
     // a replica that read the rule just before may have written one after; remove such orphans.
     const removeOrphans = async () => {
-      if (!(await finalizeCopies({ metadata: { namespace: key.namespace, name: key.name } }, ruleTypes, kube, log))) throw new TransientError(`some copies of the deleted rule ${key.namespace}/${key.name} could not be removed yet`);
+      if (!(await finalizeCopies({ metadata: { namespace: key.namespace, name: key.name } }, ruleTypes, kube, log)))
+        throw new TransientError(`some copies of the deleted rule ${key.namespace}/${key.name} could not be removed yet`);
     };
     if (!rule) return removeOrphans();
     if (rule.metadata.deletionTimestamp) return;
@@ -299,9 +370,19 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
       await events.normal(rule, CopyratorRuleKind, 'CopiesChanged', message);
     }
     const fresh = newConflicts(rule.status, tally.conflicts);
-    if (fresh.length) await events.warning(rule, CopyratorRuleKind, 'CopyConflict', fresh.slice(0, 3).map((conflict) => conflict.message).join('; ') + (fresh.length > 3 ? `; and ${fresh.length - 3} more` : ''));
+    if (fresh.length)
+      await events.warning(
+        rule,
+        CopyratorRuleKind,
+        'CopyConflict',
+        fresh
+          .slice(0, 3)
+          .map((conflict) => conflict.message)
+          .join('; ') + (fresh.length > 3 ? `; and ${fresh.length - 3} more` : ''),
+      );
     if (refusalNews(rule.status, tally.refused)) await events.warning(rule, CopyratorRuleKind, tally.refused.reason, tally.refused.message);
-    if (controlledNews(rule.status, tally.controlled)) await events.warning(rule, CopyratorRuleKind, CONTROLLED_REASON, controlledWarning(tally.controlled));
+    if (controlledNews(rule.status, tally.controlled))
+      await events.warning(rule, CopyratorRuleKind, CONTROLLED_REASON, controlledWarning(tally.controlled));
     await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, tally), rule);
     // Written status first, so it shows progress; the failed writes are retried with the event.
     if (tally.firstError) throw tally.firstError;
@@ -318,12 +399,18 @@ const isDeleted = (actedOn: KubeObject, current: KubeObject | undefined): boolea
  * Removes every copy of a rule being deleted (found by label, confirmed by annotation). True when
  * none is left, so the runtime may remove the finalizer; a conflict on delete means try again.
  */
-export async function finalizeCopies(rule: KubeObject, ruleTypes: RuleType[], kube: KubeClient, log: ReconcileContext['log']): Promise<boolean> {
+export async function finalizeCopies(
+  rule: KubeObject,
+  ruleTypes: RuleType[],
+  kube: KubeClient,
+  log: ReconcileContext['log'],
+): Promise<boolean> {
   const writes = new CopyWrites(kube, rule, log);
   // Every kind the function copies: the rule's ruleType may have changed since the copies were
   // made. A page at a time: a rule may have a hundred thousand; of metadata, all a delete needs.
   for (const ruleType of ruleTypes) {
-    for await (const page of kube.pages(kindOf(ruleType), { labelSelector: copiesSelector(rule), metadataOnly: true })) await writes.apply(ruleType, deletesOf(page.items, rule));
+    for await (const page of kube.pages(kindOf(ruleType), { labelSelector: copiesSelector(rule), metadataOnly: true }))
+      await writes.apply(ruleType, deletesOf(page.items, rule));
   }
   if (writes.written) log.info({ deleted: writes.counts.deleted, failed: writes.failed }, 'rule deleted: removed its copies');
   return writes.failed === 0;

@@ -6,7 +6,18 @@
 // in status (nextRefreshAt) and reconcile answers "again after D"; an early reconcile is a cheap
 // no-op. Refreshes fall on multiples of the interval (wall clock), so every ExchangeRate is due at
 // the same moment and one provider request per process serves them all.
-import { rfc3339, type KubeObject, type ResourceKind, ownerLabelValue, controllerReference, isControlledBy, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/index.ts';
+import {
+  rfc3339,
+  type KubeObject,
+  type ResourceKind,
+  ownerLabelValue,
+  controllerReference,
+  isControlledBy,
+  jsonEqual,
+  setCondition,
+  type Condition,
+  type ConditionInput,
+} from '../runtime/index.ts';
 import { isProviderDate, type Quote } from './provider.ts';
 
 export const ExchangeRateKind: ResourceKind = {
@@ -95,26 +106,40 @@ export function refreshDue(rate: ExchangeRate, now: Date, intervalSeconds: numbe
 export function valuesFor(rate: ExchangeRate, fetched: RateValues | undefined): RateValues | undefined {
   if (fetched) return fetched;
   const status = rate.status ?? {};
-  if (status.rate && status.currency === rate.spec.currency) return { rate: status.rate, base: status.base ?? 'EUR', date: status.date ?? '' };
+  if (status.rate && status.currency === rate.spec.currency)
+    return { rate: status.rate, base: status.base ?? 'EUR', date: status.date ?? '' };
   return undefined;
 }
 
 export type QuoteResult = { values: RateValues } | { problem: ConditionInput };
 
 /** What a failed refresh leaves in place, in words for the condition message. */
-const whatIsKept = (rate: ExchangeRate): string => (valuesFor(rate, undefined) ? 'keeping the last rate' : `no rate for ${rate.spec.currency} yet`);
+const whatIsKept = (rate: ExchangeRate): string =>
+  valuesFor(rate, undefined) ? 'keeping the last rate' : `no rate for ${rate.spec.currency} yet`;
 
 /** This ExchangeRate's values from a provider quote, or why there are none. */
 export function fromQuote(rate: ExchangeRate, quote: Quote): QuoteResult {
   const value = quote.rates[rate.spec.currency];
   if (value === undefined) {
-    return { problem: { type: 'Ready', status: 'False', reason: 'CurrencyNotQuoted', message: `the provider's answer of ${quote.date} has no rate for ${rate.spec.currency}; ${whatIsKept(rate)}` } };
+    return {
+      problem: {
+        type: 'Ready',
+        status: 'False',
+        reason: 'CurrencyNotQuoted',
+        message: `the provider's answer of ${quote.date} has no rate for ${rate.spec.currency}; ${whatIsKept(rate)}`,
+      },
+    };
   }
   return { values: { rate: value, base: quote.base, date: quote.date } };
 }
 
 /** Ready=False after the provider failed (its words), saying what stays in place meanwhile. */
-export const providerProblem = (rate: ExchangeRate, message: string): ConditionInput => ({ type: 'Ready', status: 'False', reason: 'ProviderError', message: `${message}; ${whatIsKept(rate)}` });
+export const providerProblem = (rate: ExchangeRate, message: string): ConditionInput => ({
+  type: 'Ready',
+  status: 'False',
+  reason: 'ProviderError',
+  message: `${message}; ${whatIsKept(rate)}`,
+});
 
 /**
  * The condition of the last refresh, beside Ready (as Knative's resources keep one condition per
@@ -129,7 +154,9 @@ const FAILED_REFRESH = new Set(['ProviderError', 'CurrencyNotQuoted']);
 /** The last refresh's failure, if it failed: its Refreshed condition (or, written before there was one, its Ready). */
 export function lastRefreshFailure(rate: ExchangeRate): Condition | undefined {
   const conditions = rate.status?.conditions ?? [];
-  const failed = conditions.find((condition) => condition.type === REFRESHED) ?? conditions.find((condition) => condition.type === 'Ready' && FAILED_REFRESH.has(condition.reason));
+  const failed =
+    conditions.find((condition) => condition.type === REFRESHED) ??
+    conditions.find((condition) => condition.type === 'Ready' && FAILED_REFRESH.has(condition.reason));
   return failed?.status === 'False' ? failed : undefined;
 }
 
@@ -179,7 +206,8 @@ export type ConfigMapAction =
   | { type: 'frozen'; message: string; relabel?: RateConfigMap };
 
 /** What a ConfigMap holds, in words for a condition message. */
-const holding = (data: Record<string, string> | undefined): string => (data?.rate ? `rate ${data.rate} (provider date ${data.date ?? 'unknown'})` : 'no rate');
+const holding = (data: Record<string, string> | undefined): string =>
+  data?.rate ? `rate ${data.rate} (provider date ${data.date ?? 'unknown'})` : 'no rate';
 
 /** The annotations with ours set to this currency, or removed (no rate, no currency); undefined when none is left. */
 function withCurrency(annotations: Record<string, string> | undefined, currency: string | undefined): Record<string, string> | undefined {
@@ -205,7 +233,8 @@ function withCurrency(annotations: Record<string, string> | undefined, currency:
 export function newerHeld(rate: ExchangeRate, existing: RateConfigMap, fromStatus: RateValues): RateValues | undefined {
   const data = existing.data ?? {};
   if (!isControlledBy(existing, rate) || existing.metadata.labels?.[OWNER_LABEL] !== ownerLabelValue(rate.metadata.name!)) return undefined;
-  if (existing.metadata.annotations?.[CURRENCY_ANNOTATION] !== rate.spec.currency || !data.rate || data.base !== fromStatus.base) return undefined;
+  if (existing.metadata.annotations?.[CURRENCY_ANNOTATION] !== rate.spec.currency || !data.rate || data.base !== fromStatus.base)
+    return undefined;
   if (!isProviderDate(data.date) || !isProviderDate(fromStatus.date) || data.date <= fromStatus.date) return undefined;
   return { rate: data.rate, base: data.base, date: data.date };
 }
@@ -224,22 +253,35 @@ export function newerHeld(rate: ExchangeRate, existing: RateConfigMap, fromStatu
  * `fromStatus`: the values are status's (nothing was fetched by this reconcile); a newer rate our
  * ConfigMap holds is then kept (newerHeld), never written over with older data.
  */
-export function configMapAction(rate: ExchangeRate, existing: RateConfigMap | undefined, values: RateValues | undefined, fromStatus = false): ConfigMapAction {
+export function configMapAction(
+  rate: ExchangeRate,
+  existing: RateConfigMap | undefined,
+  values: RateValues | undefined,
+  fromStatus = false,
+): ConfigMapAction {
   if (existing && values && fromStatus) values = newerHeld(rate, existing, values) ?? values;
   const desired = desiredConfigMap(rate, values);
   if (!existing) return values ? { type: 'create', desired } : { type: 'keep' };
-  if (!isControlledBy(existing, rate)) return { type: 'blocked', message: `ConfigMap ${existing.metadata.name} exists and is not controlled by this ExchangeRate; delete or rename it` };
+  if (!isControlledBy(existing, rate))
+    return {
+      type: 'blocked',
+      message: `ConfigMap ${existing.metadata.name} exists and is not controlled by this ExchangeRate; delete or rename it`,
+    };
   const sameData = jsonEqual(existing.data ?? {}, desired.data);
   // Ours names the currency of the rate held; an empty ConfigMap's is dropped when it is emptied, no write of its own.
-  const annotations = values || !sameData ? withCurrency(existing.metadata.annotations, values && rate.spec.currency) : existing.metadata.annotations;
-  const sameLabels = jsonEqual(existing.metadata.labels ?? {}, desired.metadata.labels) && jsonEqual(existing.metadata.annotations ?? {}, annotations ?? {});
+  const annotations =
+    values || !sameData ? withCurrency(existing.metadata.annotations, values && rate.spec.currency) : existing.metadata.annotations;
+  const sameLabels =
+    jsonEqual(existing.metadata.labels ?? {}, desired.metadata.labels) && jsonEqual(existing.metadata.annotations ?? {}, annotations ?? {});
   if (sameData && sameLabels) return { type: 'keep' };
   // Immutable: only metadata may change; a write must carry data, binaryData and immutable as they are.
   const metadata = { ...existing.metadata, labels: desired.metadata.labels, annotations };
   const relabelled: RateConfigMap = { ...existing, metadata };
   if (existing.immutable) {
     if (sameData) return { type: 'update', desired: relabelled };
-    const wanted = values ? `rate ${values.rate} (provider date ${values.date}); delete it and it is recreated with that rate` : `no rate, there being none for ${rate.spec.currency} yet; delete it and it is recreated once there is one`;
+    const wanted = values
+      ? `rate ${values.rate} (provider date ${values.date}); delete it and it is recreated with that rate`
+      : `no rate, there being none for ${rate.spec.currency} yet; delete it and it is recreated once there is one`;
     return {
       type: 'frozen',
       message: `ConfigMap ${existing.metadata.name} is immutable and still holds ${holding(existing.data)} where it should hold ${wanted}`,
@@ -277,17 +319,32 @@ export function nextStatus(current: ExchangeRate, actedOn: ExchangeRate, outcome
   const { rate: _rate, base: _base, date: _date, currency: _currency, lastUpdated: _lastUpdated, ...withoutRate } = status;
   return {
     ...(status.currency === actedOn.spec.currency ? status : withoutRate),
-    ...(fetched ? { rate: fetched.rate, base: fetched.base, date: fetched.date, currency: actedOn.spec.currency, lastUpdated: rfc3339(outcome.now) } : {}),
+    ...(fetched
+      ? { rate: fetched.rate, base: fetched.base, date: fetched.date, currency: actedOn.spec.currency, lastUpdated: rfc3339(outcome.now) }
+      : {}),
     configMap: configMapNameFor(actedOn),
     nextRefreshAt: rfc3339(outcome.nextRefreshAt),
     observedGeneration: generation,
-    conditions: refreshedConditions(setCondition(status.conditions, { ...condition, observedGeneration: generation }, outcome.now), outcome, generation),
+    conditions: refreshedConditions(
+      setCondition(status.conditions, { ...condition, observedGeneration: generation }, outcome.now),
+      outcome,
+      generation,
+    ),
   };
 }
 
 /** The conditions with Refreshed set by this reconcile's refresh; unchanged when it neither fetched nor has a failure to keep. */
-function refreshedConditions(conditions: Condition[], { fetched, refreshProblem, now }: RefreshOutcome, observedGeneration: number): Condition[] {
+function refreshedConditions(
+  conditions: Condition[],
+  { fetched, refreshProblem, now }: RefreshOutcome,
+  observedGeneration: number,
+): Condition[] {
   if (refreshProblem) return setCondition(conditions, { ...refreshProblem, type: REFRESHED, observedGeneration }, now);
-  if (fetched) return setCondition(conditions, { type: REFRESHED, status: 'True', reason: 'RateFetched', message: `provider date ${fetched.date}`, observedGeneration }, now);
+  if (fetched)
+    return setCondition(
+      conditions,
+      { type: REFRESHED, status: 'True', reason: 'RateFetched', message: `provider date ${fetched.date}`, observedGeneration },
+      now,
+    );
   return conditions;
 }

@@ -8,7 +8,8 @@ import { reconcileExchangeRate } from './reconcile.ts';
 
 export default defineFunction({
   name: 'exchange-rate',
-  description: 'Keeps a ConfigMap per ExchangeRate with the EUR exchange rate of its currency, refreshed from an HTTP provider (default Frankfurter).',
+  description:
+    'Keeps a ConfigMap per ExchangeRate with the EUR exchange rate of its currency, refreshed from an HTTP provider (default Frankfurter).',
   reconciles: ExchangeRateKind,
   owns: [{ kind: ConfigMap, ownerNameLabel: OWNER_LABEL }],
   config: CONFIG,

@@ -53,14 +53,19 @@ export class ProviderError extends Error {
  * One outbound GET with a timeout and a bound on the body; throws when no answer arrived or the
  * body is too large (ResponseTooLargeError; the message says why).
  */
-export type HttpGet = (url: string, options: { headers: Record<string, string>; timeoutMs: number }) => Promise<{ status: number; headers: Headers; body: string }>;
+export type HttpGet = (
+  url: string,
+  options: { headers: Record<string, string>; timeoutMs: number },
+) => Promise<{ status: number; headers: Headers; body: string }>;
 
 /** The reconcile context's HTTP client (a timeout on every request) as an HttpGet, reading at most MAX_ANSWER_BYTES. */
-export const httpGet = (http: HttpClient): HttpGet => async (url, { headers, timeoutMs }) => {
-  // A redirect would carry the API key elsewhere; the provider's base URL is configured exactly.
-  const response = await http.fetch(url, { headers, timeoutMs, redirect: 'error', maxBodyBytes: MAX_ANSWER_BYTES });
-  return { status: response.status, headers: response.headers, body: await response.text() };
-};
+export const httpGet =
+  (http: HttpClient): HttpGet =>
+  async (url, { headers, timeoutMs }) => {
+    // A redirect would carry the API key elsewhere; the provider's base URL is configured exactly.
+    const response = await http.fetch(url, { headers, timeoutMs, redirect: 'error', maxBodyBytes: MAX_ANSWER_BYTES });
+    return { status: response.status, headers: response.headers, body: await response.text() };
+  };
 
 export interface FrankfurterOptions {
   baseUrl: string;
@@ -119,18 +124,27 @@ export function parseQuote(body: string, redact: (text: string) => string = (tex
     throw new ProviderError(`provider answered malformed JSON: ${shown(body, 80)}`);
   }
   const answer = parsed as { base?: unknown; date?: unknown; rates?: unknown } | null;
-  if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) throw new ProviderError('provider answer is not a JSON object');
-  if (typeof answer.base !== 'string' || typeof answer.date !== 'string' || typeof answer.rates !== 'object' || answer.rates === null || Array.isArray(answer.rates)) {
+  if (typeof answer !== 'object' || answer === null || Array.isArray(answer))
+    throw new ProviderError('provider answer is not a JSON object');
+  if (
+    typeof answer.base !== 'string' ||
+    typeof answer.date !== 'string' ||
+    typeof answer.rates !== 'object' ||
+    answer.rates === null ||
+    Array.isArray(answer.rates)
+  ) {
     throw new ProviderError('provider answer lacks base, date or rates');
   }
-  if (answer.base !== BASE_CURRENCY) throw new ProviderError(`provider answered rates for base ${shown(answer.base, 40)}, not ${BASE_CURRENCY}`);
+  if (answer.base !== BASE_CURRENCY)
+    throw new ProviderError(`provider answered rates for base ${shown(answer.base, 40)}, not ${BASE_CURRENCY}`);
   if (!isProviderDate(answer.date)) throw new ProviderError(`provider answered date ${shown(answer.date, 40)}, not YYYY-MM-DD`);
   const answered = answer.rates as Record<string, unknown>;
   const rates: Record<string, string> = {};
   for (const currency of CURRENCIES) {
     if (!Object.hasOwn(answered, currency)) continue;
     const rate = rateString(answered[currency]);
-    if (rate === undefined) throw new ProviderError(`provider answered rate ${shown(answered[currency], 40)} for ${currency}, not a positive decimal number`);
+    if (rate === undefined)
+      throw new ProviderError(`provider answered rate ${shown(answered[currency], 40)} for ${currency}, not a positive decimal number`);
     rates[currency] = rate;
   }
   return { base: answer.base, date: answer.date, rates };
@@ -141,7 +155,9 @@ function describeFailure(status: number, body: string): string {
   try {
     const message = (JSON.parse(body) as { message?: unknown }).message;
     if (typeof message === 'string') return `provider answered ${status}: ${quote(message, 200)}`;
-  } catch { /* not JSON */ }
+  } catch {
+    /* not JSON */
+  }
   return `provider answered ${status}${body ? `: ${quote(body, 120)}` : ''}`;
 }
 
@@ -175,13 +191,16 @@ export function frankfurter(options: FrankfurterOptions): RateProvider {
     try {
       answer = await get(url, { headers: { accept: 'application/json', ...options.headers }, timeoutMs: options.timeoutMs });
     } catch (error) {
-      if (error instanceof ResponseTooLargeError) throw new ProviderError(`provider answered ${error.status} with more than ${error.limitBytes} bytes; not read`);
+      if (error instanceof ResponseTooLargeError)
+        throw new ProviderError(`provider answered ${error.status} with more than ${error.limitBytes} bytes; not read`);
       throw new ProviderError(`provider ${options.baseUrl} unreachable: ${withoutSentHeaders((error as Error).message, options.headers)}`);
     }
     // Removed before any of the answer is quoted (and maybe cut mid-value) into a message.
     const redact = (text: string) => withoutSentHeaders(text, options.headers);
     if (answer.status === 200) return parseQuote(answer.body, redact);
-    throw new ProviderError(describeFailure(answer.status, redact(answer.body)), { retryAfterSeconds: retryAfterSeconds(answer.headers.get('retry-after') ?? undefined) });
+    throw new ProviderError(describeFailure(answer.status, redact(answer.body)), {
+      retryAfterSeconds: retryAfterSeconds(answer.headers.get('retry-after') ?? undefined),
+    });
   };
   return {
     async latest() {
@@ -204,7 +223,8 @@ export function frankfurter(options: FrankfurterOptions): RateProvider {
  * When a failed request may be repeated: after the retry interval, or after the provider's
  * Retry-After when that is longer (a shorter hint does not make a failing provider asked sooner).
  */
-export const retryTime = (askedAt: number, retrySeconds: number, hintSeconds: number | undefined): Date => new Date(askedAt + Math.max(retrySeconds, hintSeconds ?? 0) * 1000);
+export const retryTime = (askedAt: number, retrySeconds: number, hintSeconds: number | undefined): Date =>
+  new Date(askedAt + Math.max(retrySeconds, hintSeconds ?? 0) * 1000);
 
 /** One provider request: its slot, when it was made (the reconcile clock), and the promise of its answer. */
 interface Asked {
@@ -244,7 +264,11 @@ export class SlotCache {
 
   latest(slot: number, currency: string, now: Date): Promise<Quote> {
     const answered = this.#answered;
-    if (answered?.slot === slot && (answered.quote.rates[currency] !== undefined || now.getTime() - answered.at < this.#retrySeconds * 1000)) return Promise.resolve(answered.quote);
+    if (
+      answered?.slot === slot &&
+      (answered.quote.rates[currency] !== undefined || now.getTime() - answered.at < this.#retrySeconds * 1000)
+    )
+      return Promise.resolve(answered.quote);
     if (this.#asking?.slot === slot) return this.#asking.quote;
     const failed = this.#failed;
     if (failed && now.getTime() < failed.retryAt.getTime()) return Promise.reject(failed);
@@ -267,7 +291,10 @@ export class SlotCache {
         (error: unknown) => {
           // Anything but a ProviderError is a bug, not the provider's state: not kept.
           if (!(error instanceof ProviderError)) throw error;
-          const failed = new ProviderError(error.message, { retryAfterSeconds: error.retryAfterSeconds, retryAt: retryTime(at, this.#retrySeconds, error.retryAfterSeconds) }) as ProviderError & { retryAt: Date };
+          const failed = new ProviderError(error.message, {
+            retryAfterSeconds: error.retryAfterSeconds,
+            retryAt: retryTime(at, this.#retrySeconds, error.retryAfterSeconds),
+          }) as ProviderError & { retryAt: Date };
           if (!(this.#answered && this.#answered.at > at)) this.#failed = failed;
           throw failed;
         },

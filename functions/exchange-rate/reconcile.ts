@@ -1,7 +1,18 @@
 // ExchangeRate reconcile: refresh the rate when due (one shared provider request per refresh
 // slot), keep the ConfigMap equal to the last good rate, write status, ask to be called again at
 // the next refresh.
-import { type ReconcileContext, ConfigMap, type ObjectKey, boundedMessage, applyChild, isControlledBy, updateStatus, type ConditionInput, FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/index.ts';
+import {
+  type ReconcileContext,
+  ConfigMap,
+  type ObjectKey,
+  boundedMessage,
+  applyChild,
+  isControlledBy,
+  updateStatus,
+  type ConditionInput,
+  FORBIDDEN_RETRY_SECONDS,
+  refusedWrite,
+} from '../runtime/index.ts';
 import { ConfigError, parseConfig, type ProviderConfig } from './config.ts';
 import {
   configMapAction,
@@ -54,7 +65,13 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     const problem: ConditionInput = { type: 'Ready', status: 'False', reason: 'ConfigInvalid', message: error.message };
-    await updateStatus<ExchangeRate>(kube, ExchangeRateKind, key, (current) => nextStatus(current, rate, { problem, now, nextRefreshAt: now }), rate);
+    await updateStatus<ExchangeRate>(
+      kube,
+      ExchangeRateKind,
+      key,
+      (current) => nextStatus(current, rate, { problem, now, nextRefreshAt: now }),
+      rate,
+    );
     return;
   }
 
@@ -76,12 +93,15 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
       retryAt = error.retryAt ?? retryAt;
     }
     // After a failure, ask again at the retry time (within one interval), else at the slot's end.
-    nextRefreshAt = refreshProblem ? new Date(Math.min(retryAt.getTime(), now.getTime() + config.refreshSeconds * 1000)) : slotEnd(slot, config.refreshSeconds);
+    nextRefreshAt = refreshProblem
+      ? new Date(Math.min(retryAt.getTime(), now.getTime() + config.refreshSeconds * 1000))
+      : slotEnd(slot, config.refreshSeconds);
     if (refreshProblem) {
       log.warn({ reason: refreshProblem.reason }, refreshProblem.message);
       // Once per outage and object: the next failures (the cache's fail-fast ones, each retry) find
       // Refreshed already False for the same reason, which a not-due reconcile keeps (standingProblem).
-      if (refreshProblem.reason !== lastRefreshFailure(rate)?.reason) await events.warning(rate, ExchangeRateKind, refreshProblem.reason, refreshProblem.message);
+      if (refreshProblem.reason !== lastRefreshFailure(rate)?.reason)
+        await events.warning(rate, ExchangeRateKind, refreshProblem.reason, refreshProblem.message);
     }
   } else {
     // Not due: refreshDue found a due time. While it is a retry time, the failed refresh's
@@ -97,10 +117,18 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
   // its ConfigMap write and its status write left it).
   const configMapProblem = await ensureConfigMap(ctx, rate, valuesFor(rate, fetched), !fetched);
   const problem = configMapProblem ?? refreshProblem;
-  await updateStatus<ExchangeRate>(kube, ExchangeRateKind, key, (current) => nextStatus(current, rate, { fetched, problem, refreshProblem, now, nextRefreshAt }), rate);
+  await updateStatus<ExchangeRate>(
+    kube,
+    ExchangeRateKind,
+    key,
+    (current) => nextStatus(current, rate, { fetched, problem, refreshProblem, now, nextRefreshAt }),
+    rate,
+  );
   const untilRefresh = Math.max(1, Math.ceil((nextRefreshAt.getTime() - now.getTime()) / 1000));
   // A forbidden ConfigMap is tried again soon (from status: no request to the provider), not an hour later.
-  return { requeueAfterSeconds: configMapProblem?.reason === CONFIGMAP_FORBIDDEN ? Math.min(untilRefresh, FORBIDDEN_RETRY_SECONDS) : untilRefresh };
+  return {
+    requeueAfterSeconds: configMapProblem?.reason === CONFIGMAP_FORBIDDEN ? Math.min(untilRefresh, FORBIDDEN_RETRY_SECONDS) : untilRefresh,
+  };
 }
 
 /**
@@ -113,14 +141,20 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
  * reconcile that follows a change of either object, the next refresh, or the next resync tries
  * again (which is what a lifted quota or a changed policy needs: no event of ours tells of it).
  */
-async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: ExchangeRate, values: RateValues | undefined, fromStatus: boolean): Promise<ConditionInput | undefined> {
+async function ensureConfigMap(
+  { kube, log, events }: ReconcileContext,
+  rate: ExchangeRate,
+  values: RateValues | undefined,
+  fromStatus: boolean,
+): Promise<ConditionInput | undefined> {
   const cmKey = { namespace: rate.metadata.namespace!, name: configMapNameFor(rate) };
   const existing = await kube.get<RateConfigMap>(ConfigMap, cmKey);
   const action = configMapAction(rate, existing, values, fromStatus);
   /** Ready=False for a ConfigMap problem, warned when Ready did not already say it (as setCondition stored it: bounded). */
   const report = (reason: string, message: string): ConditionInput => {
     const ready = rate.status?.conditions?.find((condition) => condition.type === 'Ready');
-    if (ready?.status !== 'False' || ready.reason !== reason || ready.message !== boundedMessage(message)) events.warning(rate, ExchangeRateKind, reason, message);
+    if (ready?.status !== 'False' || ready.reason !== reason || ready.message !== boundedMessage(message))
+      events.warning(rate, ExchangeRateKind, reason, message);
     log.warn({ configMap: cmKey.name, reason }, message);
     return { type: 'Ready', status: 'False', reason, message };
   };
@@ -128,7 +162,10 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
   const refused = (error: unknown): ConditionInput => {
     const refusal = refusedWrite(error);
     if (!refusal) throw error;
-    return report(refusal.forbidden ? CONFIGMAP_FORBIDDEN : 'ConfigMapRejected', `the API server refused to write ConfigMap ${cmKey.name}: ${refusal.message}`);
+    return report(
+      refusal.forbidden ? CONFIGMAP_FORBIDDEN : 'ConfigMapRejected',
+      `the API server refused to write ConfigMap ${cmKey.name}: ${refusal.message}`,
+    );
   };
   /**
    * Writes `object` as the ConfigMap: created when none was read, else over the one read. One
@@ -136,7 +173,14 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
    */
   const write = async (object: RateConfigMap) => {
     try {
-      return (await applyChild(kube, ConfigMap, object, { observed: existing, isManaged: (configMap) => isControlledBy(configMap, rate), merge: () => object, onRace: 'leave' })).result;
+      return (
+        await applyChild(kube, ConfigMap, object, {
+          observed: existing,
+          isManaged: (configMap) => isControlledBy(configMap, rate),
+          merge: () => object,
+          onRace: 'leave',
+        })
+      ).result;
     } catch (error) {
       return refused(error);
     }
@@ -157,7 +201,11 @@ async function ensureConfigMap({ kube, log, events }: ReconcileContext, rate: Ex
     }
     case 'update': {
       const written = await write(action.desired);
-      if (written === 'updated') log.info({ configMap: cmKey.name, rate: action.desired.data?.rate }, values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet');
+      if (written === 'updated')
+        log.info(
+          { configMap: cmKey.name, rate: action.desired.data?.rate },
+          values ? 'updated ConfigMap' : 'emptied ConfigMap: no rate for the new currency yet',
+        );
       return typeof written === 'object' ? written : undefined;
     }
   }

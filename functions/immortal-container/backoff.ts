@@ -50,4 +50,5 @@ export function restartBackoff(previous: RestartBackoff | undefined, run: Finish
 export const backoffReset = (pod: string, now: Date): RestartBackoff => ({ quickFailures: 0, failedPod: pod, notBefore: rfc3339(now) });
 
 /** Seconds until the back-off allows a new pod (0 = now). */
-export const secondsUntil = (backoff: RestartBackoff, now: Date): number => Math.max(0, Math.ceil((Date.parse(backoff.notBefore) - now.getTime()) / 1000));
+export const secondsUntil = (backoff: RestartBackoff, now: Date): number =>
+  Math.max(0, Math.ceil((Date.parse(backoff.notBefore) - now.getTime()) / 1000));

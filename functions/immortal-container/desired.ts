@@ -1,6 +1,18 @@
 // ImmortalContainer's desired state, computed without any API call: which pod should exist,
 // what to do about the pod that does exist, and what the status should say.
-import { sameKind, type KubeObject, type ObjectKey, type ResourceKind, boundedMessage, controllerReference, isControlledBy, jsonEqual, setCondition, type Condition, type ConditionInput } from '../runtime/index.ts';
+import {
+  sameKind,
+  type KubeObject,
+  type ObjectKey,
+  type ResourceKind,
+  boundedMessage,
+  controllerReference,
+  isControlledBy,
+  jsonEqual,
+  setCondition,
+  type Condition,
+  type ConditionInput,
+} from '../runtime/index.ts';
 import { backoffReset, restartBackoff, secondsUntil, type FinishedRun, type RestartBackoff } from './backoff.ts';
 
 export const ImmortalContainerKind: ResourceKind = {
@@ -74,7 +86,9 @@ export type PodAction =
  * (else now, the moment it is first seen finished; never later than now).
  */
 export function finishedRun(pod: PodObject, now: Date): FinishedRun {
-  const terminated = Date.parse(pod.status?.containerStatuses?.find((status) => status.name === CONTAINER_NAME)?.state?.terminated?.finishedAt ?? '');
+  const terminated = Date.parse(
+    pod.status?.containerStatuses?.find((status) => status.name === CONTAINER_NAME)?.state?.terminated?.finishedAt ?? '',
+  );
   const started = Date.parse(pod.status?.startTime ?? '');
   return {
     pod: pod.metadata.uid ?? '',
@@ -92,8 +106,14 @@ export function podAction(owner: ImmortalContainer, pod: PodObject | undefined, 
   if (!isControlledBy(pod, owner)) {
     // Of this group only: an ImmortalContainer of another (the Metacontroller variant's
     // immortalcontainers.flugel.it) is another controller's, whose pod is not ours to replace.
-    const stale = pod.metadata.ownerReferences?.some((reference) => reference.controller && sameKind(ImmortalContainerKind, reference.apiVersion, reference.kind) && reference.name === owner.metadata.name);
-    if (stale) return { type: 'replace', reason: 'OwnerReplaced', message: `pod ${name} belongs to an earlier ImmortalContainer of the same name` };
+    const stale = pod.metadata.ownerReferences?.some(
+      (reference) =>
+        reference.controller &&
+        sameKind(ImmortalContainerKind, reference.apiVersion, reference.kind) &&
+        reference.name === owner.metadata.name,
+    );
+    if (stale)
+      return { type: 'replace', reason: 'OwnerReplaced', message: `pod ${name} belongs to an earlier ImmortalContainer of the same name` };
     return { type: 'blocked', message: `pod ${name} exists and is not controlled by this ImmortalContainer; delete or rename it` };
   }
   const madeFor = Number(pod.metadata.annotations?.[GENERATION_ANNOTATION] ?? 0);
@@ -111,7 +131,13 @@ export function podAction(owner: ImmortalContainer, pod: PodObject | undefined, 
   if (phase === 'Succeeded' || phase === 'Failed') {
     const backoff = restartBackoff(owner.status?.restartBackoff, finishedRun(pod, now));
     const seconds = secondsUntil(backoff, now);
-    if (seconds > 0) return { type: 'backoff', seconds, backoff, message: `back-off restarting pod ${name} (phase ${phase}, ${backoff.quickFailures} quick failures in a row); next start at ${backoff.notBefore}` };
+    if (seconds > 0)
+      return {
+        type: 'backoff',
+        seconds,
+        backoff,
+        message: `back-off restarting pod ${name} (phase ${phase}, ${backoff.quickFailures} quick failures in a row); next start at ${backoff.notBefore}`,
+      };
     return { type: 'replace', reason: 'PodFinished', message: `pod ${name} finished (phase ${phase}); starting it again`, backoff };
   }
   return { type: 'keep' };
@@ -123,7 +149,13 @@ export function podAction(owner: ImmortalContainer, pod: PodObject | undefined, 
  * `countedPods`, and the status write is conditional on the resourceVersion it was computed from.
  * A creation is counted even if the replica that made it died before writing status.
  */
-export function nextStatus(current: ImmortalContainer, actedOn: ImmortalContainer, pod: PodObject | undefined, problem?: ConditionInput, backoff?: RestartBackoff): ImmortalContainerStatus | undefined {
+export function nextStatus(
+  current: ImmortalContainer,
+  actedOn: ImmortalContainer,
+  pod: PodObject | undefined,
+  problem?: ConditionInput,
+  backoff?: RestartBackoff,
+): ImmortalContainerStatus | undefined {
   // Deleted and recreated under the same name since we read it: that object is someone else's reconcile.
   if (current.metadata.uid !== actedOn.metadata.uid) return undefined;
   const status = current.status ?? {};
@@ -148,30 +180,65 @@ export function nextStatus(current: ImmortalContainer, actedOn: ImmortalContaine
 }
 
 function readyCondition(pod: PodObject | undefined, generation: number): ConditionInput {
-  if (!pod) return { type: 'Ready', status: 'False', reason: 'PodMissing', message: 'the pod is being (re)created', observedGeneration: generation };
-  if (pod.status?.phase === 'Running') return { type: 'Ready', status: 'True', reason: 'PodRunning', message: `pod ${pod.metadata.name} is running`, observedGeneration: generation };
-  return { type: 'Ready', status: 'False', reason: 'PodPending', message: `pod ${pod.metadata.name} is ${pod.status?.phase ?? 'Pending'}`, observedGeneration: generation };
+  if (!pod)
+    return {
+      type: 'Ready',
+      status: 'False',
+      reason: 'PodMissing',
+      message: 'the pod is being (re)created',
+      observedGeneration: generation,
+    };
+  if (pod.status?.phase === 'Running')
+    return {
+      type: 'Ready',
+      status: 'True',
+      reason: 'PodRunning',
+      message: `pod ${pod.metadata.name} is running`,
+      observedGeneration: generation,
+    };
+  return {
+    type: 'Ready',
+    status: 'False',
+    reason: 'PodPending',
+    message: `pod ${pod.metadata.name} is ${pod.status?.phase ?? 'Pending'}`,
+    observedGeneration: generation,
+  };
 }
 
 /** The Ready condition's current reason and message: a problem already reported is not reported again. */
 export const reported = (owner: ImmortalContainer, reason: string, message: string) =>
-  owner.status?.conditions?.some((condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === boundedMessage(message)) ?? false;
+  owner.status?.conditions?.some(
+    (condition) => condition.type === 'Ready' && condition.reason === reason && condition.message === boundedMessage(message),
+  ) ?? false;
 
 /** A pod of the ImmortalContainer `key` names, as created: Pending (or no phase yet), not being deleted. */
 export const asCreated = (pod: PodObject, key: ObjectKey): boolean =>
-  pod.metadata.name === `${key.name}${POD_SUFFIX}` && pod.metadata.namespace === key.namespace && !pod.metadata.deletionTimestamp
-  && (pod.status?.phase ?? 'Pending') === 'Pending'
-  && (pod.metadata.ownerReferences?.some((owner) => owner.controller && owner.kind === ImmortalContainerKind.kind && owner.name === key.name) ?? false);
+  pod.metadata.name === `${key.name}${POD_SUFFIX}` &&
+  pod.metadata.namespace === key.namespace &&
+  !pod.metadata.deletionTimestamp &&
+  (pod.status?.phase ?? 'Pending') === 'Pending' &&
+  (pod.metadata.ownerReferences?.some(
+    (owner) => owner.controller && owner.kind === ImmortalContainerKind.kind && owner.name === key.name,
+  ) ??
+    false);
 
 /** The status says the current generation was carried out and its pod was healthy then. */
 export const statusShowsHealthyPod = (owner: ImmortalContainer, podName: string): boolean => {
   const ready = owner.status?.conditions?.find((condition) => condition.type === 'Ready');
-  return owner.status?.observedGeneration === owner.metadata.generation && owner.status?.currentPod === podName && (ready?.reason === 'PodRunning' || ready?.reason === 'PodPending');
+  return (
+    owner.status?.observedGeneration === owner.metadata.generation &&
+    owner.status?.currentPod === podName &&
+    (ready?.reason === 'PodRunning' || ready?.reason === 'PodPending')
+  );
 };
 
 /** The owner's pod, when the event (ReconcileContext.eventObject) is about it. */
 export const podInEvent = (owner: ImmortalContainer, eventObject: KubeObject | undefined): PodObject | undefined =>
-  eventObject?.kind === 'Pod' && eventObject.metadata.name === podNameFor(owner) && eventObject.metadata.namespace === owner.metadata.namespace ? (eventObject as PodObject) : undefined;
+  eventObject?.kind === 'Pod' &&
+  eventObject.metadata.name === podNameFor(owner) &&
+  eventObject.metadata.namespace === owner.metadata.namespace
+    ? (eventObject as PodObject)
+    : undefined;
 
 /**
  * Whether the event behind this reconcile already shows there is nothing to do, from what it
@@ -180,7 +247,12 @@ export const podInEvent = (owner: ImmortalContainer, eventObject: KubeObject | u
  * our pod as created can be told (the reconcile that created it writes the status), and again
  * after. The event object only ever spares work: whatever is done is decided from fresh reads.
  */
-export function nothingToDo(key: ObjectKey, eventObject: KubeObject | undefined, owner?: ImmortalContainer, now: Date = new Date()): boolean {
+export function nothingToDo(
+  key: ObjectKey,
+  eventObject: KubeObject | undefined,
+  owner?: ImmortalContainer,
+  now: Date = new Date(),
+): boolean {
   if (!eventObject) return false;
   if (eventObject.kind === 'Pod' && asCreated(eventObject as PodObject, key)) return true;
   if (!owner) return false;

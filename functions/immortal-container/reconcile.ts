@@ -1,7 +1,31 @@
 // ImmortalContainer reconcile: reads the object and its pod, acts on the difference, writes status.
-import { type ReconcileContext, type ReconcileResult, Pod, type ObjectKey, applyChild, keepExisting, getNoOlderThan, isControlledBy, updateStatus, type ConditionInput, FORBIDDEN_RETRY_SECONDS, refusedWrite } from '../runtime/index.ts';
+import {
+  type ReconcileContext,
+  type ReconcileResult,
+  Pod,
+  type ObjectKey,
+  applyChild,
+  keepExisting,
+  getNoOlderThan,
+  isControlledBy,
+  updateStatus,
+  type ConditionInput,
+  FORBIDDEN_RETRY_SECONDS,
+  refusedWrite,
+} from '../runtime/index.ts';
 import type { RestartBackoff } from './backoff.ts';
-import { desiredPod, ImmortalContainerKind, nextStatus, nothingToDo, podAction, podInEvent, podNameFor, reported, type ImmortalContainer, type PodObject } from './desired.ts';
+import {
+  desiredPod,
+  ImmortalContainerKind,
+  nextStatus,
+  nothingToDo,
+  podAction,
+  podInEvent,
+  podNameFor,
+  reported,
+  type ImmortalContainer,
+  type PodObject,
+} from './desired.ts';
 
 export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
   const { kube, log, events, now } = ctx;
@@ -24,7 +48,10 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
   const create = async (): Promise<PodObject | undefined> => {
     try {
       // A pod is never updated: podAction judges one that exists.
-      const applied = await applyChild<PodObject>(kube, Pod, desiredPod(owner), { isManaged: (pod) => isControlledBy(pod, owner), merge: keepExisting });
+      const applied = await applyChild<PodObject>(kube, Pod, desiredPod(owner), {
+        isManaged: (pod) => isControlledBy(pod, owner),
+        merge: keepExisting,
+      });
       if (applied.result === 'created') {
         log.info({ pod: podKey.name, image: owner.spec.image }, 'created pod');
         events.normal(owner, ImmortalContainerKind, 'PodCreated', `created pod ${podKey.name} with image ${owner.spec.image}`);
@@ -50,7 +77,8 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
   if (action.type === 'backoff') {
     backoff = action.backoff;
     problem = { type: 'Ready', status: 'False', reason: 'BackOff', message: action.message };
-    if (owner.status?.restartBackoff?.failedPod !== backoff.failedPod) events.warning(owner, ImmortalContainerKind, 'BackOff', action.message);
+    if (owner.status?.restartBackoff?.failedPod !== backoff.failedPod)
+      events.warning(owner, ImmortalContainerKind, 'BackOff', action.message);
     result = { requeueAfterSeconds: action.seconds };
   }
 
@@ -73,6 +101,12 @@ export async function reconcileImmortalContainer(key: ObjectKey, ctx: ReconcileC
     if (!reported(owner, problem.reason, problem.message)) events.warning(owner, ImmortalContainerKind, 'PodNameTaken', action.message);
   }
 
-  await updateStatus<ImmortalContainer>(kube, ImmortalContainerKind, key, (current) => nextStatus(current, owner, pod, problem, backoff), owner);
+  await updateStatus<ImmortalContainer>(
+    kube,
+    ImmortalContainerKind,
+    key,
+    (current) => nextStatus(current, owner, pod, problem, backoff),
+    owner,
+  );
   return result;
 }

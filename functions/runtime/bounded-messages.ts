@@ -25,7 +25,8 @@ export function quote(value: unknown, maxChars = DEFAULT_MAX_CHARS): string {
 }
 
 /** `text` whole when it has at most `maxChars` characters; else its first `maxChars`, then how long it was. */
-export const cut = (text: string, maxChars: number): string => (text.length > maxChars ? `${text.slice(0, maxChars)}… (cut from ${text.length} characters)` : text);
+export const cut = (text: string, maxChars: number): string =>
+  text.length > maxChars ? `${text.slice(0, maxChars)}… (cut from ${text.length} characters)` : text;
 
 /** Events' `note` is at most 1 KiB in events.k8s.io/v1; conditions and log lines keep the same bound. */
 export const MAX_MESSAGE_CHARS = 1024;

@@ -51,7 +51,8 @@ export interface ApplyOptions<T extends KubeObject> {
 const APPLY_ATTEMPTS = 8;
 
 const SERVER_FIELDS = new Set(['apiVersion', 'kind', 'metadata', 'status']);
-const isEmpty = (value: unknown) => value === undefined || value === null || (typeof value === 'object' && Object.keys(value as object).length === 0);
+const isEmpty = (value: unknown) =>
+  value === undefined || value === null || (typeof value === 'object' && Object.keys(value as object).length === 0);
 const sameField = (a: unknown, b: unknown) => (isEmpty(a) && isEmpty(b)) || jsonEqual(a, b);
 const subsetOf = (wanted: Record<string, string> | undefined, present: Record<string, string> | undefined) =>
   Object.entries(wanted ?? {}).every(([name, value]) => present?.[name] === value);
@@ -63,10 +64,12 @@ const subsetOf = (wanted: Record<string, string> | undefined, present: Record<st
  */
 export function childMatches(existing: KubeObject, desired: KubeObject): boolean {
   const fields = Object.keys(desired).filter((field) => !SERVER_FIELDS.has(field));
-  return fields.every((field) => sameField(existing[field], desired[field]))
-    && subsetOf(desired.metadata.labels, existing.metadata.labels)
-    && subsetOf(desired.metadata.annotations, existing.metadata.annotations)
-    && (desired.metadata.ownerReferences === undefined || jsonEqual(existing.metadata.ownerReferences, desired.metadata.ownerReferences));
+  return (
+    fields.every((field) => sameField(existing[field], desired[field])) &&
+    subsetOf(desired.metadata.labels, existing.metadata.labels) &&
+    subsetOf(desired.metadata.annotations, existing.metadata.annotations) &&
+    (desired.metadata.ownerReferences === undefined || jsonEqual(existing.metadata.ownerReferences, desired.metadata.ownerReferences))
+  );
 }
 
 /**
@@ -93,7 +96,12 @@ export const keepExisting = (): undefined => undefined;
  * with its read resourceVersion. Errors other than the races named in ApplyOptions.onRace are
  * thrown (a refused write among them: the caller reports it).
  */
-export async function applyChild<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, desired: T, options: ApplyOptions<T>): Promise<Applied<T>> {
+export async function applyChild<T extends KubeObject>(
+  kube: KubeClient,
+  kind: ResourceKind,
+  desired: T,
+  options: ApplyOptions<T>,
+): Promise<Applied<T>> {
   const { isManaged, merge = mergeChild, onRace = 'retry' } = options;
   const key = keyOf(desired);
   let existing = options.observed;

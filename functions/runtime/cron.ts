@@ -20,14 +20,23 @@ export const CRON_FIELDS: readonly CronField[] = [
   { name: 'day of week', min: 0, max: 6, names: ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'] },
 ];
 /** The @-descriptors and the five fields each stands for. */
-export const CRON_DESCRIPTORS: Readonly<Record<string, string>> = { '@yearly': '0 0 1 1 *', '@annually': '0 0 1 1 *', '@monthly': '0 0 1 * *', '@weekly': '0 0 * * 0', '@daily': '0 0 * * *', '@midnight': '0 0 * * *', '@hourly': '0 * * * *' };
+export const CRON_DESCRIPTORS: Readonly<Record<string, string>> = {
+  '@yearly': '0 0 1 1 *',
+  '@annually': '0 0 1 1 *',
+  '@monthly': '0 0 1 * *',
+  '@weekly': '0 0 * * 0',
+  '@daily': '0 0 * * *',
+  '@midnight': '0 0 * * *',
+  '@hourly': '0 * * * *',
+};
 
 /** Why `expression` is not a valid schedule, or undefined when it is. */
 export function cronProblem(expression: string): string | undefined {
   const text = expression.trim().replace(/^(CRON_TZ|TZ)=\S+\s+/, '');
   if (Object.hasOwn(CRON_DESCRIPTORS, text) || /^@every\s+\d+(ms|s|m|h)(\d+(ms|s|m|h))*$/.test(text)) return undefined;
   const parts = text.split(/\s+/);
-  if (parts.length !== 5) return `is not a cron expression: expected 5 fields (minute hour day-of-month month day-of-week), got ${parts.length}`;
+  if (parts.length !== 5)
+    return `is not a cron expression: expected 5 fields (minute hour day-of-month month day-of-week), got ${parts.length}`;
   for (const [index, part] of parts.entries()) {
     const field = CRON_FIELDS[index];
     for (const item of part.split(',')) {

@@ -193,7 +193,12 @@ export interface AdmissionDeclaration {
   /** CEL; the request is checked only when all are true (e.g. what the function acts on changed). */
   matchConditions?: { name: string; expression: string }[];
   variables?: { name: string; expression: string }[];
-  validations: { expression: string; message: string; messageExpression?: string; reason?: 'Unauthorized' | 'Forbidden' | 'Invalid' | 'RequestEntityTooLarge' }[];
+  validations: {
+    expression: string;
+    message: string;
+    messageExpression?: string;
+    reason?: 'Unauthorized' | 'Forbidden' | 'Invalid' | 'RequestEntityTooLarge';
+  }[];
 }
 
 /** Where an install puts the objects it makes: its namespace, its Broker, and how far its rights reach. */
@@ -315,7 +320,8 @@ export interface FunctionDeclaration {
 const DEFAULT_SCALING: Scaling = { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 };
 
 type Defaulted = 'owns' | 'watches' | 'resyncSchedule' | 'scaling' | 'config' | 'readsMetadata';
-type DeclarationInput = Omit<FunctionDeclaration, Defaulted> & Partial<Omit<Pick<FunctionDeclaration, Defaulted>, 'scaling'>> & { scaling?: Partial<Scaling> };
+type DeclarationInput = Omit<FunctionDeclaration, Defaulted> &
+  Partial<Omit<Pick<FunctionDeclaration, Defaulted>, 'scaling'>> & { scaling?: Partial<Scaling> };
 
 export function defineFunction(input: DeclarationInput): FunctionDeclaration {
   if (!/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/.test(input.name)) {
@@ -336,11 +342,18 @@ export function defineFunction(input: DeclarationInput): FunctionDeclaration {
   for (const { kind, changes } of [...declaration.owns, ...declaration.watches]) {
     if (changes === undefined) continue;
     if (changes.length === 0 || new Set(changes).size !== changes.length || changes.some((change) => !CHANGE_ACTIONS.includes(change))) {
-      throw new Error(`function ${input.name}: changes of ${kind.kind} must name some of ${CHANGE_ACTIONS.join(', ')}, each once (got ${JSON.stringify(changes)})`);
+      throw new Error(
+        `function ${input.name}: changes of ${kind.kind} must name some of ${CHANGE_ACTIONS.join(', ')}, each once (got ${JSON.stringify(changes)})`,
+      );
     }
   }
-  if (declaration.finalizer && !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/.test(declaration.finalizer.name)) {
-    throw new Error(`function ${input.name}: finalizer "${declaration.finalizer.name}" must be a qualified name like "example.com/cleanup"`);
+  if (
+    declaration.finalizer &&
+    !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/.test(declaration.finalizer.name)
+  ) {
+    throw new Error(
+      `function ${input.name}: finalizer "${declaration.finalizer.name}" must be a qualified name like "example.com/cleanup"`,
+    );
   }
   return declaration;
 }

@@ -64,7 +64,8 @@ export class Discovery {
     }
     if (!cached || Date.now() - cached.readAt >= MISS_REFRESH_MS) await this.#read(apiVersion);
     const found = this.#groupVersions.get(apiVersion)?.resources.get(resource);
-    if (!found) throw new TransientError(`the API server does not serve ${resource} in ${apiVersion} (yet?); will retry`, { retryAfterSeconds: 5 });
+    if (!found)
+      throw new TransientError(`the API server does not serve ${resource} in ${apiVersion} (yet?); will retry`, { retryAfterSeconds: 5 });
     return found;
   }
 
@@ -88,7 +89,9 @@ export class Discovery {
   async #fetch(apiVersion: string): Promise<void> {
     const { group, version } = parseApiVersion(apiVersion);
     if (!isValidGroupVersion({ group, version })) {
-      throw new TerminalError(`${quote(apiVersion)} is not an apiVersion (group/version, or a version of the core group)`, { reason: 'InvalidApiVersion' });
+      throw new TerminalError(`${quote(apiVersion)} is not an apiVersion (group/version, or a version of the core group)`, {
+        reason: 'InvalidApiVersion',
+      });
     }
     const path = group ? `/apis/${group}/${version}` : `/api/${version}`;
     let document: GroupVersionDocument | undefined;

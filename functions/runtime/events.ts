@@ -68,12 +68,16 @@ const STRUCTURED_JSON = /^application\/cloudevents\+json\s*(?:;|$)/;
 /** Decodes an HTTP request into a CloudEvent (binary or structured mode) and validates it. */
 export function decodeCloudEvent(headers: Record<string, string | string[] | undefined>, body: Buffer | string): CloudEventV1<unknown> {
   const flatHeaders: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers)) if (value !== undefined) flatHeaders[name.toLowerCase()] = Array.isArray(value) ? value.join(',') : value;
+  for (const [name, value] of Object.entries(headers))
+    if (value !== undefined) flatHeaders[name.toLowerCase()] = Array.isArray(value) ? value.join(',') : value;
   const contentType = flatHeaders['content-type'] ?? '';
   if (!flatHeaders['ce-specversion'] && !contentType.startsWith('application/cloudevents')) {
-    throw new BadEventError('not a CloudEvent: no ce-specversion header (binary mode) and content type is not application/cloudevents+json (structured mode)');
+    throw new BadEventError(
+      'not a CloudEvent: no ce-specversion header (binary mode) and content type is not application/cloudevents+json (structured mode)',
+    );
   }
-  if (contentType.startsWith('application/cloudevents-batch')) throw new BadEventError('batched CloudEvents are not accepted; send one event per request');
+  if (contentType.startsWith('application/cloudevents-batch'))
+    throw new BadEventError('batched CloudEvents are not accepted; send one event per request');
   const text = typeof body === 'string' ? body : body.toString('utf8');
   if (contentType.startsWith('application/cloudevents')) {
     checkStructured(contentType, text);
@@ -130,7 +134,12 @@ const NOT_PARSED = Symbol('not parsed');
  * aside, which the SDK rewrites and nothing reads); anything else is left to the SDK
  * (undefined), so every refusal keeps the SDK's reason.
  */
-function decodeBinary(headers: Record<string, string>, contentType: string, text: string, parsed: unknown): CloudEventV1<unknown> | undefined {
+function decodeBinary(
+  headers: Record<string, string>,
+  contentType: string,
+  text: string,
+  parsed: unknown,
+): CloudEventV1<unknown> | undefined {
   const source = headers['ce-source'];
   if (headers['ce-specversion'] !== '1.0' || !verifiedSources.has(source) || headers.datacontenttype !== undefined) return undefined;
   const event: Record<string, unknown> = {};
@@ -195,24 +204,30 @@ function checkStructured(contentType: string, text: string): void {
   } catch (error) {
     throw new BadEventError(`structured CloudEvent is not valid JSON: ${(error as Error).message}`);
   }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new BadEventError('structured CloudEvent must be a JSON object (one event per request)');
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+    throw new BadEventError('structured CloudEvent must be a JSON object (one event per request)');
   for (const attribute of ['specversion', 'id', 'source', 'type']) {
     const value = (parsed as Record<string, unknown>)[attribute];
-    if (typeof value !== 'string' || value === '') throw new BadEventError(`structured CloudEvent has no "${attribute}" attribute (required)`);
+    if (typeof value !== 'string' || value === '')
+      throw new BadEventError(`structured CloudEvent has no "${attribute}" attribute (required)`);
   }
 }
 
 // The SDK's ValidationError message lists its errors on further lines; a reason is one line.
 const describe = (error: unknown): string => String((error as Error)?.message ?? error).replace(/\s*\n\s*/g, '; ');
 
-const isPoll = (data: unknown): boolean => typeof data === 'object' && data !== null && (data as { poll?: unknown }).poll === POLL_DATA.poll;
+const isPoll = (data: unknown): boolean =>
+  typeof data === 'object' && data !== null && (data as { poll?: unknown }).poll === POLL_DATA.poll;
 
 /** What a validated CloudEvent asks of a function; throws BadEventError when it cannot mean anything. */
 export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
   if (event.type === PING_TYPE) return { type: isPoll(event.data) ? 'poll' : 'resync', id: event.id };
   if (event.type === RECONCILE_TYPE) return interpretReconcile(event);
   const match = APISERVER_TYPE.exec(event.type);
-  if (!match) throw new BadEventError(`unknown event type ${quote(event.type)}: expected ${APISERVER_TYPE_PREFIX}{ref,resource}.{add,update,delete} or ${PING_TYPE}`);
+  if (!match)
+    throw new BadEventError(
+      `unknown event type ${quote(event.type)}: expected ${APISERVER_TYPE_PREFIX}{ref,resource}.{add,update,delete} or ${PING_TYPE}`,
+    );
   const mode = match[1] as 'ref' | 'resource';
   const action = match[2] as ChangeAction;
   let data: unknown = event.data;
@@ -229,21 +244,38 @@ export function interpretEvent(event: CloudEventV1<unknown>): FunctionEvent {
       throw new BadEventError(`${event.type} event data must be a JSON object, got the string ${quote(text)}`);
     }
   }
-  if (typeof data !== 'object' || data === null || Array.isArray(data)) throw new BadEventError(`${event.type} event data must be a JSON object`);
+  if (typeof data !== 'object' || data === null || Array.isArray(data))
+    throw new BadEventError(`${event.type} event data must be a JSON object`);
   const body = data as Record<string, any>;
   // Extensions are what Triggers filter on; the data is the fallback (older adapters).
-  const ref: ObjectReference = mode === 'ref'
-    ? { apiVersion: str(event.apiversion ?? body.apiVersion), kind: str(event.kind ?? body.kind), namespace: str(event.namespace ?? body.namespace), name: str(event.name ?? body.name) }
-    : { apiVersion: str(body.apiVersion ?? event.apiversion), kind: str(body.kind ?? event.kind), namespace: str(body.metadata?.namespace ?? event.namespace), name: str(body.metadata?.name ?? event.name) };
-  if (!ref.apiVersion || !ref.kind) throw new BadEventError(`${event.type} event names no apiVersion/kind (extensions apiversion and kind, or the data)`);
+  const ref: ObjectReference =
+    mode === 'ref'
+      ? {
+          apiVersion: str(event.apiversion ?? body.apiVersion),
+          kind: str(event.kind ?? body.kind),
+          namespace: str(event.namespace ?? body.namespace),
+          name: str(event.name ?? body.name),
+        }
+      : {
+          apiVersion: str(body.apiVersion ?? event.apiversion),
+          kind: str(body.kind ?? event.kind),
+          namespace: str(body.metadata?.namespace ?? event.namespace),
+          name: str(body.metadata?.name ?? event.name),
+        };
+  if (!ref.apiVersion || !ref.kind)
+    throw new BadEventError(`${event.type} event names no apiVersion/kind (extensions apiversion and kind, or the data)`);
   // Both end up in answers, logs and keys: a forged one must not be megabytes long.
   if (!isValidKindName(ref.kind)) throw new BadEventError(`${event.type} event names an invalid kind ${quote(ref.kind)}`);
   const groupVersion = parseApiVersion(ref.apiVersion);
-  if (!isValidGroupVersion(groupVersion)) throw new BadEventError(`${event.type} event names an invalid apiVersion ${quote(ref.apiVersion)}`);
+  if (!isValidGroupVersion(groupVersion))
+    throw new BadEventError(`${event.type} event names an invalid apiVersion ${quote(ref.apiVersion)}`);
   // The kind's own rule: a ClusterRoleBinding may be named system:controller:foo (at most 253 characters).
-  if (!isValidNameOf(groupVersion.group, ref.kind, ref.name)) throw new BadEventError(`${event.type} event names no valid object name (got ${quote(ref.name)})`);
-  if (ref.namespace && !isValidNamespace(ref.namespace)) throw new BadEventError(`${event.type} event has an invalid namespace ${quote(ref.namespace)}`);
-  if (mode === 'resource' && (typeof body.metadata !== 'object' || body.metadata === null)) throw new BadEventError(`${event.type} event data is not a Kubernetes object (no metadata)`);
+  if (!isValidNameOf(groupVersion.group, ref.kind, ref.name))
+    throw new BadEventError(`${event.type} event names no valid object name (got ${quote(ref.name)})`);
+  if (ref.namespace && !isValidNamespace(ref.namespace))
+    throw new BadEventError(`${event.type} event has an invalid namespace ${quote(ref.namespace)}`);
+  if (mode === 'resource' && (typeof body.metadata !== 'object' || body.metadata === null))
+    throw new BadEventError(`${event.type} event data is not a Kubernetes object (no metadata)`);
   const metadata = mode === 'resource' ? metadataProblem(body.metadata) : undefined;
   if (metadata) throw new BadEventError(`${event.type} event data is not a Kubernetes object: ${metadata}`);
   return { type: 'change', action, mode, ref, object: mode === 'resource' ? (body as KubeObject) : undefined, id: event.id };
@@ -260,12 +292,15 @@ export function metadataProblem(metadata: Record<string, unknown>): string | und
   if (ownerReferences !== undefined && ownerReferences !== null) {
     if (!Array.isArray(ownerReferences)) return `metadata.ownerReferences must be a list, got ${quote(ownerReferences)}`;
     for (const [index, reference] of ownerReferences.entries()) {
-      if (typeof reference !== 'object' || reference === null || Array.isArray(reference)) return `metadata.ownerReferences[${index}] must be an object, got ${quote(reference)}`;
+      if (typeof reference !== 'object' || reference === null || Array.isArray(reference))
+        return `metadata.ownerReferences[${index}] must be an object, got ${quote(reference)}`;
       for (const field of ['apiVersion', 'kind', 'name', 'uid']) {
-        if (typeof (reference as Record<string, unknown>)[field] !== 'string') return `metadata.ownerReferences[${index}].${field} must be a string`;
+        if (typeof (reference as Record<string, unknown>)[field] !== 'string')
+          return `metadata.ownerReferences[${index}].${field} must be a string`;
       }
       const { controller } = reference as { controller?: unknown };
-      if (controller !== undefined && controller !== null && typeof controller !== 'boolean') return `metadata.ownerReferences[${index}].controller must be a boolean`;
+      if (controller !== undefined && controller !== null && typeof controller !== 'boolean')
+        return `metadata.ownerReferences[${index}].controller must be a boolean`;
     }
   }
   if (labels !== undefined && labels !== null) {
@@ -290,16 +325,19 @@ function interpretReconcile(event: CloudEventV1<unknown>): FunctionEvent {
   if (!Array.isArray(keys) || keys.length === 0 || !keys.every((key) => typeof key === 'string')) {
     throw new BadEventError(`${RECONCILE_TYPE} event data must be {"keys": [...]} with at least one key string`);
   }
-  if (keys.length > MAX_KEYS_PER_EVENT) throw new BadEventError(`${RECONCILE_TYPE} event carries ${keys.length} keys; at most ${MAX_KEYS_PER_EVENT} are accepted`);
+  if (keys.length > MAX_KEYS_PER_EVENT)
+    throw new BadEventError(`${RECONCILE_TYPE} event carries ${keys.length} keys; at most ${MAX_KEYS_PER_EVENT} are accepted`);
   const raw = event[NOT_BEFORE_EXTENSION];
   const notBefore = raw === undefined ? undefined : rfc3339Time(raw, NOT_BEFORE_EXTENSION);
   const perKey = (data as { notBefore?: unknown }).notBefore;
   if (perKey === undefined) return { type: 'reconcile', keys: keys as string[], notBefore, id: event.id };
-  if (typeof perKey !== 'object' || perKey === null || Array.isArray(perKey)) throw new BadEventError(`${RECONCILE_TYPE} event data's notBefore must be an object {"<key>": "<RFC 3339 time>"}`);
+  if (typeof perKey !== 'object' || perKey === null || Array.isArray(perKey))
+    throw new BadEventError(`${RECONCILE_TYPE} event data's notBefore must be an object {"<key>": "<RFC 3339 time>"}`);
   const named = new Set(keys as string[]);
   const keyNotBefore = new Map<string, Date>();
   for (const [key, time] of Object.entries(perKey)) {
-    if (!named.has(key)) throw new BadEventError(`${RECONCILE_TYPE} event data's notBefore names ${quote(key, 100)}, which is not one of its keys`);
+    if (!named.has(key))
+      throw new BadEventError(`${RECONCILE_TYPE} event data's notBefore names ${quote(key, 100)}, which is not one of its keys`);
     keyNotBefore.set(key, rfc3339Time(time, `notBefore of ${quote(key, 100)}`));
   }
   return { type: 'reconcile', keys: keys as string[], notBefore, keyNotBefore, id: event.id };

@@ -69,7 +69,8 @@ export function httpClient(options: { timeoutMs?: number; maxBodyBytes?: number 
       } catch (error) {
         if (error instanceof ResponseTooLargeError) throw error;
         const name = (error as Error).name;
-        if (name === 'TimeoutError' || name === 'AbortError') throw new TransientError(`${what}: no answer within ${timeoutMs} ms`, { cause: error });
+        if (name === 'TimeoutError' || name === 'AbortError')
+          throw new TransientError(`${what}: no answer within ${timeoutMs} ms`, { cause: error });
         const cause = (error as { cause?: { code?: string; message?: string } }).cause;
         throw new TransientError(`${what}: ${cause?.code ?? cause?.message ?? (error as Error).message}`, { cause: error });
       }

@@ -56,7 +56,16 @@ export {
   Secret,
   splitKindKey,
 } from './kinds.ts';
-export type { KindKey, KubeObject, LabelSelector, LabelSelectorRequirement, ObjectKey, ObjectMeta, OwnerReference, ResourceKind } from './kinds.ts';
+export type {
+  KindKey,
+  KubeObject,
+  LabelSelector,
+  LabelSelectorRequirement,
+  ObjectKey,
+  ObjectMeta,
+  OwnerReference,
+  ResourceKind,
+} from './kinds.ts';
 
 // The Kubernetes client.
 export { KubeClient, LIST_PAGE_SIZE } from './kube/client.ts';

@@ -71,18 +71,20 @@ export interface KubeObject {
   [field: string]: unknown;
 }
 
-export const apiVersionOf = (kind: ResourceKind): string =>
-  kind.group ? `${kind.group}/${kind.version}` : kind.version;
+export const apiVersionOf = (kind: ResourceKind): string => (kind.group ? `${kind.group}/${kind.version}` : kind.version);
 
-export const keyString = (key: ObjectKey): string =>
-  key.namespace ? `${key.namespace}/${key.name}` : key.name;
+export const keyString = (key: ObjectKey): string => (key.namespace ? `${key.namespace}/${key.name}` : key.name);
 
 /** `<group>/<Kind>` (`<Kind>` for the core group): a kind's identity across versions. */
 export const groupKind = (kind: ResourceKind): string => (kind.group ? `${kind.group}/${kind.kind}` : kind.kind);
 
 export const kindKeyString = (key: KindKey): string => `${groupKind(key.kind)}:${keyString(key)}`;
 
-export const kindKey = (kind: ResourceKind, key: ObjectKey): KindKey => ({ kind, namespace: kind.namespaced ? key.namespace : '', name: key.name });
+export const kindKey = (kind: ResourceKind, key: ObjectKey): KindKey => ({
+  kind,
+  namespace: kind.namespaced ? key.namespace : '',
+  name: key.name,
+});
 
 /**
  * The key a string names, when its kind is one of `kinds` and its namespace and name are valid;
@@ -103,7 +105,10 @@ export function splitKindKey(text: string): { groupKind: string; key: ObjectKey 
   if (colon <= 0) return `${quote(text)} is not a key (<group>/<Kind>:<namespace>/<name>)`;
   const rest = text.slice(colon + 1);
   const slash = rest.indexOf('/');
-  return { groupKind: text.slice(0, colon), key: slash < 0 ? { namespace: '', name: rest } : { namespace: rest.slice(0, slash), name: rest.slice(slash + 1) } };
+  return {
+    groupKind: text.slice(0, colon),
+    key: slash < 0 ? { namespace: '', name: rest } : { namespace: rest.slice(0, slash), name: rest.slice(slash + 1) },
+  };
 }
 
 // DNS-1123 subdomain, what Kubernetes allows in object names: dot-separated labels, so "a..b",
@@ -170,7 +175,8 @@ export function keyProblem(kind: ResourceKind, key: ObjectKey): string | undefin
       ? `invalid object name ${quote(key.name)} (a ${kind.kind} name is a path segment: not empty, '.' or '..', no '/' or '%', at most 253)`
       : `invalid object name ${quote(key.name)} (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253)`;
   }
-  if (kind.namespaced && !isValidNamespace(key.namespace)) return `invalid namespace ${quote(key.namespace)} (a DNS-1123 label: lower-case letters, digits and '-', at most 63)`;
+  if (kind.namespaced && !isValidNamespace(key.namespace))
+    return `invalid namespace ${quote(key.namespace)} (a DNS-1123 label: lower-case letters, digits and '-', at most 63)`;
   return undefined;
 }
 
@@ -181,7 +187,9 @@ export function keyProblem(kind: ResourceKind, key: ObjectKey): string | undefin
  */
 export class InvalidPathSegmentError extends Error {
   constructor(what: string, value: string) {
-    super(`refusing to address ${what} ${quote(value)}: it is not a valid path segment ('.', '..', empty, contains '/' or '%', or longer than 253)`);
+    super(
+      `refusing to address ${what} ${quote(value)}: it is not a valid path segment ('.', '..', empty, contains '/' or '%', or longer than 253)`,
+    );
     this.name = 'InvalidPathSegmentError';
   }
 }

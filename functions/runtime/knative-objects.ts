@@ -50,8 +50,9 @@ export function guessedResource(kind: string): string {
  */
 export function sourceKindName(kind: ResourceKind): string | undefined {
   if (guessedResource(kind.kind) === kind.plural) return kind.kind;
-  const singular = [kind.plural.replace(/ies$/, 'y'), kind.plural.replace(/es$/, ''), kind.plural.replace(/s$/, '')]
-    .find((candidate) => candidate !== kind.plural && candidate !== '' && guessedResource(candidate) === kind.plural);
+  const singular = [kind.plural.replace(/ies$/, 'y'), kind.plural.replace(/es$/, ''), kind.plural.replace(/s$/, '')].find(
+    (candidate) => candidate !== kind.plural && candidate !== '' && guessedResource(candidate) === kind.plural,
+  );
   return singular && `${singular[0]!.toUpperCase()}${singular.slice(1)}`;
 }
 
@@ -79,7 +80,15 @@ export interface Placement {
 export const brokerRef = (brokerName: string) => ({ ref: { apiVersion: EVENTING_API, kind: 'Broker', name: brokerName } });
 
 // Built-in cluster-scoped resources a rule may name; other kinds say so themselves (ResourceKind.namespaced).
-const CLUSTER_SCOPED_BUILT_INS = ['/namespaces', '/nodes', '/persistentvolumes', 'rbac.authorization.k8s.io/clusterroles', 'rbac.authorization.k8s.io/clusterrolebindings', 'apiextensions.k8s.io/customresourcedefinitions', 'storage.k8s.io/storageclasses'];
+const CLUSTER_SCOPED_BUILT_INS = [
+  '/namespaces',
+  '/nodes',
+  '/persistentvolumes',
+  'rbac.authorization.k8s.io/clusterroles',
+  'rbac.authorization.k8s.io/clusterrolebindings',
+  'apiextensions.k8s.io/customresourcedefinitions',
+  'storage.k8s.io/storageclasses',
+];
 
 /** `group/plural` of the built-in cluster-scoped resources and of every cluster-scoped kind in `kinds`. */
 export function clusterScopedOf(kinds: ResourceKind[]): Set<string> {
@@ -107,16 +116,29 @@ export function splitByScope(rules: PolicyRule[], clusterScoped: Set<string>): {
  * by the whole cluster, so a namespaced install qualifies them with its namespace, and installs in
  * two namespaces (or one cluster-wide) never take each other's.
  */
-export const clusterRoleName = (name: string, placement: Placement): string => (placement.scope === 'cluster' ? name : `${placement.namespace}:${name}`);
+export const clusterRoleName = (name: string, placement: Placement): string =>
+  placement.scope === 'cluster' ? name : `${placement.namespace}:${name}`;
 
 /** A ServiceAccount and the role(s) and binding(s) granting it `rules`. */
-export function identity(name: string, rules: PolicyRule[], clusterScoped: Set<string>, placement: Placement, labels: Record<string, string>): KubeObject[] {
+export function identity(
+  name: string,
+  rules: PolicyRule[],
+  clusterScoped: Set<string>,
+  placement: Placement,
+  labels: Record<string, string>,
+): KubeObject[] {
   const { namespace } = placement;
   const subjects = [{ kind: 'ServiceAccount', name, namespace }];
   const clusterName = clusterRoleName(name, placement);
   const clusterWide = (clusterRules: PolicyRule[]): KubeObject[] => [
     { apiVersion: RBAC_API, kind: 'ClusterRole', metadata: { name: clusterName, labels }, rules: clusterRules },
-    { apiVersion: RBAC_API, kind: 'ClusterRoleBinding', metadata: { name: clusterName, labels }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: clusterName }, subjects },
+    {
+      apiVersion: RBAC_API,
+      kind: 'ClusterRoleBinding',
+      metadata: { name: clusterName, labels },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: clusterName },
+      subjects,
+    },
   ];
   const objects: KubeObject[] = [{ apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name, namespace, labels } }];
   if (placement.scope === 'cluster') return [...objects, ...clusterWide(rules)];
@@ -124,7 +146,13 @@ export function identity(name: string, rules: PolicyRule[], clusterScoped: Set<s
   if (split.namespaced.length) {
     objects.push(
       { apiVersion: RBAC_API, kind: 'Role', metadata: { name, namespace, labels }, rules: split.namespaced },
-      { apiVersion: RBAC_API, kind: 'RoleBinding', metadata: { name, namespace, labels }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name }, subjects },
+      {
+        apiVersion: RBAC_API,
+        kind: 'RoleBinding',
+        metadata: { name, namespace, labels },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name },
+        subjects,
+      },
     );
   }
   if (split.cluster.length) objects.push(...clusterWide(split.cluster));
@@ -138,14 +166,17 @@ export interface SourceResource {
 }
 
 /** One ApiServerSource object sending to the broker `brokerName`. */
-export function apiServerSourceObject(source: {
-  name: string;
-  labels: Record<string, string>;
-  mode: 'Reference' | 'Resource';
-  resources: SourceResource[];
-  serviceAccountName: string;
-  extensions?: Record<string, string>;
-}, placement: Placement & { brokerName: string }): KubeObject {
+export function apiServerSourceObject(
+  source: {
+    name: string;
+    labels: Record<string, string>;
+    mode: 'Reference' | 'Resource';
+    resources: SourceResource[];
+    serviceAccountName: string;
+    extensions?: Record<string, string>;
+  },
+  placement: Placement & { brokerName: string },
+): KubeObject {
   return {
     apiVersion: SOURCES_API,
     kind: 'ApiServerSource',
@@ -170,7 +201,11 @@ export function apiServerSourceObject(source: {
 export const INSTALL_CONFIG = { namespace: 'OPFN_NAMESPACE', brokerName: 'OPFN_BROKER', scope: 'OPFN_SCOPE' } as const;
 
 /** Where `opfn manifests` installs by default (and the local plane runs): the parameters' defaults. */
-export const INSTALL_DEFAULTS: Placement & { brokerName: string } = { namespace: 'operator-functions', brokerName: 'operator-functions', scope: 'cluster' };
+export const INSTALL_DEFAULTS: Placement & { brokerName: string } = {
+  namespace: 'operator-functions',
+  brokerName: 'operator-functions',
+  scope: 'cluster',
+};
 
 /**
  * The namespace an install limited to one runs in (INSTALL_CONFIG.scope "namespace", which the
@@ -182,11 +217,18 @@ export function installNamespaceFrom(env: Record<string, string | undefined>): s
   if (scope === 'cluster') return undefined;
   const namespace = env[INSTALL_CONFIG.namespace];
   if (scope !== 'namespace') throw new Error(`${INSTALL_CONFIG.scope} "${scope}" is neither "cluster" nor "namespace"`);
-  if (!isValidNamespace(namespace)) throw new Error(`${INSTALL_CONFIG.scope} is "namespace", and ${INSTALL_CONFIG.namespace} ${namespace === undefined ? 'is not set' : `"${namespace}" is not a namespace name`}`);
+  if (!isValidNamespace(namespace))
+    throw new Error(
+      `${INSTALL_CONFIG.scope} is "namespace", and ${INSTALL_CONFIG.namespace} ${namespace === undefined ? 'is not set' : `"${namespace}" is not a namespace name`}`,
+    );
   return namespace;
 }
 
 /** The install's value of each INSTALL_CONFIG parameter. */
 export function installConfigValues(install: Placement & { brokerName: string }): Record<string, string> {
-  return { [INSTALL_CONFIG.namespace]: install.namespace, [INSTALL_CONFIG.brokerName]: install.brokerName, [INSTALL_CONFIG.scope]: install.scope };
+  return {
+    [INSTALL_CONFIG.namespace]: install.namespace,
+    [INSTALL_CONFIG.brokerName]: install.brokerName,
+    [INSTALL_CONFIG.scope]: install.scope,
+  };
 }

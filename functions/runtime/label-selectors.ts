@@ -24,7 +24,10 @@ interface Requirement {
 /** LabelSelectorAsSelector: matchLabels become `key In (value)`; every requirement must hold. */
 export function compileSelector(selector: LabelSelector): SelectorResult {
   const requirements: Requirement[] = [];
-  if (selector.matchLabels !== undefined && (typeof selector.matchLabels !== 'object' || selector.matchLabels === null || Array.isArray(selector.matchLabels))) {
+  if (
+    selector.matchLabels !== undefined &&
+    (typeof selector.matchLabels !== 'object' || selector.matchLabels === null || Array.isArray(selector.matchLabels))
+  ) {
     return { ok: false, reason: 'matchLabels must be a map of strings' };
   }
   for (const [key, value] of Object.entries(selector.matchLabels ?? {})) {
@@ -36,7 +39,8 @@ export function compileSelector(selector: LabelSelector): SelectorResult {
   }
   for (const expression of selector.matchExpressions ?? []) {
     const values = expression?.values ?? [];
-    if (!Array.isArray(values) || values.some((value) => typeof value !== 'string')) return { ok: false, reason: `values of ${quote(expression?.key)} must be strings` };
+    if (!Array.isArray(values) || values.some((value) => typeof value !== 'string'))
+      return { ok: false, reason: `values of ${quote(expression?.key)} must be strings` };
     switch (expression?.operator) {
       case 'In':
       case 'NotIn':
@@ -49,7 +53,8 @@ export function compileSelector(selector: LabelSelector): SelectorResult {
       default:
         return { ok: false, reason: `${quote(String(expression?.operator))} is not a valid label selector operator` };
     }
-    if (typeof expression.key !== 'string' || expression.key === '') return { ok: false, reason: 'a label selector key must be a non-empty string' };
+    if (typeof expression.key !== 'string' || expression.key === '')
+      return { ok: false, reason: 'a label selector key must be a non-empty string' };
     requirements.push({ key: expression.key, operator: expression.operator, values: [...values] });
   }
   requirements.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
@@ -92,7 +97,6 @@ function selectorOf(requirements: Requirement[]): Selector {
     },
   };
 }
-
 
 /** The empty selector: selects every object. */
 export const SELECTS_EVERYTHING: Selector = selectorOf([]);

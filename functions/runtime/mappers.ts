@@ -10,7 +10,10 @@ import { keyOf, type KubeObject, type ObjectKey, type ResourceKind } from './kin
 export type Mapper = (change: WatchedChange, ctx: MapperContext) => Promise<ObjectKey[]>;
 
 type ListScope = { namespace?: string; labelSelector?: string };
-const scoped = (kind: ResourceKind, options: ListScope, ctx: MapperContext): ListScope => ({ ...options, namespace: options.namespace ?? (kind.namespaced ? ctx.installNamespace : undefined) });
+const scoped = (kind: ResourceKind, options: ListScope, ctx: MapperContext): ListScope => ({
+  ...options,
+  namespace: options.namespace ?? (kind.namespaced ? ctx.installNamespace : undefined),
+});
 
 /** Every object of `kind` (e.g. a new Namespace → every CopyratorRule). */
 export function allOf(kind: ResourceKind, options: ListScope = {}): Mapper {
@@ -22,10 +25,15 @@ export function allOf(kind: ResourceKind, options: ListScope = {}): Mapper {
 }
 
 /** The objects of `kind` that `predicate` accepts for this change (e.g. rules whose source namespace it is). */
-export function matching<T extends KubeObject = KubeObject>(kind: ResourceKind, predicate: (candidate: T, change: WatchedChange) => boolean, options: ListScope = {}): Mapper {
+export function matching<T extends KubeObject = KubeObject>(
+  kind: ResourceKind,
+  predicate: (candidate: T, change: WatchedChange) => boolean,
+  options: ListScope = {},
+): Mapper {
   return async (change, ctx) => {
     const keys: ObjectKey[] = [];
-    for await (const page of ctx.kube.pages<T>(kind, scoped(kind, options, ctx))) keys.push(...page.items.filter((item) => predicate(item, change)).map(keyOf));
+    for await (const page of ctx.kube.pages<T>(kind, scoped(kind, options, ctx)))
+      keys.push(...page.items.filter((item) => predicate(item, change)).map(keyOf));
     return keys;
   };
 }

@@ -28,4 +28,3 @@ export class OwnWrites {
     return this.#versions.get(kindKeyString({ kind, namespace: object.metadata.namespace ?? '', name: object.metadata.name })) === version;
   }
 }
-

@@ -35,10 +35,11 @@ export async function ownerFromLabels(
 ): Promise<ObjectKey | string> {
   const value = child.metadata.labels?.[labels.name];
   if (!value) return `no ${labels.name} label`;
-  const namespace = labels.namespace ? child.metadata.labels?.[labels.namespace] ?? '' : child.metadata.namespace ?? '';
+  const namespace = labels.namespace ? (child.metadata.labels?.[labels.namespace] ?? '') : (child.metadata.namespace ?? '');
   if (ownerKind.namespaced && !isValidNamespace(namespace)) return `owner namespace ${quote(namespace)} is not a valid namespace`;
   const scope = ownerKind.namespaced ? namespace : '';
-  if (!isHashedLabelValue(value)) return isValidName(value) ? { namespace: scope, name: value } : `owner name ${quote(value)} is not a valid name`;
+  if (!isHashedLabelValue(value))
+    return isValidName(value) ? { namespace: scope, name: value } : `owner name ${quote(value)} is not a valid name`;
   if (!HASHED_FORM.test(value)) return `owner label ${quote(value)} is not the hash form of a name`;
   // Names only (metadata): the list grows with the owners in the namespace, so each page is kept small.
   for await (const page of kube.pages(ownerKind, { namespace: scope || undefined, metadataOnly: true })) {

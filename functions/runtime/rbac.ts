@@ -44,7 +44,13 @@ export function mergeRules(rules: PolicyRule[]): PolicyRule[] {
     }
   }
   return [...merged.values()]
-    .sort((a, b) => a.group.localeCompare(b.group) || a.resource.localeCompare(b.resource) || Number(Boolean(a.names)) - Number(Boolean(b.names)) || JSON.stringify(a.names ?? []).localeCompare(JSON.stringify(b.names ?? [])))
+    .sort(
+      (a, b) =>
+        a.group.localeCompare(b.group) ||
+        a.resource.localeCompare(b.resource) ||
+        Number(Boolean(a.names)) - Number(Boolean(b.names)) ||
+        JSON.stringify(a.names ?? []).localeCompare(JSON.stringify(b.names ?? [])),
+    )
     .map(({ group, resource, names, verbs }) => ({
       apiGroups: [group],
       resources: [resource],
@@ -70,6 +76,10 @@ export function rulesFor(declaration: FunctionDeclaration): PolicyRule[] {
 
 /** What the function's event source must be allowed: get, list and watch on each kind it watches. */
 export function sourceRulesFor(declaration: FunctionDeclaration): PolicyRule[] {
-  const kinds = [declaration.reconciles, ...declaration.owns.map((owned) => owned.kind), ...declaration.watches.map((watched) => watched.kind)];
+  const kinds = [
+    declaration.reconciles,
+    ...declaration.owns.map((owned) => owned.kind),
+    ...declaration.watches.map((watched) => watched.kind),
+  ];
   return mergeRules(kinds.map((kind) => rule(kind, ['get', 'list', 'watch'])));
 }

@@ -3,7 +3,17 @@
 // RemoveFinalizer; Metacontroller's finalizer Manager). Children are written by child-applier.ts,
 // Kubernetes Events by recorder.ts.
 import { StatusConflictError } from './errors.ts';
-import { apiVersionOf, keyOf, keyString, rfc3339, sameKind, type KubeObject, type ObjectKey, type OwnerReference, type ResourceKind } from './kinds.ts';
+import {
+  apiVersionOf,
+  keyOf,
+  keyString,
+  rfc3339,
+  sameKind,
+  type KubeObject,
+  type ObjectKey,
+  type OwnerReference,
+  type ResourceKind,
+} from './kinds.ts';
 import { isConflict, isNotFound } from './kube/errors.ts';
 import type { KubeClient } from './kube/client.ts';
 import { boundedMessage } from './bounded-messages.ts';
@@ -32,7 +42,10 @@ export function setCondition(conditions: Condition[] | undefined, next: Conditio
   const current = conditions ?? [];
   const previous = current.find((condition) => condition.type === next.type);
   const lastTransitionTime = previous && previous.status === next.status ? previous.lastTransitionTime : rfc3339(now);
-  return [...current.filter((condition) => condition.type !== next.type), { ...next, message: boundedMessage(next.message), lastTransitionTime }];
+  return [
+    ...current.filter((condition) => condition.type !== next.type),
+    { ...next, message: boundedMessage(next.message), lastTransitionTime },
+  ];
 }
 
 /** Deep equality of JSON values: decides whether a status write is needed at all. */
@@ -42,7 +55,10 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
   if (Array.isArray(a) !== Array.isArray(b)) return false;
   const keysA = Object.keys(a).filter((key) => (a as Record<string, unknown>)[key] !== undefined);
   const keysB = Object.keys(b).filter((key) => (b as Record<string, unknown>)[key] !== undefined);
-  return keysA.length === keysB.length && keysA.every((key) => jsonEqual((a as Record<string, unknown>)[key], (b as Record<string, unknown>)[key]));
+  return (
+    keysA.length === keysB.length &&
+    keysA.every((key) => jsonEqual((a as Record<string, unknown>)[key], (b as Record<string, unknown>)[key]))
+  );
 }
 
 /** A controller ownerReference: the garbage collector deletes the child with its owner. */
@@ -75,8 +91,18 @@ export const isControlledBy = (child: KubeObject, owner: KubeObject): boolean =>
  * an informer-fed controller's reads are; a newer change brings its own event, and writes guarded
  * by resourceVersion (the status) refuse a version that has moved on.
  */
-export async function getNoOlderThan<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, key: ObjectKey, announced: string | KubeObject | undefined): Promise<T | undefined> {
-  const version = typeof announced === 'object' ? (sameKind(kind, announced.apiVersion, announced.kind) ? announced.metadata.resourceVersion : undefined) : announced;
+export async function getNoOlderThan<T extends KubeObject>(
+  kube: KubeClient,
+  kind: ResourceKind,
+  key: ObjectKey,
+  announced: string | KubeObject | undefined,
+): Promise<T | undefined> {
+  const version =
+    typeof announced === 'object'
+      ? sameKind(kind, announced.apiVersion, announced.kind)
+        ? announced.metadata.resourceVersion
+        : undefined
+      : announced;
   if (version) {
     const cached = await kube.get<T>(kind, key, { cached: true });
     const order = cached ? compareResourceVersions(cached.metadata.resourceVersion, version) : undefined;
@@ -130,7 +156,9 @@ export async function updateStatus<T extends KubeObject & { status?: unknown }>(
       current = await kube.get<T>(kind, key);
     }
   }
-  throw new StatusConflictError(`status of ${kind.kind} ${keyString(key)} kept changing under us (${STATUS_CONFLICT_RETRIES} conflicts); will retry`);
+  throw new StatusConflictError(
+    `status of ${kind.kind} ${keyString(key)} kept changing under us (${STATUS_CONFLICT_RETRIES} conflicts); will retry`,
+  );
 }
 
 /**
@@ -138,16 +166,37 @@ export async function updateStatus<T extends KubeObject & { status?: unknown }>(
  * returns the object as written; no write when it is already there. Undefined when the object
  * is gone or being deleted (a finalizer cannot be added then).
  */
-export async function ensureFinalizer<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, object: T, finalizer: string): Promise<T | undefined> {
-  return editFinalizers(kube, kind, object, (current) => (current.metadata.deletionTimestamp ? undefined : current.metadata.finalizers?.includes(finalizer) ? current.metadata.finalizers : [...(current.metadata.finalizers ?? []), finalizer]));
+export async function ensureFinalizer<T extends KubeObject>(
+  kube: KubeClient,
+  kind: ResourceKind,
+  object: T,
+  finalizer: string,
+): Promise<T | undefined> {
+  return editFinalizers(kube, kind, object, (current) =>
+    current.metadata.deletionTimestamp
+      ? undefined
+      : current.metadata.finalizers?.includes(finalizer)
+        ? current.metadata.finalizers
+        : [...(current.metadata.finalizers ?? []), finalizer],
+  );
 }
 
 /** Removes `finalizer` from the object (PUT with its resourceVersion); undefined when the object is gone. */
-export async function removeFinalizer<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, object: T, finalizer: string): Promise<T | undefined> {
+export async function removeFinalizer<T extends KubeObject>(
+  kube: KubeClient,
+  kind: ResourceKind,
+  object: T,
+  finalizer: string,
+): Promise<T | undefined> {
   return editFinalizers(kube, kind, object, (current) => current.metadata.finalizers?.filter((name) => name !== finalizer) ?? []);
 }
 
-async function editFinalizers<T extends KubeObject>(kube: KubeClient, kind: ResourceKind, object: T, next: (current: T) => string[] | undefined): Promise<T | undefined> {
+async function editFinalizers<T extends KubeObject>(
+  kube: KubeClient,
+  kind: ResourceKind,
+  object: T,
+  next: (current: T) => string[] | undefined,
+): Promise<T | undefined> {
   const key = keyOf(object);
   let current: T | undefined = object;
   for (let attempt = 0; attempt <= STATUS_CONFLICT_RETRIES; attempt++) {

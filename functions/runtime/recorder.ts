@@ -99,13 +99,26 @@ export class EventSink {
     };
   }
 
-  record(object: KubeObject, kind: ResourceKind, type: 'Normal' | 'Warning', reason: string, message: string, log: Logger = this.#log): void {
+  record(
+    object: KubeObject,
+    kind: ResourceKind,
+    type: 'Normal' | 'Warning',
+    reason: string,
+    message: string,
+    log: Logger = this.#log,
+  ): void {
     message = boundedMessage(message);
     if (type === 'Normal' && !this.#takeNormalToken()) {
       log.debug({ reason }, 'Kubernetes Event not recorded: Normal Events are rate limited');
       return;
     }
-    const involved = { apiVersion: apiVersionOf(kind), kind: kind.kind, name: object.metadata.name, namespace: object.metadata.namespace, uid: object.metadata.uid };
+    const involved = {
+      apiVersion: apiVersionOf(kind),
+      kind: kind.kind,
+      name: object.metadata.name,
+      namespace: object.metadata.namespace,
+      uid: object.metadata.uid,
+    };
     const similarKey = JSON.stringify([involved.apiVersion, involved.kind, involved.namespace, involved.name, involved.uid, type, reason]);
     const combined = this.#combine(similarKey, message);
     if (combined) message = `${COMBINED_PREFIX}${message}`;
@@ -124,7 +137,14 @@ export class EventSink {
         lastTimestamp: now,
         pending: false,
         writing: false,
-        body: { involvedObject: { ...involved, resourceVersion: object.metadata.resourceVersion }, type, reason, message, source: { component: this.#component }, reportingComponent: this.#component },
+        body: {
+          involvedObject: { ...involved, resourceVersion: object.metadata.resourceVersion },
+          type,
+          reason,
+          message,
+          source: { component: this.#component },
+          reportingComponent: this.#component,
+        },
       };
     }
     setRecent(this.#cache, key, aggregate, CACHE_SIZE);
@@ -133,7 +153,11 @@ export class EventSink {
     if (!aggregate.pending) {
       if (!aggregate.writing && this.#queue.length >= MAX_QUEUED) {
         // Its count stays in the cache: a later occurrence that finds room writes it.
-        if (this.#dropped++ === 0) log.warn({ queued: MAX_QUEUED }, 'Kubernetes Events are recorded faster than the API server takes them: dropping new ones until the queue shortens');
+        if (this.#dropped++ === 0)
+          log.warn(
+            { queued: MAX_QUEUED },
+            'Kubernetes Events are recorded faster than the API server takes them: dropping new ones until the queue shortens',
+          );
         return;
       }
       aggregate.pending = true;
@@ -198,7 +222,11 @@ export class EventSink {
       if (aggregate.name) {
         try {
           // The message too, as client-go's patch has it: a combined Event shows the latest one.
-          await this.#kube.mergePatch(CoreEvent, { namespace: aggregate.namespace, name: aggregate.name }, { count, lastTimestamp, message });
+          await this.#kube.mergePatch(
+            CoreEvent,
+            { namespace: aggregate.namespace, name: aggregate.name },
+            { count, lastTimestamp, message },
+          );
           return;
         } catch (error) {
           // Expired (Events live an hour by default): start a new one.
@@ -206,7 +234,13 @@ export class EventSink {
         }
       }
       const name = `${(aggregate.body.involvedObject as { name?: string }).name}.${randomBytes(8).toString('hex')}`;
-      await this.#kube.create(CoreEvent, { metadata: { name, namespace: aggregate.namespace }, ...aggregate.body, firstTimestamp: aggregate.firstTimestamp, lastTimestamp, count });
+      await this.#kube.create(CoreEvent, {
+        metadata: { name, namespace: aggregate.namespace },
+        ...aggregate.body,
+        firstTimestamp: aggregate.firstTimestamp,
+        lastTimestamp,
+        count,
+      });
       aggregate.name = name;
     } catch (error) {
       this.#log.warn({ err: (error as Error).message, reason: aggregate.body.reason }, 'could not record Kubernetes Event');

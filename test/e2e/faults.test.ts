@@ -37,7 +37,10 @@ let proxy: TcpProxy;
 const stateDir = tempDir('opfn-faults-');
 
 const newIc = (namespace: string, name: string): ImmortalContainer => ({
-  apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace }, spec: { image: 'nginx' },
+  apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+  kind: 'ImmortalContainer',
+  metadata: { name, namespace },
+  spec: { image: 'nginx' },
 });
 
 before(async () => {
@@ -97,7 +100,8 @@ function recordPodDeletions(t: TestContext, namespace: string): { deleted: strin
       try {
         for await (const event of watcher.watch<PodObject>(Pod, { namespace, resourceVersion, signal: abort.signal })) {
           resourceVersion = event.object.metadata.resourceVersion ?? resourceVersion;
-          if (event.type === 'DELETED') deleted.push(`${event.object.metadata.name} (uid ${event.object.metadata.uid}, at ${new Date().toISOString()})`);
+          if (event.type === 'DELETED')
+            deleted.push(`${event.object.metadata.name} (uid ${event.object.metadata.uid}, at ${new Date().toISOString()})`);
         }
       } catch {
         await sleep(200); // the API server restarting; resume from the last resourceVersion
@@ -117,22 +121,24 @@ async function burstWithFault<T>(namespace: string, fault: () => Promise<T>): Pr
   let created = 0;
   let faultRun: Promise<T> | undefined;
   let next = 0;
-  await Promise.all(Array.from({ length: 32 }, async () => {
-    while (next < COUNT) {
-      const name = `${namespace}-${next++}`;
-      for (let attempt = 0; ; attempt++) {
-        try {
-          await kube.create(ImmortalContainerKind, newIc(namespace, name));
-          break;
-        } catch (error) {
-          if ((error as { reason?: string }).reason === 'AlreadyExists') break;
-          if (attempt > 300) throw error;
-          await sleep(200);
+  await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      while (next < COUNT) {
+        const name = `${namespace}-${next++}`;
+        for (let attempt = 0; ; attempt++) {
+          try {
+            await kube.create(ImmortalContainerKind, newIc(namespace, name));
+            break;
+          } catch (error) {
+            if ((error as { reason?: string }).reason === 'AlreadyExists') break;
+            if (attempt > 300) throw error;
+            await sleep(200);
+          }
         }
+        if (++created === FAULT_AT) faultRun = fault();
       }
-      if (++created === FAULT_AT) faultRun = fault();
-    }
-  }));
+    }),
+  );
   return faultRun!;
 }
 
@@ -149,17 +155,29 @@ async function assertConverged(namespace: string, deletions: { deleted: string[]
     const pods = (await kube.list<PodObject>(Pod, { namespace }).catch(() => undefined))?.items;
     if (ics && pods) {
       const podOf = new Map(pods.map((pod) => [pod.metadata.name, pod]));
-      const state = (ic: ImmortalContainer) => `${ic.metadata.name}: pod ${podOf.has(podNameFor(ic)) ? 'yes' : 'no'}, status ${JSON.stringify({ currentPod: ic.status?.currentPod, startTimes: ic.status?.startTimes, countedPods: ic.status?.countedPods })}`;
+      const state = (ic: ImmortalContainer) =>
+        `${ic.metadata.name}: pod ${podOf.has(podNameFor(ic)) ? 'yes' : 'no'}, status ${JSON.stringify({ currentPod: ic.status?.currentPod, startTimes: ic.status?.startTimes, countedPods: ic.status?.countedPods })}`;
       const overCounted = ics.filter((ic) => (ic.status?.startTimes ?? 0) > 1);
-      assert.equal(overCounted.length, 0, `startTimes above 1 (a pod created or counted twice) on ${overCounted.length} objects:\n  ${overCounted.slice(0, 10).map(state).join('\n  ')}\npod deletions seen in ${namespace}: ${deletions.deleted.length}\n  ${deletions.deleted.slice(0, 10).join('\n  ')}`);
+      assert.equal(
+        overCounted.length,
+        0,
+        `startTimes above 1 (a pod created or counted twice) on ${overCounted.length} objects:\n  ${overCounted.slice(0, 10).map(state).join('\n  ')}\npod deletions seen in ${namespace}: ${deletions.deleted.length}\n  ${deletions.deleted.slice(0, 10).join('\n  ')}`,
+      );
       const behind = ics.filter((ic) => {
         const pod = podOf.get(podNameFor(ic));
-        return !pod || pod.metadata.ownerReferences?.find((ref) => ref.controller)?.uid !== ic.metadata.uid || ic.status?.startTimes !== 1 || ic.status.currentPod !== podNameFor(ic);
+        return (
+          !pod ||
+          pod.metadata.ownerReferences?.find((ref) => ref.controller)?.uid !== ic.metadata.uid ||
+          ic.status?.startTimes !== 1 ||
+          ic.status.currentPod !== podNameFor(ic)
+        );
       });
       const stray = pods.filter((pod) => !ics.some((ic) => podNameFor(ic) === pod.metadata.name));
       const stats = plane.broker.stats()[immortalContainer.name];
-      if (ics.length === COUNT && pods.length === COUNT && behind.length === 0 && stray.length === 0 && stats.queued + stats.inFlight === 0) return;
-      report = `${ics.length}/${COUNT} objects, ${pods.length} pods (${stray.length} without an owner of that name), ${behind.length} behind:\n  ${behind.slice(0, 20).map(state).join('\n  ')}\n` +
+      if (ics.length === COUNT && pods.length === COUNT && behind.length === 0 && stray.length === 0 && stats.queued + stats.inFlight === 0)
+        return;
+      report =
+        `${ics.length}/${COUNT} objects, ${pods.length} pods (${stray.length} without an owner of that name), ${behind.length} behind:\n  ${behind.slice(0, 20).map(state).join('\n  ')}\n` +
         `pod deletions seen: ${deletions.deleted.length} ${deletions.deleted.slice(0, 5).join('; ')}\nsource ${JSON.stringify(plane.source.stats())}\nbroker ${JSON.stringify(stats)}\nfunction processes ${functionPids().join(', ') || 'none'}`;
     }
     if (Date.now() > deadline) assert.fail(`not converged after ${CONVERGE_TIMEOUT_MS / 1000} s: ${report}`);
@@ -179,8 +197,12 @@ test(`kube-apiserver restarted during a burst of ${COUNT}: every object has one 
     let restarted = false;
     const restarting = cluster.cp.restartApiServer().then(() => (restarted = true));
     while (!restarted) {
-      answers.add(await cluster.cp.request('GET', '/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/restart/immortalcontainers/restart-0')
-        .then((answer) => String(answer.status), (error: Error) => String((error.cause as { code?: string } | undefined)?.code ?? error.message)));
+      answers.add(
+        await cluster.cp.request('GET', '/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/restart/immortalcontainers/restart-0').then(
+          (answer) => String(answer.status),
+          (error: Error) => String((error.cause as { code?: string } | undefined)?.code ?? error.message),
+        ),
+      );
       await sleep(5);
     }
     await restarting;
@@ -232,7 +254,10 @@ test(`every function instance killed (SIGKILL) during a burst of ${COUNT}: every
   });
   assert.ok(killed.length > 0, 'a function instance was running with deliveries in flight, and was killed');
   await assertConverged('kill', deletions);
-  assert.ok(functionPids().every((pid) => !killed.includes(pid)), 'the killed instances are gone; new ones did the rest');
+  assert.ok(
+    functionPids().every((pid) => !killed.includes(pid)),
+    'the killed instances are gone; new ones did the rest',
+  );
   assert.ok(plane.broker.stats()[immortalContainer.name].retried > retriedBefore, 'the deliveries the kill cut off were retried');
   assert.deepEqual(deletions.deleted, [], 'no pod was deleted');
 });

@@ -35,7 +35,14 @@ import { ImmortalContainerKind, podNameFor, type ImmortalContainer, type PodObje
 import { ConfigMap, Namespace, Pod, type KubeObject } from '../../functions/runtime/index.ts';
 import { eventually, quietLog, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
-import { installPingAdapterIdentity, knativeAdapterBinaries, markPingSourcesReady, ReceiveAdapters, startPingAdapter, type AdapterProcess } from '../support/knative-adapters.ts';
+import {
+  installPingAdapterIdentity,
+  knativeAdapterBinaries,
+  markPingSourcesReady,
+  ReceiveAdapters,
+  startPingAdapter,
+  type AdapterProcess,
+} from '../support/knative-adapters.ts';
 
 const NS = DEFAULT_OPTIONS.namespace;
 const COUNT = 500;
@@ -55,7 +62,13 @@ let generated: KubeObject[];
 const stateDir = mkdtempSync(join(tmpdir(), 'opfn-knative-adapter-'));
 
 /** The adapters' last lines, for a failure message. */
-const adapterOutput = async () => [...adapters.adapters()].map(([key, adapter]) => `${key} (pid ${adapter.pid}, ${adapter.running ? 'running' : 'exited'}):\n    ${adapter.output.slice(-5).join('\n    ')}`).join('\n  ');
+const adapterOutput = async () =>
+  [...adapters.adapters()]
+    .map(
+      ([key, adapter]) =>
+        `${key} (pid ${adapter.pid}, ${adapter.running ? 'running' : 'exited'}):\n    ${adapter.output.slice(-5).join('\n    ')}`,
+    )
+    .join('\n  ');
 
 before(async () => {
   const started = performance.now();
@@ -70,7 +83,11 @@ before(async () => {
     kube,
     kubeconfigPath: cluster.cp.kubeconfigPath,
     // Each function as its generated ServiceAccount, as on a cluster.
-    functionKubeconfigs: Object.fromEntries(await Promise.all(functions.map(async (fn) => [fn.name, await cluster.cp.serviceAccountKubeconfig(NS, serviceAccountName(fn))] as const))),
+    functionKubeconfigs: Object.fromEntries(
+      await Promise.all(
+        functions.map(async (fn) => [fn.name, await cluster.cp.serviceAccountKubeconfig(NS, serviceAccountName(fn))] as const),
+      ),
+    ),
     log: quietLog,
     stateDir,
     idleTimeoutMs: 60_000,
@@ -84,7 +101,9 @@ before(async () => {
   await adapters.start();
   const sources = objects.filter((object) => object.kind === 'ApiServerSource').length;
   assert.equal(adapters.adapters().size, sources, 'one receive adapter per generated ApiServerSource');
-  say(`${objects.length} generated objects applied; ${sources} receive adapters watching after ${Math.round(performance.now() - started)} ms`);
+  say(
+    `${objects.length} generated objects applied; ${sources} receive adapters watching after ${Math.round(performance.now() - started)} ms`,
+  );
 });
 
 after(async () => {
@@ -96,13 +115,22 @@ after(async () => {
   rmSync(stateDir, { recursive: true, force: true });
 });
 
-describe('Knative\'s PingSource adapter (mtping)', () => {
+describe("Knative's PingSource adapter (mtping)", () => {
   test('delivers the generated resync ping, which the function accepts: an object no ApiServerSource told about is reconciled', async () => {
     const kube = cluster.kube;
     // Without the ImmortalContainer source's adapter, a new object is told to no one.
     await kube.delete(ApiServerSource, { namespace: NS, name: `${immortalContainer.name}-objects` });
-    await eventually(async () => !adapters.adapters().has(`${NS}/${immortalContainer.name}-objects`), 10_000, 'the adapter of the deleted source stopped');
-    await kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'unannounced', namespace: 'default' }, spec: { image: 'nginx' } });
+    await eventually(
+      async () => !adapters.adapters().has(`${NS}/${immortalContainer.name}-objects`),
+      10_000,
+      'the adapter of the deleted source stopped',
+    );
+    await kube.create(ImmortalContainerKind, {
+      apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+      kind: 'ImmortalContainer',
+      metadata: { name: 'unannounced', namespace: 'default' },
+      spec: { image: 'nginx' },
+    });
     await sleep(1500);
     assert.equal(await kube.get(Pod, { namespace: 'default', name: 'unannounced-immortalpod' }), undefined, 'no event, no pod');
 
@@ -110,52 +138,102 @@ describe('Knative\'s PingSource adapter (mtping)', () => {
     const pings = await markPingSourcesReady(kube);
     assert.ok(pings.some((ping) => ping.metadata.name === `${immortalContainer.name}-resync`));
     pingAdapter = await startPingAdapter(binDir, await installPingAdapterIdentity(cluster.cp));
-    await eventually(() => kube.get(Pod, { namespace: 'default', name: 'unannounced-immortalpod' }), CONVERGE_MS, 'the pod, through the ping', async () => pingAdapter!.output.slice(-20).join('\n  '));
+    await eventually(
+      () => kube.get(Pod, { namespace: 'default', name: 'unannounced-immortalpod' }),
+      CONVERGE_MS,
+      'the pod, through the ping',
+      async () => pingAdapter!.output.slice(-20).join('\n  '),
+    );
     const ic = await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'unannounced' });
-    await eventually(async () => (await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'unannounced' }))?.status?.startTimes === 1, CONVERGE_MS, 'startTimes 1');
+    await eventually(
+      async () =>
+        (await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'unannounced' }))?.status?.startTimes === 1,
+      CONVERGE_MS,
+      'startTimes 1',
+    );
     assert.ok(ic);
-    say(`mtping: the resync ping reconciled an unannounced object ${Math.round(performance.now() - started)} ms after the PingSources were Ready`);
+    say(
+      `mtping: the resync ping reconciled an unannounced object ${Math.round(performance.now() - started)} ms after the PingSources were Ready`,
+    );
 
     // No more pings (each one is a resync of every object) and the source back, for what follows.
     await pingAdapter.stop();
-    await applyObjects(kube, generated.filter((object) => object.kind === 'ApiServerSource' && object.metadata.name === `${immortalContainer.name}-objects`));
+    await applyObjects(
+      kube,
+      generated.filter((object) => object.kind === 'ApiServerSource' && object.metadata.name === `${immortalContainer.name}-objects`),
+    );
     await adapters.ready(NS, `${immortalContainer.name}-objects`);
   });
 });
 
-describe('every event from Knative\'s ApiServerSource adapter', () => {
+describe("every event from Knative's ApiServerSource adapter", () => {
   test(`${COUNT} ImmortalContainers: one pod each, startTimes exactly 1`, async () => {
     const kube = cluster.kube;
     const started = performance.now();
     await kube.create(Namespace, { metadata: { name: 'burst' } });
     const names = Array.from({ length: COUNT }, (_, i) => `ic-${String(i).padStart(3, '0')}`);
     for (let i = 0; i < names.length; i += 32) {
-      await Promise.all(names.slice(i, i + 32).map((name) => kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'burst' }, spec: { image: 'nginx' } })));
+      await Promise.all(
+        names
+          .slice(i, i + 32)
+          .map((name) =>
+            kube.create(ImmortalContainerKind, {
+              apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+              kind: 'ImmortalContainer',
+              metadata: { name, namespace: 'burst' },
+              spec: { image: 'nginx' },
+            }),
+          ),
+      );
     }
     let report = '';
-    await eventually(async () => {
-      const ics = (await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace: 'burst' })).items;
-      const pods = new Map((await kube.list<PodObject>(Pod, { namespace: 'burst' })).items.map((pod) => [pod.metadata.name!, pod]));
-      const overCounted = ics.filter((ic) => (ic.status?.startTimes ?? 0) > 1);
-      assert.equal(overCounted.length, 0, `startTimes above 1: ${overCounted.slice(0, 5).map((ic) => ic.metadata.name).join(', ')}`);
-      const pending = ics.filter((ic) => {
-        const pod = pods.get(podNameFor(ic));
-        return !pod || pod.metadata.ownerReferences?.find((ref) => ref.controller)?.uid !== ic.metadata.uid || ic.status?.startTimes !== 1 || ic.status.currentPod !== podNameFor(ic);
-      });
-      report = `${ics.length} objects, ${pods.size} pods, ${pending.length} not converged (${pending.slice(0, 5).map((ic) => ic.metadata.name).join(', ')})`;
-      return ics.length === COUNT && pods.size === COUNT && pending.length === 0;
-    }, CONVERGE_MS, `${COUNT} ImmortalContainers converged`, async () => `${report}\n  ${await adapterOutput()}`);
+    await eventually(
+      async () => {
+        const ics = (await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace: 'burst' })).items;
+        const pods = new Map((await kube.list<PodObject>(Pod, { namespace: 'burst' })).items.map((pod) => [pod.metadata.name!, pod]));
+        const overCounted = ics.filter((ic) => (ic.status?.startTimes ?? 0) > 1);
+        assert.equal(
+          overCounted.length,
+          0,
+          `startTimes above 1: ${overCounted
+            .slice(0, 5)
+            .map((ic) => ic.metadata.name)
+            .join(', ')}`,
+        );
+        const pending = ics.filter((ic) => {
+          const pod = pods.get(podNameFor(ic));
+          return (
+            !pod ||
+            pod.metadata.ownerReferences?.find((ref) => ref.controller)?.uid !== ic.metadata.uid ||
+            ic.status?.startTimes !== 1 ||
+            ic.status.currentPod !== podNameFor(ic)
+          );
+        });
+        report = `${ics.length} objects, ${pods.size} pods, ${pending.length} not converged (${pending
+          .slice(0, 5)
+          .map((ic) => ic.metadata.name)
+          .join(', ')})`;
+        return ics.length === COUNT && pods.size === COUNT && pending.length === 0;
+      },
+      CONVERGE_MS,
+      `${COUNT} ImmortalContainers converged`,
+      async () => `${report}\n  ${await adapterOutput()}`,
+    );
     say(`${COUNT} ImmortalContainers converged in ${Math.round(performance.now() - started)} ms (one pod each, startTimes 1)`);
 
     // A pod deleted: its delete event (the related source, Resource mode) brings it back, counted once more.
     const key = { namespace: 'burst', name: 'ic-000-immortalpod' };
     const pod = (await kube.get(Pod, key))!;
     await kube.delete(Pod, key);
-    await eventually(async () => {
-      const again = await kube.get(Pod, key);
-      const ic = await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'burst', name: 'ic-000' });
-      return again && again.metadata.uid !== pod.metadata.uid && ic?.status?.startTimes === 2;
-    }, CONVERGE_MS, 'the deleted pod recreated, startTimes 2');
+    await eventually(
+      async () => {
+        const again = await kube.get(Pod, key);
+        const ic = await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'burst', name: 'ic-000' });
+        return again && again.metadata.uid !== pod.metadata.uid && ic?.status?.startTimes === 2;
+      },
+      CONVERGE_MS,
+      'the deleted pod recreated, startTimes 2',
+    );
   });
 
   test(`a CopyratorRule copies into ${COPY_NAMESPACES} namespaces, one created later, and follows an update`, async () => {
@@ -165,13 +243,25 @@ describe('every event from Knative\'s ApiServerSource adapter', () => {
     // A source namespace other than `default` distributes only when an administrator says so.
     await kube.create(Namespace, { metadata: { name: 'copy-source', labels: { [DISTRIBUTE_LABEL]: 'true' } } });
     for (const name of targets.slice(0, -1)) await kube.create(Namespace, { metadata: { name } });
-    await kube.create(ConfigMap, { metadata: { name: 'shared', namespace: 'copy-source', labels: { copyrator: 'true' } }, data: { color: 'blue' } });
-    await kube.create(CopyratorRuleKind, { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'rule', namespace: 'copy-source' }, ruleType: 'configmap', selector: { copyrator: 'true' }, namespace: 'copy-source' } as KubeObject);
+    await kube.create(ConfigMap, {
+      metadata: { name: 'shared', namespace: 'copy-source', labels: { copyrator: 'true' } },
+      data: { color: 'blue' },
+    });
+    await kube.create(CopyratorRuleKind, {
+      apiVersion: 'flant.com/v1',
+      kind: 'CopyratorRule',
+      metadata: { name: 'rule', namespace: 'copy-source' },
+      ruleType: 'configmap',
+      selector: { copyrator: 'true' },
+      namespace: 'copy-source',
+    } as KubeObject);
     // The last namespace appears after the rule: only its add event (the related source) can bring the copy.
     await kube.create(Namespace, { metadata: { name: targets.at(-1)! } });
     const copies = async (color: string) => {
       const found = await Promise.all(targets.map((namespace) => kube.get<CopyableObject>(ConfigMap, { namespace, name: 'shared' })));
-      lastMissing = targets.filter((_, i) => found[i]?.data?.color !== color || found[i]?.metadata.annotations?.[RULE_ANNOTATION] !== 'copy-source/rule');
+      lastMissing = targets.filter(
+        (_, i) => found[i]?.data?.color !== color || found[i]?.metadata.annotations?.[RULE_ANNOTATION] !== 'copy-source/rule',
+      );
       return lastMissing.length === 0;
     };
     let lastMissing: string[] = [];
@@ -182,30 +272,47 @@ describe('every event from Knative\'s ApiServerSource adapter', () => {
     say(`CopyratorRule: ${COPY_NAMESPACES} copies made and updated in ${Math.round(performance.now() - started)} ms`);
   });
 
-  test('the seed\'s Metacontroller ImmortalContainer: its sources get their own adapters, its parents their pods', async () => {
+  test("the seed's Metacontroller ImmortalContainer: its sources get their own adapters, its parents their pods", async () => {
     const kube = cluster.kube;
     const started = performance.now();
     await kube.create(CompositeControllerKind, metacontrollerExample('CompositeController'));
     // The composite function writes the controller's two ApiServerSources; each gets an adapter.
     for (const role of ['parents', 'children'] as const) await adapters.ready(NS, sourceName(SEED, role), CONVERGE_MS);
     const parents = ['seed-a', 'seed-b', 'seed-c'];
-    for (const name of parents) await kube.create(MetaImmortalContainer, { ...metacontrollerExample('ImmortalContainer'), metadata: { name, namespace: 'default' } });
+    for (const name of parents)
+      await kube.create(MetaImmortalContainer, { ...metacontrollerExample('ImmortalContainer'), metadata: { name, namespace: 'default' } });
     for (const name of parents) {
-      const pod = await eventually(() => kube.get(Pod, { namespace: 'default', name: `${name}-immortalpod` }), CONVERGE_MS, `the pod of ${name}`, adapterOutput);
+      const pod = await eventually(
+        () => kube.get(Pod, { namespace: 'default', name: `${name}-immortalpod` }),
+        CONVERGE_MS,
+        `the pod of ${name}`,
+        adapterOutput,
+      );
       const parent = (await kube.get(MetaImmortalContainer, { namespace: 'default', name }))!;
       assert.equal(pod.metadata.ownerReferences?.[0]?.uid, parent.metadata.uid);
       // The pod's add event (the children's adapter) wakes the parent again: the hook then reports it.
-      await eventually(async () => ((await kube.get(MetaImmortalContainer, { namespace: 'default', name }))?.status as { currentPod?: string } | undefined)?.currentPod === `${name}-immortalpod`, CONVERGE_MS, `status.currentPod of ${name}`);
+      await eventually(
+        async () =>
+          ((await kube.get(MetaImmortalContainer, { namespace: 'default', name }))?.status as { currentPod?: string } | undefined)
+            ?.currentPod === `${name}-immortalpod`,
+        CONVERGE_MS,
+        `status.currentPod of ${name}`,
+      );
     }
     const pods = (await kube.list(Pod, { namespace: 'default' })).items.filter((pod) => pod.metadata.name!.startsWith('seed-'));
     assert.equal(pods.length, parents.length, 'one pod per parent');
-    say(`CompositeController ${SEED}: 2 more adapters, ${parents.length} parents with their pods in ${Math.round(performance.now() - started)} ms`);
+    say(
+      `CompositeController ${SEED}: 2 more adapters, ${parents.length} parents with their pods in ${Math.round(performance.now() - started)} ms`,
+    );
   });
 
-  test('the plane\'s own sources sent nothing: every ApiServerSource event came from Knative\'s adapters', () => {
+  test("the plane's own sources sent nothing: every ApiServerSource event came from Knative's adapters", () => {
     assert.equal(plane.source.stats().emitted, 0);
-    assert.equal(adapters.adapters().size, generated.filter((object) => object.kind === 'ApiServerSource').length + 2, 'the generated sources\' adapters and the CompositeController\'s two');
+    assert.equal(
+      adapters.adapters().size,
+      generated.filter((object) => object.kind === 'ApiServerSource').length + 2,
+      "the generated sources' adapters and the CompositeController's two",
+    );
     for (const [key, adapter] of adapters.adapters()) assert.ok(adapter.running, `the adapter of ${key} still runs`);
   });
 });
-

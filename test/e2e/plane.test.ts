@@ -26,7 +26,10 @@ const stateDir = tempDir('opfn-e2e-');
 const scaleEvents: { from: number; to: number; reason: string }[] = [];
 
 const newIc = (namespace: string, name: string, image = 'nginx:latest'): ImmortalContainer => ({
-  apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace }, spec: { image },
+  apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+  kind: 'ImmortalContainer',
+  metadata: { name, namespace },
+  spec: { image },
 });
 const podKey = (key: ObjectKey) => ({ namespace: key.namespace, name: `${key.name}-immortalpod` });
 const startTimes = async (key: ObjectKey) => (await kube.get<ImmortalContainer>(ImmortalContainerKind, key))?.status?.startTimes;
@@ -37,16 +40,19 @@ before(async () => {
   // Exists before the plane starts: Knative's ApiServerSource would never tell anyone about it.
   await kube.create(ImmortalContainerKind, newIc('default', 'before-start'));
   // The activator's scale decisions, read from its structured log lines.
-  const log = pino({ level: 'info' }, new Writable({
-    write(chunk, _encoding, done) {
-      for (const line of chunk.toString().split('\n').filter(Boolean)) {
-        const entry = JSON.parse(line);
-        if (entry.component !== 'activator') continue;
-        if ('from' in entry && 'to' in entry) scaleEvents.push(entry);
-      }
-      done();
-    },
-  }));
+  const log = pino(
+    { level: 'info' },
+    new Writable({
+      write(chunk, _encoding, done) {
+        for (const line of chunk.toString().split('\n').filter(Boolean)) {
+          const entry = JSON.parse(line);
+          if (entry.component !== 'activator') continue;
+          if ('from' in entry && 'to' in entry) scaleEvents.push(entry);
+        }
+        done();
+      },
+    }),
+  );
   plane = new EventPlane({
     functions: [immortalContainer],
     kube,
@@ -74,7 +80,10 @@ describe('the seed walkthrough through the plane', () => {
 
   test('objects that existed before the plane started are reconciled', async () => {
     await eventually(() => kube.get(Pod, podKey({ namespace: 'default', name: 'before-start' })), 30_000, 'pod of before-start');
-    assert.ok(scaleEvents.some((e) => e.from === 0 && e.to === 1), 'the function was started from zero by the first event');
+    assert.ok(
+      scaleEvents.some((e) => e.from === 0 && e.to === 1),
+      'the function was started from zero by the first event',
+    );
   });
 
   test('apply the example → pod; delete the pod → it returns with startTimes 2', async () => {
@@ -84,10 +93,14 @@ describe('the seed walkthrough through the plane', () => {
     await eventually(async () => (await startTimes(key)) === 1, 10_000, 'startTimes 1');
 
     await kube.delete(Pod, podKey(key));
-    const recreated = await eventually(async () => {
-      const current = await kube.get<PodObject>(Pod, podKey(key));
-      return current && current.metadata.uid !== pod.metadata.uid ? current : undefined;
-    }, 30_000, 'recreated pod');
+    const recreated = await eventually(
+      async () => {
+        const current = await kube.get<PodObject>(Pod, podKey(key));
+        return current && current.metadata.uid !== pod.metadata.uid ? current : undefined;
+      },
+      30_000,
+      'recreated pod',
+    );
     assert.ok(recreated);
     await eventually(async () => (await startTimes(key)) === 2, 10_000, 'startTimes 2');
   });
@@ -100,22 +113,40 @@ test('an idle function scales to zero and the next event brings it back', async 
   await kube.create(ImmortalContainerKind, newIc(key.namespace, key.name));
   await eventually(() => kube.get(Pod, podKey(key)), 30_000, 'pod after scale from zero');
   assert.equal(scaleEvents.filter((e) => e.from === 0).length, coldStartsBefore + 1, 'one more 0→1 scale event');
-  assert.ok(scaleEvents.some((e) => e.to === 0 && /idle/.test(e.reason)), 'the scale to zero was logged with its reason');
+  assert.ok(
+    scaleEvents.some((e) => e.to === 0 && /idle/.test(e.reason)),
+    'the scale to zero was logged with its reason',
+  );
 });
 
 test('an event the function refuses (400) reaches the dead-letter sink with the error extensions', async () => {
   // A well-formed CloudEvent whose object name is not a valid Kubernetes name: the function answers 400.
-  const bad = apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: { metadata: { name: 'Not_A_Name', namespace: 'default' } }, action: 'add', mode: 'Reference', extensions: { [FUNCTION_EXTENSION]: immortalContainer.name } });
+  const bad = apiServerSourceEvent({
+    server: cluster.cp.server,
+    kind: ImmortalContainerKind,
+    object: { metadata: { name: 'Not_A_Name', namespace: 'default' } },
+    action: 'add',
+    mode: 'Reference',
+    extensions: { [FUNCTION_EXTENSION]: immortalContainer.name },
+  });
   const message = HTTP.binary(bad);
-  const accepted = await fetch(brokerUrl, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string });
+  const accepted = await fetch(brokerUrl, {
+    method: 'POST',
+    headers: message.headers as Record<string, string>,
+    body: message.body as string,
+  });
   assert.equal(accepted.status, 202);
   const file = join(stateDir, 'dead-letters.jsonl');
-  const entry = await eventually(async () => (await readDeadLetterFile(file)).find((found) => found.letter?.id === bad.id), 20_000, 'dead letter');
+  const entry = await eventually(
+    async () => (await readDeadLetterFile(file)).find((found) => found.letter?.id === bad.id),
+    20_000,
+    'dead letter',
+  );
   assert.equal(entry.file, refusedLettersFile(file), 'refused for good: kept apart from the letters of failed work');
   const letter = entry.letter as unknown as Record<string, unknown>;
   assert.equal(String(letter.knativeerrorcode), '400');
   assert.match(String(letter.knativeerrordest), /immortal-container/);
-  assert.ok(letter.knativeerrordata, 'the function\'s reason travels in knativeerrordata');
+  assert.ok(letter.knativeerrordata, "the function's reason travels in knativeerrordata");
   assert.equal(letter.name, 'Not_A_Name', 'the original event is kept whole');
 });
 
@@ -126,11 +157,23 @@ test('a function that fails for a while (500: its permissions revoked) is retrie
   const retriedBefore = plane.broker.stats()[immortalContainer.name].retried;
   const key = { namespace: 'default', name: 'while-forbidden' };
   await kube.create(ImmortalContainerKind, newIc(key.namespace, key.name));
-  await eventually(async () => plane.broker.stats()[immortalContainer.name].retried >= retriedBefore + 2, 20_000, 'two retries of the failing delivery');
+  await eventually(
+    async () => plane.broker.stats()[immortalContainer.name].retried >= retriedBefore + 2,
+    20_000,
+    'two retries of the failing delivery',
+  );
   assert.equal(await kube.get(Pod, podKey(key)), undefined, 'nothing was created without permission');
 
-  const { metadata: { name }, roleRef, subjects } = binding;
-  assert.equal((await cluster.cp.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', { metadata: { name }, roleRef, subjects })).status, 201);
+  const {
+    metadata: { name },
+    roleRef,
+    subjects,
+  } = binding;
+  assert.equal(
+    (await cluster.cp.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', { metadata: { name }, roleRef, subjects }))
+      .status,
+    201,
+  );
   await eventually(() => kube.get(Pod, podKey(key)), 30_000, 'pod once the function may act again');
   await eventually(async () => (await startTimes(key)) === 1, 10_000, 'startTimes 1');
 });

@@ -21,7 +21,13 @@ import { eventually, quietLog, startTestCluster, type TestCluster } from '../sup
 import { AdapterProcess, knativeAdapterBinaries, receiveAdapterEnv } from '../support/knative-adapters.ts';
 
 type Sender = 'knative' | 'ours';
-interface Recorded { sender: Sender; source: string; headers: Record<string, string>; body: Buffer; event: Record<string, unknown> }
+interface Recorded {
+  sender: Sender;
+  source: string;
+  headers: Record<string, string>;
+  body: Buffer;
+  event: Record<string, unknown>;
+}
 
 const IC_API_VERSION = 'immortalcontainer.flugel.it/v1alpha1';
 const say = (line: string) => console.log(`# ${line}`);
@@ -32,26 +38,54 @@ const watched = [
   { apiVersion: 'v1', kind: 'ConfigMap', selector: { matchLabels: { golden: 'yes' } } },
   { apiVersion: 'v1', kind: 'Namespace', selector: { matchLabels: { golden: 'yes' } } },
 ];
-const sourceObject = (name: string, mode: 'Resource' | 'Reference', resources: unknown[], owner?: { apiVersion: string; kind: string }): KubeObject => ({
+const sourceObject = (
+  name: string,
+  mode: 'Resource' | 'Reference',
+  resources: unknown[],
+  owner?: { apiVersion: string; kind: string },
+): KubeObject => ({
   apiVersion: 'sources.knative.dev/v1',
   kind: 'ApiServerSource',
   metadata: { name, namespace: 'default', generation: 1 },
-  spec: { mode, resources, namespaceSelector: {}, ...(owner ? { owner } : {}), ceOverrides: { extensions: { opfnfunction: 'golden' } }, sink: { uri: 'set-per-sender' } },
+  spec: {
+    mode,
+    resources,
+    namespaceSelector: {},
+    ...(owner ? { owner } : {}),
+    ceOverrides: { extensions: { opfnfunction: 'golden' } },
+    sink: { uri: 'set-per-sender' },
+  },
 });
 const SOURCES = [
   { object: sourceObject('golden-resource', 'Resource', watched), reflectors: 3 },
   { object: sourceObject('golden-reference', 'Reference', watched), reflectors: 3 },
-  { object: sourceObject('golden-owner', 'Resource', [{ apiVersion: 'v1', kind: 'Pod' }], { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer' }), reflectors: 1 },
+  {
+    object: sourceObject('golden-owner', 'Resource', [{ apiVersion: 'v1', kind: 'Pod' }], {
+      apiVersion: IC_API_VERSION,
+      kind: 'ImmortalContainer',
+    }),
+    reflectors: 1,
+  },
 ];
 /** The same sources for the plane's source. */
 const ourSpecs: SourceSpec[] = [
   ...(['Resource', 'Reference'] as const).map((mode) => ({
     name: `golden-${mode.toLowerCase()}`,
     mode,
-    resources: [{ kind: ImmortalContainerKind }, { kind: ConfigMap, labelSelector: 'golden=yes' }, { kind: Namespace, labelSelector: 'golden=yes' }],
+    resources: [
+      { kind: ImmortalContainerKind },
+      { kind: ConfigMap, labelSelector: 'golden=yes' },
+      { kind: Namespace, labelSelector: 'golden=yes' },
+    ],
     extensions: { opfnfunction: 'golden' },
   })),
-  { name: 'golden-owner', mode: 'Resource', resources: [{ kind: Pod }], extensions: { opfnfunction: 'golden' }, owner: { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer' } },
+  {
+    name: 'golden-owner',
+    mode: 'Resource',
+    resources: [{ kind: Pod }],
+    extensions: { opfnfunction: 'golden' },
+    owner: { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer' },
+  },
 ];
 
 let cluster: TestCluster;
@@ -71,7 +105,13 @@ before(async () => {
       const [, sender, source] = (request.url ?? '').split('/');
       const headers = Object.fromEntries(Object.entries(request.headers).map(([name, value]) => [name, String(value)]));
       const body = Buffer.concat(chunks);
-      recorded.push({ sender: sender as Sender, source, headers, body, event: parseMessage(headers, body) as unknown as Record<string, unknown> });
+      recorded.push({
+        sender: sender as Sender,
+        source,
+        headers,
+        body,
+        event: parseMessage(headers, body) as unknown as Record<string, unknown>,
+      });
       response.writeHead(202).end();
     });
   });
@@ -84,7 +124,14 @@ before(async () => {
 
   for (const { object, reflectors } of SOURCES) {
     const env = receiveAdapterEnv(object, `${recorderUrl}/knative/${object.metadata.name}`, []);
-    knative.push(new AdapterProcess(`${binDir}/apiserver_receive_adapter`, { ...env, KUBECONFIG: cluster.cp.kubeconfigPath }, reflectors, `adapter ${object.metadata.name}`));
+    knative.push(
+      new AdapterProcess(
+        `${binDir}/apiserver_receive_adapter`,
+        { ...env, KUBECONFIG: cluster.cp.kubeconfigPath },
+        reflectors,
+        `adapter ${object.metadata.name}`,
+      ),
+    );
   }
   for (const spec of ourSpecs) {
     // The binary message the broker sends a function, to the same recorder.
@@ -95,7 +142,11 @@ before(async () => {
       resyncIntervalMs: 0,
       sink: async (event) => {
         const message = toBinaryMessage(event);
-        const answer = await fetch(`${recorderUrl}/ours/${spec.name}`, { method: 'POST', headers: message.headers, body: message.body as string });
+        const answer = await fetch(`${recorderUrl}/ours/${spec.name}`, {
+          method: 'POST',
+          headers: message.headers,
+          body: message.body as string,
+        });
         if (answer.status !== 202) throw new Error(`recorder answered ${answer.status}`);
       },
     });
@@ -116,22 +167,41 @@ async function changeThings(): Promise<void> {
   await kube.create(Namespace, { metadata: { name: 'golden-ns', labels: { golden: 'yes' } } });
   await kube.create(ConfigMap, { metadata: { name: 'golden-cm', namespace: 'golden-ns', labels: { golden: 'yes' } }, data: { a: '1' } });
   await kube.mergePatch(ConfigMap, { namespace: 'golden-ns', name: 'golden-cm' }, { data: { a: '2', html: '<b>&</b>' } });
-  const ic = await kube.create<KubeObject>(ImmortalContainerKind, { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', metadata: { name: 'golden-ic', namespace: 'golden-ns' }, spec: { image: 'nginx' } });
+  const ic = await kube.create<KubeObject>(ImmortalContainerKind, {
+    apiVersion: IC_API_VERSION,
+    kind: 'ImmortalContainer',
+    metadata: { name: 'golden-ic', namespace: 'golden-ns' },
+    spec: { image: 'nginx' },
+  });
   await kube.mergePatch(ImmortalContainerKind, { namespace: 'golden-ns', name: 'golden-ic' }, { spec: { image: 'nginx:2' } });
   // Status only (the status subresource): generation stays.
-  await kube.mergePatch(ImmortalContainerKind, { namespace: 'golden-ns', name: 'golden-ic' }, { status: { currentPod: 'golden-owned', startTimes: 1 } }, 'status');
+  await kube.mergePatch(
+    ImmortalContainerKind,
+    { namespace: 'golden-ns', name: 'golden-ic' },
+    { status: { currentPod: 'golden-owned', startTimes: 1 } },
+    'status',
+  );
   const pod = (name: string, owner?: { apiVersion: string; kind: string; name: string; uid: string }): KubeObject => ({
-    metadata: { name, namespace: 'golden-ns', ...(owner ? { ownerReferences: [{ ...owner, controller: true }] } : {}) } as KubeObject['metadata'],
+    metadata: {
+      name,
+      namespace: 'golden-ns',
+      ...(owner ? { ownerReferences: [{ ...owner, controller: true }] } : {}),
+    } as KubeObject['metadata'],
     spec: { containers: [{ name: 'c', image: 'nginx' }] },
   });
   const cm = (await kube.get(ConfigMap, { namespace: 'golden-ns', name: 'golden-cm' }))!;
-  await kube.create(Pod, pod('golden-owned', { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', name: 'golden-ic', uid: ic.metadata.uid! }));
+  await kube.create(
+    Pod,
+    pod('golden-owned', { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', name: 'golden-ic', uid: ic.metadata.uid! }),
+  );
   await kube.create(Pod, pod('golden-unowned'));
   await kube.create(Pod, pod('golden-other-owner', { apiVersion: 'v1', kind: 'ConfigMap', name: 'golden-cm', uid: cm.metadata.uid! }));
   await kube.mergePatch(Pod, { namespace: 'golden-ns', name: 'golden-owned' }, { metadata: { labels: { touched: 'yes' } } });
   // The kubelet's part: a phase, through pods/status.
-  for (const name of ['golden-owned', 'golden-unowned']) await kube.mergePatch(Pod, { namespace: 'golden-ns', name }, { status: { phase: 'Running' } }, 'status');
-  for (const name of ['golden-owned', 'golden-unowned', 'golden-other-owner']) await kube.delete(Pod, { namespace: 'golden-ns', name }, { propagationPolicy: 'Background' });
+  for (const name of ['golden-owned', 'golden-unowned'])
+    await kube.mergePatch(Pod, { namespace: 'golden-ns', name }, { status: { phase: 'Running' } }, 'status');
+  for (const name of ['golden-owned', 'golden-unowned', 'golden-other-owner'])
+    await kube.delete(Pod, { namespace: 'golden-ns', name }, { propagationPolicy: 'Background' });
   await kube.delete(ImmortalContainerKind, { namespace: 'golden-ns', name: 'golden-ic' });
   await kube.delete(ConfigMap, { namespace: 'golden-ns', name: 'golden-cm' });
   await kube.delete(Namespace, { namespace: '', name: 'golden-ns' });
@@ -158,7 +228,18 @@ const ROWS: { row: string; read: (r: Recorded) => unknown; form?: RegExp }[] = [
   { row: 'extension namespace, as the broker parses it', read: attribute('namespace') },
   { row: 'ceOverrides extension (opfnfunction)', read: header('ce-opfnfunction') },
   { row: 'extension partitionkey', read: header('ce-partitionkey') },
-  { row: 'other ce-* headers', read: (r) => Object.keys(r.headers).filter((name) => name.startsWith('ce-') && !/^ce-(specversion|id|source|type|subject|time|kind|apiversion|name|namespace|opfnfunction|partitionkey)$/.test(name)).sort().join(',') },
+  {
+    row: 'other ce-* headers',
+    read: (r) =>
+      Object.keys(r.headers)
+        .filter(
+          (name) =>
+            name.startsWith('ce-') &&
+            !/^ce-(specversion|id|source|type|subject|time|kind|apiversion|name|namespace|opfnfunction|partitionkey)$/.test(name),
+        )
+        .sort()
+        .join(','),
+  },
   { row: 'HTTP header Kn-Namespace', read: header('kn-namespace') },
   { row: 'HTTP header traceparent', read: (r) => (r.headers.traceparent ? 'present' : undefined) },
   { row: 'body bytes', read: (r) => r.body.toString('utf8') },
@@ -192,13 +273,30 @@ const EXPECTED: Record<string, Record<'Resource' | 'Reference' | 'owner (Resourc
   'body as JSON': { Resource: 'same', Reference: 'same', 'owner (Resource)': 'same' },
 };
 
-test('the same API changes give the same events from Knative\'s adapter and from the plane\'s source, but for the differences the doc lists', async () => {
+test("the same API changes give the same events from Knative's adapter and from the plane's source, but for the differences the doc lists", async () => {
   await changeThings();
-  const isNamespaceDelete = (r: Recorded) => r.headers['ce-subject']?.endsWith('/namespaces/golden-ns') && /\.delete$/.test(r.headers['ce-type'] ?? '');
+  const isNamespaceDelete = (r: Recorded) =>
+    r.headers['ce-subject']?.endsWith('/namespaces/golden-ns') && /\.delete$/.test(r.headers['ce-type'] ?? '');
   // The Namespace goes last (after kube-controller-manager emptied it): its delete ends each sequence.
   const count = (sender: Sender, source: string) => recorded.filter((r) => r.sender === sender && r.source === source).length;
-  await eventually(async () => ['golden-resource', 'golden-reference'].every((source) => (['knative', 'ours'] as const).every((sender) => recorded.some((r) => r.sender === sender && r.source === source && isNamespaceDelete(r)))), 60_000, 'the Namespace delete from every sender',
-    async () => JSON.stringify(Object.fromEntries(SOURCES.flatMap(({ object }) => (['knative', 'ours'] as const).map((sender) => [`${sender} ${object.metadata.name}`, count(sender, object.metadata.name!)])))));
+  await eventually(
+    async () =>
+      ['golden-resource', 'golden-reference'].every((source) =>
+        (['knative', 'ours'] as const).every((sender) =>
+          recorded.some((r) => r.sender === sender && r.source === source && isNamespaceDelete(r)),
+        ),
+      ),
+    60_000,
+    'the Namespace delete from every sender',
+    async () =>
+      JSON.stringify(
+        Object.fromEntries(
+          SOURCES.flatMap(({ object }) =>
+            (['knative', 'ours'] as const).map((sender) => [`${sender} ${object.metadata.name}`, count(sender, object.metadata.name!)]),
+          ),
+        ),
+      ),
+  );
   // Every other change came before the Namespace's delete; a moment for the slower sender's last posts.
   await sleep(300);
 
@@ -213,26 +311,39 @@ test('the same API changes give the same events from Knative\'s adapter and from
     // Deliberate: the plane's source tells about what existed before it started; Knative's adapter does not.
     if (source !== 'golden-owner') {
       const before = '/apis/v1/namespaces//namespaces/golden-before';
-      assert.deepEqual(mine.get(before)?.map((r) => r.headers['ce-type']), [`dev.knative.apiserver.${mode === 'Resource' ? 'resource' : 'ref'}.add`], 'ours: an add for the Namespace that existed before');
-      assert.equal(theirs.get(before), undefined, 'Knative\'s adapter: nothing for it');
+      assert.deepEqual(
+        mine.get(before)?.map((r) => r.headers['ce-type']),
+        [`dev.knative.apiserver.${mode === 'Resource' ? 'resource' : 'ref'}.add`],
+        'ours: an add for the Namespace that existed before',
+      );
+      assert.equal(theirs.get(before), undefined, "Knative's adapter: nothing for it");
       mine.delete(before);
     } else {
       // The owner selector: only the pod an ImmortalContainer controls, on both sides.
       const pods = [...theirs.keys()].map((subject) => subject.split('/').at(-1));
       assert.deepEqual(pods, ['golden-owned'], 'Knative: only the owned pod');
-      assert.deepEqual([...mine.keys()].map((subject) => subject.split('/').at(-1)), pods, 'ours: the same');
+      assert.deepEqual(
+        [...mine.keys()].map((subject) => subject.split('/').at(-1)),
+        pods,
+        'ours: the same',
+      );
     }
     assert.deepEqual([...mine.keys()].sort(), [...theirs.keys()].sort(), `${source}: events about the same objects`);
     const pairs: [Recorded, Recorded][] = [];
     for (const [subject, knativeEvents] of theirs) {
       const ourEvents = mine.get(subject)!;
-      assert.deepEqual(ourEvents.map((r) => r.headers['ce-type']), knativeEvents.map((r) => r.headers['ce-type']), `${source} ${subject}: the same types in the same order`);
+      assert.deepEqual(
+        ourEvents.map((r) => r.headers['ce-type']),
+        knativeEvents.map((r) => r.headers['ce-type']),
+        `${source} ${subject}: the same types in the same order`,
+      );
       knativeEvents.forEach((event, i) => pairs.push([event, ourEvents[i]]));
     }
     // At least: the pod's add, update, status update, delete; or the ImmortalContainer's four, the
     // ConfigMap's add, update, delete, the Namespace's add, update (terminating), delete.
     assert.ok(pairs.length >= (source === 'golden-owner' ? 4 : 10), `${source}: ${pairs.length} pairs compared`);
-    for (const [subject, events] of theirs) say(`${source} ${subject}: ${events.map((r) => r.headers['ce-type']!.split('.').at(-1)).join(', ')}`);
+    for (const [subject, events] of theirs)
+      say(`${source} ${subject}: ${events.map((r) => r.headers['ce-type']!.split('.').at(-1)).join(', ')}`);
     const types = new Set(pairs.map(([event]) => event.headers['ce-type']!.split('.').at(-1)));
     assert.deepEqual([...types].sort(), ['add', 'delete', 'update'], `${source}: add, update and delete compared`);
     for (const { row, read, form } of ROWS) {
@@ -251,6 +362,7 @@ test('the same API changes give the same events from Knative\'s adapter and from
     }
     say(`${source}: ${pairs.length} event pairs (${[...theirs.keys()].length} objects)`);
   }
-  for (const [row, modes] of Object.entries(table)) say(`| ${row} | ${modes.Resource} | ${modes.Reference} | ${modes['owner (Resource)']} |`);
+  for (const [row, modes] of Object.entries(table))
+    say(`| ${row} | ${modes.Resource} | ${modes.Reference} | ${modes['owner (Resource)']} |`);
   assert.deepEqual(table, EXPECTED);
 });

@@ -11,7 +11,16 @@ import { after, before, describe, test } from 'node:test';
 import { parse } from 'yaml';
 import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 import { manifestOptions } from '../../bin/manifests.ts';
-import { clusterScopedResources, functionObjects, functionRules, type ManifestOptions, serviceAccountName, sourceRules, sourceServiceAccountName, splitByScope } from '../../eventing/manifests/index.ts';
+import {
+  clusterScopedResources,
+  functionObjects,
+  functionRules,
+  type ManifestOptions,
+  serviceAccountName,
+  sourceRules,
+  sourceServiceAccountName,
+  splitByScope,
+} from '../../eventing/manifests/index.ts';
 import { sourcesFor } from '../../eventing/plane.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import { type FunctionDeclaration, type PolicyRule, type KubeObject, KubeClient } from '../../functions/runtime/index.ts';
@@ -25,19 +34,37 @@ type Cell = AccessQuestion;
 
 /** `group/resource[/subresource]` the matrix asks about for a declaration: all it names, and a sample outside. */
 function resourcesToProbe(declaration: FunctionDeclaration): string[] {
-  const named = [declaration.reconciles, ...declaration.owns.map((o) => o.kind), ...declaration.watches.map((w) => w.kind)].map((k) => `${k.group}/${k.plural}`);
-  const fromRules = functionRules(declaration).flatMap((rule) => rule.apiGroups.flatMap((group) => rule.resources.map((resource) => `${group}/${resource}`)));
-  const outside = ['/secrets', '/configmaps', '/serviceaccounts', '/nodes', '/namespaces', 'rbac.authorization.k8s.io/clusterroles', 'rbac.authorization.k8s.io/rolebindings', 'apps/deployments', 'serving.knative.dev/services', 'eventing.knative.dev/triggers'];
+  const named = [declaration.reconciles, ...declaration.owns.map((o) => o.kind), ...declaration.watches.map((w) => w.kind)].map(
+    (k) => `${k.group}/${k.plural}`,
+  );
+  const fromRules = functionRules(declaration).flatMap((rule) =>
+    rule.apiGroups.flatMap((group) => rule.resources.map((resource) => `${group}/${resource}`)),
+  );
+  const outside = [
+    '/secrets',
+    '/configmaps',
+    '/serviceaccounts',
+    '/nodes',
+    '/namespaces',
+    'rbac.authorization.k8s.io/clusterroles',
+    'rbac.authorization.k8s.io/rolebindings',
+    'apps/deployments',
+    'serving.knative.dev/services',
+    'eventing.knative.dev/triggers',
+  ];
   return [...new Set([...named, ...named.map((r) => `${r}/status`), ...fromRules, ...outside])].sort();
 }
 
 /** What `rules` allow, by RBAC's own matching (verb, group, resource incl. subresource; no resourceNames here). */
 function allows(rules: PolicyRule[], cell: Cell): boolean {
   const resource = cell.subresource ? `${cell.resource}/${cell.subresource}` : cell.resource;
-  return rules.some((rule) => !rule.resourceNames?.length
-    && (rule.apiGroups.includes('*') || rule.apiGroups.includes(cell.group))
-    && (rule.resources.includes('*') || rule.resources.includes(resource))
-    && (rule.verbs.includes('*') || rule.verbs.includes(cell.verb)));
+  return rules.some(
+    (rule) =>
+      !rule.resourceNames?.length &&
+      (rule.apiGroups.includes('*') || rule.apiGroups.includes(cell.group)) &&
+      (rule.resources.includes('*') || rule.resources.includes(resource)) &&
+      (rule.verbs.includes('*') || rule.verbs.includes(cell.verb)),
+  );
 }
 
 /**
@@ -87,7 +114,13 @@ function matrix(title: string, cells: (Cell & { allowed: boolean })[]): string {
     rows.set(row, byNamespace);
   }
   const width = Math.max(...[...rows.keys()].map((row) => row.length));
-  return [`# can-i ${title} (asked: ${VERBS.join(' ')} on each row; escalate on roles and clusterroles, bind on rolebindings and clusterroles, impersonate on serviceaccounts and users; listed: what is allowed, · nothing)`, ...[...rows].map(([row, byNamespace]) => `#   ${row.padEnd(width)}  ${[...byNamespace].map(([ns, verbs]) => `${ns}: ${verbs.length ? verbs.join(',') : '·'}`).join('   ')}`)].join('\n');
+  return [
+    `# can-i ${title} (asked: ${VERBS.join(' ')} on each row; escalate on roles and clusterroles, bind on rolebindings and clusterroles, impersonate on serviceaccounts and users; listed: what is allowed, · nothing)`,
+    ...[...rows].map(
+      ([row, byNamespace]) =>
+        `#   ${row.padEnd(width)}  ${[...byNamespace].map(([ns, verbs]) => `${ns}: ${verbs.length ? verbs.join(',') : '·'}`).join('   ')}`,
+    ),
+  ].join('\n');
 }
 
 let cp: ControlPlane;
@@ -117,22 +150,51 @@ for (const [layout, command] of layouts) {
       const clusterScoped = clusterScopedResources(declaration);
       const namespaces = [options.namespace, OTHER_NAMESPACE];
       const identities = [
-        { who: `function ${declaration.name}`, account: serviceAccountName(declaration), rules: functionRules(declaration), resources: resourcesToProbe(declaration) },
-        ...sourcesFor(declaration).map((source) => ({ who: `source ${source.name}`, account: sourceServiceAccountName(source.name), rules: sourceRules(source), resources: resourcesToProbe(declaration) })),
+        {
+          who: `function ${declaration.name}`,
+          account: serviceAccountName(declaration),
+          rules: functionRules(declaration),
+          resources: resourcesToProbe(declaration),
+        },
+        ...sourcesFor(declaration).map((source) => ({
+          who: `source ${source.name}`,
+          account: sourceServiceAccountName(source.name),
+          rules: sourceRules(source),
+          resources: resourcesToProbe(declaration),
+        })),
       ];
       for (const identity of identities) {
         test(`${identity.who} (ServiceAccount ${options.namespace}/${identity.account})`, async () => {
           for (const namespace of namespaces) await apply([{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } }]);
-          await apply(functionObjects(declaration, options).filter((o) => ['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding'].includes(o.kind!)));
+          await apply(
+            functionObjects(declaration, options).filter((o) =>
+              ['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding'].includes(o.kind!),
+            ),
+          );
           const kube = await clientFor(options.namespace, identity.account);
           const cells = cellsFor(identity.resources, namespaces, clusterScoped);
           const answered = [];
           for (const cell of cells) answered.push({ ...cell, allowed: await canI(kube, cell) });
           console.log(matrix(`${identity.who} as system:serviceaccount:${options.namespace}:${identity.account}`, answered));
           const wrong = answered.filter((cell) => cell.allowed !== expected(identity.rules, clusterScoped, options, cell));
-          assert.deepEqual(wrong.map((c) => `${c.allowed ? 'ALLOWED' : 'denied'}: ${c.verb} ${c.group}/${c.resource}${c.subresource ? `/${c.subresource}` : ''} in ${c.namespace || '(cluster)'}`), [], 'cells that differ from the declaration');
-          assert.ok(answered.some((c) => c.allowed), 'the identity can do something (its bindings took effect)');
-          if (options.scope === 'namespace') assert.deepEqual(answered.filter((c) => c.allowed && c.namespace === OTHER_NAMESPACE).map((c) => `${c.verb} ${c.group}/${c.resource}`), [], 'a namespaced install grants nothing in another namespace, wildcards included');
+          assert.deepEqual(
+            wrong.map(
+              (c) =>
+                `${c.allowed ? 'ALLOWED' : 'denied'}: ${c.verb} ${c.group}/${c.resource}${c.subresource ? `/${c.subresource}` : ''} in ${c.namespace || '(cluster)'}`,
+            ),
+            [],
+            'cells that differ from the declaration',
+          );
+          assert.ok(
+            answered.some((c) => c.allowed),
+            'the identity can do something (its bindings took effect)',
+          );
+          if (options.scope === 'namespace')
+            assert.deepEqual(
+              answered.filter((c) => c.allowed && c.namespace === OTHER_NAMESPACE).map((c) => `${c.verb} ${c.group}/${c.resource}`),
+              [],
+              'a namespaced install grants nothing in another namespace, wildcards included',
+            );
         });
       }
     }

@@ -45,7 +45,16 @@ let fn: RunningFunction;
 
 /** What the plane delivers when a CompositeController changes (or a resync names it). */
 const nudge = async (name = 'immortalcontainer-controller') => {
-  const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: { metadata: { name } }, action: 'update', mode: 'Reference' }));
+  const answer = await deliver(
+    fn.url,
+    apiServerSourceEvent({
+      server: cluster.cp.server,
+      kind: CompositeControllerKind,
+      object: { metadata: { name } },
+      action: 'update',
+      mode: 'Reference',
+    }),
+  );
   return answer;
 };
 
@@ -68,14 +77,19 @@ before(async () => {
       const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
       scriptedCalls.push({ path: request.url ?? '', request: body });
       const answer = script(request.url ?? '', body);
-      setTimeout(() => response.writeHead(answer.status, { 'content-type': 'application/json', ...answer.headers }).end(answer.body), answer.delayMs ?? 0);
+      setTimeout(
+        () => response.writeHead(answer.status, { 'content-type': 'application/json', ...answer.headers }).end(answer.body),
+        answer.delayMs ?? 0,
+      );
     });
   });
   await new Promise<void>((resolve) => scripted.listen(0, '127.0.0.1', resolve));
   scriptedUrl = `http://127.0.0.1:${(scripted.address() as AddressInfo).port}/`;
   const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite);
   // Events are delivered here directly: nobody runs per-controller sources (see test/e2e/composite-plane.test.ts for those).
-  fn = await serveFunction(composite, kubeconfig, { config: { COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}`, COMPOSITE_EVENT_SOURCES: 'plane' } });
+  fn = await serveFunction(composite, kubeconfig, {
+    config: { COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}`, COMPOSITE_EVENT_SOURCES: 'plane' },
+  });
   await kube.create(CompositeControllerKind, metacontrollerExample('CompositeController'));
   await kube.create(MetaImmortalContainer, metacontrollerExample('ImmortalContainer'), 'default');
 });
@@ -98,7 +112,10 @@ describe("the seed's Metacontroller ImmortalContainer, manifests unchanged", () 
     assert.equal(pod.spec?.containers?.[0]?.image, 'nginx:latest');
     assert.equal(pod.metadata.labels?.['controller-uid'], parent.metadata.uid);
     const owner = pod.metadata.ownerReferences?.[0];
-    assert.deepEqual([owner?.kind, owner?.name, owner?.uid, owner?.controller, owner?.blockOwnerDeletion], ['ImmortalContainer', key.name, parent.metadata.uid, true, true]);
+    assert.deepEqual(
+      [owner?.kind, owner?.name, owner?.uid, owner?.controller, owner?.blockOwnerDeletion],
+      ['ImmortalContainer', key.name, parent.metadata.uid, true, true],
+    );
     assert.ok(pod.metadata.annotations?.[LAST_APPLIED_ANNOTATION], 'the last-applied annotation is set for the 3-way merge');
     // The hook saw no pod yet: status is its answer plus observedGeneration, through /status.
     assert.deepEqual(parent.status, { currentPod: '', observedGeneration: 1 });
@@ -131,14 +148,18 @@ describe("the seed's Metacontroller ImmortalContainer, manifests unchanged", () 
     assert.equal(await getPod(), undefined, 'the finished pod was deleted');
     // The answer asks for the parent again soon, alone (a reply event the broker holds), so the
     // pod comes back without waiting for the next resync or syncing the controller's other parents.
-    assert.deepEqual(answer.body.keys, ['immortalcontainers.flugel.it/ImmortalContainer:default/example-immortalcontainer'], JSON.stringify(answer.body));
+    assert.deepEqual(
+      answer.body.keys,
+      ['immortalcontainers.flugel.it/ImmortalContainer:default/example-immortalcontainer'],
+      JSON.stringify(answer.body),
+    );
     assert.deepEqual((await getParent())!.status, { currentPod: '', observedGeneration: 1 });
     assert.equal((await nudge()).status, 200);
     const replaced = await getPod();
     assert.ok(replaced && replaced.metadata.uid !== pod.metadata.uid, 'a new pod runs');
   });
 
-  test('Recreate (the manifest\'s strategy): a label added by someone else survives without a recreate; an image change recreates the pod', async () => {
+  test("Recreate (the manifest's strategy): a label added by someone else survives without a recreate; an image change recreates the pod", async () => {
     const pod = (await getPod())!;
     await kube.replace(Pod, { ...pod, metadata: { ...pod.metadata, labels: { ...pod.metadata.labels, 'added-by': 'someone' } } });
     assert.equal((await nudge()).status, 200);
@@ -165,7 +186,11 @@ describe('events of parent and child kinds, routed by the function (runtimeKinds
     deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode }));
 
   test("a parent's add event syncs that parent alone: its pod is created", async () => {
-    const created = await kube.create<KubeObject>(MetaImmortalContainer, { ...metacontrollerExample('ImmortalContainer'), metadata: { name: second.name } }, 'default');
+    const created = await kube.create<KubeObject>(
+      MetaImmortalContainer,
+      { ...metacontrollerExample('ImmortalContainer'), metadata: { name: second.name } },
+      'default',
+    );
     const answer = await event(MetaImmortalContainer, created, 'add', 'Reference');
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     const pod = await kube.get<PodObject>(Pod, secondPod);
@@ -188,10 +213,24 @@ describe('events of parent and child kinds, routed by the function (runtimeKinds
     assert.equal(answer.body.reconciled, 1, JSON.stringify(answer.body));
     // The hook now sees the pod: status names it.
     assert.equal((await kube.get<Parent>(MetaImmortalContainer, second))!.status?.currentPod, secondPod.name);
-    const reconcile = new CloudEvent({ specversion: '1.0', id: 'r-parent', source: '/opfn/functions/composite', type: 'dev.opfn.reconcile', datacontenttype: 'application/json', data: { keys: ['immortalcontainers.flugel.it/ImmortalContainer:default/second'] } });
+    const reconcile = new CloudEvent({
+      specversion: '1.0',
+      id: 'r-parent',
+      source: '/opfn/functions/composite',
+      type: 'dev.opfn.reconcile',
+      datacontenttype: 'application/json',
+      data: { keys: ['immortalcontainers.flugel.it/ImmortalContainer:default/second'] },
+    });
     const replayed = await deliver(fn.url, reconcile);
     assert.equal(replayed.status, 200, JSON.stringify(replayed.body));
-    const unknownKind = new CloudEvent({ specversion: '1.0', id: 'r-unknown', source: '/opfn/functions/composite', type: 'dev.opfn.reconcile', datacontenttype: 'application/json', data: { keys: ['example.org/Nothing:default/x'] } });
+    const unknownKind = new CloudEvent({
+      specversion: '1.0',
+      id: 'r-unknown',
+      source: '/opfn/functions/composite',
+      type: 'dev.opfn.reconcile',
+      datacontenttype: 'application/json',
+      data: { keys: ['example.org/Nothing:default/x'] },
+    });
     assert.equal((await deliver(fn.url, unknownKind)).status, 400);
   });
 
@@ -221,20 +260,34 @@ describe('kinds known only at run time', () => {
 
     await applyCrds(kube, [crdFor(Widget)]);
     for (const name of ['ns-a', 'ns-b']) await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
-    await kube.create(Widget, { apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'w1' }, spec: { namespaces: ['ns-a', 'ns-b'] } });
+    await kube.create(Widget, {
+      apiVersion: 'example.com/v1',
+      kind: 'Widget',
+      metadata: { name: 'w1' },
+      spec: { namespaces: ['ns-a', 'ns-b'] },
+    });
     script = (_path, request) => ({
       status: 200,
       body: JSON.stringify({
         status: { seen: Object.keys(request.children['ConfigMap.v1'] ?? {}) },
-        children: request.parent.spec.namespaces.map((namespace: string) => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: request.parent.metadata.name, namespace }, data: { from: 'widget' } })),
+        children: request.parent.spec.namespaces.map((namespace: string) => ({
+          apiVersion: 'v1',
+          kind: 'ConfigMap',
+          metadata: { name: request.parent.metadata.name, namespace },
+          data: { from: 'widget' },
+        })),
       }),
     });
     // Discovery reads the group-version again on a miss (at most once a second): the broker's
     // retries, played here, succeed once it is served.
-    await eventually(async () => {
-      const answer = await nudgeWithHeaders('widgets');
-      return answer.status === 200 && JSON.parse(answer.headers[OUTCOME_HEADER] ?? '{}').failed === 0;
-    }, 30_000, 'the widgets controller to sync its parent once its CRD is served');
+    await eventually(
+      async () => {
+        const answer = await nudgeWithHeaders('widgets');
+        return answer.status === 200 && JSON.parse(answer.headers[OUTCOME_HEADER] ?? '{}').failed === 0;
+      },
+      30_000,
+      'the widgets controller to sync its parent once its CRD is served',
+    );
     const widget = (await kube.get(Widget, { namespace: '', name: 'w1' }))!;
     for (const namespace of ['ns-a', 'ns-b']) {
       const child = await kube.get(ConfigMap, { namespace, name: 'w1' });
@@ -242,8 +295,14 @@ describe('kinds known only at run time', () => {
       assert.equal(child.metadata.ownerReferences?.[0]?.uid, widget.metadata.uid);
     }
     assert.equal((await nudge('widgets')).status, 200);
-    assert.deepEqual(scriptedCalls.at(-1)?.request.children['ConfigMap.v1'] && Object.keys(scriptedCalls.at(-1)!.request.children['ConfigMap.v1']), ['ns-a/w1', 'ns-b/w1']);
-    assert.deepEqual((await kube.get<KubeObject & { status?: unknown }>(Widget, { namespace: '', name: 'w1' }))!.status, { seen: ['ns-a/w1', 'ns-b/w1'], observedGeneration: 1 });
+    assert.deepEqual(
+      scriptedCalls.at(-1)?.request.children['ConfigMap.v1'] && Object.keys(scriptedCalls.at(-1)!.request.children['ConfigMap.v1']),
+      ['ns-a/w1', 'ns-b/w1'],
+    );
+    assert.deepEqual((await kube.get<KubeObject & { status?: unknown }>(Widget, { namespace: '', name: 'w1' }))!.status, {
+      seen: ['ns-a/w1', 'ns-b/w1'],
+      observedGeneration: 1,
+    });
   });
 
   // The CRD's rules refuse both controllers below (crds.test.ts); one stored before them is still refused by the function.
@@ -252,13 +311,19 @@ describe('kinds known only at run time', () => {
       apiVersion: 'metacontroller.k8s.io/v1alpha1',
       kind: 'CompositeController',
       metadata: { name: 'bad-version' },
-      spec: { parentResource: { apiVersion: 'example.com/v1/extra', resource: 'widgets' }, hooks: { sync: { webhook: { url: 'http://127.0.0.1:9/sync' } } } },
+      spec: {
+        parentResource: { apiVersion: 'example.com/v1/extra', resource: 'widgets' },
+        hooks: { sync: { webhook: { url: 'http://127.0.0.1:9/sync' } } },
+      },
     });
     const answer = await nudge('bad-version');
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     await fn.host.flushEvents();
     const events = await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=bad-version' });
-    assert.ok(events.items.some((event) => event.reason === 'InvalidApiVersion'), JSON.stringify(events.items.map((event) => event.message)));
+    assert.ok(
+      events.items.some((event) => event.reason === 'InvalidApiVersion'),
+      JSON.stringify(events.items.map((event) => event.message)),
+    );
   });
 
   test('a CompositeController without a sync hook is refused for good: a Warning Event, not retried', async () => {
@@ -272,7 +337,10 @@ describe('kinds known only at run time', () => {
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     await fn.host.flushEvents();
     const events = await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=no-hooks' });
-    assert.ok(events.items.some((event) => event.reason === 'InvalidController' && /no hooks defined/.test(String(event.message))), JSON.stringify(events.items.map((event) => event.message)));
+    assert.ok(
+      events.items.some((event) => event.reason === 'InvalidController' && /no hooks defined/.test(String(event.message))),
+      JSON.stringify(events.items.map((event) => event.message)),
+    );
   });
 
   test("upstream's hook credentials apply unchanged and are kept, and the controller is refused for them: never called without", async () => {
@@ -287,14 +355,21 @@ describe('kinds known only at run time', () => {
         hooks: { sync: { webhook: { url: 'https://127.0.0.1:9/sync', timeout: '.5s', authorization } } },
       },
     });
-    const stored = (await kube.get(CompositeControllerKind, { namespace: '', name: 'with-credentials' })) as unknown as { spec: { hooks: { sync: { webhook: Record<string, unknown> } }; parentResource: Record<string, unknown> } };
+    const stored = (await kube.get(CompositeControllerKind, { namespace: '', name: 'with-credentials' })) as unknown as {
+      spec: { hooks: { sync: { webhook: Record<string, unknown> } }; parentResource: Record<string, unknown> };
+    };
     assert.deepEqual(stored.spec.hooks.sync.webhook.authorization, authorization, 'not pruned by the schema');
     assert.equal(stored.spec.parentResource.ignoreStatusChanges, true);
     const answer = await nudge('with-credentials');
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     await fn.host.flushEvents();
     const events = await kube.list(CoreEvent, { namespace: 'default', fieldSelector: 'involvedObject.name=with-credentials' });
-    assert.ok(events.items.some((event) => event.reason === 'InvalidController' && /webhook.authorization is not supported/.test(String(event.message))), JSON.stringify(events.items.map((event) => event.message)));
+    assert.ok(
+      events.items.some(
+        (event) => event.reason === 'InvalidController' && /webhook.authorization is not supported/.test(String(event.message)),
+      ),
+      JSON.stringify(events.items.map((event) => event.message)),
+    );
   });
 });
 
@@ -305,7 +380,11 @@ function controllerFor(name: string, method: string, hooks: Record<string, unkno
     kind: 'CompositeController',
     metadata: { name },
     spec: {
-      parentResource: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', resource: 'immortalcontainers', labelSelector: { matchLabels: { strategy: name } } },
+      parentResource: {
+        apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+        resource: 'immortalcontainers',
+        labelSelector: { matchLabels: { strategy: name } },
+      },
       childResources: [{ apiVersion: 'v1', resource: 'pods', updateStrategy: { method } }],
       generateSelector: true,
       hooks,
@@ -315,7 +394,16 @@ function controllerFor(name: string, method: string, hooks: Record<string, unkno
 const seedSync = { sync: { webhook: { url: `${SEED_HOOK_URL}sync` } } };
 
 async function parentFor(name: string, strategy: string | undefined, image = 'nginx:1') {
-  return kube.create(PlainImmortalContainer, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default', labels: strategy ? { strategy } : {} }, spec: { image } }, 'default');
+  return kube.create(
+    PlainImmortalContainer,
+    {
+      apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+      kind: 'ImmortalContainer',
+      metadata: { name, namespace: 'default', labels: strategy ? { strategy } : {} },
+      spec: { image },
+    },
+    'default',
+  );
 }
 const podOf = (name: string) => kube.get<PodObject>(Pod, { namespace: 'default', name: `${name}-immortalpod` });
 const imageOf = (pod: PodObject | undefined) => pod?.spec?.containers?.[0]?.image;
@@ -325,7 +413,9 @@ async function setImage(name: string, image: string) {
 }
 async function warnings(name: string) {
   await fn.host.flushEvents();
-  return (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.filter((event) => event.type === 'Warning');
+  return (await kube.list(CoreEvent, { namespace: 'default', fieldSelector: `involvedObject.name=${name}` })).items.filter(
+    (event) => event.type === 'Warning',
+  );
 }
 
 describe('update strategies and the parent labelSelector', () => {
@@ -370,13 +460,19 @@ describe('update strategies and the parent labelSelector', () => {
 
   test('a matching orphan is adopted, not replaced; a child whose label stops matching is released', async () => {
     const parent = await parentFor('adopter', undefined);
-    const orphan = await kube.create<KubeObject>(Pod, { metadata: { name: 'adopter-immortalpod', namespace: 'default', labels: { 'controller-uid': parent.metadata.uid! } }, spec: { restartPolicy: 'OnFailure', containers: [{ name: 'acontainer', image: 'nginx:1' }] } });
+    const orphan = await kube.create<KubeObject>(Pod, {
+      metadata: { name: 'adopter-immortalpod', namespace: 'default', labels: { 'controller-uid': parent.metadata.uid! } },
+      spec: { restartPolicy: 'OnFailure', containers: [{ name: 'acontainer', image: 'nginx:1' }] },
+    });
     const labelled = (await kube.get(PlainImmortalContainer, { namespace: 'default', name: 'adopter' }))!;
     await kube.replace(PlainImmortalContainer, { ...labelled, metadata: { ...labelled.metadata, labels: { strategy: 'in-place' } } });
     assert.equal((await nudge('in-place')).status, 200);
     const adopted = (await podOf('adopter'))!;
     assert.equal(adopted.metadata.uid, orphan.metadata.uid, 'the same pod');
-    assert.deepEqual(adopted.metadata.ownerReferences?.map((reference) => [reference.uid, reference.controller]), [[parent.metadata.uid, true]]);
+    assert.deepEqual(
+      adopted.metadata.ownerReferences?.map((reference) => [reference.uid, reference.controller]),
+      [[parent.metadata.uid, true]],
+    );
 
     await kube.replace(Pod, { ...adopted, metadata: { ...adopted.metadata, labels: { 'controller-uid': 'someone-else' } } });
     assert.equal((await nudge('in-place')).status, 200);
@@ -396,22 +492,43 @@ const keyOfPod = (name: string) => ({ namespace: 'default', name: `${name}-immor
 
 /** POSTs a CloudEvent and keeps the answer's headers (Retry-After). */
 async function nudgeWithHeaders(name: string, url = fn.url) {
-  const { headers, body } = HTTP.binary(apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: { metadata: { name } }, action: 'update', mode: 'Reference' }) as CloudEvent<unknown>) as { headers: Record<string, string>; body: string };
+  const { headers, body } = HTTP.binary(
+    apiServerSourceEvent({
+      server: cluster.cp.server,
+      kind: CompositeControllerKind,
+      object: { metadata: { name } },
+      action: 'update',
+      mode: 'Reference',
+    }) as CloudEvent<unknown>,
+  ) as { headers: Record<string, string>; body: string };
   return post(headers, body, url);
 }
 
 async function post(headers: Record<string, string>, body: string, url = fn.url) {
   const response = await fetch(url, { method: 'POST', headers, body });
-  return { status: response.status, headers: Object.fromEntries(response.headers), retryAfter: response.headers.get('retry-after'), notBefore: response.headers.get('ce-opfnnotbefore'), text: await response.text() };
+  return {
+    status: response.status,
+    headers: Object.fromEntries(response.headers),
+    retryAfter: response.headers.get('retry-after'),
+    notBefore: response.headers.get('ce-opfnnotbefore'),
+    text: await response.text(),
+  };
 }
 
 /** Delivers a reply as the broker routes it back: its CloudEvent headers and body, untouched. */
 const deliverReply = (answer: Awaited<ReturnType<typeof post>>, url = fn.url) =>
-  post(Object.fromEntries(Object.entries(answer.headers).filter(([name]) => name.startsWith('ce-') || name === 'content-type')), answer.text, url);
+  post(
+    Object.fromEntries(Object.entries(answer.headers).filter(([name]) => name.startsWith('ce-') || name === 'content-type')),
+    answer.text,
+    url,
+  );
 
 describe('hook failures: a Warning Event SyncError on the parent, the parent retried alone; other controllers unaffected', () => {
   before(async () => {
-    await kube.create(CompositeControllerKind, controllerFor('failing', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}sync`, timeout: '1s' } } }));
+    await kube.create(
+      CompositeControllerKind,
+      controllerFor('failing', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}sync`, timeout: '1s' } } }),
+    );
     await parentFor('flaky', 'failing');
   });
 
@@ -429,7 +546,10 @@ describe('hook failures: a Warning Event SyncError on the parent, the parent ret
       const retried = await deliverReply(answer);
       assert.equal(retried.status, 503, retried.text);
       const events = await warnings('flaky');
-      assert.ok(events.some((event) => event.reason === 'SyncError' && message.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+      assert.ok(
+        events.some((event) => event.reason === 'SyncError' && message.test(String(event.message))),
+        JSON.stringify(events.map((event) => event.message)),
+      );
       assert.equal(await podOf('flaky'), undefined);
       // The seed's controller, served by the same function, still syncs.
       assert.equal((await nudge()).status, 200);
@@ -460,7 +580,10 @@ describe('resyncPeriodSeconds survives a failing parent', () => {
     await kube.create(CompositeControllerKind, periodic);
     await parentFor('steady', 'periodic');
     await parentFor('broken', 'periodic');
-    script = (_path, request) => (request.parent.metadata.name === 'broken' ? { status: 500, body: 'broken on purpose' } : { status: 200, body: JSON.stringify(sync(request)) });
+    script = (_path, request) =>
+      request.parent.metadata.name === 'broken'
+        ? { status: 500, body: 'broken on purpose' }
+        : { status: 200, body: JSON.stringify(sync(request)) };
   });
   after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'periodic' }));
 
@@ -474,24 +597,40 @@ describe('resyncPeriodSeconds survives a failing parent', () => {
     assert.ok(await podOf('steady'), 'the healthy parent got its pod');
     assert.equal(await podOf('broken'), undefined);
     const events = await warnings('broken');
-    assert.ok(events.some((event) => event.reason === 'SyncError' && /broken on purpose/.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+    assert.ok(
+      events.some((event) => event.reason === 'SyncError' && /broken on purpose/.test(String(event.message))),
+      JSON.stringify(events.map((event) => event.message)),
+    );
   });
 
-  test('the failing parent alone, as a parent key, is still answered 503 (retried with the broker\'s backoff)', async () => {
-    const reconcile = new CloudEvent({ specversion: '1.0', id: 'r-broken', source: '/opfn/functions/composite', type: 'dev.opfn.reconcile', datacontenttype: 'application/json', data: { keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/broken'] } });
+  test("the failing parent alone, as a parent key, is still answered 503 (retried with the broker's backoff)", async () => {
+    const reconcile = new CloudEvent({
+      specversion: '1.0',
+      id: 'r-broken',
+      source: '/opfn/functions/composite',
+      type: 'dev.opfn.reconcile',
+      datacontenttype: 'application/json',
+      data: { keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/broken'] },
+    });
     const answer = await deliver(fn.url, reconcile);
     assert.equal(answer.status, 503, JSON.stringify(answer.body));
   });
 });
 
-describe('a hook\'s resyncAfterSeconds in a sweep', () => {
+describe("a hook's resyncAfterSeconds in a sweep", () => {
   const paced = { ...controllerFor('paced', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}paced` } } }) };
   paced.spec = { ...(paced.spec as object), resyncPeriodSeconds: 300 };
-  const resyncAfter = new Map([['quick', 20], ['slow', 600]]);
+  const resyncAfter = new Map([
+    ['quick', 20],
+    ['slow', 600],
+  ]);
   before(async () => {
     await kube.create(CompositeControllerKind, paced);
     for (const name of [...resyncAfter.keys(), 'unpaced']) await parentFor(name, 'paced');
-    script = (_path, request) => ({ status: 200, body: JSON.stringify({ ...sync(request), resyncAfterSeconds: resyncAfter.get(request.parent.metadata.name) }) });
+    script = (_path, request) => ({
+      status: 200,
+      body: JSON.stringify({ ...sync(request), resyncAfterSeconds: resyncAfter.get(request.parent.metadata.name) }),
+    });
   });
   after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'paced' }));
 
@@ -501,7 +640,11 @@ describe('a hook\'s resyncAfterSeconds in a sweep', () => {
     assert.equal(answer.status, 200, answer.text);
     const reply = JSON.parse(answer.text) as { keys: string[]; notBefore?: Record<string, string> };
     const parentKey = (name: string) => `immortalcontainer.flugel.it/ImmortalContainer:default/${name}`;
-    assert.deepEqual(reply.keys, [parentKey('quick'), 'metacontroller.k8s.io/CompositeController:paced', parentKey('slow')], 'soonest first; the parent without resyncAfterSeconds is not requeued');
+    assert.deepEqual(
+      reply.keys,
+      [parentKey('quick'), 'metacontroller.k8s.io/CompositeController:paced', parentKey('slow')],
+      'soonest first; the parent without resyncAfterSeconds is not requeued',
+    );
     const dueIn = (time: string | null | undefined) => (Date.parse(time ?? '') - started) / 1000;
     assert.ok(dueIn(answer.notBefore) >= 19 && dueIn(answer.notBefore) <= 25, `quick in about 20 s (${answer.notBefore})`);
     assert.ok(dueIn(reply.notBefore?.['metacontroller.k8s.io/CompositeController:paced']) >= 299, 'the sweep after its 300 s period');
@@ -531,7 +674,7 @@ describe('a sweep longer than its delivery budget', () => {
     await kube.delete(CompositeControllerKind, { namespace: '', name: 'hasty' });
   });
 
-  test('the parents not started by the deadline come back in the reply, beside the period; the reply\'s round syncs them', async () => {
+  test("the parents not started by the deadline come back in the reply, beside the period; the reply's round syncs them", async () => {
     const started = Date.now();
     const answer = await nudgeWithHeaders('hasty', budgeted.url);
     assert.equal(answer.status, 200, answer.text);
@@ -548,7 +691,11 @@ describe('a sweep longer than its delivery budget', () => {
     assert.equal(JSON.parse(answer.headers[OUTCOME_HEADER]!).deferred, deferred.length);
     // The broker routes the reply back; each round syncs what it starts within its budget.
     let round = await deliverReply(answer, budgeted.url);
-    for (let rounds = 1; rounds < names.length && JSON.parse(round.text || '{}').keys?.some((key: string) => key !== controllerKey); rounds++) {
+    for (
+      let rounds = 1;
+      rounds < names.length && JSON.parse(round.text || '{}').keys?.some((key: string) => key !== controllerKey);
+      rounds++
+    ) {
       assert.equal(round.status, 200, round.text);
       round = await deliverReply(round, budgeted.url);
     }
@@ -559,14 +706,20 @@ describe('a sweep longer than its delivery budget', () => {
 
 describe('a sweep with a failing parent and a parent that asked for resyncAfterSeconds (no resyncPeriodSeconds)', () => {
   before(async () => {
-    await kube.create(CompositeControllerKind, controllerFor('siblings', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}siblings` } } }));
+    await kube.create(
+      CompositeControllerKind,
+      controllerFor('siblings', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}siblings` } } }),
+    );
     await parentFor('sib-broken', 'siblings');
     await parentFor('sib-paced', 'siblings');
   });
   after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'siblings' }));
 
-  test('the reply retries the failed parent at once and keeps the other\'s requeue at its own time', async () => {
-    script = (_path, request) => (request.parent.metadata.name === 'sib-broken' ? { status: 500, body: 'broken on purpose' } : { status: 200, body: JSON.stringify({ ...sync(request), resyncAfterSeconds: 20 }) });
+  test("the reply retries the failed parent at once and keeps the other's requeue at its own time", async () => {
+    script = (_path, request) =>
+      request.parent.metadata.name === 'sib-broken'
+        ? { status: 500, body: 'broken on purpose' }
+        : { status: 200, body: JSON.stringify({ ...sync(request), resyncAfterSeconds: 20 }) };
     const started = Date.now();
     const answer = await nudgeWithHeaders('siblings');
     assert.equal(answer.status, 200, answer.text);
@@ -581,8 +734,25 @@ describe('a sweep with a failing parent and a parent that asked for resyncAfterS
 
 describe('a parent outside the labelSelector that still carries the finalizer of a controller without a finalize hook', () => {
   before(async () => {
-    await kube.create(CompositeControllerKind, controllerFor('unfinalized', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}unfinalized` } } }));
-    await kube.create(PlainImmortalContainer, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'left-behind', namespace: 'default', labels: { strategy: 'elsewhere' }, finalizers: ['metacontroller.io/compositecontroller-unfinalized'] }, spec: { image: 'nginx:1' } }, 'default');
+    await kube.create(
+      CompositeControllerKind,
+      controllerFor('unfinalized', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}unfinalized` } } }),
+    );
+    await kube.create(
+      PlainImmortalContainer,
+      {
+        apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+        kind: 'ImmortalContainer',
+        metadata: {
+          name: 'left-behind',
+          namespace: 'default',
+          labels: { strategy: 'elsewhere' },
+          finalizers: ['metacontroller.io/compositecontroller-unfinalized'],
+        },
+        spec: { image: 'nginx:1' },
+      },
+      'default',
+    );
   });
   after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'unfinalized' }));
 
@@ -592,7 +762,11 @@ describe('a parent outside the labelSelector that still carries the finalizer of
     assert.equal((await nudge('unfinalized')).status, 200);
     const parent = (await kube.get<Parent>(PlainImmortalContainer, { namespace: 'default', name: 'left-behind' }))!;
     assert.deepEqual(parent.metadata.finalizers ?? [], [], 'the finalizer is gone');
-    assert.deepEqual(scriptedCalls.map((call) => call.path), [], 'no hook called');
+    assert.deepEqual(
+      scriptedCalls.map((call) => call.path),
+      [],
+      'no hook called',
+    );
     assert.equal(await podOf('left-behind'), undefined, 'no child');
     assert.equal(parent.status, undefined, 'no status');
   });
@@ -600,28 +774,48 @@ describe('a parent outside the labelSelector that still carries the finalizer of
 
 describe('a sync whose many child writes fail', () => {
   before(async () => {
-    await kube.create(CompositeControllerKind, controllerFor('crowded', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}crowded` } } }));
+    await kube.create(
+      CompositeControllerKind,
+      controllerFor('crowded', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}crowded` } } }),
+    );
     await parentFor('crowded-parent', 'crowded');
   });
   after(() => kube.delete(CompositeControllerKind, { namespace: '', name: 'crowded' }));
 
-  test('one bounded SyncError (the first errors, then how many more), and the sweep\'s answer stays readable (its header under 16 KiB)', async () => {
+  test("one bounded SyncError (the first errors, then how many more), and the sweep's answer stays readable (its header under 16 KiB)", async () => {
     // 80 pods the API server refuses (no containers), with long names that every error repeats.
-    const children = Array.from({ length: 80 }, (_, i) => ({ apiVersion: 'v1', kind: 'Pod', metadata: { name: `crowded-${i}-${'x'.repeat(200)}` }, spec: { containers: [] } }));
+    const children = Array.from({ length: 80 }, (_, i) => ({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: `crowded-${i}-${'x'.repeat(200)}` },
+      spec: { containers: [] },
+    }));
     script = () => ({ status: 200, body: JSON.stringify({ status: {}, children }) });
     const answer = await nudgeWithHeaders('crowded');
     assert.equal(answer.status, 200, answer.text);
     assert.deepEqual(JSON.parse(answer.text), { keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/crowded-parent'] });
     assert.ok(answer.headers[OUTCOME_HEADER]!.length < 10 * 1024, `outcome header ${answer.headers[OUTCOME_HEADER]!.length} bytes`);
     const events = await warnings('crowded-parent');
-    assert.ok(events.some((event) => event.reason === 'SyncError' && /; and 77 more child errors$/.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+    assert.ok(
+      events.some((event) => event.reason === 'SyncError' && /; and 77 more child errors$/.test(String(event.message))),
+      JSON.stringify(events.map((event) => event.message)),
+    );
   });
 });
 
 describe('a child event whose body no API server would send', () => {
   test('odd ownerReferences ({}, [null], "x") make the event malformed: 400, never 5xx', async () => {
     for (const ownerReferences of [{}, [null], 'x']) {
-      const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: Pod, object: { metadata: { name: 'odd', namespace: 'default', ownerReferences } } as never, action: 'update', mode: 'Resource' }));
+      const answer = await deliver(
+        fn.url,
+        apiServerSourceEvent({
+          server: cluster.cp.server,
+          kind: Pod,
+          object: { metadata: { name: 'odd', namespace: 'default', ownerReferences } } as never,
+          action: 'update',
+          mode: 'Resource',
+        }),
+      );
       assert.equal(answer.status, 400, `${JSON.stringify(ownerReferences)}: ${JSON.stringify(answer.body)}`);
       assert.match(String(answer.body.error), /metadata\.ownerReferences/);
     }
@@ -631,15 +825,23 @@ describe('a child event whose body no API server would send', () => {
 describe('finalize hook', () => {
   let finalized = false;
   before(async () => {
-    await kube.create(CompositeControllerKind, controllerFor('finalizing', 'InPlace', { ...seedSync, finalize: { webhook: { url: `${SCRIPTED_HOOK_URL}finalize` } } }));
+    await kube.create(
+      CompositeControllerKind,
+      controllerFor('finalizing', 'InPlace', { ...seedSync, finalize: { webhook: { url: `${SCRIPTED_HOOK_URL}finalize` } } }),
+    );
     await parentFor('last', 'finalizing');
-    script = (path, request) => (path === '/finalize' ? { status: 200, body: JSON.stringify({ status: { phase: 'finalizing' }, children: [], finalized }) } : { status: 404, body: '' });
+    script = (path, request) =>
+      path === '/finalize'
+        ? { status: 200, body: JSON.stringify({ status: { phase: 'finalizing' }, children: [], finalized }) }
+        : { status: 404, body: '' };
   });
 
   test('the finalizer is added; deletion waits for finalized: true, then the finalizer goes and the parent with it', async () => {
     assert.equal((await nudge('finalizing')).status, 200);
     const key = { namespace: 'default', name: 'last' };
-    assert.deepEqual((await kube.get(PlainImmortalContainer, key))!.metadata.finalizers, ['metacontroller.io/compositecontroller-finalizing']);
+    assert.deepEqual((await kube.get(PlainImmortalContainer, key))!.metadata.finalizers, [
+      'metacontroller.io/compositecontroller-finalizing',
+    ]);
     assert.ok(await podOf('last'));
     await kube.delete(PlainImmortalContainer, key);
     scriptedCalls.length = 0;
@@ -661,24 +863,38 @@ describe('customize hook (v2)', () => {
     await kube.create(ConfigMap, { metadata: { name: 'by-name', namespace: 'shared-config' }, data: {} });
     await kube.create(ConfigMap, { metadata: { name: 'by-label', namespace: 'shared-config', labels: { share: 'yes' } }, data: {} });
     await kube.create(ConfigMap, { metadata: { name: 'unrelated', namespace: 'shared-config' }, data: {} });
-    await kube.create(CompositeControllerKind, controllerFor('customized', 'InPlace', {
-      sync: { version: 'v2', webhook: { url: `${SCRIPTED_HOOK_URL}customized-sync` } },
-      customize: { version: 'v2', webhook: { url: `${SCRIPTED_HOOK_URL}customize` } },
-    }));
+    await kube.create(
+      CompositeControllerKind,
+      controllerFor('customized', 'InPlace', {
+        sync: { version: 'v2', webhook: { url: `${SCRIPTED_HOOK_URL}customized-sync` } },
+        customize: { version: 'v2', webhook: { url: `${SCRIPTED_HOOK_URL}customize` } },
+      }),
+    );
     await parentFor('with-related', 'customized');
     script = (path, request) => {
       if (path === '/customize') {
-        return { status: 200, body: JSON.stringify({ relatedResources: [
-          { apiVersion: 'v1', resource: 'configmaps', namespace: 'shared-config', names: ['by-name'] },
-          { apiVersion: 'v1', resource: 'configmaps', namespace: 'shared-config', labelSelector: { matchLabels: { share: 'yes' } } },
-        ] }) };
+        return {
+          status: 200,
+          body: JSON.stringify({
+            relatedResources: [
+              { apiVersion: 'v1', resource: 'configmaps', namespace: 'shared-config', names: ['by-name'] },
+              { apiVersion: 'v1', resource: 'configmaps', namespace: 'shared-config', labelSelector: { matchLabels: { share: 'yes' } } },
+            ],
+          }),
+        };
       }
       // The status this CRD keeps is currentPod (a string): the hook reports what it was given there.
-      return { status: 200, body: JSON.stringify({ status: { currentPod: Object.keys(request.related['ConfigMap.v1'] ?? {}).join(',') }, children: [] }) };
+      return {
+        status: 200,
+        body: JSON.stringify({ status: { currentPod: Object.keys(request.related['ConfigMap.v1'] ?? {}).join(',') }, children: [] }),
+      };
     };
     scriptedCalls.length = 0;
     assert.equal((await nudge('customized')).status, 200);
-    assert.deepEqual(scriptedCalls.map((call) => call.path), ['/customize', '/customized-sync']);
+    assert.deepEqual(
+      scriptedCalls.map((call) => call.path),
+      ['/customize', '/customized-sync'],
+    );
     assert.equal(scriptedCalls[0]!.request.parent.metadata.name, 'with-related');
     assert.deepEqual(Object.keys(scriptedCalls[1]!.request.related['ConfigMap.v1']), ['shared-config/by-label', 'shared-config/by-name']);
     const parent = (await kube.get<Parent>(PlainImmortalContainer, { namespace: 'default', name: 'with-related' }))!;
@@ -686,16 +902,20 @@ describe('customize hook (v2)', () => {
   });
 
   test('a related kind that is not served: SyncError Event on the parent, retried alone', async () => {
-    script = (path, request) => (path === '/customize'
-      ? { status: 200, body: JSON.stringify({ relatedResources: [{ apiVersion: 'example.com/v1', resource: 'gadgets' }] }) }
-      : { status: 200, body: JSON.stringify({ status: {}, children: [] }) });
+    script = (path, request) =>
+      path === '/customize'
+        ? { status: 200, body: JSON.stringify({ relatedResources: [{ apiVersion: 'example.com/v1', resource: 'gadgets' }] }) }
+        : { status: 200, body: JSON.stringify({ status: {}, children: [] }) };
     const answer = await nudgeWithHeaders('customized');
     assert.equal(answer.status, 200, answer.text);
     assert.deepEqual(JSON.parse(answer.text).keys, ['immortalcontainer.flugel.it/ImmortalContainer:default/with-related']);
     const retried = await deliverReply(answer);
     assert.equal(retried.status, 503, retried.text);
     const events = await warnings('with-related');
-    assert.ok(events.some((event) => event.reason === 'SyncError' && /does not serve gadgets in example\.com\/v1/.test(String(event.message))), JSON.stringify(events.map((event) => event.message)));
+    assert.ok(
+      events.some((event) => event.reason === 'SyncError' && /does not serve gadgets in example\.com\/v1/.test(String(event.message))),
+      JSON.stringify(events.map((event) => event.message)),
+    );
   });
 });
 
@@ -704,22 +924,46 @@ describe('a parent CRD without the status subresource', () => {
 
   test('the status is written by a plain update of the parent (upstream falls back to Update), without observedGeneration, and settles', async () => {
     const crd = crdFor(Sprocket) as KubeObject & { spec: { versions: Record<string, unknown>[] } };
-    await applyCrds(kube, [{ ...crd, spec: { ...crd.spec, versions: crd.spec.versions.map(({ subresources: _, ...version }) => version) } }]);
+    await applyCrds(kube, [
+      { ...crd, spec: { ...crd.spec, versions: crd.spec.versions.map(({ subresources: _, ...version }) => version) } },
+    ]);
     await kube.create(CompositeControllerKind, {
       apiVersion: 'metacontroller.k8s.io/v1alpha1',
       kind: 'CompositeController',
       metadata: { name: 'sprockets' },
-      spec: { parentResource: { apiVersion: 'example.com/v1', resource: 'sprockets' }, generateSelector: true, hooks: { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}sprocket-sync` } } } },
+      spec: {
+        parentResource: { apiVersion: 'example.com/v1', resource: 'sprockets' },
+        generateSelector: true,
+        hooks: { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}sprocket-sync` } } },
+      },
     });
-    await eventually(async () => kube.create(Sprocket, { apiVersion: 'example.com/v1', kind: 'Sprocket', metadata: { name: 's1', namespace: 'default' }, spec: { teeth: 12 } }), 30_000, 'the sprockets CRD to be served');
+    await eventually(
+      async () =>
+        kube.create(Sprocket, {
+          apiVersion: 'example.com/v1',
+          kind: 'Sprocket',
+          metadata: { name: 's1', namespace: 'default' },
+          spec: { teeth: 12 },
+        }),
+      30_000,
+      'the sprockets CRD to be served',
+    );
     script = (_path, request) => ({ status: 200, body: JSON.stringify({ status: { teeth: request.parent.spec.teeth }, children: [] }) });
-    await eventually(async () => (await nudge('sprockets')).status === 200, 30_000, 'the sprockets controller to sync once its CRD is served');
+    await eventually(
+      async () => (await nudge('sprockets')).status === 200,
+      30_000,
+      'the sprockets controller to sync once its CRD is served',
+    );
     const sprocket = (await kube.get<KubeObject & { status?: unknown }>(Sprocket, { namespace: 'default', name: 's1' }))!;
     assert.deepEqual(sprocket.status, { teeth: 12 });
     assert.deepEqual(sprocket.spec, { teeth: 12 }, 'the rest of the parent is unchanged');
     // The write counted as a new generation; the next sync (what its update event brings) writes nothing.
     assert.equal((await nudge('sprockets')).status, 200);
-    assert.equal((await kube.get(Sprocket, { namespace: 'default', name: 's1' }))!.metadata.resourceVersion, sprocket.metadata.resourceVersion, 'no second write');
+    assert.equal(
+      (await kube.get(Sprocket, { namespace: 'default', name: 's1' }))!.metadata.resourceVersion,
+      sprocket.metadata.resourceVersion,
+      'no second write',
+    );
     await kube.delete(CompositeControllerKind, { namespace: '', name: 'sprockets' });
   });
 });
@@ -728,7 +972,13 @@ describe('resync', () => {
   test('a resync (PingSource) reaches every CompositeController: a deleted pod of the seed controller is back', async () => {
     const pod = (await getPod())!;
     await kube.delete(Pod, podKey);
-    const ping = new CloudEvent<unknown>({ specversion: '1.0', id: 'resync-1', type: 'dev.knative.sources.ping', source: '/apis/v1/namespaces/operator-functions/pingsources/composite-resync', data: {} });
+    const ping = new CloudEvent<unknown>({
+      specversion: '1.0',
+      id: 'resync-1',
+      type: 'dev.knative.sources.ping',
+      source: '/apis/v1/namespaces/operator-functions/pingsources/composite-resync',
+      data: {},
+    });
     const answer = await deliver(fn.url, ping);
     // Other controllers' parents may fail (a reply names them); the seed's is synced.
     assert.ok(answer.status === 200, JSON.stringify(answer.body));

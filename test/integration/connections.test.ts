@@ -38,21 +38,26 @@ test('1500 API calls, 32 at a time, use a bounded number of connections', async 
   const calls = 1500;
   let next = 0;
   let peak = 0;
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    for (let i = next++; i < calls; i = next++) {
-      if (i % 3 === 0) await kube.create(ConfigMap, { metadata: { name: `cm-${i}`, namespace: 'default' }, data: { i: String(i) } });
-      else await kube.list(ConfigMap, { namespace: 'default', labelSelector: 'none=none' });
-      if (i % 50 === 0) peak = Math.max(peak, clientSocketsTo(port));
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      for (let i = next++; i < calls; i = next++) {
+        if (i % 3 === 0) await kube.create(ConfigMap, { metadata: { name: `cm-${i}`, namespace: 'default' }, data: { i: String(i) } });
+        else await kube.list(ConfigMap, { namespace: 'default', labelSelector: 'none=none' });
+        if (i % 50 === 0) peak = Math.max(peak, clientSocketsTo(port));
+      }
+    }),
+  );
   peak = Math.max(peak, clientSocketsTo(port));
   // Sockets in TIME_WAIT count too: a client without reuse leaves one per request behind (>500
   // here). HTTP/1.1 over undici's pool: a connection counts as free again on its 'drain', a tick
   // after the response, so a caller's next request may open a second one; hence 2 per caller.
-  assert.ok(peak - before <= 2 * concurrency + 4, `at most two connections per concurrent caller (+ slack): peak ${peak}, before ${before}`);
+  assert.ok(
+    peak - before <= 2 * concurrency + 4,
+    `at most two connections per concurrent caller (+ slack): peak ${peak}, before ${before}`,
+  );
 });
 
-test('a function host\'s client opens at most its 32 connections, however many requests are in flight', async () => {
+test("a function host's client opens at most its 32 connections, however many requests are in flight", async () => {
   const port = Number(new URL(cluster.cp.server).port);
   const host = createFunctionHost(immortalContainer, { kubeconfigPath: cluster.cp.kubeconfigPath, log: pino({ level: 'silent' }) });
   const uncapped = KubeClient.fromFile(cluster.cp.kubeconfigPath);
@@ -65,14 +70,22 @@ test('a function host\'s client opens at most its 32 connections, however many r
     return Math.max(peak, clientSocketsTo(port)) - before;
   };
   // 300 events at once, as the broker delivers a burst: each reconcile reads its object (absent).
-  const reference = (name: string): FunctionEvent => ({ type: 'change', action: 'add', mode: 'ref', ref: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', namespace: 'default', name }, id: name });
+  const reference = (name: string): FunctionEvent => ({
+    type: 'change',
+    action: 'add',
+    mode: 'ref',
+    ref: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', namespace: 'default', name },
+    id: name,
+  });
   const capped = await peakDuring(async () => {
     const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => host.handle(reference(`absent-${i}`))));
     assert.deepEqual(new Set(answers.map((answer) => answer.status)), new Set([200]));
   });
   assert.ok(capped <= 32, `the function's client: at most 32 connections, saw ${capped}`);
   // The cap is what bounds it: the same 300 reads through a client without one open far more.
-  const free = await peakDuring(() => Promise.all(Array.from({ length: 300 }, (_, i) => uncapped.get(ImmortalContainerKind, { namespace: 'default', name: `absent-${i}` }))));
+  const free = await peakDuring(() =>
+    Promise.all(Array.from({ length: 300 }, (_, i) => uncapped.get(ImmortalContainerKind, { namespace: 'default', name: `absent-${i}` }))),
+  );
   assert.ok(free > 40, `an uncapped client opens more under the same burst: ${free}`);
 });
 
@@ -92,7 +105,11 @@ test('sources stopped before their watch answered survive a later API server res
       const client = KubeClient.fromFile(cluster.cp.kubeconfigPath);
       clients.push(client);
       const source = new ApiServerSource({
-        kube: client, log: pino({ level: 'silent' }), sink: async () => {}, resyncIntervalMs: 0, listPageSize: 2,
+        kube: client,
+        log: pino({ level: 'silent' }),
+        sink: async () => {},
+        resyncIntervalMs: 0,
+        listPageSize: 2,
         sources: [{ name: 'stopped-early', mode: 'Reference', resources: [{ kind: ConfigMap }] }],
       });
       await source.start();
@@ -102,7 +119,8 @@ test('sources stopped before their watch answered survive a later API server res
     await sleep(3000); // the old connections' ends arrive
     assert.deepEqual(uncaught.map(String), [], 'no uncaught exception from the closed connections');
     // And the same clients work against the restarted server.
-    for (const client of clients) assert.ok((await client.list(ConfigMap, { namespace: 'default', labelSelector: 'none=none' })).items.length === 0);
+    for (const client of clients)
+      assert.ok((await client.list(ConfigMap, { namespace: 'default', labelSelector: 'none=none' })).items.length === 0);
   } finally {
     process.off('uncaughtException', record);
   }

@@ -30,8 +30,13 @@ const processesOf = async (dir: string): Promise<number[]> =>
 test('provisioning reuses the cached binaries without building', async () => {
   const progress: string[] = [];
   const binDir = await provisionBinaries((line) => progress.push(line));
-  for (const binary of ['kube-apiserver', 'kube-controller-manager', 'kubectl', 'etcd']) assert.ok(existsSync(join(binDir, binary)), `${binary} in ${binDir}`);
-  assert.deepEqual(progress.filter((line) => /build|install|download/.test(line)), [], 'nothing was built, installed or downloaded');
+  for (const binary of ['kube-apiserver', 'kube-controller-manager', 'kubectl', 'etcd'])
+    assert.ok(existsSync(join(binDir, binary)), `${binary} in ${binDir}`);
+  assert.deepEqual(
+    progress.filter((line) => /build|install|download/.test(line)),
+    [],
+    'nothing was built, installed or downloaded',
+  );
 });
 
 test('the binaries report the release they were built from', async () => {
@@ -51,17 +56,26 @@ test('the binaries report the release they were built from', async () => {
 });
 
 test('without Go and without a cache, provisioning fails with one line that names the alternatives', async () => {
-  const withoutGo = (process.env.PATH ?? '').split(':').filter((dir) => dir && !existsSync(join(dir, 'go'))).join(':');
-  const failed = await run('bash', [PROVISION_SCRIPT], { env: { ...process.env, PATH: withoutGo, OPFN_CACHE_DIR: tempDir('opfn-no-cache-'), KUBEBUILDER_ASSETS: '' } })
-    .then(() => undefined, (error: { code: number; stderr: string }) => error);
+  const withoutGo = (process.env.PATH ?? '')
+    .split(':')
+    .filter((dir) => dir && !existsSync(join(dir, 'go')))
+    .join(':');
+  const failed = await run('bash', [PROVISION_SCRIPT], {
+    env: { ...process.env, PATH: withoutGo, OPFN_CACHE_DIR: tempDir('opfn-no-cache-'), KUBEBUILDER_ASSETS: '' },
+  }).then(
+    () => undefined,
+    (error: { code: number; stderr: string }) => error,
+  );
   assert.ok(failed, 'provisioning failed');
   assert.equal(failed.stderr.trim().split('\n').length, 1, `one line: ${failed.stderr}`);
   assert.match(failed.stderr, /^\[provision\] error: no Go on this machine.*KUBEBUILDER_ASSETS.*KUBECONFIG/);
 });
 
 test('a K8S_VERSION that is not a release is refused with one line', async () => {
-  const failed = await run('bash', [PROVISION_SCRIPT], { env: { ...process.env, K8S_VERSION: '1.35', KUBEBUILDER_ASSETS: '' } })
-    .then(() => undefined, (error: { stderr: string }) => error);
+  const failed = await run('bash', [PROVISION_SCRIPT], { env: { ...process.env, K8S_VERSION: '1.35', KUBEBUILDER_ASSETS: '' } }).then(
+    () => undefined,
+    (error: { stderr: string }) => error,
+  );
   assert.equal(failed?.stderr.trim(), '[provision] error: K8S_VERSION=1.35 is not a release such as 1.35.4');
 });
 
@@ -72,7 +86,10 @@ test('starts and stops cleanly twice in a row', async () => {
     assert.equal(namespaces.status, 200, `round ${round}: the API answers`);
     // RBAC is on: an unknown token is refused, so service-account tests mean something.
     const anonymous = await fetch(`${cp.server}/api/v1/namespaces`).catch((error: Error) => error);
-    assert.ok(anonymous instanceof Error || anonymous.status === 401 || anonymous.status === 403, `round ${round}: unauthenticated requests are refused`);
+    assert.ok(
+      anonymous instanceof Error || anonymous.status === 401 || anonymous.status === 403,
+      `round ${round}: unauthenticated requests are refused`,
+    );
     const token = await cp.serviceAccountKubeconfig('default', `probe-${round}`);
     assert.ok(existsSync(token), `round ${round}: a ServiceAccount kubeconfig was written`);
 
@@ -98,11 +115,19 @@ test('two control planes at once do not collide', async () => {
 
 test('a process ended by a Ctrl-C it does not handle (a test runner, a benchmark) leaves no control-plane process or folder behind', async () => {
   const module = new URL('../../cluster/index.ts', import.meta.url).pathname;
-  const owner = spawn(process.execPath, ['--input-type=module', '-e', `
+  const owner = spawn(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      `
     import { startControlPlane } from ${JSON.stringify(module)};
     const cp = await startControlPlane({ progress: () => {} });
     console.log(cp.dir);
-    setInterval(() => {}, 1000);`], { stdio: ['ignore', 'pipe', 'inherit'] });
+    setInterval(() => {}, 1000);`,
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   const dir = await new Promise<string>((resolve) => owner.stdout!.on('data', (chunk: Buffer) => resolve(chunk.toString().trim())));
   const pids = await processesOf(dir);
   assert.ok(pids.length >= 3, `etcd, kube-apiserver and kube-controller-manager run (${pids.length} processes)`);
@@ -120,11 +145,14 @@ test('a KUBEBUILDER_ASSETS folder without binaries fails with one clear line', a
   const previous = process.env.KUBEBUILDER_ASSETS;
   process.env.KUBEBUILDER_ASSETS = empty;
   try {
-    await assert.rejects(provisionBinaries(() => {}), (error: Error) => {
-      assert.match(error.message, /KUBEBUILDER_ASSETS=.* has no etcd and kube-apiserver/);
-      assert.equal(error.message.split('\n').length, 1, 'one line');
-      return true;
-    });
+    await assert.rejects(
+      provisionBinaries(() => {}),
+      (error: Error) => {
+        assert.match(error.message, /KUBEBUILDER_ASSETS=.* has no etcd and kube-apiserver/);
+        assert.equal(error.message.split('\n').length, 1, 'one line');
+        return true;
+      },
+    );
   } finally {
     if (previous === undefined) delete process.env.KUBEBUILDER_ASSETS;
     else process.env.KUBEBUILDER_ASSETS = previous;

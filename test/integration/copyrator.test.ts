@@ -10,10 +10,44 @@ import { resyncEvent } from '../../eventing/plane.ts';
 import { readManifests, CRD_DIR } from '../../eventing/crds.ts';
 import { join } from 'node:path';
 import copyrator, { copyratorFunction } from '../../functions/copyrator/index.ts';
-import { ANY_SOURCE_LABEL, CopyratorRuleKind, DISTRIBUTE_LABEL, EXCLUDE_LABEL, FINALIZER, RULE_ANNOTATION, SOURCE_ANNOTATION, targetNamespaces, type CopyableObject, type CopyratorRule } from '../../functions/copyrator/desired.ts';
-import { ConfigMap, CoreEvent, Namespace, Pod, Secret, type KubeObject, type ObjectKey, type ResourceKind, ApiError, type KubeClient, PART_OF } from '../../functions/runtime/index.ts';
+import {
+  ANY_SOURCE_LABEL,
+  CopyratorRuleKind,
+  DISTRIBUTE_LABEL,
+  EXCLUDE_LABEL,
+  FINALIZER,
+  RULE_ANNOTATION,
+  SOURCE_ANNOTATION,
+  targetNamespaces,
+  type CopyableObject,
+  type CopyratorRule,
+} from '../../functions/copyrator/desired.ts';
+import {
+  ConfigMap,
+  CoreEvent,
+  Namespace,
+  Pod,
+  Secret,
+  type KubeObject,
+  type ObjectKey,
+  type ResourceKind,
+  ApiError,
+  type KubeClient,
+  PART_OF,
+} from '../../functions/runtime/index.ts';
 import { createFunctionHost } from '../../functions/runtime/host/index.ts';
-import { deliver, eventually, kubeFor, quietLog, serveFunction, startTestCluster, untilWatchCacheForgets, untilWatchCacheHolds, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import {
+  deliver,
+  eventually,
+  kubeFor,
+  quietLog,
+  serveFunction,
+  startTestCluster,
+  untilWatchCacheForgets,
+  untilWatchCacheHolds,
+  type RunningFunction,
+  type TestCluster,
+} from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 let cluster: TestCluster;
@@ -28,7 +62,11 @@ const event = (kind: ResourceKind, object: KubeObject, action: ChangeAction, mod
 
 async function send(kind: ResourceKind, object: KubeObject, action: ChangeAction, mode: SourceMode = 'Resource') {
   const answer = await deliver(fn.url, event(kind, object, action, mode));
-  assert.equal(answer.status, 200, `${action} ${kind.kind} ${object.metadata.namespace}/${object.metadata.name}: ${JSON.stringify(answer.body)}`);
+  assert.equal(
+    answer.status,
+    200,
+    `${action} ${kind.kind} ${object.metadata.namespace}/${object.metadata.name}: ${JSON.stringify(answer.body)}`,
+  );
   return answer;
 }
 
@@ -53,22 +91,49 @@ async function createSourceNamespace(name: string): Promise<KubeObject> {
 }
 
 /** An administrator lets the rules of `name` name another source namespace (ANY_SOURCE_LABEL). */
-const allowAnySource = (name: string) => kube.mergePatch(Namespace, { namespace: '', name }, { metadata: { labels: { [ANY_SOURCE_LABEL]: 'true' } } });
+const allowAnySource = (name: string) =>
+  kube.mergePatch(Namespace, { namespace: '', name }, { metadata: { labels: { [ANY_SOURCE_LABEL]: 'true' } } });
 
-const configMap = (namespace: string, name: string, labels: Record<string, string>, data: Record<string, string> = { greeting: 'hello' }): CopyableObject => ({
-  apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace, labels }, data,
+const configMap = (
+  namespace: string,
+  name: string,
+  labels: Record<string, string>,
+  data: Record<string, string> = { greeting: 'hello' },
+): CopyableObject => ({
+  apiVersion: 'v1',
+  kind: 'ConfigMap',
+  metadata: { name, namespace, labels },
+  data,
 });
 
-const newRule = (namespace: string, name: string, source: string, selector: Record<string, string>, ruleType: 'configmap' | 'secret' = 'configmap'): CopyratorRule => ({
-  apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name, namespace }, ruleType, selector, namespace: source,
+const newRule = (
+  namespace: string,
+  name: string,
+  source: string,
+  selector: Record<string, string>,
+  ruleType: 'configmap' | 'secret' = 'configmap',
+): CopyratorRule => ({
+  apiVersion: 'flant.com/v1',
+  kind: 'CopyratorRule',
+  metadata: { name, namespace },
+  ruleType,
+  selector,
+  namespace: source,
 });
 
 const getRule = (key: ObjectKey) => kube.get<CopyratorRule>(CopyratorRuleKind, key);
 const getCm = (namespace: string, name: string) => kube.get<CopyableObject>(ConfigMap, { namespace, name });
-const activeNamespaces = async () => (await kube.list(Namespace)).items.filter((ns) => (ns.status as { phase?: string })?.phase === 'Active').map((ns) => ns.metadata.name!);
+const activeNamespaces = async () =>
+  (await kube.list(Namespace)).items.filter((ns) => (ns.status as { phase?: string })?.phase === 'Active').map((ns) => ns.metadata.name!);
 const ready = (rule: CopyratorRule | undefined) => rule?.status?.conditions?.find((condition) => condition.type === 'Ready');
 
-interface RecordedAnswer { path: string; query: Record<string, string | undefined>; accept?: string; bytes: number; items?: KubeObject[] }
+interface RecordedAnswer {
+  path: string;
+  query: Record<string, string | undefined>;
+  accept?: string;
+  bytes: number;
+  items?: KubeObject[];
+}
 
 /**
  * A client of the function's identity that records every answer it reads (a real client
@@ -81,8 +146,10 @@ function recordingKube(): { kube: KubeClient; answers: RecordedAnswer[] } {
   recorded.request = async <T>(method: string, path: string, options: Parameters<KubeClient['request']>[2] = {}): Promise<T> => {
     const answer = await request<T>(method, path, options);
     // A metadata-only list without items says `"items": null`.
-    const list = answer && typeof answer === 'object' && 'items' in answer ? { items: (answer as { items: KubeObject[] | null }).items ?? [] } : {};
-    if (method === 'GET') answers.push({ path, query: options.query ?? {}, accept: options.accept, bytes: JSON.stringify(answer ?? '').length, ...list });
+    const list =
+      answer && typeof answer === 'object' && 'items' in answer ? { items: (answer as { items: KubeObject[] | null }).items ?? [] } : {};
+    if (method === 'GET')
+      answers.push({ path, query: options.query ?? {}, accept: options.accept, bytes: JSON.stringify(answer ?? '').length, ...list });
     return answer;
   };
   return { kube: recorded, answers };
@@ -164,7 +231,11 @@ describe('the seed example rule', () => {
     const optedOut = await createNamespace('opted-out');
     await send(Namespace, optedOut, 'add');
     assert.ok(await getCm('opted-out', 'shared-settings'), 'copied before the label');
-    const labelled = await kube.mergePatch(Namespace, { namespace: '', name: 'opted-out' }, { metadata: { labels: { [EXCLUDE_LABEL]: 'true' } } });
+    const labelled = await kube.mergePatch(
+      Namespace,
+      { namespace: '', name: 'opted-out' },
+      { metadata: { labels: { [EXCLUDE_LABEL]: 'true' } } },
+    );
     await send(Namespace, labelled, 'update');
     assert.equal(await getCm('opted-out', 'shared-settings'), undefined, 'its copy is removed');
     // Where the functions run, a copy could plant a Secret a function reads as its own configuration.
@@ -175,9 +246,14 @@ describe('the seed example rule', () => {
   });
 
   test('a source update reaches every copy', async () => {
-    const source = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'default', name: 'shared-settings' }, { data: { mode: 'green' } });
+    const source = await kube.mergePatch<CopyableObject>(
+      ConfigMap,
+      { namespace: 'default', name: 'shared-settings' },
+      { data: { mode: 'green' } },
+    );
     await send(ConfigMap, source, 'update');
-    for (const namespace of ['team-a', 'team-b', 'late-comer', 'kube-system']) assert.deepEqual((await getCm(namespace, 'shared-settings'))?.data, { mode: 'green' }, namespace);
+    for (const namespace of ['team-a', 'team-b', 'late-comer', 'kube-system'])
+      assert.deepEqual((await getCm(namespace, 'shared-settings'))?.data, { mode: 'green' }, namespace);
   });
 
   test('a copy deleted by hand comes back; one edited by hand is restored', async () => {
@@ -186,7 +262,11 @@ describe('the seed example rule', () => {
     await send(ConfigMap, copy, 'delete');
     assert.deepEqual((await getCm('team-a', 'shared-settings'))?.data, { mode: 'green' });
 
-    const edited = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'team-b', name: 'shared-settings' }, { data: { mode: 'hacked' }, metadata: { labels: { extra: 'by-hand' } } });
+    const edited = await kube.mergePatch<CopyableObject>(
+      ConfigMap,
+      { namespace: 'team-b', name: 'shared-settings' },
+      { data: { mode: 'hacked' }, metadata: { labels: { extra: 'by-hand' } } },
+    );
     await send(ConfigMap, edited, 'update');
     const restored = (await getCm('team-b', 'shared-settings'))!;
     assert.deepEqual(restored.data, { mode: 'green' });
@@ -200,8 +280,8 @@ describe('the seed example rule', () => {
     const [beforeRequests, beforeReconciles] = [await requests(), await reconciles()];
     const answer = await send(ConfigMap, unrelated, 'update');
     assert.match(JSON.stringify(answer.body), /concerns no CopyratorRule/);
-    assert.equal(await requests() - beforeRequests, 1, 'one LIST of CopyratorRules');
-    assert.equal(await reconciles() - beforeReconciles, 0);
+    assert.equal((await requests()) - beforeRequests, 1, 'one LIST of CopyratorRules');
+    assert.equal((await reconciles()) - beforeReconciles, 0);
   });
 
   test("a ConfigMap in the rule's source namespace that it neither selects nor copies wakes no rule", async () => {
@@ -210,9 +290,13 @@ describe('the seed example rule', () => {
     const unrelated = await kube.create(ConfigMap, configMap('default', 'unrelated', { app: 'x' }));
     const answer = await send(ConfigMap, unrelated, 'add');
     assert.match(JSON.stringify(answer.body), /concerns no CopyratorRule/);
-    assert.equal(await reconciles() - before, 0);
+    assert.equal((await reconciles()) - before, 0);
     // Selected: wakes the rule.
-    const selected = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'default', name: 'unrelated' }, { metadata: { labels: { copyrator: 'true' } } });
+    const selected = await kube.mergePatch<CopyableObject>(
+      ConfigMap,
+      { namespace: 'default', name: 'unrelated' },
+      { metadata: { labels: { copyrator: 'true' } } },
+    );
     assert.equal((await send(ConfigMap, selected, 'update')).body.reconciled, 1);
     assert.ok(await getCm('team-a', 'unrelated'));
     await kube.delete(ConfigMap, { namespace: 'default', name: 'unrelated' });
@@ -221,7 +305,11 @@ describe('the seed example rule', () => {
   });
 
   test('a source that loses its label loses its copies; a deleted source too', async () => {
-    const unlabelled = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'default', name: 'shared-binary' }, { metadata: { labels: { copyrator: null } } });
+    const unlabelled = await kube.mergePatch<CopyableObject>(
+      ConfigMap,
+      { namespace: 'default', name: 'shared-binary' },
+      { metadata: { labels: { copyrator: null } } },
+    );
     await send(ConfigMap, unlabelled, 'update');
     for (const namespace of ['team-a', 'late-comer']) assert.equal(await getCm(namespace, 'shared-binary'), undefined, namespace);
     assert.ok(await getCm('team-a', 'shared-settings'), 'the other copies stay');
@@ -229,7 +317,8 @@ describe('the seed example rule', () => {
     const source = (await getCm('default', 'shared-settings'))!;
     await kube.delete(ConfigMap, { namespace: 'default', name: 'shared-settings' });
     await send(ConfigMap, source, 'delete');
-    for (const namespace of ['team-a', 'team-b', 'late-comer']) assert.equal(await getCm(namespace, 'shared-settings'), undefined, namespace);
+    for (const namespace of ['team-a', 'team-b', 'late-comer'])
+      assert.equal(await getCm(namespace, 'shared-settings'), undefined, namespace);
     const status = (await getRule(key))!.status!;
     assert.deepEqual([status.matched, status.copies], [0, 0]);
   });
@@ -248,10 +337,20 @@ describe('conflicts', () => {
     assert.deepEqual((await getCm('team-b', 'app-config'))?.data, { owner: 'platform' }, 'copied elsewhere');
     const status = (await getRule({ namespace: 'src-conflict', name: 'share' }))!.status!;
     assert.equal(status.conflictCount, 1);
-    assert.deepEqual(status.conflicts?.map((c) => [c.namespace, c.name, c.reason]), [['team-a', 'app-config', 'NotManaged']]);
+    assert.deepEqual(
+      status.conflicts?.map((c) => [c.namespace, c.name, c.reason]),
+      [['team-a', 'app-config', 'NotManaged']],
+    );
     assert.deepEqual([ready({ status } as CopyratorRule)?.status, ready({ status } as CopyratorRule)?.reason], ['False', 'CopyConflicts']);
     // Events are posted off the critical path: they may land just after the answer.
-    await eventually(async () => (await kube.list(CoreEvent, { namespace: 'src-conflict', fieldSelector: 'involvedObject.name=share' })).items.some((e) => e.reason === 'CopyConflict'), 10_000, 'a CopyConflict Event');
+    await eventually(
+      async () =>
+        (await kube.list(CoreEvent, { namespace: 'src-conflict', fieldSelector: 'involvedObject.name=share' })).items.some(
+          (e) => e.reason === 'CopyConflict',
+        ),
+      10_000,
+      'a CopyConflict Event',
+    );
   });
 
   test('deleting the object that blocked a copy wakes the rule at once (its status listed it), and the copy appears', async () => {
@@ -274,33 +373,46 @@ describe('conflicts', () => {
     const second = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('team-b', 'share-again', 'src-conflict', { share: 'yes' }));
     await ruleEvent(second, 'add');
     const copy = (await getCm('team-b', 'app-config'))!;
-    assert.equal(copy.metadata.annotations?.[RULE_ANNOTATION], 'src-conflict/share', 'still the first rule\'s copy');
+    assert.equal(copy.metadata.annotations?.[RULE_ANNOTATION], 'src-conflict/share', "still the first rule's copy");
     const status = (await getRule({ namespace: 'team-b', name: 'share-again' }))!.status!;
     assert.equal(status.copies, 0);
-    assert.ok(status.conflicts?.some((c) => c.namespace === 'team-b' && c.reason === 'OtherRule'), JSON.stringify(status.conflicts));
+    assert.ok(
+      status.conflicts?.some((c) => c.namespace === 'team-b' && c.reason === 'OtherRule'),
+      JSON.stringify(status.conflicts),
+    );
     assert.ok(status.conflicts?.some((c) => c.namespace === 'team-a' && c.reason === 'NotManaged'));
     // The first rule, reconciled again, still finds everything in place.
     await ruleEvent((await getRule({ namespace: 'src-conflict', name: 'share' }))!);
     assert.equal((await getRule({ namespace: 'src-conflict', name: 'share' }))!.status!.conflictCount, 1);
     // Known conflicts cost no write: the names are read (one list per name), not tried.
-    const creates = async () => (await fn.metrics.apiRequests.get()).values.filter((v) => v.labels.verb === 'post' && v.labels.resource === 'configmaps').reduce((sum, v) => sum + v.value, 0);
+    const creates = async () =>
+      (await fn.metrics.apiRequests.get()).values
+        .filter((v) => v.labels.verb === 'post' && v.labels.resource === 'configmaps')
+        .reduce((sum, v) => sum + v.value, 0);
     const before = await creates();
     await ruleEvent((await getRule({ namespace: 'team-b', name: 'share-again' }))!);
-    assert.equal(await creates() - before, 0);
+    assert.equal((await creates()) - before, 0);
     const again = (await getRule({ namespace: 'team-b', name: 'share-again' }))!.status!;
     assert.deepEqual(again.conflicts, status.conflicts, 'the same conflicts reported');
   });
 
-  test('a resync of every rule lists the namespaces once, and reads each rule once (the finalizer\'s read is the reconcile\'s)', async () => {
-    const count = async (resource: string, verb?: string) => (await fn.metrics.apiRequests.get()).values.filter((v) => v.labels.resource === resource && (!verb || v.labels.verb === verb)).reduce((sum, v) => sum + v.value, 0);
+  test("a resync of every rule lists the namespaces once, and reads each rule once (the finalizer's read is the reconcile's)", async () => {
+    const count = async (resource: string, verb?: string) =>
+      (await fn.metrics.apiRequests.get()).values
+        .filter((v) => v.labels.resource === resource && (!verb || v.labels.verb === verb))
+        .reduce((sum, v) => sum + v.value, 0);
     const rules = (await kube.list(CopyratorRuleKind)).items.length;
     assert.ok(rules >= 3, `${rules} rules`);
     const [namespaceLists, ruleReads] = [await count('namespaces'), await count(CopyratorRuleKind.plural, 'get')];
     const answer = await deliver(fn.url, resyncEvent(copyrator));
     assert.equal(answer.status, 200);
     assert.equal(answer.body.reconciled, rules);
-    assert.equal(await count('namespaces') - namespaceLists, 1, `${rules} rules, one list of namespaces`);
-    assert.equal(await count(CopyratorRuleKind.plural, 'get') - ruleReads, 2 + rules, `the sweep's list of rules (orphans.ts), the resync's list, then ${rules} rules read once each`);
+    assert.equal((await count('namespaces')) - namespaceLists, 1, `${rules} rules, one list of namespaces`);
+    assert.equal(
+      (await count(CopyratorRuleKind.plural, 'get')) - ruleReads,
+      2 + rules,
+      `the sweep's list of rules (orphans.ts), the resync's list, then ${rules} rules read once each`,
+    );
   });
 });
 
@@ -321,11 +433,21 @@ describe('rule changes and deletion', () => {
     assert.equal(await getCm('team-a', 'one-red'), undefined);
     assert.ok(await getCm('team-a', 'one-blue'));
 
-    await ruleEvent(await kube.mergePatch(CopyratorRuleKind, { namespace: 'default', name: 'colors' }, { namespace: 'src-two', selector: { color: 'red' } }));
+    await ruleEvent(
+      await kube.mergePatch(
+        CopyratorRuleKind,
+        { namespace: 'default', name: 'colors' },
+        { namespace: 'src-two', selector: { color: 'red' } },
+      ),
+    );
     assert.equal(await getCm('team-a', 'one-blue'), undefined);
     assert.ok(await getCm('team-a', 'two-red'));
     assert.ok(await getCm('src-one', 'two-red'), 'the old source namespace is now a target');
-    assert.equal(await getCm('src-two', 'two-red').then((cm) => cm?.metadata.annotations?.[RULE_ANNOTATION]), undefined, 'the original is untouched');
+    assert.equal(
+      await getCm('src-two', 'two-red').then((cm) => cm?.metadata.annotations?.[RULE_ANNOTATION]),
+      undefined,
+      'the original is untouched',
+    );
   });
 
   test('a rule whose type changes removes the copies of the former type', async () => {
@@ -340,7 +462,12 @@ describe('rule changes and deletion', () => {
 
   test('a copy left behind by a rule that no longer exists is removed when its event arrives', async () => {
     const orphan = await kube.create(ConfigMap, {
-      metadata: { name: 'orphan', namespace: 'team-a', labels: { 'copyrator.flant.com/rule-namespace': 'default', 'copyrator.flant.com/rule': 'vanished' }, annotations: { [RULE_ANNOTATION]: 'default/vanished', [SOURCE_ANNOTATION]: 'default/orphan' } },
+      metadata: {
+        name: 'orphan',
+        namespace: 'team-a',
+        labels: { 'copyrator.flant.com/rule-namespace': 'default', 'copyrator.flant.com/rule': 'vanished' },
+        annotations: { [RULE_ANNOTATION]: 'default/vanished', [SOURCE_ANNOTATION]: 'default/orphan' },
+      },
       data: { stale: 'yes' },
     });
     await send(ConfigMap, orphan, 'add');
@@ -352,7 +479,10 @@ describe('rule changes and deletion', () => {
     // its echo as its own write and dies before re-reading the rule: copies marked as a rule's, no rule.
     await createSourceNamespace('src-sweep');
     await kube.create(ConfigMap, configMap('src-sweep', 'swept-live', { sweep: 'live' }));
-    const liveRule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-sweep', 'sweep-live', 'src-sweep', { sweep: 'live' }));
+    const liveRule = await kube.create<CopyratorRule>(
+      CopyratorRuleKind,
+      newRule('src-sweep', 'sweep-live', 'src-sweep', { sweep: 'live' }),
+    );
     await ruleEvent(liveRule, 'add');
     const liveCopy = (await getCm('team-a', 'swept-live'))!;
     assert.ok(liveCopy, 'the live rule made its copy');
@@ -360,8 +490,14 @@ describe('rule changes and deletion', () => {
       labels: { 'copyrator.flant.com/rule-namespace': 'src-sweep', 'copyrator.flant.com/rule': 'sweep-gone' },
       annotations: { [RULE_ANNOTATION]: 'src-sweep/sweep-gone', [SOURCE_ANNOTATION]: `src-sweep/${name}` },
     });
-    await kube.create(ConfigMap, { metadata: { name: 'swept-orphan', namespace: 'team-a', ...marks('swept-orphan') }, data: { stale: 'yes' } });
-    await kube.create(Secret, { metadata: { name: 'swept-orphan', namespace: 'team-b', ...marks('swept-orphan') }, stringData: { stale: 'yes' } });
+    await kube.create(ConfigMap, {
+      metadata: { name: 'swept-orphan', namespace: 'team-a', ...marks('swept-orphan') },
+      data: { stale: 'yes' },
+    });
+    await kube.create(Secret, {
+      metadata: { name: 'swept-orphan', namespace: 'team-b', ...marks('swept-orphan') },
+      stringData: { stale: 'yes' },
+    });
     const foreign = await kube.create(ConfigMap, configMap('team-b', 'swept-orphan', { mine: 'yes' }));
     // The rule label alone, without the copyrator's annotation: not a copy.
     const labelledOnly = await kube.create(ConfigMap, configMap('team-b', 'swept-labelled', { 'copyrator.flant.com/rule': 'sweep-gone' }));
@@ -385,8 +521,16 @@ describe('rule changes and deletion', () => {
     assert.equal(await kube.get(Secret, { namespace: 'team-b', name: 'swept-orphan' }), undefined, 'the orphan Secret is gone');
     assert.ok(staleRuleLists >= 1, 'the sweep listed the rules from the (stale) cache');
     assert.equal((await getCm('team-b', 'swept-orphan'))?.metadata.uid, foreign.metadata.uid, 'the foreign same-named object stays');
-    assert.equal((await getCm('team-b', 'swept-labelled'))?.metadata.uid, labelledOnly.metadata.uid, 'an object with the label but not the marks stays');
-    assert.equal((await getCm('team-a', 'swept-live'))?.metadata.uid, liveCopy.metadata.uid, "the live rule's copy stays, though the cache did not show its rule");
+    assert.equal(
+      (await getCm('team-b', 'swept-labelled'))?.metadata.uid,
+      labelledOnly.metadata.uid,
+      'an object with the label but not the marks stays',
+    );
+    assert.equal(
+      (await getCm('team-a', 'swept-live'))?.metadata.uid,
+      liveCopy.metadata.uid,
+      "the live rule's copy stays, though the cache did not show its rule",
+    );
     await kube.delete(CopyratorRuleKind, { namespace: 'src-sweep', name: 'sweep-live' });
     await ruleEvent((await getRule({ namespace: 'src-sweep', name: 'sweep-live' }))!);
   });
@@ -395,7 +539,10 @@ describe('rule changes and deletion', () => {
     await createSourceNamespace('src-race');
     await kube.create(ConfigMap, configMap('src-race', 'raced', { race: 'yes' }));
     const key = { namespace: 'src-race', name: 'race' };
-    await ruleEvent(await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-race', { race: 'yes' })), 'add');
+    await ruleEvent(
+      await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-race', { race: 'yes' })),
+      'add',
+    );
     await kube.delete(ConfigMap, { namespace: 'team-a', name: 'raced' });
     // Replica B: its creates wait until the test lets them go.
     const kubeB = kubeFor(functionKubeconfig);
@@ -471,7 +618,10 @@ describe('a rule with more copies than a page of a list and a chunk of creates',
     await Promise.all(Array.from({ length: count }, (_, i) => kube.create(ConfigMap, configMap('bulk', `bulk-${i}`, { bulk: 'yes' }))));
     const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('bulk', 'bulk', 'bulk', { bulk: 'yes' }));
     const copiesNow = async () => (await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=bulk' })).items.length;
-    const writes = async () => (await fn.metrics.apiRequests.get()).values.filter((v) => v.labels.resource === 'configmaps' && v.labels.verb !== 'get').reduce((sum, v) => sum + v.value, 0);
+    const writes = async () =>
+      (await fn.metrics.apiRequests.get()).values
+        .filter((v) => v.labels.resource === 'configmaps' && v.labels.verb !== 'get')
+        .reduce((sum, v) => sum + v.value, 0);
 
     await ruleEvent(rule, 'add');
     assert.equal(await copiesNow(), count * targets);
@@ -480,7 +630,7 @@ describe('a rule with more copies than a page of a list and a chunk of creates',
 
     const before = await writes();
     await ruleEvent(rule);
-    assert.equal(await writes() - before, 0, 'settled: no write');
+    assert.equal((await writes()) - before, 0, 'settled: no write');
 
     // Its copies sit in every namespace, so on every page of the copy list.
     await kube.delete(ConfigMap, { namespace: 'bulk', name: 'bulk-0' });
@@ -502,16 +652,28 @@ describe('a rule whose copies take longer than a delivery', () => {
       await createSourceNamespace('paced');
       const targets = targetNamespaces(newRule('paced', 'paced', 'paced', {}), (await kube.list(Namespace)).items).length;
       const count = Math.ceil(1100 / targets);
-      await Promise.all(Array.from({ length: count }, (_, i) => kube.create(ConfigMap, configMap('paced', `paced-${i}`, { paced: 'yes' }))));
+      await Promise.all(
+        Array.from({ length: count }, (_, i) => kube.create(ConfigMap, configMap('paced', `paced-${i}`, { paced: 'yes' }))),
+      );
       const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('paced', 'paced', 'paced', { paced: 'yes' }));
       const ruleKey = 'flant.com/CopyratorRule:paced/paced';
-      const reconcileEvent = new CloudEvent({ type: 'dev.opfn.reconcile', source: '/test', opfnfunction: 'copyrator', datacontenttype: 'application/json', data: { keys: [ruleKey] } });
+      const reconcileEvent = new CloudEvent({
+        type: 'dev.opfn.reconcile',
+        source: '/test',
+        opfnfunction: 'copyrator',
+        datacontenttype: 'application/json',
+        data: { keys: [ruleKey] },
+      });
 
       const first = await deliver(hurried.url, reconcileEvent);
       assert.equal(first.status, 200, JSON.stringify(first.body));
       assert.deepEqual(first.body, { keys: [ruleKey] }, 'a reply handing the rule on (due at once)');
       const pending = (await getRule({ namespace: 'paced', name: 'paced' }))!.status!;
-      assert.deepEqual([ready({ status: pending } as CopyratorRule)?.reason, pending.copies], ['CopiesPending', 1000], 'one chunk of creates, then the deadline');
+      assert.deepEqual(
+        [ready({ status: pending } as CopyratorRule)?.reason, pending.copies],
+        ['CopiesPending', 1000],
+        'one chunk of creates, then the deadline',
+      );
 
       const second = await deliver(hurried.url, reconcileEvent);
       assert.equal(second.status, 200, JSON.stringify(second.body));
@@ -531,7 +693,13 @@ describe('Secrets', () => {
   const VALUE = 'hunter2-s3cr3t-value';
   test('a secret rule copies data and type; nothing of the value reaches status or Events', async () => {
     await createSourceNamespace('vault');
-    await kube.create(Secret, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'registry', namespace: 'vault', labels: { distribute: 'yes' } }, type: 'kubernetes.io/basic-auth', stringData: { username: 'bot', password: VALUE } });
+    await kube.create(Secret, {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'registry', namespace: 'vault', labels: { distribute: 'yes' } },
+      type: 'kubernetes.io/basic-auth',
+      stringData: { username: 'bot', password: VALUE },
+    });
     const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('vault', 'secrets', 'vault', { distribute: 'yes' }, 'secret'));
     await ruleEvent(rule, 'add');
     const copy = (await kube.get<CopyableObject>(Secret, { namespace: 'team-a', name: 'registry' }))!;
@@ -544,17 +712,31 @@ describe('Secrets', () => {
     assert.ok(await kube.get(Secret, { namespace: 'team-b', name: 'registry' }));
 
     const encoded = Buffer.from(VALUE).toString('base64');
-    const written = JSON.stringify([await getRule({ namespace: 'vault', name: 'secrets' }), await kube.list(CoreEvent, { namespace: 'vault' })]);
+    const written = JSON.stringify([
+      await getRule({ namespace: 'vault', name: 'secrets' }),
+      await kube.list(CoreEvent, { namespace: 'vault' }),
+    ]);
     assert.ok(!written.includes(VALUE) && !written.includes(encoded), 'no Secret value in status or Events');
   });
 
   test('a Secret deleted anywhere reads each source namespace once and wakes only the rules that select a Secret of its name there', async () => {
     await createSourceNamespace('vault-fan');
-    await kube.create(Secret, { metadata: { name: 'db-password', namespace: 'vault-fan', labels: { fan: 'yes' } }, stringData: { password: VALUE } });
+    await kube.create(Secret, {
+      metadata: { name: 'db-password', namespace: 'vault-fan', labels: { fan: 'yes' } },
+      stringData: { password: VALUE },
+    });
     // Never reconciled here: only the mapper is under test.
-    const rules = [['fan-a', { fan: 'yes' }], ['fan-b', { fan: 'yes' }], ['fan-other', { fan: 'no' }]] as const;
+    const rules = [
+      ['fan-a', { fan: 'yes' }],
+      ['fan-b', { fan: 'yes' }],
+      ['fan-other', { fan: 'no' }],
+    ] as const;
     for (const [name, selector] of rules) await kube.create(CopyratorRuleKind, newRule('vault-fan', name, 'vault-fan', selector, 'secret'));
-    await eventually(async () => (await kube.list(CopyratorRuleKind, { namespace: 'vault-fan', cached: true })).items.length === rules.length, 5000, 'the watch cache to hold the rules');
+    await eventually(
+      async () => (await kube.list(CopyratorRuleKind, { namespace: 'vault-fan', cached: true })).items.length === rules.length,
+      5000,
+      'the watch cache to hold the rules',
+    );
     const { kube: recorded, answers } = recordingKube();
     const secretRules = (await kube.list<CopyratorRule>(CopyratorRuleKind)).items.filter((rule) => rule.ruleType === 'secret');
     assert.ok(new Set(secretRules.map((rule) => rule.namespace)).size < secretRules.length, 'several secret rules read from one namespace');
@@ -563,8 +745,15 @@ describe('Secrets', () => {
     const keys = await mapper({ key: { namespace: 'team-a', name: 'db-password' }, deleted: true }, { kube: recorded, log: quietLog });
     assert.deepEqual(keys.map((key) => `${key.namespace}/${key.name}`).sort(), ['vault-fan/fan-a', 'vault-fan/fan-b']);
     const secretReads = answers.filter((answer) => answer.path.includes('/secrets'));
-    assert.equal(secretReads.length, new Set(secretRules.map((rule) => rule.namespace)).size, `one read per source namespace: ${secretReads.map((read) => read.path).join(', ')}`);
-    assert.ok(secretReads.every((read) => read.items!.every((item) => item.data === undefined) && read.accept), 'no Secret data read');
+    assert.equal(
+      secretReads.length,
+      new Set(secretRules.map((rule) => rule.namespace)).size,
+      `one read per source namespace: ${secretReads.map((read) => read.path).join(', ')}`,
+    );
+    assert.ok(
+      secretReads.every((read) => read.items!.every((item) => item.data === undefined) && read.accept),
+      'no Secret data read',
+    );
     for (const [name] of rules) await kube.delete(CopyratorRuleKind, { namespace: 'vault-fan', name });
   });
 
@@ -578,13 +767,17 @@ describe('Secrets', () => {
 
 describe('immutable objects', () => {
   const settings = (namespace: string) => getCm(namespace, 'frozen-settings');
-  const freezeByHand = (kind: ResourceKind, namespace: string, name: string) => kube.mergePatch<CopyableObject>(kind, { namespace, name }, { immutable: true });
+  const freezeByHand = (kind: ResourceKind, namespace: string, name: string) =>
+    kube.mergePatch<CopyableObject>(kind, { namespace, name }, { immutable: true });
 
   test('a copy made immutable by hand is restored as its source is, and a source change still reaches it', async () => {
     await createSourceNamespace('src-frozen');
     await kube.create(ConfigMap, configMap('src-frozen', 'frozen-settings', { freeze: 'yes' }, { v: '1' }));
     const key = { namespace: 'src-frozen', name: 'frozen' };
-    await ruleEvent(await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-frozen', { freeze: 'yes' })), 'add');
+    await ruleEvent(
+      await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-frozen', { freeze: 'yes' })),
+      'add',
+    );
 
     // Its event wakes the rule (an edit), which replaces it: a new object, mutable as the source.
     const frozen = await freezeByHand(ConfigMap, 'team-a', 'frozen-settings');
@@ -595,7 +788,11 @@ describe('immutable objects', () => {
 
     // Made immutable again (its own event lost), then the source changes: the copy is replaced.
     await freezeByHand(ConfigMap, 'team-b', 'frozen-settings');
-    await send(ConfigMap, await kube.mergePatch(ConfigMap, { namespace: 'src-frozen', name: 'frozen-settings' }, { data: { v: '2' } }), 'update');
+    await send(
+      ConfigMap,
+      await kube.mergePatch(ConfigMap, { namespace: 'src-frozen', name: 'frozen-settings' }, { data: { v: '2' } }),
+      'update',
+    );
     for (const namespace of ['team-a', 'team-b', 'late-comer']) assert.deepEqual((await settings(namespace))?.data, { v: '2' }, namespace);
     assert.equal((await settings('team-b'))!.immutable, undefined);
     assert.deepEqual([ready(await getRule(key))?.status, ready(await getRule(key))?.reason], ['True', 'CopiesInPlace']);
@@ -611,9 +808,15 @@ describe('immutable objects', () => {
   });
 
   test('an immutable source makes immutable copies; recreated mutable with new data, its copies follow', async () => {
-    const source = await kube.create(ConfigMap, { ...configMap('src-frozen', 'frozen-source', { freeze: 'yes' }, { v: 'a' }), immutable: true });
+    const source = await kube.create(ConfigMap, {
+      ...configMap('src-frozen', 'frozen-source', { freeze: 'yes' }, { v: 'a' }),
+      immutable: true,
+    });
     await send(ConfigMap, source, 'add');
-    assert.deepEqual([(await getCm('team-a', 'frozen-source'))?.immutable, (await getCm('team-a', 'frozen-source'))?.data], [true, { v: 'a' }]);
+    assert.deepEqual(
+      [(await getCm('team-a', 'frozen-source'))?.immutable, (await getCm('team-a', 'frozen-source'))?.data],
+      [true, { v: 'a' }],
+    );
 
     await kube.delete(ConfigMap, { namespace: 'src-frozen', name: 'frozen-source' });
     await send(ConfigMap, await kube.create(ConfigMap, configMap('src-frozen', 'frozen-source', { freeze: 'yes' }, { v: 'b' })), 'add');
@@ -629,11 +832,17 @@ describe('least privilege and forged events', () => {
   test('the generated role allows what reconcile needs and nothing more', async () => {
     await assert.rejects(functionKube.list(Pod, { namespace: 'default' }), (error: ApiError) => error.code === 403);
     await assert.rejects(functionKube.create(Namespace, { metadata: { name: 'not-allowed' } }), (error: ApiError) => error.code === 403);
-    await assert.rejects(functionKube.mergePatch(Namespace, { namespace: '', name: 'team-a' }, { metadata: { labels: { x: 'y' } } }), (error: ApiError) => error.code === 403);
+    await assert.rejects(
+      functionKube.mergePatch(Namespace, { namespace: '', name: 'team-a' }, { metadata: { labels: { x: 'y' } } }),
+      (error: ApiError) => error.code === 403,
+    );
   });
 
   test('a forged copy event naming a rule that does not exist writes nothing', async () => {
-    const forged = { ...configMap('team-a', 'forged', {}), metadata: { name: 'forged', namespace: 'team-a', annotations: { [RULE_ANNOTATION]: 'default/ghost-rule' } } };
+    const forged = {
+      ...configMap('team-a', 'forged', {}),
+      metadata: { name: 'forged', namespace: 'team-a', annotations: { [RULE_ANNOTATION]: 'default/ghost-rule' } },
+    };
     await send(ConfigMap, forged, 'update');
     assert.equal(await getCm('team-a', 'forged'), undefined);
     assert.equal(await getRule({ namespace: 'default', name: 'ghost-rule' }), undefined);
@@ -651,23 +860,45 @@ describe('answers stay small, whatever the size of the objects', () => {
 
   test('a metadata-only list carries metadata and no data, from etcd and from the watch cache; one without items has none', async () => {
     await createSourceNamespace('src-big');
-    for (const name of ['big-0', 'big-1', 'big-2']) await kube.create(ConfigMap, configMap('src-big', name, { big: 'yes' }, { blob: payload }));
+    for (const name of ['big-0', 'big-1', 'big-2'])
+      await kube.create(ConfigMap, configMap('src-big', name, { big: 'yes' }, { blob: payload }));
     await untilWatchCacheHolds(kube, ConfigMap, (await getCm('src-big', 'big-2'))!);
     for (const cached of [false, true]) {
       const { items } = await functionKube.list(ConfigMap, { namespace: 'src-big', labelSelector: 'big=yes', metadataOnly: true, cached });
       assert.deepEqual(items.map((item) => item.metadata.name).sort(), ['big-0', 'big-1', 'big-2'], `cached: ${cached}`);
-      assert.ok(items.every((item) => item.kind === 'PartialObjectMetadata' && item.metadata.uid && item.metadata.labels?.big === 'yes' && !('data' in item)));
-      assert.deepEqual((await functionKube.list(ConfigMap, { namespace: 'src-big', labelSelector: 'big=none', metadataOnly: true, cached })).items, []);
+      assert.ok(
+        items.every(
+          (item) => item.kind === 'PartialObjectMetadata' && item.metadata.uid && item.metadata.labels?.big === 'yes' && !('data' in item),
+        ),
+      );
+      assert.deepEqual(
+        (await functionKube.list(ConfigMap, { namespace: 'src-big', labelSelector: 'big=none', metadataOnly: true, cached })).items,
+        [],
+      );
     }
   });
 
   test('pages sized by bytes (pageBytes): 16 first, then as many as fit at the sizes seen (64 KiB objects: a few at a time; small ones: up to 500)', async () => {
     await createNamespace('pages');
-    for (let i = 0; i < 40; i++) await kube.create(ConfigMap, { metadata: { name: `big-${i}`, namespace: 'pages', labels: { size: 'big' } }, data: { blob: payload } });
-    for (let i = 0; i < 40; i++) await kube.create(ConfigMap, { metadata: { name: `small-${i}`, namespace: 'pages', labels: { size: 'small' } }, data: { n: String(i) } });
+    for (let i = 0; i < 40; i++)
+      await kube.create(ConfigMap, {
+        metadata: { name: `big-${i}`, namespace: 'pages', labels: { size: 'big' } },
+        data: { blob: payload },
+      });
+    for (let i = 0; i < 40; i++)
+      await kube.create(ConfigMap, {
+        metadata: { name: `small-${i}`, namespace: 'pages', labels: { size: 'small' } },
+        data: { n: String(i) },
+      });
     const pageSizes = async (size: string) => {
       const sizes: number[] = [];
-      for await (const page of functionKube.pages(ConfigMap, { namespace: 'pages', labelSelector: `size=${size}`, limit: 16, pageBytes: 256 * 1024 })) sizes.push(page.items.length);
+      for await (const page of functionKube.pages(ConfigMap, {
+        namespace: 'pages',
+        labelSelector: `size=${size}`,
+        limit: 16,
+        pageBytes: 256 * 1024,
+      }))
+        sizes.push(page.items.length);
       // A label-selected list that ends on a full page may be followed by an empty one.
       return sizes.filter((size) => size > 0);
     };
@@ -690,19 +921,55 @@ describe('answers stay small, whatever the size of the objects', () => {
     const host = createFunctionHost(copyrator, { kube: recorded, log: quietLog });
 
     const namespace = await createNamespace('big-late');
-    assert.equal((await host.handle({ type: 'change', action: 'add', mode: 'resource', ref: { apiVersion: 'v1', kind: 'Namespace', namespace: '', name: 'big-late' }, object: namespace, id: 'big-1' })).status, 200);
+    assert.equal(
+      (
+        await host.handle({
+          type: 'change',
+          action: 'add',
+          mode: 'resource',
+          ref: { apiVersion: 'v1', kind: 'Namespace', namespace: '', name: 'big-late' },
+          object: namespace,
+          id: 'big-1',
+        })
+      ).status,
+      200,
+    );
     assert.deepEqual((await getCm('big-late', 'big-0'))?.data, { blob: payload });
-    const source = await kube.mergePatch<CopyableObject>(ConfigMap, { namespace: 'src-big', name: 'big-0' }, { data: { blob: payload.replaceAll('x', 'y') } });
+    const source = await kube.mergePatch<CopyableObject>(
+      ConfigMap,
+      { namespace: 'src-big', name: 'big-0' },
+      { data: { blob: payload.replaceAll('x', 'y') } },
+    );
     await untilWatchCacheHolds(kube, ConfigMap, source);
-    assert.equal((await host.handle({ type: 'change', action: 'update', mode: 'resource', ref: { apiVersion: 'v1', kind: 'ConfigMap', namespace: 'src-big', name: 'big-0' }, object: source, id: 'big-2' })).status, 200);
+    assert.equal(
+      (
+        await host.handle({
+          type: 'change',
+          action: 'update',
+          mode: 'resource',
+          ref: { apiVersion: 'v1', kind: 'ConfigMap', namespace: 'src-big', name: 'big-0' },
+          object: source,
+          id: 'big-2',
+        })
+      ).status,
+      200,
+    );
     assert.equal((await getCm('big-late', 'big-0'))?.data?.blob[0], 'y');
 
     const configMapLists = answers.filter((answer) => answer.path.endsWith('/configmaps'));
     const byName = configMapLists.filter((answer) => answer.query.fieldSelector?.startsWith('metadata.name=big-'));
     assert.ok(byName.length >= 2, 'converge and the mapper each listed a name');
-    for (const answer of byName) assert.ok(answer.items!.length > 16 && answer.bytes < payload.length, `${answer.items!.length} objects named ${answer.query.fieldSelector} in ${answer.bytes} bytes`);
+    for (const answer of byName)
+      assert.ok(
+        answer.items!.length > 16 && answer.bytes < payload.length,
+        `${answer.items!.length} objects named ${answer.query.fieldSelector} in ${answer.bytes} bytes`,
+      );
     // A list with data asks for 16 objects first, then for about 4 MiB.
-    for (const answer of configMapLists) assert.ok(answer.accept || answer.query.continue || answer.items!.length <= 16, `${answer.path}?${JSON.stringify(answer.query)}: ${answer.items!.length} objects with data in ${answer.bytes} bytes`);
+    for (const answer of configMapLists)
+      assert.ok(
+        answer.accept || answer.query.continue || answer.items!.length <= 16,
+        `${answer.path}?${JSON.stringify(answer.query)}: ${answer.items!.length} objects with data in ${answer.bytes} bytes`,
+      );
     const largest = Math.max(...answers.map((answer) => answer.bytes));
     assert.ok(largest < 4 * 1024 * 1024 + 2 * (payload.length + 4096), `largest answer ${largest} bytes`);
     for (const name of ['big', 'big-other']) {
@@ -718,18 +985,30 @@ describe('a namespace that refuses copies', () => {
 
   test('a 403 (here a ResourceQuota) is a Forbidden conflict in status, answered 2xx; the other namespaces get their copies', async () => {
     await createNamespace('quota-ns');
-    const quota = await kube.create<KubeObject & { spec: unknown }>(Quota, { metadata: { name: 'no-configmaps', namespace: 'quota-ns' }, spec: { hard: { 'count/configmaps': '0' } } });
+    const quota = await kube.create<KubeObject & { spec: unknown }>(Quota, {
+      metadata: { name: 'no-configmaps', namespace: 'quota-ns' },
+      spec: { hard: { 'count/configmaps': '0' } },
+    });
     await kube.replace(Quota, { ...quota, status: { hard: { 'count/configmaps': '0' }, used: { 'count/configmaps': '0' } } }, 'status');
     await createSourceNamespace('src-quota');
     await kube.create(ConfigMap, configMap('src-quota', 'limited', { quota: 'yes' }));
     const key = { namespace: 'src-quota', name: 'quota' };
     try {
       // send() asserts a 200 answer.
-      await ruleEvent(await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-quota', { quota: 'yes' })), 'add');
+      await ruleEvent(
+        await kube.create<CopyratorRule>(CopyratorRuleKind, newRule(key.namespace, key.name, 'src-quota', { quota: 'yes' })),
+        'add',
+      );
       const status = (await getRule(key))!.status!;
-      assert.deepEqual(status.conflicts?.map((conflict) => [conflict.namespace, conflict.name, conflict.reason]), [['quota-ns', 'limited', 'Forbidden']]);
+      assert.deepEqual(
+        status.conflicts?.map((conflict) => [conflict.namespace, conflict.name, conflict.reason]),
+        [['quota-ns', 'limited', 'Forbidden']],
+      );
       assert.match(status.conflicts![0]!.message, /exceeded quota/);
-      assert.deepEqual([ready({ status } as CopyratorRule)?.status, ready({ status } as CopyratorRule)?.reason], ['False', 'CopyConflicts']);
+      assert.deepEqual(
+        [ready({ status } as CopyratorRule)?.status, ready({ status } as CopyratorRule)?.reason],
+        ['False', 'CopyConflicts'],
+      );
       assert.ok(await getCm('team-a', 'limited'));
     } finally {
       // Out of every later rule's way.

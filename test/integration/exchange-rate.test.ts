@@ -9,8 +9,29 @@ import { apiServerSourceEvent, type ChangeAction, type SourceMode } from '../../
 import { CRD_DIR, readManifests } from '../../eventing/crds.ts';
 import exchangeRate from '../../functions/exchange-rate/index.ts';
 import { PROVIDER_ATTEMPTS } from '../../functions/exchange-rate/reconcile.ts';
-import { CURRENCY_ANNOTATION, desiredConfigMap, ExchangeRateKind, OWNER_LABEL, type ExchangeRate, type RateConfigMap } from '../../functions/exchange-rate/desired.ts';
-import { resolveConfig, NOT_BEFORE_EXTENSION, PING_TYPE, FORBIDDEN_RETRY_SECONDS, ConfigMap, CoreEvent, Namespace, Secret, type KubeObject, type ObjectKey, type ResourceKind, ApiError, type KubeClient } from '../../functions/runtime/index.ts';
+import {
+  CURRENCY_ANNOTATION,
+  desiredConfigMap,
+  ExchangeRateKind,
+  OWNER_LABEL,
+  type ExchangeRate,
+  type RateConfigMap,
+} from '../../functions/exchange-rate/desired.ts';
+import {
+  resolveConfig,
+  NOT_BEFORE_EXTENSION,
+  PING_TYPE,
+  FORBIDDEN_RETRY_SECONDS,
+  ConfigMap,
+  CoreEvent,
+  Namespace,
+  Secret,
+  type KubeObject,
+  type ObjectKey,
+  type ResourceKind,
+  ApiError,
+  type KubeClient,
+} from '../../functions/runtime/index.ts';
 import { deliver, kubeFor, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
@@ -33,7 +54,10 @@ const send = async (kind: ResourceKind, object: KubeObject, action: ChangeAction
 };
 const touch = (rate: KubeObject, action: ChangeAction = 'update') => send(ExchangeRateKind, rate, action, 'Reference');
 const resync = async () => {
-  const answer = await deliver(fn.url, new CloudEvent({ type: PING_TYPE, source: '/apis/v1/namespaces/default/pingsources/exchange-rate-resync', data: {} }));
+  const answer = await deliver(
+    fn.url,
+    new CloudEvent({ type: PING_TYPE, source: '/apis/v1/namespaces/default/pingsources/exchange-rate-resync', data: {} }),
+  );
   assert.equal(answer.status, 200, JSON.stringify(answer.body));
 };
 
@@ -42,13 +66,22 @@ const getCm = (key: ObjectKey) => kube.get<RateConfigMap>(ConfigMap, key);
 /** Warnings of `reason` posted on an ExchangeRate so far (the recorder's counts, after its queue is written). */
 const warnings = async (key: ObjectKey, reason: string) => {
   await fn.host.flushEvents();
-  const events = (await kube.list<KubeObject & { involvedObject?: { name?: string }; reason?: string; count?: number }>(CoreEvent, { namespace: key.namespace })).items;
-  return events.filter((event) => event.involvedObject?.name === key.name && event.reason === reason).reduce((sum, event) => sum + (event.count ?? 1), 0);
+  const events = (
+    await kube.list<KubeObject & { involvedObject?: { name?: string }; reason?: string; count?: number }>(CoreEvent, {
+      namespace: key.namespace,
+    })
+  ).items;
+  return events
+    .filter((event) => event.involvedObject?.name === key.name && event.reason === reason)
+    .reduce((sum, event) => sum + (event.count ?? 1), 0);
 };
 const providerWarnings = (key: ObjectKey) => warnings(key, 'ProviderError');
 const ready = (rate: ExchangeRate | undefined) => rate?.status?.conditions?.find((condition) => condition.type === 'Ready');
 const newRate = (namespace: string, name: string, currency: string, labels?: Record<string, string>): ExchangeRate => ({
-  apiVersion: 'operators.brennerm.github.io/v1', kind: 'ExchangeRate', metadata: { name, namespace, ...(labels ? { labels } : {}) }, spec: { currency },
+  apiVersion: 'operators.brennerm.github.io/v1',
+  kind: 'ExchangeRate',
+  metadata: { name, namespace, ...(labels ? { labels } : {}) },
+  spec: { currency },
 });
 
 before(async () => {
@@ -80,7 +113,11 @@ describe('the seed example', () => {
 
   test("creating it makes a ConfigMap with the stand-in's rate, owned by it, with its labels", async () => {
     const example = readManifests(join(CRD_DIR, 'examples')).find((object) => object.kind === 'ExchangeRate') as ExchangeRate;
-    const created = await kube.create<ExchangeRate>(ExchangeRateKind, { ...example, metadata: { ...example.metadata, labels: { team: 'treasury' } } }, 'default');
+    const created = await kube.create<ExchangeRate>(
+      ExchangeRateKind,
+      { ...example, metadata: { ...example.metadata, labels: { team: 'treasury' } } },
+      'default',
+    );
     const before = standIn.requests.length;
     await touch(created, 'add');
     assert.equal(standIn.requests.length - before, 1);
@@ -182,7 +219,10 @@ describe('provider failures', () => {
     const pln = await kube.create<ExchangeRate>(ExchangeRateKind, newRate('default', 'zloty', 'PLN'));
     await touch(pln, 'add');
     await touch((await getRate(key))!);
-    assert.deepEqual([ready(await getRate({ namespace: 'default', name: 'zloty' }))?.reason, await getCm({ namespace: 'default', name: 'zloty' })], ['CurrencyNotQuoted', undefined]);
+    assert.deepEqual(
+      [ready(await getRate({ namespace: 'default', name: 'zloty' }))?.reason, await getCm({ namespace: 'default', name: 'zloty' })],
+      ['CurrencyNotQuoted', undefined],
+    );
     assert.equal(ready(await getRate(key))?.status, 'True');
     standIn.rates.PLN = 4.3;
   });
@@ -223,7 +263,10 @@ describe('provider failures', () => {
     clock += HOUR;
     await touch(await kube.mergePatch(ExchangeRateKind, key, { spec: { currency: 'JPY' } }));
     const failing = (await getRate(key))!;
-    assert.deepEqual([ready(failing)?.reason, ready(failing)?.message], ['ProviderError', 'provider answered 503: "maintenance"; no rate for JPY yet']);
+    assert.deepEqual(
+      [ready(failing)?.reason, ready(failing)?.message],
+      ['ProviderError', 'provider answered 503: "maintenance"; no rate for JPY yet'],
+    );
     assert.deepEqual([failing.status!.rate, failing.status!.currency, failing.status!.date], [undefined, undefined, undefined]);
     assert.deepEqual((await getCm(key))?.data ?? {}, {}, 'emptied, not the USD rate');
 
@@ -245,14 +288,26 @@ describe('provider failures', () => {
       now: () => new Date(clock),
     });
     try {
-      const answer = await deliver(everyMinute.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ExchangeRateKind, object: hourly, action: 'update', mode: 'Reference' }));
+      const answer = await deliver(
+        everyMinute.url,
+        apiServerSourceEvent({ server: cluster.cp.server, kind: ExchangeRateKind, object: hourly, action: 'update', mode: 'Reference' }),
+      );
       assert.equal(answer.status, 200, JSON.stringify(answer.body));
       const pulledIn = Date.parse((await getRate(key))!.status!.nextRefreshAt!);
       assert.equal(pulledIn, (Math.floor(clock / 60_000) + 1) * 60_000, 'the end of the current minute');
 
       const before = standIn.requests.length;
       clock = pulledIn;
-      await deliver(everyMinute.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ExchangeRateKind, object: (await getRate(key))!, action: 'update', mode: 'Reference' }));
+      await deliver(
+        everyMinute.url,
+        apiServerSourceEvent({
+          server: cluster.cp.server,
+          kind: ExchangeRateKind,
+          object: (await getRate(key))!,
+          action: 'update',
+          mode: 'Reference',
+        }),
+      );
       assert.equal(standIn.requests.length - before, 1, 'refreshed when due');
       assert.equal(Date.parse((await getRate(key))!.status!.nextRefreshAt!), pulledIn + 60_000);
     } finally {
@@ -264,14 +319,24 @@ describe('provider failures', () => {
 describe('schema and privileges', () => {
   test('an invalid currency is refused by the schema', async () => {
     for (const currency of ['EUR', 'usd', 'XYZ', '']) {
-      await assert.rejects(kube.create(ExchangeRateKind, newRate('default', `bad-${currency.toLowerCase() || 'empty'}`, currency)), (error: ApiError) => error.code === 422, currency);
+      await assert.rejects(
+        kube.create(ExchangeRateKind, newRate('default', `bad-${currency.toLowerCase() || 'empty'}`, currency)),
+        (error: ApiError) => error.code === 422,
+        currency,
+      );
     }
   });
 
   test('the generated role allows what reconcile needs and nothing more', async () => {
     await assert.rejects(functionKube.list(Secret, { namespace: 'default' }), (error: ApiError) => error.code === 403);
-    await assert.rejects(functionKube.delete(ConfigMap, { namespace: 'default', name: 'exchange-rate-usd' }), (error: ApiError) => error.code === 403);
-    await assert.rejects(functionKube.mergePatch(ExchangeRateKind, { namespace: 'default', name: 'exchange-rate-usd' }, { spec: { currency: 'GBP' } }), (error: ApiError) => error.code === 403);
+    await assert.rejects(
+      functionKube.delete(ConfigMap, { namespace: 'default', name: 'exchange-rate-usd' }),
+      (error: ApiError) => error.code === 403,
+    );
+    await assert.rejects(
+      functionKube.mergePatch(ExchangeRateKind, { namespace: 'default', name: 'exchange-rate-usd' }, { spec: { currency: 'GBP' } }),
+      (error: ApiError) => error.code === 403,
+    );
   });
 
   test('an event for an ExchangeRate that does not exist writes nothing and asks no provider', async () => {
@@ -308,14 +373,30 @@ describe('schema and privileges', () => {
     const key = { namespace: 'fx-quota', name: 'quota-bound' };
     standIn.mode = { type: 'rates' };
     // Tried again a minute later, not at the next hourly refresh: the reply event names its time.
-    const message = HTTP.binary(apiServerSourceEvent({ server: cluster.cp.server, kind: ExchangeRateKind, object: await kube.create(ExchangeRateKind, newRate(key.namespace, key.name, 'CHF')), action: 'add', mode: 'Reference' }));
-    const answer = await fetch(fn.url, { method: 'POST', headers: message.headers as Record<string, string>, body: message.body as string });
+    const message = HTTP.binary(
+      apiServerSourceEvent({
+        server: cluster.cp.server,
+        kind: ExchangeRateKind,
+        object: await kube.create(ExchangeRateKind, newRate(key.namespace, key.name, 'CHF')),
+        action: 'add',
+        mode: 'Reference',
+      }),
+    );
+    const answer = await fetch(fn.url, {
+      method: 'POST',
+      headers: message.headers as Record<string, string>,
+      body: message.body as string,
+    });
     assert.equal(answer.status, 200, await answer.text());
     assert.equal(answer.headers.get(`ce-${NOT_BEFORE_EXTENSION}`), new Date(clock + FORBIDDEN_RETRY_SECONDS * 1000).toISOString());
     const refused = (await getRate(key))!;
     assert.deepEqual([ready(refused)?.status, ready(refused)?.reason], ['False', 'ConfigMapForbidden']);
     assert.match(ready(refused)!.message, /^the API server refused to write ConfigMap quota-bound: .*exceeded quota: no-configmaps/);
-    assert.deepEqual([refused.status?.rate, refused.status?.conditions?.find((condition) => condition.type === 'Refreshed')?.reason], [String(standIn.rates.CHF), 'RateFetched'], 'status still written: the refresh itself succeeded');
+    assert.deepEqual(
+      [refused.status?.rate, refused.status?.conditions?.find((condition) => condition.type === 'Refreshed')?.reason],
+      [String(standIn.rates.CHF), 'RateFetched'],
+      'status still written: the refresh itself succeeded',
+    );
     assert.equal(await getCm(key), undefined);
 
     // Redeliveries and a resync meet the same refusal: answered 200 (touch and resync check), no second Warning.
@@ -334,7 +415,9 @@ describe('schema and privileges', () => {
 describe('scale', () => {
   test('100 ExchangeRates cost one provider request per refresh', async () => {
     const currencies = ['CAD', 'CHF', 'GBP', 'JPY', 'PLN', 'USD'];
-    await Promise.all(Array.from({ length: 100 }, (_, i) => kube.create(ExchangeRateKind, newRate('many', `rate-${i}`, currencies[i % currencies.length]))));
+    await Promise.all(
+      Array.from({ length: 100 }, (_, i) => kube.create(ExchangeRateKind, newRate('many', `rate-${i}`, currencies[i % currencies.length]))),
+    );
     clock += HOUR;
     let before = standIn.requests.length;
     await resync();
@@ -365,7 +448,11 @@ describe('a failing provider, many ExchangeRates', () => {
   };
 
   before(async () => {
-    await Promise.all(Array.from({ length: HERD }, (_, i) => kube.create(ExchangeRateKind, newRate('herd', `herd-${i}`, currencies[i % currencies.length]))));
+    await Promise.all(
+      Array.from({ length: HERD }, (_, i) =>
+        kube.create(ExchangeRateKind, newRate('herd', `herd-${i}`, currencies[i % currencies.length])),
+      ),
+    );
     standIn.mode = { type: 'rates' };
     clock += HOUR;
     await resync();
@@ -383,7 +470,11 @@ describe('a failing provider, many ExchangeRates', () => {
     assert.equal(await requestsDuring(resync), PROVIDER_ATTEMPTS, 'one call (its in-request attempts), not one per ExchangeRate');
     const failing = await herd();
     for (const rate of failing) {
-      assert.deepEqual([ready(rate)?.status, ready(rate)?.reason, ready(rate)?.message], ['False', 'ProviderError', 'provider answered 500: "boom"; keeping the last rate'], rate.metadata.name);
+      assert.deepEqual(
+        [ready(rate)?.status, ready(rate)?.reason, ready(rate)?.message],
+        ['False', 'ProviderError', 'provider answered 500: "boom"; keeping the last rate'],
+        rate.metadata.name,
+      );
       assert.equal(Date.parse(rate.status!.nextRefreshAt!), failedAt + 30_000, 'all due again when the cache asks again');
     }
 
@@ -395,14 +486,23 @@ describe('a failing provider, many ExchangeRates', () => {
     assert.deepEqual([ready(late)?.reason, ready(late)?.message], ['ProviderError', 'provider answered 500: "boom"; no rate for GBP yet']);
     assert.equal(Date.parse(late.status!.nextRefreshAt!), failedAt + 30_000);
     assert.equal(await requestsDuring(resync), 0);
-    const versions = (rates: ExchangeRate[]) => rates.filter((rate) => rate.metadata.name !== 'latecomer').map((rate) => `${rate.metadata.name}@${rate.metadata.resourceVersion}`).sort();
+    const versions = (rates: ExchangeRate[]) =>
+      rates
+        .filter((rate) => rate.metadata.name !== 'latecomer')
+        .map((rate) => `${rate.metadata.name}@${rate.metadata.resourceVersion}`)
+        .sort();
     assert.deepEqual(versions(await herd()), versions(failing), 'a not-due reconcile writes nothing: Ready stays False');
 
     clock = failedAt + 30_000;
     assert.equal(await requestsDuring(resync), PROVIDER_ATTEMPTS, 'at the retry time: one call again');
     const again = await herd();
     assert.equal(again.filter((rate) => ready(rate)?.reason === 'ProviderError').length, HERD + 1);
-    for (const rate of again) assert.equal(await providerWarnings({ namespace: 'herd', name: rate.metadata.name! }), 1, `${rate.metadata.name}: one Warning for the outage`);
+    for (const rate of again)
+      assert.equal(
+        await providerWarnings({ namespace: 'herd', name: rate.metadata.name! }),
+        1,
+        `${rate.metadata.name}: one Warning for the outage`,
+      );
 
     standIn.mode = { type: 'rates' };
     clock += 30_000;
@@ -418,17 +518,32 @@ describe('a failing provider, many ExchangeRates', () => {
 
     // Past our own retry interval, before the provider's: what is due anyway (a spec change, a new object) does not ask.
     clock = limitedAt + 61_000;
-    assert.equal(await requestsDuring(async () => touch(await kube.mergePatch(ExchangeRateKind, { namespace: 'herd', name: 'herd-0' }, { spec: { currency: 'JPY' } }))), 0);
-    assert.match(ready(await getRate({ namespace: 'herd', name: 'herd-0' }))!.message, /^provider answered 429: "slow down"; no rate for JPY yet$/);
+    assert.equal(
+      await requestsDuring(async () =>
+        touch(await kube.mergePatch(ExchangeRateKind, { namespace: 'herd', name: 'herd-0' }, { spec: { currency: 'JPY' } })),
+      ),
+      0,
+    );
+    assert.match(
+      ready(await getRate({ namespace: 'herd', name: 'herd-0' }))!.message,
+      /^provider answered 429: "slow down"; no rate for JPY yet$/,
+    );
     const other = await kube.create<ExchangeRate>(ExchangeRateKind, newRate('herd', 'latecomer-2', 'USD'));
     assert.equal(await requestsDuring(() => touch(other, 'add')), 0);
     assert.equal(await requestsDuring(resync), 0);
-    for (const rate of await herd()) assert.equal(Date.parse(rate.status!.nextRefreshAt!), limitedAt + 300_000, `${rate.metadata.name}: due when the provider allows`);
+    for (const rate of await herd())
+      assert.equal(Date.parse(rate.status!.nextRefreshAt!), limitedAt + 300_000, `${rate.metadata.name}: due when the provider allows`);
 
     standIn.mode = { type: 'rates' };
     clock = limitedAt + 300_000;
     assert.equal(await requestsDuring(resync), 1, 'after the Retry-After: one request for all');
-    assert.deepEqual([ready(await getRate({ namespace: 'herd', name: 'herd-0' }))?.status, (await getCm({ namespace: 'herd', name: 'herd-0' }))?.data?.rate], ['True', String(standIn.rates.JPY)]);
+    assert.deepEqual(
+      [
+        ready(await getRate({ namespace: 'herd', name: 'herd-0' }))?.status,
+        (await getCm({ namespace: 'herd', name: 'herd-0' }))?.data?.rate,
+      ],
+      ['True', String(standIn.rates.JPY)],
+    );
   });
 });
 
@@ -451,12 +566,20 @@ describe('Ready during an outage', () => {
     clock += 10_000;
     assert.equal(await requestsAfterTouch(key), 0, 'not due');
     const notDue = (await getRate(key))!;
-    assert.deepEqual([ready(notDue)?.status, ready(notDue)?.reason], ['False', 'ProviderError'], 'not back to RateCurrent while the provider is down');
+    assert.deepEqual(
+      [ready(notDue)?.status, ready(notDue)?.reason],
+      ['False', 'ProviderError'],
+      'not back to RateCurrent while the provider is down',
+    );
     assert.equal(notDue.metadata.resourceVersion, failed.metadata.resourceVersion, 'no status write');
 
     clock += 20_000;
     assert.equal(await requestsAfterTouch(key), PROVIDER_ATTEMPTS, 'due: asked again');
-    assert.deepEqual([ready((await getRate(key))!)?.status, await providerWarnings(key)], ['False', warned + 1], 'still down: no second Warning');
+    assert.deepEqual(
+      [ready((await getRate(key))!)?.status, await providerWarnings(key)],
+      ['False', warned + 1],
+      'still down: no second Warning',
+    );
     clock += 10_000;
     assert.equal(await requestsAfterTouch(key), 0);
     assert.equal(ready((await getRate(key))!)?.status, 'False');
@@ -491,8 +614,15 @@ describe('an immutable ConfigMap', () => {
       await touch((await getRate(key))!);
       const reported = (await getRate(key))!;
       assert.deepEqual([ready(reported)?.status, ready(reported)?.reason], ['False', 'ConfigMapImmutable']);
-      assert.equal(ready(reported)?.message, `ConfigMap frozen is immutable and still holds rate ${usd} (provider date ${made.data?.date}) where it should hold rate 1.2 (provider date ${standIn.date}); delete it and it is recreated with that rate`);
-      assert.deepEqual([reported.status?.rate, reported.status?.conditions?.find((condition) => condition.type === 'Refreshed')?.reason], ['1.2', 'RateFetched'], 'the refresh itself succeeded');
+      assert.equal(
+        ready(reported)?.message,
+        `ConfigMap frozen is immutable and still holds rate ${usd} (provider date ${made.data?.date}) where it should hold rate 1.2 (provider date ${standIn.date}); delete it and it is recreated with that rate`,
+      );
+      assert.deepEqual(
+        [reported.status?.rate, reported.status?.conditions?.find((condition) => condition.type === 'Refreshed')?.reason],
+        ['1.2', 'RateFetched'],
+        'the refresh itself succeeded',
+      );
       assert.ok(Date.parse(reported.status!.nextRefreshAt!) > clock, 'next refresh ahead, not in the past');
       assert.equal((await getCm(key))?.data?.rate, String(usd), 'the ConfigMap is left as it is');
       assert.equal(await warnings(key, 'ConfigMapImmutable'), 1);
@@ -524,7 +654,22 @@ describe('a reconcile killed between its ConfigMap write and its status write', 
   test('the retry, the provider down, keeps the newer rate in the ConfigMap instead of writing the older one of status over it', async () => {
     let rate = await kube.create<ExchangeRate>(ExchangeRateKind, newRate('default', 'crashed', 'USD'));
     // Before the killed reconcile: the last good rate 1.00 of 2024-01-01 in status, a refresh due.
-    rate = await kube.replace<ExchangeRate>(ExchangeRateKind, { ...rate, status: { rate: '1.00', base: 'EUR', date: '2024-01-01', currency: 'USD', configMap: 'crashed', nextRefreshAt: '2024-01-01T00:00:00Z', observedGeneration: rate.metadata.generation } }, 'status');
+    rate = await kube.replace<ExchangeRate>(
+      ExchangeRateKind,
+      {
+        ...rate,
+        status: {
+          rate: '1.00',
+          base: 'EUR',
+          date: '2024-01-01',
+          currency: 'USD',
+          configMap: 'crashed',
+          nextRefreshAt: '2024-01-01T00:00:00Z',
+          observedGeneration: rate.metadata.generation,
+        },
+      },
+      'status',
+    );
     // It fetched 2.00 of 2024-01-02 and wrote the ConfigMap as the function does, then was killed before its status write.
     const written = await kube.create<RateConfigMap>(ConfigMap, desiredConfigMap(rate, { rate: '2.00', base: 'EUR', date: '2024-01-02' }));
     assert.equal(written.metadata.annotations?.[CURRENCY_ANNOTATION], 'USD');
@@ -549,7 +694,10 @@ describe('a reconcile killed between its ConfigMap write and its status write', 
     clock += 31_000;
     await touch((await getRate(key))!);
     const recovered = (await getRate(key))!;
-    assert.deepEqual([ready(recovered)?.status, recovered.status?.rate, recovered.status?.date], ['True', String(standIn.rates.USD), standIn.date]);
+    assert.deepEqual(
+      [ready(recovered)?.status, recovered.status?.rate, recovered.status?.date],
+      ['True', String(standIn.rates.USD), standIn.date],
+    );
     assert.deepEqual((await getCm(key))?.data, { rate: String(standIn.rates.USD), base: 'EUR', date: standIn.date });
   });
 });

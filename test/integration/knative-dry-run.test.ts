@@ -57,7 +57,12 @@ async function dryRun(object: KubeObject): Promise<Omit<Result, 'object'>> {
   const path = `${collectionPath(kind, object.metadata.namespace)}?dryRun=All&fieldValidation=Strict`;
   const answer = await cp.request('POST', path, object);
   const undeclared = kind.group.endsWith('knative.dev') ? undeclaredFields(object, crds) : [];
-  return { status: answer.status, message: answer.body?.message, pruned: answer.status === 201 ? pruned(object, answer.body) : [], undeclared };
+  return {
+    status: answer.status,
+    message: answer.body?.message,
+    pruned: answer.status === 201 ? pruned(object, answer.body) : [],
+    undeclared,
+  };
 }
 
 /** Dry-runs every object (creating the namespace for real first: a dry run cannot create into a namespace that does not exist). */
@@ -70,7 +75,14 @@ async function dryRunAll(objects: KubeObject[]): Promise<Result[]> {
     assert.ok(created.status === 201 || created.status === 409, JSON.stringify(created.body));
   }
   for (const object of objects.filter((o) => o.kind !== 'Namespace')) results.push({ object, ...(await dryRun(object)) });
-  console.log(results.map(({ object, status, message, pruned, undeclared }) => `#   ${status} ${object.kind} ${object.metadata.namespace ? `${object.metadata.namespace}/` : ''}${object.metadata.name}${message ? `: ${message}` : ''}${pruned.length ? `  (pruned by the schema: ${pruned.join(', ')})` : ''}${undeclared.length ? `  (not in the schema: ${undeclared.join(', ')})` : ''}`).join('\n'));
+  console.log(
+    results
+      .map(
+        ({ object, status, message, pruned, undeclared }) =>
+          `#   ${status} ${object.kind} ${object.metadata.namespace ? `${object.metadata.namespace}/` : ''}${object.metadata.name}${message ? `: ${message}` : ''}${pruned.length ? `  (pruned by the schema: ${pruned.join(', ')})` : ''}${undeclared.length ? `  (not in the schema: ${undeclared.join(', ')})` : ''}`,
+      )
+      .join('\n'),
+  );
   return results;
 }
 
@@ -87,26 +99,48 @@ function faults(results: Result[]): { refused: string[]; pruned: string[]; undec
 const variants: [string, Parameters<typeof manifestOptions>[0]][] = [
   ['default (cluster scope, namespace operator-functions)', { target: 'knative' }],
   ['--namespace team-a --broker-class Kafka', { target: 'knative', namespace: 'team-a', brokerClass: 'Kafka' }],
-  ['--replace (a URL)', { target: 'knative', namespace: 'swap-a', replace: [`${functions[0].name}=http://my-impl.example.svc.cluster.local/`] }],
+  [
+    '--replace (a URL)',
+    { target: 'knative', namespace: 'swap-a', replace: [`${functions[0].name}=http://my-impl.example.svc.cluster.local/`] },
+  ],
   ['--retry-after-max PT5M', { target: 'knative', namespace: 'retry-a', retryAfterMax: 'PT5M' }],
 ];
 
-describe('server-side dry run, strict field validation, against Knative 1.23\'s CRDs', () => {
+describe("server-side dry run, strict field validation, against Knative 1.23's CRDs", () => {
   for (const [what, command] of variants) {
     test(what, async () => {
       const options = manifestOptions(command, functions);
       const objects = generateManifests(functions, options).flatMap((file) => file.objects);
       assert.deepEqual(validateManifests(objects), [], 'the checks the schemas cannot make');
       const results = await dryRunAll(objects);
-      assert.deepEqual(faults(results), { refused: [], pruned: [], undeclared: [] }, 'every object is accepted whole, and names only fields Knative declares');
+      assert.deepEqual(
+        faults(results),
+        { refused: [], pruned: [], undeclared: [] },
+        'every object is accepted whole, and names only fields Knative declares',
+      );
       const kinds = [...new Set(results.map((r) => r.object.kind))].sort();
-      for (const kind of ['ApiServerSource', 'Broker', 'PingSource', 'Service', 'ServiceAccount', 'Trigger']) assert.ok(kinds.includes(kind), `${kind} among ${kinds}`);
+      for (const kind of ['ApiServerSource', 'Broker', 'PingSource', 'Service', 'ServiceAccount', 'Trigger'])
+        assert.ok(kinds.includes(kind), `${kind} among ${kinds}`);
       // The Knative features the generator relies on reached the server as sent (none pruned, asserted above).
-      const triggers = results.filter((r) => r.object.kind === 'Trigger').map((r) => r.object.spec as { filters?: unknown[]; filter?: unknown; delivery: { timeout?: string; retryAfterMax?: string } });
-      assert.ok(triggers.length > 0 && triggers.every((spec) => spec.filters?.length && spec.filter === undefined && spec.delivery.timeout === 'PT300S'), 'Triggers use filters and a per-attempt timeout');
-      assert.ok(triggers.every((spec) => spec.delivery.retryAfterMax === command.retryAfterMax), 'retryAfterMax only when asked for');
-      const sources = results.filter((r) => r.object.kind === 'ApiServerSource').map((r) => (r.object.spec as { namespaceSelector?: unknown }).namespaceSelector);
-      assert.ok(sources.every((selector) => (options.scope === 'cluster' ? JSON.stringify(selector) === '{}' : selector === undefined)), 'namespaceSelector {} in cluster scope, none in a namespace');
+      const triggers = results
+        .filter((r) => r.object.kind === 'Trigger')
+        .map((r) => r.object.spec as { filters?: unknown[]; filter?: unknown; delivery: { timeout?: string; retryAfterMax?: string } });
+      assert.ok(
+        triggers.length > 0 &&
+          triggers.every((spec) => spec.filters?.length && spec.filter === undefined && spec.delivery.timeout === 'PT300S'),
+        'Triggers use filters and a per-attempt timeout',
+      );
+      assert.ok(
+        triggers.every((spec) => spec.delivery.retryAfterMax === command.retryAfterMax),
+        'retryAfterMax only when asked for',
+      );
+      const sources = results
+        .filter((r) => r.object.kind === 'ApiServerSource')
+        .map((r) => (r.object.spec as { namespaceSelector?: unknown }).namespaceSelector);
+      assert.ok(
+        sources.every((selector) => (options.scope === 'cluster' ? JSON.stringify(selector) === '{}' : selector === undefined)),
+        'namespaceSelector {} in cluster scope, none in a namespace',
+      );
     });
   }
 
@@ -114,35 +148,82 @@ describe('server-side dry run, strict field validation, against Knative 1.23\'s 
     const options = manifestOptions({ target: 'knative', namespace: 'policy-a' }, functions);
     const objects = withEventPolicies(generateManifests(functions, options), functions, options).flatMap((file) => file.objects);
     const results = await dryRunAll(objects);
-    assert.deepEqual(faults(results), { refused: [], pruned: [], undeclared: [] }, 'every object is accepted whole, and names only fields Knative declares');
+    assert.deepEqual(
+      faults(results),
+      { refused: [], pruned: [], undeclared: [] },
+      'every object is accepted whole, and names only fields Knative declares',
+    );
     const policies = results.filter((r) => r.object.kind === 'EventPolicy').map((r) => r.object);
-    assert.deepEqual(policies.map((policy) => policy.metadata.name).sort(), functions.filter((f) => !f.crossesNamespaces).map((f) => `${f.name}-senders`).sort());
+    assert.deepEqual(
+      policies.map((policy) => policy.metadata.name).sort(),
+      functions
+        .filter((f) => !f.crossesNamespaces)
+        .map((f) => `${f.name}-senders`)
+        .sort(),
+    );
     for (const policy of policies) {
       const from = (policy.spec as { from: { ref?: { kind: string; name: string } }[] }).from;
-      const senders = objects.filter((o) => ['ApiServerSource', 'PingSource', 'Trigger'].includes(o.kind!) && o.metadata.labels?.['operator-functions.dev/function'] === policy.metadata.labels?.['operator-functions.dev/function']);
-      assert.deepEqual(from.filter((entry) => entry.ref).map((entry) => `${entry.ref!.kind}/${entry.ref!.name}`).sort(), senders.map((o) => `${o.kind}/${o.metadata.name}`).sort(), policy.metadata.name);
+      const senders = objects.filter(
+        (o) =>
+          ['ApiServerSource', 'PingSource', 'Trigger'].includes(o.kind!) &&
+          o.metadata.labels?.['operator-functions.dev/function'] === policy.metadata.labels?.['operator-functions.dev/function'],
+      );
+      assert.deepEqual(
+        from
+          .filter((entry) => entry.ref)
+          .map((entry) => `${entry.ref!.kind}/${entry.ref!.name}`)
+          .sort(),
+        senders.map((o) => `${o.kind}/${o.metadata.name}`).sort(),
+        policy.metadata.name,
+      );
     }
   });
 
   // The objects the composite function makes at run time per CompositeController (functions/composite/event-sources.ts).
   for (const [what, options] of [
     ['composite event sources, cluster scope', { namespace: 'cc-cluster', brokerName: 'operator-functions', scope: 'cluster' }],
-    ['composite event sources, namespace scope, a cluster-scoped parent and a Secret child', { namespace: 'cc-ns', brokerName: 'b', scope: 'namespace' }],
+    [
+      'composite event sources, namespace scope, a cluster-scoped parent and a Secret child',
+      { namespace: 'cc-ns', brokerName: 'b', scope: 'namespace' },
+    ],
   ] as [string, EventingOptions][]) {
     test(what, async () => {
-      const controller = { metadata: { name: 'a.very-long.compositecontroller.name'.repeat(5), uid: '1b7c2a3e-0000-4000-8000-000000000001' } };
-      const parent: ResourceKind = options.scope === 'cluster' ? { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true } : { group: '', version: 'v1', kind: 'Namespace', plural: 'namespaces', namespaced: false };
+      const controller = {
+        metadata: { name: 'a.very-long.compositecontroller.name'.repeat(5), uid: '1b7c2a3e-0000-4000-8000-000000000001' },
+      };
+      const parent: ResourceKind =
+        options.scope === 'cluster'
+          ? {
+              group: 'immortalcontainers.flugel.it',
+              version: 'v1alpha1',
+              kind: 'ImmortalContainer',
+              plural: 'immortalcontainers',
+              namespaced: true,
+            }
+          : { group: '', version: 'v1', kind: 'Namespace', plural: 'namespaces', namespaced: false };
       const children: ResourceKind[] = options.scope === 'cluster' ? [Pod] : [Pod, Secret];
       const objects = eventingObjectsFor(controller, { parent, children }, options);
       const results = await dryRunAll(objects);
-      assert.deepEqual(faults(results), { refused: [], pruned: [], undeclared: [] }, 'every object is accepted whole, and names only fields Knative declares');
-      assert.deepEqual(results.map((r) => r.object.kind), options.scope === 'cluster'
-        ? ['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'ApiServerSource', 'ApiServerSource']
-        : ['ServiceAccount', 'Role', 'RoleBinding', 'ClusterRole', 'ClusterRoleBinding', 'ApiServerSource', 'ApiServerSource']);
+      assert.deepEqual(
+        faults(results),
+        { refused: [], pruned: [], undeclared: [] },
+        'every object is accepted whole, and names only fields Knative declares',
+      );
+      assert.deepEqual(
+        results.map((r) => r.object.kind),
+        options.scope === 'cluster'
+          ? ['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'ApiServerSource', 'ApiServerSource']
+          : ['ServiceAccount', 'Role', 'RoleBinding', 'ClusterRole', 'ClusterRoleBinding', 'ApiServerSource', 'ApiServerSource'],
+      );
     });
   }
 
-  const generated = (kind: string) => structuredClone(generateManifests(functions).flatMap((file) => file.objects).find((o) => o.kind === kind && o.metadata.name?.startsWith(functions[0].name))!);
+  const generated = (kind: string) =>
+    structuredClone(
+      generateManifests(functions)
+        .flatMap((file) => file.objects)
+        .find((o) => o.kind === kind && o.metadata.name?.startsWith(functions[0].name))!,
+    );
 
   test('the dry run is a real check: a wrongly typed field is refused with its name', async () => {
     const broken = generated('Service');
@@ -173,10 +254,20 @@ describe('server-side dry run, strict field validation, against Knative 1.23\'s 
   });
 });
 
-test('kubectl kustomize deploy/ yields the generated objects', { skip: spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' }).status === 0 ? false : 'kubectl is not installed' }, () => {
-  const built = spawnSync('kubectl', ['kustomize', join(ROOT, 'deploy')], { encoding: 'utf8' });
-  assert.equal(built.status, 0, built.stderr);
-  const objects = parseAllDocuments(built.stdout).map((d) => d.toJS() as KubeObject);
-  const id = (o: KubeObject) => `${o.kind} ${o.metadata.namespace ?? ''}/${o.metadata.name}`;
-  assert.deepEqual(objects.map(id).sort(), generateManifests(functions).flatMap((file) => file.objects).map(id).sort());
-});
+test(
+  'kubectl kustomize deploy/ yields the generated objects',
+  { skip: spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' }).status === 0 ? false : 'kubectl is not installed' },
+  () => {
+    const built = spawnSync('kubectl', ['kustomize', join(ROOT, 'deploy')], { encoding: 'utf8' });
+    assert.equal(built.status, 0, built.stderr);
+    const objects = parseAllDocuments(built.stdout).map((d) => d.toJS() as KubeObject);
+    const id = (o: KubeObject) => `${o.kind} ${o.metadata.namespace ?? ''}/${o.metadata.name}`;
+    assert.deepEqual(
+      objects.map(id).sort(),
+      generateManifests(functions)
+        .flatMap((file) => file.objects)
+        .map(id)
+        .sort(),
+    );
+  },
+);

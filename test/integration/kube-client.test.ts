@@ -60,7 +60,11 @@ test('a paged list goes on past a continue token that etcd compacted meanwhile',
   await compactEtcd();
 
   for await (const page of pages) seen.push(...page.items.map((item) => item.metadata.name!));
-  assert.deepEqual(answers, [200, 410, 200, 200], 'the first page, the compacted token refused (410 Gone), then the remainder in two pages');
+  assert.deepEqual(
+    answers,
+    [200, 410, 200, 200],
+    'the first page, the compacted token refused (410 Gone), then the remainder in two pages',
+  );
   // The remainder resumes right after the last name of the page before: nothing is seen twice,
   // and every object that existed throughout is seen (one created or deleted meanwhile could be
   // seen or not, depending on where its name sorts; none is here).
@@ -75,10 +79,13 @@ test('a burst of requests refused with the same stale credential prepares authen
   // since it was issued) and which issues a valid one on every later run. Its credential expires at once, so
   // client-node runs it on every preparation of authentication.
   const plugin = join(dir, 'credential.sh');
-  writeFileSync(plugin, `#!/bin/sh
+  writeFileSync(
+    plugin,
+    `#!/bin/sh
 if [ -e "${dir}/issued" ]; then token='${admin.getCurrentUser()!.token}'; else touch "${dir}/issued"; token=revoked; fi
 printf '{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"%s","expirationTimestamp":"1970-01-01T00:00:00Z"}}' "$token"
-`);
+`,
+  );
   chmodSync(plugin, 0o755);
   const config = new ConnectionReusingKubeConfig();
   config.loadFromOptions({
@@ -97,7 +104,11 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredent
   let refused = 0;
   const client = new KubeClient(config, (_verb, _resource, code) => code === 401 && refused++);
   const namespaces = await Promise.all(Array.from({ length: 20 }, () => client.get(Namespace, { namespace: '', name: 'default' })));
-  assert.equal(namespaces.filter((namespace) => namespace?.metadata.name === 'default').length, 20, 'every request succeeds once authentication is prepared again');
+  assert.equal(
+    namespaces.filter((namespace) => namespace?.metadata.name === 'default').length,
+    20,
+    'every request succeeds once authentication is prepared again',
+  );
   assert.equal(refused, 20, 'the API server refused each request once, with the revoked credential');
   // The first preparation, then one for the whole burst (before: one per refused request, 21).
   assert.equal(preparations, 2);

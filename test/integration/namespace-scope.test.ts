@@ -16,7 +16,17 @@ import { EVENT_SOURCES_CONFIG } from '../../functions/composite/event-sources.ts
 import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
-import { defineFunction, type FunctionDeclaration, installNamespaceFrom, kindKeyString, Namespace, Pod, type KubeObject, type ResourceKind, allOf } from '../../functions/runtime/index.ts';
+import {
+  defineFunction,
+  type FunctionDeclaration,
+  installNamespaceFrom,
+  kindKeyString,
+  Namespace,
+  Pod,
+  type KubeObject,
+  type ResourceKind,
+  allOf,
+} from '../../functions/runtime/index.ts';
 import { reconcileReply } from '../../functions/runtime/host/index.ts';
 import { deliver, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
 import { crdFor, exampleImmortalContainer } from '../support/examples.ts';
@@ -61,17 +71,30 @@ describe('an install limited to one namespace', () => {
       const resync = await deliver(fn.url, resyncEvent(immortalContainer));
       assert.equal(resync.status, 200, JSON.stringify(resync.body));
       assert.equal(resync.body.reconciled, 1);
-      assert.ok(await cluster.kube.get(Pod, { namespace: INSTALL, name: 'web-immortalpod' }), 'the install namespace\'s object got its pod');
+      assert.ok(await cluster.kube.get(Pod, { namespace: INSTALL, name: 'web-immortalpod' }), "the install namespace's object got its pod");
 
-      const forged = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: theirs, action: 'add', mode: 'Resource' }));
+      const forged = await deliver(
+        fn.url,
+        apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: theirs, action: 'add', mode: 'Resource' }),
+      );
       assert.equal(forged.status, 200);
       assert.match(forged.body.ignored, /outside the install's namespace team-a/);
-      const keyed = await post(fn.url, reconcileReply(immortalContainer.name, [{ key: kindKeyString({ kind: ImmortalContainerKind, namespace: OTHER, name: 'web' }) }]));
+      const keyed = await post(
+        fn.url,
+        reconcileReply(immortalContainer.name, [{ key: kindKeyString({ kind: ImmortalContainerKind, namespace: OTHER, name: 'web' }) }]),
+      );
       assert.equal(keyed.status, 200);
       assert.match(keyed.outcome.ignored, /every key is outside the install's namespace team-a/);
-      assert.equal(await cluster.kube.get(Pod, { namespace: OTHER, name: 'web-immortalpod' }), undefined, 'nothing was made in the other namespace');
+      assert.equal(
+        await cluster.kube.get(Pod, { namespace: OTHER, name: 'web-immortalpod' }),
+        undefined,
+        'nothing was made in the other namespace',
+      );
 
-      const update = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: mine, action: 'update', mode: 'Reference' }));
+      const update = await deliver(
+        fn.url,
+        apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: mine, action: 'update', mode: 'Reference' }),
+      );
       assert.equal(update.status, 200, JSON.stringify(update.body));
     } finally {
       await fn.close();
@@ -91,7 +114,10 @@ describe('an install limited to one namespace', () => {
     const fn = await serveInstalled(watcher);
     try {
       const namespace = await cluster.kube.get<KubeObject>(Namespace, { namespace: '', name: OTHER });
-      const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: Namespace, object: namespace!, action: 'update', mode: 'Reference' }));
+      const answer = await deliver(
+        fn.url,
+        apiServerSourceEvent({ server: cluster.cp.server, kind: Namespace, object: namespace!, action: 'update', mode: 'Reference' }),
+      );
       assert.equal(answer.status, 200, JSON.stringify(answer.body));
       assert.deepEqual(reconciled, [`${INSTALL}/web`]);
     } finally {
@@ -99,7 +125,7 @@ describe('an install limited to one namespace', () => {
     }
   });
 
-  test('the composite function sweeps a CompositeController\'s parents in the install namespace only', async () => {
+  test("the composite function sweeps a CompositeController's parents in the install namespace only", async () => {
     const Flock: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Flock', plural: 'flocks', namespaced: true };
     await applyCrds(cluster.kube, [crdFor(Flock)]);
     const synced: string[] = [];
@@ -116,17 +142,34 @@ describe('an install limited to one namespace', () => {
     // Admin credentials, so that a sweep across the cluster would succeed and show in the hook's calls.
     const fn = await serveFunction(composite, cluster.cp.kubeconfigPath, {
       installNamespace: INSTALL,
-      config: { [EVENT_SOURCES_CONFIG]: 'plane', COMPOSITE_HOOK_URLS: `http://flock.hooks.test/=http://127.0.0.1:${(hook.address() as AddressInfo).port}/` },
+      config: {
+        [EVENT_SOURCES_CONFIG]: 'plane',
+        COMPOSITE_HOOK_URLS: `http://flock.hooks.test/=http://127.0.0.1:${(hook.address() as AddressInfo).port}/`,
+      },
     });
     try {
-      for (const namespace of [INSTALL, OTHER]) await cluster.kube.create(Flock, { apiVersion: 'example.com/v1', kind: 'Flock', metadata: { name: 'wool', namespace } });
+      for (const namespace of [INSTALL, OTHER])
+        await cluster.kube.create(Flock, { apiVersion: 'example.com/v1', kind: 'Flock', metadata: { name: 'wool', namespace } });
       const controller = await cluster.kube.create<KubeObject>(CompositeControllerKind, {
         apiVersion: 'metacontroller.k8s.io/v1alpha1',
         kind: 'CompositeController',
         metadata: { name: 'flock-controller' },
-        spec: { parentResource: { apiVersion: 'example.com/v1', resource: 'flocks' }, childResources: [], hooks: { sync: { webhook: { url: 'http://flock.hooks.test/sync' } } } },
+        spec: {
+          parentResource: { apiVersion: 'example.com/v1', resource: 'flocks' },
+          childResources: [],
+          hooks: { sync: { webhook: { url: 'http://flock.hooks.test/sync' } } },
+        },
       });
-      const answer = await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: CompositeControllerKind, object: controller, action: 'add', mode: 'Reference' }));
+      const answer = await deliver(
+        fn.url,
+        apiServerSourceEvent({
+          server: cluster.cp.server,
+          kind: CompositeControllerKind,
+          object: controller,
+          action: 'add',
+          mode: 'Reference',
+        }),
+      );
       assert.equal(answer.status, 200, JSON.stringify(answer.body));
       assert.deepEqual(synced, [`${INSTALL}/wool`]);
     } finally {

@@ -19,7 +19,12 @@ let kube: KubeClient;
 let fn: RunningFunction;
 
 const key = { namespace: 'default', name: 'early' };
-const ic: ImmortalContainer = { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { ...key }, spec: { image: 'nginx:latest' } };
+const ic: ImmortalContainer = {
+  apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+  kind: 'ImmortalContainer',
+  metadata: { ...key },
+  spec: { image: 'nginx:latest' },
+};
 
 before(async () => {
   cp = await startControlPlane();
@@ -34,7 +39,10 @@ after(async () => {
 
 /** The error `promise` rejects with, which must be an ApiError. */
 async function apiErrorOf(promise: Promise<unknown>): Promise<ApiError> {
-  const error = await promise.then(() => undefined, (reason: unknown) => reason);
+  const error = await promise.then(
+    () => undefined,
+    (reason: unknown) => reason,
+  );
   assert.ok(error instanceof ApiError, `expected an ApiError, got ${String(error)}`);
   return error;
 }
@@ -79,7 +87,18 @@ test('discovery remembers a bounded number of group-versions, forgetting the lea
   const served = ['apps/v1', 'batch/v1', 'rbac.authorization.k8s.io/v1', 'policy/v1', 'coordination.k8s.io/v1'];
   assert.equal((await discovery.resolve('v1', 'pods')).kind, 'Pod');
   for (const apiVersion of served) {
-    await discovery.resolve(apiVersion, apiVersion === 'apps/v1' ? 'deployments' : apiVersion === 'batch/v1' ? 'jobs' : apiVersion.startsWith('rbac') ? 'roles' : apiVersion.startsWith('policy') ? 'poddisruptionbudgets' : 'leases');
+    await discovery.resolve(
+      apiVersion,
+      apiVersion === 'apps/v1'
+        ? 'deployments'
+        : apiVersion === 'batch/v1'
+          ? 'jobs'
+          : apiVersion.startsWith('rbac')
+            ? 'roles'
+            : apiVersion.startsWith('policy')
+              ? 'poddisruptionbudgets'
+              : 'leases',
+    );
     await discovery.resolve('v1', 'pods'); // used all along: the most recent, never forgotten
     assert.ok(discovery.size <= 3, `${discovery.size} group-versions remembered`);
   }

@@ -6,8 +6,23 @@ import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
 import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../../functions/immortal-container/desired.ts';
-import { Pod, type KubeObject, type ObjectKey, type ResourceKind, ConnectionReusingKubeConfig, KubeClient, getNoOlderThan } from '../../functions/runtime/index.ts';
-import { deliver, serveFunction, startTestCluster, untilWatchCacheHolds, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import {
+  Pod,
+  type KubeObject,
+  type ObjectKey,
+  type ResourceKind,
+  ConnectionReusingKubeConfig,
+  KubeClient,
+  getNoOlderThan,
+} from '../../functions/runtime/index.ts';
+import {
+  deliver,
+  serveFunction,
+  startTestCluster,
+  untilWatchCacheHolds,
+  type RunningFunction,
+  type TestCluster,
+} from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 /** A real client that also notes each object read and where it went (watch cache or etcd). */
@@ -18,7 +33,11 @@ class ReadRecordingKube extends KubeClient {
     config.loadFromFile(kubeconfigPath);
     return new ReadRecordingKube(config);
   }
-  override get<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, options: { cached?: boolean } = {}): Promise<T | undefined> {
+  override get<T extends KubeObject = KubeObject>(
+    kind: ResourceKind,
+    key: ObjectKey,
+    options: { cached?: boolean } = {},
+  ): Promise<T | undefined> {
     this.reads.push(`${kind.kind} ${options.cached ? 'cache' : 'etcd'}`);
     return super.get<T>(kind, key, options);
   }
@@ -41,9 +60,13 @@ after(async () => {
   await cluster?.stop();
 });
 
-const create = (name: string, image = 'nginx:1.27') => cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
-  apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image },
-});
+const create = (name: string, image = 'nginx:1.27') =>
+  cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
+    apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+    kind: 'ImmortalContainer',
+    metadata: { name, namespace: 'default' },
+    spec: { image },
+  });
 const keyOf = (ic: ImmortalContainer) => ({ namespace: 'default', name: ic.metadata.name! });
 const cached = (ic: ImmortalContainer) => untilWatchCacheHolds(cluster.kube, ImmortalContainerKind, ic);
 
@@ -78,7 +101,10 @@ describe('getNoOlderThan', () => {
       assert.equal(read?.metadata.resourceVersion, ic.metadata.resourceVersion);
     }
     kube.reads.length = 0;
-    assert.equal((await getNoOlderThan<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), undefined))?.metadata.uid, ic.metadata.uid);
+    assert.equal(
+      (await getNoOlderThan<ImmortalContainer>(kube, ImmortalContainerKind, keyOf(ic), undefined))?.metadata.uid,
+      ic.metadata.uid,
+    );
     assert.deepEqual(kube.reads, ['ImmortalContainer etcd']);
   });
 
@@ -90,12 +116,16 @@ describe('getNoOlderThan', () => {
 });
 
 describe('the ImmortalContainer function reads at the announced version', () => {
-  const resourceEvent = (object: KubeObject) => apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object, action: 'add', mode: 'Resource' });
+  const resourceEvent = (object: KubeObject) =>
+    apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object, action: 'add', mode: 'Resource' });
   /** Delivers a Resource-mode add carrying `body`; asserts the function read the object once, from the cache; gives the image of the pod it made. */
   async function podImageAfterOneCachedRead(body: KubeObject): Promise<string | undefined> {
     functionKube.reads.length = 0;
     assert.equal((await deliver(fn.url, resourceEvent(body))).status, 200);
-    assert.deepEqual(functionKube.reads.filter((read) => read.startsWith('ImmortalContainer')), ['ImmortalContainer cache']);
+    assert.deepEqual(
+      functionKube.reads.filter((read) => read.startsWith('ImmortalContainer')),
+      ['ImmortalContainer cache'],
+    );
     const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: `${body.metadata.name}-immortalpod` });
     return pod?.spec?.containers?.[0].image;
   }

@@ -22,29 +22,65 @@ after(async () => {
   await cluster?.stop();
 });
 
-const create = (name: string) => cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'default' }, spec: { image: 'nginx' } });
-const requests = async () => Object.fromEntries((await fn.metrics.apiRequests.get()).values.filter((v) => v.value > 0).map((v) => [`${v.labels.verb} ${v.labels.resource}`, v.value]));
+const create = (name: string) =>
+  cluster.kube.create<ImmortalContainer>(ImmortalContainerKind, {
+    apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+    kind: 'ImmortalContainer',
+    metadata: { name, namespace: 'default' },
+    spec: { image: 'nginx' },
+  });
+const requests = async () =>
+  Object.fromEntries(
+    (await fn.metrics.apiRequests.get()).values.filter((v) => v.value > 0).map((v) => [`${v.labels.verb} ${v.labels.resource}`, v.value]),
+  );
 const difference = (before: Record<string, number>, after: Record<string, number>) =>
-  Object.fromEntries(Object.entries(after).map(([key, value]) => [key, value - (before[key] ?? 0)]).filter(([, value]) => value !== 0));
-const reference = (ic: ImmortalContainer, action: 'add' | 'update'): FunctionEvent =>
-  ({ type: 'change', action, mode: 'ref', ref: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', namespace: 'default', name: ic.metadata.name! }, id: `${ic.metadata.name}-${action}` });
+  Object.fromEntries(
+    Object.entries(after)
+      .map(([key, value]) => [key, value - (before[key] ?? 0)])
+      .filter(([, value]) => value !== 0),
+  );
+const reference = (ic: ImmortalContainer, action: 'add' | 'update'): FunctionEvent => ({
+  type: 'change',
+  action,
+  mode: 'ref',
+  ref: { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', namespace: 'default', name: ic.metadata.name! },
+  id: `${ic.metadata.name}-${action}`,
+});
 
 describe('Reference-mode events of the reconciled kind', () => {
   test('the first is reconciled with one read of the object; a repeated one costs that read and nothing else', async () => {
     const ic = await create('ref-repeat');
-    const added = apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: ic, action: 'add', mode: 'Reference' });
+    const added = apiServerSourceEvent({
+      server: cluster.cp.server,
+      kind: ImmortalContainerKind,
+      object: ic,
+      action: 'add',
+      mode: 'Reference',
+    });
     let before = await requests();
     assert.equal((await deliver(fn.url, added)).status, 200);
     await fn.host.flushEvents();
-    assert.deepEqual(difference(before, await requests()), { 'get immortalcontainers': 1, 'post pods': 1, 'post events': 1, 'put immortalcontainers/status': 1 },
-      'the object is read once: the reconcile\'s own read is its eventObject');
+    assert.deepEqual(
+      difference(before, await requests()),
+      { 'get immortalcontainers': 1, 'post pods': 1, 'post events': 1, 'put immortalcontainers/status': 1 },
+      "the object is read once: the reconcile's own read is its eventObject",
+    );
     for (const action of ['add', 'update'] as const) {
       before = await requests();
-      assert.equal((await deliver(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: ic, action, mode: 'Reference' }))).status, 200);
+      assert.equal(
+        (
+          await deliver(
+            fn.url,
+            apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object: ic, action, mode: 'Reference' }),
+          )
+        ).status,
+        200,
+      );
       await fn.host.flushEvents();
       assert.deepEqual(difference(before, await requests()), { 'get immortalcontainers': 1 }, `a repeated ${action}: one read, no write`);
     }
-    const status = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'ref-repeat' }))!.status!;
+    const status = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'ref-repeat' }))!
+      .status!;
     assert.equal(status.startTimes, 1);
   });
 
@@ -58,9 +94,19 @@ describe('Reference-mode events of the reconciled kind', () => {
     // The pod's delete arrives first and the ImmortalContainer's Reference-mode update right
     // after, in the same tick: the delete's reconcile (no body to learn from) takes the
     // announcement and sees a settled object; the update's own reconcile finds none and runs in full.
-    const deleted: FunctionEvent = { type: 'change', action: 'delete', mode: 'resource', ref: { apiVersion: 'v1', kind: 'Pod', namespace: 'default', name: podKey.name }, object: pod, id: 'pod-delete' };
+    const deleted: FunctionEvent = {
+      type: 'change',
+      action: 'delete',
+      mode: 'resource',
+      ref: { apiVersion: 'v1', kind: 'Pod', namespace: 'default', name: podKey.name },
+      object: pod,
+      id: 'pod-delete',
+    };
     const answers = await Promise.all([fn.host.handle(deleted), fn.host.handle(reference(ic, 'update'))]);
-    assert.deepEqual(answers.map((answer) => answer.status), [200, 200]);
+    assert.deepEqual(
+      answers.map((answer) => answer.status),
+      [200, 200],
+    );
     assert.ok(await cluster.kube.get(Pod, podKey), 'the pod was recreated');
     const status = (await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'ref-race' }))!.status!;
     assert.equal(status.startTimes, 2, 'counted once more');

@@ -13,7 +13,24 @@ import immortalContainer from '../../functions/immortal-container/index.ts';
 import { ImmortalContainerKind, type ImmortalContainer } from '../../functions/immortal-container/desired.ts';
 import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
 import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
-import { defineFunction, type FunctionDeclaration, type ReconcileContext, TransientError, POLL_DATA, ConfigMap, CoreEvent, Namespace, Pod, type KubeObject, type ObjectKey, KubeClient, matching, ownerLabelValue, applyChild, EventSink } from '../../functions/runtime/index.ts';
+import {
+  defineFunction,
+  type FunctionDeclaration,
+  type ReconcileContext,
+  TransientError,
+  POLL_DATA,
+  ConfigMap,
+  CoreEvent,
+  Namespace,
+  Pod,
+  type KubeObject,
+  type ObjectKey,
+  KubeClient,
+  matching,
+  ownerLabelValue,
+  applyChild,
+  EventSink,
+} from '../../functions/runtime/index.ts';
 import { type FunctionMetrics, OUTCOME_HEADER } from '../../functions/runtime/host/index.ts';
 import { eventually, quietLog, serveFunction, startTestCluster, untilWatchCacheHolds, type TestCluster } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
@@ -42,17 +59,29 @@ async function serve(declaration: FunctionDeclaration, kubeconfigPath = cluster.
 }
 
 async function post(url: string, message: CloudEvent<unknown> | { headers: Record<string, string>; body: string }) {
-  const { headers, body } = message instanceof CloudEvent ? (HTTP.binary(message) as { headers: Record<string, string>; body: string }) : message;
+  const { headers, body } =
+    message instanceof CloudEvent ? (HTTP.binary(message) as { headers: Record<string, string>; body: string }) : message;
   const response = await fetch(url, { method: 'POST', headers, body });
   const text = await response.text();
   const outcome = response.headers.get(OUTCOME_HEADER);
   return { status: response.status, headers: response.headers, text, outcome: outcome ? JSON.parse(outcome) : undefined };
 }
 
-const ping = (data: object = {}) => new CloudEvent<unknown>({ type: 'dev.knative.sources.ping', source: '/apis/v1/namespaces/default/pingsources/x', datacontenttype: 'application/json', data });
-const replyOf = (answer: Awaited<ReturnType<typeof post>>) => ({ headers: Object.fromEntries([...answer.headers].filter(([name]) => name.startsWith('ce-') || name === 'content-type')), body: answer.text });
+const ping = (data: object = {}) =>
+  new CloudEvent<unknown>({
+    type: 'dev.knative.sources.ping',
+    source: '/apis/v1/namespaces/default/pingsources/x',
+    datacontenttype: 'application/json',
+    data,
+  });
+const replyOf = (answer: Awaited<ReturnType<typeof post>>) => ({
+  headers: Object.fromEntries([...answer.headers].filter(([name]) => name.startsWith('ce-') || name === 'content-type')),
+  body: answer.text,
+});
 const metricValue = async (metrics: FunctionMetrics, verb: string, resource: string) =>
-  (await metrics.apiRequests.get()).values.filter((v) => v.labels.verb === verb && v.labels.resource === resource).reduce((sum, v) => sum + v.value, 0);
+  (await metrics.apiRequests.get()).values
+    .filter((v) => v.labels.verb === verb && v.labels.resource === resource)
+    .reduce((sum, v) => sum + v.value, 0);
 
 describe('fan-out at scale', () => {
   const namespace = 'fanout';
@@ -75,9 +104,11 @@ describe('fan-out at scale', () => {
   before(async () => {
     await createNamespace(namespace);
     let next = 0;
-    await Promise.all(Array.from({ length: 32 }, async () => {
-      for (let i = next++; i < count; i = next++) await kube.create(ConfigMap, { metadata: { name: name(i), namespace } });
-    }));
+    await Promise.all(
+      Array.from({ length: 32 }, async () => {
+        for (let i = next++; i < count; i = next++) await kube.create(ConfigMap, { metadata: { name: name(i), namespace } });
+      }),
+    );
   });
 
   test(`a resync of ${count} objects with 40-character names: 200, a small answer, paginated lists`, async () => {
@@ -88,7 +119,7 @@ describe('fan-out at scale', () => {
       assert.ok(answer.outcome.reconciled >= count, JSON.stringify(answer.outcome));
       assert.equal(answer.outcome.failed, 0);
       assert.ok(JSON.stringify(answer.outcome).length < 200, 'counts, not keys');
-      assert.ok(await metricValue(fn.metrics, 'get', 'configmaps') >= Math.ceil(count / 500), 'the list was read page by page');
+      assert.ok((await metricValue(fn.metrics, 'get', 'configmaps')) >= Math.ceil(count / 500), 'the list was read page by page');
       assert.equal(calls.size, count);
     } finally {
       await fn.close();
@@ -134,7 +165,11 @@ describe('requeues of a fan-out, through the local broker', () => {
     const count = 60;
     const stepMs = 50;
     await createNamespace(namespace);
-    for (let i = 0; i < count; i++) assert.equal((await cluster.cp.request('POST', `/api/v1/namespaces/${namespace}/configmaps`, { metadata: { name: `cm-${i}` } })).status, 201);
+    for (let i = 0; i < count; i++)
+      assert.equal(
+        (await cluster.cp.request('POST', `/api/v1/namespaces/${namespace}/configmaps`, { metadata: { name: `cm-${i}` } })).status,
+        201,
+      );
     let start = 0;
     const calls = new Map<string, number>();
     const early = new Set<string>();
@@ -156,11 +191,20 @@ describe('requeues of a fan-out, through the local broker', () => {
       },
     });
     const fn = await serve(declaration);
-    const broker = new Broker({ deadLetterFile: join(tempDir('requeue-fanout-'), 'dead-letters.jsonl'), log: quietLog, triggers: [{ name: declaration.name, subscriber: fn.url, filter: { attributes: { opfnfunction: declaration.name } } }] });
+    const broker = new Broker({
+      deadLetterFile: join(tempDir('requeue-fanout-'), 'dead-letters.jsonl'),
+      log: quietLog,
+      triggers: [{ name: declaration.name, subscriber: fn.url, filter: { attributes: { opfnfunction: declaration.name } } }],
+    });
     try {
       start = Date.now();
       await broker.publish(resyncEvent(declaration) as CloudEventV1<unknown>);
-      await eventually(async () => done.size === count, 30_000, 'every key reconciled at its time', async () => `${done.size} of ${count}`);
+      await eventually(
+        async () => done.size === count,
+        30_000,
+        'every key reconciled at its time',
+        async () => `${done.size} of ${count}`,
+      );
       await broker.idle();
       assert.deepEqual([...early], [], 'no key delivered before its time');
       const reconciles = [...calls.values()].reduce((sum, n) => sum + n, 0);
@@ -207,7 +251,13 @@ describe('declared finalizer', () => {
 
       await kube.delete(ConfigMap, { namespace, name: 'guarded' });
       const deleting = (await kube.get(ConfigMap, { namespace, name: 'guarded' }))!;
-      const update = apiServerSourceEvent({ server: cluster.cp.server, kind: ConfigMap, object: deleting, action: 'update', mode: 'Reference' });
+      const update = apiServerSourceEvent({
+        server: cluster.cp.server,
+        kind: ConfigMap,
+        object: deleting,
+        action: 'update',
+        mode: 'Reference',
+      });
       const notYet = await post(fn.url, update);
       assert.equal(notYet.status, 200);
       assert.ok(notYet.headers.get('ce-opfnnotbefore'), 'finalize said "not yet": asked again later');
@@ -225,17 +275,29 @@ describe('declared finalizer', () => {
 
 describe('helpers', () => {
   test('applyChild: created, unchanged, updated, conflict with a foreign object (left alone)', async () => {
-    const desired = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'child', namespace: 'default', labels: { 'example.com/managed': 'yes' } }, data: { a: '1' } };
+    const desired = {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'child', namespace: 'default', labels: { 'example.com/managed': 'yes' } },
+      data: { a: '1' },
+    };
     const isManaged = (existing: KubeObject) => existing.metadata.labels?.['example.com/managed'] === 'yes';
     assert.equal((await applyChild(kube, ConfigMap, desired, { isManaged })).result, 'created');
     assert.equal((await applyChild(kube, ConfigMap, desired, { isManaged })).result, 'unchanged');
-    await kube.mergePatch(ConfigMap, { namespace: 'default', name: 'child' }, { data: { a: 'edited by hand' }, metadata: { labels: { other: 'kept' } } });
+    await kube.mergePatch(
+      ConfigMap,
+      { namespace: 'default', name: 'child' },
+      { data: { a: 'edited by hand' }, metadata: { labels: { other: 'kept' } } },
+    );
     assert.equal((await applyChild(kube, ConfigMap, desired, { isManaged })).result, 'updated');
     const child = (await kube.get(ConfigMap, { namespace: 'default', name: 'child' }))!;
     assert.deepEqual(child.data, { a: '1' });
     assert.equal(child.metadata.labels?.other, 'kept', 'labels others added survive');
     await kube.create(ConfigMap, { metadata: { name: 'foreign', namespace: 'default' }, data: { mine: 'yes' } });
-    assert.equal((await applyChild(kube, ConfigMap, { ...desired, metadata: { ...desired.metadata, name: 'foreign' } }, { isManaged })).result, 'conflict');
+    assert.equal(
+      (await applyChild(kube, ConfigMap, { ...desired, metadata: { ...desired.metadata, name: 'foreign' } }, { isManaged })).result,
+      'conflict',
+    );
     assert.deepEqual((await kube.get(ConfigMap, { namespace: 'default', name: 'foreign' }))!.data, { mine: 'yes' });
   });
 
@@ -307,22 +369,60 @@ describe('routing', () => {
       rbac: [{ apiGroups: [''], resources: ['namespaces'], verbs: ['get'] }],
       reconcile: async (key) => void reconciled.push(`${key.namespace}/${key.name}`),
     });
-    for (const [name, image] of [[longName, 'wanted'], ['short', 'other']]) {
-      await kube.create(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name, namespace: 'owners' }, spec: { image } });
+    for (const [name, image] of [
+      [longName, 'wanted'],
+      ['short', 'other'],
+    ]) {
+      await kube.create(ImmortalContainerKind, {
+        apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+        kind: 'ImmortalContainer',
+        metadata: { name, namespace: 'owners' },
+        spec: { image },
+      });
     }
     const fn = await serve(declaration, await kubeconfigWithDeclaredRbac(cluster.cp, declaration));
     try {
-      const copy = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'copy', namespace: 'copies', labels: { 'example.com/owner-namespace': 'owners', 'example.com/owner': ownerLabelValue(longName) } } };
-      assert.equal((await post(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ConfigMap, object: copy, action: 'delete', mode: 'Resource' }))).status, 200);
+      const copy = {
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: {
+          name: 'copy',
+          namespace: 'copies',
+          labels: { 'example.com/owner-namespace': 'owners', 'example.com/owner': ownerLabelValue(longName) },
+        },
+      };
+      assert.equal(
+        (
+          await post(
+            fn.url,
+            apiServerSourceEvent({ server: cluster.cp.server, kind: ConfigMap, object: copy, action: 'delete', mode: 'Resource' }),
+          )
+        ).status,
+        200,
+      );
       assert.deepEqual(reconciled, [`owners/${longName}`]);
       // A forged label value that is not the hash form of any name costs no list of the owners.
       const requests = async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0);
       const before = await requests();
       const forged = { ...copy, metadata: { ...copy.metadata, labels: { ...copy.metadata.labels, 'example.com/owner': 'forged_value' } } };
-      assert.equal((await post(fn.url, apiServerSourceEvent({ server: cluster.cp.server, kind: ConfigMap, object: forged, action: 'delete', mode: 'Resource' }))).status, 200);
+      assert.equal(
+        (
+          await post(
+            fn.url,
+            apiServerSourceEvent({ server: cluster.cp.server, kind: ConfigMap, object: forged, action: 'delete', mode: 'Resource' }),
+          )
+        ).status,
+        200,
+      );
       assert.deepEqual([reconciled.length, await requests()], [1, before]);
       // A mapper result is validated like everything else; `matching` lists (paginated) and filters.
-      const namespaceAdded = apiServerSourceEvent({ server: cluster.cp.server, kind: Namespace, object: { metadata: { name: 'copies' } }, action: 'add', mode: 'Resource' });
+      const namespaceAdded = apiServerSourceEvent({
+        server: cluster.cp.server,
+        kind: Namespace,
+        object: { metadata: { name: 'copies' } },
+        action: 'add',
+        mode: 'Resource',
+      });
       assert.equal((await post(fn.url, namespaceAdded)).status, 200);
       assert.deepEqual(reconciled, [`owners/${longName}`, `owners/${longName}`]);
     } finally {
@@ -347,9 +447,15 @@ describe('poll (a kind no ApiServerSource can watch)', () => {
       finalizer: { name: finalizer, finalize: async (object: KubeObject) => (seen.push(`finalize ${object.metadata.name}`), true) },
       reconcile: async (key: ObjectKey) => void seen.push(`reconcile ${key.name}`),
     });
-    const observe = async (object: KubeObject) => kube.replace(ExchangeRateKind, { ...object, status: { observedGeneration: object.metadata.generation } }, 'status');
+    const observe = async (object: KubeObject) =>
+      kube.replace(ExchangeRateKind, { ...object, status: { observedGeneration: object.metadata.generation } }, 'status');
     const make = async (name: string, options: { observed?: boolean; finalizers?: string[] }) => {
-      const created = await kube.create<KubeObject>(ExchangeRateKind, { apiVersion: 'operators.brennerm.github.io/v1', kind: 'ExchangeRate', metadata: { name, namespace, finalizers: options.finalizers }, spec: { currency: 'USD' } });
+      const created = await kube.create<KubeObject>(ExchangeRateKind, {
+        apiVersion: 'operators.brennerm.github.io/v1',
+        kind: 'ExchangeRate',
+        metadata: { name, namespace, finalizers: options.finalizers },
+        spec: { currency: 'USD' },
+      });
       return options.observed ? observe(created) : created;
     };
     await make('settled', { observed: true, finalizers: [finalizer] });
@@ -377,7 +483,7 @@ describe('poll (a kind no ApiServerSource can watch)', () => {
       assert.equal(settled.status, 200);
       assert.match(settled.outcome.ignored, /^poll: all 4 ExchangeRate objects settled$/);
       assert.deepEqual(seen, []);
-      assert.equal(await fn.requests() - before, 1, 'one request: the list');
+      assert.equal((await fn.requests()) - before, 1, 'one request: the list');
       // ...where a resync reconciles every one.
       assert.equal((await post(fn.url, ping())).status, 200);
       assert.deepEqual(seen.sort(), ['reconcile edited', 'reconcile new', 'reconcile no-finalizer', 'reconcile settled']);
@@ -410,7 +516,14 @@ describe('a declared sweep', () => {
       assert.equal((await post(fn.url, ping(POLL_DATA))).status, 200);
       assert.deepEqual(calls, ['sweep with time left'], 'a poll does not sweep');
       await createNamespace('sweeping');
-      await kube.create(CopyratorRuleKind, { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', metadata: { name: 'one', namespace: 'sweeping' }, ruleType: 'configmap', namespace: 'sweeping', selector: { copy: 'yes' } });
+      await kube.create(CopyratorRuleKind, {
+        apiVersion: 'flant.com/v1',
+        kind: 'CopyratorRule',
+        metadata: { name: 'one', namespace: 'sweeping' },
+        ruleType: 'configmap',
+        namespace: 'sweeping',
+        selector: { copy: 'yes' },
+      });
       failing = true;
       calls.length = 0;
       const answer = await post(fn.url, ping());
@@ -423,11 +536,17 @@ describe('a declared sweep', () => {
 });
 
 describe('the lean path', () => {
-  test('its pod\'s add, the echo of its own status write and status-only updates cost no request', async () => {
+  test("its pod's add, the echo of its own status write and status-only updates cost no request", async () => {
     const fn = await serve(immortalContainer, await kubeconfigWithDeclaredRbac(cluster.cp, immortalContainer));
     try {
-      const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', metadata: { name: 'lean', namespace: 'default' }, spec: { image: 'nginx' } });
-      const event = (kind: typeof Pod, object: KubeObject, action: 'add' | 'update') => apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode: 'Resource' });
+      const ic = await kube.create<ImmortalContainer>(ImmortalContainerKind, {
+        apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+        kind: 'ImmortalContainer',
+        metadata: { name: 'lean', namespace: 'default' },
+        spec: { image: 'nginx' },
+      });
+      const event = (kind: typeof Pod, object: KubeObject, action: 'add' | 'update') =>
+        apiServerSourceEvent({ server: cluster.cp.server, kind, object, action, mode: 'Resource' });
       // As for a source's event, which comes from a watch: the announced read is then served by the cache.
       await untilWatchCacheHolds(kube, ImmortalContainerKind, ic);
       const before = await fn.requests();
@@ -453,12 +572,22 @@ describe('the lean path', () => {
       const beforeNoOps = await fn.requests();
       assert.equal((await post(fn.url, event(ImmortalContainerKind, ic, 'add'))).status, 200);
       assert.equal(await fn.requests(), beforeNoOps + 1, 'redelivered add: one read');
-      const relabelled = await kube.mergePatch(Pod, { namespace: 'default', name: 'lean-immortalpod' }, { metadata: { labels: { seen: 'yes' } } });
+      const relabelled = await kube.mergePatch(
+        Pod,
+        { namespace: 'default', name: 'lean-immortalpod' },
+        { metadata: { labels: { seen: 'yes' } } },
+      );
       assert.equal((await post(fn.url, event(Pod, relabelled, 'update'))).status, 200);
       assert.equal(await fn.requests(), beforeNoOps + 1, 'a pod event showing our pod as created (Pending): no request');
       const running = await kube.replace(Pod, { ...relabelled, status: { phase: 'Running' } }, 'status');
       assert.equal((await post(fn.url, event(Pod, running, 'update'))).status, 200);
-      assert.equal((await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'lean' }))!.status?.conditions?.find((c) => c.type === 'Ready')?.reason, 'PodRunning', 'a real change is acted on');
+      assert.equal(
+        (await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'lean' }))!.status?.conditions?.find(
+          (c) => c.type === 'Ready',
+        )?.reason,
+        'PodRunning',
+        'a real change is acted on',
+      );
       const settledAt = await fn.requests();
       assert.equal((await post(fn.url, event(Pod, running, 'update'))).status, 200);
       assert.equal(await fn.requests(), settledAt + 1, 'the same Running pod again: one read');
@@ -466,7 +595,11 @@ describe('the lean path', () => {
       // Someone else's status-only change.
       const current = (await kube.get<ImmortalContainer>(ImmortalContainerKind, { namespace: 'default', name: 'lean' }))!;
       const afterReconcile = await fn.requests();
-      const touched = await kube.replace<ImmortalContainer>(ImmortalContainerKind, { ...current, status: { ...current.status, conditions: [] } }, 'status');
+      const touched = await kube.replace<ImmortalContainer>(
+        ImmortalContainerKind,
+        { ...current, status: { ...current.status, conditions: [] } },
+        'status',
+      );
       const statusOnly = await post(fn.url, event(ImmortalContainerKind, touched, 'update'));
       assert.match(statusOnly.outcome.ignored, /only its status changed/);
       assert.equal(await fn.requests(), afterReconcile);

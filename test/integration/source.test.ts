@@ -101,7 +101,14 @@ function recordingSink(fail: (call: number, event: CloudEventV1<unknown>) => boo
 }
 
 /** The attributes every ApiServerSource event for a ConfigMap carries, whatever its mode and action. */
-function assertConfigMapEvent(event: CloudEventV1<unknown>, server: string, mode: 'ref' | 'resource', action: string, namespace: string, name: string): void {
+function assertConfigMapEvent(
+  event: CloudEventV1<unknown>,
+  server: string,
+  mode: 'ref' | 'resource',
+  action: string,
+  namespace: string,
+  name: string,
+): void {
   assert.equal(event.specversion, '1.0');
   assert.equal(event.type, `dev.knative.apiserver.${mode}.${action}`);
   assert.equal(event.source, server);
@@ -137,7 +144,12 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
   }
 
   /** Creates a ConfigMap through the admin REST API, retrying while the API server is away. */
-  async function createConfigMap(ns: string, name: string, data: Record<string, string> = {}, labels?: Record<string, string>): Promise<KubeObject> {
+  async function createConfigMap(
+    ns: string,
+    name: string,
+    data: Record<string, string> = {},
+    labels?: Record<string, string>,
+  ): Promise<KubeObject> {
     const deadline = Date.now() + WAIT_LIMIT_MS;
     let last = '';
     while (Date.now() < deadline) {
@@ -164,7 +176,10 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     assert.ok(await kube.delete(ConfigMap, { namespace: ns, name }), `${ns}/${name} should have existed`);
   }
 
-  async function startSource(spec: Partial<SourceSpec> & Pick<SourceSpec, 'mode'>, options: Partial<SourceOptions> & Pick<SourceOptions, 'sink'>): Promise<ApiServerSource> {
+  async function startSource(
+    spec: Partial<SourceSpec> & Pick<SourceSpec, 'mode'>,
+    options: Partial<SourceOptions> & Pick<SourceOptions, 'sink'>,
+  ): Promise<ApiServerSource> {
     const source = new ApiServerSource({
       kube,
       log: capturingLogger().log,
@@ -200,7 +215,10 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
       await createConfigMap(ns, 'live', { v: '1' });
       await patchConfigMap(ns, 'live', { data: { v: '2' } });
       await deleteConfigMap(ns, 'live');
-      await until(() => `add, update, delete for ${ns}/live; got ${JSON.stringify(recorded.actions(ns, 'live'))}`, () => recorded.actions(ns, 'live').includes('delete'));
+      await until(
+        () => `add, update, delete for ${ns}/live; got ${JSON.stringify(recorded.actions(ns, 'live'))}`,
+        () => recorded.actions(ns, 'live').includes('delete'),
+      );
       assert.deepEqual(recorded.actions(ns, 'live'), ['add', 'update', 'delete'], 'one event per change, in order');
       for (const event of recorded.of(ns, 'live')) {
         assertConfigMapEvent(event, cp.server, 'ref', event.type.split('.').pop()!, ns, 'live');
@@ -228,10 +246,14 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
       const created = await createConfigMap(ns, 'live', { v: '1' });
       const patched = await patchConfigMap(ns, 'live', { data: { v: '2' } });
       await deleteConfigMap(ns, 'live');
-      await until(() => `add, update, delete for ${ns}/live; got ${JSON.stringify(recorded.actions(ns, 'live'))}`, () => recorded.actions(ns, 'live').includes('delete'));
+      await until(
+        () => `add, update, delete for ${ns}/live; got ${JSON.stringify(recorded.actions(ns, 'live'))}`,
+        () => recorded.actions(ns, 'live').includes('delete'),
+      );
       assert.deepEqual(recorded.actions(ns, 'live'), ['add', 'update', 'delete']);
       const [add, update, remove] = recorded.of(ns, 'live') as [CloudEventV1<unknown>, CloudEventV1<unknown>, CloudEventV1<unknown>];
-      for (const event of [add, update, remove]) assertConfigMapEvent(event, cp.server, 'resource', event.type.split('.').pop()!, ns, 'live');
+      for (const event of [add, update, remove])
+        assertConfigMapEvent(event, cp.server, 'resource', event.type.split('.').pop()!, ns, 'live');
       assert.deepEqual(add.data, created);
       assert.deepEqual(update.data, patched);
       const last = remove.data as KubeObject;
@@ -250,16 +272,24 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     await createConfigMap(ns, 'pre-selected', {}, selected);
     await createConfigMap(ns, 'pre-other', {}, { 'opfn-test': 'other' });
     const recorded = recordingSink();
-    const source = await startSource({ mode: 'Reference', resources: [{ kind: ConfigMap, labelSelector: 'opfn-test=selected' }] }, { sink: recorded.sink });
+    const source = await startSource(
+      { mode: 'Reference', resources: [{ kind: ConfigMap, labelSelector: 'opfn-test=selected' }] },
+      { sink: recorded.sink },
+    );
     try {
-      assert.deepEqual(recorded.inNamespace(ns).map((event) => `${event.type} ${event.name}`), ['dev.knative.apiserver.ref.add pre-selected']);
+      assert.deepEqual(
+        recorded.inNamespace(ns).map((event) => `${event.type} ${event.name}`),
+        ['dev.knative.apiserver.ref.add pre-selected'],
+      );
 
       await createConfigMap(ns, 'new-other', { x: '1' });
       await createConfigMap(ns, 'new-selected', {}, selected);
       await patchConfigMap(ns, 'new-selected', { metadata: { labels: { 'opfn-test': null } } });
       await patchConfigMap(ns, 'pre-other', { metadata: { labels: selected } });
-      await until(() => `events for new-selected and pre-other; got ${JSON.stringify(recorded.inNamespace(ns).map((e) => `${e.type} ${e.name}`))}`,
-        () => recorded.actions(ns, 'new-selected').includes('delete') && recorded.actions(ns, 'pre-other').includes('add'));
+      await until(
+        () => `events for new-selected and pre-other; got ${JSON.stringify(recorded.inNamespace(ns).map((e) => `${e.type} ${e.name}`))}`,
+        () => recorded.actions(ns, 'new-selected').includes('delete') && recorded.actions(ns, 'pre-other').includes('add'),
+      );
       assert.deepEqual(recorded.actions(ns, 'new-selected'), ['add', 'delete']);
       assert.deepEqual(recorded.actions(ns, 'pre-other'), ['add']);
       assert.deepEqual(recorded.actions(ns, 'new-other'), [], 'an object outside the selector produces nothing');
@@ -277,7 +307,10 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     class LossyKube extends KubeClient {
       deaf = false;
       expire = false;
-      override async *watch<T extends KubeObject = KubeObject>(kind: ResourceKind, options: Parameters<KubeClient['watch']>[1]): AsyncGenerator<WatchEvent<T>> {
+      override async *watch<T extends KubeObject = KubeObject>(
+        kind: ResourceKind,
+        options: Parameters<KubeClient['watch']>[1],
+      ): AsyncGenerator<WatchEvent<T>> {
         for await (const event of super.watch<T>(kind, options)) {
           if (this.expire) {
             this.expire = false;
@@ -292,12 +325,21 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     const lossy = new LossyKube(kube.config);
     const { log, lines } = capturingLogger();
     const recorded = recordingSink();
-    const source = new ApiServerSource({ kube: lossy, log, sink: recorded.sink, resyncIntervalMs: 0, sources: [{ name: 'relist', mode: 'Resource', resources: [{ kind: ConfigMap }], extensions: FUNCTION_TAG }] });
+    const source = new ApiServerSource({
+      kube: lossy,
+      log,
+      sink: recorded.sink,
+      resyncIntervalMs: 0,
+      sources: [{ name: 'relist', mode: 'Resource', resources: [{ kind: ConfigMap }], extensions: FUNCTION_TAG }],
+    });
     running.push(source);
     await source.start();
     try {
       const original = (await kube.get(ConfigMap, { namespace: ns, name: 'goes' }))!;
-      assert.deepEqual(['stays', 'changes', 'goes'].map((name) => recorded.actions(ns, name)), [['add'], ['add'], ['add']]);
+      assert.deepEqual(
+        ['stays', 'changes', 'goes'].map((name) => recorded.actions(ns, name)),
+        [['add'], ['add'], ['add']],
+      );
 
       lossy.deaf = true;
       await createConfigMap(ns, 'arrives', { v: '1' });
@@ -306,8 +348,14 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
       lossy.expire = true;
       await createConfigMap(ns, 'trigger'); // the event that turns into 410 Gone
 
-      await until(() => `events after the re-list; got ${JSON.stringify(recorded.inNamespace(ns).map((e) => `${e.type} ${e.name}`))}`,
-        () => recorded.actions(ns, 'arrives').length > 0 && recorded.actions(ns, 'changes').length > 1 && recorded.actions(ns, 'goes').length > 1 && recorded.actions(ns, 'trigger').length > 0);
+      await until(
+        () => `events after the re-list; got ${JSON.stringify(recorded.inNamespace(ns).map((e) => `${e.type} ${e.name}`))}`,
+        () =>
+          recorded.actions(ns, 'arrives').length > 0 &&
+          recorded.actions(ns, 'changes').length > 1 &&
+          recorded.actions(ns, 'goes').length > 1 &&
+          recorded.actions(ns, 'trigger').length > 0,
+      );
       assert.deepEqual(recorded.actions(ns, 'arrives'), ['add']);
       assert.deepEqual(recorded.actions(ns, 'trigger'), ['add']);
       assert.deepEqual(recorded.actions(ns, 'changes'), ['add', 'update']);
@@ -321,7 +369,10 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
       assert.ok(stats.relists >= 1, `relists: ${JSON.stringify(stats)}`);
       assert.ok(stats.watchRestarts >= 1, `watchRestarts: ${JSON.stringify(stats)}`);
       assert.match(stats.lastError ?? '', /410/);
-      assert.ok(lines.some((line) => line.level === 40 && /410/.test(line.reason ?? '')), 'the failure is logged at warn with its reason');
+      assert.ok(
+        lines.some((line) => line.level === 40 && /410/.test(line.reason ?? '')),
+        'the failure is logged at warn with its reason',
+      );
     } finally {
       await stopSource(source);
     }
@@ -333,9 +384,15 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     const recorded = recordingSink();
     const source = await startSource({ mode: 'Reference' }, { sink: recorded.sink, watchTimeoutSeconds: 1 });
     try {
-      await until(() => `two watch restarts: ${JSON.stringify(source.stats())}`, () => source.stats().watchRestarts >= 2);
+      await until(
+        () => `two watch restarts: ${JSON.stringify(source.stats())}`,
+        () => source.stats().watchRestarts >= 2,
+      );
       await createConfigMap(ns, 'later');
-      await until(() => `an add for ${ns}/later`, () => recorded.actions(ns, 'later').length > 0);
+      await until(
+        () => `an add for ${ns}/later`,
+        () => recorded.actions(ns, 'later').length > 0,
+      );
       assert.deepEqual(recorded.actions(ns, 'pre'), ['add']);
       assert.deepEqual(recorded.actions(ns, 'later'), ['add']);
       assert.equal(source.stats().relists, 0, 'a watch that ends normally is resumed, not re-listed');
@@ -351,12 +408,17 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     const recorded = recordingSink();
     const source = await startSource({ mode: 'Reference' }, { sink: recorded.sink, resyncIntervalMs: 200 });
     try {
-      await until(() => `resync updates; got ${JSON.stringify(recorded.inNamespace(ns).map((e) => `${e.type} ${e.name}`))}`,
-        () => recorded.actions(ns, 'one').includes('update') && recorded.actions(ns, 'two').includes('update'));
+      await until(
+        () => `resync updates; got ${JSON.stringify(recorded.inNamespace(ns).map((e) => `${e.type} ${e.name}`))}`,
+        () => recorded.actions(ns, 'one').includes('update') && recorded.actions(ns, 'two').includes('update'),
+      );
       for (const name of ['one', 'two']) {
         const actions = recorded.actions(ns, name);
         assert.equal(actions[0], 'add');
-        assert.ok(actions.slice(1).every((action) => action === 'update'), `${name}: ${JSON.stringify(actions)}`);
+        assert.ok(
+          actions.slice(1).every((action) => action === 'update'),
+          `${name}: ${JSON.stringify(actions)}`,
+        );
         const update = recorded.of(ns, name).find((event) => event.type.endsWith('.update'))!;
         assertConfigMapEvent(update, cp.server, 'ref', 'update', ns, name);
         assert.deepEqual(update.data, { kind: 'ConfigMap', namespace: ns, name, apiVersion: 'v1' });
@@ -377,12 +439,15 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     try {
       const later = ['new-1', 'new-2', 'new-3', 'new-4', 'new-5'];
       for (const name of later) await createConfigMap(ns, name);
-      await until(() => `an add for every object; got ${JSON.stringify(recorded.inNamespace(ns).map((e) => e.name))}`,
-        () => [...before, ...later].every((name) => recorded.actions(ns, name).includes('add')));
+      await until(
+        () => `an add for every object; got ${JSON.stringify(recorded.inNamespace(ns).map((e) => e.name))}`,
+        () => [...before, ...later].every((name) => recorded.actions(ns, name).includes('add')),
+      );
       for (const name of [...before, ...later]) assert.deepEqual(recorded.actions(ns, name), ['add'], `${name}: delivered exactly once`);
       assert.ok(recorded.rejected.filter((event) => event.namespace === ns).length >= 7);
       const acceptedIds = new Set(recorded.accepted.map((event) => event.id));
-      for (const event of recorded.rejected) assert.ok(acceptedIds.has(event.id), `rejected event ${event.id} (${event.subject}) was retried until accepted`);
+      for (const event of recorded.rejected)
+        assert.ok(acceptedIds.has(event.id), `rejected event ${event.id} (${event.subject}) was retried until accepted`);
       const stats = source.stats();
       assert.ok(stats.sinkRetries >= 7, JSON.stringify(stats));
       assert.equal(stats.emitted, recorded.accepted.length);
@@ -394,8 +459,16 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
 
   test('a kind the API server does not serve makes start() fail with one clear line', async () => {
     const missing: ResourceKind = { group: 'example.opfn.dev', version: 'v1', kind: 'Missing', plural: 'missings', namespaced: true };
-    const source = new ApiServerSource({ kube, log: capturingLogger().log, sink: async () => {}, sources: [{ name: 'broken', mode: 'Reference', resources: [{ kind: missing }] }] });
-    await assert.rejects(source.start(), /source broken: listing missings failed: 404 NotServed\b.*is its CustomResourceDefinition installed/);
+    const source = new ApiServerSource({
+      kube,
+      log: capturingLogger().log,
+      sink: async () => {},
+      sources: [{ name: 'broken', mode: 'Reference', resources: [{ kind: missing }] }],
+    });
+    await assert.rejects(
+      source.start(),
+      /source broken: listing missings failed: 404 NotServed\b.*is its CustomResourceDefinition installed/,
+    );
     await source.stop();
   });
 
@@ -412,7 +485,13 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     });
     const recorded = recordingSink();
     const { log, lines } = capturingLogger();
-    const source = new ApiServerSource({ kube: viaProxy, log, sink: recorded.sink, resyncIntervalMs: 0, sources: [{ name: 'resume', mode: 'Reference', resources: [{ kind: ConfigMap }], extensions: FUNCTION_TAG }] });
+    const source = new ApiServerSource({
+      kube: viaProxy,
+      log,
+      sink: recorded.sink,
+      resyncIntervalMs: 0,
+      sources: [{ name: 'resume', mode: 'Reference', resources: [{ kind: ConfigMap }], extensions: FUNCTION_TAG }],
+    });
     running.push(source);
     await source.start();
     try {
@@ -427,14 +506,19 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
         await patchConfigMap(ns, 'before', { data: { round: String(round) } });
         await sleep(300);
         proxy.refuse = false;
-        await until(() => `events of round ${round}: ${JSON.stringify(recorded.inNamespace(ns).map((e) => `${e.type} ${e.name}`))}`,
-          () => recorded.actions(ns, `during-${round}`).length === 1 && recorded.actions(ns, 'before').length === round + 2);
+        await until(
+          () => `events of round ${round}: ${JSON.stringify(recorded.inNamespace(ns).map((e) => `${e.type} ${e.name}`))}`,
+          () => recorded.actions(ns, `during-${round}`).length === 1 && recorded.actions(ns, 'before').length === round + 2,
+        );
       }
       assert.equal(lists, listsAfterStart, `no LIST after a dropped watch (stats ${JSON.stringify(source.stats())})`);
       assert.equal(source.stats().relists, 0);
       assert.ok(source.stats().watchRestarts >= 3, `the watch was restarted: ${JSON.stringify(source.stats())}`);
       assert.deepEqual(recorded.actions(ns, 'before'), ['add', 'update', 'update', 'update'], 'every change exactly once');
-      assert.ok(lines.some((line) => line.level === 40 && /resuming the watch from resourceVersion/.test(line.msg)), 'the resume is logged');
+      assert.ok(
+        lines.some((line) => line.level === 40 && /resuming the watch from resourceVersion/.test(line.msg)),
+        'the resume is logged',
+      );
     } finally {
       await stopSource(source);
       await proxy.close();
@@ -447,10 +531,19 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     const Owner: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
     const recorded = recordingSink();
     const source = new ApiServerSource({
-      kube, log: capturingLogger().log, sink: recorded.sink, resyncIntervalMs: 0,
+      kube,
+      log: capturingLogger().log,
+      sink: recorded.sink,
+      resyncIntervalMs: 0,
       sources: [
         { name: 'own', mode: 'Resource', resources: [{ kind: ConfigMap, labelSelector: 'role=own', partition: { by: 'self' } }] },
-        { name: 'owned', mode: 'Resource', resources: [{ kind: ConfigMap, labelSelector: 'role=owned', partition: { by: 'owner', owner: Owner, labels: { name: 'widget' } } }] },
+        {
+          name: 'owned',
+          mode: 'Resource',
+          resources: [
+            { kind: ConfigMap, labelSelector: 'role=owned', partition: { by: 'owner', owner: Owner, labels: { name: 'widget' } } },
+          ],
+        },
         { name: 'watched', mode: 'Resource', resources: [{ kind: ConfigMap, labelSelector: 'role=watched', partition: { by: 'none' } }] },
         { name: 'default', mode: 'Resource', resources: [{ kind: ConfigMap, labelSelector: 'role=default' }] },
       ],
@@ -459,11 +552,23 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
     await source.start();
     try {
       await createConfigMap(ns, 'mine', {}, { role: 'own' });
-      await kube.create(ConfigMap, { metadata: { name: 'child', namespace: ns, labels: { role: 'owned' }, ownerReferences: [{ apiVersion: 'example.com/v1', kind: 'Widget', name: 'parent', uid: '00000000-0000-0000-0000-000000000001', controller: true }] } });
+      await kube.create(ConfigMap, {
+        metadata: {
+          name: 'child',
+          namespace: ns,
+          labels: { role: 'owned' },
+          ownerReferences: [
+            { apiVersion: 'example.com/v1', kind: 'Widget', name: 'parent', uid: '00000000-0000-0000-0000-000000000001', controller: true },
+          ],
+        },
+      });
       await createConfigMap(ns, 'labelled', {}, { role: 'owned', widget: 'by-label' });
       await createConfigMap(ns, 'other', {}, { role: 'watched' });
       await createConfigMap(ns, 'plain', {}, { role: 'default' });
-      await until(() => 'the five adds', () => recorded.inNamespace(ns).length >= 5);
+      await until(
+        () => 'the five adds',
+        () => recorded.inNamespace(ns).length >= 5,
+      );
       const keyOf = (name: string) => recorded.of(ns, name)[0]?.partitionkey;
       assert.equal(keyOf('mine'), `${ns}/mine`);
       assert.equal(keyOf('child'), `${ns}/parent`);
@@ -484,17 +589,30 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
       if (verb === 'get' && resource === 'configmaps') lists++;
     });
     const recorded = recordingSink();
-    const source = new ApiServerSource({ kube: counting, log: capturingLogger().log, sink: recorded.sink, resyncIntervalMs: 0, listPageSize: 2, sources: [{ name: 'pages', mode: 'Reference', resources: [{ kind: ConfigMap }], extensions: FUNCTION_TAG }] });
+    const source = new ApiServerSource({
+      kube: counting,
+      log: capturingLogger().log,
+      sink: recorded.sink,
+      resyncIntervalMs: 0,
+      listPageSize: 2,
+      sources: [{ name: 'pages', mode: 'Reference', resources: [{ kind: ConfigMap }], extensions: FUNCTION_TAG }],
+    });
     running.push(source);
     await source.start();
     try {
-      assert.deepEqual(names.map((name) => recorded.actions(ns, name)), names.map(() => ['add']));
+      assert.deepEqual(
+        names.map((name) => recorded.actions(ns, name)),
+        names.map(() => ['add']),
+      );
       assert.ok(lists >= 4, `7 objects in pages of 2 take at least 4 LIST requests, got ${lists}`);
       // The watch starts from the paginated list's resourceVersion. (Waiting for it also keeps an
       // undici HTTP/2 fault out of this file: a watch stream aborted before its headers leaves a
       // session that throws an uncaught "other side closed" when the API server restarts later.)
       await createConfigMap(ns, 'after-list');
-      await until(() => 'the add of an object created after the list', () => recorded.actions(ns, 'after-list').length === 1);
+      await until(
+        () => 'the add of an object created after the list',
+        () => recorded.actions(ns, 'after-list').length === 1,
+      );
     } finally {
       await stopSource(source);
     }
@@ -515,18 +633,37 @@ describe('ApiServerSource on a real kube-apiserver', { timeout: 10 * 60_000 }, (
           created++;
         }
       });
-      await until(() => `some creations before the restart (${created})`, () => created >= 30);
+      await until(
+        () => `some creations before the restart (${created})`,
+        () => created >= 30,
+      );
       await cp.restartApiServer();
       await Promise.all(writers);
 
-      const seen = () => new Set(recorded.inNamespace(ns).filter((event) => event.type === 'dev.knative.apiserver.ref.add').map((event) => event.name));
-      await until(() => `add events for all 200; missing ${names.filter((name) => !seen().has(name)).slice(0, 10).join(', ')}… (${JSON.stringify(source.stats())})`,
-        () => names.every((name) => seen().has(name)));
+      const seen = () =>
+        new Set(
+          recorded
+            .inNamespace(ns)
+            .filter((event) => event.type === 'dev.knative.apiserver.ref.add')
+            .map((event) => event.name),
+        );
+      await until(
+        () =>
+          `add events for all 200; missing ${names
+            .filter((name) => !seen().has(name))
+            .slice(0, 10)
+            .join(', ')}… (${JSON.stringify(source.stats())})`,
+        () => names.every((name) => seen().has(name)),
+      );
       const stats = source.stats();
       t.diagnostic(`after the restart: ${JSON.stringify(stats)}`);
       assert.ok(stats.watchRestarts >= 1, `a watch restart is counted: ${JSON.stringify(stats)}`);
       const warnings = lines.filter((line) => line.level === 40);
-      if (stats.relists > 0) assert.ok(warnings.length > 0 && warnings.every((line) => typeof line.reason === 'string' && line.reason.length > 0), 'every failure is logged at warn with its reason');
+      if (stats.relists > 0)
+        assert.ok(
+          warnings.length > 0 && warnings.every((line) => typeof line.reason === 'string' && line.reason.length > 0),
+          'every failure is logged at warn with its reason',
+        );
     } finally {
       await stopSource(source);
     }

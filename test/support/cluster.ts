@@ -5,8 +5,23 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { HTTP, type CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
 import { applyCrds } from '../../eventing/crds.ts';
-import { type FunctionDeclaration, type KubeObject, type ObjectKey, type ResourceKind, ConnectionReusingKubeConfig, KubeClient, type RequestObserver } from '../../functions/runtime/index.ts';
-import { createMetrics, type FunctionMetrics, createFunctionHost, OUTCOME_HEADER, type FunctionHost, type FunctionHostOptions } from '../../functions/runtime/host/index.ts';
+import {
+  type FunctionDeclaration,
+  type KubeObject,
+  type ObjectKey,
+  type ResourceKind,
+  ConnectionReusingKubeConfig,
+  KubeClient,
+  type RequestObserver,
+} from '../../functions/runtime/index.ts';
+import {
+  createMetrics,
+  type FunctionMetrics,
+  createFunctionHost,
+  OUTCOME_HEADER,
+  type FunctionHost,
+  type FunctionHostOptions,
+} from '../../functions/runtime/host/index.ts';
 import { startControlPlane, type ControlPlane } from '../../cluster/index.ts';
 
 export const quietLog = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
@@ -39,7 +54,11 @@ export interface RunningFunction {
  * Serves a function on a free loopback port, authenticated by the given kubeconfig; `overrides`
  * sets what the environment would (config, a clock, a logger).
  */
-export async function serveFunction(declaration: FunctionDeclaration, kubeconfigPath: string, overrides: Partial<FunctionHostOptions> = {}): Promise<RunningFunction> {
+export async function serveFunction(
+  declaration: FunctionDeclaration,
+  kubeconfigPath: string,
+  overrides: Partial<FunctionHostOptions> = {},
+): Promise<RunningFunction> {
   const metrics = createMetrics(declaration.name);
   const host = createFunctionHost(declaration, { kubeconfigPath, log: quietLog, metrics, ...overrides });
   const server = host.app.listen(0, '127.0.0.1');
@@ -78,7 +97,11 @@ export async function deliver(url: string, event: CloudEvent<unknown>): Promise<
   // Successes have an empty body and report what they did in a header (see OUTCOME_HEADER).
   const text = (await response.text()) || response.headers.get(OUTCOME_HEADER) || '';
   let body: unknown = text;
-  try { body = JSON.parse(text); } catch { /* not JSON */ }
+  try {
+    body = JSON.parse(text);
+  } catch {
+    /* not JSON */
+  }
   return { status: response.status, body };
 }
 
@@ -86,7 +109,12 @@ export async function deliver(url: string, event: CloudEvent<unknown>): Promise<
  * Polls until `check` returns a truthy value (returned) or fails with the last error after
  * `timeoutMs`; `diagnose` adds the state of the system at that moment to the failure.
  */
-export async function eventually<T>(check: () => Promise<T | undefined | false>, timeoutMs = 15_000, what = 'condition', diagnose?: () => Promise<string>): Promise<T> {
+export async function eventually<T>(
+  check: () => Promise<T | undefined | false>,
+  timeoutMs = 15_000,
+  what = 'condition',
+  diagnose?: () => Promise<string>,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   while (Date.now() < deadline) {
@@ -109,8 +137,11 @@ export async function eventually<T>(check: () => Promise<T | undefined | false>,
  */
 export async function untilWatchCacheHolds(kube: KubeClient, kind: ResourceKind, object: KubeObject): Promise<void> {
   const key = { namespace: object.metadata.namespace ?? '', name: object.metadata.name! };
-  await eventually(async () => (await kube.get(kind, key, { cached: true }))?.metadata.resourceVersion === object.metadata.resourceVersion,
-    2000, `the watch cache to hold ${key.name} at resourceVersion ${object.metadata.resourceVersion}`);
+  await eventually(
+    async () => (await kube.get(kind, key, { cached: true }))?.metadata.resourceVersion === object.metadata.resourceVersion,
+    2000,
+    `the watch cache to hold ${key.name} at resourceVersion ${object.metadata.resourceVersion}`,
+  );
 }
 
 /**
@@ -118,5 +149,9 @@ export async function untilWatchCacheHolds(kube: KubeClient, kind: ResourceKind,
  * by the plane implies, as the ApiServerSource's watch is served from that cache.
  */
 export async function untilWatchCacheForgets(kube: KubeClient, kind: ResourceKind, key: ObjectKey): Promise<void> {
-  await eventually(async () => (await kube.get(kind, key, { cached: true })) === undefined, 2000, `the watch cache to forget ${key.namespace}/${key.name}`);
+  await eventually(
+    async () => (await kube.get(kind, key, { cached: true })) === undefined,
+    2000,
+    `the watch cache to forget ${key.namespace}/${key.name}`,
+  );
 }

@@ -8,7 +8,11 @@ import { ApiError, type KubeClient, collectionPath, type KubeObject, type Resour
 export function withoutRules(schema: unknown): unknown {
   if (Array.isArray(schema)) return schema.map(withoutRules);
   if (schema === null || typeof schema !== 'object') return schema;
-  return Object.fromEntries(Object.entries(schema).filter(([key]) => key !== 'x-kubernetes-validations').map(([key, value]) => [key, withoutRules(value)]));
+  return Object.fromEntries(
+    Object.entries(schema)
+      .filter(([key]) => key !== 'x-kubernetes-validations')
+      .map(([key, value]) => [key, withoutRules(value)]),
+  );
 }
 
 const crdPath = (name: string) => `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${name}`;
@@ -31,14 +35,19 @@ async function createWithoutRules(kube: KubeClient, crdName: string, kind: Resou
   const path = collectionPath(kind, object.metadata.namespace);
   // Under another name, so that once the object exists the probe is still judged, not a conflict.
   const probe = { ...object, metadata: { ...object.metadata, name: `${object.metadata.name}-probe` } };
-  const dryRun = () => kube.request('POST', path, { body: probe, query: { dryRun: 'All' } }).then(() => 'admitted', (error: unknown) => {
-    if (error instanceof ApiError && error.code === 422) return 'refused';
-    throw error;
-  });
+  const dryRun = () =>
+    kube.request('POST', path, { body: probe, query: { dryRun: 'All' } }).then(
+      () => 'admitted',
+      (error: unknown) => {
+        if (error instanceof ApiError && error.code === 422) return 'refused';
+        throw error;
+      },
+    );
   const judgedAs = async (wanted: 'admitted' | 'refused') => {
     const deadline = Date.now() + 30_000;
     while ((await dryRun()) !== wanted) {
-      if (Date.now() > deadline) throw new Error(`${kind.kind} ${object.metadata.name}: the API server still does not judge it ${wanted} after 30s`);
+      if (Date.now() > deadline)
+        throw new Error(`${kind.kind} ${object.metadata.name}: the API server still does not judge it ${wanted} after 30s`);
       await sleep(100);
     }
   };

@@ -25,21 +25,38 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { freePort, killOnExit, stopProcess } from '../../processes/index.ts';
 import { runProvisionScript, type ControlPlane } from '../../cluster/index.ts';
-import { ApiServerSource, Broker, hasLabels, namespacesFrom, PingSource, PROVISION_KNATIVE_SCRIPT, ready, writeStatus } from '../../eventing/knative/index.ts';
+import {
+  ApiServerSource,
+  Broker,
+  hasLabels,
+  namespacesFrom,
+  PingSource,
+  PROVISION_KNATIVE_SCRIPT,
+  ready,
+  writeStatus,
+} from '../../eventing/knative/index.ts';
 import { formatLabelSelector } from '../../eventing/manifests/index.ts';
-import { keyOf, keyString, parseApiVersion, type KubeObject, type LabelSelector, type KubeClient, guessedResource } from '../../functions/runtime/index.ts';
+import {
+  keyOf,
+  keyString,
+  parseApiVersion,
+  type KubeObject,
+  type LabelSelector,
+  type KubeClient,
+  guessedResource,
+} from '../../functions/runtime/index.ts';
 
 /** The namespace Knative's system components run in (SYSTEM_NAMESPACE). */
 export const KNATIVE_SYSTEM_NAMESPACE = 'knative-eventing';
 
 /** The folder holding apiserver_receive_adapter and mtping, built once and cached. */
 export function knativeAdapterBinaries(): Promise<string> {
-  return runProvisionScript(PROVISION_KNATIVE_SCRIPT, ['adapters'], 'building Knative\'s adapters');
+  return runProvisionScript(PROVISION_KNATIVE_SCRIPT, ['adapters'], "building Knative's adapters");
 }
 
 /** The folder of the release's knative.dev/eventing module source (config/ among it), in the Go module cache. */
 function knativeEventingModuleDir(): Promise<string> {
-  return runProvisionScript(PROVISION_KNATIVE_SCRIPT, ['eventing-module'], 'finding knative.dev/eventing\'s module');
+  return runProvisionScript(PROVISION_KNATIVE_SCRIPT, ['eventing-module'], "finding knative.dev/eventing's module");
 }
 
 interface SourceSpec {
@@ -56,8 +73,12 @@ interface SourceSpec {
 export async function resolveSink(kube: KubeClient, source: KubeObject): Promise<string> {
   const sink = ((source.spec ?? {}) as SourceSpec).sink;
   if (sink?.uri) return sink.uri;
-  if (sink?.ref?.kind !== 'Broker' || !sink.ref.name) throw new Error(`${source.kind} ${source.metadata.name}: only a Broker or a URI sink is resolved here`);
-  const broker = await kube.get<KubeObject & { status?: { address?: { url?: string } } }>(Broker, { namespace: sink.ref.namespace ?? source.metadata.namespace ?? '', name: sink.ref.name });
+  if (sink?.ref?.kind !== 'Broker' || !sink.ref.name)
+    throw new Error(`${source.kind} ${source.metadata.name}: only a Broker or a URI sink is resolved here`);
+  const broker = await kube.get<KubeObject & { status?: { address?: { url?: string } } }>(Broker, {
+    namespace: sink.ref.namespace ?? source.metadata.namespace ?? '',
+    name: sink.ref.name,
+  });
   const url = broker?.status?.address?.url;
   if (!url) throw new Error(`${source.kind} ${source.metadata.name}: Broker ${sink.ref.name} has no address yet`);
   return url;
@@ -77,7 +98,10 @@ function receiveAdapterConfig(source: KubeObject, selectedNamespaces: string[]):
     allNamespaces,
     resources: (spec.resources ?? []).map((resource) => {
       const { group, version } = parseApiVersion(resource.apiVersion);
-      return { gvr: { Group: group, Version: version, Resource: guessedResource(resource.kind) }, ...(resource.selector ? { selector: formatLabelSelector(resource.selector) } : {}) };
+      return {
+        gvr: { Group: group, Version: version, Resource: guessedResource(resource.kind) },
+        ...(resource.selector ? { selector: formatLabelSelector(resource.selector) } : {}),
+      };
     }),
     ...(spec.owner ? { owner: spec.owner } : {}),
     mode: spec.mode ?? 'Reference',
@@ -121,7 +145,9 @@ export class AdapterProcess {
     };
     this.#child.stdout!.on('data', take);
     this.#child.stderr!.on('data', take);
-    this.#child.on('exit', (code, signal) => this.#ready.reject(new Error(`${label} exited (${signal ?? code}) before it watched:\n  ${this.output.slice(-20).join('\n  ')}`)));
+    this.#child.on('exit', (code, signal) =>
+      this.#ready.reject(new Error(`${label} exited (${signal ?? code}) before it watched:\n  ${this.output.slice(-20).join('\n  ')}`)),
+    );
     this.#child.on('error', (error) => this.#ready.reject(error));
     if (reflectors === 0) this.#ready.resolve();
     // An adapter that ends unwatched is reported to whoever waits in ready(), never as an unhandled rejection.
@@ -138,7 +164,12 @@ export class AdapterProcess {
 
   /** Resolves once every reflector listed (and watches); rejects if the process ends first or `timeoutMs` passes. */
   ready(timeoutMs = 30_000): Promise<void> {
-    const timer = new Promise<void>((_, reject) => setTimeout(() => reject(new Error(`${this.label} not watching after ${timeoutMs} ms:\n  ${this.output.slice(-20).join('\n  ')}`)), timeoutMs).unref());
+    const timer = new Promise<void>((_, reject) =>
+      setTimeout(
+        () => reject(new Error(`${this.label} not watching after ${timeoutMs} ms:\n  ${this.output.slice(-20).join('\n  ')}`)),
+        timeoutMs,
+      ).unref(),
+    );
     return Promise.race([this.#ready.promise, timer]);
   }
 
@@ -187,9 +218,13 @@ export class ReceiveAdapters {
     await this.#sync();
     await Promise.all([...this.#running.values()].map(({ adapter }) => adapter.ready()));
     const tick = () => {
-      this.#pass = this.#sync().catch((error: unknown) => { this.#lastError = String(error); }).finally(() => {
-        if (!this.#stopped) this.#timer = setTimeout(tick, this.#options.pollMs ?? 200);
-      });
+      this.#pass = this.#sync()
+        .catch((error: unknown) => {
+          this.#lastError = String(error);
+        })
+        .finally(() => {
+          if (!this.#stopped) this.#timer = setTimeout(tick, this.#options.pollMs ?? 200);
+        });
     };
     this.#timer = setTimeout(tick, this.#options.pollMs ?? 200);
   }
@@ -203,7 +238,10 @@ export class ReceiveAdapters {
         await running.adapter.ready(Math.max(1, deadline - Date.now()));
         return running.adapter;
       }
-      if (Date.now() > deadline) throw new Error(`no receive adapter for ApiServerSource ${namespace}/${name} after ${timeoutMs} ms${this.#lastError ? ` (last error: ${this.#lastError})` : ''}`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `no receive adapter for ApiServerSource ${namespace}/${name} after ${timeoutMs} ms${this.#lastError ? ` (last error: ${this.#lastError})` : ''}`,
+        );
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   }
@@ -258,12 +296,20 @@ export class ReceiveAdapters {
     const scoped = new Map<string, boolean>();
     for (const resource of spec.resources ?? []) {
       const { group, version } = parseApiVersion(resource.apiVersion);
-      const list = await kube.request<{ resources: { name: string; namespaced: boolean }[] }>('GET', group ? `/apis/${group}/${version}` : `/api/${version}`).catch(() => ({ resources: [] }));
+      const list = await kube
+        .request<{ resources: { name: string; namespaced: boolean }[] }>('GET', group ? `/apis/${group}/${version}` : `/api/${version}`)
+        .catch(() => ({ resources: [] }));
       for (const served of list.resources) scoped.set(served.name, served.namespaced);
     }
-    const kubeconfig = spec.serviceAccountName ? await cp.serviceAccountKubeconfig(source.metadata.namespace!, spec.serviceAccountName) : cp.kubeconfigPath;
-    return new AdapterProcess(join(binDir, 'apiserver_receive_adapter'), { ...env, KUBECONFIG: kubeconfig, PROFILING_PORT: String(await freePort()) },
-      reflectorCount(config, (resource) => scoped.get(resource) ?? true), `receive adapter of ApiServerSource ${keyString(keyOf(source))}`);
+    const kubeconfig = spec.serviceAccountName
+      ? await cp.serviceAccountKubeconfig(source.metadata.namespace!, spec.serviceAccountName)
+      : cp.kubeconfigPath;
+    return new AdapterProcess(
+      join(binDir, 'apiserver_receive_adapter'),
+      { ...env, KUBECONFIG: kubeconfig, PROFILING_PORT: String(await freePort()) },
+      reflectorCount(config, (resource) => scoped.get(resource) ?? true),
+      `receive adapter of ApiServerSource ${keyString(keyOf(source))}`,
+    );
   }
 }
 
@@ -277,7 +323,8 @@ export async function installPingAdapterIdentity(cp: Pick<ControlPlane, 'service
   const read = (file: string) => parseYaml(readFileSync(join(config, file), 'utf8')) as KubeObject;
   const must = async (method: string, path: string, body: unknown) => {
     const answer = await cp.request(method, path, body);
-    if (answer.status >= 300 && answer.status !== 409) throw new Error(`${method} ${path}: ${answer.status} ${JSON.stringify(answer.body)}`);
+    if (answer.status >= 300 && answer.status !== 409)
+      throw new Error(`${method} ${path}: ${answer.status} ${JSON.stringify(answer.body)}`);
   };
   const ns = KNATIVE_SYSTEM_NAMESPACE;
   await must('POST', '/api/v1/namespaces', { metadata: { name: ns } });
@@ -305,7 +352,11 @@ export async function markPingSourcesReady(kube: KubeClient): Promise<KubeObject
   const sources = (await kube.list(PingSource)).items;
   for (const source of sources) {
     await writeStatus(kube, PingSource, source, {
-      conditions: [{ type: 'SinkProvided', status: 'True', reason: 'SinkProvided' }, { type: 'Deployed', status: 'True', reason: 'Deployed' }, ready()],
+      conditions: [
+        { type: 'SinkProvided', status: 'True', reason: 'SinkProvided' },
+        { type: 'Deployed', status: 'True', reason: 'Deployed' },
+        ready(),
+      ],
       fields: { sinkUri: await resolveSink(kube, source) },
     });
   }
@@ -314,18 +365,23 @@ export async function markPingSourcesReady(kube: KubeClient): Promise<KubeObject
 
 /** The PingSource adapter, as the release's Deployment runs it (config/core/deployments/pingsource-mt-adapter.yaml), without leader election. */
 export async function startPingAdapter(binDir: string, kubeconfig: string): Promise<AdapterProcess> {
-  return new AdapterProcess(join(binDir, 'mtping'), {
-    KUBECONFIG: kubeconfig,
-    PROFILING_PORT: String(await freePort()),
-    SYSTEM_NAMESPACE: KNATIVE_SYSTEM_NAMESPACE,
-    NAMESPACE: KNATIVE_SYSTEM_NAMESPACE,
-    K_OBSERVABILITY_CONFIG: '{}',
-    K_LOGGING_CONFIG: '',
-    K_LEADER_ELECTION_CONFIG: '',
-    K_NO_SHUTDOWN_AFTER: '',
-    K_SINK_TIMEOUT: '-1',
-    K_KLOG_VERBOSITY: '2',
-    POD_NAME: 'pingsource-mt-adapter-test',
-  }, 0, 'PingSource adapter', ['--disable-ha']);
+  return new AdapterProcess(
+    join(binDir, 'mtping'),
+    {
+      KUBECONFIG: kubeconfig,
+      PROFILING_PORT: String(await freePort()),
+      SYSTEM_NAMESPACE: KNATIVE_SYSTEM_NAMESPACE,
+      NAMESPACE: KNATIVE_SYSTEM_NAMESPACE,
+      K_OBSERVABILITY_CONFIG: '{}',
+      K_LOGGING_CONFIG: '',
+      K_LEADER_ELECTION_CONFIG: '',
+      K_NO_SHUTDOWN_AFTER: '',
+      K_SINK_TIMEOUT: '-1',
+      K_KLOG_VERBOSITY: '2',
+      POD_NAME: 'pingsource-mt-adapter-test',
+    },
+    0,
+    'PingSource adapter',
+    ['--disable-ha'],
+  );
 }
-

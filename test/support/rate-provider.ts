@@ -24,7 +24,10 @@ export interface StandInProvider {
   close(): Promise<void>;
 }
 
-export async function startRateProvider(rates: Record<string, number> = { CAD: 1.5, CHF: 0.93, GBP: 0.85, JPY: 162.5, PLN: 4.3, USD: 1.0523 }, port = 0): Promise<StandInProvider> {
+export async function startRateProvider(
+  rates: Record<string, number> = { CAD: 1.5, CHF: 0.93, GBP: 0.85, JPY: 162.5, PLN: 4.3, USD: 1.0523 },
+  port = 0,
+): Promise<StandInProvider> {
   const pending = new Set<NodeJS.Timeout>();
   const provider: StandInProvider = {
     url: '',
@@ -50,7 +53,9 @@ export async function startRateProvider(rates: Record<string, number> = { CAD: 1
     if (mode.type === 'error') return json(mode.status, mode.body, mode.retryAfter ? { 'retry-after': mode.retryAfter } : {});
     if (mode.type === 'malformed') return json(200, '{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":1.05');
     const to = (url.searchParams.get('to') ?? Object.keys(provider.rates).join(',')).split(',');
-    const quoted = Object.fromEntries(to.filter((currency) => currency in provider.rates).map((currency) => [currency, provider.rates[currency]]));
+    const quoted = Object.fromEntries(
+      to.filter((currency) => currency in provider.rates).map((currency) => [currency, provider.rates[currency]]),
+    );
     const answer = () => json(200, { amount: 1.0, base: url.searchParams.get('from') ?? 'EUR', date: provider.date, rates: quoted });
     if (mode.type === 'slow') {
       const timer = setTimeout(() => {
@@ -70,6 +75,8 @@ export async function startRateProvider(rates: Record<string, number> = { CAD: 1
 
 if (import.meta.main) {
   const provider = await startRateProvider(undefined, Number(process.env.PORT ?? 0));
-  process.stdout.write(`Stand-in rate provider at ${provider.url} (rates of ${provider.date}: ${JSON.stringify(provider.rates)}). Start the operators with:\n\n  EXCHANGE_RATE_PROVIDER_URL=${provider.url} npm start\n\nCtrl-C stops it.\n`);
+  process.stdout.write(
+    `Stand-in rate provider at ${provider.url} (rates of ${provider.date}: ${JSON.stringify(provider.rates)}). Start the operators with:\n\n  EXCHANGE_RATE_PROVIDER_URL=${provider.url} npm start\n\nCtrl-C stops it.\n`,
+  );
   process.once('SIGINT', () => void provider.close());
 }

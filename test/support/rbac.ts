@@ -12,11 +12,16 @@ const PATHS: Record<string, string> = {
 };
 
 /** Creates the function's generated RBAC objects and returns a kubeconfig for its ServiceAccount. */
-export async function kubeconfigWithDeclaredRbac(cp: ControlPlane, declaration: FunctionDeclaration, namespace = 'default'): Promise<string> {
+export async function kubeconfigWithDeclaredRbac(
+  cp: ControlPlane,
+  declaration: FunctionDeclaration,
+  namespace = 'default',
+): Promise<string> {
   for (const object of rbacObjects(declaration, namespace)) {
     const path = PATHS[object.kind!].replace('{ns}', namespace);
     const created = await cp.request('POST', path, object);
-    if (created.status !== 201 && created.status !== 409) throw new Error(`creating ${object.kind}: ${created.status} ${JSON.stringify(created.body)}`);
+    if (created.status !== 201 && created.status !== 409)
+      throw new Error(`creating ${object.kind}: ${created.status} ${JSON.stringify(created.body)}`);
   }
   return cp.serviceAccountKubeconfig(namespace, serviceAccountName(declaration));
 }
@@ -25,17 +30,38 @@ export async function kubeconfigWithDeclaredRbac(cp: ControlPlane, declaration: 
 export async function createObjects(cp: ControlPlane, objects: KubeObject[]): Promise<void> {
   for (const object of objects) {
     const created = await cp.request('POST', collectionPath(resourceKindOf(object), object.metadata.namespace), object);
-    if (created.status !== 201 && created.status !== 409) throw new Error(`${object.kind} ${object.metadata.name}: ${created.status} ${JSON.stringify(created.body)}`);
+    if (created.status !== 201 && created.status !== 409)
+      throw new Error(`${object.kind} ${object.metadata.name}: ${created.status} ${JSON.stringify(created.body)}`);
   }
 }
 
 /** One question of a can-i matrix: a verb on a resource (and subresource, and name) in a namespace ('' = cluster scope). */
-export interface AccessQuestion { verb: string; group: string; resource: string; subresource?: string; namespace: string; name?: string }
+export interface AccessQuestion {
+  verb: string;
+  group: string;
+  resource: string;
+  subresource?: string;
+  namespace: string;
+  name?: string;
+}
 
 /** The API server's answer to `kube`'s identity asking itself (SelfSubjectAccessReview). */
 export async function canI(kube: KubeClient, question: AccessQuestion): Promise<boolean> {
   const review = await kube.request<{ status: { allowed: boolean } }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', {
-    body: { apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectAccessReview', spec: { resourceAttributes: { verb: question.verb, group: question.group, resource: question.resource, subresource: question.subresource ?? '', namespace: question.namespace, name: question.name ?? '' } } },
+    body: {
+      apiVersion: 'authorization.k8s.io/v1',
+      kind: 'SelfSubjectAccessReview',
+      spec: {
+        resourceAttributes: {
+          verb: question.verb,
+          group: question.group,
+          resource: question.resource,
+          subresource: question.subresource ?? '',
+          namespace: question.namespace,
+          name: question.name ?? '',
+        },
+      },
+    },
   });
   return review.status.allowed;
 }

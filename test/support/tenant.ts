@@ -10,8 +10,20 @@ import { type PolicyRule, type KubeObject, type ResourceKind, ApiError, KubeClie
 import { parseRequestTotals } from '../../bench/apiserver-metrics.ts';
 import { canI, type AccessQuestion } from './rbac.ts';
 
-const rbacKind = (kind: string, plural: string, namespaced: boolean): ResourceKind => ({ group: 'rbac.authorization.k8s.io', version: 'v1', kind, plural, namespaced });
-export const ServiceAccount: ResourceKind = { group: '', version: 'v1', kind: 'ServiceAccount', plural: 'serviceaccounts', namespaced: true };
+const rbacKind = (kind: string, plural: string, namespaced: boolean): ResourceKind => ({
+  group: 'rbac.authorization.k8s.io',
+  version: 'v1',
+  kind,
+  plural,
+  namespaced,
+});
+export const ServiceAccount: ResourceKind = {
+  group: '',
+  version: 'v1',
+  kind: 'ServiceAccount',
+  plural: 'serviceaccounts',
+  namespaced: true,
+};
 export const Role = rbacKind('Role', 'roles', true);
 export const RoleBinding = rbacKind('RoleBinding', 'rolebindings', true);
 export const ClusterRole = rbacKind('ClusterRole', 'clusterroles', false);
@@ -57,20 +69,28 @@ export async function createTenant(admin: KubeClient, adminKubeconfig: string, d
       subjects: [{ kind: 'ServiceAccount', name, namespace }],
     } as KubeObject);
   }
-  const issued = await admin.request<{ status: { token: string } }>('POST', `/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`, {
-    body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 24 * 3600 } },
-  });
+  const issued = await admin.request<{ status: { token: string } }>(
+    'POST',
+    `/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`,
+    {
+      body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 24 * 3600 } },
+    },
+  );
   const { server, ca } = clusterOf(adminKubeconfig);
   const kubeconfig = join(dir, `tenant-${namespace}-${name}.kubeconfig`);
   // JSON is YAML: kubectl and the runtime's client read it alike.
-  writeFileSync(kubeconfig, JSON.stringify({
-    apiVersion: 'v1',
-    kind: 'Config',
-    clusters: [{ name: 'local', cluster: { server, 'certificate-authority': ca } }],
-    users: [{ name: user, user: { token: issued.status.token } }],
-    contexts: [{ name: 'tenant', context: { cluster: 'local', user, namespace } }],
-    'current-context': 'tenant',
-  }), { mode: 0o600 });
+  writeFileSync(
+    kubeconfig,
+    JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'local', cluster: { server, 'certificate-authority': ca } }],
+      users: [{ name: user, user: { token: issued.status.token } }],
+      contexts: [{ name: 'tenant', context: { cluster: 'local', user, namespace } }],
+      'current-context': 'tenant',
+    }),
+    { mode: 0o600 },
+  );
   return { name, namespace, user, kubeconfig, kube: KubeClient.fromFile(kubeconfig) };
 }
 
@@ -86,7 +106,9 @@ async function createOrKeep(kube: KubeClient, kind: ResourceKind, object: KubeOb
  * What a request the tenant makes comes to: `ok` or the API server's refusal (code, reason,
  * message). Anything that is not an API answer is thrown.
  */
-export async function attempt(action: () => Promise<unknown>): Promise<{ ok: true } | { ok: false; code: number; reason: string; message: string }> {
+export async function attempt(
+  action: () => Promise<unknown>,
+): Promise<{ ok: true } | { ok: false; code: number; reason: string; message: string }> {
   try {
     await action();
     return { ok: true };
@@ -139,17 +161,23 @@ export interface AccessSnapshot {
   answers: Record<string, boolean>;
 }
 
-const questionText = (q: AccessQuestion) => `${q.verb} ${q.group || 'core'}/${q.resource}${q.subresource ? `/${q.subresource}` : ''} ${q.namespace || '(cluster)'}`;
+const questionText = (q: AccessQuestion) =>
+  `${q.verb} ${q.group || 'core'}/${q.resource}${q.subresource ? `/${q.subresource}` : ''} ${q.namespace || '(cluster)'}`;
 
 /** What the tenant may do, asked as the tenant (SelfSubjectRulesReview and SelfSubjectAccessReview). */
 export async function accessSnapshot(tenant: Tenant, namespaces: string[], questions: AccessQuestion[]): Promise<AccessSnapshot> {
   const rules: Record<string, string[]> = {};
   for (const namespace of namespaces) {
-    const review = await tenant.kube.request<{ status: { resourceRules?: Record<string, string[] | undefined>[]; nonResourceRules?: Record<string, string[] | undefined>[] } }>(
-      'POST', '/apis/authorization.k8s.io/v1/selfsubjectrulesreviews',
-      { body: { apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectRulesReview', spec: { namespace } } },
-    );
-    const text = (rule: Record<string, string[] | undefined>) => Object.keys(rule).sort().map((key) => `${key}=${[...(rule[key] ?? [])].sort().join(',')}`).join(' ');
+    const review = await tenant.kube.request<{
+      status: { resourceRules?: Record<string, string[] | undefined>[]; nonResourceRules?: Record<string, string[] | undefined>[] };
+    }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectrulesreviews', {
+      body: { apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectRulesReview', spec: { namespace } },
+    });
+    const text = (rule: Record<string, string[] | undefined>) =>
+      Object.keys(rule)
+        .sort()
+        .map((key) => `${key}=${[...(rule[key] ?? [])].sort().join(',')}`)
+        .join(' ');
     rules[namespace] = [...(review.status.resourceRules ?? []), ...(review.status.nonResourceRules ?? [])].map(text).sort();
   }
   const answers: Record<string, boolean> = {};
@@ -176,10 +204,22 @@ export function accessChanges(before: AccessSnapshot, after: AccessSnapshot): st
 export async function bindingsNaming(admin: KubeClient, users: string[]): Promise<string[]> {
   const found: string[] = [];
   for (const kind of [RoleBinding, ClusterRoleBinding]) {
-    for (const binding of (await admin.list<KubeObject & { subjects?: { kind: string; name: string; namespace?: string }[]; roleRef: { kind: string; name: string } }>(kind)).items) {
+    for (const binding of (
+      await admin.list<
+        KubeObject & { subjects?: { kind: string; name: string; namespace?: string }[]; roleRef: { kind: string; name: string } }
+      >(kind)
+    ).items) {
       const named = (binding.subjects ?? []).some((subject) =>
-        users.includes(subject.kind === 'ServiceAccount' ? `system:serviceaccount:${subject.namespace ?? binding.metadata.namespace}:${subject.name}` : subject.name));
-      if (named) found.push(`${kind.kind} ${binding.metadata.namespace ?? ''}/${binding.metadata.name} → ${binding.roleRef.kind} ${binding.roleRef.name}`);
+        users.includes(
+          subject.kind === 'ServiceAccount'
+            ? `system:serviceaccount:${subject.namespace ?? binding.metadata.namespace}:${subject.name}`
+            : subject.name,
+        ),
+      );
+      if (named)
+        found.push(
+          `${kind.kind} ${binding.metadata.namespace ?? ''}/${binding.metadata.name} → ${binding.roleRef.kind} ${binding.roleRef.name}`,
+        );
     }
   }
   return found.sort();
@@ -191,7 +231,11 @@ export async function objectsSnapshot(admin: KubeClient, namespaces: string[], k
   for (const kind of kinds) {
     for (const namespace of kind.namespaced ? namespaces : ['']) {
       const { items } = await admin.list(kind, { namespace: namespace || undefined, metadataOnly: true });
-      for (const item of items) snapshot.set(`${kind.kind} ${item.metadata.namespace ?? ''}/${item.metadata.name}`, `${item.metadata.uid}@${item.metadata.resourceVersion}`);
+      for (const item of items)
+        snapshot.set(
+          `${kind.kind} ${item.metadata.namespace ?? ''}/${item.metadata.name}`,
+          `${item.metadata.uid}@${item.metadata.resourceVersion}`,
+        );
     }
   }
   return snapshot;
@@ -235,7 +279,10 @@ export class TenantMatrix {
   lines(): string[] {
     const width = (pick: (row: TenantMatrix['rows'][number]) => string) => Math.max(...this.rows.map((row) => pick(row).length), 8);
     const identityWidth = width((row) => row.identity);
-    const attemptWidth = Math.min(width((row) => row.attempt), 72);
+    const attemptWidth = Math.min(
+      width((row) => row.attempt),
+      72,
+    );
     return [
       `${'identity'.padEnd(identityWidth)}  ${'attempt'.padEnd(attemptWidth)}  outcome`,
       ...this.rows.map((row) => `${row.identity.padEnd(identityWidth)}  ${row.attempt.padEnd(attemptWidth)}  ${row.outcome}`),
@@ -255,7 +302,10 @@ export async function apiServerRequests(adminKubeconfig: string, resource: strin
   const body = await new Promise<string>((resolve, reject) => {
     const req = request(`${server}/metrics`, { ca: readFileSync(ca), headers: { authorization: `Bearer ${token}` } }, (res) => {
       let data = '';
-      res.setEncoding('utf8').on('data', (chunk: string) => (data += chunk)).on('end', () => (res.statusCode === 200 ? resolve(data) : reject(new Error(`/metrics: ${res.statusCode}`))));
+      res
+        .setEncoding('utf8')
+        .on('data', (chunk: string) => (data += chunk))
+        .on('end', () => (res.statusCode === 200 ? resolve(data) : reject(new Error(`/metrics: ${res.statusCode}`))));
     });
     req.on('error', reject).end();
   });

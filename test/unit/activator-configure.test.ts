@@ -79,9 +79,10 @@ test('timeoutSeconds applies to the next requests', async () => {
 
 test('the delivery budget reaches instances as OPFN_DELIVERY_BUDGET_SECONDS: half a lowered timeout, or as given, in instances started after the edit', async () => {
   const { activator, url } = await start({}, 1000);
-  const budgetSeen = async () => ((await (await fetch(`${url}/env?name=OPFN_DELIVERY_BUDGET_SECONDS`)).json()) as { pid: number; value: string | null });
+  const budgetSeen = async () =>
+    (await (await fetch(`${url}/env?name=OPFN_DELIVERY_BUDGET_SECONDS`)).json()) as { pid: number; value: string | null };
   const first = await budgetSeen();
-  assert.equal(first.value, '30', 'Knative\'s default timeout of 300 s: 30 s');
+  assert.equal(first.value, '30', "Knative's default timeout of 300 s: 30 s");
   const { scaling } = activator.configurationOf('tiny');
   activator.configure('tiny', { scaling, timeoutSeconds: 20 });
   assert.deepEqual(activator.configurationOf('tiny'), { scaling, timeoutSeconds: 20, deliveryBudgetSeconds: 10 });
@@ -92,26 +93,43 @@ test('the delivery budget reaches instances as OPFN_DELIVERY_BUDGET_SECONDS: hal
   assert.equal(second.value, '10', 'a new instance: half the 20 s timeout');
   activator.configure('tiny', { scaling, timeoutSeconds: 20, deliveryBudgetSeconds: 4.5 });
   await eventually(() => activator.instances('tiny') === 0, 'scaled to zero');
-  assert.equal((await budgetSeen()).value, '4.5', 'the Service\'s own budget');
+  assert.equal((await budgetSeen()).value, '4.5', "the Service's own budget");
 });
 
 test('containerConcurrency applies to the next requests', async () => {
   const { activator, url } = await start({ minScale: 1, maxScale: 1 });
   await eventually(() => activator.instances('tiny') === 1, 'one instance');
-  const burst = () => Promise.all([1, 2, 3].map(() => fetch(`${url}/slow?ms=400`).then((response) => response.json() as Promise<{ active: number }>)));
-  assert.ok((await burst()).some((answer) => answer.active > 1), 'unlimited: requests overlap on the one instance');
+  const burst = () =>
+    Promise.all([1, 2, 3].map(() => fetch(`${url}/slow?ms=400`).then((response) => response.json() as Promise<{ active: number }>)));
+  assert.ok(
+    (await burst()).some((answer) => answer.active > 1),
+    'unlimited: requests overlap on the one instance',
+  );
   activator.configure('tiny', { scaling: { minScale: 1, maxScale: 1, target: 10, containerConcurrency: 1 } });
-  assert.deepEqual((await burst()).map((answer) => answer.active), [1, 1, 1], 'containerConcurrency 1: one at a time');
+  assert.deepEqual(
+    (await burst()).map((answer) => answer.active),
+    [1, 1, 1],
+    'containerConcurrency 1: one at a time',
+  );
   assert.equal(activator.stats().tiny.started, 1);
 });
 
 test('an unusable configuration is refused and the old one stays; an unchanged one is no change', async () => {
   const { activator } = await start();
   const before = activator.configurationOf('tiny');
-  assert.throws(() => activator.configure('tiny', { scaling: { minScale: 3, maxScale: 2, target: 10, containerConcurrency: 0 } }), /maxScale \(2\) is below minScale \(3\)/);
+  assert.throws(
+    () => activator.configure('tiny', { scaling: { minScale: 3, maxScale: 2, target: 10, containerConcurrency: 0 } }),
+    /maxScale \(2\) is below minScale \(3\)/,
+  );
   assert.throws(() => activator.configure('tiny', { scaling: { ...before.scaling }, timeoutSeconds: -1 }), /timeoutSeconds must be >= 0/);
-  assert.throws(() => activator.configure('tiny', { scaling: { ...before.scaling }, timeoutSeconds: 20, deliveryBudgetSeconds: 20 }), /OPFN_DELIVERY_BUDGET_SECONDS 20 leaves no time before timeoutSeconds 20/);
-  assert.throws(() => activator.configure('tiny', { scaling: { ...before.scaling }, deliveryBudgetSeconds: Number.NaN }), /must be a number of seconds ≥ 0/);
+  assert.throws(
+    () => activator.configure('tiny', { scaling: { ...before.scaling }, timeoutSeconds: 20, deliveryBudgetSeconds: 20 }),
+    /OPFN_DELIVERY_BUDGET_SECONDS 20 leaves no time before timeoutSeconds 20/,
+  );
+  assert.throws(
+    () => activator.configure('tiny', { scaling: { ...before.scaling }, deliveryBudgetSeconds: Number.NaN }),
+    /must be a number of seconds ≥ 0/,
+  );
   assert.throws(() => activator.configure('nope', before), /no function named "nope"/);
   assert.deepEqual(activator.configurationOf('tiny'), before);
   assert.equal(activator.configure('tiny', before), false);

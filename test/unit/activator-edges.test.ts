@@ -9,7 +9,14 @@ import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
-import { Activator, canTransition, capacityAtMaxScale, desiredScale, pick, type FunctionProcessSpec } from '../../eventing/activator/index.ts';
+import {
+  Activator,
+  canTransition,
+  capacityAtMaxScale,
+  desiredScale,
+  pick,
+  type FunctionProcessSpec,
+} from '../../eventing/activator/index.ts';
 import { routeOf } from '../../eventing/activator/handler.ts';
 
 const CHILD = `
@@ -39,7 +46,13 @@ after(async () => {
 });
 
 function spec(name: string, extra: Partial<FunctionProcessSpec> = {}): FunctionProcessSpec {
-  return { name, command: process.execPath, args: [script], scaling: { minScale: 0, maxScale: 3, target: 1, containerConcurrency: 0 }, ...extra };
+  return {
+    name,
+    command: process.execPath,
+    args: [script],
+    scaling: { minScale: 0, maxScale: 3, target: 1, containerConcurrency: 0 },
+    ...extra,
+  };
 }
 
 async function start(functions: FunctionProcessSpec[]) {
@@ -54,7 +67,9 @@ async function start(functions: FunctionProcessSpec[]) {
 
 describe('activator edges', () => {
   test('a request past timeoutSeconds gets 504 with the reason, and its slot is freed', async () => {
-    const { a } = await start([spec('hung', { timeoutSeconds: 0.4, scaling: { minScale: 0, maxScale: 1, target: 1, containerConcurrency: 1 } })]);
+    const { a } = await start([
+      spec('hung', { timeoutSeconds: 0.4, scaling: { minScale: 0, maxScale: 1, target: 1, containerConcurrency: 1 } }),
+    ]);
     const hung = await fetch(`${a.urlFor('hung')}/hang`);
     assert.equal(hung.status, 504);
     assert.match(await hung.text(), /did not answer within 0.4s/);
@@ -75,7 +90,10 @@ describe('activator edges', () => {
     const deadline = Date.now() + 15_000;
     while (a.instances('clean') > 0 && Date.now() < deadline) await sleep(20);
     assert.equal(a.instances('clean'), 0);
-    assert.ok(lines.some((l) => /exited \(exit 0\)/.test(String(l.msg)) && l.level === 30), 'an info line for the clean exit');
+    assert.ok(
+      lines.some((l) => /exited \(exit 0\)/.test(String(l.msg)) && l.level === 30),
+      'an info line for the clean exit',
+    );
     assert.ok(!lines.some((l) => /crashed/.test(String(l.msg))), 'no crash line');
   });
 
@@ -114,7 +132,10 @@ describe('activator pure pieces', () => {
     assert.equal(capacityAtMaxScale({ minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 }), 400);
     assert.equal(capacityAtMaxScale({ minScale: 0, maxScale: 4, target: 100, containerConcurrency: 10 }), 40);
     assert.equal(capacityAtMaxScale({ minScale: 0, maxScale: 0, target: 100, containerConcurrency: 0 }), undefined);
-    assert.deepEqual(desiredScale(250, { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 }, 1), { want: 3, reason: 'concurrency 250 > target 100 x 1' });
+    assert.deepEqual(desiredScale(250, { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 }, 1), {
+      want: 3,
+      reason: 'concurrency 250 > target 100 x 1',
+    });
     assert.equal(desiredScale(0, { minScale: 2, maxScale: 4, target: 100, containerConcurrency: 0 }, 0).want, 2);
     assert.equal(desiredScale(10_000, { minScale: 0, maxScale: 4, target: 100, containerConcurrency: 0 }, 0).want, 4);
   });
@@ -136,7 +157,18 @@ describe('activator pure pieces', () => {
     assert.equal(pick([a, b], 2, 10), b);
     assert.equal(pick([{ state: 'ready', inFlight: 2 }], 2, 10), undefined, 'hard limit');
     assert.ok(pick([{ state: 'ready', inFlight: 50 }], 0, 10), 'soft limit: over target when nothing else is coming');
-    assert.equal(pick([{ state: 'ready', inFlight: 10 }, { state: 'starting', inFlight: 0 }], 0, 10), undefined, 'soft limit held while capacity is on its way');
+    assert.equal(
+      pick(
+        [
+          { state: 'ready', inFlight: 10 },
+          { state: 'starting', inFlight: 0 },
+        ],
+        0,
+        10,
+      ),
+      undefined,
+      'soft limit held while capacity is on its way',
+    );
   });
 
   test('instance state machine: exited is final, stopping only exits', () => {

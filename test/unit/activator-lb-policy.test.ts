@@ -30,7 +30,7 @@ describe('lb-policy: per-key affinity', () => {
     }
   });
 
-  it('falls back to the least-loaded instance with room when the key\'s instance is full', () => {
+  it("falls back to the least-loaded instance with room when the key's instance is full", () => {
     const instances = [ready(1), ready(2), ready(3)];
     const key = keys[0];
     const home = pick(instances, 2, 100, key)!;
@@ -42,7 +42,7 @@ describe('lb-policy: per-key affinity', () => {
     assert.equal(pick(instances, 2, 100, key), undefined, 'nobody has room: the caller waits');
   });
 
-  it('holds the soft target for the key\'s instance while capacity is starting', () => {
+  it("holds the soft target for the key's instance while capacity is starting", () => {
     const a = ready(1, 0);
     const b = ready(2, 0);
     const key = keys.find((k) => pick([a, b], 0, 10, k) === a)!;

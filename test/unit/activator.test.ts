@@ -8,7 +8,13 @@ import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
-import { Activator, effectiveTarget, type ActivatorOptions, type FunctionProcessSpec, type Scaling } from '../../eventing/activator/index.ts';
+import {
+  Activator,
+  effectiveTarget,
+  type ActivatorOptions,
+  type FunctionProcessSpec,
+  type Scaling,
+} from '../../eventing/activator/index.ts';
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/tiny-function.ts', import.meta.url));
 
@@ -129,8 +135,14 @@ describe('activator', () => {
     assert.equal(new Set(replies.map((r) => r.json().pid)).size, 1, 'one instance served them all');
     assert.equal(a.instances('cold'), 1);
     const events = scaleEvents(cap, 'cold');
-    assert.deepEqual(events.map((e) => [e.from, e.to, e.reason]), [[0, 1, 'cold start']]);
-    assert.ok(cap.childOutput.some((l) => l.startsWith('[cold#1] listening on')), `child output is prefixed: ${cap.childOutput.join(' | ')}`);
+    assert.deepEqual(
+      events.map((e) => [e.from, e.to, e.reason]),
+      [[0, 1, 'cold start']],
+    );
+    assert.ok(
+      cap.childOutput.some((l) => l.startsWith('[cold#1] listening on')),
+      `child output is prefixed: ${cap.childOutput.join(' | ')}`,
+    );
     // A request to the bare function URL goes to "/".
     const root = await request(a.urlFor('cold'));
     assert.equal(root.json().url, '/');
@@ -273,7 +285,10 @@ describe('activator', () => {
     assert.notEqual(next.json().pid, pid1);
     const reasons = scaleEvents(cap, 'crashy').map((e) => e.reason);
     assert.deepEqual(reasons, ['cold start', 'crashed (exit 1)', 'cold start']);
-    assert.ok(cap.lines.some((l) => l.level === 50 && l.code === 1 && l.pid === pid1), 'the crash is logged with its exit code');
+    assert.ok(
+      cap.lines.some((l) => l.level === 50 && l.code === 1 && l.pid === pid1),
+      'the crash is logged with its exit code',
+    );
     // One line for the crash, not one more per request it held.
     const loud = cap.lines.filter((l) => (l.level as number) >= 40 && l.fn === 'crashy');
     assert.equal(loud.length, 1, JSON.stringify(loud));

@@ -6,7 +6,15 @@ import assert from 'node:assert/strict';
 import { PassThrough } from 'node:stream';
 import { describe, test } from 'node:test';
 import { pipeLines } from '../../eventing/activator/child-output.ts';
-import { ownerFromLabels, boundedMessage, MAX_MESSAGE_CHARS, quote, setCondition, type KubeClient, type ResourceKind } from '../../functions/runtime/index.ts';
+import {
+  ownerFromLabels,
+  boundedMessage,
+  MAX_MESSAGE_CHARS,
+  quote,
+  setCondition,
+  type KubeClient,
+  type ResourceKind,
+} from '../../functions/runtime/index.ts';
 
 describe('quote', () => {
   test('a short string is JSON-quoted whole; a long one is cut, with its length', () => {
@@ -21,7 +29,10 @@ describe('quote', () => {
   });
 
   test('numbers as they are (JSON would write Infinity and NaN as null); other values as JSON, cut', () => {
-    assert.deepEqual([quote(Number.POSITIVE_INFINITY), quote(Number.NaN), quote(1.5), quote(undefined), quote(null)], ['Infinity', 'NaN', '1.5', 'undefined', 'null']);
+    assert.deepEqual(
+      [quote(Number.POSITIVE_INFINITY), quote(Number.NaN), quote(1.5), quote(undefined), quote(null)],
+      ['Infinity', 'NaN', '1.5', 'undefined', 'null'],
+    );
     assert.equal(quote({ a: 'y'.repeat(100) }, 10), '{"a":"yyyy… (108 characters of JSON)');
     const cyclic: Record<string, unknown> = {};
     cyclic.self = cyclic;
@@ -30,7 +41,7 @@ describe('quote', () => {
 });
 
 describe('messages for status and Events', () => {
-  test('cut to MAX_MESSAGE_CHARS (events.k8s.io\'s 1 KiB note), control characters other than newline and tab escaped', () => {
+  test("cut to MAX_MESSAGE_CHARS (events.k8s.io's 1 KiB note), control characters other than newline and tab escaped", () => {
     assert.equal(boundedMessage('line one\n\tline two'), 'line one\n\tline two');
     assert.equal(boundedMessage('red \u001b[31m'), 'red \\u001b[31m');
     const cut = boundedMessage('m'.repeat(60_000));
@@ -40,7 +51,12 @@ describe('messages for status and Events', () => {
 
   test('setCondition bounds the message, so an oversized one cannot fail the whole status write', () => {
     // Its length as written: the escaped control character counts as the six characters it becomes.
-    const [ready] = setCondition(undefined, { type: 'Ready', status: 'False', reason: 'ProviderError', message: `x${'M'.repeat(60_000)}\u001b` });
+    const [ready] = setCondition(undefined, {
+      type: 'Ready',
+      status: 'False',
+      reason: 'ProviderError',
+      message: `x${'M'.repeat(60_000)}\u001b`,
+    });
     assert.ok(ready.message.length <= MAX_MESSAGE_CHARS);
     assert.match(ready.message, /^xM+… \(cut from 60007 characters\)$/);
   });
@@ -48,7 +64,12 @@ describe('messages for status and Events', () => {
   test('an owner label naming no valid owner is quoted in a few dozen characters', async () => {
     const owner: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
     const noApi = {} as KubeClient;
-    const reason = await ownerFromLabels({ metadata: { namespace: 'default', labels: { controller: 'A'.repeat(2_000_000) } } }, { name: 'controller' }, owner, noApi);
+    const reason = await ownerFromLabels(
+      { metadata: { namespace: 'default', labels: { controller: 'A'.repeat(2_000_000) } } },
+      { name: 'controller' },
+      owner,
+      noApi,
+    );
     assert.equal(reason, `owner name "${'A'.repeat(64)}"… (2000000 characters) is not a valid name`);
   });
 });

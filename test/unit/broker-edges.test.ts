@@ -12,7 +12,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudEventV1 } from 'cloudevents';
 import { pino, type Logger } from 'pino';
 import { Dispatcher } from '../../eventing/broker/dispatcher.ts';
-import { appendJsonLine, Broker, clearDeadLetterFile, readDeadLetterFile, replayDeadLetterFile, type BrokerOptions, type Lease, type Trigger } from '../../eventing/broker/index.ts';
+import {
+  appendJsonLine,
+  Broker,
+  clearDeadLetterFile,
+  readDeadLetterFile,
+  replayDeadLetterFile,
+  type BrokerOptions,
+  type Lease,
+  type Trigger,
+} from '../../eventing/broker/index.ts';
 import { serversClosedAfter } from '../support/http.ts';
 import { exitedPid } from '../support/processes.ts';
 import { tempDir } from '../support/temp.ts';
@@ -24,7 +33,9 @@ interface Received {
 }
 
 const servers = serversClosedAfter();
-async function subscriber(handler: (req: Received, res: ServerResponse, n: number) => unknown): Promise<{ url: string; requests: Received[] }> {
+async function subscriber(
+  handler: (req: Received, res: ServerResponse, n: number) => unknown,
+): Promise<{ url: string; requests: Received[] }> {
   const requests: Received[] = [];
   const server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
@@ -40,13 +51,29 @@ async function subscriber(handler: (req: Received, res: ServerResponse, n: numbe
 
 function captureLog(): { log: Logger; lines: Array<Record<string, unknown>> } {
   const lines: Array<Record<string, unknown>> = [];
-  return { log: pino({ level: 'debug' }, { write: (c: string) => c.split('\n').filter((l) => l.trim()).forEach((l) => lines.push(JSON.parse(l))) }), lines };
+  return {
+    log: pino(
+      { level: 'debug' },
+      {
+        write: (c: string) =>
+          c
+            .split('\n')
+            .filter((l) => l.trim())
+            .forEach((l) => lines.push(JSON.parse(l))),
+      },
+    ),
+    lines,
+  };
 }
 
 const dir = tempDir('broker-edges-');
 
 let n = 0;
-function newBroker(options: Partial<BrokerOptions> & { triggers: Trigger[] }): { broker: Broker; lines: Array<Record<string, unknown>>; file: string } {
+function newBroker(options: Partial<BrokerOptions> & { triggers: Trigger[] }): {
+  broker: Broker;
+  lines: Array<Record<string, unknown>>;
+  file: string;
+} {
   const { log, lines } = captureLog();
   const file = join(dir, `dl-${++n}.jsonl`);
   return { broker: new Broker({ deadLetterFile: file, log, ...options }), lines, file };
@@ -65,7 +92,11 @@ const waitFor = async (condition: () => boolean, what: string, ms = 15_000): Pro
 };
 
 /** A raw POST that reports a connection reset as such instead of throwing. */
-function rawPost(url: string, headers: Record<string, string>, body: Buffer): Promise<{ status: number; text: string } | { error: string }> {
+function rawPost(
+  url: string,
+  headers: Record<string, string>,
+  body: Buffer,
+): Promise<{ status: number; text: string } | { error: string }> {
   return new Promise((resolve) => {
     const req = httpRequest(url, { method: 'POST', headers: { ...headers, 'content-length': String(body.length) } }, (res) => {
       let text = '';
@@ -91,7 +122,10 @@ describe('Broker bodies', () => {
         assert.equal(res.status, 202);
       }
       await broker.idle();
-      assert.deepEqual(sub.requests.map((r) => r.body.toString('utf8')), ['"hello"', '{ "spaced" :  [1, 2.50] }', '42']);
+      assert.deepEqual(
+        sub.requests.map((r) => r.body.toString('utf8')),
+        ['"hello"', '{ "spaced" :  [1, 2.50] }', '42'],
+      );
       assert.equal(sub.requests[0]?.headers['content-type'], 'application/json');
     } finally {
       await broker.close();
@@ -115,9 +149,20 @@ describe('Broker bodies', () => {
     const { broker } = newBroker({ triggers: [{ name: 'all', subscriber: sub.url }] });
     try {
       const base = await broker.listen();
-      const object = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'big', namespace: 'default' }, data: { blob: 'x'.repeat(1_572_864) } };
+      const object = {
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: 'big', namespace: 'default' },
+        data: { blob: 'x'.repeat(1_572_864) },
+      };
       const body = Buffer.from(JSON.stringify(object));
-      const ce = { 'ce-specversion': '1.0', 'ce-id': 'big-1', 'ce-source': '/s', 'ce-type': 'dev.knative.apiserver.resource.update', 'content-type': 'application/json' };
+      const ce = {
+        'ce-specversion': '1.0',
+        'ce-id': 'big-1',
+        'ce-source': '/s',
+        'ce-type': 'dev.knative.apiserver.resource.update',
+        'content-type': 'application/json',
+      };
       const ok = await rawPost(base, ce, body);
       assert.deepEqual('status' in ok ? ok.status : ok, 202);
       await broker.idle();
@@ -140,7 +185,10 @@ describe('Broker timeouts', () => {
       if (count === 1) return; // hangs forever
       res.writeHead(202).end();
     });
-    const { broker, file } = newBroker({ maxInFlight: 1, triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 2, timeout: 'PT0.3S' } }] });
+    const { broker, file } = newBroker({
+      maxInFlight: 1,
+      triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 2, timeout: 'PT0.3S' } }],
+    });
     try {
       await broker.publish(event({ id: 'first' }));
       await broker.publish(event({ id: 'second' }));
@@ -165,7 +213,13 @@ describe('Broker shutdown', () => {
     for (let i = 0; i < 20; i++) await broker.publish(event({ id: `burst-${i}` }));
     const closing = broker.close({ drainTimeoutMs: 20_000 });
     await assert.rejects(broker.publish(event()), /closed/);
-    const refused = await fetch(base, { method: 'POST', headers: { 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'ce-type': 't' } }).then((r) => r.status, () => 'refused');
+    const refused = await fetch(base, {
+      method: 'POST',
+      headers: { 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'ce-type': 't' },
+    }).then(
+      (r) => r.status,
+      () => 'refused',
+    );
     assert.ok(refused === 503 || refused === 'refused', `ingress answers 503 or is gone while draining, got ${refused}`);
     await closing;
     assert.equal(sub.requests.length, 20, 'every accepted event was delivered');
@@ -187,12 +241,20 @@ describe('Broker shutdown', () => {
 
 describe('Broker requeue holding (opfnnotbefore)', () => {
   const requeueReply = (res: ServerResponse, due: string, data: unknown) => {
-    res.writeHead(200, { 'ce-specversion': '1.0', 'ce-id': `r-${Math.random()}`, 'ce-source': '/fn', 'ce-type': 'dev.opfn.reconcile', 'ce-opfnfunction': 'fn', 'ce-opfnnotbefore': due, 'content-type': 'application/json' });
+    res.writeHead(200, {
+      'ce-specversion': '1.0',
+      'ce-id': `r-${Math.random()}`,
+      'ce-source': '/fn',
+      'ce-type': 'dev.opfn.reconcile',
+      'ce-opfnfunction': 'fn',
+      'ce-opfnnotbefore': due,
+      'content-type': 'application/json',
+    });
     res.end(JSON.stringify(data));
   };
   const keysOf = (received: Received) => JSON.parse(received.body.toString()).keys;
 
-  it('holds a reply\'s keys until they are due, then routes them like any reply', async () => {
+  it("holds a reply's keys until they are due, then routes them like any reply", async () => {
     const due = () => new Date(Date.now() + 600).toISOString();
     const fn = await subscriber((_req, res, count) => {
       if (count === 1) return requeueReply(res, due(), { keys: ['default/a'] });
@@ -255,19 +317,24 @@ describe('Broker requeue holding (opfnnotbefore)', () => {
   });
 
   it('a key asked for at several times is held once; close drops what is held with a log line', async () => {
-    const fn = await subscriber((_req, res, count) => requeueReply(res, new Date(Date.now() + 60_000 - count * 1000).toISOString(), { keys: ['default/a'] }));
+    const fn = await subscriber((_req, res, count) =>
+      requeueReply(res, new Date(Date.now() + 60_000 - count * 1000).toISOString(), { keys: ['default/a'] }),
+    );
     const { broker, lines } = newBroker({ triggers: [{ name: 'fn', subscriber: fn.url, filter: { attributes: { opfnfunction: 'fn' } } }] });
     for (let i = 0; i < 3; i++) await broker.publish(event({ opfnfunction: 'fn' }));
     await broker.idle();
     await waitFor(() => fn.requests.length === 3, 'three deliveries');
     assert.equal(broker.heldRequeues, 1);
     await broker.close();
-    assert.ok(lines.some((l) => /dropped because the plane stopped/.test(String(l.msg)) && l.dropped === 1), 'a log line for the dropped requeue');
+    assert.ok(
+      lines.some((l) => /dropped because the plane stopped/.test(String(l.msg)) && l.dropped === 1),
+      'a log line for the dropped requeue',
+    );
   });
 });
 
 describe('Dispatcher.sleep', () => {
-  it('a wait beyond a timer\'s range (a Retry-After under a long retryAfterMax) is capped, not cut to 1 ms', async () => {
+  it("a wait beyond a timer's range (a Retry-After under a long retryAfterMax) is capped, not cut to 1 ms", async () => {
     const abort = new AbortController();
     const dispatcher = new Dispatcher({ abort: abort.signal, maxResponseBytes: 1024 });
     let resolved = false;
@@ -282,7 +349,10 @@ describe('Dispatcher.sleep', () => {
 describe('Broker dead-letter file', () => {
   it('is created 0600 and rotated at its cap (the oldest letters go, with a log line)', async () => {
     const sub = await subscriber((_req, res) => res.writeHead(500).end('failing'));
-    const { broker, file, lines } = newBroker({ deadLetterMaxBytes: 2000, triggers: [{ name: 'bad', subscriber: sub.url, delivery: { retry: 0 } }] });
+    const { broker, file, lines } = newBroker({
+      deadLetterMaxBytes: 2000,
+      triggers: [{ name: 'bad', subscriber: sub.url, delivery: { retry: 0 } }],
+    });
     try {
       for (let i = 0; i < 10; i++) await broker.publish(event({ id: `bad-${i}`, data: { pad: 'p'.repeat(300) } }));
       await broker.idle();
@@ -299,13 +369,20 @@ describe('Broker dead-letter file', () => {
 
   it('letters refused for good (400) go to <file>.refused: a flood of forged ones cannot rotate away the letters of real work', async () => {
     const sub = await subscriber((req, res) => res.writeHead(req.headers['ce-id'] === 'real' ? 500 : 400).end('no'));
-    const { broker, file, lines } = newBroker({ deadLetterMaxBytes: 16000, triggers: [{ name: 'fn', subscriber: sub.url, delivery: { retry: 0 } }] });
+    const { broker, file, lines } = newBroker({
+      deadLetterMaxBytes: 16000,
+      triggers: [{ name: 'fn', subscriber: sub.url, delivery: { retry: 0 } }],
+    });
     try {
       await broker.publish(event({ id: 'real' }));
       for (let i = 0; i < 40; i++) await broker.publish(event({ id: `forged-${i}`, data: { pad: 'p'.repeat(300) } }));
       await broker.idle();
       const letters = await readDeadLetterFile(file);
-      assert.deepEqual(letters.filter((l) => l.file === file).map((l) => l.letter?.id), ['real'], 'the letter of real work is still there');
+      assert.deepEqual(
+        letters.filter((l) => l.file === file).map((l) => l.letter?.id),
+        ['real'],
+        'the letter of real work is still there',
+      );
       const refused = letters.filter((l) => l.file.startsWith(`${file}.refused`)).map((l) => l.letter?.id);
       assert.ok(refused.includes('forged-39') && !refused.includes('forged-0'), 'the refused letters rotated among themselves');
       assert.ok((await stat(`${file}.refused`)).size <= 2000, 'within an eighth of the cap');
@@ -337,11 +414,18 @@ describe('Broker dead-letter file', () => {
       res.writeHead(202).end();
     });
     assert.deepEqual(await replayDeadLetterFile(file, ingress.url), { replayed: 2, failed: [] });
-    assert.deepEqual(ingress.requests.map((r) => JSON.parse(r.body.toString()).id), ['main', 'refused']);
-    assert.deepEqual((await readDeadLetterFile(file)).map((l) => l.letter?.id), ['main', 'refused'], 'both are letters again, for the next replay');
+    assert.deepEqual(
+      ingress.requests.map((r) => JSON.parse(r.body.toString()).id),
+      ['main', 'refused'],
+    );
+    assert.deepEqual(
+      (await readDeadLetterFile(file)).map((l) => l.letter?.id),
+      ['main', 'refused'],
+      'both are letters again, for the next replay',
+    );
   });
 
-  it('what a replay killed midway left aside is listed, replayed and cleared; a running replay\'s is left alone', async () => {
+  it("what a replay killed midway left aside is listed, replayed and cleared; a running replay's is left alone", async () => {
     const file = join(dir, 'stranded.jsonl');
     const deadPid = await exitedPid();
     const letter = (id: string) => `${JSON.stringify({ specversion: '1.0', id, type: 't', source: '/s' })}\n`;
@@ -356,7 +440,12 @@ describe('Broker dead-letter file', () => {
     const ingress = await subscriber((_req, res) => res.writeHead(202).end());
     const result = await replayDeadLetterFile(file, ingress.url);
     assert.deepEqual(result, { replayed: 4, failed: [] });
-    assert.deepEqual(ingress.requests.map((r) => JSON.parse(r.body.toString()).id).sort(), ['current', 'stranded', 'stranded-refused', 'stranded-rotated']);
+    assert.deepEqual(ingress.requests.map((r) => JSON.parse(r.body.toString()).id).sort(), [
+      'current',
+      'stranded',
+      'stranded-refused',
+      'stranded-rotated',
+    ]);
     assert.deepEqual(await ids(), []);
     assert.equal(await readFile(`${file}.replaying-${process.ppid}`, 'utf8'), letter('in-flight'), 'a live replay keeps its letters');
 

@@ -46,15 +46,28 @@ const waitFor = async (condition: () => boolean, what: string): Promise<void> =>
 };
 
 let n = 0;
-const event = () => ({ specversion: '1.0' as const, id: `e-${++n}`, source: '/s', type: 't', datacontenttype: 'application/json', data: {} });
+const event = () => ({
+  specversion: '1.0' as const,
+  id: `e-${++n}`,
+  source: '/s',
+  type: 't',
+  datacontenttype: 'application/json',
+  data: {},
+});
 
 test(`a leased instance gets at most ${INSTANCE_CONNECTIONS} deliveries at once; a subscriber URL more`, async () => {
   const count = INSTANCE_CONNECTIONS + 36;
   const front = await holdingSubscriber();
   const instance = await holdingSubscriber();
   let lease = true;
-  const route = (url: string): Lease | undefined => (lease && url === front.url ? { url: instance.url, timeoutMs: 0, release: () => {} } : undefined);
-  const broker = new Broker({ deadLetterFile: join(dir, 'dead-letters.jsonl'), log: pino({ level: 'silent' }), route, triggers: [{ name: 'fn', subscriber: front.url, maxInFlight: count }] });
+  const route = (url: string): Lease | undefined =>
+    lease && url === front.url ? { url: instance.url, timeoutMs: 0, release: () => {} } : undefined;
+  const broker = new Broker({
+    deadLetterFile: join(dir, 'dead-letters.jsonl'),
+    log: pino({ level: 'silent' }),
+    route,
+    triggers: [{ name: 'fn', subscriber: front.url, maxInFlight: count }],
+  });
   try {
     for (let i = 0; i < count; i++) await broker.publish(event());
     await waitFor(() => instance.open() === INSTANCE_CONNECTIONS, `${INSTANCE_CONNECTIONS} deliveries held by the instance`);

@@ -40,13 +40,20 @@ describe('Broker: a Trigger edited while it holds events', () => {
   it('a raised maxInFlight starts the queued events at once, not when a delivery in flight settles', async () => {
     const held: ServerResponse[] = [];
     const fn = await subscriber((res) => held.push(res));
-    const broker = new Broker({ triggers: [{ name: 't', subscriber: fn.url, maxInFlight: 1 }], deadLetterFile: join(dir, 'raise.jsonl'), log: pino({ level: 'silent' }) });
+    const broker = new Broker({
+      triggers: [{ name: 't', subscriber: fn.url, maxInFlight: 1 }],
+      deadLetterFile: join(dir, 'raise.jsonl'),
+      log: pino({ level: 'silent' }),
+    });
     try {
       for (let i = 0; i < 3; i++) await broker.publish(event(`e${i}`));
       await waitFor(() => fn.hits() === 1, 'the first delivery');
       broker.addTrigger({ name: 't', subscriber: fn.url, maxInFlight: 3 });
       await waitFor(() => fn.hits() === 3, 'the two queued events to start', 1000);
-      assert.deepEqual({ ...broker.stats().t, delivered: undefined }, { queued: 0, inFlight: 3, delivered: undefined, retried: 0, deadLettered: 0, direct: 0, maxInFlight: 3 });
+      assert.deepEqual(
+        { ...broker.stats().t, delivered: undefined },
+        { queued: 0, inFlight: 3, delivered: undefined, retried: 0, deadLettered: 0, direct: 0, maxInFlight: 3 },
+      );
     } finally {
       for (const res of held) res.writeHead(202).end();
       await broker.close();
@@ -58,7 +65,11 @@ describe('Broker: a Trigger edited while it holds events', () => {
     const current = await subscriber((res) => res.writeHead(202).end());
     const file = join(dir, 'edit.jsonl');
     const delivery = { retry: 3, backoffPolicy: 'exponential' as const, backoffDelay: 'PT0.2S' };
-    const broker = new Broker({ triggers: [{ name: 't', subscriber: old.url, delivery }], deadLetterFile: file, log: pino({ level: 'silent' }) });
+    const broker = new Broker({
+      triggers: [{ name: 't', subscriber: old.url, delivery }],
+      deadLetterFile: file,
+      log: pino({ level: 'silent' }),
+    });
     try {
       await broker.publish(event('e1'));
       await waitFor(() => old.hits() >= 1, 'the first attempt');

@@ -53,7 +53,13 @@ async function startSubscriber(handler: Handler): Promise<Subscriber> {
   const server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
-    const received: Received = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks), at: performance.now() };
+    const received: Received = {
+      method: req.method ?? '',
+      url: req.url ?? '',
+      headers: req.headers,
+      body: Buffer.concat(chunks),
+      at: performance.now(),
+    };
     requests.push(received);
     try {
       await handler(received, res, requests.length);
@@ -115,7 +121,11 @@ function blocker(): { gate: Promise<void>; release: () => void } {
 const dir = tempDir('broker-test-');
 
 let counter = 0;
-function newBroker(options: Partial<BrokerOptions> & { triggers: Trigger[] }): { broker: Broker; lines: Array<Record<string, unknown>>; deadLetterFile: string } {
+function newBroker(options: Partial<BrokerOptions> & { triggers: Trigger[] }): {
+  broker: Broker;
+  lines: Array<Record<string, unknown>>;
+  deadLetterFile: string;
+} {
   const { log, lines } = captureLog();
   counter += 1;
   const deadLetterFile = join(dir, `dead-letters-${counter}.jsonl`);
@@ -169,8 +179,14 @@ describe('delivery rules', () => {
   it('backoff: exponential d, 2d, 4d; linear 0, d, 2d (go-retryablehttp numbers the first retry 0)', () => {
     const exp = { backoffPolicy: 'exponential', backoffDelayMs: 200 } as const;
     const lin = { backoffPolicy: 'linear', backoffDelayMs: 200 } as const;
-    assert.deepEqual([1, 2, 3, 4].map((n) => backoffDelayMs(exp, n)), [200, 400, 800, 1600]);
-    assert.deepEqual([1, 2, 3, 4].map((n) => backoffDelayMs(lin, n)), [0, 200, 400, 600]);
+    assert.deepEqual(
+      [1, 2, 3, 4].map((n) => backoffDelayMs(exp, n)),
+      [200, 400, 800, 1600],
+    );
+    assert.deepEqual(
+      [1, 2, 3, 4].map((n) => backoffDelayMs(lin, n)),
+      [0, 200, 400, 600],
+    );
     // Knative only waits when both policy and delay are set.
     assert.equal(backoffDelayMs({ backoffDelayMs: 200 }, 2), 0);
     assert.equal(backoffDelayMs({ backoffPolicy: 'exponential' }, 2), 0);
@@ -184,8 +200,19 @@ describe('delivery rules', () => {
     assert.equal(retryAfterDelayMs(429, 'Thu, 01 May 2025 00:00:45 GMT', max, now), 45_000);
     assert.equal(retryAfterDelayMs(429, '30', parseIsoDuration('PT5S'), now), 5000, 'retryAfterMax caps it');
     assert.equal(retryAfterDelayMs(429, '30', 0, now), 0, 'retryAfterMax PT0S: ignored');
-    assert.equal(retryAfterDelayMs(429, '30', undefined, now), 0, 'retryAfterMax unset: ignored (delivery-retryafter is alpha in 1.23: opt-in)');
-    for (const [status, header] of [[500, '30'], [404, '30'], [429, undefined], [429, 'soon'], [429, '-5'], [429, 'Wed, 30 Apr 2025 00:00:00 GMT']] as const) {
+    assert.equal(
+      retryAfterDelayMs(429, '30', undefined, now),
+      0,
+      'retryAfterMax unset: ignored (delivery-retryafter is alpha in 1.23: opt-in)',
+    );
+    for (const [status, header] of [
+      [500, '30'],
+      [404, '30'],
+      [429, undefined],
+      [429, 'soon'],
+      [429, '-5'],
+      [429, 'Wed, 30 Apr 2025 00:00:00 GMT'],
+    ] as const) {
       assert.equal(retryAfterDelayMs(status, header, max, now), 0, `${status} ${header}`);
     }
     assert.equal(parseDeliverySpec({ retryAfterMax: 'PT30S' }, 'd').retryAfterMaxMs, 30_000);
@@ -255,7 +282,15 @@ describe('Broker delivery', () => {
       assert.equal(h.prefer, 'reply');
       assert.equal(h['ce-knativebrokerttl'], undefined, 'Knative strips the TTL before delivery');
       assert.deepEqual(JSON.parse(req.body.toString('utf8')), e.data);
-      assert.deepEqual(broker.stats().pods, { queued: 0, inFlight: 0, delivered: 1, retried: 0, deadLettered: 0, direct: 0, maxInFlight: 64 });
+      assert.deepEqual(broker.stats().pods, {
+        queued: 0,
+        inFlight: 0,
+        delivered: 1,
+        retried: 0,
+        deadLettered: 0,
+        direct: 0,
+        maxInFlight: 64,
+      });
     } finally {
       await broker.close();
       await sub.close();
@@ -291,7 +326,10 @@ describe('Broker delivery', () => {
       await broker.publish(e);
       await broker.idle();
       assert.equal(sub.requests.length, 3);
-      assert.deepEqual(sub.requests.map((r) => r.headers['ce-id']), [e.id, e.id, e.id]);
+      assert.deepEqual(
+        sub.requests.map((r) => r.headers['ce-id']),
+        [e.id, e.id, e.id],
+      );
       const [a, b, c] = sub.requests.map((r) => r.at) as [number, number, number];
       assert.ok(b - a >= d - 2, `first wait ${b - a} ms should be >= ${d} ms`);
       assert.ok(c - b >= 2 * d - 2, `second wait ${c - b} ms should be >= ${2 * d} ms (exponential)`);
@@ -308,7 +346,9 @@ describe('Broker delivery', () => {
       res.writeHead(n <= 3 ? 429 : 202).end();
     });
     const d = 40;
-    const { broker } = newBroker({ triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 3, backoffPolicy: 'exponential', backoffDelay: 'PT0.04S' } }] });
+    const { broker } = newBroker({
+      triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 3, backoffPolicy: 'exponential', backoffDelay: 'PT0.04S' } }],
+    });
     try {
       await broker.publish(event());
       await broker.idle();
@@ -324,12 +364,23 @@ describe('Broker delivery', () => {
   });
 
   it('a 429 with Retry-After: 1 waits at least 1 s before the next attempt under retryAfterMax, though the backoff is 10 ms; without retryAfterMax only the backoff', async () => {
-    for (const [retryAfterMax, atLeast, below] of [['PT5S', 998, Infinity], [undefined, 0, 500]] as const) {
+    for (const [retryAfterMax, atLeast, below] of [
+      ['PT5S', 998, Infinity],
+      [undefined, 0, 500],
+    ] as const) {
       const sub = await startSubscriber((_req, res, n) => {
         if (n === 1) res.writeHead(429, { 'retry-after': '1' }).end();
         else res.writeHead(202).end();
       });
-      const { broker } = newBroker({ triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 3, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S', ...(retryAfterMax ? { retryAfterMax } : {}) } }] });
+      const { broker } = newBroker({
+        triggers: [
+          {
+            name: 't',
+            subscriber: sub.url,
+            delivery: { retry: 3, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S', ...(retryAfterMax ? { retryAfterMax } : {}) },
+          },
+        ],
+      });
       try {
         await broker.publish(event());
         await broker.idle();
@@ -370,7 +421,10 @@ describe('Broker delivery', () => {
 
   it('400: no retry, dead-lettered to the file with knativeerrordest/code/data', async () => {
     const sub = await startSubscriber(answer(400, 'spec.image is required'));
-    const { broker, deadLetterFile, lines } = newBroker({ triggers: [{ name: 'bad', subscriber: sub.url }], delivery: { retry: 5, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S' } });
+    const { broker, deadLetterFile, lines } = newBroker({
+      triggers: [{ name: 'bad', subscriber: sub.url }],
+      delivery: { retry: 5, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S' },
+    });
     try {
       const e = event({ kind: 'Pod' });
       await broker.publish(e);
@@ -387,7 +441,15 @@ describe('Broker delivery', () => {
       assert.equal(letter.knativeerrorcode, 400);
       assert.equal(Buffer.from(String(letter.knativeerrordata), 'base64').toString('utf8'), 'spec.image is required');
       assert.equal(letter.knativebrokerttl, 255, 'dead letters keep the broker TTL, as on Knative');
-      assert.deepEqual(broker.stats().bad, { queued: 0, inFlight: 0, delivered: 0, retried: 0, deadLettered: 1, direct: 0, maxInFlight: 64 });
+      assert.deepEqual(broker.stats().bad, {
+        queued: 0,
+        inFlight: 0,
+        delivered: 0,
+        retried: 0,
+        deadLettered: 1,
+        direct: 0,
+        maxInFlight: 64,
+      });
       const warn = lines.find((l) => l.msg === 'event dead-lettered');
       assert.ok(warn, 'every dead-lettering is logged');
       assert.equal(warn.level, 40);
@@ -401,7 +463,9 @@ describe('Broker delivery', () => {
 
   it('404 is retried; the last status goes into knativeerrorcode; long bodies are cut', async () => {
     const sub = await startSubscriber(answer(404, 'x'.repeat(3000)));
-    const { broker, deadLetterFile } = newBroker({ triggers: [{ name: 'gone', subscriber: sub.url, delivery: { retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S' } }] });
+    const { broker, deadLetterFile } = newBroker({
+      triggers: [{ name: 'gone', subscriber: sub.url, delivery: { retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S' } }],
+    });
     try {
       await broker.publish(event());
       await broker.idle();
@@ -420,7 +484,9 @@ describe('Broker delivery', () => {
     const gone = await startSubscriber(answer(202));
     const url = gone.url;
     await gone.close();
-    const { broker, deadLetterFile } = newBroker({ triggers: [{ name: 'down', subscriber: url, delivery: { retry: 2, backoffPolicy: 'linear', backoffDelay: 'PT0.01S' } }] });
+    const { broker, deadLetterFile } = newBroker({
+      triggers: [{ name: 'down', subscriber: url, delivery: { retry: 2, backoffPolicy: 'linear', backoffDelay: 'PT0.01S' } }],
+    });
     try {
       await broker.publish(event());
       await broker.idle();
@@ -440,7 +506,9 @@ describe('Broker delivery', () => {
       await delay(1000);
       res.writeHead(202).end();
     });
-    const { broker, deadLetterFile } = newBroker({ triggers: [{ name: 'slow', subscriber: sub.url, delivery: { retry: 1, timeout: 'PT0.1S' } }] });
+    const { broker, deadLetterFile } = newBroker({
+      triggers: [{ name: 'slow', subscriber: sub.url, delivery: { retry: 1, timeout: 'PT0.1S' } }],
+    });
     try {
       await broker.publish(event());
       await broker.idle();
@@ -474,7 +542,13 @@ describe('Broker delivery', () => {
     const sink = await startSubscriber(answer(202));
     const sub = await startSubscriber(answer(503, 'overloaded'));
     const { broker, deadLetterFile } = newBroker({
-      triggers: [{ name: 'withsink', subscriber: sub.url, delivery: { retry: 1, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S', deadLetterSink: sink.url } }],
+      triggers: [
+        {
+          name: 'withsink',
+          subscriber: sub.url,
+          delivery: { retry: 1, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S', deadLetterSink: sink.url },
+        },
+      ],
     });
     try {
       const e = event({ kind: 'Pod' });
@@ -520,7 +594,9 @@ describe('Broker delivery', () => {
   it('a failing HTTP sink falls back to the dead-letter file', async () => {
     const sink = await startSubscriber(answer(500));
     const sub = await startSubscriber(answer(400));
-    const { broker, deadLetterFile } = newBroker({ triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 1, deadLetterSink: sink.url } }] });
+    const { broker, deadLetterFile } = newBroker({
+      triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 1, deadLetterSink: sink.url } }],
+    });
     try {
       const e = event();
       await broker.publish(e);
@@ -543,7 +619,15 @@ describe('Broker delivery', () => {
       else res.writeHead(200, { 'content-type': 'text/plain' }).end('stored');
     });
     const sub = await startSubscriber(answer(400));
-    const { broker, deadLetterFile } = newBroker({ triggers: [{ name: 't', subscriber: sub.url, delivery: { retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S', retryAfterMax: 'PT5S', deadLetterSink: sink.url } }] });
+    const { broker, deadLetterFile } = newBroker({
+      triggers: [
+        {
+          name: 't',
+          subscriber: sub.url,
+          delivery: { retry: 2, backoffPolicy: 'exponential', backoffDelay: 'PT0.01S', retryAfterMax: 'PT5S', deadLetterSink: sink.url },
+        },
+      ],
+    });
     try {
       await broker.publish(event());
       await broker.idle();
@@ -579,9 +663,17 @@ describe('Broker replies', () => {
   it('a reply re-enters the broker and reaches a second trigger with knativebrokerttl 254', async () => {
     const replier = await startSubscriber((req, res) => {
       // Structured-mode reply.
-      res.writeHead(200, { 'content-type': 'application/cloudevents+json' }).end(
-        JSON.stringify({ specversion: '1.0', id: `reply-of-${String(req.headers['ce-id'])}`, source: '/replier', type: 'com.example.reply', data: { ok: true } }),
-      );
+      res
+        .writeHead(200, { 'content-type': 'application/cloudevents+json' })
+        .end(
+          JSON.stringify({
+            specversion: '1.0',
+            id: `reply-of-${String(req.headers['ce-id'])}`,
+            source: '/replier',
+            type: 'com.example.reply',
+            data: { ok: true },
+          }),
+        );
     });
     const second = await startSubscriber(answer(202));
     const rejecting = await startSubscriber(answer(400, 'no thanks'));
@@ -621,7 +713,15 @@ describe('Broker replies', () => {
   it('a reply loop stops when knativebrokerttl runs out, with a log line', async () => {
     const looper = await startSubscriber((req, res, n) => {
       // Binary-mode reply of the same type: the trigger matches its own replies.
-      res.writeHead(200, { 'ce-specversion': '1.0', 'ce-id': `loop-${n}`, 'ce-source': '/loop', 'ce-type': String(req.headers['ce-type']), 'content-type': 'application/json' }).end('{}');
+      res
+        .writeHead(200, {
+          'ce-specversion': '1.0',
+          'ce-id': `loop-${n}`,
+          'ce-source': '/loop',
+          'ce-type': String(req.headers['ce-type']),
+          'content-type': 'application/json',
+        })
+        .end('{}');
     });
     const { broker, lines } = newBroker({ triggers: [{ name: 'loop', subscriber: looper.url }] });
     try {
@@ -688,8 +788,20 @@ describe('Broker back-pressure', () => {
       await Promise.all(publishes);
       await broker.idle();
       assert.equal(sub.requests.length, 40);
-      assert.deepEqual(sub.requests.map((r) => r.headers['ce-id']), events.map((e) => e.id), 'FIFO order');
-      assert.deepEqual(broker.stats().blocked, { queued: 0, inFlight: 0, delivered: 40, retried: 0, deadLettered: 0, direct: 0, maxInFlight: 1 });
+      assert.deepEqual(
+        sub.requests.map((r) => r.headers['ce-id']),
+        events.map((e) => e.id),
+        'FIFO order',
+      );
+      assert.deepEqual(broker.stats().blocked, {
+        queued: 0,
+        inFlight: 0,
+        delivered: 40,
+        retried: 0,
+        deadLettered: 0,
+        direct: 0,
+        maxInFlight: 1,
+      });
     } finally {
       release();
       await broker.close();
@@ -713,7 +825,11 @@ describe('Broker back-pressure', () => {
       maxInFlight: 1,
     });
     try {
-      const blocked = [broker.publish(event({ kind: 'Slow' })), broker.publish(event({ kind: 'Slow' })), broker.publish(event({ kind: 'Slow' }))];
+      const blocked = [
+        broker.publish(event({ kind: 'Slow' })),
+        broker.publish(event({ kind: 'Slow' })),
+        broker.publish(event({ kind: 'Slow' })),
+      ];
       for (let i = 0; i < 10; i += 1) await broker.publish(event({ kind: 'Quick' }));
       await waitFor(() => quick.requests.length === 10, 'quick deliveries');
       release();
@@ -741,30 +857,93 @@ describe('Broker ingress', () => {
         fetch(new URL(path, base), { method, headers, body: method === 'GET' ? undefined : body });
 
       const binary = await post(
-        { 'ce-specversion': '1.0', 'ce-id': 'b-1', 'ce-source': '/src', 'ce-type': 'com.example.binary', 'ce-kind': 'Pod', 'content-type': 'application/json' },
+        {
+          'ce-specversion': '1.0',
+          'ce-id': 'b-1',
+          'ce-source': '/src',
+          'ce-type': 'com.example.binary',
+          'ce-kind': 'Pod',
+          'content-type': 'application/json',
+        },
         '{"name":"web-0"}',
       );
       assert.equal(binary.status, 202);
       const structured = await post(
         { 'content-type': 'application/cloudevents+json' },
-        JSON.stringify({ specversion: '1.0', id: 's-1', source: '/src', type: 'com.example.structured', time: '2024-05-01T10:00:00.5+02:00', datacontenttype: 'application/json', data: { n: 1 } }),
+        JSON.stringify({
+          specversion: '1.0',
+          id: 's-1',
+          source: '/src',
+          type: 'com.example.structured',
+          time: '2024-05-01T10:00:00.5+02:00',
+          datacontenttype: 'application/json',
+          data: { n: 1 },
+        }),
       );
       assert.equal(structured.status, 202);
 
       const malformed: Array<[string, Promise<Response>, RegExp]> = [
         ['no CloudEvent at all', post({ 'content-type': 'text/plain' }, 'hello'), /no cloud event detected/],
-        ['binary without ce-type', post({ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'content-type': 'application/json' }, '{}'), /type/],
-        ['binary with a bad ce-time', post({ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'ce-type': 't', 'ce-time': 'yesterday' }, ''), /RFC 3339/],
-        ['binary with broken JSON data', post({ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'ce-type': 't', 'content-type': 'application/json' }, '{"a":'), /JSON/],
+        [
+          'binary without ce-type',
+          post({ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'content-type': 'application/json' }, '{}'),
+          /type/,
+        ],
+        [
+          'binary with a bad ce-time',
+          post({ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'ce-type': 't', 'ce-time': 'yesterday' }, ''),
+          /RFC 3339/,
+        ],
+        [
+          'binary with broken JSON data',
+          post({ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'ce-type': 't', 'content-type': 'application/json' }, '{"a":'),
+          /JSON/,
+        ],
         ['structured, not JSON', post({ 'content-type': 'application/cloudevents+json' }, '{nope'), /JSON/],
-        ['structured without source', post({ 'content-type': 'application/cloudevents+json' }, JSON.stringify({ specversion: '1.0', id: 'x', type: 't' })), /source/],
-        ['structured with a non-string subject (SDK schema)', post({ 'content-type': 'application/cloudevents+json' }, JSON.stringify({ specversion: '1.0', id: 'x', source: '/s', type: 't', subject: 42 })), /subject/],
+        [
+          'structured without source',
+          post({ 'content-type': 'application/cloudevents+json' }, JSON.stringify({ specversion: '1.0', id: 'x', type: 't' })),
+          /source/,
+        ],
+        [
+          'structured with a non-string subject (SDK schema)',
+          post(
+            { 'content-type': 'application/cloudevents+json' },
+            JSON.stringify({ specversion: '1.0', id: 'x', source: '/s', type: 't', subject: 42 }),
+          ),
+          /subject/,
+        ],
         ['structured, empty', post({ 'content-type': 'application/cloudevents+json' }, ''), /without a body/],
-        ['batch', post({ 'content-type': 'application/cloudevents-batch+json' }, JSON.stringify([{ specversion: '1.0', id: 'x', source: '/s', type: 't' }])), /batch/],
+        [
+          'batch',
+          post(
+            { 'content-type': 'application/cloudevents-batch+json' },
+            JSON.stringify([{ specversion: '1.0', id: 'x', source: '/s', type: 't' }]),
+          ),
+          /batch/,
+        ],
         // Delivered in binary mode, every attribute becomes a header: accepted, these would fail every attempt.
-        ['structured with a line break in an extension', post({ 'content-type': 'application/cloudevents+json' }, JSON.stringify({ specversion: '1.0', id: 'x', source: '/s', type: 't', team: 'a\r\nx-injected: 1' })), /attribute team has a control character/],
-        ['structured with a character beyond Latin-1 in its subject', post({ 'content-type': 'application/cloudevents+json' }, JSON.stringify({ specversion: '1.0', id: 'x', source: '/s', type: 't', subject: 'caf\u20ac' })), /attribute subject .*beyond Latin-1/],
-        ['TTL exhausted', post({ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'ce-type': 't', 'ce-knativebrokerttl': '1' }, ''), /knativebrokerttl/],
+        [
+          'structured with a line break in an extension',
+          post(
+            { 'content-type': 'application/cloudevents+json' },
+            JSON.stringify({ specversion: '1.0', id: 'x', source: '/s', type: 't', team: 'a\r\nx-injected: 1' }),
+          ),
+          /attribute team has a control character/,
+        ],
+        [
+          'structured with a character beyond Latin-1 in its subject',
+          post(
+            { 'content-type': 'application/cloudevents+json' },
+            JSON.stringify({ specversion: '1.0', id: 'x', source: '/s', type: 't', subject: 'caf\u20ac' }),
+          ),
+          /attribute subject .*beyond Latin-1/,
+        ],
+        [
+          'TTL exhausted',
+          post({ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'ce-type': 't', 'ce-knativebrokerttl': '1' }, ''),
+          /knativebrokerttl/,
+        ],
       ];
       for (const [what, pending, reason] of malformed) {
         const res = await pending;
@@ -775,11 +954,20 @@ describe('Broker ingress', () => {
       const get = await post({}, '', 'GET');
       assert.equal(get.status, 405);
       assert.equal(get.headers.get('allow'), 'POST');
-      const elsewhere = await post({ 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'ce-type': 't' }, '', 'POST', '/default/other');
+      const elsewhere = await post(
+        { 'ce-specversion': '1.0', 'ce-id': 'x', 'ce-source': '/s', 'ce-type': 't' },
+        '',
+        'POST',
+        '/default/other',
+      );
       assert.equal(elsewhere.status, 404);
 
       await broker.idle();
-      assert.deepEqual(sub.requests.map((r) => r.headers['ce-id']), ['b-1', 's-1'], 'only the valid events are delivered');
+      assert.deepEqual(
+        sub.requests.map((r) => r.headers['ce-id']),
+        ['b-1', 's-1'],
+        'only the valid events are delivered',
+      );
       const [b, s] = sub.requests;
       assert.equal(b?.headers['ce-kind'], 'Pod');
       assert.equal(b?.headers['ce-time'], undefined, 'no time invented for an event without one');
@@ -797,17 +985,27 @@ describe('Broker ingress', () => {
 
 describe('Broker ingress: ce-* header values as the CloudEvents HTTP binding allows them', () => {
   /** One POST written byte for byte, so a header carries exactly the bytes given; resolves to the status and body. */
-  const rawPost = (base: string, headerLines: Buffer[]): Promise<{ status: number; text: string }> => new Promise((resolve, reject) => {
-    const { hostname, port } = new URL(base);
-    const socket = connect(Number(port), hostname, () => {
-      socket.end(Buffer.concat([Buffer.from('POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n'), ...headerLines.map((line) => Buffer.concat([line, Buffer.from('\r\n')])), Buffer.from('\r\n')]));
+  const rawPost = (base: string, headerLines: Buffer[]): Promise<{ status: number; text: string }> =>
+    new Promise((resolve, reject) => {
+      const { hostname, port } = new URL(base);
+      const socket = connect(Number(port), hostname, () => {
+        socket.end(
+          Buffer.concat([
+            Buffer.from('POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n'),
+            ...headerLines.map((line) => Buffer.concat([line, Buffer.from('\r\n')])),
+            Buffer.from('\r\n'),
+          ]),
+        );
+      });
+      const chunks: Buffer[] = [];
+      socket
+        .on('data', (chunk: Buffer) => chunks.push(chunk))
+        .on('error', reject)
+        .on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1]), text: text.slice(text.indexOf('\r\n\r\n') + 4) });
+        });
     });
-    const chunks: Buffer[] = [];
-    socket.on('data', (chunk: Buffer) => chunks.push(chunk)).on('error', reject).on('end', () => {
-      const text = Buffer.concat(chunks).toString('utf8');
-      resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1]), text: text.slice(text.indexOf('\r\n\r\n') + 4) });
-    });
-  });
   const required = ['ce-specversion: 1.0', 'ce-id: n-1', 'ce-source: /s', 'ce-type: t'].map((line) => Buffer.from(line));
 
   it('raw UTF-8 (or any byte beyond printable ASCII) in a ce-* header: 400 naming the header; percent-encoded: 202, passed on as received', async () => {
@@ -817,7 +1015,10 @@ describe('Broker ingress: ce-* header values as the CloudEvents HTTP binding all
       const base = await broker.listen();
       const raw = await rawPost(base, [...required, Buffer.concat([Buffer.from('ce-name: caf'), Buffer.from('é', 'utf8')])]);
       assert.equal(raw.status, 400, raw.text);
-      assert.match(raw.text, /header ce-name holds a character outside printable ASCII: the CloudEvents HTTP binding carries such characters percent-encoded/);
+      assert.match(
+        raw.text,
+        /header ce-name holds a character outside printable ASCII: the CloudEvents HTTP binding carries such characters percent-encoded/,
+      );
       const latin1 = await rawPost(base, [...required, Buffer.from([...Buffer.from('ce-subject: caf'), 0xe9])]);
       assert.equal(latin1.status, 400, latin1.text);
       const tab = await rawPost(base, [...required, Buffer.from('ce-team: a\tb')]);
@@ -825,10 +1026,19 @@ describe('Broker ingress: ce-* header values as the CloudEvents HTTP binding all
       const encoded = await rawPost(base, [...required, Buffer.from('ce-name: caf%C3%A9')]);
       assert.equal(encoded.status, 202, encoded.text);
       // A header that is not an attribute is not the binding's to judge.
-      const other = await rawPost(base, [...required.map((line) => Buffer.from(line.toString().replace('n-1', 'n-2'))), Buffer.concat([Buffer.from('x-note: caf'), Buffer.from('é', 'utf8')])]);
+      const other = await rawPost(base, [
+        ...required.map((line) => Buffer.from(line.toString().replace('n-1', 'n-2'))),
+        Buffer.concat([Buffer.from('x-note: caf'), Buffer.from('é', 'utf8')]),
+      ]);
       assert.equal(other.status, 202, other.text);
       await broker.idle();
-      assert.deepEqual(sub.requests.map((request) => [request.headers['ce-id'], request.headers['ce-name']]), [['n-1', 'caf%C3%A9'], ['n-2', undefined]]);
+      assert.deepEqual(
+        sub.requests.map((request) => [request.headers['ce-id'], request.headers['ce-name']]),
+        [
+          ['n-1', 'caf%C3%A9'],
+          ['n-2', undefined],
+        ],
+      );
     } finally {
       await broker.close();
       await sub.close();
@@ -843,16 +1053,35 @@ describe('Broker robustness', () => {
     const sub = await startSubscriber(answer(202));
     const { broker } = newBroker({ triggers: [] });
     try {
-      for (const bad of [null, undefined, 42, 'x', [], {}, { id: 1, source: '/s', type: 't', specversion: '1.0' }, { id: 'a', source: '/s', type: 't', specversion: '1.0', 'Bad-Name': 1 }, { id: 'a', source: '/s', type: 't\n', specversion: '1.0' }]) {
+      for (const bad of [
+        null,
+        undefined,
+        42,
+        'x',
+        [],
+        {},
+        { id: 1, source: '/s', type: 't', specversion: '1.0' },
+        { id: 'a', source: '/s', type: 't', specversion: '1.0', 'Bad-Name': 1 },
+        { id: 'a', source: '/s', type: 't\n', specversion: '1.0' },
+      ]) {
         await assert.rejects(broker.publish(bad as unknown as CloudEventV1<unknown>), /not a CloudEvent/);
       }
       assert.throws(() => broker.addTrigger({ name: '', subscriber: sub.url }), /name/);
       assert.throws(() => broker.addTrigger({ name: 't', subscriber: 'ftp://x' }), /http\(s\) URL/);
       assert.throws(() => broker.addTrigger({ name: 't', subscriber: sub.url, filter: { attributes: { Type: 'x' } } }), /lowercase/);
-      assert.throws(() => broker.addTrigger({ name: 't', subscriber: sub.url, filters: [{ exact: { a: 'b' }, prefix: { c: 'd' } } as never] }), /multiple dialects/);
-      assert.throws(() => broker.addTrigger({ name: 't', subscriber: sub.url, delivery: { backoffDelay: '200ms' } }), /backoffDelay: invalid ISO-8601 duration/);
+      assert.throws(
+        () => broker.addTrigger({ name: 't', subscriber: sub.url, filters: [{ exact: { a: 'b' }, prefix: { c: 'd' } } as never] }),
+        /multiple dialects/,
+      );
+      assert.throws(
+        () => broker.addTrigger({ name: 't', subscriber: sub.url, delivery: { backoffDelay: '200ms' } }),
+        /backoffDelay: invalid ISO-8601 duration/,
+      );
       assert.throws(() => broker.addTrigger({ name: 't', subscriber: sub.url, delivery: { retry: -1 } }), /retry must be an integer >= 0/);
-      assert.throws(() => broker.addTrigger({ name: 't', subscriber: sub.url, delivery: { deadLetterSink: 'ftp://x/y' } }), /deadLetterSink/);
+      assert.throws(
+        () => broker.addTrigger({ name: 't', subscriber: sub.url, delivery: { deadLetterSink: 'ftp://x/y' } }),
+        /deadLetterSink/,
+      );
       assert.deepEqual(broker.stats(), {});
       broker.addTrigger({ name: 'ok', subscriber: sub.url });
       await broker.publish(event());
@@ -922,7 +1151,10 @@ console.log(JSON.stringify({ waiting: await waiting }));
 `,
     );
     try {
-      const child = spawn(process.execPath, [script], { cwd: fileURLToPath(new URL('../..', import.meta.url)), stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(process.execPath, [script], {
+        cwd: fileURLToPath(new URL('../..', import.meta.url)),
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let stdout = '';
       let stderr = '';
       child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));

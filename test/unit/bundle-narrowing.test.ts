@@ -20,7 +20,16 @@ let bundles = 0;
 /** Bundles `source` (CommonJS, resolved from the repository root) with the plugins, runs it, and returns what it printed as JSON. */
 async function runBundled(source: string, env: Record<string, string> = {}): Promise<any> {
   const outfile = join(scratch, `snippet-${++bundles}.cjs`);
-  await build({ stdin: { contents: source, resolveDir: ROOT, loader: 'js' }, bundle: true, platform: 'node', format: 'cjs', target: 'node24', outfile, logLevel: 'silent', plugins: bundleNarrowing });
+  await build({
+    stdin: { contents: source, resolveDir: ROOT, loader: 'js' },
+    bundle: true,
+    platform: 'node',
+    format: 'cjs',
+    target: 'node24',
+    outfile,
+    logLevel: 'silent',
+    plugins: bundleNarrowing,
+  });
   const run = spawnSync(process.execPath, [outfile], { encoding: 'utf8', env: { ...process.env, ...env } });
   assert.equal(run.status, 0, run.stderr);
   return JSON.parse(run.stdout);
@@ -31,14 +40,28 @@ const LOADED = "const loaded = (name) => process.moduleLoadList.includes('Native
 describe('bundle narrowing (build/bundle-narrowing.ts)', () => {
   test('the narrowed mime database answers contentType and charset as the full one for every type, and for the extensions a host uses', async () => {
     const db = createRequire(import.meta.url)('mime-db') as Record<string, unknown>;
-    const full = createRequire(import.meta.url)('mime-types') as { contentType(type: string): string | false; charset(type: string): string | false };
-    const queries = [...Object.keys(db), 'json', 'html', 'text', 'txt', 'bin', 'application/cloudevents+json', 'application/cloudevents-batch+json'];
+    const full = createRequire(import.meta.url)('mime-types') as {
+      contentType(type: string): string | false;
+      charset(type: string): string | false;
+    };
+    const queries = [
+      ...Object.keys(db),
+      'json',
+      'html',
+      'text',
+      'txt',
+      'bin',
+      'application/cloudevents+json',
+      'application/cloudevents-batch+json',
+    ];
     writeFileSync(join(scratch, 'queries.json'), JSON.stringify(queries));
     const narrowed = await runBundled(`const m = require('mime-types');
       const queries = JSON.parse(require('node:fs').readFileSync(${JSON.stringify(join(scratch, 'queries.json'))}, 'utf8'));
       console.log(JSON.stringify(queries.map((q) => [m.contentType(q), m.charset(q)])));`);
     assert.equal(narrowed.length, queries.length);
-    const differing = queries.filter((query, index) => JSON.stringify(narrowed[index]) !== JSON.stringify([full.contentType(query), full.charset(query)]));
+    const differing = queries.filter(
+      (query, index) => JSON.stringify(narrowed[index]) !== JSON.stringify([full.contentType(query), full.charset(query)]),
+    );
     assert.deepEqual(differing, [], 'every answer as the full database gives it');
   });
 
@@ -57,7 +80,8 @@ describe('bundle narrowing (build/bundle-narrowing.ts)', () => {
   });
 
   test("client-node's proxy agents load on first use: a socks or an HTTPS proxy-url still gets its agent", async () => {
-    const kubeconfig = (proxy: string) => `apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", proxy-url: "${proxy}"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n`;
+    const kubeconfig = (proxy: string) =>
+      `apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", proxy-url: "${proxy}"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n`;
     const result = await runBundled(`${LOADED}
       const { KubeConfig } = require('@kubernetes/client-node/dist/config.js');
       const socksAtLoad = loaded('dns'); // socks-proxy-agent loads node:dns
@@ -83,17 +107,20 @@ describe('bundle narrowing (build/bundle-narrowing.ts)', () => {
   });
 
   test("undici's milo parser, left out, fails a connection saying why when UNDICI_USE_MILO asks for it", async () => {
-    const result = await runBundled(`const { Agent } = require('undici');
+    const result = await runBundled(
+      `const { Agent } = require('undici');
       const server = require('node:http').createServer((req, res) => res.end('plain')).listen(0, '127.0.0.1', async () => {
         const agent = new Agent();
         const outcome = await agent.request({ origin: 'http://127.0.0.1:' + server.address().port, path: '/', method: 'GET' }).then((answer) => answer.body.text(), (error) => error.message);
         console.log(JSON.stringify(outcome));
         await agent.destroy(); server.close();
-      });`, { UNDICI_USE_MILO: '1' });
+      });`,
+      { UNDICI_USE_MILO: '1' },
+    );
     assert.match(result, /milo parser \(UNDICI_USE_MILO\) is left out of the function bundles/);
   });
 
-  test("prom-client loads its Pushgateway and cluster aggregator on first use, and both still work", async () => {
+  test('prom-client loads its Pushgateway and cluster aggregator on first use, and both still work', async () => {
     const result = await runBundled(`${LOADED}
       const client = require('prom-client');
       const atLoad = { zlib: loaded('zlib'), cluster: loaded('cluster') };
@@ -114,7 +141,10 @@ describe('bundle narrowing (build/bundle-narrowing.ts)', () => {
     writeFileSync(changed, "const connectH2 = require('./http2-client.js')\nmodule.exports = connectH2\n");
     await assert.rejects(
       build({ entryPoints: [changed], bundle: false, write: false, logLevel: 'silent', plugins: [lazyUndiciH2] }),
-      (error: Error) => /lazy-undici-h2 \(build\/bundle-narrowing\.ts.*0 × const connectH2 = require\('\.\/client-h2\.js'\), expected 1; update the plugin/.test(error.message),
+      (error: Error) =>
+        /lazy-undici-h2 \(build\/bundle-narrowing\.ts.*0 × const connectH2 = require\('\.\/client-h2\.js'\), expected 1; update the plugin/.test(
+          error.message,
+        ),
     );
   });
 });

@@ -14,7 +14,8 @@ const OPFN = join(dirname(fileURLToPath(import.meta.url)), '../../bin/opfn.ts');
 const stateDir = mkdtempSync(join(tmpdir(), 'opfn-cluster-state-'));
 const clusterJson = join(stateDir, 'cluster.json');
 /** Runs opfn; a `down` that waits for a process it should not have signalled fails by the timeout. */
-const opfn = (...args: string[]) => promisify(execFile)(process.execPath, [OPFN, ...args], { env: { ...process.env, OPFN_STATE_DIR: stateDir }, timeout: 10_000 });
+const opfn = (...args: string[]) =>
+  promisify(execFile)(process.execPath, [OPFN, ...args], { env: { ...process.env, OPFN_STATE_DIR: stateDir }, timeout: 10_000 });
 const children: ChildProcess[] = [];
 after(() => {
   for (const child of children) child.kill('SIGKILL');

@@ -10,16 +10,37 @@ import { type ReconcileContext, TerminalError, kindKey, ApiError } from '../../f
 import { quietLog } from '../support/cluster.ts';
 
 const refusedWith = (message: string) => {
-  const kube = { underlying: {}, get: async () => { throw new ApiError(403, 'Forbidden', `GET compositecontrollers: ${message}`, { message }); } };
-  return reconcileComposite(kindKey(CompositeControllerKind, { namespace: '', name: 'cc' }), { kube, log: quietLog } as unknown as ReconcileContext);
+  const kube = {
+    underlying: {},
+    get: async () => {
+      throw new ApiError(403, 'Forbidden', `GET compositecontrollers: ${message}`, { message });
+    },
+  };
+  return reconcileComposite(kindKey(CompositeControllerKind, { namespace: '', name: 'cc' }), {
+    kube,
+    log: quietLog,
+  } as unknown as ReconcileContext);
 };
 
 test('an RBAC denial is a narrow install without this controller: NotPermitted', async () => {
-  await assert.rejects(refusedWith('compositecontrollers.metacontroller.k8s.io "cc" is forbidden: User "system:serviceaccount:operator-functions:opfn-composite" cannot get resource "compositecontrollers" in API group "metacontroller.k8s.io" at the cluster scope'),
-    (error: unknown) => error instanceof TerminalError && error.reason === NOT_PERMITTED_REASON && /regenerate it with this controller/.test(error.message));
+  await assert.rejects(
+    refusedWith(
+      'compositecontrollers.metacontroller.k8s.io "cc" is forbidden: User "system:serviceaccount:operator-functions:opfn-composite" cannot get resource "compositecontrollers" in API group "metacontroller.k8s.io" at the cluster scope',
+    ),
+    (error: unknown) =>
+      error instanceof TerminalError && error.reason === NOT_PERMITTED_REASON && /regenerate it with this controller/.test(error.message),
+  );
 });
 
 test('another 403 (an admission policy) is reported as itself: Refused, without the advice to regenerate', async () => {
-  await assert.rejects(refusedWith('compositecontrollers.metacontroller.k8s.io "cc" is forbidden: ValidatingAdmissionPolicy \'no-cc\' with binding \'no-cc\' denied request: not today'),
-    (error: unknown) => error instanceof TerminalError && error.reason === REFUSED_REASON && /denied request: not today/.test(error.message) && !/regenerate it/.test(error.message));
+  await assert.rejects(
+    refusedWith(
+      "compositecontrollers.metacontroller.k8s.io \"cc\" is forbidden: ValidatingAdmissionPolicy 'no-cc' with binding 'no-cc' denied request: not today",
+    ),
+    (error: unknown) =>
+      error instanceof TerminalError &&
+      error.reason === REFUSED_REASON &&
+      /denied request: not today/.test(error.message) &&
+      !/regenerate it/.test(error.message),
+  );
 });

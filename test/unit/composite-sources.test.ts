@@ -17,7 +17,11 @@ describe('the in-memory plane and the composite function', () => {
     const env = inMemoryConfig(composite);
     assert.deepEqual(env, { [EVENT_SOURCES_CONFIG]: 'plane' });
     assert.equal(resolveConfig(composite.name, composite.config, env)[EVENT_SOURCES_CONFIG], 'plane');
-    assert.equal(resolveConfig(composite.name, composite.config, {})[EVENT_SOURCES_CONFIG], 'managed', 'without the plane it writes them (Knative)');
+    assert.equal(
+      resolveConfig(composite.name, composite.config, {})[EVENT_SOURCES_CONFIG],
+      'managed',
+      'without the plane it writes them (Knative)',
+    );
   });
 
   test('other functions get nothing', () => {

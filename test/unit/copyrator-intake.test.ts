@@ -12,7 +12,15 @@ import copyrator from '../../functions/copyrator/index.ts';
 import { CopyratorRuleKind, RULE_ANNOTATION } from '../../functions/copyrator/desired.ts';
 import exchangeRate from '../../functions/exchange-rate/index.ts';
 import { ExchangeRateKind } from '../../functions/exchange-rate/desired.ts';
-import { resolveConfig, type FunctionDeclaration, ConfigMap, Secret, type KubeObject, type ResourceKind, type KubeClient } from '../../functions/runtime/index.ts';
+import {
+  resolveConfig,
+  type FunctionDeclaration,
+  ConfigMap,
+  Secret,
+  type KubeObject,
+  type ResourceKind,
+  type KubeClient,
+} from '../../functions/runtime/index.ts';
 import { createMetrics, createFunctionHost } from '../../functions/runtime/host/index.ts';
 import { deliver, quietLog, unreachableKube } from '../support/cluster.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
@@ -36,39 +44,98 @@ async function serve(declaration: FunctionDeclaration): Promise<{ url: string; c
   };
 }
 
-const change = (kind: ResourceKind, metadata: KubeObject['metadata'], mode: 'Reference' | 'Resource' = 'Reference', extra: Record<string, unknown> = {}) =>
-  apiServerSourceEvent({ server: 'https://10.96.0.1:443', kind, object: { metadata, ...extra }, action: 'update', mode });
-const reconcileEvent = (data: unknown) => new CloudEvent<unknown>({ type: 'dev.opfn.reconcile', source: 'opfn', datacontenttype: 'application/json', data });
+const change = (
+  kind: ResourceKind,
+  metadata: KubeObject['metadata'],
+  mode: 'Reference' | 'Resource' = 'Reference',
+  extra: Record<string, unknown> = {},
+) => apiServerSourceEvent({ server: 'https://10.96.0.1:443', kind, object: { metadata, ...extra }, action: 'update', mode });
+const reconcileEvent = (data: unknown) =>
+  new CloudEvent<unknown>({ type: 'dev.opfn.reconcile', source: 'opfn', datacontenttype: 'application/json', data });
 
-interface Case { name: string; event: CloudEvent<unknown>; reason: RegExp }
+interface Case {
+  name: string;
+  event: CloudEvent<unknown>;
+  reason: RegExp;
+}
 
 const refused: Record<string, Case[]> = {
   copyrator: [
     { name: 'a rule named ".."', event: change(CopyratorRuleKind, { name: '..', namespace: 'default' }), reason: /no valid object name/ },
-    { name: 'a rule in namespace "../kube-system"', event: change(CopyratorRuleKind, { name: 'r', namespace: '../kube-system' }), reason: /invalid namespace/ },
+    {
+      name: 'a rule in namespace "../kube-system"',
+      event: change(CopyratorRuleKind, { name: 'r', namespace: '../kube-system' }),
+      reason: /invalid namespace/,
+    },
     { name: 'a Secret named "A/B"', event: change(Secret, { name: 'A/B', namespace: 'default' }), reason: /no valid object name/ },
     {
       name: 'a Resource-mode ConfigMap without metadata',
-      event: new CloudEvent<unknown>({ type: 'dev.knative.apiserver.resource.add', source: 'x', kind: 'ConfigMap', apiversion: 'v1', name: 'c', namespace: 'default', datacontenttype: 'application/json', data: { apiVersion: 'v1', kind: 'ConfigMap', data: { a: 'b' } } }),
+      event: new CloudEvent<unknown>({
+        type: 'dev.knative.apiserver.resource.add',
+        source: 'x',
+        kind: 'ConfigMap',
+        apiversion: 'v1',
+        name: 'c',
+        namespace: 'default',
+        datacontenttype: 'application/json',
+        data: { apiVersion: 'v1', kind: 'ConfigMap', data: { a: 'b' } },
+      }),
       reason: /not a Kubernetes object \(no metadata\)/,
     },
-    { name: 'a reconcile key of another kind', event: reconcileEvent({ keys: ['operators.brennerm.github.io/ExchangeRate:default/usd'] }), reason: /not a kind this function reconciles/ },
-    { name: 'a reconcile key with a traversal', event: reconcileEvent({ keys: ['flant.com/CopyratorRule:default/../../x'] }), reason: /invalid object name/ },
+    {
+      name: 'a reconcile key of another kind',
+      event: reconcileEvent({ keys: ['operators.brennerm.github.io/ExchangeRate:default/usd'] }),
+      reason: /not a kind this function reconciles/,
+    },
+    {
+      name: 'a reconcile key with a traversal',
+      event: reconcileEvent({ keys: ['flant.com/CopyratorRule:default/../../x'] }),
+      reason: /invalid object name/,
+    },
     { name: 'a reconcile event without keys', event: reconcileEvent({ keys: [] }), reason: /at least one key/ },
   ],
   'exchange-rate': [
-    { name: 'an ExchangeRate named "a..b"', event: change(ExchangeRateKind, { name: 'a..b', namespace: 'default' }), reason: /no valid object name/ },
-    { name: 'an ExchangeRate in namespace "Default"', event: change(ExchangeRateKind, { name: 'usd', namespace: 'Default' }), reason: /invalid namespace/ },
-    { name: 'a reconcile key of another kind', event: reconcileEvent({ keys: ['flant.com/CopyratorRule:default/r'] }), reason: /not a kind this function reconciles/ },
-    { name: 'a reconcile key with an empty name', event: reconcileEvent({ keys: ['operators.brennerm.github.io/ExchangeRate:default/'] }), reason: /invalid object name/ },
-    { name: 'a reconcile event with a bad due time', event: new CloudEvent<unknown>({ type: 'dev.opfn.reconcile', source: 'opfn', opfnnotbefore: 'tomorrow', data: { keys: ['operators.brennerm.github.io/ExchangeRate:default/usd'] } }), reason: /not an RFC 3339 time/ },
+    {
+      name: 'an ExchangeRate named "a..b"',
+      event: change(ExchangeRateKind, { name: 'a..b', namespace: 'default' }),
+      reason: /no valid object name/,
+    },
+    {
+      name: 'an ExchangeRate in namespace "Default"',
+      event: change(ExchangeRateKind, { name: 'usd', namespace: 'Default' }),
+      reason: /invalid namespace/,
+    },
+    {
+      name: 'a reconcile key of another kind',
+      event: reconcileEvent({ keys: ['flant.com/CopyratorRule:default/r'] }),
+      reason: /not a kind this function reconciles/,
+    },
+    {
+      name: 'a reconcile key with an empty name',
+      event: reconcileEvent({ keys: ['operators.brennerm.github.io/ExchangeRate:default/'] }),
+      reason: /invalid object name/,
+    },
+    {
+      name: 'a reconcile event with a bad due time',
+      event: new CloudEvent<unknown>({
+        type: 'dev.opfn.reconcile',
+        source: 'opfn',
+        opfnnotbefore: 'tomorrow',
+        data: { keys: ['operators.brennerm.github.io/ExchangeRate:default/usd'] },
+      }),
+      reason: /not an RFC 3339 time/,
+    },
   ],
 };
 
 const needsTheApi: Record<string, Case[]> = {
   copyrator: [
     { name: 'a rule change', event: change(CopyratorRuleKind, { name: 'main-rule', namespace: 'default' }), reason: /./ },
-    { name: 'a ConfigMap claiming to be a copy of a rule with a traversal', event: change(ConfigMap, { name: 'c', namespace: 'team-a', annotations: { [RULE_ANNOTATION]: '../x' } }, 'Resource', { data: {} }), reason: /./ },
+    {
+      name: 'a ConfigMap claiming to be a copy of a rule with a traversal',
+      event: change(ConfigMap, { name: 'c', namespace: 'team-a', annotations: { [RULE_ANNOTATION]: '../x' } }, 'Resource', { data: {} }),
+      reason: /./,
+    },
     { name: 'a Secret change (Reference mode)', event: change(Secret, { name: 's', namespace: 'vault' }), reason: /./ },
   ],
   'exchange-rate': [

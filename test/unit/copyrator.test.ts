@@ -71,10 +71,15 @@ const namespace = (name: string, phase = 'Active', deleting = false): KubeObject
 });
 
 /** The copy as the API server returns it: the desired object plus server fields. */
-const stored = (copy: CopyableObject, uid = 'copy-uid'): CopyableObject => ({ ...structuredClone(copy), metadata: { ...structuredClone(copy.metadata), uid, resourceVersion: '7' } });
+const stored = (copy: CopyableObject, uid = 'copy-uid'): CopyableObject => ({
+  ...structuredClone(copy),
+  metadata: { ...structuredClone(copy.metadata), uid, resourceVersion: '7' },
+});
 
 /** Every copy the rule wants, as objects (only for a handful here: the function makes them a chunk at a time). */
-const desiredCopies = (r: CopyratorRule, sources: CopyableObject[], namespaces: string[]) => [...missingCopies(wantedCopies(r, sources, namespaces), new Set())];
+const desiredCopies = (r: CopyratorRule, sources: CopyableObject[], namespaces: string[]) => [
+  ...missingCopies(wantedCopies(r, sources, namespaces), new Set()),
+];
 
 describe('a copy', () => {
   test('keeps data, binaryData and labels, marks rule and source, and has no server fields', () => {
@@ -102,14 +107,27 @@ describe('a copy', () => {
   });
 
   test('goes to every Active namespace but the source, none being deleted', () => {
-    const namespaces = [namespace('default'), namespace('a'), namespace('b', 'Terminating'), namespace('c', 'Active', true), namespace('d')];
+    const namespaces = [
+      namespace('default'),
+      namespace('a'),
+      namespace('b', 'Terminating'),
+      namespace('c', 'Active', true),
+      namespace('d'),
+    ];
     assert.deepEqual(targetNamespaces(rule(), namespaces), ['a', 'd']);
     const optedOut = { ...namespace('e'), metadata: { name: 'e', labels: { [EXCLUDE_LABEL]: 'true' } } };
     const install = { ...namespace('f'), metadata: { name: 'f', labels: { ...PART_OF } } };
     const notQuite = { ...namespace('g'), metadata: { name: 'g', labels: { [EXCLUDE_LABEL]: 'yes' } } };
-    assert.deepEqual(targetNamespaces(rule(), [...namespaces, optedOut, install, notQuite]), ['a', 'd', 'g'], 'opted out, and where operator-functions runs: no copies');
+    assert.deepEqual(
+      targetNamespaces(rule(), [...namespaces, optedOut, install, notQuite]),
+      ['a', 'd', 'g'],
+      'opted out, and where operator-functions runs: no copies',
+    );
     const copies = desiredCopies(rule(), [source('x'), source('y')], ['a', 'd']);
-    assert.deepEqual(copies.map((copy) => `${copy.metadata.namespace}/${copy.metadata.name}`), ['a/x', 'a/y', 'd/x', 'd/y']);
+    assert.deepEqual(
+      copies.map((copy) => `${copy.metadata.namespace}/${copy.metadata.name}`),
+      ['a/x', 'a/y', 'd/x', 'd/y'],
+    );
   });
 
   test('is never itself a source, nor is an object being deleted, a service-account token or a bootstrap token', () => {
@@ -119,20 +137,37 @@ describe('a copy', () => {
     const token = { ...source('token'), kind: 'Secret', type: 'kubernetes.io/service-account-token' };
     // A tenant's bootstrap token copied into kube-system would be a working credential to join a node.
     const bootstrap = { ...source('bootstrap-token-abcdef'), kind: 'Secret', type: 'bootstrap.kubernetes.io/token' };
-    assert.deepEqual(sourcesOf([source('a'), copyInSource, deleting, token, bootstrap]).map((object) => object.metadata.name), ['a']);
+    assert.deepEqual(
+      sourcesOf([source('a'), copyInSource, deleting, token, bootstrap]).map((object) => object.metadata.name),
+      ['a'],
+    );
   });
 
   test('is never made of an object another controller manages (a controller ownerReference); any other ownerReference does not count', () => {
-    const byController = (name: string, kind = 'ExchangeRate') => source(name, { metadata: { ...source(name).metadata, ownerReferences: [
-      { apiVersion: 'v1', kind: 'Pod', name: 'p', uid: 'u' },
-      { apiVersion: 'operators.brennerm.github.io/v1', kind, name, uid: `owner-${name}`, controller: true, blockOwnerDeletion: true },
-    ] } });
-    const notController = source('gc-only', { metadata: { ...source('gc-only').metadata, ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: 'p', uid: 'u', controller: false }] } });
+    const byController = (name: string, kind = 'ExchangeRate') =>
+      source(name, {
+        metadata: {
+          ...source(name).metadata,
+          ownerReferences: [
+            { apiVersion: 'v1', kind: 'Pod', name: 'p', uid: 'u' },
+            { apiVersion: 'operators.brennerm.github.io/v1', kind, name, uid: `owner-${name}`, controller: true, blockOwnerDeletion: true },
+          ],
+        },
+      });
+    const notController = source('gc-only', {
+      metadata: {
+        ...source('gc-only').metadata,
+        ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: 'p', uid: 'u', controller: false }],
+      },
+    });
     const squatted = byController('squatted-name');
     assert.equal(controllerOf(squatted)?.kind, 'ExchangeRate');
     assert.equal(controllerOf(source('plain')), undefined, 'an ownerReference without controller: true is no controller');
     const listed = [source('plain'), notController, squatted, byController('child', 'ImmortalContainer')];
-    assert.deepEqual(sourcesOf(listed).map((object) => object.metadata.name), ['plain', 'gc-only']);
+    assert.deepEqual(
+      sourcesOf(listed).map((object) => object.metadata.name),
+      ['plain', 'gc-only'],
+    );
     assert.deepEqual(controlledOf(listed), [
       { namespace: 'default', name: 'squatted-name', controller: 'ExchangeRate/squatted-name' },
       { namespace: 'default', name: 'child', controller: 'ImmortalContainer/child' },
@@ -149,10 +184,18 @@ describe('a copy', () => {
 
   test('of a source that got a controller is deleted; the copy of one that lost it is made', () => {
     const r = rule();
-    const owned = source('was-source', { metadata: { ...source('was-source').metadata, ownerReferences: [{ apiVersion: 'v1', kind: 'ExchangeRate', name: 'x', uid: 'x', controller: true }] } });
+    const owned = source('was-source', {
+      metadata: {
+        ...source('was-source').metadata,
+        ownerReferences: [{ apiVersion: 'v1', kind: 'ExchangeRate', name: 'x', uid: 'x', controller: true }],
+      },
+    });
     const copy = stored(desiredCopy(r, source('was-source'), 'a'));
     const wanted = wantedCopies(r, sourcesOf([owned]), ['a']);
-    assert.deepEqual(planObserved(wanted, [copy]).map((action) => action.type), ['delete']);
+    assert.deepEqual(
+      planObserved(wanted, [copy]).map((action) => action.type),
+      ['delete'],
+    );
     assert.deepEqual([...missingCopies(wanted, new Set())], []);
     const released = source('was-source');
     assert.deepEqual([...missingCopies(wantedCopies(r, sourcesOf([released]), ['a']), new Set())].map(copyKey), ['a/was-source']);
@@ -172,7 +215,8 @@ describe('a copy', () => {
 
 describe('planObserved and missingCopies', () => {
   const r = rule();
-  const named = (action: { type: string; desired?: KubeObject; existing?: KubeObject }) => `${action.type} ${(action.desired ?? action.existing)!.metadata.name}`;
+  const named = (action: { type: string; desired?: KubeObject; existing?: KubeObject }) =>
+    `${action.type} ${(action.desired ?? action.existing)!.metadata.name}`;
   test('the copies in place: keeps the right, updates the changed, deletes the unwanted; the missing are created', () => {
     const wanted = wantedCopies(r, [source('keep'), source('change'), source('new')], ['a']);
     const [keep, change] = [...missingCopies(wanted, new Set())];
@@ -195,9 +239,18 @@ describe('planObserved and missingCopies', () => {
   test('a name another object holds is blocked without a write; one being deleted is tried', () => {
     const [free, held, dying] = desiredCopies(r, [source('free'), source('held'), source('dying')], ['a']);
     const foreign = { ...stored(held!), metadata: { ...stored(held!).metadata, annotations: {} } };
-    const leaving = { ...stored(dying!), metadata: { ...stored(dying!).metadata, annotations: {}, deletionTimestamp: '2026-01-01T00:00:00Z' } };
-    const plan = blockTaken([free!, held!, dying!].map((desired) => ({ type: 'create', desired })), [foreign, leaving]);
-    assert.deepEqual(plan.map((action) => action.type), ['create', 'blocked', 'create']);
+    const leaving = {
+      ...stored(dying!),
+      metadata: { ...stored(dying!).metadata, annotations: {}, deletionTimestamp: '2026-01-01T00:00:00Z' },
+    };
+    const plan = blockTaken(
+      [free!, held!, dying!].map((desired) => ({ type: 'create', desired })),
+      [foreign, leaving],
+    );
+    assert.deepEqual(
+      plan.map((action) => action.type),
+      ['create', 'blocked', 'create'],
+    );
     assert.equal(plan[1]!.type === 'blocked' && plan[1]!.existing, foreign);
   });
 
@@ -236,14 +289,22 @@ describe('planObserved and missingCopies', () => {
     assert.equal(updateAction(newWanted, stored(wanted)).type, 'update', 'a mutable copy is updated in place');
     const secretRule = rule({ ruleType: 'secret' });
     const secret = desiredCopy(secretRule, { ...source('s'), kind: 'Secret', data: { k: 'bmV3' } }, 'a');
-    assert.equal(updateAction(secret, { ...stored(secret), data: { k: 'b2xk' }, immutable: true }).type, 'replace', 'a rotated Secret reaches an immutable copy');
+    assert.equal(
+      updateAction(secret, { ...stored(secret), data: { k: 'b2xk' }, immutable: true }).type,
+      'replace',
+      'a rotated Secret reaches an immutable copy',
+    );
   });
 
   test('an immutable source makes an immutable copy; a mutable one a mutable copy', () => {
     assert.equal(desiredCopy(r, source('x', { immutable: true }), 'a').immutable, true);
     assert.equal('immutable' in desiredCopy(r, source('x', { immutable: false }), 'a'), false);
     const [wanted] = desiredCopies(r, [source('x', { immutable: true })], ['a']);
-    assert.equal(updateAction(wanted, stored(desiredCopy(r, source('x'), 'a'))).type, 'update', 'a mutable copy can be made immutable in place');
+    assert.equal(
+      updateAction(wanted, stored(desiredCopy(r, source('x'), 'a'))).type,
+      'update',
+      'a mutable copy can be made immutable in place',
+    );
   });
 });
 
@@ -257,7 +318,9 @@ describe('ownership', () => {
   });
 
   test('the mapper takes the rule from a copy only when the annotation names a valid key', () => {
-    const annotated = (value: string): KubeObject => ({ metadata: { name: 'x', namespace: 'a', annotations: { [RULE_ANNOTATION]: value } } });
+    const annotated = (value: string): KubeObject => ({
+      metadata: { name: 'x', namespace: 'a', annotations: { [RULE_ANNOTATION]: value } },
+    });
     assert.deepEqual(ruleKeyOfCopy(annotated('default/main-rule')), { namespace: 'default', name: 'main-rule' });
     for (const bad of ['default/..', '../x', 'noslash', '/x', 'default/', 'UPPER/x', `${'n'.repeat(64)}/x`, 'a/b/c']) {
       assert.equal(ruleKeyOfCopy(annotated(bad)), undefined, bad);
@@ -273,7 +336,10 @@ describe('rule validation', () => {
   });
 
   test('selectors that would change the meaning of a label selector are refused', () => {
-    for (const selector of [{ 'a,b': 'c' }, { a: 'x,y' }, { a: 'x=y' }, { '': 'x' }, { a: 'v'.repeat(64) }, { 'a!': 'b' }] as Record<string, string>[]) {
+    for (const selector of [{ 'a,b': 'c' }, { a: 'x,y' }, { a: 'x=y' }, { '': 'x' }, { a: 'v'.repeat(64) }, { 'a!': 'b' }] as Record<
+      string,
+      string
+    >[]) {
       assert.equal(ruleProblem(rule({ selector }), true)?.reason, 'InvalidRule', JSON.stringify(selector));
     }
     assert.equal(ruleProblem(rule({ namespace: 'Bad_NS' }), true)?.reason, 'InvalidRule');
@@ -287,7 +353,12 @@ describe('rule validation', () => {
 
 describe('status', () => {
   test('counts, a bounded sorted conflict list, observedGeneration and Ready', () => {
-    const conflicts = Array.from({ length: 25 }, (_, i) => ({ namespace: `ns-${String(i).padStart(2, '0')}`, name: 'x', reason: 'NotManaged' as const, message: 'm' })).reverse();
+    const conflicts = Array.from({ length: 25 }, (_, i) => ({
+      namespace: `ns-${String(i).padStart(2, '0')}`,
+      name: 'x',
+      reason: 'NotManaged' as const,
+      message: 'm',
+    })).reverse();
     const status = nextStatus(rule(), rule(), { matched: 2, copies: 10, conflicts, failed: 0 })!;
     assert.equal(status.matched, 2);
     assert.equal(status.copies, 10);
@@ -300,7 +371,12 @@ describe('status', () => {
   });
 
   test('a conflict is reported as new once; with a full list, an unchanged total is nothing new', () => {
-    const conflict = (i: number) => ({ namespace: `ns-${String(i).padStart(2, '0')}`, name: 'x', reason: 'NotManaged' as const, message: 'm' });
+    const conflict = (i: number) => ({
+      namespace: `ns-${String(i).padStart(2, '0')}`,
+      name: 'x',
+      reason: 'NotManaged' as const,
+      message: 'm',
+    });
     assert.deepEqual(newConflicts(undefined, [conflict(1)]), [conflict(1)]);
     assert.deepEqual(newConflicts({ conflicts: [conflict(1)], conflictCount: 1 }, [conflict(1), conflict(2)]), [conflict(2)]);
     const many = Array.from({ length: 30 }, (_, i) => conflict(i));
@@ -313,22 +389,40 @@ describe('status', () => {
     const status = nextStatus(rule(), rule(), { matched: 1, copies: 3, conflicts: [], failed: 0 })!;
     const ready = status.conditions!.find((condition) => condition.type === 'Ready')!;
     assert.deepEqual([ready.status, ready.reason], ['True', 'CopiesInPlace']);
-    assert.equal(nextStatus(rule({ metadata: { name: 'main-rule', namespace: 'default', uid: 'new-uid' } }), rule(), { matched: 0, copies: 0, conflicts: [], failed: 0 }), undefined);
+    assert.equal(
+      nextStatus(rule({ metadata: { name: 'main-rule', namespace: 'default', uid: 'new-uid' } }), rule(), {
+        matched: 0,
+        copies: 0,
+        conflicts: [],
+        failed: 0,
+      }),
+      undefined,
+    );
   });
 });
 
 describe('selected objects another controller manages', () => {
-  const controlled = (count: number) => Array.from({ length: count }, (_, i) => ({ namespace: 'default', name: `rate-${i}`, controller: `ExchangeRate/rate-${i}` }));
+  const controlled = (count: number) =>
+    Array.from({ length: count }, (_, i) => ({ namespace: 'default', name: `rate-${i}`, controller: `ExchangeRate/rate-${i}` }));
 
   test('are not matched; Ready keeps its reason and says how many, only when there are some', () => {
     const status = nextStatus(rule(), rule(), { matched: 1, copies: 3, conflicts: [], failed: 0, controlled: controlled(2) })!;
     const ready = status.conditions!.find((condition) => condition.type === 'Ready')!;
     assert.equal(status.matched, 1);
-    assert.deepEqual([ready.status, ready.reason, ready.message], ['True', 'CopiesInPlace', `3 copies of 1 matching objects in place; ${controlledNote(2)}`]);
+    assert.deepEqual(
+      [ready.status, ready.reason, ready.message],
+      ['True', 'CopiesInPlace', `3 copies of 1 matching objects in place; ${controlledNote(2)}`],
+    );
     assert.equal(controlledNote(2), '2 selected objects are managed by another controller and never copied');
     const none = nextStatus(rule(), rule(), { matched: 1, copies: 3, conflicts: [], failed: 0, controlled: [] })!;
     assert.equal(none.conditions!.find((condition) => condition.type === 'Ready')!.message, '3 copies of 1 matching objects in place');
-    const conflicting = nextStatus(rule(), rule(), { matched: 1, copies: 2, conflicts: [{ namespace: 'a', name: 'x', reason: 'NotManaged', message: 'm' }], failed: 0, controlled: controlled(1) })!;
+    const conflicting = nextStatus(rule(), rule(), {
+      matched: 1,
+      copies: 2,
+      conflicts: [{ namespace: 'a', name: 'x', reason: 'NotManaged', message: 'm' }],
+      failed: 0,
+      controlled: controlled(1),
+    })!;
     const held = conflicting.conditions!.find((condition) => condition.type === 'Ready')!;
     assert.equal(held.reason, 'CopyConflicts');
     assert.ok(held.message.endsWith(`; ${controlledNote(1)}`), held.message);
@@ -347,9 +441,15 @@ describe('selected objects another controller manages', () => {
 
   test('the Warning names the first three with their controllers, and why', () => {
     assert.equal(CONTROLLED_REASON, 'ControlledNotCopied');
-    assert.equal(controlledWarning(controlled(1)), 'not copied: default/rate-0 (controller "ExchangeRate/rate-0"); an object another controller manages is never a source, as that controller writes it for users who may not write into every namespace');
+    assert.equal(
+      controlledWarning(controlled(1)),
+      'not copied: default/rate-0 (controller "ExchangeRate/rate-0"); an object another controller manages is never a source, as that controller writes it for users who may not write into every namespace',
+    );
     const many = controlledWarning(controlled(5));
-    assert.match(many, /^not copied: default\/rate-0 \(controller "ExchangeRate\/rate-0"\), default\/rate-1 .*, default\/rate-2 \(controller "ExchangeRate\/rate-2"\) and 2 more; /);
+    assert.match(
+      many,
+      /^not copied: default\/rate-0 \(controller "ExchangeRate\/rate-0"\), default\/rate-1 .*, default\/rate-2 \(controller "ExchangeRate\/rate-2"\) and 2 more; /,
+    );
     assert.doesNotMatch(many, /rate-3/);
     // A controller's kind and name are whatever the object's writer put there: quoted and bounded.
     const long = controlledWarning([{ namespace: 'default', name: 'x', controller: `K/${'n'.repeat(500)}` }]);
@@ -364,7 +464,10 @@ describe('a copy the API server refuses', () => {
 
   test('422 and 403 are conflicts (Invalid, Forbidden) with a bounded message; other errors are not', () => {
     const hostile = `configmaps "shared" is forbidden: ${'x'.repeat(5000)}\u001b[2J`;
-    const forbidden = refusal(new ApiError(403, 'Forbidden', 'POST /api/v1/namespaces/team-q/configmaps: cut', { message: hostile }), desired)!;
+    const forbidden = refusal(
+      new ApiError(403, 'Forbidden', 'POST /api/v1/namespaces/team-q/configmaps: cut', { message: hostile }),
+      desired,
+    )!;
     assert.deepEqual([forbidden.namespace, forbidden.name, forbidden.reason], ['team-q', 'shared', 'Forbidden']);
     assert.ok(forbidden.message.length <= MAX_MESSAGE_CHARS && !forbidden.message.includes('\u001b'), forbidden.message.slice(-60));
     assert.equal(refusal(new ApiError(422, 'Invalid', 'POST: invalid', { message: hostile }), desired)?.reason, 'Invalid');

@@ -1,7 +1,12 @@
 // The delivery budget: how long one delivery starts work, from the Service's request timeout.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { deliveryBudgetFor, deliveryBudgetFromEnvironment, deliveryBudgetProblem, DELIVERY_BUDGET_ENV } from '../../functions/runtime/host/index.ts';
+import {
+  deliveryBudgetFor,
+  deliveryBudgetFromEnvironment,
+  deliveryBudgetProblem,
+  DELIVERY_BUDGET_ENV,
+} from '../../functions/runtime/host/index.ts';
 
 test('half the request timeout, at most 30 s; 30 s when there is no timeout', () => {
   assert.deepEqual([300, 60, 45, 20, 1, 0].map(deliveryBudgetFor), [30, 30, 22.5, 10, 0.5, 30]);
@@ -22,6 +27,9 @@ test('read from the environment: unset or empty is no budget; a number of second
   assert.equal(deliveryBudgetFromEnvironment({ [DELIVERY_BUDGET_ENV]: '12.5' }), 12.5);
   assert.equal(deliveryBudgetFromEnvironment({ [DELIVERY_BUDGET_ENV]: '0' }), 0);
   for (const text of ['30s', '-1', 'Infinity', 'soon']) {
-    assert.throws(() => deliveryBudgetFromEnvironment({ [DELIVERY_BUDGET_ENV]: text }), new RegExp(`${DELIVERY_BUDGET_ENV} "${text}" is not a number of seconds`));
+    assert.throws(
+      () => deliveryBudgetFromEnvironment({ [DELIVERY_BUDGET_ENV]: text }),
+      new RegExp(`${DELIVERY_BUDGET_ENV} "${text}" is not a number of seconds`),
+    );
   }
 });

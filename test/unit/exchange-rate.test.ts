@@ -21,14 +21,35 @@ import {
   type ExchangeRate,
   type ExchangeRateStatus,
 } from '../../functions/exchange-rate/desired.ts';
-import { CURRENCIES, frankfurter, httpGet, isProviderDate, MAX_ANSWER_BYTES, parseQuote, ProviderError, rateString, SlotCache, withoutSentHeaders, type Quote, type RateProvider } from '../../functions/exchange-rate/provider.ts';
+import {
+  CURRENCIES,
+  frankfurter,
+  httpGet,
+  isProviderDate,
+  MAX_ANSWER_BYTES,
+  parseQuote,
+  ProviderError,
+  rateString,
+  SlotCache,
+  withoutSentHeaders,
+  type Quote,
+  type RateProvider,
+} from '../../functions/exchange-rate/provider.ts';
 import { httpClient } from '../../functions/runtime/index.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
 
-const rate = (overrides: { currency?: string; generation?: number; status?: ExchangeRate['status']; labels?: Record<string, string> } = {}): ExchangeRate => ({
+const rate = (
+  overrides: { currency?: string; generation?: number; status?: ExchangeRate['status']; labels?: Record<string, string> } = {},
+): ExchangeRate => ({
   apiVersion: 'operators.brennerm.github.io/v1',
   kind: 'ExchangeRate',
-  metadata: { name: 'exchange-rate-usd', namespace: 'default', uid: 'er-uid', generation: overrides.generation ?? 1, labels: overrides.labels ?? { team: 'fx' } },
+  metadata: {
+    name: 'exchange-rate-usd',
+    namespace: 'default',
+    uid: 'er-uid',
+    generation: overrides.generation ?? 1,
+    labels: overrides.labels ?? { team: 'fx' },
+  },
   spec: { currency: overrides.currency ?? 'USD' },
   ...(overrides.status ? { status: overrides.status } : {}),
 });
@@ -50,7 +71,10 @@ describe('refresh timing', () => {
     assert.equal(refreshDue(rate({ status: fresh }), at('2026-11-23T10:30:00Z'), 3600), false);
     assert.ok(refreshDue(rate({ status: fresh }), at('2026-11-23T11:00:00Z'), 3600));
     assert.ok(refreshDue(rate({ currency: 'CHF', generation: 2, status: fresh }), at('2026-11-23T10:30:00Z'), 3600), 'currency changed');
-    assert.ok(refreshDue(rate({ status: { ...fresh, nextRefreshAt: 'garbage' } }), at('2026-11-23T10:30:00Z'), 3600), 'an unreadable due time is due');
+    assert.ok(
+      refreshDue(rate({ status: { ...fresh, nextRefreshAt: 'garbage' } }), at('2026-11-23T10:30:00Z'), 3600),
+      'an unreadable due time is due',
+    );
   });
 
   test('after the interval was lowered, a due time further than one interval away is pulled in to the slot end', () => {
@@ -59,7 +83,10 @@ describe('refresh timing', () => {
     assert.equal(scheduledRefresh(hourly, at('2026-11-23T10:17:03Z'), 60)?.toISOString(), '2026-11-23T10:18:00.000Z');
     assert.equal(refreshDue(hourly, at('2026-11-23T10:17:03Z'), 60), false, 'not before the pulled-in time');
     // Status then carries the pulled-in time, which is due when it comes.
-    const pulledIn = nextStatus(hourly, hourly, { now: at('2026-11-23T10:17:03Z'), nextRefreshAt: scheduledRefresh(hourly, at('2026-11-23T10:17:03Z'), 60)! })!;
+    const pulledIn = nextStatus(hourly, hourly, {
+      now: at('2026-11-23T10:17:03Z'),
+      nextRefreshAt: scheduledRefresh(hourly, at('2026-11-23T10:17:03Z'), 60)!,
+    })!;
     assert.equal(pulledIn.nextRefreshAt, '2026-11-23T10:18:00Z');
     assert.ok(refreshDue(rate({ status: pulledIn }), at('2026-11-23T10:18:00Z'), 60));
     // A due time within one interval (a retry, or the current slot's end) is kept as it is.
@@ -89,7 +116,10 @@ describe('the ConfigMap', () => {
   test('is created when missing, kept when right, corrected when edited, never taken from someone else', () => {
     const er = rate();
     assert.equal(configMapAction(er, undefined, values).type, 'create');
-    const ours = { ...desiredConfigMap(er, values), metadata: { ...desiredConfigMap(er, values).metadata, resourceVersion: '5', uid: 'cm' } };
+    const ours = {
+      ...desiredConfigMap(er, values),
+      metadata: { ...desiredConfigMap(er, values).metadata, resourceVersion: '5', uid: 'cm' },
+    };
     assert.equal(configMapAction(er, ours, values).type, 'keep');
     const edited = { ...ours, data: { rate: '999' } };
     const action = configMapAction(er, edited, values);
@@ -100,7 +130,10 @@ describe('the ConfigMap', () => {
 
   test("without a rate for the spec's currency it is emptied, never left with another currency's rate", () => {
     const er = rate();
-    const ours = { ...desiredConfigMap(er, values), metadata: { ...desiredConfigMap(er, values).metadata, resourceVersion: '5', uid: 'cm' } };
+    const ours = {
+      ...desiredConfigMap(er, values),
+      metadata: { ...desiredConfigMap(er, values).metadata, resourceVersion: '5', uid: 'cm' },
+    };
     const chf = rate({ currency: 'CHF', generation: 2, status: { rate: '1.0523', currency: 'USD', base: 'EUR', date: '2026-11-20' } });
     const action = configMapAction(chf, ours, valuesFor(chf, undefined));
     assert.equal(action.type, 'update');
@@ -113,9 +146,16 @@ describe('the ConfigMap', () => {
     assert.deepEqual(desiredConfigMap(er, values).metadata.annotations, { [CURRENCY_ANNOTATION]: 'USD' });
     assert.equal(desiredConfigMap(er, undefined).metadata.annotations, undefined);
     const { annotations: _annotations, ...withoutAnnotation } = desiredConfigMap(er, values).metadata;
-    const older = { ...desiredConfigMap(er, values), metadata: { ...withoutAnnotation, annotations: { kept: 'yes' }, resourceVersion: '5' } };
+    const older = {
+      ...desiredConfigMap(er, values),
+      metadata: { ...withoutAnnotation, annotations: { kept: 'yes' }, resourceVersion: '5' },
+    };
     const action = configMapAction(er, older, values);
-    assert.deepEqual(action.type === 'update' && action.desired.metadata.annotations, { kept: 'yes', [CURRENCY_ANNOTATION]: 'USD' }, "others' annotations stay");
+    assert.deepEqual(
+      action.type === 'update' && action.desired.metadata.annotations,
+      { kept: 'yes', [CURRENCY_ANNOTATION]: 'USD' },
+      "others' annotations stay",
+    );
   });
 
   test('values from status never overwrite a newer rate our ConfigMap holds of the same currency (a reconcile killed before its status write)', () => {
@@ -128,20 +168,34 @@ describe('the ConfigMap', () => {
     assert.equal(configMapAction(er, held, newer, true).type, 'keep');
     // Its labels are still corrected; its data stays.
     const relabelled = configMapAction(rate({ labels: { team: 'treasury' }, status: er.status }), held, fromStatus, true);
-    assert.deepEqual(relabelled.type === 'update' && [relabelled.desired.data, relabelled.desired.metadata.labels?.team], [newer, 'treasury']);
+    assert.deepEqual(relabelled.type === 'update' && [relabelled.desired.data, relabelled.desired.metadata.labels?.team], [
+      newer,
+      'treasury',
+    ]);
 
-    const written = (cm: typeof held) => { const action = configMapAction(er, cm, fromStatus, true); return action.type === 'update' && action.desired.data; };
+    const written = (cm: typeof held) => {
+      const action = configMapAction(er, cm, fromStatus, true);
+      return action.type === 'update' && action.desired.data;
+    };
     assert.deepEqual(written({ ...held, data: { ...newer, date: '2024-01-01' } }), fromStatus, 'the same date is no newer: corrected');
     assert.deepEqual(written({ ...held, data: { ...newer, date: '2023-12-31' } }), fromStatus, 'older: corrected');
     assert.deepEqual(written({ ...held, data: { ...newer, date: '2024-1-2' } }), fromStatus, 'not a provider date');
     assert.deepEqual(written({ ...held, data: { ...newer, base: 'USD' } }), fromStatus, 'another base');
-    assert.deepEqual(written({ ...held, metadata: { ...held.metadata, annotations: { [CURRENCY_ANNOTATION]: 'JPY' } } }), fromStatus, "another currency's rate");
+    assert.deepEqual(
+      written({ ...held, metadata: { ...held.metadata, annotations: { [CURRENCY_ANNOTATION]: 'JPY' } } }),
+      fromStatus,
+      "another currency's rate",
+    );
     assert.deepEqual(written({ ...held, metadata: { ...held.metadata, annotations: undefined } }), fromStatus, 'currency unknown');
     assert.deepEqual(written({ ...held, metadata: { ...held.metadata, labels: { team: 'fx' } } }), fromStatus, 'without our owner label');
-    assert.equal(configMapAction(er, { ...held, metadata: { ...held.metadata, ownerReferences: [] } }, fromStatus, true).type, 'blocked', 'not ours: never touched, nor kept as ours');
+    assert.equal(
+      configMapAction(er, { ...held, metadata: { ...held.metadata, ownerReferences: [] } }, fromStatus, true).type,
+      'blocked',
+      'not ours: never touched, nor kept as ours',
+    );
     // After a currency change there are no values from status: the ConfigMap is emptied as before.
     const chf = rate({ currency: 'CHF', generation: 2, status: er.status });
-    assert.deepEqual((a => a.type === 'update' && a.desired.data)(configMapAction(chf, held, valuesFor(chf, undefined), true)), {});
+    assert.deepEqual(((a) => a.type === 'update' && a.desired.data)(configMapAction(chf, held, valuesFor(chf, undefined), true)), {});
     // Status is not taken from the ConfigMap.
     assert.deepEqual(nextStatus(er, er, { now: at('2024-01-02T10:00:00Z'), nextRefreshAt: at('2024-01-02T11:00:00Z') })?.rate, '1.00');
   });
@@ -149,20 +203,43 @@ describe('the ConfigMap', () => {
   test('an immutable one of ours is reported, not written, unless only its labels are wrong', () => {
     const er = rate();
     const old = { rate: '1.0', base: 'EUR', date: '2026-11-19' };
-    const frozen = { ...desiredConfigMap(er, old), immutable: true, metadata: { ...desiredConfigMap(er, old).metadata, resourceVersion: '5', uid: 'cm' } };
+    const frozen = {
+      ...desiredConfigMap(er, old),
+      immutable: true,
+      metadata: { ...desiredConfigMap(er, old).metadata, resourceVersion: '5', uid: 'cm' },
+    };
     assert.equal(configMapAction(er, frozen, old).type, 'keep', 'right as it is');
     const action = configMapAction(er, frozen, values);
     assert.equal(action.type, 'frozen');
-    assert.equal(action.type === 'frozen' && action.message, 'ConfigMap exchange-rate-usd is immutable and still holds rate 1.0 (provider date 2026-11-19) where it should hold rate 1.0523 (provider date 2026-11-20); delete it and it is recreated with that rate');
+    assert.equal(
+      action.type === 'frozen' && action.message,
+      'ConfigMap exchange-rate-usd is immutable and still holds rate 1.0 (provider date 2026-11-19) where it should hold rate 1.0523 (provider date 2026-11-20); delete it and it is recreated with that rate',
+    );
     assert.equal(action.type === 'frozen' && action.relabel, undefined, 'labels right: nothing to write');
 
     const relabelled = rate({ labels: { team: 'treasury' } });
     const both = configMapAction(relabelled, frozen, values);
     assert.equal(both.type, 'frozen');
-    assert.deepEqual(both.type === 'frozen' && [both.relabel?.immutable, both.relabel?.data, both.relabel?.metadata.labels?.team, both.relabel?.metadata.resourceVersion], [true, old, 'treasury', '5'], 'only the labels change');
+    assert.deepEqual(
+      both.type === 'frozen' && [
+        both.relabel?.immutable,
+        both.relabel?.data,
+        both.relabel?.metadata.labels?.team,
+        both.relabel?.metadata.resourceVersion,
+      ],
+      [true, old, 'treasury', '5'],
+      'only the labels change',
+    );
     const labelsOnly = configMapAction(relabelled, frozen, old);
-    assert.deepEqual(labelsOnly.type === 'update' && [labelsOnly.desired.immutable, labelsOnly.desired.data], [true, old], 'a labels-only write keeps immutable and data');
-    assert.match((configMapAction(rate({ currency: 'CHF', generation: 2 }), frozen, undefined) as { message: string }).message, /should hold no rate, there being none for CHF yet; delete it and it is recreated once there is one$/);
+    assert.deepEqual(
+      labelsOnly.type === 'update' && [labelsOnly.desired.immutable, labelsOnly.desired.data],
+      [true, old],
+      'a labels-only write keeps immutable and data',
+    );
+    assert.match(
+      (configMapAction(rate({ currency: 'CHF', generation: 2 }), frozen, undefined) as { message: string }).message,
+      /should hold no rate, there being none for CHF yet; delete it and it is recreated once there is one$/,
+    );
   });
 });
 
@@ -181,14 +258,28 @@ describe('status', () => {
   test('while the provider fails: Ready=False with its words, the last good rate kept', () => {
     const before = { rate: '1.05', currency: 'USD', lastUpdated: '2026-11-23T09:00:00Z' };
     const problem = { type: 'Ready', status: 'False' as const, reason: 'ProviderError', message: 'provider answered 503: down' };
-    const status = nextStatus(rate({ status: before }), rate({ status: before }), { problem, now: at('2026-11-23T10:00:00Z'), nextRefreshAt: at('2026-11-23T10:01:00Z') })!;
+    const status = nextStatus(rate({ status: before }), rate({ status: before }), {
+      problem,
+      now: at('2026-11-23T10:00:00Z'),
+      nextRefreshAt: at('2026-11-23T10:01:00Z'),
+    })!;
     assert.equal(status.rate, '1.05');
     assert.equal(status.lastUpdated, '2026-11-23T09:00:00Z');
-    assert.deepEqual([status.conditions![0].status, status.conditions![0].reason, status.conditions![0].message], ['False', 'ProviderError', 'provider answered 503: down']);
+    assert.deepEqual(
+      [status.conditions![0].status, status.conditions![0].reason, status.conditions![0].message],
+      ['False', 'ProviderError', 'provider answered 503: down'],
+    );
   });
 
   test("after a currency change while the provider fails: the old currency's rate leaves status; the same currency's stays", () => {
-    const before = { rate: '0.93', currency: 'CHF', base: 'EUR', date: '2026-11-20', lastUpdated: '2026-11-23T09:00:00Z', configMap: 'exchange-rate-usd' };
+    const before = {
+      rate: '0.93',
+      currency: 'CHF',
+      base: 'EUR',
+      date: '2026-11-20',
+      lastUpdated: '2026-11-23T09:00:00Z',
+      configMap: 'exchange-rate-usd',
+    };
     const jpy = rate({ currency: 'JPY', generation: 2, status: before });
     const problem = providerProblem(jpy, 'provider answered 503: down');
     assert.equal(problem.message, 'provider answered 503: down; no rate for JPY yet');
@@ -199,26 +290,58 @@ describe('status', () => {
 
     const chf = rate({ currency: 'CHF', status: before });
     assert.equal(providerProblem(chf, 'provider answered 503: down').message, 'provider answered 503: down; keeping the last rate');
-    assert.equal(nextStatus(chf, chf, { problem, now: at('2026-11-23T10:00:00Z'), nextRefreshAt: at('2026-11-23T10:01:00Z') })!.rate, '0.93');
+    assert.equal(
+      nextStatus(chf, chf, { problem, now: at('2026-11-23T10:00:00Z'), nextRefreshAt: at('2026-11-23T10:01:00Z') })!.rate,
+      '0.93',
+    );
   });
 
-  test('a reconcile that is not due keeps a failed refresh\'s Ready=False until the retry, and writes nothing', () => {
+  test("a reconcile that is not due keeps a failed refresh's Ready=False until the retry, and writes nothing", () => {
     const problem = providerProblem(rate({ status: { rate: '1.05', currency: 'USD' } }), 'provider answered 500: "boom"');
     const failed = rate({ status: { rate: '1.05', currency: 'USD', base: 'EUR', date: '2026-11-20', observedGeneration: 1 } });
     failed.status = nextStatus(failed, failed, { problem, now: at('2026-11-23T11:00:05Z'), nextRefreshAt: at('2026-11-23T11:01:05Z') })!;
     const notDue = at('2026-11-23T11:00:15Z');
     assert.equal(refreshDue(failed, notDue, 3600), false);
-    assert.deepEqual(standingProblem(failed), { type: 'Ready', status: 'False', reason: 'ProviderError', message: 'provider answered 500: "boom"; keeping the last rate' });
+    assert.deepEqual(standingProblem(failed), {
+      type: 'Ready',
+      status: 'False',
+      reason: 'ProviderError',
+      message: 'provider answered 500: "boom"; keeping the last rate',
+    });
     // What reconcile's not-due branch computes: the same status, so updateStatus writes nothing.
-    const kept = nextStatus(failed, failed, { problem: standingProblem(failed), now: notDue, nextRefreshAt: scheduledRefresh(failed, notDue, 3600)! });
+    const kept = nextStatus(failed, failed, {
+      problem: standingProblem(failed),
+      now: notDue,
+      nextRefreshAt: scheduledRefresh(failed, notDue, 3600)!,
+    });
     assert.deepEqual(kept, failed.status);
 
-    const notQuoted = rate({ status: { ...failed.status, conditions: [{ type: 'Ready', status: 'False', reason: 'CurrencyNotQuoted', message: 'no USD; keeping the last rate', lastTransitionTime: '2026-11-23T11:00:05Z' }] } });
+    const notQuoted = rate({
+      status: {
+        ...failed.status,
+        conditions: [
+          {
+            type: 'Ready',
+            status: 'False',
+            reason: 'CurrencyNotQuoted',
+            message: 'no USD; keeping the last rate',
+            lastTransitionTime: '2026-11-23T11:00:05Z',
+          },
+        ],
+      },
+    });
     assert.equal(standingProblem(notQuoted)?.reason, 'CurrencyNotQuoted');
     // After a good refresh (or a problem a refresh does not cause) nothing stands: Ready is recomputed.
     const current = nextStatus(failed, failed, { fetched: values, now: notDue, nextRefreshAt: at('2026-11-23T12:00:00Z') })!;
     assert.equal(standingProblem(rate({ status: current })), undefined);
-    const taken = rate({ status: { ...current, conditions: [{ type: 'Ready', status: 'False', reason: 'ConfigMapNameTaken', message: 'taken', lastTransitionTime: '2026-11-23T11:00:05Z' }] } });
+    const taken = rate({
+      status: {
+        ...current,
+        conditions: [
+          { type: 'Ready', status: 'False', reason: 'ConfigMapNameTaken', message: 'taken', lastTransitionTime: '2026-11-23T11:00:05Z' },
+        ],
+      },
+    });
     assert.equal(standingProblem(taken), undefined);
   });
 
@@ -226,19 +349,44 @@ describe('status', () => {
     const condition = (status: ExchangeRateStatus, type: string) => status.conditions?.find((found) => found.type === type);
     const failing = rate({ status: { rate: '1.05', currency: 'USD', base: 'EUR', date: '2026-11-20', observedGeneration: 1 } });
     const refreshProblem = providerProblem(failing, 'provider answered 500: "boom"');
-    const taken = { type: 'Ready', status: 'False' as const, reason: 'ConfigMapNameTaken', message: 'ConfigMap exchange-rate-usd exists and is not controlled by this ExchangeRate' };
-    failing.status = nextStatus(failing, failing, { problem: taken, refreshProblem, now: at('2026-11-23T11:00:05Z'), nextRefreshAt: at('2026-11-23T11:01:05Z') })!;
+    const taken = {
+      type: 'Ready',
+      status: 'False' as const,
+      reason: 'ConfigMapNameTaken',
+      message: 'ConfigMap exchange-rate-usd exists and is not controlled by this ExchangeRate',
+    };
+    failing.status = nextStatus(failing, failing, {
+      problem: taken,
+      refreshProblem,
+      now: at('2026-11-23T11:00:05Z'),
+      nextRefreshAt: at('2026-11-23T11:01:05Z'),
+    })!;
     assert.equal(condition(failing.status, 'Ready')?.reason, 'ConfigMapNameTaken');
-    assert.deepEqual([condition(failing.status, 'Refreshed')?.status, condition(failing.status, 'Refreshed')?.reason], ['False', 'ProviderError']);
+    assert.deepEqual(
+      [condition(failing.status, 'Refreshed')?.status, condition(failing.status, 'Refreshed')?.reason],
+      ['False', 'ProviderError'],
+    );
     // The foreign ConfigMap is deleted; its event brings a reconcile before the retry time.
     const notDue = at('2026-11-23T11:00:15Z');
     assert.equal(refreshDue(failing, notDue, 3600), false);
     const standing = standingProblem(failing);
-    const freed = nextStatus(failing, failing, { problem: standing, refreshProblem: standing, now: notDue, nextRefreshAt: scheduledRefresh(failing, notDue, 3600)! })!;
+    const freed = nextStatus(failing, failing, {
+      problem: standing,
+      refreshProblem: standing,
+      now: notDue,
+      nextRefreshAt: scheduledRefresh(failing, notDue, 3600)!,
+    })!;
     assert.deepEqual([condition(freed, 'Ready')?.status, condition(freed, 'Ready')?.reason], ['False', 'ProviderError']);
     // The retry succeeds: Refreshed=True, nothing stands any more.
-    const refreshed = nextStatus(rate({ status: freed }), rate({ status: freed }), { fetched: values, now: at('2026-11-23T11:01:05Z'), nextRefreshAt: at('2026-11-23T12:00:00Z') })!;
-    assert.deepEqual([condition(refreshed, 'Ready')?.reason, condition(refreshed, 'Refreshed')?.status, condition(refreshed, 'Refreshed')?.reason], ['RateCurrent', 'True', 'RateFetched']);
+    const refreshed = nextStatus(rate({ status: freed }), rate({ status: freed }), {
+      fetched: values,
+      now: at('2026-11-23T11:01:05Z'),
+      nextRefreshAt: at('2026-11-23T12:00:00Z'),
+    })!;
+    assert.deepEqual(
+      [condition(refreshed, 'Ready')?.reason, condition(refreshed, 'Refreshed')?.status, condition(refreshed, 'Refreshed')?.reason],
+      ['RateCurrent', 'True', 'RateFetched'],
+    );
     assert.equal(standingProblem(rate({ status: refreshed })), undefined);
   });
 
@@ -253,17 +401,38 @@ describe('status', () => {
 describe('configuration', () => {
   test('defaults to the real Frankfurter, hourly, no key', () => {
     const config = parseConfig({});
-    assert.deepEqual(config, { baseUrl: 'https://api.frankfurter.dev', headers: {}, refreshSeconds: 3600, timeoutMs: 5000, retrySeconds: 60 });
+    assert.deepEqual(config, {
+      baseUrl: 'https://api.frankfurter.dev',
+      headers: {},
+      refreshSeconds: 3600,
+      timeoutMs: 5000,
+      retrySeconds: 60,
+    });
   });
 
   test('an API key goes into its header beside extra headers', () => {
-    const config = parseConfig({ EXCHANGE_RATE_PROVIDER_HEADERS: '{"X-Client":"ops"}', EXCHANGE_RATE_API_KEY: 'k-123', EXCHANGE_RATE_API_KEY_HEADER: 'X-Api-Key' });
+    const config = parseConfig({
+      EXCHANGE_RATE_PROVIDER_HEADERS: '{"X-Client":"ops"}',
+      EXCHANGE_RATE_API_KEY: 'k-123',
+      EXCHANGE_RATE_API_KEY_HEADER: 'X-Api-Key',
+    });
     assert.deepEqual(config.headers, { 'X-Client': 'ops', 'X-Api-Key': 'k-123' });
   });
 
   test('bad values name the variable', () => {
-    for (const [name, value] of [['EXCHANGE_RATE_PROVIDER_URL', 'not a url'], ['EXCHANGE_RATE_PROVIDER_URL', 'file:///etc/passwd'], ['EXCHANGE_RATE_PROVIDER_HEADERS', '[1]'], ['EXCHANGE_RATE_PROVIDER_HEADERS', '{"a":1}'], ['EXCHANGE_RATE_REFRESH_SECONDS', '-5'], ['EXCHANGE_RATE_TIMEOUT_MS', 'soon']]) {
-      assert.throws(() => parseConfig({ [name]: value }), (error: Error) => error instanceof ConfigError && error.message.includes(name), `${name}=${value}`);
+    for (const [name, value] of [
+      ['EXCHANGE_RATE_PROVIDER_URL', 'not a url'],
+      ['EXCHANGE_RATE_PROVIDER_URL', 'file:///etc/passwd'],
+      ['EXCHANGE_RATE_PROVIDER_HEADERS', '[1]'],
+      ['EXCHANGE_RATE_PROVIDER_HEADERS', '{"a":1}'],
+      ['EXCHANGE_RATE_REFRESH_SECONDS', '-5'],
+      ['EXCHANGE_RATE_TIMEOUT_MS', 'soon'],
+    ]) {
+      assert.throws(
+        () => parseConfig({ [name]: value }),
+        (error: Error) => error instanceof ConfigError && error.message.includes(name),
+        `${name}=${value}`,
+      );
     }
   });
 });
@@ -276,7 +445,14 @@ describe('the Frankfurter client against the stand-in', () => {
   after(() => standIn.close());
 
   const client = (overrides: { timeoutMs?: number; attempts?: number; headers?: Record<string, string> } = {}) =>
-    frankfurter({ baseUrl: standIn.url, headers: overrides.headers ?? {}, timeoutMs: overrides.timeoutMs ?? 2000, attempts: overrides.attempts ?? 1, backoffMs: 10, get: httpGet(httpClient()) });
+    frankfurter({
+      baseUrl: standIn.url,
+      headers: overrides.headers ?? {},
+      timeoutMs: overrides.timeoutMs ?? 2000,
+      attempts: overrides.attempts ?? 1,
+      backoffMs: 10,
+      get: httpGet(httpClient()),
+    });
 
   test('one request for every supported currency, with the configured headers; rates as the JSON prints them', async () => {
     standIn.mode = { type: 'rates' };
@@ -285,12 +461,19 @@ describe('the Frankfurter client against the stand-in', () => {
     assert.equal(standIn.requests.length, 1);
     assert.equal(standIn.requests[0].path, `/v1/latest?from=EUR&to=${CURRENCIES.join(',')}`);
     assert.equal(standIn.requests[0].headers['x-api-key'], 'k');
-    assert.deepEqual(quote, { base: 'EUR', date: '2026-11-20', rates: { CAD: '1.5', CHF: '0.93', GBP: '0.85', JPY: '162.5', PLN: '4.3', USD: '1.0523' } });
+    assert.deepEqual(quote, {
+      base: 'EUR',
+      date: '2026-11-20',
+      rates: { CAD: '1.5', CHF: '0.93', GBP: '0.85', JPY: '162.5', PLN: '4.3', USD: '1.0523' },
+    });
   });
 
   test("an error answer carries the provider's message and status", async () => {
     standIn.mode = { type: 'error', status: 422, body: '{"message":"invalid currency"}' };
-    await assert.rejects(client().latest(), (error: Error) => error instanceof ProviderError && error.message === 'provider answered 422: "invalid currency"');
+    await assert.rejects(
+      client().latest(),
+      (error: Error) => error instanceof ProviderError && error.message === 'provider answered 422: "invalid currency"',
+    );
     standIn.mode = { type: 'error', status: 404, body: '{"message":"not found"}' };
     await assert.rejects(client().latest(), /provider answered 404: "not found"/);
     standIn.mode = { type: 'error', status: 502, body: '<html>bad gateway</html>' };
@@ -299,17 +482,36 @@ describe('the Frankfurter client against the stand-in', () => {
 
   test("a provider's message is quoted in a few hundred characters with its control characters escaped, and never repeats the key we sent", async () => {
     standIn.mode = { type: 'error', status: 503, body: JSON.stringify({ message: `${'M'.repeat(60_000)}\nINJECT\u001b[31m` }) };
-    await assert.rejects(client().latest(), (error: Error) => error instanceof ProviderError && error.message.length < 300 && /^provider answered 503: "M{200}"… \(60012 characters\)$/.test(error.message));
+    await assert.rejects(
+      client().latest(),
+      (error: Error) =>
+        error instanceof ProviderError &&
+        error.message.length < 300 &&
+        /^provider answered 503: "M{200}"… \(60012 characters\)$/.test(error.message),
+    );
     standIn.mode = { type: 'error', status: 503, body: JSON.stringify({ message: 'bad\u001b[31mred' }) };
     await assert.rejects(client().latest(), (error: Error) => error.message === 'provider answered 503: "bad\\u001b[31mred"');
     // The key comes from a Secret: a provider echoing it must not put it into status, Events, logs.
     const key = 'APIKEYMARK9-s3cr"et';
     for (const body of [JSON.stringify({ message: `invalid access key ${key}` }), `<html>invalid key ${key} for Bearer</html>`]) {
       standIn.mode = { type: 'error', status: 401, body };
-      await assert.rejects(client({ headers: { Authorization: `Bearer ${key}` } }).latest(), (error: Error) => !error.message.includes('APIKEYMARK9') && /\[redacted\]/.test(error.message), body);
+      await assert.rejects(
+        client({ headers: { Authorization: `Bearer ${key}` } }).latest(),
+        (error: Error) => !error.message.includes('APIKEYMARK9') && /\[redacted\]/.test(error.message),
+        body,
+      );
     }
-    assert.equal(withoutSentHeaders('rate 1.05 for token abc123def', { Authorization: 'Bearer abc123def', Accept: 'json' }), 'rate 1.05 for token [redacted]');
-    assert.throws(() => parseQuote(JSON.stringify({ base: 'EUR', date: 'key APIKEYMARK9-long', rates: {} }), (text) => withoutSentHeaders(text, { 'X-Api-Key': 'APIKEYMARK9-long' })), /date "key \[redacted\]"/);
+    assert.equal(
+      withoutSentHeaders('rate 1.05 for token abc123def', { Authorization: 'Bearer abc123def', Accept: 'json' }),
+      'rate 1.05 for token [redacted]',
+    );
+    assert.throws(
+      () =>
+        parseQuote(JSON.stringify({ base: 'EUR', date: 'key APIKEYMARK9-long', rates: {} }), (text) =>
+          withoutSentHeaders(text, { 'X-Api-Key': 'APIKEYMARK9-long' }),
+        ),
+      /date "key \[redacted\]"/,
+    );
   });
 
   test('429 with Retry-After: the hint is kept for the next attempt', async () => {
@@ -329,14 +531,25 @@ describe('the Frankfurter client against the stand-in', () => {
     await assert.rejects(client().latest(), /malformed JSON/);
     assert.throws(() => parseQuote('[]'), /not a JSON object/);
     assert.throws(() => parseQuote('{"base":"USD","date":"2026-11-20","rates":{}}'), /base "USD"/);
-    assert.deepEqual(parseQuote('{"base":"EUR","date":"2026-11-20","rates":{"GBP":0.8,"XAU":"gold"}}').rates, { GBP: '0.8' }, 'currencies not asked for are dropped');
+    assert.deepEqual(
+      parseQuote('{"base":"EUR","date":"2026-11-20","rates":{"GBP":0.8,"XAU":"gold"}}').rates,
+      { GBP: '0.8' },
+      'currencies not asked for are dropped',
+    );
   });
 
   test('the date must be YYYY-MM-DD, a real day; a bad one is a provider error quoted in a few characters', () => {
     assert.ok(isProviderDate('2026-11-20') && isProviderDate('2024-02-29'));
-    for (const bad of ['d', '2026-11-20T00:00:00Z', '2026-13-01', '2025-02-29', '20261120', ' 2026-11-20', 12, null]) assert.equal(isProviderDate(bad), false, String(bad));
+    for (const bad of ['d', '2026-11-20T00:00:00Z', '2026-13-01', '2025-02-29', '20261120', ' 2026-11-20', 12, null])
+      assert.equal(isProviderDate(bad), false, String(bad));
     const huge = 'x'.repeat(2_000_000);
-    assert.throws(() => parseQuote(JSON.stringify({ base: 'EUR', date: huge, rates: { USD: 1.05 } })), (error: Error) => error instanceof ProviderError && error.message.length < 200 && /date "x{40}"… \(2000000 characters\), not YYYY-MM-DD/.test(error.message));
+    assert.throws(
+      () => parseQuote(JSON.stringify({ base: 'EUR', date: huge, rates: { USD: 1.05 } })),
+      (error: Error) =>
+        error instanceof ProviderError &&
+        error.message.length < 200 &&
+        /date "x{40}"… \(2000000 characters\), not YYYY-MM-DD/.test(error.message),
+    );
   });
 
   test('a rate that is not a plain positive decimal is a provider error, not a "1e+21" in the ConfigMap', () => {
@@ -345,7 +558,11 @@ describe('the Frankfurter client against the stand-in', () => {
     for (const bad of [1e21, 1e-7, 0, -1, '1.1', null, Number.NaN]) assert.equal(rateString(bad), undefined, String(bad));
     assert.throws(() => parseQuote('{"base":"EUR","date":"2026-11-20","rates":{"USD":1e999}}'), /rate Infinity for USD/, 'not "rate null"');
     for (const bad of ['1e21', '0', '-1', '"1.1"', 'null']) {
-      assert.throws(() => parseQuote(`{"base":"EUR","date":"2026-11-20","rates":{"USD":1.05,"CHF":${bad}}}`), (error: Error) => error instanceof ProviderError && /for CHF, not a positive decimal number/.test(error.message), bad);
+      assert.throws(
+        () => parseQuote(`{"base":"EUR","date":"2026-11-20","rates":{"USD":1.05,"CHF":${bad}}}`),
+        (error: Error) => error instanceof ProviderError && /for CHF, not a positive decimal number/.test(error.message),
+        bad,
+      );
     }
   });
 
@@ -353,7 +570,11 @@ describe('the Frankfurter client against the stand-in', () => {
     standIn.mode = { type: 'rates' };
     standIn.date = 'x'.repeat(10 * MAX_ANSWER_BYTES);
     try {
-      await assert.rejects(client().latest(), (error: Error) => error instanceof ProviderError && error.message === `provider answered 200 with more than ${MAX_ANSWER_BYTES} bytes; not read`);
+      await assert.rejects(
+        client().latest(),
+        (error: Error) =>
+          error instanceof ProviderError && error.message === `provider answered 200 with more than ${MAX_ANSWER_BYTES} bytes; not read`,
+      );
     } finally {
       standIn.date = '2026-11-20';
     }
@@ -369,7 +590,17 @@ describe('the Frankfurter client against the stand-in', () => {
   });
 
   test('an unreachable provider is an error naming it', async () => {
-    await assert.rejects(frankfurter({ baseUrl: 'http://127.0.0.1:1', headers: {}, timeoutMs: 1000, attempts: 1, backoffMs: 1, get: httpGet(httpClient()) }).latest(), /provider http:\/\/127.0.0.1:1 unreachable/);
+    await assert.rejects(
+      frankfurter({
+        baseUrl: 'http://127.0.0.1:1',
+        headers: {},
+        timeoutMs: 1000,
+        attempts: 1,
+        backoffMs: 1,
+        get: httpGet(httpClient()),
+      }).latest(),
+      /provider http:\/\/127.0.0.1:1 unreachable/,
+    );
   });
 });
 
@@ -403,7 +634,9 @@ describe('the slot cache', () => {
 
   test('a failure is kept until the retry interval: one request per interval, every other reconcile fails at once with the same words and retry time', async () => {
     let fail = true;
-    const provider = counting(() => (fail ? new ProviderError('provider answered 500: "boom"') : { base: 'EUR', date: '2026-11-20', rates: { USD: '1', CHF: '0.9' } }));
+    const provider = counting(() =>
+      fail ? new ProviderError('provider answered 500: "boom"') : { base: 'EUR', date: '2026-11-20', rates: { USD: '1', CHF: '0.9' } },
+    );
     const cache = new SlotCache(provider, 60);
     const failures = async (count: number, at: Date, slot = 7) => {
       const outcomes = await Promise.allSettled(Array.from({ length: count }, (_, i) => cache.latest(slot, i % 2 ? 'USD' : 'CHF', at)));
@@ -432,12 +665,20 @@ describe('the slot cache', () => {
     const provider = counting(() => new ProviderError('provider answered 429: "slow down"', { retryAfterSeconds }));
     const cache = new SlotCache(provider, 60);
     const errors: ProviderError[] = [];
-    for (const [seconds, slot, count] of [[0, 7, 1], [61, 7, 50], [299, 7, 50], [299, 8, 50]]) {
+    for (const [seconds, slot, count] of [
+      [0, 7, 1],
+      [61, 7, 50],
+      [299, 7, 50],
+      [299, 8, 50],
+    ]) {
       const outcomes = await Promise.allSettled(Array.from({ length: count }, () => cache.latest(slot, 'JPY', later(seconds))));
       for (const outcome of outcomes) errors.push(outcome.status === 'rejected' ? outcome.reason : assert.fail('answered'));
     }
     assert.equal(provider.calls, 1, 'one request within the Retry-After, for all');
-    assert.ok(errors.every((error) => /slow down/.test(error.message) && error.retryAt?.getTime() === later(300).getTime()), 'each says when the provider allows');
+    assert.ok(
+      errors.every((error) => /slow down/.test(error.message) && error.retryAt?.getTime() === later(300).getTime()),
+      'each says when the provider allows',
+    );
     retryAfterSeconds = 5;
     await assert.rejects(cache.latest(8, 'USD', later(300)), (error: ProviderError) => error.retryAt?.getTime() === later(360).getTime());
     await assert.rejects(cache.latest(8, 'USD', later(359)));

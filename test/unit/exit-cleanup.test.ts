@@ -30,7 +30,9 @@ async function run(body: string, signal?: NodeJS.Signals): Promise<{ code: numbe
   const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
   await new Promise<void>((resolve) => child.stdout!.on('data', (chunk: Buffer) => chunk.toString().includes('ready') && resolve()));
   if (signal) child.kill(signal);
-  const [code, endedBy] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) => child.on('exit', (c, s) => resolve([c, s])));
+  const [code, endedBy] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+    child.on('exit', (c, s) => resolve([c, s])),
+  );
   return { code, signal: endedBy, log: existsSync(log) ? readFileSync(log, 'utf8') : '' };
 }
 
@@ -53,8 +55,11 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
 
 test('a process with its own SIGINT handler decides: the tasks wait for the exit it chooses', async () => {
   // As opfn dev: the first Ctrl-C drains (here 50 ms), then exits.
-  const ended = await run(`
+  const ended = await run(
+    `
     process.on('SIGINT', () => { appendFileSync(LOG, 'handler\\n'); setTimeout(() => process.exit(0), 50); });
-    setInterval(() => {}, 1000);`, 'SIGINT');
+    setInterval(() => {}, 1000);`,
+    'SIGINT',
+  );
   assert.deepEqual(ended, { code: 0, signal: null, log: 'handler\nsecond\nfirst\n' });
 });

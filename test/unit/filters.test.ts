@@ -66,9 +66,24 @@ const cases: Case[] = [
   { name: 'attributes: exact type match', event: podEvent, trigger: attrs({ type: 'dev.knative.apiserver.ref.add' }), want: 'pass' },
   { name: 'attributes: type mismatch', event: podEvent, trigger: attrs({ type: 'dev.knative.apiserver.ref.delete' }), want: 'fail' },
   { name: 'attributes: values are case-sensitive', event: podEvent, trigger: attrs({ kind: 'pod' }), want: 'fail' },
-  { name: 'attributes: names are case-sensitive (Kind is not the kind extension)', event: podEvent, trigger: attrs({ Kind: 'Pod' }), want: 'fail' },
-  { name: 'attributes: all listed attributes must match', event: podEvent, trigger: attrs({ kind: 'Pod', apiversion: 'apps/v1' }), want: 'fail' },
-  { name: 'attributes: several matching attributes', event: podEvent, trigger: attrs({ kind: 'Pod', apiversion: 'v1', type: 'dev.knative.apiserver.ref.add' }), want: 'pass' },
+  {
+    name: 'attributes: names are case-sensitive (Kind is not the kind extension)',
+    event: podEvent,
+    trigger: attrs({ Kind: 'Pod' }),
+    want: 'fail',
+  },
+  {
+    name: 'attributes: all listed attributes must match',
+    event: podEvent,
+    trigger: attrs({ kind: 'Pod', apiversion: 'apps/v1' }),
+    want: 'fail',
+  },
+  {
+    name: 'attributes: several matching attributes',
+    event: podEvent,
+    trigger: attrs({ kind: 'Pod', apiversion: 'v1', type: 'dev.knative.apiserver.ref.add' }),
+    want: 'pass',
+  },
   { name: 'attributes: "" = present and non-empty (extension set)', event: podEvent, trigger: attrs({ kind: '' }), want: 'pass' },
   { name: 'attributes: "" fails for a missing extension', event: bareEvent, trigger: attrs({ kind: '' }), want: 'fail' },
   { name: 'attributes: "" fails for an extension set to ""', event: namespaceEvent, trigger: attrs({ namespace: '' }), want: 'fail' },
@@ -76,7 +91,12 @@ const cases: Case[] = [
   { name: 'attributes: "" passes for a set optional context attribute', event: podEvent, trigger: attrs({ subject: '' }), want: 'pass' },
   { name: 'attributes: missing extension with a value fails', event: bareEvent, trigger: attrs({ kind: 'Pod' }), want: 'fail' },
   { name: 'attributes: unset subject compared to a value fails', event: bareEvent, trigger: attrs({ subject: '/x' }), want: 'fail' },
-  { name: 'attributes: datamediatype is derived from datacontenttype', event: podEvent, trigger: attrs({ datamediatype: 'application/json' }), want: 'pass' },
+  {
+    name: 'attributes: datamediatype is derived from datacontenttype',
+    event: podEvent,
+    trigger: attrs({ datamediatype: 'application/json' }),
+    want: 'pass',
+  },
   { name: 'attributes: non-string extension compares in string form', event: podEvent, trigger: attrs({ attempt: '3' }), want: 'pass' },
   { name: 'attributes: data is not an attribute', event: podEvent, trigger: attrs({ data: '' }), want: 'fail' },
 
@@ -85,8 +105,18 @@ const cases: Case[] = [
   { name: 'exact: mismatch', event: podEvent, trigger: filters({ exact: { kind: 'Deployment' } }), want: 'fail' },
   { name: 'exact: case-sensitive', event: podEvent, trigger: filters({ exact: { kind: 'POD' } }), want: 'fail' },
   { name: 'exact: unknown attribute fails', event: podEvent, trigger: filters({ exact: { color: 'red' } }), want: 'fail' },
-  { name: 'exact: empty value is invalid and skipped (matches everything)', event: podEvent, trigger: filters({ exact: { kind: '' } }), want: 'none' },
-  { name: 'exact: several keys all must match (runtime; the webhook allows one)', event: podEvent, trigger: filters({ exact: { kind: 'Pod', name: 'other' } }), want: 'fail' },
+  {
+    name: 'exact: empty value is invalid and skipped (matches everything)',
+    event: podEvent,
+    trigger: filters({ exact: { kind: '' } }),
+    want: 'none',
+  },
+  {
+    name: 'exact: several keys all must match (runtime; the webhook allows one)',
+    event: podEvent,
+    trigger: filters({ exact: { kind: 'Pod', name: 'other' } }),
+    want: 'fail',
+  },
   { name: 'prefix: type prefix', event: podEvent, trigger: filters({ prefix: { type: 'dev.knative.apiserver.' } }), want: 'pass' },
   { name: 'prefix: no match', event: podEvent, trigger: filters({ prefix: { type: 'dev.knative.sources.ping' } }), want: 'fail' },
   { name: 'prefix: case-sensitive', event: podEvent, trigger: filters({ prefix: { type: 'Dev.' } }), want: 'fail' },
@@ -101,15 +131,45 @@ const cases: Case[] = [
   { name: 'suffix: on subject path', event: podEvent, trigger: filters({ suffix: { subject: '/pods/web-0' } }), want: 'pass' },
 
   // ---- filters: all / any / not -----------------------------------------------------------
-  { name: 'all: every child passes', event: podEvent, trigger: filters({ all: [{ exact: { kind: 'Pod' } }, { prefix: { type: 'dev.knative.' } }] }), want: 'pass' },
-  { name: 'all: one child fails', event: podEvent, trigger: filters({ all: [{ exact: { kind: 'Pod' } }, { exact: { name: 'db-0' } }] }), want: 'fail' },
+  {
+    name: 'all: every child passes',
+    event: podEvent,
+    trigger: filters({ all: [{ exact: { kind: 'Pod' } }, { prefix: { type: 'dev.knative.' } }] }),
+    want: 'pass',
+  },
+  {
+    name: 'all: one child fails',
+    event: podEvent,
+    trigger: filters({ all: [{ exact: { kind: 'Pod' } }, { exact: { name: 'db-0' } }] }),
+    want: 'fail',
+  },
   { name: 'all: empty list is skipped (NoFilter)', event: podEvent, trigger: filters({ all: [] }), want: 'none' },
   { name: 'all: only invalid children → NoFilter', event: podEvent, trigger: filters({ all: [{ exact: { kind: '' } }] }), want: 'none' },
-  { name: 'all: NoFilter children are neutral', event: podEvent, trigger: filters({ all: [{ exact: { kind: '' } }, { exact: { kind: 'Pod' } }] }), want: 'pass' },
-  { name: 'any: one child passes', event: podEvent, trigger: filters({ any: [{ exact: { kind: 'Namespace' } }, { exact: { kind: 'Pod' } }] }), want: 'pass' },
-  { name: 'any: no child passes', event: podEvent, trigger: filters({ any: [{ exact: { kind: 'Namespace' } }, { exact: { kind: 'Secret' } }] }), want: 'fail' },
+  {
+    name: 'all: NoFilter children are neutral',
+    event: podEvent,
+    trigger: filters({ all: [{ exact: { kind: '' } }, { exact: { kind: 'Pod' } }] }),
+    want: 'pass',
+  },
+  {
+    name: 'any: one child passes',
+    event: podEvent,
+    trigger: filters({ any: [{ exact: { kind: 'Namespace' } }, { exact: { kind: 'Pod' } }] }),
+    want: 'pass',
+  },
+  {
+    name: 'any: no child passes',
+    event: podEvent,
+    trigger: filters({ any: [{ exact: { kind: 'Namespace' } }, { exact: { kind: 'Secret' } }] }),
+    want: 'fail',
+  },
   { name: 'any: empty list is skipped (NoFilter)', event: podEvent, trigger: filters({ any: [] }), want: 'none' },
-  { name: 'any: NoFilter and Fail → Fail', event: podEvent, trigger: filters({ any: [{ exact: { kind: '' } }, { exact: { kind: 'Secret' } }] }), want: 'fail' },
+  {
+    name: 'any: NoFilter and Fail → Fail',
+    event: podEvent,
+    trigger: filters({ any: [{ exact: { kind: '' } }, { exact: { kind: 'Secret' } }] }),
+    want: 'fail',
+  },
   { name: 'not: inverts a pass', event: podEvent, trigger: filters({ not: { exact: { kind: 'Pod' } } }), want: 'fail' },
   { name: 'not: inverts a fail', event: podEvent, trigger: filters({ not: { exact: { kind: 'Secret' } } }), want: 'pass' },
   { name: 'not: of an unknown attribute passes', event: bareEvent, trigger: filters({ not: { exact: { kind: 'Pod' } } }), want: 'pass' },
@@ -142,7 +202,12 @@ const cases: Case[] = [
   },
 
   // ---- filters list semantics -------------------------------------------------------------
-  { name: 'filters: top-level list is ANDed', event: podEvent, trigger: filters({ exact: { kind: 'Pod' } }, { exact: { name: 'db-0' } }), want: 'fail' },
+  {
+    name: 'filters: top-level list is ANDed',
+    event: podEvent,
+    trigger: filters({ exact: { kind: 'Pod' } }, { exact: { name: 'db-0' } }),
+    want: 'fail',
+  },
   { name: 'filters: an object without dialect is skipped', event: podEvent, trigger: filters({}), want: 'none' },
   {
     name: 'filters replace filter when non-empty',
@@ -158,9 +223,24 @@ const cases: Case[] = [
   },
   { name: 'garbage entries never throw (NoFilter)', event: podEvent, trigger: filters(null, 42, 'x', [1]), want: 'none' },
   // exact_filter.go checks every entry of its map: several attributes in one expression all must match.
-  { name: 'exact with several attributes: all match', event: podEvent, trigger: filters({ exact: { kind: 'Pod', name: 'web-0' } }), want: 'pass' },
-  { name: 'exact with several attributes: one differs', event: podEvent, trigger: filters({ exact: { kind: 'Pod', name: 'web-1' } }), want: 'fail' },
-  { name: 'prefix with several attributes: one missing', event: podEvent, trigger: filters({ prefix: { kind: 'Po', owner: 'x' } }), want: 'fail' },
+  {
+    name: 'exact with several attributes: all match',
+    event: podEvent,
+    trigger: filters({ exact: { kind: 'Pod', name: 'web-0' } }),
+    want: 'pass',
+  },
+  {
+    name: 'exact with several attributes: one differs',
+    event: podEvent,
+    trigger: filters({ exact: { kind: 'Pod', name: 'web-1' } }),
+    want: 'fail',
+  },
+  {
+    name: 'prefix with several attributes: one missing',
+    event: podEvent,
+    trigger: filters({ prefix: { kind: 'Po', owner: 'x' } }),
+    want: 'fail',
+  },
 ];
 
 describe('Trigger filters (Knative semantics)', () => {
@@ -186,17 +266,33 @@ describe('lookupAttribute', () => {
 describe('validateTriggerFilters (what the Knative webhook rejects)', () => {
   const table: Array<{ name: string; trigger: Pick<Trigger, 'filter' | 'filters'>; error?: RegExp; warning?: RegExp; clean?: boolean }> = [
     { name: 'valid attributes filter', trigger: attrs({ type: 'a', kind: 'Pod' }), clean: true },
-    { name: 'valid nested filters', trigger: filters({ all: [{ exact: { kind: 'Pod' } }, { not: { prefix: { type: 'x' } } }] }), clean: true },
+    {
+      name: 'valid nested filters',
+      trigger: filters({ all: [{ exact: { kind: 'Pod' } }, { not: { prefix: { type: 'x' } } }] }),
+      clean: true,
+    },
     { name: 'uppercase attribute name', trigger: attrs({ Kind: 'Pod' }), error: /must start with a letter and contain only lowercase/ },
     { name: 'attribute name starting with a digit', trigger: filters({ exact: { '1kind': 'Pod' } }), error: /must start with a letter/ },
-    { name: 'several dialects in one filter', trigger: filters({ exact: { kind: 'Pod' }, prefix: { type: 'dev.' } }), error: /multiple dialects/ },
-    { name: 'several keys in one exact map (accepted since Eventing 1.23 dropped the one-key rule)', trigger: filters({ exact: { kind: 'Pod', name: 'a' } }), clean: true },
+    {
+      name: 'several dialects in one filter',
+      trigger: filters({ exact: { kind: 'Pod' }, prefix: { type: 'dev.' } }),
+      error: /multiple dialects/,
+    },
+    {
+      name: 'several keys in one exact map (accepted since Eventing 1.23 dropped the one-key rule)',
+      trigger: filters({ exact: { kind: 'Pod', name: 'a' } }),
+      clean: true,
+    },
     { name: 'CESQL is not supported locally', trigger: filters({ sql: "type = 'x'" }), error: /CESQL/ },
     { name: 'unknown dialect', trigger: filters({ regex: { type: '.*' } }), error: /not a filter dialect/ },
     { name: 'nested errors are found', trigger: filters({ any: [{ exact: { Kind: 'Pod' } }] }), error: /filters\[0\]\.any\[0\]\.exact/ },
     { name: 'empty value warns (Knative skips it)', trigger: filters({ exact: { kind: '' } }), warning: /matches every event/ },
     { name: 'empty all warns', trigger: filters({ all: [] }), warning: /empty; Knative skips it/ },
-    { name: 'filter and filters together warn', trigger: { filter: { attributes: { kind: 'a' } }, filters: [{ exact: { kind: 'b' } }] }, warning: /applies only filters/ },
+    {
+      name: 'filter and filters together warn',
+      trigger: { filter: { attributes: { kind: 'a' } }, filters: [{ exact: { kind: 'b' } }] },
+      warning: /applies only filters/,
+    },
   ];
   for (const c of table) {
     it(c.name, () => {
@@ -204,9 +300,17 @@ describe('validateTriggerFilters (what the Knative webhook rejects)', () => {
       if (c.clean) {
         assert.deepEqual(result, { errors: [], warnings: [] });
       }
-      if (c.error) assert.ok(result.errors.some((e) => c.error?.test(e)), `expected an error matching ${c.error}, got ${JSON.stringify(result.errors)}`);
+      if (c.error)
+        assert.ok(
+          result.errors.some((e) => c.error?.test(e)),
+          `expected an error matching ${c.error}, got ${JSON.stringify(result.errors)}`,
+        );
       else assert.deepEqual(result.errors, []);
-      if (c.warning) assert.ok(result.warnings.some((w) => c.warning?.test(w)), `expected a warning matching ${c.warning}, got ${JSON.stringify(result.warnings)}`);
+      if (c.warning)
+        assert.ok(
+          result.warnings.some((w) => c.warning?.test(w)),
+          `expected a warning matching ${c.warning}, got ${JSON.stringify(result.warnings)}`,
+        );
     });
   }
 });

@@ -16,7 +16,19 @@ import { tempDir } from '../support/temp.ts';
 
 function captureLog() {
   const lines: Array<Record<string, unknown>> = [];
-  return { log: pino({ level: 'debug' }, { write: (c: string) => c.split('\n').filter((l) => l.trim()).forEach((l) => lines.push(JSON.parse(l))) }), lines };
+  return {
+    log: pino(
+      { level: 'debug' },
+      {
+        write: (c: string) =>
+          c
+            .split('\n')
+            .filter((l) => l.trim())
+            .forEach((l) => lines.push(JSON.parse(l))),
+      },
+    ),
+    lines,
+  };
 }
 
 const dir = tempDir('hold-bounds-');
@@ -48,7 +60,14 @@ describe('Broker: requeues under a function no Trigger routes to', () => {
         // Each reply names another function; the last names the function itself.
         const n = ++pokes;
         const name = n === 4 ? 'fn' : `forged-${n}`;
-        res.writeHead(200, { 'ce-specversion': '1.0', 'ce-id': `r${n}`, 'ce-source': '/fn', 'ce-type': 'dev.opfn.reconcile', 'ce-opfnfunction': name, 'content-type': 'application/json' });
+        res.writeHead(200, {
+          'ce-specversion': '1.0',
+          'ce-id': `r${n}`,
+          'ce-source': '/fn',
+          'ce-type': 'dev.opfn.reconcile',
+          'ce-opfnfunction': name,
+          'content-type': 'application/json',
+        });
         res.end(JSON.stringify({ keys: ['ns/now', 'ns/a', 'ns/b'], notBefore: { 'ns/a': later, 'ns/b': later } }));
       });
     });
@@ -59,7 +78,13 @@ describe('Broker: requeues under a function no Trigger routes to', () => {
     const recorder = createServer((req, res) => {
       req.resume();
       req.on('end', () => {
-        seen.push({ specversion: '1.0', id: String(req.headers['ce-id']), source: '', type: String(req.headers['ce-type']), opfnfunction: req.headers['ce-opfnfunction'] });
+        seen.push({
+          specversion: '1.0',
+          id: String(req.headers['ce-id']),
+          source: '',
+          type: String(req.headers['ce-type']),
+          opfnfunction: req.headers['ce-opfnfunction'],
+        });
         res.writeHead(202).end();
       });
     });
@@ -71,7 +96,11 @@ describe('Broker: requeues under a function no Trigger routes to', () => {
         // As the plane wires a function: its Trigger filters on its exact name (and pokes, here).
         { name: 'fn', subscriber: url, filters: [{ any: [{ exact: { opfnfunction: 'fn' } }, { exact: { type: 'poke' } }] }] },
         // Something that takes reconcile events due now of forged-2 only.
-        { name: 'rec', subscriber: `http://127.0.0.1:${(recorder.address() as AddressInfo).port}/`, filter: { attributes: { opfnfunction: 'forged-2', type: 'dev.opfn.reconcile' } } },
+        {
+          name: 'rec',
+          subscriber: `http://127.0.0.1:${(recorder.address() as AddressInfo).port}/`,
+          filter: { attributes: { opfnfunction: 'forged-2', type: 'dev.opfn.reconcile' } },
+        },
       ],
       deadLetterFile: join(dir, 'dl.jsonl'),
       log,
@@ -83,7 +112,11 @@ describe('Broker: requeues under a function no Trigger routes to', () => {
       await broker.idle();
       assert.equal(broker.heldRequeues, 4, 'forged-2 (routed to rec) and fn hold their two keys each; forged-1 and forged-3, none');
       assert.equal(lines.filter((line) => /requeue for later not held: no Trigger routes/.test(String(line.msg))).length, 2);
-      assert.deepEqual(seen.map((event) => event.opfnfunction), ['forged-2'], 'the due-now part goes on as any reply');
+      assert.deepEqual(
+        seen.map((event) => event.opfnfunction),
+        ['forged-2'],
+        'the due-now part goes on as any reply',
+      );
     } finally {
       await broker.close();
     }

@@ -37,8 +37,13 @@ describe('http: response bodies are read with a bound', () => {
   test('a body up to the bound is returned whole; one byte more fails, naming status and bound', async () => {
     const http = httpClient();
     assert.equal((await (await http.fetch(`${base}/?size=${DEFAULT_MAX_RESPONSE_BYTES}`)).text()).length, DEFAULT_MAX_RESPONSE_BYTES);
-    await assert.rejects(http.fetch(`${base}/?size=${DEFAULT_MAX_RESPONSE_BYTES + 1}`), (error: unknown) =>
-      error instanceof ResponseTooLargeError && error.status === 200 && /^GET http:\/\/127\.0\.0\.1:\d+\/: answered 200 with a body over 1048576 bytes; not read$/.test(error.message));
+    await assert.rejects(
+      http.fetch(`${base}/?size=${DEFAULT_MAX_RESPONSE_BYTES + 1}`),
+      (error: unknown) =>
+        error instanceof ResponseTooLargeError &&
+        error.status === 200 &&
+        /^GET http:\/\/127\.0\.0\.1:\d+\/: answered 200 with a body over 1048576 bytes; not read$/.test(error.message),
+    );
   });
 
   test('the bound is overridable per call and per client', async () => {
@@ -49,7 +54,10 @@ describe('http: response bodies are read with a bound', () => {
   });
 
   test('an endless body fails at the bound (not at the timeout) and the rest of it is cancelled', async () => {
-    await assert.rejects(httpClient({ timeoutMs: 60_000 }).fetch(`${base}/endless`), (error: unknown) => error instanceof ResponseTooLargeError && error.status === 502);
+    await assert.rejects(
+      httpClient({ timeoutMs: 60_000 }).fetch(`${base}/endless`),
+      (error: unknown) => error instanceof ResponseTooLargeError && error.status === 502,
+    );
     // The client hung up: the server sees its response closed, and stops writing.
     if (!endless!.closed) await new Promise((resolve) => endless!.once('close', resolve));
     assert.ok(endless!.closed);
@@ -62,6 +70,7 @@ describe('http: retryAfterMs', () => {
     assert.equal(retryAfterMs(' 30 ', now), 30_000);
     assert.equal(retryAfterMs('Thu, 01 May 2025 00:00:45 GMT', now), 45_000);
     assert.equal(retryAfterMs('Wed, 30 Apr 2025 23:59:50 GMT', now), -10_000);
-    for (const unreadable of [undefined, '', 'soon', 'in a minute']) assert.equal(retryAfterMs(unreadable, now), undefined, String(unreadable));
+    for (const unreadable of [undefined, '', 'soon', 'in a minute'])
+      assert.equal(retryAfterMs(unreadable, now), undefined, String(unreadable));
   });
 });

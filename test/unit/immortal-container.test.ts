@@ -23,10 +23,18 @@ import { backoffSeconds, restartBackoff, type RestartBackoff } from '../../funct
 
 const T0 = new Date('2025-03-01T12:00:00Z');
 
-const owner = (overrides: { generation?: number; uid?: string; image?: string; status?: ImmortalContainerStatus } = {}): ImmortalContainer => ({
+const owner = (
+  overrides: { generation?: number; uid?: string; image?: string; status?: ImmortalContainerStatus } = {},
+): ImmortalContainer => ({
   apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
   kind: 'ImmortalContainer',
-  metadata: { name: 'web', namespace: 'prod', uid: overrides.uid ?? 'owner-uid-1', generation: overrides.generation ?? 2, resourceVersion: '100' },
+  metadata: {
+    name: 'web',
+    namespace: 'prod',
+    uid: overrides.uid ?? 'owner-uid-1',
+    generation: overrides.generation ?? 2,
+    resourceVersion: '100',
+  },
   spec: { image: overrides.image ?? 'nginx:1.27' },
   ...(overrides.status ? { status: overrides.status } : {}),
 });
@@ -41,7 +49,7 @@ const podFor = (ic: ImmortalContainer, extra: { uid?: string; phase?: string; de
 };
 
 describe('desiredPod', () => {
-  test('the seed\'s pod: name, container, label, owner, generation', () => {
+  test("the seed's pod: name, container, label, owner, generation", () => {
     const ic = owner({ generation: 7 });
     const pod = desiredPod(ic);
     assert.equal(pod.apiVersion, 'v1');
@@ -52,7 +60,14 @@ describe('desiredPod', () => {
     assert.deepEqual(pod.spec?.containers, [{ name: 'acontainer', image: 'nginx:1.27' }]);
     assert.deepEqual(pod.metadata.labels, { controller: 'web' });
     assert.deepEqual(pod.metadata.ownerReferences, [
-      { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', name: 'web', uid: 'owner-uid-1', controller: true, blockOwnerDeletion: true },
+      {
+        apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+        kind: 'ImmortalContainer',
+        name: 'web',
+        uid: 'owner-uid-1',
+        controller: true,
+        blockOwnerDeletion: true,
+      },
     ]);
     assert.deepEqual(pod.metadata.annotations, { [GENERATION_ANNOTATION]: '7' });
   });
@@ -63,7 +78,7 @@ describe('desiredPod', () => {
     assert.equal(desiredPod(ic).metadata.annotations?.[GENERATION_ANNOTATION], '0');
   });
 
-  test('follows the owner\'s name, uid and image', () => {
+  test("follows the owner's name, uid and image", () => {
     const ic = owner({ uid: 'other-uid', image: 'busybox:1.36' });
     ic.metadata.name = 'db';
     const pod = desiredPod(ic);
@@ -88,8 +103,11 @@ describe('podAction', () => {
     assert.match((action as { message: string }).message, /web-immortalpod is terminating/);
   });
 
-  test('someone else\'s pod with the same name → blocked, never touched', () => {
-    const foreign: PodObject = { metadata: { name: 'web-immortalpod', namespace: 'prod', uid: 'x' }, spec: { containers: [{ name: 'acontainer', image: 'nginx:1.27' }] } };
+  test("someone else's pod with the same name → blocked, never touched", () => {
+    const foreign: PodObject = {
+      metadata: { name: 'web-immortalpod', namespace: 'prod', uid: 'x' },
+      spec: { containers: [{ name: 'acontainer', image: 'nginx:1.27' }] },
+    };
     const action = podAction(ic, foreign);
     assert.equal(action.type, 'blocked');
     assert.match((action as { message: string }).message, /not controlled by this ImmortalContainer/);
@@ -99,7 +117,9 @@ describe('podAction', () => {
     assert.equal(podAction(ic, ownedByADeployment).type, 'blocked');
 
     const notController = structuredClone(foreign);
-    notController.metadata.ownerReferences = [{ apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', name: 'web', uid: 'owner-uid-1', controller: false }];
+    notController.metadata.ownerReferences = [
+      { apiVersion: 'immortalcontainer.flugel.it/v1alpha1', kind: 'ImmortalContainer', name: 'web', uid: 'owner-uid-1', controller: false },
+    ];
     assert.equal(podAction(ic, notController).type, 'blocked', 'a non-controller reference does not make it ours');
   });
 
@@ -157,7 +177,11 @@ describe('podAction', () => {
     assert.deepEqual(podAction(ic, podFor(ic, { phase: 'Running' })), { type: 'keep' });
     assert.deepEqual(podAction(ic, podFor(ic, { phase: 'Pending' })), { type: 'keep' });
     assert.deepEqual(podAction(ic, podFor(ic)), { type: 'keep' }, 'no phase yet (unscheduled)');
-    assert.deepEqual(podAction(owner({ generation: 3 }), podFor(ic, { phase: 'Running' })), { type: 'keep' }, 'a metadata-only generation bump with the same image');
+    assert.deepEqual(
+      podAction(owner({ generation: 3 }), podFor(ic, { phase: 'Running' })),
+      { type: 'keep' },
+      'a metadata-only generation bump with the same image',
+    );
   });
 });
 
@@ -249,11 +273,19 @@ describe('nextStatus', () => {
     assert.deepEqual(status.countedPods, ['p1', 'p2']);
   });
 
-  test('a problem condition overrides the pod\'s condition', () => {
+  test("a problem condition overrides the pod's condition", () => {
     const ic = owner();
-    const status = nextStatus(ic, ic, podFor(ic, { phase: 'Running', uid: 'p1' }), { type: 'Ready', status: 'False', reason: 'PodNameTaken', message: 'pod web-immortalpod exists and is not ours' })!;
+    const status = nextStatus(ic, ic, podFor(ic, { phase: 'Running', uid: 'p1' }), {
+      type: 'Ready',
+      status: 'False',
+      reason: 'PodNameTaken',
+      message: 'pod web-immortalpod exists and is not ours',
+    })!;
     const condition = ready(status)!;
-    assert.deepEqual([condition.status, condition.reason, condition.message], ['False', 'PodNameTaken', 'pod web-immortalpod exists and is not ours']);
+    assert.deepEqual(
+      [condition.status, condition.reason, condition.message],
+      ['False', 'PodNameTaken', 'pod web-immortalpod exists and is not ours'],
+    );
     assert.equal(condition.observedGeneration, 2);
     assert.equal(status.conditions?.length, 1);
   });
@@ -280,7 +312,11 @@ describe('restart back-off (CrashLoopBackOff)', () => {
   const ic = owner();
   const failed = (uid: string, extra: { startTime?: string; finishedAt?: string } = {}): PodObject => {
     const pod = podFor(ic, { uid, phase: 'Failed' });
-    pod.status = { phase: 'Failed', ...(extra.startTime ? { startTime: extra.startTime } : {}), ...(extra.finishedAt ? { containerStatuses: [{ name: 'acontainer', state: { terminated: { finishedAt: extra.finishedAt } } }] } : {}) } as PodObject['status'];
+    pod.status = {
+      phase: 'Failed',
+      ...(extra.startTime ? { startTime: extra.startTime } : {}),
+      ...(extra.finishedAt ? { containerStatuses: [{ name: 'acontainer', state: { terminated: { finishedAt: extra.finishedAt } } }] } : {}),
+    } as PodObject['status'];
     return pod;
   };
 
@@ -294,7 +330,11 @@ describe('restart back-off (CrashLoopBackOff)', () => {
     for (let i = 0; i < 7; i++) {
       backoff = restartBackoff(backoff, finishedRun(failed(`p${i}`), T0));
       waits.push((Date.parse(backoff.notBefore) - T0.getTime()) / 1000);
-      assert.deepEqual(restartBackoff(backoff, finishedRun(failed(`p${i}`), new Date(T0.getTime() + 99_000))), backoff, 'idempotent per pod');
+      assert.deepEqual(
+        restartBackoff(backoff, finishedRun(failed(`p${i}`), new Date(T0.getTime() + 99_000))),
+        backoff,
+        'idempotent per pod',
+      );
     }
     assert.deepEqual(waits, [10, 20, 40, 80, 160, 300, 300]);
   });
@@ -309,7 +349,7 @@ describe('restart back-off (CrashLoopBackOff)', () => {
     assert.equal(restartBackoff(previous, finishedRun(quick, T0)).quickFailures, 7, 'ran 1 minute: not reset');
   });
 
-  test('the wait counts from the container\'s finish time, not from when the function looked', () => {
+  test("the wait counts from the container's finish time, not from when the function looked", () => {
     const pod = failed('p', { finishedAt: '2025-03-01T11:59:55Z' });
     const action = podAction(ic, pod, T0);
     assert.equal(action.type, 'backoff');
@@ -324,15 +364,31 @@ describe('restart back-off (CrashLoopBackOff)', () => {
     const changed = owner({ generation: 3, image: 'nginx:1.28', status: { restartBackoff: counted } });
 
     const action = podAction(changed, old, T0);
-    assert.deepEqual(action, { type: 'replace', reason: 'ImageChanged', message: 'image changed from nginx:1.27 to nginx:1.28', backoff: { quickFailures: 0, failedPod: 'old', notBefore: '2025-03-01T12:00:00Z' } });
+    assert.deepEqual(action, {
+      type: 'replace',
+      reason: 'ImageChanged',
+      message: 'image changed from nginx:1.27 to nginx:1.28',
+      backoff: { quickFailures: 0, failedPod: 'old', notBefore: '2025-03-01T12:00:00Z' },
+    });
     // The new image's pod fails at once: the first wait of a new back-off, not the old image's sixth.
-    const recorded = owner({ generation: 3, image: 'nginx:1.28', status: { restartBackoff: (action as { backoff: RestartBackoff }).backoff } });
+    const recorded = owner({
+      generation: 3,
+      image: 'nginx:1.28',
+      status: { restartBackoff: (action as { backoff: RestartBackoff }).backoff },
+    });
     const newPod = podFor(recorded, { uid: 'new', phase: 'Failed' });
     const next = podAction(recorded, newPod, T0);
-    assert.deepEqual([next.type, (next as { seconds: number }).seconds, (next as { backoff: RestartBackoff }).backoff.quickFailures], ['backoff', 10, 1]);
+    assert.deepEqual(
+      [next.type, (next as { seconds: number }).seconds, (next as { backoff: RestartBackoff }).backoff.quickFailures],
+      ['backoff', 10, 1],
+    );
 
     // A running pod of the old image, nothing counted: replaced without a back-off record to write.
-    assert.deepEqual(podAction(owner({ generation: 3, image: 'nginx:1.28' }), podFor(ic, { phase: 'Running' }), T0), { type: 'replace', reason: 'ImageChanged', message: 'image changed from nginx:1.27 to nginx:1.28' });
+    assert.deepEqual(podAction(owner({ generation: 3, image: 'nginx:1.28' }), podFor(ic, { phase: 'Running' }), T0), {
+      type: 'replace',
+      reason: 'ImageChanged',
+      message: 'image changed from nginx:1.27 to nginx:1.28',
+    });
   });
 
   test('nextStatus keeps the back-off it is given', () => {
@@ -355,7 +411,11 @@ describe('what the reconcile may skip (pure)', () => {
   });
 
   test('statusShowsHealthyPod: this generation carried out, its pod healthy then', () => {
-    const status = (generation: number, reason: string): ImmortalContainerStatus => ({ observedGeneration: generation, currentPod: 'web-immortalpod', conditions: [{ type: 'Ready', status: 'True', reason, message: '', lastTransitionTime: '' }] as Condition[] });
+    const status = (generation: number, reason: string): ImmortalContainerStatus => ({
+      observedGeneration: generation,
+      currentPod: 'web-immortalpod',
+      conditions: [{ type: 'Ready', status: 'True', reason, message: '', lastTransitionTime: '' }] as Condition[],
+    });
     assert.equal(statusShowsHealthyPod(owner({ status: status(2, 'PodRunning') }), 'web-immortalpod'), true);
     assert.equal(statusShowsHealthyPod(owner({ status: status(1, 'PodRunning') }), 'web-immortalpod'), false, 'an older generation');
     assert.equal(statusShowsHealthyPod(owner({ status: status(2, 'PodMissing') }), 'web-immortalpod'), false, 'its pod was missing');
@@ -377,7 +437,13 @@ describe('what the reconcile may skip (pure)', () => {
   test('reported: the same reason and (bounded) message are already on Ready', () => {
     const long = 'x'.repeat(5000);
     // As setCondition stored it: bounded.
-    const ic = owner({ status: { conditions: [{ type: 'Ready', status: 'False', reason: 'PodInvalid', message: boundedMessage(long), lastTransitionTime: '' }] as Condition[] } });
+    const ic = owner({
+      status: {
+        conditions: [
+          { type: 'Ready', status: 'False', reason: 'PodInvalid', message: boundedMessage(long), lastTransitionTime: '' },
+        ] as Condition[],
+      },
+    });
     assert.equal(reported(ic, 'PodInvalid', long), true, 'a long refusal is not posted again on every reconcile');
     assert.equal(reported(ic, 'PodInvalid', 'other'), false);
     assert.equal(reported(ic, 'Other', long), false);

@@ -71,7 +71,10 @@ describe('Broker ingress while a trigger queue is full', () => {
       // Beyond the bytes (6 KB waiting + 6 KB > 10 KB): refused, though a request would still fit.
       const bytesRefused = await post(url, 'big', 'x'.repeat(6_000));
       assert.equal(bytesRefused.status, 503);
-      assert.match(bytesRefused.text, /^pending request queue full: 2 requests \(\d+ bytes\) already wait for room in a full trigger queue/);
+      assert.match(
+        bytesRefused.text,
+        /^pending request queue full: 2 requests \(\d+ bytes\) already wait for room in a full trigger queue/,
+      );
       // A small one still fits; the next is beyond the count, answered at once, not kept waiting.
       waiting.push(post(url, 'w3'));
       await sleep(100);
@@ -88,7 +91,10 @@ describe('Broker ingress while a trigger queue is full', () => {
         await waitFor(() => held.length > answered, `delivery ${answered + 1}`);
         held[answered]!.writeHead(202).end();
       }
-      assert.deepEqual((await Promise.all(waiting)).map((r) => r.status), [202, 202, 202]);
+      assert.deepEqual(
+        (await Promise.all(waiting)).map((r) => r.status),
+        [202, 202, 202],
+      );
       await publishing;
       await broker.idle();
       assert.equal(broker.stats().t?.delivered, 5);

@@ -48,7 +48,15 @@ const IC_API_VERSION = 'immortalcontainer.flugel.it/v1alpha1';
 const refData = referenceData(immortalContainer.reconciles);
 const binaryHeaders = (overrides: Record<string, string | undefined> = {}) => supportHeaders(immortalContainer.reconciles, overrides);
 
-const ping = () => new CloudEvent({ specversion: '1.0', id: 'ping-1', source: '/apis/v1/namespaces/default/pingsources/resync', type: PING_TYPE, datacontenttype: 'application/json', data: {} });
+const ping = () =>
+  new CloudEvent({
+    specversion: '1.0',
+    id: 'ping-1',
+    source: '/apis/v1/namespaces/default/pingsources/resync',
+    type: PING_TYPE,
+    datacontenttype: 'application/json',
+    data: {},
+  });
 
 // The malformed-event corpus runs against every function in test/unit/malformed-events.test.ts.
 describe('intake of events the function cannot finish, or need not', () => {
@@ -72,12 +80,19 @@ describe('intake of events the function cannot finish, or need not', () => {
   test('an event for a kind the function does not handle is 200 and ignored, without an API call', async () => {
     const configMap = { metadata: { name: 'settings', namespace: 'default', uid: 'u-cm' }, data: { a: '1' } };
     for (const mode of ['Reference', 'Resource'] as const) {
-      const answer = await deliver(`${fn.url}/`, apiServerSourceEvent({ server: UNREACHABLE_API, kind: ConfigMap, object: configMap, action: 'update', mode }));
+      const answer = await deliver(
+        `${fn.url}/`,
+        apiServerSourceEvent({ server: UNREACHABLE_API, kind: ConfigMap, object: configMap, action: 'update', mode }),
+      );
       assert.equal(answer.status, 200, JSON.stringify(answer.body));
       assert.match(answer.body.ignored, /^ConfigMap default\/settings concerns no ImmortalContainer$/);
     }
     assert.equal(await metricValue(fn.url, 'opfn_cloudevents_total', { function: 'immortal-container', outcome: 'ignored' }), 2);
-    assert.equal(await metricValue(fn.url, 'opfn_kube_api_requests_total', { function: 'immortal-container' }), undefined, 'no API request for an ignored kind');
+    assert.equal(
+      await metricValue(fn.url, 'opfn_kube_api_requests_total', { function: 'immortal-container' }),
+      undefined,
+      'no API request for an ignored kind',
+    );
   });
 });
 
@@ -101,7 +116,12 @@ describe('bodies and names that reach a URL', () => {
   });
 
   test('a Resource-mode event for a 1.5 MiB object is taken (answered 503 only because the API is unreachable)', async () => {
-    const big = { apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', metadata: { name: 'web', namespace: 'default', annotations: { big: 'é'.repeat(750 * 1024) } }, spec: { image: 'nginx' } };
+    const big = {
+      apiVersion: IC_API_VERSION,
+      kind: 'ImmortalContainer',
+      metadata: { name: 'web', namespace: 'default', annotations: { big: 'é'.repeat(750 * 1024) } },
+      spec: { image: 'nginx' },
+    };
     const answer = await postRaw(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.knative.apiserver.resource.add' }), JSON.stringify(big));
     assert.equal(answer.status, 503, answer.text);
   });
@@ -109,8 +129,20 @@ describe('bodies and names that reach a URL', () => {
   for (const owner of ['..', '.', '']) {
     test(`a Resource-mode pod event whose controller owner is named "${owner}" is 400, with no API request`, async () => {
       const before = requests;
-      const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x-immortalpod', namespace: 'default', uid: 'p', ownerReferences: [{ apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', name: owner, uid: 'o', controller: true }] } };
-      const answer = await deliver(`${fn.url}/`, apiServerSourceEvent({ server: UNREACHABLE_API, kind: Pod, object: pod, action: 'update', mode: 'Resource' }));
+      const pod = {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: {
+          name: 'x-immortalpod',
+          namespace: 'default',
+          uid: 'p',
+          ownerReferences: [{ apiVersion: IC_API_VERSION, kind: 'ImmortalContainer', name: owner, uid: 'o', controller: true }],
+        },
+      };
+      const answer = await deliver(
+        `${fn.url}/`,
+        apiServerSourceEvent({ server: UNREACHABLE_API, kind: Pod, object: pod, action: 'update', mode: 'Resource' }),
+      );
       assert.equal(answer.status, 400, JSON.stringify(answer.body));
       assert.match(answer.body.error, /controller ownerReference has an invalid object name/);
       assert.equal(requests, before, 'no API request');
@@ -119,8 +151,15 @@ describe('bodies and names that reach a URL', () => {
 
   test('an owner-name label that is not a name is dropped with a warning (200, ignored), with no API request', async () => {
     const before = requests;
-    const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x-immortalpod', namespace: 'default', uid: 'p', labels: { controller: '..' } } };
-    const answer = await deliver(`${fn.url}/`, apiServerSourceEvent({ server: UNREACHABLE_API, kind: Pod, object: pod, action: 'delete', mode: 'Resource' }));
+    const pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'x-immortalpod', namespace: 'default', uid: 'p', labels: { controller: '..' } },
+    };
+    const answer = await deliver(
+      `${fn.url}/`,
+      apiServerSourceEvent({ server: UNREACHABLE_API, kind: Pod, object: pod, action: 'delete', mode: 'Resource' }),
+    );
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     assert.match(answer.body.ignored, /concerns no ImmortalContainer/);
     assert.equal(requests, before, 'no API request');
@@ -129,23 +168,35 @@ describe('bodies and names that reach a URL', () => {
   test('a reconcile event before its due time is answered 200 and dropped, with no API request', async () => {
     const before = requests;
     const due = new Date(Date.now() + 60_000).toISOString();
-    const answer = await postRaw(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': due }), JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }));
+    const answer = await postRaw(
+      `${fn.url}/`,
+      binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': due }),
+      JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }),
+    );
     assert.equal(answer.status, 200, answer.text);
     assert.equal(answer.text, '');
     assert.equal(requests, before);
   });
 
-  test('a reconcile event due within the delivery\'s budget is waited for, then reconciled (503 here: the API is unreachable), never early', async () => {
+  test("a reconcile event due within the delivery's budget is waited for, then reconciled (503 here: the API is unreachable), never early", async () => {
     const sent = Date.now();
     const due = new Date(sent + 400);
-    const answer = await postRaw(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': due.toISOString() }), JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }));
+    const answer = await postRaw(
+      `${fn.url}/`,
+      binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': due.toISOString() }),
+      JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }),
+    );
     assert.equal(answer.status, 503, answer.text);
     assert.equal(answer.json?.failed, 1, 'reconciled once due');
     assert.ok(Date.now() >= due.getTime(), 'answered no earlier than the key was due');
   });
 
   test('a due reconcile event reconciles its keys (503 here: the API is unreachable)', async () => {
-    const answer = await postRaw(`${fn.url}/`, binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': new Date(Date.now() - 1000).toISOString() }), JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }));
+    const answer = await postRaw(
+      `${fn.url}/`,
+      binaryHeaders({ 'ce-type': 'dev.opfn.reconcile', 'ce-opfnnotbefore': new Date(Date.now() - 1000).toISOString() }),
+      JSON.stringify({ keys: ['immortalcontainer.flugel.it/ImmortalContainer:default/web'] }),
+    );
     assert.equal(answer.status, 503, answer.text);
     assert.equal(answer.json?.failed, 1);
   });

@@ -1,7 +1,20 @@
 // Names and versions as the API server reads them (functions/runtime/kinds.ts): what may reach a URL.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isValidGroupVersion, isValidName, isValidNameOf, isValidNamespace, keyProblem, kindKeyString, objectPath, parseApiVersion, parseKindKey, rfc3339, sameKind, type ResourceKind } from '../../functions/runtime/index.ts';
+import {
+  isValidGroupVersion,
+  isValidName,
+  isValidNameOf,
+  isValidNamespace,
+  keyProblem,
+  kindKeyString,
+  objectPath,
+  parseApiVersion,
+  parseKindKey,
+  rfc3339,
+  sameKind,
+  type ResourceKind,
+} from '../../functions/runtime/index.ts';
 import { ClusterRoleBinding, Role } from '../support/tenant.ts';
 
 test('apiVersion: no slash is the core group; the rest after the first slash is the version', () => {
@@ -11,8 +24,10 @@ test('apiVersion: no slash is the core group; the rest after the first slash is 
 });
 
 test('only a group and version that are safe in a discovery path are valid', () => {
-  for (const valid of ['v1', 'apps/v1', 'immortalcontainer.flugel.it/v1alpha1']) assert.equal(isValidGroupVersion(parseApiVersion(valid)), true, valid);
-  for (const invalid of ['', 'a/b/c', 'v1/..', '../v1', 'apps/', 'a b/v1', 'apps/v1?x=1']) assert.equal(isValidGroupVersion(parseApiVersion(invalid)), false, invalid);
+  for (const valid of ['v1', 'apps/v1', 'immortalcontainer.flugel.it/v1alpha1'])
+    assert.equal(isValidGroupVersion(parseApiVersion(valid)), true, valid);
+  for (const invalid of ['', 'a/b/c', 'v1/..', '../v1', 'apps/', 'a b/v1', 'apps/v1?x=1'])
+    assert.equal(isValidGroupVersion(parseApiVersion(invalid)), false, invalid);
 });
 
 test('sameKind compares group and kind, never the version', () => {
@@ -39,17 +54,23 @@ test('names per kind: RBAC kinds (and a few others) take any path segment, as th
   for (const name of ['system:controller:foo', 'adv:adv-colon', 'Upper_Case', 'rôle', 'a b', 'x'.repeat(253)]) {
     assert.equal(isValidNameOf('rbac.authorization.k8s.io', 'ClusterRoleBinding', name), true, name);
   }
-  for (const name of ['', '.', '..', 'a/b', '50%', '%2e%2e', 'x'.repeat(254)]) assert.equal(isValidNameOf('rbac.authorization.k8s.io', 'ClusterRoleBinding', name), false, name);
+  for (const name of ['', '.', '..', 'a/b', '50%', '%2e%2e', 'x'.repeat(254)])
+    assert.equal(isValidNameOf('rbac.authorization.k8s.io', 'ClusterRoleBinding', name), false, name);
   assert.equal(isValidNameOf('networking.k8s.io', 'IPAddress', '2001:db8::1'), true);
   assert.equal(isValidNameOf('certificates.k8s.io', 'CertificateSigningRequest', 'csr:node:a'), true);
   // The same name in another group, a core kind or a custom resource: a DNS subdomain.
-  for (const [group, kind] of [['', 'ConfigMap'], ['example.com', 'ClusterRoleBinding'], ['rbac.authorization.k8s.io', 'Widget'], ['', 'ServiceAccount']]) {
+  for (const [group, kind] of [
+    ['', 'ConfigMap'],
+    ['example.com', 'ClusterRoleBinding'],
+    ['rbac.authorization.k8s.io', 'Widget'],
+    ['', 'ServiceAccount'],
+  ]) {
     assert.equal(isValidNameOf(group!, kind!, 'system:foo'), false, `${group}/${kind}`);
     assert.equal(isValidNameOf(group!, kind!, 'web-1.example'), true, `${group}/${kind}`);
   }
 });
 
-test('keys of a kind with path-segment names: parsed at the first colon, checked by the kind\'s rule, addressed encoded', () => {
+test("keys of a kind with path-segment names: parsed at the first colon, checked by the kind's rule, addressed encoded", () => {
   const key = { kind: ClusterRoleBinding, namespace: '', name: 'system:controller:foo' };
   assert.equal(kindKeyString(key), 'rbac.authorization.k8s.io/ClusterRoleBinding:system:controller:foo');
   assert.deepEqual(parseKindKey(kindKeyString(key), [ClusterRoleBinding]), key);

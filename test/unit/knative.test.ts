@@ -4,7 +4,12 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { pino } from 'pino';
-import { ApiServerSourceController, KindResolver, localSourceFor, namespacesListedOnce } from '../../eventing/knative/api-server-sources.ts';
+import {
+  ApiServerSourceController,
+  KindResolver,
+  localSourceFor,
+  namespacesListedOnce,
+} from '../../eventing/knative/api-server-sources.ts';
 import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
 import { unreachableKube } from '../support/cluster.ts';
 import { nextFire, parseSchedule } from '../../eventing/knative/cron.ts';
@@ -13,7 +18,13 @@ import { functionOf, scalingFromService, ServiceDirectory } from '../../eventing
 import { apiServerStatus, nextStatus, sameStatus, StatusBoard } from '../../eventing/knative/status.ts';
 import { checkConfiguration, type FunctionConfiguration } from '../../eventing/activator/index.ts';
 import { brokerTriggerFor, TriggerController, type Resolvers } from '../../eventing/knative/triggers.ts';
-import { deadLetterSink, DEFAULT_OPTIONS, formatLabelSelector, functionObjects, parseLabelSelector } from '../../eventing/manifests/index.ts';
+import {
+  deadLetterSink,
+  DEFAULT_OPTIONS,
+  formatLabelSelector,
+  functionObjects,
+  parseLabelSelector,
+} from '../../eventing/manifests/index.ts';
 import { loadAllFunctions } from '../../functions/index.ts';
 import { Pod, type KubeObject, type KubeClient } from '../../functions/runtime/index.ts';
 
@@ -46,14 +57,25 @@ describe('Trigger objects → broker routes', () => {
       // immortal-container leaves out its pods' adds (its declaration's changes).
       filters: [
         { exact: { opfnfunction: declaration.name } },
-        { not: { all: [{ exact: { apiversion: 'v1' } }, { exact: { kind: 'Pod' } }, { any: [{ exact: { type: 'dev.knative.apiserver.ref.add' } }, { exact: { type: 'dev.knative.apiserver.resource.add' } }] }] } },
+        {
+          not: {
+            all: [
+              { exact: { apiversion: 'v1' } },
+              { exact: { kind: 'Pod' } },
+              { any: [{ exact: { type: 'dev.knative.apiserver.ref.add' } }, { exact: { type: 'dev.knative.apiserver.resource.add' } }] },
+            ],
+          },
+        },
       ],
       subscriber: FUNCTION_URL,
       maxInFlight: declaration.scaling.maxScale * (declaration.scaling.containerConcurrency || declaration.scaling.target || 100),
       // The generated dead-letter Service is the broker's own dead-letter file locally.
       delivery: { timeout: 'PT300S', retry: 10, backoffPolicy: 'exponential', backoffDelay: 'PT0.2S' },
     });
-    assert.deepEqual(verdict.conditions.map((c) => `${c.type}=${c.status}`), ['BrokerReady=True', 'SubscriberResolved=True', 'DeadLetterSinkResolved=True', 'Ready=True']);
+    assert.deepEqual(
+      verdict.conditions.map((c) => `${c.type}=${c.status}`),
+      ['BrokerReady=True', 'SubscriberResolved=True', 'DeadLetterSinkResolved=True', 'Ready=True'],
+    );
     assert.equal(verdict.fields?.subscriberUri, FUNCTION_URL);
   });
 
@@ -64,11 +86,41 @@ describe('Trigger objects → broker routes', () => {
   });
 
   const broken: [string, (spec: any) => void, string][] = [
-    ['a Service that does not exist', (spec) => { spec.subscriber.ref.name = 'ghost'; }, 'ServiceNotFound'],
-    ['a Broker that does not exist', (spec) => { spec.broker = 'elsewhere'; }, 'BrokerDoesNotExist'],
-    ['a reference to something other than a Knative Service', (spec) => { spec.subscriber = { ref: { apiVersion: 'v1', kind: 'Service', name: 'x' } }; }, 'UnsupportedReference'],
-    ['a non-http uri', (spec) => { spec.subscriber = { uri: 'kafka://topic' }; }, 'UnsupportedURI'],
-    ['a dead-letter sink that cannot be resolved', (spec) => { spec.delivery.deadLetterSink.ref.name = 'ghost'; }, 'ServiceNotFound'],
+    [
+      'a Service that does not exist',
+      (spec) => {
+        spec.subscriber.ref.name = 'ghost';
+      },
+      'ServiceNotFound',
+    ],
+    [
+      'a Broker that does not exist',
+      (spec) => {
+        spec.broker = 'elsewhere';
+      },
+      'BrokerDoesNotExist',
+    ],
+    [
+      'a reference to something other than a Knative Service',
+      (spec) => {
+        spec.subscriber = { ref: { apiVersion: 'v1', kind: 'Service', name: 'x' } };
+      },
+      'UnsupportedReference',
+    ],
+    [
+      'a non-http uri',
+      (spec) => {
+        spec.subscriber = { uri: 'kafka://topic' };
+      },
+      'UnsupportedURI',
+    ],
+    [
+      'a dead-letter sink that cannot be resolved',
+      (spec) => {
+        spec.delivery.deadLetterSink.ref.name = 'ghost';
+      },
+      'ServiceNotFound',
+    ],
   ];
   for (const [what, mutate, reason] of broken) {
     test(`${what}: no route, Ready=False ${reason}`, () => {
@@ -84,17 +136,30 @@ describe('Trigger objects → broker routes', () => {
 });
 
 describe('ApiServerSource objects → local sources', () => {
-  const kinds = { resolve: async (apiVersion: string, kind: string) => (kind === Pod.kind && apiVersion === 'v1' ? Pod : kind === declaration.reconciles.kind ? declaration.reconciles : undefined) };
+  const kinds = {
+    resolve: async (apiVersion: string, kind: string) =>
+      kind === Pod.kind && apiVersion === 'v1' ? Pod : kind === declaration.reconciles.kind ? declaration.reconciles : undefined,
+  };
   const brokers = resolvers.brokers;
 
   const namespaces: Record<string, Record<string, string>> = { default: {}, [NS]: {}, 'team-a': { team: 'a' }, 'team-b': { team: 'b' } };
   /** Namespaces by label, as the API server would select them (matchLabels only: enough here). */
   const lister = async (selector: { matchLabels?: Record<string, string> }) =>
-    Object.entries(namespaces).filter(([, labels]) => Object.entries(selector.matchLabels ?? {}).every(([key, value]) => labels[key] === value)).map(([name]) => name).sort();
+    Object.entries(namespaces)
+      .filter(([, labels]) => Object.entries(selector.matchLabels ?? {}).every(([key, value]) => labels[key] === value))
+      .map(([name]) => name)
+      .sort();
 
-  test('the generated sources become the plane\'s SourceSpecs (selectors, mode, extensions), every namespace, all of them in status.namespaces', async () => {
+  test("the generated sources become the plane's SourceSpecs (selectors, mode, extensions), every namespace, all of them in status.namespaces", async () => {
     const related = await localSourceFor(find('ApiServerSource', `${declaration.name}-related`), kinds, brokers, lister);
-    assert.deepEqual(related.specs, [{ name: `${NS}/${declaration.name}-related`, mode: 'Resource', resources: [{ kind: Pod, labelSelector: declaration.owns[0].ownerNameLabel }], extensions: { opfnfunction: declaration.name } }]);
+    assert.deepEqual(related.specs, [
+      {
+        name: `${NS}/${declaration.name}-related`,
+        mode: 'Resource',
+        resources: [{ kind: Pod, labelSelector: declaration.owns[0].ownerNameLabel }],
+        extensions: { opfnfunction: declaration.name },
+      },
+    ]);
     assert.equal(related.specs?.[0]?.namespace, undefined, 'namespaceSelector {} = every namespace, one watch');
     assert.deepEqual(related.namespaces, ['default', NS, 'team-a', 'team-b'].sort());
   });
@@ -103,7 +168,10 @@ describe('ApiServerSource objects → local sources', () => {
     const object = find('ApiServerSource', `${declaration.name}-objects`);
     delete (object.spec as any).namespaceSelector;
     const planned = await localSourceFor(object, kinds, brokers, async () => assert.fail('no selector: nothing to list'));
-    assert.deepEqual(planned.specs?.map((spec) => spec.namespace), [NS]);
+    assert.deepEqual(
+      planned.specs?.map((spec) => spec.namespace),
+      [NS],
+    );
     assert.deepEqual(planned.namespaces, [NS]);
   });
 
@@ -111,15 +179,28 @@ describe('ApiServerSource objects → local sources', () => {
     const object = find('ApiServerSource', `${declaration.name}-objects`);
     const Node = { group: '', version: 'v1', kind: 'Node', plural: 'nodes', namespaced: false };
     (object.spec as any).namespaceSelector = { matchLabels: { team: 'a' } };
-    (object.spec as any).resources = [{ apiVersion: 'v1', kind: 'Pod' }, { apiVersion: 'v1', kind: 'Node' }];
+    (object.spec as any).resources = [
+      { apiVersion: 'v1', kind: 'Pod' },
+      { apiVersion: 'v1', kind: 'Node' },
+    ];
     const withNodes = { resolve: async (apiVersion: string, kind: string) => (kind === 'Node' ? Node : kinds.resolve(apiVersion, kind)) };
     const planned = await localSourceFor(object, withNodes, brokers, lister);
     const name = `${NS}/${declaration.name}-objects`;
-    assert.deepEqual(planned.specs?.map((spec) => [spec.name, spec.namespace, spec.resources.map((r) => r.kind.kind)]), [[name, undefined, ['Node']], [`${name}@team-a`, 'team-a', ['Pod']]]);
+    assert.deepEqual(
+      planned.specs?.map((spec) => [spec.name, spec.namespace, spec.resources.map((r) => r.kind.kind)]),
+      [
+        [name, undefined, ['Node']],
+        [`${name}@team-a`, 'team-a', ['Pod']],
+      ],
+    );
     assert.deepEqual(planned.namespaces, ['team-a']);
     namespaces['team-c'] = { team: 'a' };
     try {
-      assert.deepEqual((await localSourceFor(object, withNodes, brokers, lister)).namespaces, ['team-a', 'team-c'], 'a namespace labelled later is selected on the next plan');
+      assert.deepEqual(
+        (await localSourceFor(object, withNodes, brokers, lister)).namespaces,
+        ['team-a', 'team-c'],
+        'a namespace labelled later is selected on the next plan',
+      );
     } finally {
       delete namespaces['team-c'];
     }
@@ -136,29 +217,88 @@ describe('ApiServerSource objects → local sources', () => {
     const listed = namespacesListedOnce(kube);
     assert.deepEqual(await listed({ matchLabels: { team: 'a' } }), ['team-a']);
     assert.deepEqual(await listed({ matchExpressions: [{ key: 'team', operator: 'Exists' }] }), ['team-a', 'team-b']);
-    assert.deepEqual(await listed({ matchExpressions: [{ key: 'team', operator: 'NotIn', values: ['a'] }] }), ['default', NS, 'team-b'].sort());
+    assert.deepEqual(
+      await listed({ matchExpressions: [{ key: 'team', operator: 'NotIn', values: ['a'] }] }),
+      ['default', NS, 'team-b'].sort(),
+    );
     assert.deepEqual(lists, [{ metadataOnly: true }]);
   });
 
   test('namespaces that cannot be listed: not started, Ready=False NamespacesNotListed', async () => {
-    const planned = await localSourceFor(find('ApiServerSource', `${declaration.name}-related`), kinds, brokers, async () => { throw new Error('namespaces is forbidden'); });
+    const planned = await localSourceFor(find('ApiServerSource', `${declaration.name}-related`), kinds, brokers, async () => {
+      throw new Error('namespaces is forbidden');
+    });
     assert.equal(planned.specs, undefined);
     assert.equal(planned.verdict?.conditions.at(-1)?.reason, 'NamespacesNotListed');
     assert.match(planned.verdict?.conditions.at(-1)?.message ?? '', /namespaces is forbidden/);
   });
 
   const broken: [string, (spec: any) => void, string][] = [
-    ['a kind the API server does not serve', (spec) => { spec.resources = [{ apiVersion: 'example.com/v1', kind: 'Nope' }]; }, 'UnknownKind'],
-    ['a sink that is not a Broker', (spec) => { spec.sink = { uri: 'http://x/' }; }, 'NotFound'],
-    ['an owner that is not an apiVersion and kind', (spec) => { spec.owner = { apiVersion: 1, kind: 'Pod' }; }, 'InvalidOwner'],
-    ['source filters (NewAPIServerFilters)', (spec) => { spec.filters = [{ exact: { type: 'dev.knative.apiserver.ref.add' } }]; }, 'FiltersUnsupported'],
-    ['a mode that is neither Reference nor Resource', (spec) => { spec.mode = 'Full'; }, 'InvalidMode'],
+    [
+      'a kind the API server does not serve',
+      (spec) => {
+        spec.resources = [{ apiVersion: 'example.com/v1', kind: 'Nope' }];
+      },
+      'UnknownKind',
+    ],
+    [
+      'a sink that is not a Broker',
+      (spec) => {
+        spec.sink = { uri: 'http://x/' };
+      },
+      'NotFound',
+    ],
+    [
+      'an owner that is not an apiVersion and kind',
+      (spec) => {
+        spec.owner = { apiVersion: 1, kind: 'Pod' };
+      },
+      'InvalidOwner',
+    ],
+    [
+      'source filters (NewAPIServerFilters)',
+      (spec) => {
+        spec.filters = [{ exact: { type: 'dev.knative.apiserver.ref.add' } }];
+      },
+      'FiltersUnsupported',
+    ],
+    [
+      'a mode that is neither Reference nor Resource',
+      (spec) => {
+        spec.mode = 'Full';
+      },
+      'InvalidMode',
+    ],
     // Knative's webhook refuses these, or sdk-go refuses to set them on an event; Knative's CRD
     // schema keeps them (ceOverrides.extensions preserves unknown fields).
-    ['a ceOverrides extension name with a dash', (spec) => { spec.ceOverrides = { extensions: { 'Fn-Name': 'x' } }; }, 'InvalidCEOverrides'],
-    ['a ceOverrides extension that would replace the event\'s type', (spec) => { spec.ceOverrides = { extensions: { Type: 'x' } }; }, 'InvalidCEOverrides'],
-    ['a ceOverrides value with a line break (no HTTP header can carry it)', (spec) => { spec.ceOverrides = { extensions: { team: 'a\r\nb' } }; }, 'InvalidCEOverrides'],
-    ['a ceOverrides value that is not a string', (spec) => { spec.ceOverrides = { extensions: { team: 7 } }; }, 'InvalidCEOverrides'],
+    [
+      'a ceOverrides extension name with a dash',
+      (spec) => {
+        spec.ceOverrides = { extensions: { 'Fn-Name': 'x' } };
+      },
+      'InvalidCEOverrides',
+    ],
+    [
+      "a ceOverrides extension that would replace the event's type",
+      (spec) => {
+        spec.ceOverrides = { extensions: { Type: 'x' } };
+      },
+      'InvalidCEOverrides',
+    ],
+    [
+      'a ceOverrides value with a line break (no HTTP header can carry it)',
+      (spec) => {
+        spec.ceOverrides = { extensions: { team: 'a\r\nb' } };
+      },
+      'InvalidCEOverrides',
+    ],
+    [
+      'a ceOverrides value that is not a string',
+      (spec) => {
+        spec.ceOverrides = { extensions: { team: 7 } };
+      },
+      'InvalidCEOverrides',
+    ],
   ];
   for (const [what, mutate, reason] of broken) {
     test(`${what}: not started, Ready=False ${reason}`, async () => {
@@ -173,7 +313,10 @@ describe('ApiServerSource objects → local sources', () => {
   test('an owner filter is passed to the local source as the adapter applies it', async () => {
     const object = find('ApiServerSource', `${declaration.name}-objects`);
     (object.spec as any).owner = { apiVersion: 'v1', kind: 'Pod' };
-    assert.deepEqual((await localSourceFor(object, kinds, brokers, lister)).specs?.map((spec) => spec.owner), [{ apiVersion: 'v1', kind: 'Pod' }]);
+    assert.deepEqual(
+      (await localSourceFor(object, kinds, brokers, lister)).specs?.map((spec) => spec.owner),
+      [{ apiVersion: 'v1', kind: 'Pod' }],
+    );
   });
 
   test('a source whose client arrives after the controller stopped is never started', async () => {
@@ -202,25 +345,29 @@ describe('ApiServerSource objects → local sources', () => {
     assert.equal(requests, 0, 'the source never listed: it was not started');
   });
 
-  test('ceOverrides extension names are lower-cased, as sdk-go\'s SetExtension sets them', async () => {
+  test("ceOverrides extension names are lower-cased, as sdk-go's SetExtension sets them", async () => {
     const object = find('ApiServerSource', `${declaration.name}-objects`);
     (object.spec as any).ceOverrides = { extensions: { opfnfunction: declaration.name, TeamName: 'a' } };
-    assert.deepEqual((await localSourceFor(object, kinds, brokers, lister)).specs?.[0]?.extensions, { opfnfunction: declaration.name, teamname: 'a' });
+    assert.deepEqual((await localSourceFor(object, kinds, brokers, lister)).specs?.[0]?.extensions, {
+      opfnfunction: declaration.name,
+      teamname: 'a',
+    });
   });
 
-  test('a resource is found from the name guessed from its kind, as Knative\'s adapter finds it: `Copyrator` watches CopyratorRules (served as copyrators), `CopyratorRule` nothing', async () => {
+  test("a resource is found from the name guessed from its kind, as Knative's adapter finds it: `Copyrator` watches CopyratorRules (served as copyrators), `CopyratorRule` nothing", async () => {
     const resolver = new KindResolver(unreachableKube(), [CopyratorRuleKind]);
     assert.deepEqual(await resolver.resolve('flant.com/v1', 'Copyrator'), CopyratorRuleKind);
     assert.equal(await resolver.resolve('flant.com/v1', 'CopyratorRule'), undefined, 'guessed as copyratorrules, which nothing serves');
   });
 
   test('label selectors survive the round trip manifest → local source', () => {
-    for (const text of ['controller', 'a=b,!c', 'tier in (web,api),x notin (y)']) assert.deepEqual(parseLabelSelector(formatLabelSelector(parseLabelSelector(text))), parseLabelSelector(text));
+    for (const text of ['controller', 'a=b,!c', 'tier in (web,api),x notin (y)'])
+      assert.deepEqual(parseLabelSelector(formatLabelSelector(parseLabelSelector(text))), parseLabelSelector(text));
   });
 });
 
 describe('Services', () => {
-  test('FUNCTION and the revision template\'s scaling are read back as declared', () => {
+  test("FUNCTION and the revision template's scaling are read back as declared", () => {
     const service = find('Service');
     assert.equal(functionOf(service), declaration.name);
     assert.deepEqual(scalingFromService(service), declaration.scaling);
@@ -228,8 +375,11 @@ describe('Services', () => {
 
   const readyOf = () => board.ready(`Service ${NS}/${declaration.name}`);
 
-  test('the generated Service configures the activator with the declaration\'s scaling, Knative\'s timeout and the delivery budget for it', () => {
-    assert.deepEqual(configured[0], { name: declaration.name, configuration: { scaling: declaration.scaling, timeoutSeconds: 300, deliveryBudgetSeconds: 30 } });
+  test("the generated Service configures the activator with the declaration's scaling, Knative's timeout and the delivery budget for it", () => {
+    assert.deepEqual(configured[0], {
+      name: declaration.name,
+      configuration: { scaling: declaration.scaling, timeoutSeconds: 300, deliveryBudgetSeconds: 30 },
+    });
     assert.equal(readyOf()?.status, 'True');
   });
 
@@ -243,7 +393,11 @@ describe('Services', () => {
     const budget = template.spec.containers[0].env.find((e: { name: string }) => e.name === 'OPFN_DELIVERY_BUDGET_SECONDS');
     budget.value = '20';
     await services.apply(service);
-    assert.deepEqual(configured.at(-1)!.configuration, { scaling: { ...declaration.scaling, maxScale: 9, containerConcurrency: 3 }, timeoutSeconds: 42, deliveryBudgetSeconds: 20 });
+    assert.deepEqual(configured.at(-1)!.configuration, {
+      scaling: { ...declaration.scaling, maxScale: 9, containerConcurrency: 3 },
+      timeoutSeconds: 42,
+      deliveryBudgetSeconds: 20,
+    });
     assert.equal(readyOf()?.status, 'True');
     // The Trigger's bound follows the Service: containerConcurrency × max-scale.
     assert.equal(brokerTriggerFor(find('Trigger'), resolvers).trigger?.maxInFlight, 27);
@@ -323,7 +477,7 @@ describe('Services', () => {
 });
 
 describe('PingSources', () => {
-  test('the event is the one the local plane\'s resync sends: type, source, data, function tag', () => {
+  test("the event is the one the local plane's resync sends: type, source, data, function tag", () => {
     const event = pingEvent(find('PingSource', `${declaration.name}-resync`));
     assert.equal(event.type, 'dev.knative.sources.ping');
     assert.equal(event.source, `/apis/v1/namespaces/${NS}/pingsources/${declaration.name}-resync`);
@@ -364,33 +518,68 @@ describe('PingSources', () => {
     assert.equal(at('0 0 29 2 *', '2026-03-01T00:00:00Z'), '2028-02-29T00:00:00.000Z');
     assert.equal(at('0 0 1 * 0', '2026-11-23T00:00:00Z'), '2026-11-29T00:00:00.000Z', 'either day field when both are restricted');
     assert.equal(at('15,45 * * * 0', '2026-11-22T10:20:00Z'), '2026-11-22T10:45:00.000Z', '0 is Sunday');
-    assert.equal(at('0 0 * * 5/2', '2026-11-21T10:00:00Z'), '2026-11-27T00:00:00.000Z', 'a step from a day of week runs to Saturday (6), as in robfig/cron: Friday only');
+    assert.equal(
+      at('0 0 * * 5/2', '2026-11-21T10:00:00Z'),
+      '2026-11-27T00:00:00.000Z',
+      'a step from a day of week runs to Saturday (6), as in robfig/cron: Friday only',
+    );
     assert.equal(at('0 12 * jan-mar mon', '2026-11-23T00:00:00Z'), '2027-01-04T12:00:00.000Z', 'names');
     assert.equal(at('@every 90s', '2026-11-23T00:00:00Z'), '2026-11-23T00:01:30.000Z');
     assert.equal(at('CRON_TZ=UTC 0 0 * * *', '2026-11-23T01:00:00Z'), '2026-11-24T00:00:00.000Z');
     // 7 for Sunday too: robfig/cron, which Knative's PingSource validation uses, refuses it.
-    for (const bad of ['* * * *', '60 * * * *', '*/0 * * * *', 'a * * * *', '5-1 * * * *', 'CRON_TZ=Europe/Zurich 0 0 * * *', '0 0 * * 7', '0 0 * * 1-7']) assert.throws(() => parseSchedule(bad), /schedule/);
+    for (const bad of [
+      '* * * *',
+      '60 * * * *',
+      '*/0 * * * *',
+      'a * * * *',
+      '5-1 * * * *',
+      'CRON_TZ=Europe/Zurich 0 0 * * *',
+      '0 0 * * 7',
+      '0 0 * * 1-7',
+    ])
+      assert.throws(() => parseSchedule(bad), /schedule/);
   });
 });
 
 describe('status conditions', () => {
-  const object: KubeObject = { metadata: { name: 'x', generation: 3 }, status: { observedGeneration: 3, conditions: [{ type: 'Ready', status: 'True', reason: 'Ready', lastTransitionTime: '2026-01-01T00:00:00Z' }] } };
+  const object: KubeObject = {
+    metadata: { name: 'x', generation: 3 },
+    status: {
+      observedGeneration: 3,
+      conditions: [{ type: 'Ready', status: 'True', reason: 'Ready', lastTransitionTime: '2026-01-01T00:00:00Z' }],
+    },
+  };
   test('lastTransitionTime moves only when the status flips; an unchanged status is not written again', () => {
     const same = nextStatus(object, { conditions: [{ type: 'Ready', status: 'True', reason: 'Ready' }] }, '2026-11-23T00:00:00Z');
     assert.equal((same.conditions as any[])[0].lastTransitionTime, '2026-01-01T00:00:00Z');
     assert.ok(sameStatus(object, same));
-    const flipped = nextStatus(object, { conditions: [{ type: 'Ready', status: 'False', reason: 'X', message: 'y' }] }, '2026-11-23T00:00:00Z');
+    const flipped = nextStatus(
+      object,
+      { conditions: [{ type: 'Ready', status: 'False', reason: 'X', message: 'y' }] },
+      '2026-11-23T00:00:00Z',
+    );
     assert.equal((flipped.conditions as any[])[0].lastTransitionTime, '2026-11-23T00:00:00Z');
     assert.ok(!sameStatus(object, flipped));
     // A field removed by the merge patch (null) equals an absent one: no endless rewrite.
     assert.ok(sameStatus(object, { ...same, subscriberUri: null }));
   });
 
-  test('the API server\'s key order is no change: the status as it comes back equals the one written', () => {
+  test("the API server's key order is no change: the status as it comes back equals the one written", () => {
     // Served back with keys sorted; written in the controller's order. Compared as text, every
     // write's watch event looked like a change and brought the next write (~60 PATCH/s, idle).
-    const served: KubeObject = { metadata: { name: 'x', generation: 1 }, status: { conditions: [{ lastTransitionTime: '2026-01-01T00:00:00Z', reason: 'Ready', status: 'True', type: 'Ready' }], observedGeneration: 1, sinkUri: 'http://a' } };
-    const written = nextStatus(served, { conditions: [{ type: 'Ready', status: 'True', reason: 'Ready' }], fields: { sinkUri: 'http://a' } }, '2026-11-23T00:00:00Z');
+    const served: KubeObject = {
+      metadata: { name: 'x', generation: 1 },
+      status: {
+        conditions: [{ lastTransitionTime: '2026-01-01T00:00:00Z', reason: 'Ready', status: 'True', type: 'Ready' }],
+        observedGeneration: 1,
+        sinkUri: 'http://a',
+      },
+    };
+    const written = nextStatus(
+      served,
+      { conditions: [{ type: 'Ready', status: 'True', reason: 'Ready' }], fields: { sinkUri: 'http://a' } },
+      '2026-11-23T00:00:00Z',
+    );
     assert.ok(sameStatus(served, written));
     assert.ok(!sameStatus(served, { ...written, sinkUri: 'http://b' }));
   });
@@ -399,16 +588,25 @@ describe('status conditions', () => {
 describe('TriggerController', () => {
   const setup = () => {
     const patches: { name: string; status: any }[] = [];
-    const kube = { mergePatch: async (_kind: unknown, key: { name: string }, patch: { status: unknown }) => { patches.push({ name: key.name, status: patch.status }); return {}; } } as unknown as KubeClient;
+    const kube = {
+      mergePatch: async (_kind: unknown, key: { name: string }, patch: { status: unknown }) => {
+        patches.push({ name: key.name, status: patch.status });
+        return {};
+      },
+    } as unknown as KubeClient;
     const routes = new Map<string, string>();
     const calls: string[] = [];
     const broker = {
       addTrigger: (trigger: { name: string; subscriber: string; filter?: { attributes: Record<string, string> } }) => {
         calls.push(`add ${trigger.name}`);
-        if (Object.keys(trigger.filter?.attributes ?? {}).some((name) => !/^[a-z][a-z0-9]*$/.test(name))) throw new Error(`trigger ${trigger.name}: invalid filter`);
+        if (Object.keys(trigger.filter?.attributes ?? {}).some((name) => !/^[a-z][a-z0-9]*$/.test(name)))
+          throw new Error(`trigger ${trigger.name}: invalid filter`);
         routes.set(trigger.name, trigger.subscriber);
       },
-      removeTrigger: (name: string) => { calls.push(`remove ${name}`); routes.delete(name); },
+      removeTrigger: (name: string) => {
+        calls.push(`remove ${name}`);
+        routes.delete(name);
+      },
     };
     return { patches, routes, calls, controller: new TriggerController(apiServerStatus(kube), broker, resolvers) };
   };
@@ -425,7 +623,7 @@ describe('TriggerController', () => {
     assert.equal(routes.size, 0);
   });
 
-  test('a Trigger the broker refuses: no route, Ready=False Invalid with the broker\'s reason, no subscriberUri', async () => {
+  test("a Trigger the broker refuses: no route, Ready=False Invalid with the broker's reason, no subscriberUri", async () => {
     const { routes, patches, controller } = setup();
     const object = find('Trigger');
     (object.spec as any).filter = { attributes: { 'Bad-Name': 'x' } };

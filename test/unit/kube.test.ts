@@ -37,7 +37,10 @@ test('the cluster is found as kubectl finds it: KUBECONFIG files that exist, mer
   const home = tempDir('opfn-home-');
   const cluster = join(dir, 'cluster');
   const user = join(dir, 'user');
-  writeFileSync(cluster, 'apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://10.0.0.1:6443"}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n');
+  writeFileSync(
+    cluster,
+    'apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://10.0.0.1:6443"}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n',
+  );
   writeFileSync(user, 'apiVersion: v1\nkind: Config\nusers: [{name: u, user: {token: t}}]\n');
   const missing = join(dir, 'missing');
   const found = (env: NodeJS.ProcessEnv) => configuredKubeconfig({ HOME: home, ...env });
@@ -46,10 +49,14 @@ test('the cluster is found as kubectl finds it: KUBECONFIG files that exist, mer
   assert.deepEqual(found({ KUBECONFIG: missing, KUBERNETES_SERVICE_HOST: '10.0.0.1' }), { files: [], inCluster: true });
   assert.equal(found({}), undefined);
   // "In a pod" without the token the kubelet would mount (this machine has none).
-  if (existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token')) t.diagnostic('not checked: this machine has a service-account token mounted');
+  if (existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token'))
+    t.diagnostic('not checked: this machine has a service-account token mounted');
   else {
     withEnv({ KUBECONFIG: undefined, KUBERNETES_SERVICE_HOST: '10.0.0.1', HOME: home }, () => {
-      assert.throws(() => ConnectionReusingKubeConfig.fromEnvironment(), /in a pod \(KUBERNETES_SERVICE_HOST is set\) but no service-account token at \/var\/run\/secrets\/kubernetes.io\/serviceaccount\/token/);
+      assert.throws(
+        () => ConnectionReusingKubeConfig.fromEnvironment(),
+        /in a pod \(KUBERNETES_SERVICE_HOST is set\) but no service-account token at \/var\/run\/secrets\/kubernetes.io\/serviceaccount\/token/,
+      );
     });
   }
   withEnv({ KUBECONFIG: `${missing}:${cluster}:${user}` }, () => {
@@ -143,26 +150,33 @@ test('answers are read whole however they arrive, bodies sent as JSON, and an un
   const received: { method?: string; contentType?: string; body: string }[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk)).on('end', () => {
-      received.push({ method: req.method, contentType: req.headers['content-type'], body: Buffer.concat(chunks).toString('utf8') });
-      if (req.method === 'POST') {
-        res.writeHead(409, { 'content-type': 'application/json' });
-        res.end('{"kind":"Status","reason":"AlreadyExists","message":"configmaps \\"a\\" already exists","code":409}');
-        return;
-      }
-      // The name's "ü" is split between two writes, a moment apart.
-      const answer = Buffer.from('{"metadata":{"name":"grüße"},"data":{"k":"v"}}');
-      const split = answer.indexOf(0xbc);
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.write(answer.subarray(0, split));
-      setTimeout(() => res.end(answer.subarray(split)), 20);
-    });
+    req
+      .on('data', (chunk: Buffer) => chunks.push(chunk))
+      .on('end', () => {
+        received.push({ method: req.method, contentType: req.headers['content-type'], body: Buffer.concat(chunks).toString('utf8') });
+        if (req.method === 'POST') {
+          res.writeHead(409, { 'content-type': 'application/json' });
+          res.end('{"kind":"Status","reason":"AlreadyExists","message":"configmaps \\"a\\" already exists","code":409}');
+          return;
+        }
+        // The name's "ü" is split between two writes, a moment apart.
+        const answer = Buffer.from('{"metadata":{"name":"grüße"},"data":{"k":"v"}}');
+        const split = answer.indexOf(0xbc);
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.write(answer.subarray(0, split));
+        setTimeout(() => res.end(answer.subarray(split)), 20);
+      });
   }).listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
   const port = (server.address() as { port: number }).port;
   const clientFor = (url: string) => {
     const config = new ConnectionReusingKubeConfig();
-    config.loadFromOptions({ clusters: [{ name: 'c', server: url, skipTLSVerify: true }], users: [{ name: 'u', token: 't' }], contexts: [{ name: 'x', cluster: 'c', user: 'u' }], currentContext: 'x' });
+    config.loadFromOptions({
+      clusters: [{ name: 'c', server: url, skipTLSVerify: true }],
+      users: [{ name: 'u', token: 't' }],
+      contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
+      currentContext: 'x',
+    });
     return new KubeClient(config);
   };
   try {
@@ -171,7 +185,10 @@ test('answers are read whole however they arrive, bodies sent as JSON, and an un
     assert.deepEqual(read, { metadata: { name: 'grüße' }, data: { k: 'v' } });
 
     const object = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'a', namespace: 'n' }, data: { k: 'ü' } };
-    await assert.rejects(kube.create(ConfigMap, object), (error: unknown) => error instanceof ApiError && error.code === 409 && error.reason === 'AlreadyExists' && !error.transient);
+    await assert.rejects(
+      kube.create(ConfigMap, object),
+      (error: unknown) => error instanceof ApiError && error.code === 409 && error.reason === 'AlreadyExists' && !error.transient,
+    );
     assert.deepEqual(received.at(-1), { method: 'POST', contentType: 'application/json', body: JSON.stringify(object) });
   } finally {
     server.closeAllConnections();
@@ -179,8 +196,11 @@ test('answers are read whole however they arrive, bodies sent as JSON, and an un
   }
   // Nothing listens there any more: retried with backoff, then one error that says why.
   const unreachable = clientFor(`http://127.0.0.1:${port}`);
-  await assert.rejects(unreachable.get(ConfigMap, { namespace: 'n', name: 'a' }), (error: unknown) =>
-    error instanceof ApiError && error.code === 0 && error.transient && /unreachable \(ECONNREFUSED\)/.test(error.message));
+  await assert.rejects(
+    unreachable.get(ConfigMap, { namespace: 'n', name: 'a' }),
+    (error: unknown) =>
+      error instanceof ApiError && error.code === 0 && error.transient && /unreachable \(ECONNREFUSED\)/.test(error.message),
+  );
 });
 
 test('a 429 or 5xx with Retry-After is tried again after that wait, not sooner; a wait past the retry window goes up with the error, and the answer passes it on', async () => {
@@ -193,14 +213,22 @@ test('a 429 or 5xx with Retry-After is tried again after that wait, not sooner; 
   }).listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
   const config = new ConnectionReusingKubeConfig();
-  config.loadFromOptions({ clusters: [{ name: 'c', server: `http://127.0.0.1:${(server.address() as { port: number }).port}`, skipTLSVerify: true }], users: [{ name: 'u', token: 't' }], contexts: [{ name: 'x', cluster: 'c', user: 'u' }], currentContext: 'x' });
+  config.loadFromOptions({
+    clusters: [{ name: 'c', server: `http://127.0.0.1:${(server.address() as { port: number }).port}`, skipTLSVerify: true }],
+    users: [{ name: 'u', token: 't' }],
+    contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
+    currentContext: 'x',
+  });
   const kube = new KubeClient(config);
   try {
     const first = await kube.get(ConfigMap, { namespace: 'n', name: 'a' }).catch((error: unknown) => error);
     assert.ok(first instanceof ApiError && first.transient && first.retryAfterSeconds === 1, String(first));
     const gaps = arrivals.slice(1).map((at, i) => at - arrivals[i]!);
     assert.equal(arrivals.length, 4, 'the first attempt and three retries');
-    assert.ok(gaps.every((gap) => gap >= 990), `each retry waited the second asked for: ${gaps}`);
+    assert.ok(
+      gaps.every((gap) => gap >= 990),
+      `each retry waited the second asked for: ${gaps}`,
+    );
     assert.deepEqual(failedResult(first), { type: 'failed', status: 503, error: first.message, retryAfterSeconds: 1 });
 
     // Longer than the retry window (10 s): not asked again; the function's 503 says when to.
@@ -209,7 +237,10 @@ test('a 429 or 5xx with Retry-After is tried again after that wait, not sooner; 
     const second = await kube.get(ConfigMap, { namespace: 'n', name: 'a' }).catch((error: unknown) => error);
     assert.equal(arrivals.length, 1);
     assert.equal((second as ApiError).retryAfterSeconds, 60);
-    assert.equal(answerFor('fn', [{ kind: ConfigMap, namespace: 'n', name: 'a' }], [failedResult(second)], new Date()).retryAfterSeconds, 60);
+    assert.equal(
+      answerFor('fn', [{ kind: ConfigMap, namespace: 'n', name: 'a' }], [failedResult(second)], new Date()).retryAfterSeconds,
+      60,
+    );
   } finally {
     server.closeAllConnections();
     server.close();

@@ -14,7 +14,17 @@ describe('logs', () => {
   });
 
   it('a pretty line: time, level, component, message, then the fields', () => {
-    const line = prettyLine(JSON.stringify({ level: 40, time: '2026-11-23T04:57:20.876Z', component: 'broker', msg: 'event dead-lettered', status: 400, reason: 'not retryable', trigger: 'ic' }));
+    const line = prettyLine(
+      JSON.stringify({
+        level: 40,
+        time: '2026-11-23T04:57:20.876Z',
+        component: 'broker',
+        msg: 'event dead-lettered',
+        status: 400,
+        reason: 'not retryable',
+        trigger: 'ic',
+      }),
+    );
     assert.equal(line, '04:57:20.876 WARN  broker     event dead-lettered  status=400 reason="not retryable" trigger=ic');
     assert.equal(prettyLine('not json'), 'not json');
   });
@@ -22,12 +32,20 @@ describe('logs', () => {
   it('one component key per line, even when the broker gets a logger that names it already', () => {
     const lines: string[] = [];
     const root = pino({ level: 'info' }, { write: (l: string) => void lines.push(l) });
-    const broker = new Broker({ deadLetterFile: '/tmp/never-written.jsonl', log: root.child({ component: 'broker' }), triggers: [{ name: 't', subscriber: 'http://127.0.0.1:1/' }] });
+    const broker = new Broker({
+      deadLetterFile: '/tmp/never-written.jsonl',
+      log: root.child({ component: 'broker' }),
+      triggers: [{ name: 't', subscriber: 'http://127.0.0.1:1/' }],
+    });
     void broker.close();
     assert.ok(lines.length > 0);
     for (const line of lines) assert.equal(line.match(/"component":/g)?.length, 1, line);
     const own: string[] = [];
-    const bare = new Broker({ deadLetterFile: '/tmp/never-written.jsonl', log: pino({ level: 'info' }, { write: (l: string) => void own.push(l) }), triggers: [{ name: 't', subscriber: 'http://127.0.0.1:1/' }] });
+    const bare = new Broker({
+      deadLetterFile: '/tmp/never-written.jsonl',
+      log: pino({ level: 'info' }, { write: (l: string) => void own.push(l) }),
+      triggers: [{ name: 't', subscriber: 'http://127.0.0.1:1/' }],
+    });
     void bare.close();
     assert.match(own[0] ?? '', /"component":"broker"/);
   });

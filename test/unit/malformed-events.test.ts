@@ -25,12 +25,21 @@ async function countingServer(): Promise<{ url: string; requests: string[]; clos
     res.writeHead(503).end();
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, requests, close: () => new Promise((resolve) => server.close(() => resolve())) };
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    requests,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
 }
 
 async function serve(declaration: FunctionDeclaration, providerUrl: string, apiRequests: string[]) {
   const kube = unreachableKube((verb, resource) => apiRequests.push(`${verb} ${resource}`));
-  const host = createFunctionHost(declaration, { kube, log: quietLog, metrics: createMetrics(declaration.name), config: resolveConfig(declaration.name, declaration.config, { EXCHANGE_RATE_PROVIDER_URL: providerUrl }) });
+  const host = createFunctionHost(declaration, {
+    kube,
+    log: quietLog,
+    metrics: createMetrics(declaration.name),
+    config: resolveConfig(declaration.name, declaration.config, { EXCHANGE_RATE_PROVIDER_URL: providerUrl }),
+  });
   const server = host.app.listen(0, '127.0.0.1');
   await new Promise((resolve, reject) => server.once('listening', resolve).once('error', reject));
   return {
@@ -43,7 +52,10 @@ async function serve(declaration: FunctionDeclaration, providerUrl: string, apiR
 }
 
 test('the corpus runs against every registered function', () => {
-  assert.deepEqual(functions.map((fn) => fn.name), functionNames);
+  assert.deepEqual(
+    functions.map((fn) => fn.name),
+    functionNames,
+  );
   assert.ok(functionNames.length >= 3, functionNames.join(', '));
 });
 
@@ -88,7 +100,13 @@ for (const declaration of functions) {
       assert.deepEqual(await readiness.json(), { status: 'ready' });
       assert.equal((await fetch(`${fn.url}/health/liveness`)).status, 200);
       assert.equal(await metricValue(fn.url, 'opfn_cloudevents_total', { function: declaration.name, outcome: 'rejected' }), corpus.length);
-      const ping = new CloudEvent({ id: 'ping-1', source: `/apis/v1/namespaces/default/pingsources/${declaration.name}-resync`, type: PING_TYPE, datacontenttype: 'application/json', data: {} });
+      const ping = new CloudEvent({
+        id: 'ping-1',
+        source: `/apis/v1/namespaces/default/pingsources/${declaration.name}-resync`,
+        type: PING_TYPE,
+        datacontenttype: 'application/json',
+        data: {},
+      });
       const answer = await deliver(`${fn.url}/`, ping);
       assert.equal(answer.status, 503, JSON.stringify(answer.body));
       assert.match(answer.body.error, /Kubernetes API https:\/\/127\.0\.0\.1:1 unreachable/);

@@ -30,7 +30,17 @@ test('a function process started by a plane that is then SIGKILLed stops itself'
   const dir = tempDir('opfn-plane-killed-');
   // Never reached: the function starts without asking the API anything.
   const kubeconfig = join(dir, 'kubeconfig');
-  writeFileSync(kubeconfig, JSON.stringify({ apiVersion: 'v1', kind: 'Config', clusters: [{ name: 'c', cluster: { server: 'http://127.0.0.1:9' } }], users: [{ name: 'u', user: { token: 't' } }], contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }], 'current-context': 'x' }));
+  writeFileSync(
+    kubeconfig,
+    JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'c', cluster: { server: 'http://127.0.0.1:9' } }],
+      users: [{ name: 'u', user: { token: 't' } }],
+      contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
+      'current-context': 'x',
+    }),
+  );
   const plane = `
     import { pino } from 'pino';
     import { Activator } from ${JSON.stringify(ACTIVATOR)};
@@ -65,7 +75,7 @@ test('a function process started by a plane that is then SIGKILLed stops itself'
   assert.equal(survived, false, `function process ${functionPid} outlived the plane by 10 s`);
 });
 
-test('a plane paused past a new instance\'s start deadline asks it once more: the instance that became ready meanwhile is kept', async () => {
+test("a plane paused past a new instance's start deadline asks it once more: the instance that became ready meanwhile is kept", async () => {
   const plane = `
     import { pino } from 'pino';
     import { Activator } from ${JSON.stringify(ACTIVATOR)};
@@ -91,7 +101,13 @@ test('a plane paused past a new instance\'s start deadline asks it once more: th
         child.kill('SIGSTOP');
         // Resumed once the instance is ready (asked here, while the plane sleeps) and its deadline has passed.
         void (async () => {
-          while (!(await fetch(`http://127.0.0.1:${spawned[1]}/health/readiness`).then((r) => r.ok, () => false))) await sleep(100);
+          while (
+            !(await fetch(`http://127.0.0.1:${spawned[1]}/health/readiness`).then(
+              (r) => r.ok,
+              () => false,
+            ))
+          )
+            await sleep(100);
           await sleep(Math.max(0, pausedAt + 5500 - Date.now()));
           child.kill('SIGCONT');
         })();

@@ -2,7 +2,16 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import immortalContainer from '../../functions/immortal-container/index.ts';
-import { defineFunction, ConfigMap, Namespace, Pod, type ResourceKind, mergeRules, rulesFor, sourceRulesFor } from '../../functions/runtime/index.ts';
+import {
+  defineFunction,
+  ConfigMap,
+  Namespace,
+  Pod,
+  type ResourceKind,
+  mergeRules,
+  rulesFor,
+  sourceRulesFor,
+} from '../../functions/runtime/index.ts';
 
 const Rule: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Rule', plural: 'rules', namespaced: true };
 const base = { name: 'demo', description: 'd', reconciles: Rule, rbac: [], reconcile: async () => {} };
@@ -19,12 +28,17 @@ describe('rulesFor', () => {
   });
 
   test('children owned by label only (across namespaces) imply no finalizers rule; a declared finalizer implies update and patch', () => {
-    const rules = rulesFor(defineFunction({
-      ...base,
-      owns: [{ kind: ConfigMap, ownerLabels: { namespace: 'example.com/rule-namespace', name: 'example.com/rule' } }],
-      finalizer: { name: 'example.com/cleanup', finalize: async () => true },
-    }));
-    assert.equal(rules.some((r) => r.resources[0] === 'rules/finalizers'), false);
+    const rules = rulesFor(
+      defineFunction({
+        ...base,
+        owns: [{ kind: ConfigMap, ownerLabels: { namespace: 'example.com/rule-namespace', name: 'example.com/rule' } }],
+        finalizer: { name: 'example.com/cleanup', finalize: async () => true },
+      }),
+    );
+    assert.equal(
+      rules.some((r) => r.resources[0] === 'rules/finalizers'),
+      false,
+    );
     assert.deepEqual(rules.find((r) => r.resources[0] === 'rules')?.verbs, ['get', 'list', 'update', 'patch']);
     assert.deepEqual(rules.find((r) => r.resources[0] === 'configmaps')?.verbs, ['get']);
   });
@@ -45,10 +59,9 @@ describe('rulesFor', () => {
 
   test('the source identity gets get, list and watch on every watched kind', () => {
     const declaration = defineFunction({ ...base, owns: [{ kind: Pod }], watches: [{ kind: Namespace, keysFor: async () => [] }] });
-    assert.deepEqual(sourceRulesFor(declaration).map((r) => `${r.apiGroups[0]}/${r.resources[0]}:${r.verbs.join(',')}`), [
-      '/namespaces:get,list,watch',
-      '/pods:get,list,watch',
-      'example.com/rules:get,list,watch',
-    ]);
+    assert.deepEqual(
+      sourceRulesFor(declaration).map((r) => `${r.apiGroups[0]}/${r.resources[0]}:${r.verbs.join(',')}`),
+      ['/namespaces:get,list,watch', '/pods:get,list,watch', 'example.com/rules:get,list,watch'],
+    );
   });
 });

@@ -8,16 +8,35 @@ const T0 = new Date('2025-01-02T03:04:05.678Z');
 const T1 = new Date('2025-01-02T04:00:00.999Z');
 
 describe('setCondition', () => {
-  const ready: Condition = { type: 'Ready', status: 'False', reason: 'PodPending', message: 'pod is Pending', lastTransitionTime: '2025-01-01T00:00:00Z', observedGeneration: 1 };
-  const other: Condition = { type: 'Degraded', status: 'False', reason: 'AllGood', message: '', lastTransitionTime: '2024-12-31T00:00:00Z' };
+  const ready: Condition = {
+    type: 'Ready',
+    status: 'False',
+    reason: 'PodPending',
+    message: 'pod is Pending',
+    lastTransitionTime: '2025-01-01T00:00:00Z',
+    observedGeneration: 1,
+  };
+  const other: Condition = {
+    type: 'Degraded',
+    status: 'False',
+    reason: 'AllGood',
+    message: '',
+    lastTransitionTime: '2024-12-31T00:00:00Z',
+  };
 
   test('adds a new condition with a whole-second RFC 3339 time', () => {
     const conditions = setCondition(undefined, { type: 'Ready', status: 'True', reason: 'PodRunning', message: 'running' }, T0);
-    assert.deepEqual(conditions, [{ type: 'Ready', status: 'True', reason: 'PodRunning', message: 'running', lastTransitionTime: '2025-01-02T03:04:05Z' }]);
+    assert.deepEqual(conditions, [
+      { type: 'Ready', status: 'True', reason: 'PodRunning', message: 'running', lastTransitionTime: '2025-01-02T03:04:05Z' },
+    ]);
   });
 
   test('keeps lastTransitionTime when the status does not flip, while reason, message and generation change', () => {
-    const [next] = setCondition([ready], { type: 'Ready', status: 'False', reason: 'PodMissing', message: 'recreating', observedGeneration: 2 }, T1);
+    const [next] = setCondition(
+      [ready],
+      { type: 'Ready', status: 'False', reason: 'PodMissing', message: 'recreating', observedGeneration: 2 },
+      T1,
+    );
     assert.equal(next.lastTransitionTime, '2025-01-01T00:00:00Z');
     assert.equal(next.reason, 'PodMissing');
     assert.equal(next.message, 'recreating');
@@ -36,7 +55,10 @@ describe('setCondition', () => {
     const input = [other, ready];
     const conditions = setCondition(input, { type: 'Ready', status: 'True', reason: 'PodRunning', message: 'running' }, T1);
     assert.equal(conditions.filter((c) => c.type === 'Ready').length, 1);
-    assert.deepEqual(conditions.find((c) => c.type === 'Degraded'), other);
+    assert.deepEqual(
+      conditions.find((c) => c.type === 'Degraded'),
+      other,
+    );
     assert.equal(conditions.length, 2);
     assert.deepEqual(input, [other, ready], 'the input array is not modified');
     assert.equal(ready.status, 'False');
@@ -83,11 +105,19 @@ describe('jsonEqual', () => {
   });
 
   test('nested structures', () => {
-    const status = { currentPod: 'web-immortalpod', startTimes: 2, countedPods: ['u1', 'u2'], conditions: [{ type: 'Ready', status: 'True', observedGeneration: 3 }] };
+    const status = {
+      currentPod: 'web-immortalpod',
+      startTimes: 2,
+      countedPods: ['u1', 'u2'],
+      conditions: [{ type: 'Ready', status: 'True', observedGeneration: 3 }],
+    };
     assert.equal(jsonEqual(status, structuredClone(status)), true);
     assert.equal(jsonEqual(status, { ...status, countedPods: ['u1', 'u3'] }), false);
     assert.equal(jsonEqual(status, { ...status, conditions: [{ type: 'Ready', status: 'True', observedGeneration: 4 }] }), false);
-    assert.equal(jsonEqual(status, { ...status, conditions: [{ type: 'Ready', status: 'True', observedGeneration: 3, message: undefined }] }), true);
+    assert.equal(
+      jsonEqual(status, { ...status, conditions: [{ type: 'Ready', status: 'True', observedGeneration: 3, message: undefined }] }),
+      true,
+    );
     assert.equal(jsonEqual({ a: { b: { c: [1, { d: 'x' }] } } }, { a: { b: { c: [1, { d: 'y' }] } } }), false);
     assert.equal(jsonEqual({ a: { b: {} } }, { a: { b: [] } }), false);
   });
@@ -109,7 +139,14 @@ describe('compareResourceVersions', () => {
 
   test('what is no well-formed integer is only equal or unordered', () => {
     assert.equal(compareResourceVersions('abc', 'abc'), 0);
-    for (const [a, b] of [['abc', '812'], ['0812', '812'], ['-1', '1'], ['1.5', '1'], ['', '1'], [' 1', '1']]) {
+    for (const [a, b] of [
+      ['abc', '812'],
+      ['0812', '812'],
+      ['-1', '1'],
+      ['1.5', '1'],
+      ['', '1'],
+      [' 1', '1'],
+    ]) {
       assert.equal(compareResourceVersions(a, b), undefined, `${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
     }
     assert.equal(compareResourceVersions(undefined, '1'), undefined);

@@ -3,7 +3,15 @@
 // under test is which Events reach it, not how the API server stores them (runtime.test.ts does).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ConfigMap, type KubeObject, type KubeClient, EventSink, MAX_QUEUED, NORMAL_BURST, NORMAL_PER_SECOND } from '../../functions/runtime/index.ts';
+import {
+  ConfigMap,
+  type KubeObject,
+  type KubeClient,
+  EventSink,
+  MAX_QUEUED,
+  NORMAL_BURST,
+  NORMAL_PER_SECOND,
+} from '../../functions/runtime/index.ts';
 import { quietLog } from '../support/cluster.ts';
 
 /** `answered`: what each write waits for (an API server that takes its time). */
@@ -36,7 +44,11 @@ test('Normal Events: a burst, then the steady rate; Warnings are not rate limite
   now = new Date(now.getTime() + 2000);
   for (let i = 0; i < 30; i++) recorder.normal(object(`b${i}`), ConfigMap, 'Created', `created b${i}`);
   await sink.flush();
-  assert.equal(posted.filter((event) => event.name.startsWith('b')).length, 2 * NORMAL_PER_SECOND, 'two seconds later: two seconds of the rate');
+  assert.equal(
+    posted.filter((event) => event.name.startsWith('b')).length,
+    2 * NORMAL_PER_SECOND,
+    'two seconds later: two seconds of the rate',
+  );
 
   now = new Date(now.getTime() + 3_600_000);
   for (let i = 0; i < NORMAL_BURST + 5; i++) recorder.normal(object(`c${i}`), ConfigMap, 'Created', `created c${i}`);
@@ -56,7 +68,10 @@ test(`an API server slower than the Events: at most ${MAX_QUEUED} wait to be wri
   answer();
   await sink.flush();
   const writers = posted.length - MAX_QUEUED;
-  assert.ok(writers > 0 && writers <= 2, `${posted.length} written: the ${MAX_QUEUED} queued and the writes already under way, not all ${objects}`);
+  assert.ok(
+    writers > 0 && writers <= 2,
+    `${posted.length} written: the ${MAX_QUEUED} queued and the writes already under way, not all ${objects}`,
+  );
   recorder.warning(late, ConfigMap, 'Failed', 'failed');
   await sink.flush();
   assert.deepEqual(posted.at(-1), { reason: 'Failed', name: late.metadata.name, count: 2 }, 'both occurrences counted');

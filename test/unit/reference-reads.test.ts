@@ -2,15 +2,40 @@
 // by the next reconcile of their key that has no body to go on (functions/runtime/host/reference-reads.ts).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { defineFunction, type FunctionEvent, Pod, type ResourceKind, OwnWrites, type KubeClient, discoveryFor } from '../../functions/runtime/index.ts';
+import {
+  defineFunction,
+  type FunctionEvent,
+  Pod,
+  type ResourceKind,
+  OwnWrites,
+  type KubeClient,
+  discoveryFor,
+} from '../../functions/runtime/index.ts';
 import { eventObjectFromFirstRead, ReferenceEvents, SeenObjects, skipReason } from '../../functions/runtime/host/index.ts';
 import { unreachableKube } from '../support/cluster.ts';
 
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
-const declaration = defineFunction({ name: 'w', description: '', reconciles: Widget, owns: [{ kind: Pod }], rbac: [], reconcile: async () => {} });
+const declaration = defineFunction({
+  name: 'w',
+  description: '',
+  reconciles: Widget,
+  owns: [{ kind: Pod }],
+  rbac: [],
+  reconcile: async () => {},
+});
 const key = (name: string) => ({ kind: Widget, namespace: 'ns', name });
-const referenceEvent = (action: 'add' | 'update' | 'delete', name = 'a', kind = 'Widget', apiVersion = 'example.com/v1'): Extract<FunctionEvent, { type: 'change' }> =>
-  ({ type: 'change', action, mode: 'ref', ref: { apiVersion, kind, namespace: 'ns', name }, id: '1' });
+const referenceEvent = (
+  action: 'add' | 'update' | 'delete',
+  name = 'a',
+  kind = 'Widget',
+  apiVersion = 'example.com/v1',
+): Extract<FunctionEvent, { type: 'change' }> => ({
+  type: 'change',
+  action,
+  mode: 'ref',
+  ref: { apiVersion, kind, namespace: 'ns', name },
+  id: '1',
+});
 
 test('announcements are counted per key and taken one at a time', () => {
   const references = new ReferenceEvents();
@@ -28,13 +53,22 @@ test('announcements are counted per key and taken one at a time', () => {
 test('bounded: the oldest announcement is forgotten (its reconcile then runs in full)', () => {
   const references = new ReferenceEvents(2);
   for (const name of ['a', 'b', 'c']) references.announce(key(name));
-  assert.deepEqual(['a', 'b', 'c'].map((name) => references.take(key(name))), [false, true, true]);
+  assert.deepEqual(
+    ['a', 'b', 'c'].map((name) => references.take(key(name))),
+    [false, true, true],
+  );
 });
 
 test('the intake announces Reference-mode adds and updates of the reconciled kind only', () => {
   const seen = new SeenObjects();
   const writes = new OwnWrites();
-  for (const event of [referenceEvent('add'), referenceEvent('update'), referenceEvent('delete', 'gone'), referenceEvent('add', 'p', 'Pod', 'v1'), referenceEvent('add', 'bad..')]) {
+  for (const event of [
+    referenceEvent('add'),
+    referenceEvent('update'),
+    referenceEvent('delete', 'gone'),
+    referenceEvent('add', 'p', 'Pod', 'v1'),
+    referenceEvent('add', 'bad..'),
+  ]) {
     assert.equal(skipReason(declaration, event, writes, seen), undefined, 'a Reference-mode event is never skipped by the intake');
   }
   assert.equal(seen.references.take(key('a')), true);
@@ -44,7 +78,11 @@ test('the intake announces Reference-mode adds and updates of the reconciled kin
   assert.equal(seen.references.take(key('p')), false, 'an owned kind is not announced');
   assert.equal(seen.references.take({ kind: Pod, namespace: 'ns', name: 'p' }), false);
   assert.equal(seen.references.take(key('bad..')), false, 'an invalid name is not announced');
-  const resource = { ...referenceEvent('add'), mode: 'resource' as const, object: { metadata: { name: 'a', namespace: 'ns', resourceVersion: '1' } } };
+  const resource = {
+    ...referenceEvent('add'),
+    mode: 'resource' as const,
+    object: { metadata: { name: 'a', namespace: 'ns', resourceVersion: '1' } },
+  };
   skipReason(declaration, resource, writes, seen);
   assert.equal(seen.references.take(key('a')), false, 'a Resource-mode event carries its body instead');
 });
@@ -87,5 +125,9 @@ test("per-client caches see through a reconcile's view of the client (kube.under
   const view = eventObjectFromFirstRead({ kube }, key('a'));
   assert.notEqual(view, kube, 'a view of its own per reconcile');
   assert.equal(view.underlying, kube);
-  assert.equal(discoveryFor(view), discoveryFor(kube), 'what one reconcile discovered serves the next (a cache keyed on the view would miss, and forgetting through it would forget nothing)');
+  assert.equal(
+    discoveryFor(view),
+    discoveryFor(kube),
+    'what one reconcile discovered serves the next (a cache keyed on the view would miss, and forgetting through it would forget nothing)',
+  );
 });

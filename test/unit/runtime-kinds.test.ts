@@ -5,7 +5,16 @@
 // decides from the event alone, so the Kubernetes client is an unreachable one.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { defineFunction, type RuntimeKinds, type ChangeEvent, type FunctionEvent, groupKind, kindKeyString, type KindKey, type ResourceKind } from '../../functions/runtime/index.ts';
+import {
+  defineFunction,
+  type RuntimeKinds,
+  type ChangeEvent,
+  type FunctionEvent,
+  groupKind,
+  kindKeyString,
+  type KindKey,
+  type ResourceKind,
+} from '../../functions/runtime/index.ts';
 import { createMetrics, createFunctionHost } from '../../functions/runtime/host/index.ts';
 import { quietLog, unreachableKube } from '../support/cluster.ts';
 
@@ -13,7 +22,13 @@ const Controller: ResourceKind = { group: 'example.com', version: 'v1', kind: 'C
 /** Learnt at run time: neither reconciled, owned nor watched by the declaration. */
 const Gadget: ResourceKind = { group: 'gadgets.example.com', version: 'v1', kind: 'Gadget', plural: 'gadgets', namespaced: true };
 /** A built-in kind whose names are path segments (kinds.ts hasPathSegmentNames), learnt at run time. */
-const ClusterRole: ResourceKind = { group: 'rbac.authorization.k8s.io', version: 'v1', kind: 'ClusterRole', plural: 'clusterroles', namespaced: false };
+const ClusterRole: ResourceKind = {
+  group: 'rbac.authorization.k8s.io',
+  version: 'v1',
+  kind: 'ClusterRole',
+  plural: 'clusterroles',
+  namespaced: false,
+};
 const Part: ResourceKind = { group: '', version: 'v1', kind: 'ConfigMap', plural: 'configmaps', namespaced: true };
 
 function hostWith(runtimeKinds: RuntimeKinds, fail: (key: KindKey) => boolean = () => false) {
@@ -65,7 +80,9 @@ describe('kinds known only at run time', () => {
 
   test('a key the function finds from an event body is held to the API server rules: ".." is dropped, not requested', async () => {
     const { host, reconciled } = hostWith(gadgets);
-    const answer = await host.handle(change(Part, 'team-a', 'p1', { metadata: { name: 'p1', namespace: 'team-a', labels: { gadget: '..' } } }));
+    const answer = await host.handle(
+      change(Part, 'team-a', 'p1', { metadata: { name: 'p1', namespace: 'team-a', labels: { gadget: '..' } } }),
+    );
     assert.equal(answer.status, 200);
     assert.match(String(answer.body.ignored), /ConfigMap team-a\/p1 concerns nothing runtime-kinds-test reconciles/);
     assert.equal(reconciled.length, 0);
@@ -81,7 +98,11 @@ describe('kinds known only at run time', () => {
 
   test('a reconcile event names a run-time kind by <group>/<Kind>; an unknown kind is refused with 400', async () => {
     const { host, reconciled } = hostWith(gadgets);
-    const good = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/g2', 'example.com/Controller:c1'], id: 'r1' });
+    const good = await host.handle({
+      type: 'reconcile',
+      keys: ['gadgets.example.com/Gadget:team-a/g2', 'example.com/Controller:c1'],
+      id: 'r1',
+    });
     assert.equal(good.status, 200, JSON.stringify(good.body));
     assert.deepEqual(reconciled.map(kindKeyString).sort(), ['example.com/Controller:c1', 'gadgets.example.com/Gadget:team-a/g2']);
     const unknown = await host.handle({ type: 'reconcile', keys: ['widgets.example.com/Widget:team-a/w1'], id: 'r2' });
@@ -117,7 +138,11 @@ describe('kinds known only at run time', () => {
   test('a failed key of a run-time kind is named in the reply, and that reply is a reconcile event the host takes back', async () => {
     let failing = true;
     const { host, reconciled } = hostWith(gadgets, (key) => failing && key.name === 'bad');
-    const answer = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/good', 'gadgets.example.com/Gadget:team-a/bad'], id: 'r4' });
+    const answer = await host.handle({
+      type: 'reconcile',
+      keys: ['gadgets.example.com/Gadget:team-a/good', 'gadgets.example.com/Gadget:team-a/bad'],
+      id: 'r4',
+    });
     assert.equal(answer.status, 200);
     assert.ok(answer.reply, 'a reply names the failed key');
     const { keys } = JSON.parse(answer.reply.body) as { keys: string[] };
@@ -126,11 +151,20 @@ describe('kinds known only at run time', () => {
     const again = await host.handle({ type: 'reconcile', keys, id: 'r5' });
     assert.equal(again.status, 200);
     assert.equal(again.reply, undefined);
-    assert.deepEqual(reconciled.map((key) => key.name), ['good', 'bad', 'bad']);
+    assert.deepEqual(
+      reconciled.map((key) => key.name),
+      ['good', 'bad', 'bad'],
+    );
   });
 
   test('a function without runtimeKinds still refuses keys and events of other kinds as before', async () => {
-    const declaration = defineFunction({ name: 'static-test', description: 'test', reconciles: Controller, rbac: [], async reconcile() {} });
+    const declaration = defineFunction({
+      name: 'static-test',
+      description: 'test',
+      reconciles: Controller,
+      rbac: [],
+      async reconcile() {},
+    });
     const host = createFunctionHost(declaration, { kube: unreachableKube(), log: quietLog, metrics: createMetrics(declaration.name) });
     const answer = await host.handle({ type: 'reconcile', keys: ['gadgets.example.com/Gadget:team-a/g1'], id: 'r6' });
     assert.equal(answer.status, 400);

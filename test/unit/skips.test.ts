@@ -6,10 +6,27 @@ import { defineFunction, type FunctionEvent, Pod, type KubeObject, type Resource
 import { SeenObjects, skipReason } from '../../functions/runtime/host/index.ts';
 
 const Widget: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Widget', plural: 'widgets', namespaced: true };
-const declare = (extra: object = {}) => defineFunction({ name: 'w', description: '', reconciles: Widget, owns: [{ kind: Pod }], rbac: [], reconcile: async () => {}, ...extra });
-const widget = (meta: Partial<KubeObject['metadata']> = {}, observedGeneration = 3): KubeObject => ({ apiVersion: 'example.com/v1', kind: 'Widget', metadata: { name: 'a', namespace: 'ns', uid: 'u', generation: 3, resourceVersion: '10', ...meta }, status: { observedGeneration } });
-const change = (object: KubeObject, action: 'add' | 'update' | 'delete' = 'update', kind = 'Widget', apiVersion = 'example.com/v1'): Extract<FunctionEvent, { type: 'change' }> =>
-  ({ type: 'change', action, mode: 'resource', ref: { apiVersion, kind, namespace: 'ns', name: object.metadata.name! }, object, id: '1' });
+const declare = (extra: object = {}) =>
+  defineFunction({ name: 'w', description: '', reconciles: Widget, owns: [{ kind: Pod }], rbac: [], reconcile: async () => {}, ...extra });
+const widget = (meta: Partial<KubeObject['metadata']> = {}, observedGeneration = 3): KubeObject => ({
+  apiVersion: 'example.com/v1',
+  kind: 'Widget',
+  metadata: { name: 'a', namespace: 'ns', uid: 'u', generation: 3, resourceVersion: '10', ...meta },
+  status: { observedGeneration },
+});
+const change = (
+  object: KubeObject,
+  action: 'add' | 'update' | 'delete' = 'update',
+  kind = 'Widget',
+  apiVersion = 'example.com/v1',
+): Extract<FunctionEvent, { type: 'change' }> => ({
+  type: 'change',
+  action,
+  mode: 'resource',
+  ref: { apiVersion, kind, namespace: 'ns', name: object.metadata.name! },
+  object,
+  id: '1',
+});
 
 test('the echo of our own write is skipped; a delete never is', () => {
   const writes = new OwnWrites();
@@ -17,7 +34,15 @@ test('the echo of our own write is skipped; a delete never is', () => {
   writes.record(Pod, pod);
   const declaration = declare();
   assert.match(skipReason(declaration, change(pod, 'add', 'Pod', 'v1'), writes, new SeenObjects())!, /at the version this function wrote/);
-  assert.equal(skipReason(declaration, change({ ...pod, metadata: { ...pod.metadata, resourceVersion: '8' } }, 'update', 'Pod', 'v1'), writes, new SeenObjects()), undefined);
+  assert.equal(
+    skipReason(
+      declaration,
+      change({ ...pod, metadata: { ...pod.metadata, resourceVersion: '8' } }, 'update', 'Pod', 'v1'),
+      writes,
+      new SeenObjects(),
+    ),
+    undefined,
+  );
   assert.equal(skipReason(declaration, change(pod, 'delete', 'Pod', 'v1'), writes, new SeenObjects()), undefined);
 });
 
@@ -29,13 +54,25 @@ test('status-only updates: generation observed, not deleting, finalizer in place
   assert.equal(skipReason(lean, change(widget({}, 2)), none, seen), undefined, 'a new generation');
   assert.equal(skipReason(lean, change(widget(), 'add'), none, seen), undefined, 'adds are reconciled');
   assert.equal(skipReason(lean, change(widget({ deletionTimestamp: '2025-01-01T00:00:00Z' })), none, seen), undefined);
-  assert.equal(skipReason(declare({ readsMetadata: false, finalizer: { name: 'example.com/f', finalize: async () => true } }), change(widget()), none, seen), undefined, 'the finalizer is still to be added');
+  assert.equal(
+    skipReason(
+      declare({ readsMetadata: false, finalizer: { name: 'example.com/f', finalize: async () => true } }),
+      change(widget()),
+      none,
+      seen,
+    ),
+    undefined,
+    'the finalizer is still to be added',
+  );
 
   const careful = declare();
   const key = { kind: Widget, namespace: 'ns', name: 'a' };
   assert.equal(skipReason(careful, change(widget()), none, seen), undefined, 'never seen: labels may have changed');
   seen.remember(key, widget({ labels: { team: 'a' } }));
-  assert.match(skipReason(careful, change(widget({ labels: { team: 'a' }, resourceVersion: '11' })), none, seen)!, /only its status changed/);
+  assert.match(
+    skipReason(careful, change(widget({ labels: { team: 'a' }, resourceVersion: '11' })), none, seen)!,
+    /only its status changed/,
+  );
   assert.equal(skipReason(careful, change(widget({ labels: { team: 'b' } })), none, seen), undefined, 'a label changed');
 });
 
@@ -44,9 +81,16 @@ test('a change the declaration leaves out (`changes`) is skipped in either mode,
   const pod: KubeObject = { metadata: { name: 'p', namespace: 'ns', resourceVersion: '7' } };
   const none = new OwnWrites();
   assert.match(skipReason(declaration, change(pod, 'add', 'Pod', 'v1'), none, new SeenObjects())!, /w does not ask for add events of Pod/);
-  assert.match(skipReason(declaration, { ...change(pod, 'add', 'Pod', 'v1'), mode: 'ref', object: undefined }, none, new SeenObjects())!, /does not ask for add events/);
+  assert.match(
+    skipReason(declaration, { ...change(pod, 'add', 'Pod', 'v1'), mode: 'ref', object: undefined }, none, new SeenObjects())!,
+    /does not ask for add events/,
+  );
   assert.equal(skipReason(declaration, change(pod, 'update', 'Pod', 'v1'), none, new SeenObjects()), undefined);
   assert.equal(skipReason(declaration, change(pod, 'delete', 'Pod', 'v1'), none, new SeenObjects()), undefined);
-  assert.equal(skipReason(declare(), change(pod, 'add', 'Pod', 'v1'), none, new SeenObjects()), undefined, 'without changes, adds are heard');
+  assert.equal(
+    skipReason(declare(), change(pod, 'add', 'Pod', 'v1'), none, new SeenObjects()),
+    undefined,
+    'without changes, adds are heard',
+  );
   assert.equal(skipReason(declaration, change(widget(), 'add'), none, new SeenObjects()), undefined, 'the reconciled kind is always heard');
 });

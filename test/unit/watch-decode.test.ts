@@ -20,12 +20,19 @@ async function collect(source: AsyncIterable<string>): Promise<string[]> {
 
 describe('jsonLines', () => {
   it('decodes characters whose bytes are split across chunks', async () => {
-    const objects = [{ type: 'ADDED', object: { data: { greeting: 'grüße 你好 🎉' } } }, { type: 'MODIFIED', object: { data: { x: 'ÿ€' } } }];
+    const objects = [
+      { type: 'ADDED', object: { data: { greeting: 'grüße 你好 🎉' } } },
+      { type: 'MODIFIED', object: { data: { x: 'ÿ€' } } },
+    ];
     const bytes = Buffer.from(objects.map((o) => JSON.stringify(o)).join('\n') + '\n', 'utf8');
     // One byte at a time splits every multi-byte character; also try a few odd chunk sizes.
     for (const sizes of [Array.from({ length: bytes.length }, () => 1), [7, 3, 29, 2, 11], [bytes.indexOf(0xf0) + 1, 2]]) {
       const lines = await collect(jsonLines(chunked(bytes, sizes)));
-      assert.deepEqual(lines.map((l) => JSON.parse(l)), objects, `chunk sizes ${sizes.slice(0, 6).join(',')}`);
+      assert.deepEqual(
+        lines.map((l) => JSON.parse(l)),
+        objects,
+        `chunk sizes ${sizes.slice(0, 6).join(',')}`,
+      );
     }
   });
 

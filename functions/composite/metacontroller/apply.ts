@@ -17,7 +17,16 @@ type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type JsonObject = { [key: string]: Json };
 
 /** Read-only, system-populated ObjectMeta fields (objectMetaSystemFields upstream). */
-const SYSTEM_FIELDS = ['selfLink', 'uid', 'resourceVersion', 'generation', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'managedFields'];
+const SYSTEM_FIELDS = [
+  'selfLink',
+  'uid',
+  'resourceVersion',
+  'generation',
+  'creationTimestamp',
+  'deletionTimestamp',
+  'deletionGracePeriodSeconds',
+  'managedFields',
+];
 
 /** Field names guessed as list-map keys, highest precedence first. */
 const KNOWN_MERGE_KEYS = ['containerPort', 'port', 'mountPath', 'name', 'uid', 'ip', 'path'];
@@ -50,7 +59,10 @@ function comparable(object: KubeObject): KubeObject {
   const text = object.metadata.annotations?.[LAST_APPLIED_ANNOTATION];
   if (!text) return object;
   try {
-    return { ...object, metadata: { ...object.metadata, annotations: { ...object.metadata.annotations, [LAST_APPLIED_ANNOTATION]: JSON.parse(text) } } };
+    return {
+      ...object,
+      metadata: { ...object.metadata, annotations: { ...object.metadata.annotations, [LAST_APPLIED_ANNOTATION]: JSON.parse(text) } },
+    };
   } catch {
     return object;
   }
@@ -92,14 +104,17 @@ function withLastApplied(object: KubeObject, applied: KubeObject): KubeObject {
 export function goJsonMarshal(value: Json | undefined): string {
   if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? 'null' : goJsonMarshal(item))).join(',')}]`;
   if (isObject(value)) {
-    const keys = Object.keys(value).filter((key) => value[key] !== undefined).sort(byUtf8);
+    const keys = Object.keys(value)
+      .filter((key) => value[key] !== undefined)
+      .sort(byUtf8);
     return `{${keys.map((key) => `${goString(key)}:${goJsonMarshal(value[key])}`).join(',')}}`;
   }
   return typeof value === 'string' ? goString(value) : JSON.stringify(value ?? null);
 }
 
 const byUtf8 = (a: string, b: string): number => Buffer.compare(Buffer.from(a), Buffer.from(b));
-const goString = (text: string): string => JSON.stringify(text).replace(/[<>&\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+const goString = (text: string): string =>
+  JSON.stringify(text).replace(/[<>&\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 
 /** nullifyLastAppliedAnnotation: the hook cannot smuggle in its own idea of the last applied object. */
 function withoutLastApplied(object: KubeObject): KubeObject {
@@ -168,7 +183,8 @@ function listMap(mergeKey: string, list: Json[]): JsonObject {
 }
 
 /** Go's fmt %v of a merge key value: strings as they are, other scalars printed. */
-const mergeKeyString = (value: Json | undefined): string => (typeof value === 'string' ? value : value === null || value === undefined ? '<nil>' : String(value));
+const mergeKeyString = (value: Json | undefined): string =>
+  typeof value === 'string' ? value : value === null || value === undefined ? '<nil>' : String(value);
 
 /**
  * A list of objects sharing one of the known merge keys is treated as a map keyed by it: the
@@ -190,7 +206,8 @@ function detectListMapKey(...lists: Json[][]): string {
       for (const key of common) if (!Object.hasOwn(item, key)) common.delete(key);
     }
   }
-  const unique = (key: string) => lists.every((list) => new Set(list.map((item) => mergeKeyString((item as JsonObject)[key]))).size === list.length);
+  const unique = (key: string) =>
+    lists.every((list) => new Set(list.map((item) => mergeKeyString((item as JsonObject)[key]))).size === list.length);
   return KNOWN_MERGE_KEYS.find((key) => common?.has(key) && unique(key)) ?? '';
 }
 

@@ -36,7 +36,13 @@ export function referencedParent(child: KubeObject, parent: ParentKind): (Object
  * or those in the orphan's namespace for a namespaced parent kind). An orphan that is deleted or
  * being deleted wakes nobody (it is never adopted): do not call this for delete events.
  */
-export function potentialParents(controller: CompositeController, parentFilter: Selector, parent: ParentKind, orphan: KubeObject, candidates: KubeObject[]): KubeObject[] {
+export function potentialParents(
+  controller: CompositeController,
+  parentFilter: Selector,
+  parent: ParentKind,
+  orphan: KubeObject,
+  candidates: KubeObject[],
+): KubeObject[] {
   if (controllerOf(orphan) || orphan.metadata.deletionTimestamp) return [];
   const name = finalizerName(controller);
   return candidates.filter((candidate) => {

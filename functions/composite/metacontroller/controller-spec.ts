@@ -19,7 +19,10 @@ const METHODS = new Set(['OnDelete', 'Recreate', 'InPlace', 'RollingRecreate', '
 export function checkController(object: KubeObject): Checked<CompositeController> {
   const name = object.metadata?.name;
   const spec = (object as { spec?: CompositeController['spec'] }).spec;
-  const fail = (reason: string): Checked<CompositeController> => ({ ok: false, reason: `CompositeController ${name ?? '(unnamed)'}: ${reason}` });
+  const fail = (reason: string): Checked<CompositeController> => ({
+    ok: false,
+    reason: `CompositeController ${name ?? '(unnamed)'}: ${reason}`,
+  });
   if (!name) return fail('metadata.name is missing');
   if (!spec || typeof spec !== 'object') return fail('spec is missing');
   const parent = spec.parentResource;
@@ -32,7 +35,8 @@ export function checkController(object: KubeObject): Checked<CompositeController
       return fail(`spec.childResources[${index}] needs apiVersion and resource`);
     }
     const method = child.updateStrategy?.method;
-    if (method !== undefined && !METHODS.has(method)) return fail(`spec.childResources[${index}].updateStrategy.method ${quote(method)} is not one of ${[...METHODS].join(', ')}`);
+    if (method !== undefined && !METHODS.has(method))
+      return fail(`spec.childResources[${index}].updateStrategy.method ${quote(method)} is not one of ${[...METHODS].join(', ')}`);
   }
   const filter = parentFilter(spec);
   if (!filter.ok) return fail(`spec.parentResource.labelSelector: ${filter.reason}`);
@@ -41,15 +45,20 @@ export function checkController(object: KubeObject): Checked<CompositeController
   for (const hookType of ['sync', 'finalize', 'customize'] as const) {
     const hook = spec.hooks[hookType];
     if (!hook) continue;
-    if (hook.version !== undefined && hook.version !== 'v1' && hook.version !== 'v2') return fail(`hooks.${hookType}.version must be v1 or v2`);
+    if (hook.version !== undefined && hook.version !== 'v1' && hook.version !== 'v2')
+      return fail(`hooks.${hookType}.version must be v1 or v2`);
     // Called without them, a hook would refuse every call or be reached over an unverified connection.
     const credentials = UNSUPPORTED_WEBHOOK_FIELDS.find((field) => (hook.webhook as Record<string, unknown> | undefined)?.[field] != null);
-    if (credentials) return fail(`hooks.${hookType}.webhook.${credentials} is not supported by operator-functions (its hooks are called without TLS settings or credentials)`);
+    if (credentials)
+      return fail(
+        `hooks.${hookType}.webhook.${credentials} is not supported by operator-functions (its hooks are called without TLS settings or credentials)`,
+      );
     const target = webhookTarget(hook.webhook);
     if (!target.ok) return fail(`hooks.${hookType}: ${target.failure.reason}`);
   }
   const endpointConfigs = (spec as { endpointConfigs?: unknown }).endpointConfigs;
-  if (Array.isArray(endpointConfigs) && endpointConfigs.length > 0) return fail('spec.endpointConfigs is not supported by operator-functions (its hooks are called without TLS settings or credentials)');
+  if (Array.isArray(endpointConfigs) && endpointConfigs.length > 0)
+    return fail('spec.endpointConfigs is not supported by operator-functions (its hooks are called without TLS settings or credentials)');
   return { ok: true, value: object as CompositeController };
 }
 
@@ -78,12 +87,21 @@ export function policyRulesFor(resolved: ResolvedController): PolicyRule[] {
   const group = (resource: ResolvedResource) => parseApiVersion(resource.apiVersion).group;
   const rules: PolicyRule[] = [
     { apiGroups: [group(resolved.parent)], resources: [resolved.parent.resource], verbs: ['get', 'list', 'watch', 'update', 'patch'] },
-    { apiGroups: [group(resolved.parent)], resources: [`${resolved.parent.resource}/status`, `${resolved.parent.resource}/finalizers`], verbs: ['get', 'update', 'patch'] },
+    {
+      apiGroups: [group(resolved.parent)],
+      resources: [`${resolved.parent.resource}/status`, `${resolved.parent.resource}/finalizers`],
+      verbs: ['get', 'update', 'patch'],
+    },
   ];
   for (const child of resolved.children) {
-    rules.push({ apiGroups: [group(child)], resources: [child.resource], verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'] });
+    rules.push({
+      apiGroups: [group(child)],
+      resources: [child.resource],
+      verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'],
+    });
   }
-  for (const related of resolved.related ?? []) rules.push({ apiGroups: [group(related)], resources: [related.resource], verbs: ['get', 'list', 'watch'] });
+  for (const related of resolved.related ?? [])
+    rules.push({ apiGroups: [group(related)], resources: [related.resource], verbs: ['get', 'list', 'watch'] });
   rules.push({ apiGroups: [''], resources: ['events'], verbs: ['create', 'patch'] });
   return rules;
 }

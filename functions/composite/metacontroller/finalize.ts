@@ -15,10 +15,12 @@ import type { CompositeController } from './types.ts';
 
 const GC_FINALIZERS = new Set(['foregroundDeletion', 'orphan']);
 
-export const finalizerName = (controller: CompositeController): string => `metacontroller.io/compositecontroller-${controller.metadata.name}`;
+export const finalizerName = (controller: CompositeController): string =>
+  `metacontroller.io/compositecontroller-${controller.metadata.name}`;
 
 /** The finalizer is wanted exactly when the controller has a finalize hook. */
-export const finalizerEnabled = (controller: CompositeController): boolean => controller.spec.hooks?.finalize !== undefined && controller.spec.hooks.finalize !== null;
+export const finalizerEnabled = (controller: CompositeController): boolean =>
+  controller.spec.hooks?.finalize !== undefined && controller.spec.hooks.finalize !== null;
 
 export const hasFinalizer = (object: KubeObject, name: string): boolean => object.metadata.finalizers?.includes(name) ?? false;
 

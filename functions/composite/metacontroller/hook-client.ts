@@ -63,7 +63,8 @@ export function webhookTimeoutMs(timeout: string | undefined): number {
   // time.ParseDuration's grammar: each number has a digit on one side of its point at least.
   if (!timeout || !/^\+?((\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$/.test(timeout)) return DEFAULT_TIMEOUT_MS;
   let total = 0;
-  for (const [, amount, unit] of timeout.matchAll(/(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g)) total += Number(amount) * DURATION_UNITS[unit!]!;
+  for (const [, amount, unit] of timeout.matchAll(/(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g))
+    total += Number(amount) * DURATION_UNITS[unit!]!;
   return total > 0 ? Math.min(total, MAX_TIMER_MS) : DEFAULT_TIMEOUT_MS;
 }
 
@@ -107,14 +108,21 @@ export async function postJson(target: HookTarget, payload: unknown, options: Ca
   }
 }
 
-function postOnce(target: string, body: Buffer, deadline: number, hook: HookTarget, options: CallOptions): Promise<HookResult<string> | { location: string }> {
+function postOnce(
+  target: string,
+  body: Buffer,
+  deadline: number,
+  hook: HookTarget,
+  options: CallOptions,
+): Promise<HookResult<string> | { location: string }> {
   let url: URL;
   try {
     url = new URL(target);
   } catch {
     return Promise.resolve(syncError('config', `invalid webhook URL ${quote(target)}`));
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') return Promise.resolve(syncError('config', `unsupported webhook URL scheme "${url.protocol}"`));
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    return Promise.resolve(syncError('config', `unsupported webhook URL scheme "${url.protocol}"`));
   const transport = url.protocol === 'https:' ? https : http;
   return new Promise((resolve) => {
     let settled = false;
@@ -130,10 +138,13 @@ function postOnce(target: string, body: Buffer, deadline: number, hook: HookTarg
       headers: { 'Content-Type': 'application/json', 'Content-Length': body.length },
     });
     // One deadline for the whole exchange, body and redirects included (Go's http.Client.Timeout).
-    const timer = setTimeout(() => {
-      finish(syncError('timeout', `http error: POST ${hook.url}: timed out after ${hook.timeoutMs} ms`));
-      request.destroy();
-    }, Math.max(0, deadline - Date.now()));
+    const timer = setTimeout(
+      () => {
+        finish(syncError('timeout', `http error: POST ${hook.url}: timed out after ${hook.timeoutMs} ms`));
+        request.destroy();
+      },
+      Math.max(0, deadline - Date.now()),
+    );
     request.on('error', (error) => finish(syncError('unreachable', `http error: POST ${target}: ${error.message}`)));
     request.on('response', (response) => {
       const status = response.statusCode ?? 0;
@@ -154,7 +165,10 @@ function postOnce(target: string, body: Buffer, deadline: number, hook: HookTarg
         const header = response.headers['retry-after'];
         const seconds = retryAfterSeconds(Array.isArray(header) ? header[0] : header, options.now?.() ?? new Date());
         response.resume();
-        finish({ ok: false, failure: { type: 'TooManyRequests', retryAfterSeconds: seconds, reason: `Too many request, it will be resync after: ${seconds}` } });
+        finish({
+          ok: false,
+          failure: { type: 'TooManyRequests', retryAfterSeconds: seconds, reason: `Too many request, it will be resync after: ${seconds}` },
+        });
         return;
       }
       const chunks: Buffer[] = [];

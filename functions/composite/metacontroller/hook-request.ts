@@ -8,7 +8,14 @@
 // composite/controller.go calls InitGroup for every child rule, so each rule has an entry even
 // when it has no objects; customize/manager.go does the same for each related rule.
 import { type KubeObject } from '../../runtime/index.ts';
-import { groupVersionKindKey, type CompositeController, type CompositeHookRequest, type HookVersion, type ObjectMap, type ResolvedResource } from './types.ts';
+import {
+  groupVersionKindKey,
+  type CompositeController,
+  type CompositeHookRequest,
+  type HookVersion,
+  type ObjectMap,
+  type ResolvedResource,
+} from './types.ts';
 
 export interface HookRequestInput {
   controller: CompositeController;

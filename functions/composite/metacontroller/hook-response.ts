@@ -47,7 +47,10 @@ export function isStrict(version: HookVersion, webhook: Webhook | undefined): bo
 }
 
 /** Decodes the body of a 200 answer into a response, or says exactly what is wrong with it. */
-export function parseHookResponse(body: string, options: { version: HookVersion; strict: boolean; hookType: string }): Checked<CompositeHookResponse> {
+export function parseHookResponse(
+  body: string,
+  options: { version: HookVersion; strict: boolean; hookType: string },
+): Checked<CompositeHookResponse> {
   const fail = (reason: string): Checked<CompositeHookResponse> => ({
     ok: false,
     reason: `can't unmarshal webhookResponse (version: ${options.version}, type: ${options.hookType}): ${reason}`,
@@ -65,7 +68,13 @@ export function parseHookResponse(body: string, options: { version: HookVersion;
   const fields = raw as Record<string, unknown>;
   if (options.strict) {
     const unknown = Object.keys(fields).filter((key) => !RESPONSE_FIELDS.has(key));
-    if (unknown.length > 0) return fail(`strict validation failed: unknown field${unknown.length > 1 ? 's' : ''} ${unknown.slice(0, 10).map((key) => quote(key)).join(', ')}${unknown.length > 10 ? ` and ${unknown.length - 10} more` : ''}`);
+    if (unknown.length > 0)
+      return fail(
+        `strict validation failed: unknown field${unknown.length > 1 ? 's' : ''} ${unknown
+          .slice(0, 10)
+          .map((key) => quote(key))
+          .join(', ')}${unknown.length > 10 ? ` and ${unknown.length - 10} more` : ''}`,
+      );
     const duplicate = strictDuplicate(body, CHILDREN_ONLY);
     if (duplicate) return fail(duplicate);
   }
@@ -77,11 +86,16 @@ export function parseHookResponse(body: string, options: { version: HookVersion;
   if (children !== undefined && children !== null) {
     if (!Array.isArray(children)) return fail(`"children" must be a list, got ${jsonType(children)}`);
     for (const [index, child] of children.entries()) {
-      if (typeof child !== 'object' || child === null || Array.isArray(child)) return fail(`children[${index}] must be an object, got ${jsonType(child)}`);
+      if (typeof child !== 'object' || child === null || Array.isArray(child))
+        return fail(`children[${index}] must be an object, got ${jsonType(child)}`);
       const object = child as Record<string, unknown>;
       if (typeof object.kind !== 'string' || object.kind === '') return fail(`children[${index}]: Object 'Kind' is missing`);
-      if (object.apiVersion !== undefined && typeof object.apiVersion !== 'string') return fail(`children[${index}]: "apiVersion" must be a string`);
-      if (object.metadata !== undefined && (typeof object.metadata !== 'object' || object.metadata === null || Array.isArray(object.metadata))) {
+      if (object.apiVersion !== undefined && typeof object.apiVersion !== 'string')
+        return fail(`children[${index}]: "apiVersion" must be a string`);
+      if (
+        object.metadata !== undefined &&
+        (typeof object.metadata !== 'object' || object.metadata === null || Array.isArray(object.metadata))
+      ) {
         return fail(`children[${index}]: "metadata" must be an object`);
       }
       if (object.metadata === undefined) object.metadata = {};
@@ -131,23 +145,36 @@ export function desiredChildren(input: DesiredChildrenInput): Checked<KubeObject
     const rule = input.childRules.find((candidate) => candidate.apiVersion === child.apiVersion && candidate.kind === child.kind);
     if (!rule) {
       const declared = input.childRules.map((candidate) => `${candidate.kind} ${candidate.apiVersion}`).join(', ') || 'none';
-      return { ok: false, reason: `desired child ${what} (apiVersion ${quote(child.apiVersion ?? '')}) is not one of the controller's childResources (${declared})` };
+      return {
+        ok: false,
+        reason: `desired child ${what} (apiVersion ${quote(child.apiVersion ?? '')}) is not one of the controller's childResources (${declared})`,
+      };
     }
     const nameProblem = objectNameProblem(child.metadata.name);
     if (nameProblem) return { ok: false, reason: `desired child ${what}: metadata.name ${nameProblem}` };
     const namespace = child.metadata.namespace ?? '';
     if (typeof namespace !== 'string') return { ok: false, reason: `desired child ${what}: metadata.namespace must be a string` };
-    if (rule.namespaced && namespace === '') return { ok: false, reason: `desired child ${what}: a namespaced ${rule.kind} needs a namespace (the parent is cluster-scoped)` };
-    if (!rule.namespaced && namespace !== '') return { ok: false, reason: `desired child ${what}: ${rule.kind} is cluster-scoped and cannot have a namespace` };
-    if (namespace && !isValidNamespace(namespace)) return { ok: false, reason: `desired child ${what}: metadata.namespace is not a valid namespace name` };
+    if (rule.namespaced && namespace === '')
+      return { ok: false, reason: `desired child ${what}: a namespaced ${rule.kind} needs a namespace (the parent is cluster-scoped)` };
+    if (!rule.namespaced && namespace !== '')
+      return { ok: false, reason: `desired child ${what}: ${rule.kind} is cluster-scoped and cannot have a namespace` };
+    if (namespace && !isValidNamespace(namespace))
+      return { ok: false, reason: `desired child ${what}: metadata.namespace is not a valid namespace name` };
     const parentNamespace = input.parent.metadata.namespace ?? '';
     if (rule.namespaced && parentNamespace && namespace !== parentNamespace) {
-      return { ok: false, reason: `desired child ${what}: a child of a namespaced parent must be in the parent's namespace "${parentNamespace}" (an ownerReference cannot cross namespaces; the garbage collector would delete it)` };
+      return {
+        ok: false,
+        reason: `desired child ${what}: a child of a namespaced parent must be in the parent's namespace "${parentNamespace}" (an ownerReference cannot cross namespaces; the garbage collector would delete it)`,
+      };
     }
     const privileged = privilegedChildProblem(child, rule, parentNamespace, allowed, input.controller?.metadata.name ?? '');
     if (privileged) return { ok: false, reason: `desired child ${what}: ${privileged}`, eventReason: PRIVILEGED_CHILD_REASON };
     const labels = child.metadata.labels;
-    if (labels !== undefined && labels !== null && (typeof labels !== 'object' || Array.isArray(labels) || Object.values(labels).some((value) => typeof value !== 'string'))) {
+    if (
+      labels !== undefined &&
+      labels !== null &&
+      (typeof labels !== 'object' || Array.isArray(labels) || Object.values(labels).some((value) => typeof value !== 'string'))
+    ) {
       return { ok: false, reason: `invalid labels on desired child ${what}: labels must be a map of strings` };
     }
     let desired = child;

@@ -15,4 +15,11 @@ export { parseCustomizeResponse, relatedQueries, selectRelated } from './related
 export { childSelector, CONTROLLER_UID_LABEL, parentFilter, type Selector } from './selector.ts';
 export { serveHooks, type HookFunction, type HookServer } from './serve-hook.ts';
 export { planSync } from './sync-plan.ts';
-export { HookRequestError, type CompositeController, type CompositeHookResponse, type Hook, type ObjectMap, type ResolvedResource } from './types.ts';
+export {
+  HookRequestError,
+  type CompositeController,
+  type CompositeHookResponse,
+  type Hook,
+  type ObjectMap,
+  type ResolvedResource,
+} from './types.ts';

@@ -82,7 +82,10 @@ function planCreate(input: ManageChildrenInput, child: KubeObject): ChildOperati
   const uid = input.parent.metadata.uid;
   const references = object.metadata.ownerReferences ?? [];
   if (!references.some((reference) => reference.uid === uid)) {
-    object.metadata = { ...object.metadata, ownerReferences: [...references, controllerRefFor(input.parent, input.parentApiVersion, input.parentKind)] };
+    object.metadata = {
+      ...object.metadata,
+      ownerReferences: [...references, controllerRefFor(input.parent, input.parentApiVersion, input.parentKind)],
+    };
   }
   return { action: 'create', object };
 }
@@ -102,7 +105,11 @@ function planUpdate(observed: KubeObject, desired: KubeObject, method: ChildUpda
     case 'RollingInPlace':
       return { action: 'update', observed, object: applied.object };
     default:
-      return { action: 'error', child: desired, reason: `invalid update strategy for ${desired.kind}: unknown method ${quote(String(method))}` };
+      return {
+        action: 'error',
+        child: desired,
+        reason: `invalid update strategy for ${desired.kind}: unknown method ${quote(String(method))}`,
+      };
   }
 }
 

@@ -27,9 +27,7 @@ export const ALLOW_PRIVILEGED_ANNOTATION = 'operator-functions.dev/allow-privile
 export const PRIVILEGED_CHILD_REASON = 'PrivilegedChildRefused';
 
 const SERVICE_ACCOUNT_TOKEN = 'kubernetes.io/service-account-token';
-const PRIVILEGED_GROUPS: ReadonlyMap<string, string> = new Map([
-  ['admissionregistration.k8s.io', 'sees or changes every API request'],
-]);
+const PRIVILEGED_GROUPS: ReadonlyMap<string, string> = new Map([['admissionregistration.k8s.io', 'sees or changes every API request']]);
 const PRIVILEGED_RESOURCES: ReadonlyMap<string, string> = new Map([
   ['roles.rbac.authorization.k8s.io', 'grants API rights'],
   ['clusterroles.rbac.authorization.k8s.io', 'grants API rights'],
@@ -38,7 +36,16 @@ const PRIVILEGED_RESOURCES: ReadonlyMap<string, string> = new Map([
   ['customresourcedefinitions.apiextensions.k8s.io', 'changes the API'],
   ['apiservices.apiregistration.k8s.io', 'routes an API group to a server of its choosing'],
 ]);
-const POD_MAKERS: ReadonlySet<string> = new Set(['pods', 'replicationcontrollers', 'deployments.apps', 'replicasets.apps', 'statefulsets.apps', 'daemonsets.apps', 'jobs.batch', 'cronjobs.batch']);
+const POD_MAKERS: ReadonlySet<string> = new Set([
+  'pods',
+  'replicationcontrollers',
+  'deployments.apps',
+  'replicasets.apps',
+  'statefulsets.apps',
+  'daemonsets.apps',
+  'jobs.batch',
+  'cronjobs.batch',
+]);
 
 /** `<resource>.<group>`, or `<resource>` for the core group: how kubectl and the annotation name a resource. */
 const resourceName = (rule: Pick<ResolvedResource, 'apiVersion' | 'resource'>): string => {
@@ -49,7 +56,12 @@ const resourceName = (rule: Pick<ResolvedResource, 'apiVersion' | 'resource'>): 
 /** The resources the controller's annotation allows (`*`: all). */
 export function allowedPrivileged(controller: CompositeController): ReadonlySet<string> {
   const value = controller.metadata.annotations?.[ALLOW_PRIVILEGED_ANNOTATION] ?? '';
-  return new Set(value.split(',').map((entry) => entry.trim()).filter(Boolean));
+  return new Set(
+    value
+      .split(',')
+      .map((entry) => entry.trim())
+      .filter(Boolean),
+  );
 }
 
 /** What makes this desired child privileged, or undefined when it is not; `parentNamespace` '' for a cluster-scoped parent. */
@@ -58,13 +70,21 @@ export function privilegeOf(child: KubeObject, rule: ResolvedResource, parentNam
   const { group } = parseApiVersion(rule.apiVersion);
   const why = PRIVILEGED_RESOURCES.get(resource) ?? PRIVILEGED_GROUPS.get(group);
   if (why) return why;
-  if (resource === 'secrets' && (child as { type?: unknown }).type === SERVICE_ACCOUNT_TOKEN) return `is of type ${SERVICE_ACCOUNT_TOKEN}, which yields a ServiceAccount's token`;
-  if (POD_MAKERS.has(resource) && child.metadata.namespace !== parentNamespace) return 'runs pods outside the parent\'s namespace (as any ServiceAccount there, with its Secrets)';
+  if (resource === 'secrets' && (child as { type?: unknown }).type === SERVICE_ACCOUNT_TOKEN)
+    return `is of type ${SERVICE_ACCOUNT_TOKEN}, which yields a ServiceAccount's token`;
+  if (POD_MAKERS.has(resource) && child.metadata.namespace !== parentNamespace)
+    return "runs pods outside the parent's namespace (as any ServiceAccount there, with its Secrets)";
   return undefined;
 }
 
 /** Why this child may not be written for this controller; undefined when it may. */
-export function privilegedChildProblem(child: KubeObject, rule: ResolvedResource, parentNamespace: string, allowed: ReadonlySet<string>, controllerName: string): string | undefined {
+export function privilegedChildProblem(
+  child: KubeObject,
+  rule: ResolvedResource,
+  parentNamespace: string,
+  allowed: ReadonlySet<string>,
+  controllerName: string,
+): string | undefined {
   const why = privilegeOf(child, rule, parentNamespace);
   const resource = resourceName(rule);
   if (!why || allowed.has('*') || allowed.has(resource)) return undefined;

@@ -16,7 +16,10 @@ const SELECTOR_FIELDS = new Set(['matchLabels', 'matchExpressions']);
 
 /** Decodes a customize hook's 200 body (strict: unknown fields are errors, at every level of the rules). */
 export function parseCustomizeResponse(body: string, options: { version: HookVersion; strict: boolean }): Checked<CustomizeHookResponse> {
-  const fail = (reason: string): Checked<CustomizeHookResponse> => ({ ok: false, reason: `can't unmarshal webhookResponse (version: ${options.version}, type: customize): ${reason}` });
+  const fail = (reason: string): Checked<CustomizeHookResponse> => ({
+    ok: false,
+    reason: `can't unmarshal webhookResponse (version: ${options.version}, type: customize): ${reason}`,
+  });
   let raw: unknown;
   try {
     raw = JSON.parse(body);
@@ -49,12 +52,15 @@ export function parseCustomizeResponse(body: string, options: { version: HookVer
         }
       }
     }
-    if (typeof r.apiVersion !== 'string' || typeof r.resource !== 'string') return fail(`${where} needs string "apiVersion" and "resource"`);
+    if (typeof r.apiVersion !== 'string' || typeof r.resource !== 'string')
+      return fail(`${where} needs string "apiVersion" and "resource"`);
     if (r.namespace !== undefined && typeof r.namespace !== 'string') return fail(`${where}.namespace must be a string`);
-    if (r.names !== undefined && r.names !== null && (!Array.isArray(r.names) || r.names.some((name) => typeof name !== 'string'))) return fail(`${where}.names must be a list of strings`);
+    if (r.names !== undefined && r.names !== null && (!Array.isArray(r.names) || r.names.some((name) => typeof name !== 'string')))
+      return fail(`${where}.names must be a list of strings`);
     for (const name of ['labelSelector', 'namespaceSelector']) {
       const selector = r[name];
-      if (selector !== undefined && selector !== null && (typeof selector !== 'object' || Array.isArray(selector))) return fail(`${where}.${name} must be an object`);
+      if (selector !== undefined && selector !== null && (typeof selector !== 'object' || Array.isArray(selector)))
+        return fail(`${where}.${name} must be an object`);
     }
   }
   return { ok: true, value: { relatedResources: rules as RelatedResourceRule[] } };
@@ -80,7 +86,11 @@ export interface RelatedContext {
 }
 
 /** determineSelectionType + GetRelatedObjects, minus the lists: one query per rule, or why not. */
-export function relatedQueries(rules: RelatedResourceRule[], resolved: ResolvedResource[], context: RelatedContext): Checked<RelatedQuery[]> {
+export function relatedQueries(
+  rules: RelatedResourceRule[],
+  resolved: ResolvedResource[],
+  context: RelatedContext,
+): Checked<RelatedQuery[]> {
   const queries: RelatedQuery[] = [];
   const parentNamespace = context.parent.metadata.namespace ?? '';
   for (const [index, rule] of rules.entries()) {
@@ -92,8 +102,16 @@ export function relatedQueries(rules: RelatedResourceRule[], resolved: ResolvedR
     const names = rule.names ?? [];
     // Only a v1 hook of a namespaced parent is confined to the parent's namespace.
     const confined = context.version === 'v1' && context.parentNamespaced && resource.namespaced;
-    if (names.length > 0 && (hasLabelSelector || hasNamespaceSelector)) return { ok: false, reason: `related rule cannot have both names and labelSelector/namespaceSelector specified (${rule.apiVersion} ${rule.resource})` };
-    if (namespace && hasNamespaceSelector) return { ok: false, reason: `related rule cannot have both namespace and namespaceSelector specified (${rule.apiVersion} ${rule.resource})` };
+    if (names.length > 0 && (hasLabelSelector || hasNamespaceSelector))
+      return {
+        ok: false,
+        reason: `related rule cannot have both names and labelSelector/namespaceSelector specified (${rule.apiVersion} ${rule.resource})`,
+      };
+    if (namespace && hasNamespaceSelector)
+      return {
+        ok: false,
+        reason: `related rule cannot have both namespace and namespaceSelector specified (${rule.apiVersion} ${rule.resource})`,
+      };
     const labelSelector = selectorQuery(rule.labelSelector);
     if (!labelSelector.ok) return labelSelector;
     const inNamespace = resource.namespaced && namespace ? namespace : undefined;
@@ -105,7 +123,11 @@ export function relatedQueries(rules: RelatedResourceRule[], resolved: ResolvedR
       queries.push({ rule: resource, labelSelector: labelSelector.value, namespaceSelector: namespaceSelector.value, names: [] });
     } else if (namespace || names.length > 0) {
       // By namespace and labels, or by namespace and/or names (names never come with a selector).
-      if (confined && namespace && namespace !== parentNamespace) return { ok: false, reason: `requested related object namespace ${namespace} differs from parent object namespace ${parentNamespace}` };
+      if (confined && namespace && namespace !== parentNamespace)
+        return {
+          ok: false,
+          reason: `requested related object namespace ${namespace} differs from parent object namespace ${parentNamespace}`,
+        };
       queries.push({ rule: resource, namespace: inNamespace, labelSelector: labelSelector.value, names });
     } else {
       queries.push({ rule: resource, namespace: confined ? parentNamespace : undefined, labelSelector: labelSelector.value, names: [] });
@@ -121,5 +143,7 @@ export const selectRelated = (query: RelatedQuery, listed: KubeObject[]): KubeOb
 function selectorQuery(selector: LabelSelector | null | undefined): Checked<string> {
   if (!selector) return { ok: true, value: '' };
   const compiled = compileSelector(selector);
-  return compiled.ok ? { ok: true, value: compiled.selector.toQuery() } : { ok: false, reason: `invalid label selector: ${compiled.reason}` };
+  return compiled.ok
+    ? { ok: true, value: compiled.selector.toQuery() }
+    : { ok: false, reason: `invalid label selector: ${compiled.reason}` };
 }

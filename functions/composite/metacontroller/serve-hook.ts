@@ -60,12 +60,14 @@ export async function serveHooks(options: HookServerOptions): Promise<HookServer
 
 async function handle(options: HookServerOptions, request: http.IncomingMessage, response: http.ServerResponse): Promise<void> {
   const path = new URL(request.url ?? '/', 'http://hook').pathname;
-  if (request.method === 'GET' && (path === '/health/liveness' || path === '/health/readiness')) return reply(response, 200, { status: 'ok' });
+  if (request.method === 'GET' && (path === '/health/liveness' || path === '/health/readiness'))
+    return reply(response, 200, { status: 'ok' });
   const hook = Object.hasOwn(options.hooks, path) ? options.hooks[path] : undefined;
   if (!hook) return reply(response, 404, { error: `no hook at ${path}` });
   if (request.method !== 'POST') return reply(response, 405, { error: 'hooks are called with POST' }, { Allow: 'POST' });
   const type = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-  if (type !== 'application/json') return reply(response, 415, { error: `expected Content-Type application/json, got ${quote(request.headers['content-type'] ?? '')}` });
+  if (type !== 'application/json')
+    return reply(response, 415, { error: `expected Content-Type application/json, got ${quote(request.headers['content-type'] ?? '')}` });
 
   const limit = options.maxRequestBytes ?? MAX_REQUEST_BYTES;
   const body = await readLimited(request, limit);
@@ -76,7 +78,8 @@ async function handle(options: HookServerOptions, request: http.IncomingMessage,
   } catch (error) {
     return reply(response, 400, { error: `malformed JSON request: ${(error as Error).message}` });
   }
-  if (typeof decoded !== 'object' || decoded === null || Array.isArray(decoded)) return reply(response, 400, { error: 'the hook request must be a JSON object' });
+  if (typeof decoded !== 'object' || decoded === null || Array.isArray(decoded))
+    return reply(response, 400, { error: 'the hook request must be a JSON object' });
   try {
     const answer = await hook(decoded as never);
     // `null` would read as "no children" upstream and delete them all: a missing answer is a bug.

@@ -58,7 +58,10 @@ export function planSync(input: SyncPlanInput): SyncPlan {
   const name = finalizerName(controller);
   const removeFinalizer = response.finalized && (input.parent.metadata.finalizers ?? []).includes(name);
   const parent = removeFinalizer
-    ? { ...input.parent, metadata: { ...input.parent.metadata, finalizers: input.parent.metadata.finalizers!.filter((finalizer) => finalizer !== name) } }
+    ? {
+        ...input.parent,
+        metadata: { ...input.parent.metadata, finalizers: input.parent.metadata.finalizers!.filter((finalizer) => finalizer !== name) },
+      }
     : input.parent;
   const base = { resyncAfterSeconds: response.resyncAfterSeconds > 0 ? response.resyncAfterSeconds : 0, removeFinalizer };
 
@@ -73,7 +76,14 @@ export function planSync(input: SyncPlanInput): SyncPlan {
   if (!desired.ok) return { ...base, outcome: desired };
 
   const children = manageChildren(parent, name, finalizerEnabled(controller))
-    ? planChildren({ parent, parentApiVersion: input.parentApiVersion, parentKind: input.parentKind, observed: input.observed, desired: desired.value, strategies: input.strategies })
+    ? planChildren({
+        parent,
+        parentApiVersion: input.parentApiVersion,
+        parentKind: input.parentKind,
+        observed: input.observed,
+        desired: desired.value,
+        strategies: input.strategies,
+      })
     : [];
   return { ...base, outcome: { ok: true, value: { children, status: statusWrite(parent, response.status, input.statusSubresource) } } };
 }

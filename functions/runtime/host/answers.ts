@@ -40,13 +40,24 @@ export type FailedResult = { type: 'failed'; status: number; error: string; retr
 
 /** The result of one key's reconcile, with the other keys it reported; 'deferred': not started within the delivery's budget. */
 export type KeyResult =
-  | { type: 'done'; requeueAt?: number; failedKeys?: { key: KindKey; result: FailedResult }[]; requeueKeys?: { key: KindKey; at: number }[]; deferredKeys?: KindKey[] }
+  | {
+      type: 'done';
+      requeueAt?: number;
+      failedKeys?: { key: KindKey; result: FailedResult }[];
+      requeueKeys?: { key: KindKey; at: number }[];
+      deferredKeys?: KindKey[];
+    }
   | FailedResult
   | { type: 'deferred' };
 
 /** A failed key's result: its status by error class (statusForError), and the Retry-After a TransientError or the API server asked for. */
 export function failedResult(error: unknown): FailedResult {
-  return { type: 'failed', status: statusForError(error), error: (error as Error).message, retryAfterSeconds: error instanceof TransientError || error instanceof ApiError ? error.retryAfterSeconds : undefined };
+  return {
+    type: 'failed',
+    status: statusForError(error),
+    error: (error as Error).message,
+    retryAfterSeconds: error instanceof TransientError || error instanceof ApiError ? error.retryAfterSeconds : undefined,
+  };
 }
 
 /** Failures listed in a 5xx body: enough to debug, bounded whatever the number of keys. */
@@ -64,7 +75,13 @@ export const LISTED_ERROR_CHARS = 200;
  * `random` places the window of deferred keys a reply carries when there are more than it has
  * room for (a start in [0, 1) of the list, wrapping around).
  */
-export function answerFor(functionName: string, keys: KindKey[], results: KeyResult[], now: Date, random: () => number = Math.random): Outcome {
+export function answerFor(
+  functionName: string,
+  keys: KindKey[],
+  results: KeyResult[],
+  now: Date,
+  random: () => number = Math.random,
+): Outcome {
   const failures = new Map<string, { key: KindKey; result: FailedResult }>();
   const fail = (key: KindKey, result: FailedResult) => {
     const id = kindKeyString(key);
@@ -96,8 +113,15 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
   const requeued = [...requeues.values()];
   const failed = [...failures.values()];
   const deferred = [...deferrals.values()];
-  const counts = { reconciled: succeeded, failed: failed.length, requeued: requeued.length, ...(deferred.length ? { deferred: deferred.length } : {}) };
-  const listed = failed.slice(0, LISTED_FAILURES).map(({ key, result }) => ({ key: kindKeyString(key), error: cut(result.error, LISTED_ERROR_CHARS) }));
+  const counts = {
+    reconciled: succeeded,
+    failed: failed.length,
+    requeued: requeued.length,
+    ...(deferred.length ? { deferred: deferred.length } : {}),
+  };
+  const listed = failed
+    .slice(0, LISTED_FAILURES)
+    .map(({ key, result }) => ({ key: kindKeyString(key), error: cut(result.error, LISTED_ERROR_CHARS) }));
   const retryable = failed.filter(({ result }) => result.status >= 500);
   // Keys that can never succeed (400) are not worth a reply: they are reported and dropped.
   if (succeeded === 0 && failed.length > 0) {
@@ -109,7 +133,15 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
   // With the Retry-After the failed keys agree on (a hook's 429), as when every key failed.
   if (retryable.length > MAX_KEYS_PER_EVENT) {
     const retryAfterSeconds = agreedRetryAfter(retryable.map(({ result }) => result.retryAfterSeconds));
-    return { status: 503, body: { error: `${retryable.length} keys failed, more than a reply can carry; first: ${boundedMessage(failed[0].result.error)}`, ...counts, failures: listed }, retryAfterSeconds };
+    return {
+      status: 503,
+      body: {
+        error: `${retryable.length} keys failed, more than a reply can carry; first: ${boundedMessage(failed[0].result.error)}`,
+        ...counts,
+        failures: listed,
+      },
+      retryAfterSeconds,
+    };
   }
   // The failed keys (due at once), then the deferred ones, then the soonest requeues with their
   // own times, as many as a reply has room for. A requeue beyond the room is dropped: the
@@ -129,8 +161,20 @@ export function answerFor(functionName: string, keys: KindKey[], results: KeyRes
     const room = MAX_KEYS_PER_EVENT - retryable.length;
     const carried = deferred.length <= room ? deferred : windowOf(deferred, room, random);
     const later = requeued.sort((a, b) => a.at - b.at).slice(0, room - carried.length);
-    const replyKeys = [...retryable.map(({ key }) => ({ key: kindKeyString(key) })), ...carried.map((key) => ({ key: kindKeyString(key) })), ...later.map(({ key, at }) => ({ key: kindKeyString(key), at: Math.max(at, now.getTime()) }))];
-    return { status: 200, body: { ...counts, ...(retryable.length ? { retrying: retryable.length, failures: listed } : {}), ...(carried.length < deferred.length ? { deferredLeft: deferred.length - carried.length } : {}) }, reply: reconcileReply(functionName, replyKeys) };
+    const replyKeys = [
+      ...retryable.map(({ key }) => ({ key: kindKeyString(key) })),
+      ...carried.map((key) => ({ key: kindKeyString(key) })),
+      ...later.map(({ key, at }) => ({ key: kindKeyString(key), at: Math.max(at, now.getTime()) })),
+    ];
+    return {
+      status: 200,
+      body: {
+        ...counts,
+        ...(retryable.length ? { retrying: retryable.length, failures: listed } : {}),
+        ...(carried.length < deferred.length ? { deferredLeft: deferred.length - carried.length } : {}),
+      },
+      reply: reconcileReply(functionName, replyKeys),
+    };
   }
   return { status: 200, body: counts };
 }

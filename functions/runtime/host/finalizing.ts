@@ -10,7 +10,11 @@ import { ensureFinalizer, removeFinalizer } from '../reconciler.ts';
 /** A finalize that answered "not yet" is tried again after this long. */
 export const FINALIZE_AGAIN_SECONDS = 10;
 
-export async function reconcileWithFinalizer(declaration: FunctionDeclaration, key: KindKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
+export async function reconcileWithFinalizer(
+  declaration: FunctionDeclaration,
+  key: KindKey,
+  ctx: ReconcileContext,
+): Promise<ReconcileResult | void> {
   const finalizer = declaration.finalizer;
   // The declared finalizer is for the declared kind; keys of run-time kinds are the function's own business.
   if (!finalizer || groupKind(key.kind) !== groupKind(declaration.reconciles)) return declaration.reconcile(key, ctx);

@@ -79,7 +79,9 @@ export class FunctionHost {
       return { status: 400, body: { error: reason } };
     }
     const outcome = await this.#intake.handle(event);
-    metrics.events.inc({ outcome: outcome.status >= 500 ? 'retry' : outcome.status >= 400 ? 'rejected' : outcome.body.ignored ? 'ignored' : 'done' });
+    metrics.events.inc({
+      outcome: outcome.status >= 500 ? 'retry' : outcome.status >= 400 ? 'rejected' : outcome.body.ignored ? 'ignored' : 'done',
+    });
     return outcome;
   }
 
@@ -100,9 +102,11 @@ export class FunctionHost {
   drain(): Promise<void> {
     this.#draining = true;
     // Every caller waits for the same moment (a second SIGTERM must not orphan the first).
-    this.#drainedPromise ??= (this.#inFlight === 0 ? Promise.resolve() : new Promise<void>((resolve) => (this.#drained = resolve))).then(() =>
-      // Events are best effort: an unreachable API must not hold the exit for long.
-      Promise.race([this.#events.flush(), new Promise<void>((resolve) => setTimeout(resolve, EVENT_FLUSH_DEADLINE_MS).unref())]));
+    this.#drainedPromise ??= (this.#inFlight === 0 ? Promise.resolve() : new Promise<void>((resolve) => (this.#drained = resolve))).then(
+      () =>
+        // Events are best effort: an unreachable API must not hold the exit for long.
+        Promise.race([this.#events.flush(), new Promise<void>((resolve) => setTimeout(resolve, EVENT_FLUSH_DEADLINE_MS).unref())]),
+    );
     return this.#drainedPromise;
   }
 
@@ -117,7 +121,10 @@ export class FunctionHost {
  * else from the environment (KUBECONFIG or in-cluster config); either way every API request is
  * counted in the host's metrics.
  */
-export function createFunctionHost(declaration: FunctionDeclaration, overrides: Partial<FunctionHostOptions> & { kubeconfigPath?: string } = {}): FunctionHost {
+export function createFunctionHost(
+  declaration: FunctionDeclaration,
+  overrides: Partial<FunctionHostOptions> & { kubeconfigPath?: string } = {},
+): FunctionHost {
   const { kubeconfigPath, ...options } = overrides;
   const log = options.log ?? createLogger(declaration.name);
   const metrics = options.metrics ?? createMetrics(declaration.name);
@@ -126,6 +133,8 @@ export function createFunctionHost(declaration: FunctionDeclaration, overrides: 
     metrics.apiRequestSeconds.observe({ verb }, seconds);
   };
   const connections = { maxConnections: API_CONNECTIONS };
-  const kube = options.kube ?? (kubeconfigPath ? KubeClient.fromFile(kubeconfigPath, observe, connections) : KubeClient.fromEnvironment(observe, connections));
+  const kube =
+    options.kube ??
+    (kubeconfigPath ? KubeClient.fromFile(kubeconfigPath, observe, connections) : KubeClient.fromEnvironment(observe, connections));
   return new FunctionHost({ ...options, declaration, kube, log, metrics });
 }

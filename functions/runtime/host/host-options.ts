@@ -38,7 +38,10 @@ export interface FunctionHostOptions {
 }
 
 /** The options with every default filled in. */
-export type HostSettings = Required<Omit<FunctionHostOptions, 'config' | 'installNamespace'>> & { config: Readonly<Record<string, string>>; installNamespace: string | undefined };
+export type HostSettings = Required<Omit<FunctionHostOptions, 'config' | 'installNamespace'>> & {
+  config: Readonly<Record<string, string>>;
+  installNamespace: string | undefined;
+};
 
 /** Objects up to the API server's limit (about 1.5 MiB) in a Resource-mode event, with room for JSON escaping. */
 export const DEFAULT_MAX_EVENT_BYTES = 3 * 1024 * 1024;

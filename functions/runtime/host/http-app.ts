@@ -7,7 +7,8 @@ import type { FunctionMetrics } from './metrics.ts';
 
 /** Response header carrying what a delivery did, in counts (never keys: headers are limited to 16 KiB). */
 export const OUTCOME_HEADER = 'x-opfn-outcome';
-const asciiJson = (value: unknown): string => JSON.stringify(value).replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+const asciiJson = (value: unknown): string =>
+  JSON.stringify(value).replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 
 /** What the app serves and tells about. */
 export interface AppEndpoints {
@@ -28,7 +29,10 @@ export function functionApp(endpoints: AppEndpoints): express.Express {
   const app = express();
   app.disable('x-powered-by');
   app.get('/health/liveness', (_req, res) => void res.json({ status: 'ok' }));
-  app.get('/health/readiness', (_req, res) => void res.status(endpoints.draining() ? 503 : 200).json({ status: endpoints.draining() ? 'draining' : 'ready' }));
+  app.get(
+    '/health/readiness',
+    (_req, res) => void res.status(endpoints.draining() ? 503 : 200).json({ status: endpoints.draining() ? 'draining' : 'ready' }),
+  );
   app.get('/metrics', async (_req, res) => {
     res.type(metrics.registry.contentType).send(await metrics.registry.metrics());
   });
@@ -61,7 +65,9 @@ export function functionApp(endpoints: AppEndpoints): express.Express {
       return;
     }
     const tooLarge = error.type === 'entity.too.large';
-    const reason = tooLarge ? `request body larger than ${maxBodyBytes} bytes (the largest Kubernetes object fits; this is not an event this function can take)` : `unreadable request body: ${error.message}`;
+    const reason = tooLarge
+      ? `request body larger than ${maxBodyBytes} bytes (the largest Kubernetes object fits; this is not an event this function can take)`
+      : `unreadable request body: ${error.message}`;
     metrics.events.inc({ outcome: 'rejected' });
     log.warn({ reason }, 'rejected request');
     res.status(tooLarge ? 413 : error.status && error.status < 500 ? 400 : 500).json({ error: reason });

@@ -8,7 +8,13 @@ export { MAX_REQUEUE_SECONDS, requeueTime } from './reconcile-loop.ts';
 export { answerFor, failedResult, LISTED_ERROR_CHARS } from './answers.ts';
 export type { FailedResult, KeyResult, Outcome } from './answers.ts';
 export { reconcileReply, type ReplyEvent, type ReplyKey } from './reply.ts';
-export { DEFAULT_DELIVERY_BUDGET_SECONDS, DELIVERY_BUDGET_ENV, deliveryBudgetFor, deliveryBudgetFromEnvironment, deliveryBudgetProblem } from './delivery-budget.ts';
+export {
+  DEFAULT_DELIVERY_BUDGET_SECONDS,
+  DELIVERY_BUDGET_ENV,
+  deliveryBudgetFor,
+  deliveryBudgetFromEnvironment,
+  deliveryBudgetProblem,
+} from './delivery-budget.ts';
 export { createLogger, logFormat, prettyLine, type LogFormat } from './log.ts';
 export { createMetrics, type FunctionMetrics } from './metrics.ts';
 export { FINALIZE_AGAIN_SECONDS, reconcileWithFinalizer } from './finalizing.ts';

@@ -6,7 +6,17 @@ import type { Logger } from 'pino';
 import { quote } from '../bounded-messages.ts';
 import { statusForError } from '../errors.ts';
 import type { FunctionEvent } from '../events.ts';
-import { groupKind, isValidNamespace, keyOf, kindKey, parseKindKey, pathSegmentProblem, splitKindKey, type KindKey, type KubeObject } from '../kinds.ts';
+import {
+  groupKind,
+  isValidNamespace,
+  keyOf,
+  kindKey,
+  parseKindKey,
+  pathSegmentProblem,
+  splitKindKey,
+  type KindKey,
+  type KubeObject,
+} from '../kinds.ts';
 import type { Outcome } from './answers.ts';
 import { FanOutGate } from './fan-out-gate.ts';
 import type { HostSettings } from './host-options.ts';
@@ -22,7 +32,8 @@ function failedBeforeReconcile(error: unknown, log: Logger, what: string): Outco
 }
 
 /** Is `namespace` (of a namespaced object; '' for a cluster-scoped one) outside an install limited to `installNamespace`? */
-const outsideInstall = (installNamespace: string | undefined, namespace: string): boolean => installNamespace !== undefined && namespace !== '' && namespace !== installNamespace;
+const outsideInstall = (installNamespace: string | undefined, namespace: string): boolean =>
+  installNamespace !== undefined && namespace !== '' && namespace !== installNamespace;
 
 export class Intake {
   readonly #settings: HostSettings;
@@ -66,23 +77,43 @@ export class Intake {
         const waited = (parsed as KindKey[]).map((key, index) => ({ key, at: dueTimes[index]! })).filter(({ at }) => at <= deadline);
         if (waited.length === 0) {
           const earliest = new Date(Math.min(...dueTimes));
-          return { status: 200, body: { ignored: `not due until ${earliest.toISOString()}; the function keeps its due time and its resync catches up` } };
+          return {
+            status: 200,
+            body: { ignored: `not due until ${earliest.toISOString()}; the function keeps its due time and its resync catches up` },
+          };
         }
-        if (waited.length < parsed.length) eventLog().info({ dropped: parsed.length - waited.length }, 'keys due after this delivery\'s budget dropped; the resync catches up');
+        if (waited.length < parsed.length)
+          eventLog().info(
+            { dropped: parsed.length - waited.length },
+            "keys due after this delivery's budget dropped; the resync catches up",
+          );
         // Soonest first (a key named twice counts at its earliest time): each waits for its own time.
         waited.sort((a, b) => a.at - b.at);
         keys = uniqueKeys(waited.map(({ key }) => key));
         const dueOf = new Map(waited.map(({ key, at }) => [key, at]));
         dueAt = keys.map((key) => dueOf.get(key)!);
       } else {
-        if (outsideInstall(installNamespace, event.ref.namespace)) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} is outside the install's namespace ${installNamespace}` } };
+        if (outsideInstall(installNamespace, event.ref.namespace))
+          return {
+            status: 200,
+            body: {
+              ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} is outside the install's namespace ${installNamespace}`,
+            },
+          };
         const skip = skipReason(declaration, event, kube.ownWrites, this.#seen);
         if (skip) return { status: 200, body: { ignored: skip } };
         keys = uniqueKeys(await keysForEvent(declaration, event, kube, eventLog(), installNamespace));
-        if (keys.length === 0) return { status: 200, body: { ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns ${declaration.runtimeKinds ? `nothing ${declaration.name} reconciles` : `no ${reconciled.kind}`}` } };
+        if (keys.length === 0)
+          return {
+            status: 200,
+            body: {
+              ignored: `${event.ref.kind} ${event.ref.namespace}/${event.ref.name} concerns ${declaration.runtimeKinds ? `nothing ${declaration.name} reconciles` : `no ${reconciled.kind}`}`,
+            },
+          };
         // The body is an event object for the one object it maps to (its own key, or its owner's); a
         // delete's body is the object's last state, not its present one.
-        if (event.object && event.action !== 'delete' && keys.length === 1) eventObject = { apiVersion: event.ref.apiVersion, kind: event.ref.kind, ...event.object };
+        if (event.object && event.action !== 'delete' && keys.length === 1)
+          eventObject = { apiVersion: event.ref.apiVersion, kind: event.ref.kind, ...event.object };
       }
     } catch (error) {
       return failedBeforeReconcile(error, eventLog(), 'could not work out what the event concerns');
@@ -90,10 +121,11 @@ export class Intake {
     if (installNamespace !== undefined) {
       const inside = keys.map((key) => !outsideInstall(installNamespace, key.namespace));
       if (!inside.every(Boolean)) {
-        eventLog().warn({ dropped: inside.filter((x) => !x).length, installNamespace }, 'keys outside the install\'s namespace dropped');
+        eventLog().warn({ dropped: inside.filter((x) => !x).length, installNamespace }, "keys outside the install's namespace dropped");
         keys = keys.filter((_key, index) => inside[index]);
         dueAt = dueAt?.filter((_at, index) => inside[index]);
-        if (keys.length === 0) return { status: 200, body: { ignored: `every key is outside the install's namespace ${installNamespace}` } };
+        if (keys.length === 0)
+          return { status: 200, body: { ignored: `every key is outside the install's namespace ${installNamespace}` } };
       }
     }
     return this.#loop.reconcileAll(keys, eventLog(), deadline, eventObject, dueAt);
@@ -108,7 +140,9 @@ export class Intake {
     const run = await this.#fanOuts[type].run(() => this.#listAndReconcile(type, log, this.#loop.deadline()));
     if (run.claim()) return run.value;
     const { reply: _reply, ...rest } = run.value;
-    return rest.status < 300 ? { ...rest, body: { ...rest.body, coalesced: `${type} run shared with another delivery, which carries its reply` } } : rest;
+    return rest.status < 300
+      ? { ...rest, body: { ...rest.body, coalesced: `${type} run shared with another delivery, which carries its reply` } }
+      : rest;
   }
 
   /** Lists the reconciled kind and reconciles every object (a resync, after the declaration's sweep) or those not settled (a poll). */
@@ -126,7 +160,8 @@ export class Intake {
           if (type === 'resync' || !isUnchangedSinceReconcile(declaration, key, item, this.#seen)) keys.push(key);
         }
       }
-      if (keys.length === 0 && type === 'poll') return { status: 200, body: { ignored: `poll: all ${listed} ${reconciled.kind} objects settled` } };
+      if (keys.length === 0 && type === 'poll')
+        return { status: 200, body: { ignored: `poll: all ${listed} ${reconciled.kind} objects settled` } };
     } catch (error) {
       return failedBeforeReconcile(error, log, `could not list for the ${type}`);
     }
@@ -138,13 +173,20 @@ export class Intake {
     const { declaration, kube } = this.#settings;
     const parsed = parseKindKey(text, [declaration.reconciles]);
     const parts = splitKindKey(text);
-    if (typeof parsed !== 'string' || !declaration.runtimeKinds || typeof parts === 'string' || parts.groupKind === groupKind(declaration.reconciles)) return parsed;
+    if (
+      typeof parsed !== 'string' ||
+      !declaration.runtimeKinds ||
+      typeof parts === 'string' ||
+      parts.groupKind === groupKind(declaration.reconciles)
+    )
+      return parsed;
     // Another kind: refuse what no kind could make a valid key (a name that is not one path
     // segment, a namespace that is not a DNS-1123 label) before asking the function (an API
     // read); the kind's own rule decides afterwards.
     const nameProblem = pathSegmentProblem(parts.key.name);
     if (nameProblem) return `invalid object name ${quote(parts.key.name)}: ${nameProblem}`;
-    if (parts.key.namespace !== '' && !isValidNamespace(parts.key.namespace)) return `invalid namespace ${quote(parts.key.namespace)} (a DNS-1123 label)`;
+    if (parts.key.namespace !== '' && !isValidNamespace(parts.key.namespace))
+      return `invalid namespace ${quote(parts.key.namespace)} (a DNS-1123 label)`;
     const kind = await declaration.runtimeKinds.kindOf(parts.groupKind, { kube, log });
     return kind ? parseKindKey(text, [kind]) : parsed;
   }

@@ -38,7 +38,10 @@ export function prettyLine(json: string, color = false): string {
   const name = LEVELS[level] ?? String(level);
   const fields = Object.entries(record)
     .filter(([key, value]) => !OMIT.has(key) && value !== undefined)
-    .map(([key, value]) => `${key}=${typeof value === 'string' && !/\s/.test(value) ? value : JSON.stringify(key === 'err' ? errorText(value) : value)}`);
+    .map(
+      ([key, value]) =>
+        `${key}=${typeof value === 'string' && !/\s/.test(value) ? value : JSON.stringify(key === 'err' ? errorText(value) : value)}`,
+    );
   const head = `${time} ${color && COLORS[level] ? `${COLORS[level]}${name}\u001b[0m` : name} ${String(record.component ?? '-').padEnd(10)} ${String(record.msg ?? '')}`;
   return fields.length ? `${head}  ${fields.join(' ')}` : head;
 }
@@ -52,7 +55,10 @@ function prettyStream(out: NodeJS.WriteStream): Writable {
   const color = out.isTTY === true;
   return new Writable({
     write(chunk: Buffer, _encoding, callback) {
-      const lines = chunk.toString('utf8').split('\n').filter((line) => line.trim() !== '');
+      const lines = chunk
+        .toString('utf8')
+        .split('\n')
+        .filter((line) => line.trim() !== '');
       out.write(lines.map((line) => `${prettyLine(line, color)}\n`).join(''), () => callback());
     },
   });

@@ -16,10 +16,37 @@ export function createMetrics(functionName: string): FunctionMetrics {
   collectDefaultMetrics({ register: registry });
   return {
     registry,
-    reconciles: new Counter({ name: 'opfn_reconcile_total', help: 'Reconciles by result (success, error, requeue).', labelNames: ['result'], registers: [registry] }),
-    reconcileSeconds: new Histogram({ name: 'opfn_reconcile_duration_seconds', help: 'Time per reconcile of one key.', labelNames: ['result'], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10], registers: [registry] }),
-    apiRequests: new Counter({ name: 'opfn_kube_api_requests_total', help: 'Kubernetes API requests by verb, resource and HTTP code (0 = unreachable).', labelNames: ['verb', 'resource', 'code'], registers: [registry] }),
-    apiRequestSeconds: new Histogram({ name: 'opfn_kube_api_request_duration_seconds', help: 'Kubernetes API request latency.', labelNames: ['verb'], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5], registers: [registry] }),
-    events: new Counter({ name: 'opfn_cloudevents_total', help: 'CloudEvents received by outcome (done, ignored, rejected, retry).', labelNames: ['outcome'], registers: [registry] }),
+    reconciles: new Counter({
+      name: 'opfn_reconcile_total',
+      help: 'Reconciles by result (success, error, requeue).',
+      labelNames: ['result'],
+      registers: [registry],
+    }),
+    reconcileSeconds: new Histogram({
+      name: 'opfn_reconcile_duration_seconds',
+      help: 'Time per reconcile of one key.',
+      labelNames: ['result'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers: [registry],
+    }),
+    apiRequests: new Counter({
+      name: 'opfn_kube_api_requests_total',
+      help: 'Kubernetes API requests by verb, resource and HTTP code (0 = unreachable).',
+      labelNames: ['verb', 'resource', 'code'],
+      registers: [registry],
+    }),
+    apiRequestSeconds: new Histogram({
+      name: 'opfn_kube_api_request_duration_seconds',
+      help: 'Kubernetes API request latency.',
+      labelNames: ['verb'],
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
+      registers: [registry],
+    }),
+    events: new Counter({
+      name: 'opfn_cloudevents_total',
+      help: 'CloudEvents received by outcome (done, ignored, rejected, retry).',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
   };
 }

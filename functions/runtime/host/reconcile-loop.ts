@@ -57,10 +57,15 @@ export class ReconcileLoop {
     await forEachLimited(keys, fanOutConcurrency, async (key, index) => {
       const early = (dueAt?.[index] ?? 0) - now().getTime();
       if (early > 0) await sleep(early);
-      results[index] = index > 0 && now().getTime() >= deadline ? { type: 'deferred' } : await this.reconcileKey(key, log, eventObject, reads, deadline);
+      results[index] =
+        index > 0 && now().getTime() >= deadline ? { type: 'deferred' } : await this.reconcileKey(key, log, eventObject, reads, deadline);
     });
     const outcome = answerFor(declaration.name, keys, results, now());
-    if (outcome.body.deferred) log.warn({ ...outcome.body, budgetMs: this.#settings.deliveryBudgetMs }, 'delivery budget spent; the keys not started go back in the reply');
+    if (outcome.body.deferred)
+      log.warn(
+        { ...outcome.body, budgetMs: this.#settings.deliveryBudgetMs },
+        'delivery budget spent; the keys not started go back in the reply',
+      );
     return outcome;
   }
 
@@ -69,7 +74,13 @@ export class ReconcileLoop {
    * the failure, if any, instead of throwing. `eventObject` is the event's body for this object (trusted
    * only to do less; a shared follow-up run gets none).
    */
-  reconcileKey(key: KindKey, parentLog: Logger, eventObject?: KubeObject, reads = readsOnce(), deadline = this.deadline()): Promise<KeyResult> {
+  reconcileKey(
+    key: KindKey,
+    parentLog: Logger,
+    eventObject?: KubeObject,
+    reads = readsOnce(),
+    deadline = this.deadline(),
+  ): Promise<KeyResult> {
     const { metrics, now } = this.#settings;
     const id = kindKeyString(key);
     const log = parentLog.child({ key: id });
@@ -91,29 +102,48 @@ export class ReconcileLoop {
         const result = await reconcileWithFinalizer(this.#settings.declaration, key, ctx);
         const requeue = result?.requeueAfterSeconds;
         const seconds = observe(requeue !== undefined ? 'requeue' : 'success');
-        if (ctx.eventObject && sameKind(key.kind, ctx.eventObject.apiVersion, ctx.eventObject.kind)) this.#seen.remember(key, ctx.eventObject);
+        if (ctx.eventObject && sameKind(key.kind, ctx.eventObject.apiVersion, ctx.eventObject.kind))
+          this.#seen.remember(key, ctx.eventObject);
         log.debug({ ms: Math.round(seconds * 1000), requeueAfterSeconds: requeue, failedKeys: result?.failedKeys?.length }, 'reconciled');
         // A TerminalError is not retried (its reconcile reported it).
-        const failedKeys = result?.failedKeys?.filter(({ error }) => !(error instanceof TerminalError)).map(({ key, error }) => ({ key, result: failedResult(error) }));
+        const failedKeys = result?.failedKeys
+          ?.filter(({ error }) => !(error instanceof TerminalError))
+          .map(({ key, error }) => ({ key, result: failedResult(error) }));
         const requeueKeys = result?.requeueKeys?.flatMap(({ key, afterSeconds }) => {
           const at = requeueTime(afterSeconds, now());
           return at === undefined ? [] : [{ key, at }];
         });
         const deferredKeys = result?.deferredKeys;
-        return { type: 'done', requeueAt: requeueTime(requeue, now()), ...(failedKeys?.length ? { failedKeys } : {}), ...(requeueKeys?.length ? { requeueKeys } : {}), ...(deferredKeys?.length ? { deferredKeys } : {}) };
+        return {
+          type: 'done',
+          requeueAt: requeueTime(requeue, now()),
+          ...(failedKeys?.length ? { failedKeys } : {}),
+          ...(requeueKeys?.length ? { requeueKeys } : {}),
+          ...(deferredKeys?.length ? { deferredKeys } : {}),
+        };
       } catch (error) {
         const status = statusForError(error);
         if (error instanceof TerminalError) {
           observe('terminal');
           log.warn({ err: error.message, reason: error.reason }, 'reconcile failed for good; not retried');
-          this.#events.record({ metadata: { name: key.name, namespace: key.namespace || undefined } }, key.kind, 'Warning', error.reason, error.message, log);
+          this.#events.record(
+            { metadata: { name: key.name, namespace: key.namespace || undefined } },
+            key.kind,
+            'Warning',
+            error.reason,
+            error.message,
+            log,
+          );
           return { type: 'done' };
         }
         observe('error');
         // An API answer (e.g. 403 from missing RBAC) is explained by its message; only a
         // failure of our own code needs the stack.
         const expected = error instanceof ApiError || error instanceof TransientError || error instanceof BadKeyError;
-        log[status === 500 ? 'error' : 'warn']({ err: (error as Error).message, ...(expected ? {} : { stack: (error as Error).stack }) }, status === 400 ? 'key can never be reconciled' : 'reconcile failed; it will be retried');
+        log[status === 500 ? 'error' : 'warn'](
+          { err: (error as Error).message, ...(expected ? {} : { stack: (error as Error).stack }) },
+          status === 400 ? 'key can never be reconciled' : 'reconcile failed; it will be retried',
+        );
         return failedResult(error);
       }
     });
@@ -124,7 +154,7 @@ export class ReconcileLoop {
     try {
       await this.#settings.declaration.sweep!(this.#context(log, undefined, readsOnce(), deadline));
     } catch (error) {
-      log.warn({ err: (error as Error).message }, 'the resync\'s sweep failed; the next resync tries again');
+      log.warn({ err: (error as Error).message }, "the resync's sweep failed; the next resync tries again");
     }
   }
 

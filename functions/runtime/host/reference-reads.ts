@@ -54,7 +54,11 @@ export function eventObjectFromFirstRead(ctx: { kube: KubeClient; eventObject?: 
   const kube = ctx.kube;
   const id = kindKeyString(key);
   let first = true;
-  const get = async <T extends KubeObject = KubeObject>(kind: ResourceKind, objectKey: ObjectKey, options?: { cached?: boolean }): Promise<T | undefined> => {
+  const get = async <T extends KubeObject = KubeObject>(
+    kind: ResourceKind,
+    objectKey: ObjectKey,
+    options?: { cached?: boolean },
+  ): Promise<T | undefined> => {
     const object = await kube.get<T>(kind, objectKey, options);
     if (first && kindKeyString({ kind, namespace: kind.namespaced ? objectKey.namespace : '', name: objectKey.name }) === id) {
       first = false;

@@ -30,7 +30,8 @@ export interface ReplyKey {
  * requeue came back every 6 s.
  */
 export function reconcileReply(functionName: string, keys: ReplyKey[]): ReplyEvent {
-  if (keys.length === 0 || keys.length > MAX_KEYS_PER_EVENT) throw new Error(`a reconcile reply carries 1 to ${MAX_KEYS_PER_EVENT} keys, not ${keys.length}`);
+  if (keys.length === 0 || keys.length > MAX_KEYS_PER_EVENT)
+    throw new Error(`a reconcile reply carries 1 to ${MAX_KEYS_PER_EVENT} keys, not ${keys.length}`);
   const headers: Record<string, string> = {
     'content-type': 'application/json',
     'ce-specversion': '1.0',

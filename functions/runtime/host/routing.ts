@@ -17,7 +17,13 @@ import { kindKey, kindKeyString, keyProblem, sameKind, type KindKey, type KubeOb
 import type { KubeClient } from '../kube/client.ts';
 import { ownerFromLabels } from '../owner-labels.ts';
 
-export async function keysForEvent(declaration: FunctionDeclaration, event: ChangeEvent, kube: KubeClient, log: Logger, installNamespace?: string): Promise<KindKey[]> {
+export async function keysForEvent(
+  declaration: FunctionDeclaration,
+  event: ChangeEvent,
+  kube: KubeClient,
+  log: Logger,
+  installNamespace?: string,
+): Promise<KindKey[]> {
   const reconciled = declaration.reconciles;
   const ctx: MapperContext = { kube, log, installNamespace };
   const keys = await declaredKindKeys(declaration, event, ctx);
@@ -33,7 +39,11 @@ export async function keysForEvent(declaration: FunctionDeclaration, event: Chan
 }
 
 /** The keys of the reconciled kind, when the event's kind is one the declaration names (undefined otherwise). */
-async function declaredKindKeys(declaration: FunctionDeclaration, event: ChangeEvent, ctx: MapperContext): Promise<ObjectKey[] | undefined> {
+async function declaredKindKeys(
+  declaration: FunctionDeclaration,
+  event: ChangeEvent,
+  ctx: MapperContext,
+): Promise<ObjectKey[] | undefined> {
   const { ref } = event;
   const { kube, log } = ctx;
   const reconciled = declaration.reconciles;
@@ -56,7 +66,9 @@ async function declaredKindKeys(declaration: FunctionDeclaration, event: ChangeE
       log.debug({ ref }, 'owned object is gone and the event carried no body; the resync will catch up');
       return [];
     }
-    const controller = object.metadata.ownerReferences?.find((owner) => owner.controller && sameKind(reconciled, owner.apiVersion, owner.kind));
+    const controller = object.metadata.ownerReferences?.find(
+      (owner) => owner.controller && sameKind(reconciled, owner.apiVersion, owner.kind),
+    );
     if (controller) {
       const key = { namespace: scoped(ref.namespace), name: controller.name };
       const problem = keyProblem(reconciled, key);
@@ -74,12 +86,16 @@ async function declaredKindKeys(declaration: FunctionDeclaration, event: ChangeE
 
   const watched = declaration.watches.find((candidate) => sameKind(candidate.kind, ref.apiVersion, ref.kind));
   if (watched) {
-    const keys = await watched.keysFor({ key: { namespace: ref.namespace, name: ref.name }, object: event.object, deleted: event.action === 'delete' }, ctx);
+    const keys = await watched.keysFor(
+      { key: { namespace: ref.namespace, name: ref.name }, object: event.object, deleted: event.action === 'delete' },
+      ctx,
+    );
     return keys
       .map((key) => ({ namespace: scoped(key.namespace), name: key.name }))
       .filter((key) => {
         const problem = keyProblem(reconciled, key);
-        if (problem) log.warn({ ref, reason: problem }, `mapper of ${watched.kind.kind} returned a key that names no ${reconciled.kind}; dropped`);
+        if (problem)
+          log.warn({ ref, reason: problem }, `mapper of ${watched.kind.kind} returned a key that names no ${reconciled.kind}; dropped`);
         return !problem;
       });
   }

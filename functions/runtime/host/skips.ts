@@ -55,16 +55,31 @@ export class SeenObjects {
 
 /** The kind of the event's object among those the function handles. */
 function kindOf(declaration: FunctionDeclaration, ref: { apiVersion: string; kind: string }): ResourceKind | undefined {
-  const kinds = [declaration.reconciles, ...declaration.owns.map((owned) => owned.kind), ...declaration.watches.map((watched) => watched.kind)];
+  const kinds = [
+    declaration.reconciles,
+    ...declaration.owns.map((owned) => owned.kind),
+    ...declaration.watches.map((watched) => watched.kind),
+  ];
   return kinds.find((kind) => sameKind(kind, ref.apiVersion, ref.kind));
 }
 
 /** Why the event needs no reconcile, or undefined when it does (a Reference-mode change of the reconciled kind is announced in `seen`). */
-export function skipReason(declaration: FunctionDeclaration, event: Extract<FunctionEvent, { type: 'change' }>, ownWrites: OwnWrites, seen: SeenObjects): string | undefined {
+export function skipReason(
+  declaration: FunctionDeclaration,
+  event: Extract<FunctionEvent, { type: 'change' }>,
+  ownWrites: OwnWrites,
+  seen: SeenObjects,
+): string | undefined {
   const unwanted = unwantedChanges(declaration).find(({ kind }) => sameKind(kind, event.ref.apiVersion, event.ref.kind));
-  if (unwanted?.actions.includes(event.action)) return `${declaration.name} does not ask for ${event.action} events of ${event.ref.kind} (its declaration's changes)`;
+  if (unwanted?.actions.includes(event.action))
+    return `${declaration.name} does not ask for ${event.action} events of ${event.ref.kind} (its declaration's changes)`;
   const object = event.object;
-  if (!object && event.mode === 'ref' && event.action !== 'delete' && sameKind(declaration.reconciles, event.ref.apiVersion, event.ref.kind)) {
+  if (
+    !object &&
+    event.mode === 'ref' &&
+    event.action !== 'delete' &&
+    sameKind(declaration.reconciles, event.ref.apiVersion, event.ref.kind)
+  ) {
     const key = kindKey(declaration.reconciles, event.ref);
     if (!keyProblem(key.kind, key)) seen.references.announce(key);
   }
@@ -72,7 +87,8 @@ export function skipReason(declaration: FunctionDeclaration, event: Extract<Func
   const kind = kindOf(declaration, event.ref);
   if (!kind) return undefined;
   const what = `${event.ref.kind} ${event.ref.namespace ? `${event.ref.namespace}/` : ''}${event.ref.name}`;
-  if (ownWrites.isOwn(kind, object)) return `${what} is at the version this function wrote (resourceVersion ${object.metadata.resourceVersion})`;
+  if (ownWrites.isOwn(kind, object))
+    return `${what} is at the version this function wrote (resourceVersion ${object.metadata.resourceVersion})`;
   if (kind !== declaration.reconciles || event.action !== 'update') return undefined;
   const key = { kind, namespace: kind.namespaced ? event.ref.namespace : '', name: event.ref.name };
   if (!isUnchangedSinceReconcile(declaration, key, object, seen)) return undefined;

@@ -124,7 +124,11 @@ export class KubeClient {
    * response then answers AlreadyExists, which callers creating deterministic names treat as
    * success); other errors throw ApiError at once.
    */
-  async request<T>(method: string, path: string, options: RequestOptions & { query?: Record<string, string | undefined> } = {}): Promise<T> {
+  async request<T>(
+    method: string,
+    path: string,
+    options: RequestOptions & { query?: Record<string, string | undefined> } = {},
+  ): Promise<T> {
     const url = new URL(this.server + path);
     for (const [name, value] of Object.entries(options.query ?? {})) if (value !== undefined) url.searchParams.set(name, value);
     const started = Date.now();
@@ -133,7 +137,8 @@ export class KubeClient {
         return await this.#send<T>(method, url, options);
       } catch (error) {
         if (!(error instanceof ApiError) || !error.transient || attempt >= RETRIES_ON_TRANSIENT) throw error;
-        const wait = error.retryAfterSeconds !== undefined ? error.retryAfterSeconds * 1000 : RETRY_BASE_MS * 2 ** attempt * (0.5 + Math.random());
+        const wait =
+          error.retryAfterSeconds !== undefined ? error.retryAfterSeconds * 1000 : RETRY_BASE_MS * 2 ** attempt * (0.5 + Math.random());
         if (Date.now() - started + wait > RETRY_WINDOW_MS) throw error;
         await sleep(wait);
       }
@@ -178,9 +183,16 @@ export class KubeClient {
    * watch cache (resourceVersion=0): cheaper, possibly a little stale; only for reads that a
    * conditional write (resourceVersion or uid precondition, create → 409) checks anyway.
    */
-  async get<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, options: { cached?: boolean } = {}): Promise<T | undefined> {
+  async get<T extends KubeObject = KubeObject>(
+    kind: ResourceKind,
+    key: ObjectKey,
+    options: { cached?: boolean } = {},
+  ): Promise<T | undefined> {
     try {
-      return await this.request<T>('GET', objectPath(kind, key), { resource: kind.plural, query: { resourceVersion: options.cached ? '0' : undefined } });
+      return await this.request<T>('GET', objectPath(kind, key), {
+        resource: kind.plural,
+        query: { resourceVersion: options.cached ? '0' : undefined },
+      });
     } catch (error) {
       if (isNotFound(error)) return undefined;
       throw error;
@@ -208,7 +220,13 @@ export class KubeClient {
         page = await this.request<ObjectList<T>>('GET', collectionPath(kind, options.namespace), {
           resource: kind.plural,
           accept: options.metadataOnly ? METADATA_LIST_ACCEPT : undefined,
-          query: { labelSelector: options.labelSelector, fieldSelector: options.fieldSelector, limit: String(limit), continue: token, resourceVersion: options.cached ? '0' : undefined },
+          query: {
+            labelSelector: options.labelSelector,
+            fieldSelector: options.fieldSelector,
+            limit: String(limit),
+            continue: token,
+            resourceVersion: options.cached ? '0' : undefined,
+          },
           onAnswer: (bytes) => (answerBytes = bytes),
         });
       } catch (error) {
@@ -254,14 +272,26 @@ export class KubeClient {
   /** PUT: optimistic concurrency through metadata.resourceVersion (409 Conflict when stale). */
   async replace<T extends KubeObject = KubeObject>(kind: ResourceKind, object: T, subresource?: string): Promise<T> {
     const key = { namespace: object.metadata.namespace ?? '', name: object.metadata.name ?? '' };
-    const replaced = await this.request<T>('PUT', objectPath(kind, key, subresource), { body: object, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+    const replaced = await this.request<T>('PUT', objectPath(kind, key, subresource), {
+      body: object,
+      resource: subresource ? `${kind.plural}/${subresource}` : kind.plural,
+    });
     this.ownWrites.record(kind, replaced);
     return replaced;
   }
 
   /** JSON merge patch (RFC 7386); the content type is explicit, client-node would send a JSON patch. */
-  async mergePatch<T extends KubeObject = KubeObject>(kind: ResourceKind, key: ObjectKey, patch: unknown, subresource?: string): Promise<T> {
-    const patched = await this.request<T>('PATCH', objectPath(kind, key, subresource), { body: patch, contentType: MERGE_PATCH, resource: subresource ? `${kind.plural}/${subresource}` : kind.plural });
+  async mergePatch<T extends KubeObject = KubeObject>(
+    kind: ResourceKind,
+    key: ObjectKey,
+    patch: unknown,
+    subresource?: string,
+  ): Promise<T> {
+    const patched = await this.request<T>('PATCH', objectPath(kind, key, subresource), {
+      body: patch,
+      contentType: MERGE_PATCH,
+      resource: subresource ? `${kind.plural}/${subresource}` : kind.plural,
+    });
     this.ownWrites.record(kind, patched);
     return patched;
   }
@@ -270,7 +300,11 @@ export class KubeClient {
    * Deletes the object; with `uid`, only that incarnation (a precondition, so a replica acting
    * on a stale read never deletes the pod another replica just created). False when it was gone.
    */
-  async delete(kind: ResourceKind, key: ObjectKey, options: { uid?: string; propagationPolicy?: 'Background' | 'Foreground' | 'Orphan' } = {}): Promise<boolean> {
+  async delete(
+    kind: ResourceKind,
+    key: ObjectKey,
+    options: { uid?: string; propagationPolicy?: 'Background' | 'Foreground' | 'Orphan' } = {},
+  ): Promise<boolean> {
     const body: Record<string, unknown> = { apiVersion: 'v1', kind: 'DeleteOptions' };
     if (options.uid) body.preconditions = { uid: options.uid };
     if (options.propagationPolicy) body.propagationPolicy = options.propagationPolicy;
@@ -288,7 +322,10 @@ export class KubeClient {
    * Streams watch events until the server ends the watch, `signal` aborts, or an error occurs.
    * Throws ApiError(410) when resourceVersion is too old, so the caller re-lists.
    */
-  async *watch<T extends KubeObject = KubeObject>(kind: ResourceKind, options: ListOptions & { resourceVersion?: string; timeoutSeconds?: number; signal?: AbortSignal }): AsyncGenerator<WatchEvent<T>> {
+  async *watch<T extends KubeObject = KubeObject>(
+    kind: ResourceKind,
+    options: ListOptions & { resourceVersion?: string; timeoutSeconds?: number; signal?: AbortSignal },
+  ): AsyncGenerator<WatchEvent<T>> {
     const url = new URL(this.server + collectionPath(kind, options.namespace));
     url.searchParams.set('watch', 'true');
     url.searchParams.set('allowWatchBookmarks', 'true');

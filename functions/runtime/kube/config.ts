@@ -38,8 +38,12 @@ export class ConnectionReusingKubeConfig extends KubeConfig {
       if (!dispatchers.has(key)) {
         // One TLS context for the pool: given only ca/cert/key, tls.connect parses them into a
         // new context for every connection.
-        const connect = dispatcher.type === 'agent' ? { ...dispatcher.connect, secureContext: createSecureContext(dispatcher.connect) } : undefined;
-        dispatchers.set(key, connect ? new Agent({ connect, allowH2: false, connections: options.maxConnections ?? null }) : build(cluster, agentOptions));
+        const connect =
+          dispatcher.type === 'agent' ? { ...dispatcher.connect, secureContext: createSecureContext(dispatcher.connect) } : undefined;
+        dispatchers.set(
+          key,
+          connect ? new Agent({ connect, allowH2: false, connections: options.maxConnections ?? null }) : build(cluster, agentOptions),
+        );
       }
       return dispatchers.get(key);
     };
@@ -50,12 +54,18 @@ export class ConnectionReusingKubeConfig extends KubeConfig {
     // With nothing configured client-node falls back to http://localhost:8080, which then fails
     // with a TLS message that hides the real problem.
     const found = configuredKubeconfig();
-    if (!found) throw new Error('no Kubernetes cluster configured: set KUBECONFIG (or create ~/.kube/config), or run in a pod with a service account');
+    if (!found)
+      throw new Error(
+        'no Kubernetes cluster configured: set KUBECONFIG (or create ~/.kube/config), or run in a pod with a service account',
+      );
     const config = new ConnectionReusingKubeConfig(options);
     if (found.inCluster) {
       // Without it (automountServiceAccountToken: false) every request would fail, each with a
       // message about something else; a function must not report ready like that.
-      if (!existsSync(SERVICE_ACCOUNT_TOKEN)) throw new Error(`in a pod (KUBERNETES_SERVICE_HOST is set) but no service-account token at ${SERVICE_ACCOUNT_TOKEN}: mount one (automountServiceAccountToken: true), or set KUBECONFIG`);
+      if (!existsSync(SERVICE_ACCOUNT_TOKEN))
+        throw new Error(
+          `in a pod (KUBERNETES_SERVICE_HOST is set) but no service-account token at ${SERVICE_ACCOUNT_TOKEN}: mount one (automountServiceAccountToken: true), or set KUBECONFIG`,
+        );
       config.loadFromCluster();
     }
     const [first, ...rest] = found.files;
@@ -65,7 +75,8 @@ export class ConnectionReusingKubeConfig extends KubeConfig {
       more.loadFromFile(file);
       config.mergeConfig(more);
     }
-    if (!config.getCurrentCluster()) throw new Error(`no current cluster in ${found.files.join(delimiter) || 'the in-cluster configuration'}`);
+    if (!config.getCurrentCluster())
+      throw new Error(`no current cluster in ${found.files.join(delimiter) || 'the in-cluster configuration'}`);
     return config;
   }
 }

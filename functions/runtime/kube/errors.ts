@@ -49,7 +49,8 @@ export const NOT_SERVED = 'NotServed';
 
 /** The object (or the namespace it was addressed in) does not exist. */
 export const isNotFound = (error: unknown): boolean => error instanceof ApiError && error.code === 404 && error.reason !== NOT_SERVED;
-export const isAlreadyExists = (error: unknown): boolean => error instanceof ApiError && error.code === 409 && error.reason === 'AlreadyExists';
+export const isAlreadyExists = (error: unknown): boolean =>
+  error instanceof ApiError && error.code === 409 && error.reason === 'AlreadyExists';
 export const isConflict = (error: unknown): boolean => error instanceof ApiError && error.code === 409 && error.reason === 'Conflict';
 /**
  * The token to go on with when the API server answers a continued page 410 Expired: etcd has
@@ -75,10 +76,21 @@ export function errorFromResponse(what: string, code: number, text: string, retr
   const status = parsed && typeof parsed === 'object' ? (parsed as KubeStatus) : undefined;
   // An object that does not exist comes back as a Status naming it; anything else is about the path.
   if (code === 404 && !(status?.reason === 'NotFound' && status.details?.name)) {
-    return new ApiError(404, NOT_SERVED, `${what}: the API server does not serve this resource (is its CustomResourceDefinition installed and Established, or is the server still starting?)`, status);
+    return new ApiError(
+      404,
+      NOT_SERVED,
+      `${what}: the API server does not serve this resource (is its CustomResourceDefinition installed and Established, or is the server still starting?)`,
+      status,
+    );
   }
   // An Invalid answer quotes the refused value whole; the message goes into logs and conditions.
   // Only in whole seconds, as the API server writes it (client-go's checkWait reads it so too).
   const retryAfterSeconds = (code === 429 || code >= 500) && /^\d{1,9}$/.test(retryAfter ?? '') ? Number(retryAfter) : undefined;
-  return new ApiError(code, status?.reason ?? String(code), `${what}: ${status?.message === undefined ? text.slice(0, 200) || code : boundedMessage(status.message)}`, status, retryAfterSeconds);
+  return new ApiError(
+    code,
+    status?.reason ?? String(code),
+    `${what}: ${status?.message === undefined ? text.slice(0, 200) || code : boundedMessage(status.message)}`,
+    status,
+    retryAfterSeconds,
+  );
 }

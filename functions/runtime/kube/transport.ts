@@ -84,7 +84,14 @@ export class Authentication {
       const tokenModified = tokenFile ? modifiedAt(tokenFile) : undefined;
       if (tokenFile) headers.Authorization = `Bearer ${readFileSync(tokenFile, 'utf8').trim()}`;
       const now = Date.now();
-      return { headers, dispatcher: context.getDispatcher() as Dispatcher | undefined, preparedAt: now, tokenFile, tokenModified, checkedAt: now };
+      return {
+        headers,
+        dispatcher: context.getDispatcher() as Dispatcher | undefined,
+        preparedAt: now,
+        tokenFile,
+        tokenModified,
+        checkedAt: now,
+      };
     })();
     this.#auth = prepared;
     // A failed preparation is not kept.

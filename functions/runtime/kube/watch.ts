@@ -35,7 +35,12 @@ export async function* watchEvents<T = KubeObject>(body: AsyncIterable<Uint8Arra
     const event = JSON.parse(line) as WatchEvent<T>;
     if (event.type === 'ERROR') {
       const status = event.object as unknown as KubeStatus;
-      throw new ApiError(status.code ?? 500, status.reason ?? 'WatchError', `watch ${plural}: ${boundedMessage(status.message ?? 'error')}`, status);
+      throw new ApiError(
+        status.code ?? 500,
+        status.reason ?? 'WatchError',
+        `watch ${plural}: ${boundedMessage(status.message ?? 'error')}`,
+        status,
+      );
     }
     yield event;
   }

@@ -1,48 +1,78 @@
 // The 3-way merge against the last-applied annotation (functions/composite/metacontroller/apply.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { applyUpdate, forCreate, goJsonMarshal, LAST_APPLIED_ANNOTATION, threeWayMerge } from '../../../functions/composite/metacontroller/apply.ts';
+import {
+  applyUpdate,
+  forCreate,
+  goJsonMarshal,
+  LAST_APPLIED_ANNOTATION,
+  threeWayMerge,
+} from '../../../functions/composite/metacontroller/apply.ts';
 import { type KubeObject } from '../../../functions/runtime/index.ts';
 
-const merge = (observed: string, lastApplied: string, desired: string) => threeWayMerge(JSON.parse(observed), JSON.parse(lastApplied), JSON.parse(desired));
+const merge = (observed: string, lastApplied: string, desired: string) =>
+  threeWayMerge(JSON.parse(observed), JSON.parse(lastApplied), JSON.parse(desired));
 
 describe('threeWayMerge (upstream TestMerge cases)', () => {
   test('empty', () => assert.deepEqual(merge('{}', '{}', '{}'), {}));
 
   test('scalars: keep others, remove what we stopped setting, replace and add', () => {
-    assert.deepEqual(merge('{"keep":"other","remove":"other","replace":"other"}', '{"remove":"old","replace":"old"}', '{"replace":"new","add":"new"}'), {
-      replace: 'new',
-      add: 'new',
-      keep: 'other',
-    });
+    assert.deepEqual(
+      merge('{"keep":"other","remove":"other","replace":"other"}', '{"remove":"old","replace":"old"}', '{"replace":"new","add":"new"}'),
+      {
+        replace: 'new',
+        add: 'new',
+        keep: 'other',
+      },
+    );
   });
 
   test('nested object', () => {
-    assert.deepEqual(merge('{"update":{"keep":"other","remove":"other"}}', '{"update":{"remove":"old","replace":"old"}}', '{"update":{"replace":"new","add":"new"}}'), {
-      update: { replace: 'new', add: 'new', keep: 'other' },
-    });
+    assert.deepEqual(
+      merge(
+        '{"update":{"keep":"other","remove":"other"}}',
+        '{"update":{"remove":"old","replace":"old"}}',
+        '{"update":{"replace":"new","add":"new"}}',
+      ),
+      {
+        update: { replace: 'new', add: 'new', keep: 'other' },
+      },
+    );
   });
 
   test('an ordinary list is replaced', () => {
-    assert.deepEqual(merge('{"list":[1,2,3,{"a":true}]}', '{"list":[4,5,6]}', '{"list":[7,8,9,{"b":false}]}'), { list: [7, 8, 9, { b: false }] });
+    assert.deepEqual(merge('{"list":[1,2,3,{"a":true}]}', '{"list":[4,5,6]}', '{"list":[7,8,9,{"b":false}]}'), {
+      list: [7, 8, 9, { b: false }],
+    });
   });
 
   test('list-maps merge by name, port and containerPort, keeping order then appending', () => {
     const got = merge(
       JSON.stringify({
-        listMap: [{ name: 'keep', value: 'other' }, { name: 'remove', value: 'other' }, { name: 'merge', nested: { keep: 'other' } }],
+        listMap: [
+          { name: 'keep', value: 'other' },
+          { name: 'remove', value: 'other' },
+          { name: 'merge', nested: { keep: 'other' } },
+        ],
         ports1: [{ port: 80, keep: 'other' }],
         ports2: [{ containerPort: 80, keep: 'other' }],
       }),
       JSON.stringify({ listMap: [{ name: 'remove', value: 'old' }], ports1: [{ port: 80, remove: 'old' }] }),
       JSON.stringify({
-        listMap: [{ name: 'add', value: 'new' }, { name: 'merge', nested: { add: 'new' } }],
+        listMap: [
+          { name: 'add', value: 'new' },
+          { name: 'merge', nested: { add: 'new' } },
+        ],
         ports1: [{ port: 80, add: 'new' }, { port: 90 }],
         ports2: [{ containerPort: 80 }, { containerPort: 90 }],
       }),
     );
     assert.deepEqual(got, {
-      listMap: [{ name: 'keep', value: 'other' }, { name: 'merge', nested: { keep: 'other', add: 'new' } }, { name: 'add', value: 'new' }],
+      listMap: [
+        { name: 'keep', value: 'other' },
+        { name: 'merge', nested: { keep: 'other', add: 'new' } },
+        { name: 'add', value: 'new' },
+      ],
       ports1: [{ port: 80, keep: 'other', add: 'new' }, { port: 90 }],
       ports2: [{ containerPort: 80, keep: 'other' }, { containerPort: 90 }],
     });
@@ -50,7 +80,12 @@ describe('threeWayMerge (upstream TestMerge cases)', () => {
 
   test('a list of objects without a common merge key is replaced', () => {
     const got = merge(
-      JSON.stringify({ notListMap: [{ name: 'keep', value: 'other' }, { notName: 'remove', value: 'other' }] }),
+      JSON.stringify({
+        notListMap: [
+          { name: 'keep', value: 'other' },
+          { notName: 'remove', value: 'other' },
+        ],
+      }),
       JSON.stringify({ notListMap: [{ name: 'remove', value: 'old' }] }),
       JSON.stringify({ notListMap: [{ name: 'add', value: 'new' }] }),
     );
@@ -63,7 +98,9 @@ describe('threeWayMerge (upstream TestMerge cases)', () => {
 
   test("a type change counts as null, as upstream's never-firing type check makes it", () => {
     // A scalar where the object holds a map: our keys there go, others' stay, no error.
-    assert.deepEqual(merge('{"spec":{"a":{"ours":1,"theirs":2}}}', '{"spec":{"a":{"ours":1}}}', '{"spec":{"a":"x"}}'), { spec: { a: { theirs: 2 } } });
+    assert.deepEqual(merge('{"spec":{"a":{"ours":1,"theirs":2}}}', '{"spec":{"a":{"ours":1}}}', '{"spec":{"a":"x"}}'), {
+      spec: { a: { theirs: 2 } },
+    });
     // A map where the object holds an ordinary list: the field becomes null.
     assert.deepEqual(merge('{"list":[1,2]}', '{}', '{"list":{"k":"v"}}'), { list: null });
     // A scalar destination takes whatever is desired.
@@ -91,11 +128,21 @@ function created(desired: KubeObject): KubeObject {
   const object = forCreate(desired) as KubeObject & { spec: { containers: Record<string, unknown>[] } };
   return {
     ...object,
-    metadata: { ...object.metadata, uid: 'pod-uid', resourceVersion: '7', creationTimestamp: '2026-01-01T00:00:00Z', ownerReferences: [{ apiVersion: 'x/v1', kind: 'P', name: 'web', uid: 'p', controller: true }] },
+    metadata: {
+      ...object.metadata,
+      uid: 'pod-uid',
+      resourceVersion: '7',
+      creationTimestamp: '2026-01-01T00:00:00Z',
+      ownerReferences: [{ apiVersion: 'x/v1', kind: 'P', name: 'web', uid: 'p', controller: true }],
+    },
     spec: {
       ...object.spec,
       dnsPolicy: 'ClusterFirst',
-      containers: object.spec.containers.map((container) => ({ ...container, imagePullPolicy: 'Always', terminationMessagePath: '/dev/termination-log' })),
+      containers: object.spec.containers.map((container) => ({
+        ...container,
+        imagePullPolicy: 'Always',
+        terminationMessagePath: '/dev/termination-log',
+      })),
     },
     status: { phase: 'Pending' },
   };
@@ -172,14 +219,28 @@ describe('applyUpdate', () => {
   });
 
   test('an observed object without the annotation: desired fields are set, nothing is removed', () => {
-    const observed: KubeObject = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c', namespace: 'n' }, data: { theirs: '1', shared: 'old' } };
-    const result = applyUpdate(observed, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c', namespace: 'n' }, data: { shared: 'new' } });
+    const observed: KubeObject = {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'c', namespace: 'n' },
+      data: { theirs: '1', shared: 'old' },
+    };
+    const result = applyUpdate(observed, {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'c', namespace: 'n' },
+      data: { shared: 'new' },
+    });
     assert.ok(result.ok);
     assert.deepEqual((result.object as { data?: unknown }).data, { theirs: '1', shared: 'new' });
   });
 
   test('an unreadable annotation is an error, not a guess', () => {
-    const observed: KubeObject = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c', annotations: { [LAST_APPLIED_ANNOTATION]: '{not json' } } };
+    const observed: KubeObject = {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'c', annotations: { [LAST_APPLIED_ANNOTATION]: '{not json' } },
+    };
     const result = applyUpdate(observed, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c' } });
     assert.equal(result.ok, false);
     assert.match(!result.ok ? result.reason : '', /can't unmarshal "metacontroller.k8s.io\/last-applied-configuration"/);
@@ -193,7 +254,12 @@ describe('applyUpdate', () => {
   });
 
   test('the annotation is written as Go writes it: keys sorted by bytes, <, >, & and U+2028 escaped', () => {
-    const desired = { kind: 'ConfigMap', apiVersion: 'v1', metadata: { name: 'x' }, data: { b: '2', a: 'x&y<z>', 10: '\u2028', 9: 'n' } } as unknown as KubeObject;
+    const desired = {
+      kind: 'ConfigMap',
+      apiVersion: 'v1',
+      metadata: { name: 'x' },
+      data: { b: '2', a: 'x&y<z>', 10: '\u2028', 9: 'n' },
+    } as unknown as KubeObject;
     // What Go's json.Marshal printed for the same object (metacontroller's SetLastApplied).
     assert.equal(
       forCreate(desired).metadata.annotations![LAST_APPLIED_ANNOTATION],
@@ -203,12 +269,16 @@ describe('applyUpdate', () => {
   });
 
   test("the hook's key order, or an annotation another writer wrote in another order, is no change", () => {
-    const desired = (data: Record<string, string>): KubeObject => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c', namespace: 'n' }, data } as KubeObject);
+    const desired = (data: Record<string, string>): KubeObject =>
+      ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'c', namespace: 'n' }, data }) as KubeObject;
     const created = forCreate(desired({ a: '1', b: '2' }));
     const reordered = applyUpdate(created, desired({ b: '2', a: '1' }));
     assert.ok(reordered.ok);
     assert.equal(reordered.changed, false, 'a Recreate child would be deleted and made again');
-    const otherWriter = { ...created, metadata: { ...created.metadata, annotations: { [LAST_APPLIED_ANNOTATION]: JSON.stringify(desired({ b: '2', a: '1' })) } } };
+    const otherWriter = {
+      ...created,
+      metadata: { ...created.metadata, annotations: { [LAST_APPLIED_ANNOTATION]: JSON.stringify(desired({ b: '2', a: '1' })) } },
+    };
     const same = applyUpdate(otherWriter, desired({ a: '1', b: '2' }));
     assert.ok(same.ok);
     assert.equal(same.changed, false);
@@ -218,8 +288,12 @@ describe('applyUpdate', () => {
   });
 
   test('a list whose first known key repeats merges by a unique one, and loses no item', () => {
-    const service = (ports: object[]): KubeObject => ({ apiVersion: 'v1', kind: 'Service', metadata: { name: 's', namespace: 'n' }, spec: { ports } } as KubeObject);
-    const ports = [{ name: 'dns', port: 53, protocol: 'UDP' }, { name: 'dns-tcp', port: 53, protocol: 'TCP' }];
+    const service = (ports: object[]): KubeObject =>
+      ({ apiVersion: 'v1', kind: 'Service', metadata: { name: 's', namespace: 'n' }, spec: { ports } }) as KubeObject;
+    const ports = [
+      { name: 'dns', port: 53, protocol: 'UDP' },
+      { name: 'dns-tcp', port: 53, protocol: 'TCP' },
+    ];
     const created = forCreate(service(ports));
     // As the API server stores it: a targetPort defaulted on each.
     const observed = service(ports.map((port) => ({ ...port, targetPort: 53 })));
@@ -230,6 +304,11 @@ describe('applyUpdate', () => {
     assert.deepEqual(portsOf(again.object), portsOf(observed));
     assert.equal(again.changed, false);
     // No unique known key at all: the hook's list as given.
-    assert.deepEqual(merge('{"l":[{"port":1,"a":1},{"port":1,"a":2}]}', '{"l":[]}', '{"l":[{"port":1,"b":1},{"port":1,"b":2}]}'), { l: [{ port: 1, b: 1 }, { port: 1, b: 2 }] });
+    assert.deepEqual(merge('{"l":[{"port":1,"a":1},{"port":1,"a":2}]}', '{"l":[]}', '{"l":[{"port":1,"b":1},{"port":1,"b":2}]}'), {
+      l: [
+        { port: 1, b: 1 },
+        { port: 1, b: 2 },
+      ],
+    });
   });
 });

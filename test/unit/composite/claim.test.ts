@@ -9,10 +9,27 @@ const selector = (compileSelector({ matchLabels: { app: 'web' } }) as { selector
 const parent = (deleting = false, namespace: string | undefined = 'prod'): KubeObject => ({
   apiVersion: 'example.com/v1',
   kind: 'Thing',
-  metadata: { name: 'p', uid: 'parent-uid', ...(namespace ? { namespace } : {}), ...(deleting ? { deletionTimestamp: '2026-01-01T00:00:00Z' } : {}) },
+  metadata: {
+    name: 'p',
+    uid: 'parent-uid',
+    ...(namespace ? { namespace } : {}),
+    ...(deleting ? { deletionTimestamp: '2026-01-01T00:00:00Z' } : {}),
+  },
 });
-const ours: OwnerReference = { apiVersion: 'example.com/v1', kind: 'Thing', name: 'p', uid: 'parent-uid', controller: true, blockOwnerDeletion: true };
-const child = (name: string, labels: Record<string, string>, owners: OwnerReference[] = [], extra: Partial<KubeObject['metadata']> = {}): KubeObject => ({
+const ours: OwnerReference = {
+  apiVersion: 'example.com/v1',
+  kind: 'Thing',
+  name: 'p',
+  uid: 'parent-uid',
+  controller: true,
+  blockOwnerDeletion: true,
+};
+const child = (
+  name: string,
+  labels: Record<string, string>,
+  owners: OwnerReference[] = [],
+  extra: Partial<KubeObject['metadata']> = {},
+): KubeObject => ({
   apiVersion: 'v1',
   kind: 'Pod',
   metadata: { name, namespace: 'prod', labels, ownerReferences: owners, ...extra },
@@ -59,13 +76,19 @@ describe('planClaim', () => {
   });
 
   test('a parent being deleted adopts and releases nothing, but keeps what it owns and matches', () => {
-    const plan = claim([child('a', { app: 'web' }, [ours]), child('orphan', { app: 'web' }), child('drifted', { app: 'api' }, [ours])], parent(true));
+    const plan = claim(
+      [child('a', { app: 'web' }, [ours]), child('orphan', { app: 'web' }), child('drifted', { app: 'api' }, [ours])],
+      parent(true),
+    );
     assert.deepEqual(names(plan.claimed), ['a']);
     assert.deepEqual([plan.adopt, plan.release], [[], []]);
   });
 
-  test("a namespaced parent only claims in its namespace; a cluster-scoped one anywhere", () => {
-    const elsewhere = { ...child('x', { app: 'web' }, [ours]), metadata: { ...child('x', { app: 'web' }, [ours]).metadata, namespace: 'other' } };
+  test('a namespaced parent only claims in its namespace; a cluster-scoped one anywhere', () => {
+    const elsewhere = {
+      ...child('x', { app: 'web' }, [ours]),
+      metadata: { ...child('x', { app: 'web' }, [ours]).metadata, namespace: 'other' },
+    };
     assert.deepEqual(claim([elsewhere]).claimed, []);
     assert.deepEqual(names(claim([elsewhere], parent(false, undefined), false).claimed), ['x']);
   });

@@ -6,16 +6,41 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { deepDerivative, inPlace, repaired } from '../../../functions/composite/ensure-event-sources.ts';
 import {
-  boundedName, CONTROLLER_LABEL, eventingObjectsFor, eventingOptionsFrom, sourceName, identityName, type EventingOptions,
+  boundedName,
+  CONTROLLER_LABEL,
+  eventingObjectsFor,
+  eventingOptionsFrom,
+  sourceName,
+  identityName,
+  type EventingOptions,
 } from '../../../functions/composite/event-sources.ts';
-import { ownerLabelValue, Pod, Secret, ConfigMap, Namespace, type KubeObject, type ResourceKind, FUNCTION_EXTENSION } from '../../../functions/runtime/index.ts';
+import {
+  ownerLabelValue,
+  Pod,
+  Secret,
+  ConfigMap,
+  Namespace,
+  type KubeObject,
+  type ResourceKind,
+  FUNCTION_EXTENSION,
+} from '../../../functions/runtime/index.ts';
 import { loadAllFunctions } from '../../../functions/index.ts';
 import { manifestOptions } from '../../../bin/manifests.ts';
 import { generateManifests, validateManifests } from '../../../eventing/manifests/index.ts';
 
-const ImmortalContainer: ResourceKind = { group: 'immortalcontainers.flugel.it', version: 'v1alpha1', kind: 'ImmortalContainer', plural: 'immortalcontainers', namespaced: true };
+const ImmortalContainer: ResourceKind = {
+  group: 'immortalcontainers.flugel.it',
+  version: 'v1alpha1',
+  kind: 'ImmortalContainer',
+  plural: 'immortalcontainers',
+  namespaced: true,
+};
 const ClusterParent: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Tenant', plural: 'tenants', namespaced: false };
-const controller: KubeObject = { apiVersion: 'metacontroller.k8s.io/v1alpha1', kind: 'CompositeController', metadata: { name: 'immortalcontainer-controller', uid: 'uid-1' } };
+const controller: KubeObject = {
+  apiVersion: 'metacontroller.k8s.io/v1alpha1',
+  kind: 'CompositeController',
+  metadata: { name: 'immortalcontainer-controller', uid: 'uid-1' },
+};
 const cluster: EventingOptions = { namespace: 'operator-functions', brokerName: 'operator-functions', scope: 'cluster' };
 const namespaced: EventingOptions = { namespace: 'team-a', brokerName: 'b', scope: 'namespace' };
 
@@ -28,13 +53,16 @@ describe('eventingObjectsFor, cluster scope', () => {
   const objects = eventingObjectsFor(controller, { parent: ImmortalContainer, children: [Pod] }, cluster);
 
   test('a ServiceAccount, a ClusterRole and its binding, then the two sources, in apply order', () => {
-    assert.deepEqual(objects.map((object) => `${object.kind} ${object.metadata.namespace ?? ''}/${object.metadata.name}`), [
-      'ServiceAccount operator-functions/opfn-cc-immortalcontainer-controller',
-      'ClusterRole /opfn-cc-immortalcontainer-controller',
-      'ClusterRoleBinding /opfn-cc-immortalcontainer-controller',
-      'ApiServerSource operator-functions/opfn-cc-immortalcontainer-controller-parents',
-      'ApiServerSource operator-functions/opfn-cc-immortalcontainer-controller-children',
-    ]);
+    assert.deepEqual(
+      objects.map((object) => `${object.kind} ${object.metadata.namespace ?? ''}/${object.metadata.name}`),
+      [
+        'ServiceAccount operator-functions/opfn-cc-immortalcontainer-controller',
+        'ClusterRole /opfn-cc-immortalcontainer-controller',
+        'ClusterRoleBinding /opfn-cc-immortalcontainer-controller',
+        'ApiServerSource operator-functions/opfn-cc-immortalcontainer-controller-parents',
+        'ApiServerSource operator-functions/opfn-cc-immortalcontainer-controller-children',
+      ],
+    );
   });
 
   test('the role allows get, list and watch on exactly the parent and child resources', () => {
@@ -43,8 +71,14 @@ describe('eventingObjectsFor, cluster scope', () => {
       { apiGroups: ['immortalcontainers.flugel.it'], resources: ['immortalcontainers'], verbs: ['get', 'list', 'watch'] },
     ]);
     const binding = byKind(objects, 'ClusterRoleBinding')[0]!;
-    assert.deepEqual(binding.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'opfn-cc-immortalcontainer-controller' });
-    assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: 'opfn-cc-immortalcontainer-controller', namespace: 'operator-functions' }]);
+    assert.deepEqual(binding.roleRef, {
+      apiGroup: 'rbac.authorization.k8s.io',
+      kind: 'ClusterRole',
+      name: 'opfn-cc-immortalcontainer-controller',
+    });
+    assert.deepEqual(binding.subjects, [
+      { kind: 'ServiceAccount', name: 'opfn-cc-immortalcontainer-controller', namespace: 'operator-functions' },
+    ]);
   });
 
   test('sources: parents in Resource mode, children in Resource mode, every namespace, tagged for the composite Trigger, sent to the Broker', () => {
@@ -67,13 +101,37 @@ describe('eventingObjectsFor, cluster scope', () => {
     const functions = await loadAllFunctions();
     const install = generateManifests(functions, manifestOptions({ target: 'knative' }, functions)).flatMap((file) => file.objects);
     assert.deepEqual(validateManifests([...install, ...objects]), []);
-    const namespacedInstall = generateManifests(functions, manifestOptions({ target: 'knative', namespace: 'team-a' }, functions)).flatMap((file) => file.objects);
-    assert.deepEqual(validateManifests([...namespacedInstall, ...eventingObjectsFor(controller, { parent: ImmortalContainer, children: [Pod, Secret] }, { namespace: 'team-a', brokerName: 'operator-functions', scope: 'namespace' })]), []);
+    const namespacedInstall = generateManifests(functions, manifestOptions({ target: 'knative', namespace: 'team-a' }, functions)).flatMap(
+      (file) => file.objects,
+    );
+    assert.deepEqual(
+      validateManifests([
+        ...namespacedInstall,
+        ...eventingObjectsFor(
+          controller,
+          { parent: ImmortalContainer, children: [Pod, Secret] },
+          { namespace: 'team-a', brokerName: 'operator-functions', scope: 'namespace' },
+        ),
+      ]),
+      [],
+    );
   });
 
   test('every object is controlled by the CompositeController and labelled with its name', () => {
     for (const object of objects) {
-      assert.deepEqual(object.metadata.ownerReferences, [{ apiVersion: 'metacontroller.k8s.io/v1alpha1', kind: 'CompositeController', name: 'immortalcontainer-controller', uid: 'uid-1', controller: true }], `${object.kind}`);
+      assert.deepEqual(
+        object.metadata.ownerReferences,
+        [
+          {
+            apiVersion: 'metacontroller.k8s.io/v1alpha1',
+            kind: 'CompositeController',
+            name: 'immortalcontainer-controller',
+            uid: 'uid-1',
+            controller: true,
+          },
+        ],
+        `${object.kind}`,
+      );
       assert.equal(object.metadata.labels?.[CONTROLLER_LABEL], 'immortalcontainer-controller');
       assert.equal(object.metadata.labels?.['operator-functions.dev/function'], 'composite');
     }
@@ -86,20 +144,40 @@ describe('eventingObjectsFor, variants', () => {
     const [parents, children] = byKind(objects, 'ApiServerSource') as [KubeObject, KubeObject];
     assert.equal(spec(parents).mode, 'Resource');
     assert.equal(spec(children).mode, 'Reference');
-    assert.deepEqual(spec(children).resources.map((r: { kind: string }) => r.kind), ['ConfigMap', 'Secret']);
-    const secretParent = byKind(eventingObjectsFor(controller, { parent: Secret, children: [ConfigMap] }, cluster), 'ApiServerSource') as [KubeObject, KubeObject];
-    assert.deepEqual(secretParent.map((source) => spec(source).mode), ['Reference', 'Resource']);
+    assert.deepEqual(
+      spec(children).resources.map((r: { kind: string }) => r.kind),
+      ['ConfigMap', 'Secret'],
+    );
+    const secretParent = byKind(eventingObjectsFor(controller, { parent: Secret, children: [ConfigMap] }, cluster), 'ApiServerSource') as [
+      KubeObject,
+      KubeObject,
+    ];
+    assert.deepEqual(
+      secretParent.map((source) => spec(source).mode),
+      ['Reference', 'Resource'],
+    );
   });
 
   test('no children: no child source; a child kind listed twice is watched once', () => {
-    assert.deepEqual(byKind(eventingObjectsFor(controller, { parent: ImmortalContainer, children: [] }, cluster), 'ApiServerSource').map((o) => o.metadata.name), ['opfn-cc-immortalcontainer-controller-parents']);
-    const twice = byKind(eventingObjectsFor(controller, { parent: ImmortalContainer, children: [Pod, Pod] }, cluster), 'ApiServerSource')[1]!;
+    assert.deepEqual(
+      byKind(eventingObjectsFor(controller, { parent: ImmortalContainer, children: [] }, cluster), 'ApiServerSource').map(
+        (o) => o.metadata.name,
+      ),
+      ['opfn-cc-immortalcontainer-controller-parents'],
+    );
+    const twice = byKind(
+      eventingObjectsFor(controller, { parent: ImmortalContainer, children: [Pod, Pod] }, cluster),
+      'ApiServerSource',
+    )[1]!;
     assert.deepEqual(spec(twice).resources, [{ apiVersion: 'v1', kind: 'Pod' }]);
   });
 
   test('namespace scope: a Role and RoleBinding in the namespace, sources without namespaceSelector', () => {
     const objects = eventingObjectsFor(controller, { parent: ImmortalContainer, children: [Pod] }, namespaced);
-    assert.deepEqual(objects.map((object) => object.kind), ['ServiceAccount', 'Role', 'RoleBinding', 'ApiServerSource', 'ApiServerSource']);
+    assert.deepEqual(
+      objects.map((object) => object.kind),
+      ['ServiceAccount', 'Role', 'RoleBinding', 'ApiServerSource', 'ApiServerSource'],
+    );
     assert.ok(objects.every((object) => object.kind === 'ClusterRole' || object.metadata.namespace === 'team-a'));
     for (const source of byKind(objects, 'ApiServerSource')) {
       assert.equal('namespaceSelector' in spec(source), false);
@@ -124,16 +202,25 @@ describe('eventingObjectsFor, variants', () => {
     const Datum: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Datum', plural: 'data', namespaced: true };
     const objects = eventingObjectsFor(controller, { parent: Rule, children: [Datum, Pod] }, cluster);
     const sources = byKind(objects, 'ApiServerSource');
-    assert.deepEqual(sources.map((source) => [source.metadata.name!.replace(/^opfn-cc-immortalcontainer-controller-/, ''), spec(source).resources]), [
-      ['parents', [{ apiVersion: 'flant.com/v1', kind: 'Copyrator' }]],
-      ['children', [{ apiVersion: 'v1', kind: 'Pod' }]],
-    ]);
+    assert.deepEqual(
+      sources.map((source) => [source.metadata.name!.replace(/^opfn-cc-immortalcontainer-controller-/, ''), spec(source).resources]),
+      [
+        ['parents', [{ apiVersion: 'flant.com/v1', kind: 'Copyrator' }]],
+        ['children', [{ apiVersion: 'v1', kind: 'Pod' }]],
+      ],
+    );
     const granted = byKind(objects, 'ClusterRole')[0]!.rules as { resources: string[] }[];
-    assert.ok(granted.some((rule) => rule.resources.includes('copyrators')), 'the role names the resource the source watches');
+    assert.ok(
+      granted.some((rule) => rule.resources.includes('copyrators')),
+      'the role names the resource the source watches',
+    );
   });
 
   test('a controller without uid cannot own anything: refused, with the reason', () => {
-    assert.throws(() => eventingObjectsFor({ metadata: { name: 'x' } }, { parent: Pod, children: [] }, cluster), /without metadata\.name or metadata\.uid/);
+    assert.throws(
+      () => eventingObjectsFor({ metadata: { name: 'x' } }, { parent: Pod, children: [] }, cluster),
+      /without metadata\.name or metadata\.uid/,
+    );
   });
 });
 
@@ -168,11 +255,20 @@ describe('names for any controller name', () => {
 });
 
 describe('ensureEventing decisions', () => {
-  const [account, role, binding, source] = eventingObjectsFor(controller, { parent: ImmortalContainer, children: [Pod] }, cluster) as KubeObject[] as [KubeObject, KubeObject, KubeObject, KubeObject];
+  const [account, role, binding, source] = eventingObjectsFor(
+    controller,
+    { parent: ImmortalContainer, children: [Pod] },
+    cluster,
+  ) as KubeObject[] as [KubeObject, KubeObject, KubeObject, KubeObject];
   const stored = (object: KubeObject, extra: Record<string, unknown> = {}): KubeObject => ({
     ...structuredClone(object),
     ...extra,
-    metadata: { ...structuredClone(object.metadata), uid: 'obj', resourceVersion: '7', labels: { ...object.metadata.labels, 'someone/else': 'x' } },
+    metadata: {
+      ...structuredClone(object.metadata),
+      uid: 'obj',
+      resourceVersion: '7',
+      labels: { ...object.metadata.labels, 'someone/else': 'x' },
+    },
   });
 
   test('deepDerivative: fields we never set are ignored; what we set must be there; {} matches absent', () => {
@@ -184,10 +280,19 @@ describe('ensureEventing decisions', () => {
     assert.ok(!deepDerivative({ namespaceSelector: {} }, { namespaceSelector: { matchLabels: { a: 'b' } } }));
   });
 
-  test('in place: as stored by the API server (defaults and others\' labels added)', () => {
+  test("in place: as stored by the API server (defaults and others' labels added)", () => {
     assert.ok(inPlace(account, { ...stored(account), secrets: [{ name: 'token' }] }));
     assert.ok(inPlace(role, stored(role)));
-    assert.ok(inPlace(binding, stored(binding, { subjects: [{ kind: 'ServiceAccount', apiGroup: '', name: 'opfn-cc-immortalcontainer-controller', namespace: 'operator-functions' }] })));
+    assert.ok(
+      inPlace(
+        binding,
+        stored(binding, {
+          subjects: [
+            { kind: 'ServiceAccount', apiGroup: '', name: 'opfn-cc-immortalcontainer-controller', namespace: 'operator-functions' },
+          ],
+        }),
+      ),
+    );
     assert.ok(inPlace(source, stored(source, { status: { sinkUri: 'http://broker' } })));
   });
 
@@ -204,21 +309,34 @@ describe('ensureEventing decisions', () => {
 
   test('repaired: ours restored, everything else of the stored object kept', () => {
     const drifted = stored(source, { spec: { ...spec(source), mode: 'Reference', extra: 1 }, status: { s: 1 } });
-    drifted.metadata.ownerReferences = [{ apiVersion: 'v1', kind: 'X', name: 'x', uid: 'other', controller: true }, { apiVersion: 'v1', kind: 'Y', name: 'y', uid: 'friend' }];
+    drifted.metadata.ownerReferences = [
+      { apiVersion: 'v1', kind: 'X', name: 'x', uid: 'other', controller: true },
+      { apiVersion: 'v1', kind: 'Y', name: 'y', uid: 'friend' },
+    ];
     const fixed = repaired(source, drifted);
     assert.deepEqual(fixed.spec, source.spec);
     assert.deepEqual(fixed.status, { s: 1 });
     assert.equal(fixed.metadata.resourceVersion, '7');
     assert.equal(fixed.metadata.labels?.['someone/else'], 'x');
-    assert.deepEqual(fixed.metadata.ownerReferences?.map((reference) => reference.uid), ['uid-1', 'friend']);
+    assert.deepEqual(
+      fixed.metadata.ownerReferences?.map((reference) => reference.uid),
+      ['uid-1', 'friend'],
+    );
     assert.ok(inPlace(source, fixed));
   });
 });
 
 describe('configuration', () => {
   test('namespace, Broker and scope from the install parameters; bad values named', () => {
-    assert.deepEqual(eventingOptionsFrom({ OPFN_NAMESPACE: 'ns', OPFN_BROKER: 'b', OPFN_SCOPE: 'namespace' }), { namespace: 'ns', brokerName: 'b', scope: 'namespace' });
-    assert.match(String(eventingOptionsFrom({ OPFN_NAMESPACE: 'Bad_NS', OPFN_BROKER: 'b', OPFN_SCOPE: 'cluster' })), /OPFN_NAMESPACE "Bad_NS" is not a namespace name/);
+    assert.deepEqual(eventingOptionsFrom({ OPFN_NAMESPACE: 'ns', OPFN_BROKER: 'b', OPFN_SCOPE: 'namespace' }), {
+      namespace: 'ns',
+      brokerName: 'b',
+      scope: 'namespace',
+    });
+    assert.match(
+      String(eventingOptionsFrom({ OPFN_NAMESPACE: 'Bad_NS', OPFN_BROKER: 'b', OPFN_SCOPE: 'cluster' })),
+      /OPFN_NAMESPACE "Bad_NS" is not a namespace name/,
+    );
     assert.match(String(eventingOptionsFrom({ OPFN_NAMESPACE: 'ns', OPFN_BROKER: 'b', OPFN_SCOPE: 'world' })), /OPFN_SCOPE "world"/);
   });
 });
@@ -228,7 +346,10 @@ describe('kinds an ApiServerSource cannot watch', () => {
     const Person: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Person', plural: 'people', namespaced: true };
     const objects = eventingObjectsFor(controller, { parent: Person, children: [Pod] }, cluster);
     const sources = byKind(objects, 'ApiServerSource');
-    assert.deepEqual(sources.map((source) => source.metadata.name), ['opfn-cc-immortalcontainer-controller-children']);
+    assert.deepEqual(
+      sources.map((source) => source.metadata.name),
+      ['opfn-cc-immortalcontainer-controller-children'],
+    );
     assert.deepEqual(spec(sources[0]!).resources, [{ apiVersion: 'v1', kind: 'Pod' }]);
   });
 });

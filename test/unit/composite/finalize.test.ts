@@ -2,7 +2,15 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { forCreate } from '../../../functions/composite/metacontroller/apply.ts';
-import { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs, manageChildren, shouldFinalize } from '../../../functions/composite/metacontroller/finalize.ts';
+import {
+  finalizerAction,
+  finalizerEnabled,
+  finalizerName,
+  hookToCall,
+  isOurs,
+  manageChildren,
+  shouldFinalize,
+} from '../../../functions/composite/metacontroller/finalize.ts';
 import { compileSelector, type Selector } from '../../../functions/composite/metacontroller/selector.ts';
 import { planSync, statusWrite, type SyncPlanInput } from '../../../functions/composite/metacontroller/sync-plan.ts';
 import type { CompositeController, CompositeHookResponse } from '../../../functions/composite/metacontroller/types.ts';
@@ -16,11 +24,18 @@ const controller = (finalize: boolean): CompositeController => ({
     parentResource: { apiVersion: 'example.com/v1', resource: 'things' },
     childResources: [{ apiVersion: 'v1', resource: 'pods', updateStrategy: { method: 'InPlace' } }],
     generateSelector: true,
-    hooks: { sync: { webhook: { url: 'http://hook/sync' } }, ...(finalize ? { finalize: { webhook: { url: 'http://hook/finalize' } } } : {}) },
+    hooks: {
+      sync: { webhook: { url: 'http://hook/sync' } },
+      ...(finalize ? { finalize: { webhook: { url: 'http://hook/finalize' } } } : {}),
+    },
   },
 });
 const NAME = 'metacontroller.io/compositecontroller-things';
-const parent = (extra: Partial<KubeObject['metadata']> = {}): KubeObject => ({ apiVersion: 'example.com/v1', kind: 'Thing', metadata: { name: 'p', namespace: 'prod', uid: 'uid-1', generation: 3, ...extra } });
+const parent = (extra: Partial<KubeObject['metadata']> = {}): KubeObject => ({
+  apiVersion: 'example.com/v1',
+  kind: 'Thing',
+  metadata: { name: 'p', namespace: 'prod', uid: 'uid-1', generation: 3, ...extra },
+});
 const DELETING = { deletionTimestamp: '2026-01-01T00:00:00Z' };
 
 describe('finalizer', () => {
@@ -69,8 +84,19 @@ describe('finalizer', () => {
 });
 
 const selector = (compileSelector({ matchLabels: { 'controller-uid': 'uid-1' } }) as { selector: Selector }).selector;
-const response = (extra: Partial<CompositeHookResponse> = {}): CompositeHookResponse => ({ status: { ready: true }, children: [], resyncAfterSeconds: 0, finalized: false, ...extra });
-const pod = (name: string): KubeObject => ({ apiVersion: 'v1', kind: 'Pod', metadata: { name }, spec: { containers: [{ name: 'c', image: 'x' }] } });
+const response = (extra: Partial<CompositeHookResponse> = {}): CompositeHookResponse => ({
+  status: { ready: true },
+  children: [],
+  resyncAfterSeconds: 0,
+  finalized: false,
+  ...extra,
+});
+const pod = (name: string): KubeObject => ({
+  apiVersion: 'v1',
+  kind: 'Pod',
+  metadata: { name },
+  spec: { containers: [{ name: 'c', image: 'x' }] },
+});
 const input = (extra: Partial<SyncPlanInput> = {}): SyncPlanInput => ({
   controller: controller(true),
   parent: parent({ finalizers: [NAME] }),
@@ -105,10 +131,18 @@ describe('planSync', () => {
 
   test('finalized removes the finalizer; a deleting parent then manages no children', () => {
     const observed = [forCreate({ ...pod('a'), metadata: { name: 'a', namespace: 'prod', labels: { 'controller-uid': 'uid-1' } } })];
-    const finalizing = planSync(input({ parent: parent({ ...DELETING, finalizers: [NAME] }), observed, response: response({ finalized: false }) }));
+    const finalizing = planSync(
+      input({ parent: parent({ ...DELETING, finalizers: [NAME] }), observed, response: response({ finalized: false }) }),
+    );
     assert.ok(finalizing.outcome.ok);
-    assert.deepEqual(finalizing.outcome.value.children.map((op) => op.action), ['delete'], 'still finalizing: children are managed');
-    const done = planSync(input({ parent: parent({ ...DELETING, finalizers: [NAME] }), observed, response: response({ finalized: true }) }));
+    assert.deepEqual(
+      finalizing.outcome.value.children.map((op) => op.action),
+      ['delete'],
+      'still finalizing: children are managed',
+    );
+    const done = planSync(
+      input({ parent: parent({ ...DELETING, finalizers: [NAME] }), observed, response: response({ finalized: true }) }),
+    );
     assert.equal(done.removeFinalizer, true);
     assert.ok(done.outcome.ok);
     assert.deepEqual(done.outcome.value.children, []);
@@ -141,6 +175,10 @@ describe('planSync', () => {
     assert.ok(plan.outcome.ok);
     assert.deepEqual(plan.outcome.value.status, { status: { ready: true }, changed: true });
     const written = { ...parent({ generation: 4 }), status: { ready: true } };
-    assert.equal(statusWrite(written, { ready: true }, false).changed, false, 'the status written last is no news, whatever the generation');
+    assert.equal(
+      statusWrite(written, { ready: true }, false).changed,
+      false,
+      'the status written last is no news, whatever the generation',
+    );
   });
 });

@@ -4,7 +4,15 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { MAX_TIMER_MS } from '../../../functions/runtime/index.ts';
-import { callCompositeHook, DEFAULT_TIMEOUT_MS, postJson, retryAfterSeconds, webhookTarget, webhookTimeoutMs, type HookFailure } from '../../../functions/composite/metacontroller/hook-client.ts';
+import {
+  callCompositeHook,
+  DEFAULT_TIMEOUT_MS,
+  postJson,
+  retryAfterSeconds,
+  webhookTarget,
+  webhookTimeoutMs,
+  type HookFailure,
+} from '../../../functions/composite/metacontroller/hook-client.ts';
 
 interface Seen {
   method?: string;
@@ -37,10 +45,12 @@ after(async () => {
   await new Promise<void>((resolve) => server.close(() => resolve()));
 });
 
-const answer = (status: number, body: string, headers: Record<string, string> = {}) => (_: http.IncomingMessage, response: http.ServerResponse) => {
-  response.writeHead(status, { 'Content-Type': 'application/json', ...headers });
-  response.end(body);
-};
+const answer =
+  (status: number, body: string, headers: Record<string, string> = {}) =>
+  (_: http.IncomingMessage, response: http.ServerResponse) => {
+    response.writeHead(status, { 'Content-Type': 'application/json', ...headers });
+    response.end(body);
+  };
 const call = (webhook: { url?: string; timeout?: string } = {}, request: unknown = { parent: { metadata: { name: 'p' } } }) =>
   callCompositeHook({ webhook: { url: `${base}/sync`, ...webhook }, version: 'v1', strict: false, hookType: 'sync', request });
 const failureOf = (result: { ok: boolean; failure?: HookFailure }): HookFailure => {
@@ -141,13 +151,27 @@ describe('hook client', () => {
     await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
     const port = (closed.address() as AddressInfo).port;
     await new Promise<void>((resolve) => closed.close(() => resolve()));
-    const failure = failureOf(await callCompositeHook({ webhook: { url: `http://127.0.0.1:${port}/sync` }, version: 'v1', strict: false, hookType: 'sync', request: {} }));
+    const failure = failureOf(
+      await callCompositeHook({
+        webhook: { url: `http://127.0.0.1:${port}/sync` },
+        version: 'v1',
+        strict: false,
+        hookType: 'sync',
+        request: {},
+      }),
+    );
     assert.equal('cause' in failure && failure.cause, 'unreachable');
     assert.match(failure.reason, /ECONNREFUSED/);
   });
 
   test('bad webhook configuration is a SyncError (config)', async () => {
-    for (const webhook of [{}, { service: { name: 's', namespace: 'n' } }, { service: { name: '', namespace: 'n' }, path: '/x' }, { url: 'ftp://x/y' }, { url: 'not a url' }]) {
+    for (const webhook of [
+      {},
+      { service: { name: 's', namespace: 'n' } },
+      { service: { name: '', namespace: 'n' }, path: '/x' },
+      { url: 'ftp://x/y' },
+      { url: 'not a url' },
+    ]) {
       const failure = failureOf(await callCompositeHook({ webhook, version: 'v1', strict: false, hookType: 'sync', request: {} }));
       assert.equal('cause' in failure && failure.cause, 'config', JSON.stringify(webhook));
     }
@@ -155,7 +179,11 @@ describe('hook client', () => {
 
   test('many calls in parallel each get their own answer', async () => {
     behaviour = (_, response, body) => answer(200, JSON.stringify({ status: { echo: JSON.parse(body).n } }))(_, response);
-    const results = await Promise.all(Array.from({ length: 50 }, (_, n) => callCompositeHook({ webhook: { url: `${base}/sync` }, version: 'v1', strict: false, hookType: 'sync', request: { n } })));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, n) =>
+        callCompositeHook({ webhook: { url: `${base}/sync` }, version: 'v1', strict: false, hookType: 'sync', request: { n } }),
+      ),
+    );
     results.forEach((result, n) => assert.deepEqual(result.ok && result.value.status, { echo: n }));
   });
 
@@ -178,7 +206,10 @@ describe('hook client', () => {
     const followed = await call({}, { parent: { n: 1 } });
     assert.ok(followed.ok, JSON.stringify(followed));
     assert.deepEqual(followed.value.status, { got: { parent: { n: 1 } } });
-    assert.deepEqual(seen.map((request) => `${request.method} ${request.url} ${request.body}`), ['/sync', '/sync/', '/final'].map((path) => `POST ${path} {"parent":{"n":1}}`));
+    assert.deepEqual(
+      seen.map((request) => `${request.method} ${request.url} ${request.body}`),
+      ['/sync', '/sync/', '/final'].map((path) => `POST ${path} {"parent":{"n":1}}`),
+    );
     const loop = failureOf(await call({ url: `${base}/loop` }));
     assert.match(loop.reason, /stopped after 10 redirects/);
     const found = failureOf(await call({ url: `${base}/found` }));
@@ -199,7 +230,10 @@ describe('webhook configuration', () => {
   });
 
   test('service → <protocol>://<name>.<namespace>:<port><path>, port 80 and http by default', () => {
-    assert.deepEqual(webhookTarget({ service: { name: 'hook', namespace: 'ops' }, path: '/sync' }), { ok: true, value: { url: 'http://hook.ops:80/sync', timeoutMs: DEFAULT_TIMEOUT_MS } });
+    assert.deepEqual(webhookTarget({ service: { name: 'hook', namespace: 'ops' }, path: '/sync' }), {
+      ok: true,
+      value: { url: 'http://hook.ops:80/sync', timeoutMs: DEFAULT_TIMEOUT_MS },
+    });
     const custom = webhookTarget({ service: { name: 'hook', namespace: 'ops', port: 8443, protocol: 'https' }, path: '/s', timeout: '2s' });
     assert.deepEqual(custom, { ok: true, value: { url: 'https://hook.ops:8443/s', timeoutMs: 2000 } });
   });
@@ -213,7 +247,8 @@ describe('webhook configuration', () => {
     assert.equal(webhookTimeoutMs('.5s'), 500);
     assert.equal(webhookTimeoutMs('2.s'), 2000);
     assert.equal(webhookTimeoutMs('+3s'), 3000);
-    for (const value of [undefined, '', '0s', '10', 'ten seconds', '-1s', '.s', '1..5s']) assert.equal(webhookTimeoutMs(value), DEFAULT_TIMEOUT_MS, String(value));
+    for (const value of [undefined, '', '0s', '10', 'ten seconds', '-1s', '.s', '1..5s'])
+      assert.equal(webhookTimeoutMs(value), DEFAULT_TIMEOUT_MS, String(value));
     // Longer than a Node timer can wait: the longest it can (about 24.8 days).
     assert.equal(webhookTimeoutMs('596h'), 596 * 3_600_000);
     assert.equal(webhookTimeoutMs('600h'), MAX_TIMER_MS);

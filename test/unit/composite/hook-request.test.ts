@@ -15,8 +15,16 @@ const pods: ResolvedResource = { apiVersion: 'v1', resource: 'pods', kind: 'Pod'
 const deployments: ResolvedResource = { apiVersion: 'apps/v1', resource: 'deployments', kind: 'Deployment', namespaced: true };
 const namespaces: ResolvedResource = { apiVersion: 'v1', resource: 'namespaces', kind: 'Namespace', namespaced: false };
 
-const parentIn = (namespace?: string): KubeObject => ({ apiVersion: 'example.com/v1', kind: 'Thing', metadata: { name: 'p', uid: 'u', ...(namespace ? { namespace } : {}) } });
-const object = (apiVersion: string, kind: string, name: string, namespace?: string): KubeObject => ({ apiVersion, kind, metadata: { name, ...(namespace ? { namespace } : {}) } });
+const parentIn = (namespace?: string): KubeObject => ({
+  apiVersion: 'example.com/v1',
+  kind: 'Thing',
+  metadata: { name: 'p', uid: 'u', ...(namespace ? { namespace } : {}) },
+});
+const object = (apiVersion: string, kind: string, name: string, namespace?: string): KubeObject => ({
+  apiVersion,
+  kind,
+  metadata: { name, ...(namespace ? { namespace } : {}) },
+});
 
 describe('hook request', () => {
   test('children keyed <Kind>.<version> for core and <Kind>.<group>/<version> otherwise, by name (v1)', () => {
@@ -37,14 +45,28 @@ describe('hook request', () => {
   });
 
   test('one entry per child rule even when it has no objects', () => {
-    const request = buildHookRequest({ controller, parent: parentIn('prod'), version: 'v1', childRules: [pods, deployments], children: [], finalizing: true });
+    const request = buildHookRequest({
+      controller,
+      parent: parentIn('prod'),
+      version: 'v1',
+      childRules: [pods, deployments],
+      children: [],
+      finalizing: true,
+    });
     assert.deepEqual(request.children, { 'Deployment.apps/v1': {}, 'Pod.v1': {} });
     assert.equal(request.finalizing, true);
     assert.equal(JSON.stringify(request.children), '{"Deployment.apps/v1":{},"Pod.v1":{}}');
   });
 
   test('v2 always keys namespaced objects ns/name', () => {
-    const request = buildHookRequest({ controller, parent: parentIn('prod'), version: 'v2', childRules: [pods], children: [object('v1', 'Pod', 'a', 'prod')], finalizing: false });
+    const request = buildHookRequest({
+      controller,
+      parent: parentIn('prod'),
+      version: 'v2',
+      childRules: [pods],
+      children: [object('v1', 'Pod', 'a', 'prod')],
+      finalizing: false,
+    });
     assert.deepEqual(Object.keys(request.children['Pod.v1']!), ['prod/a']);
   });
 
@@ -64,9 +86,27 @@ describe('hook request', () => {
   test('v1 with a namespaced parent shows only objects of its namespace; v2 shows related objects from anywhere', () => {
     const related = [object('v1', 'ConfigMap', 'shared', 'other'), object('v1', 'ConfigMap', 'local', 'prod')];
     const configMaps: ResolvedResource = { apiVersion: 'v1', resource: 'configmaps', kind: 'ConfigMap', namespaced: true };
-    const v1 = buildHookRequest({ controller, parent: parentIn('prod'), version: 'v1', childRules: [], children: [], relatedRules: [configMaps], related, finalizing: false });
+    const v1 = buildHookRequest({
+      controller,
+      parent: parentIn('prod'),
+      version: 'v1',
+      childRules: [],
+      children: [],
+      relatedRules: [configMaps],
+      related,
+      finalizing: false,
+    });
     assert.deepEqual(Object.keys(v1.related['ConfigMap.v1']!), ['local']);
-    const v2 = buildHookRequest({ controller, parent: parentIn('prod'), version: 'v2', childRules: [], children: [], relatedRules: [configMaps], related, finalizing: false });
+    const v2 = buildHookRequest({
+      controller,
+      parent: parentIn('prod'),
+      version: 'v2',
+      childRules: [],
+      children: [],
+      relatedRules: [configMaps],
+      related,
+      finalizing: false,
+    });
     assert.deepEqual(Object.keys(v2.related['ConfigMap.v1']!), ['other/shared', 'prod/local']);
   });
 
@@ -79,8 +119,17 @@ describe('hook request', () => {
   });
 
   test('thousands of children with 60-character names stay keyed one by one', () => {
-    const children = Array.from({ length: 3000 }, (_, index) => object('v1', 'Pod', `${'p'.repeat(55)}${String(index).padStart(5, '0')}`, 'prod'));
-    const request = buildHookRequest({ controller, parent: parentIn('prod'), version: 'v2', childRules: [pods], children, finalizing: false });
+    const children = Array.from({ length: 3000 }, (_, index) =>
+      object('v1', 'Pod', `${'p'.repeat(55)}${String(index).padStart(5, '0')}`, 'prod'),
+    );
+    const request = buildHookRequest({
+      controller,
+      parent: parentIn('prod'),
+      version: 'v2',
+      childRules: [pods],
+      children,
+      finalizing: false,
+    });
     assert.equal(Object.keys(request.children['Pod.v1']!).length, 3000);
   });
 });

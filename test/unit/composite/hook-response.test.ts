@@ -1,7 +1,13 @@
 // Decoding and checking a hook's answer (functions/composite/metacontroller/hook-response.ts).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { desiredChildren, isStrict, objectNameProblem, parseHookResponse, withNamespaceDefaults } from '../../../functions/composite/metacontroller/hook-response.ts';
+import {
+  desiredChildren,
+  isStrict,
+  objectNameProblem,
+  parseHookResponse,
+  withNamespaceDefaults,
+} from '../../../functions/composite/metacontroller/hook-response.ts';
 import { compileSelector, type Selector } from '../../../functions/runtime/index.ts';
 import type { ResolvedResource } from '../../../functions/composite/metacontroller/types.ts';
 import { type KubeObject } from '../../../functions/runtime/index.ts';
@@ -9,11 +15,19 @@ import { type KubeObject } from '../../../functions/runtime/index.ts';
 const loose = { version: 'v1' as const, strict: false, hookType: 'sync' };
 const strict = { version: 'v2' as const, strict: true, hookType: 'sync' };
 
-const reasonOf = (result: { ok: boolean; reason?: string }) => (result.ok ? '' : result.reason ?? '');
+const reasonOf = (result: { ok: boolean; reason?: string }) => (result.ok ? '' : (result.reason ?? ''));
 
 describe('parseHookResponse', () => {
   test('a full answer', () => {
-    const result = parseHookResponse(JSON.stringify({ status: { a: 1 }, children: [{ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x' } }], resyncAfterSeconds: 2.5, finalized: true }), loose);
+    const result = parseHookResponse(
+      JSON.stringify({
+        status: { a: 1 },
+        children: [{ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x' } }],
+        resyncAfterSeconds: 2.5,
+        finalized: true,
+      }),
+      loose,
+    );
     assert.ok(result.ok);
     assert.deepEqual(result.value.status, { a: 1 });
     assert.equal(result.value.children.length, 1);
@@ -63,7 +77,10 @@ describe('parseHookResponse', () => {
     const topLevel = '{"status":{},"status":{"a":1}}';
     assert.ok(parseHookResponse(topLevel, loose).ok);
     assert.match(reasonOf(parseHookResponse(topLevel, strict)), /strict validation failed: duplicate field "status"/);
-    assert.match(reasonOf(parseHookResponse('{"status":{"c":[{"x":1,"y":{"k":1,"k":2}}]}}', strict)), /duplicate field "status.c\[0\].y.k"/);
+    assert.match(
+      reasonOf(parseHookResponse('{"status":{"c":[{"x":1,"y":{"k":1,"k":2}}]}}', strict)),
+      /duplicate field "status.c\[0\].y.k"/,
+    );
     const inChild = '{"children":[{"apiVersion":"v1","kind":"Pod","kind":"Pod","metadata":{"name":"a"}}]}';
     assert.ok(parseHookResponse(inChild, strict).ok);
     assert.ok(parseHookResponse('{"status":{"a":"\\\"quoted\\\"","b":{}},"children":[]}', strict).ok);
@@ -83,38 +100,81 @@ const pods: ResolvedResource = { apiVersion: 'v1', resource: 'pods', kind: 'Pod'
 const namespaces: ResolvedResource = { apiVersion: 'v1', resource: 'namespaces', kind: 'Namespace', namespaced: false };
 const parent: KubeObject = { apiVersion: 'example.com/v1', kind: 'Thing', metadata: { name: 'p', namespace: 'prod', uid: 'uid-1' } };
 const everything = (compileSelector({}) as { selector: Selector }).selector;
-const pod = (name: string, extra: Partial<KubeObject['metadata']> = {}): KubeObject => ({ apiVersion: 'v1', kind: 'Pod', metadata: { name, ...extra } });
+const pod = (name: string, extra: Partial<KubeObject['metadata']> = {}): KubeObject => ({
+  apiVersion: 'v1',
+  kind: 'Pod',
+  metadata: { name, ...extra },
+});
 
 describe('desiredChildren', () => {
   test("children without a namespace get the parent's; others keep theirs", () => {
     const result = withNamespaceDefaults([pod('a'), pod('b', { namespace: 'other' })], parent);
-    assert.deepEqual(result.map((child) => child.metadata.namespace), ['prod', 'other']);
+    assert.deepEqual(
+      result.map((child) => child.metadata.namespace),
+      ['prod', 'other'],
+    );
   });
 
   test('generateSelector adds controller-uid unless the hook set it', () => {
     const selector = (compileSelector({ matchLabels: { 'controller-uid': 'uid-1' } }) as { selector: Selector }).selector;
-    const result = desiredChildren({ parent, children: [pod('a', { labels: { app: 'x' } })], childRules: [pods], selector, generateSelector: true });
+    const result = desiredChildren({
+      parent,
+      children: [pod('a', { labels: { app: 'x' } })],
+      childRules: [pods],
+      selector,
+      generateSelector: true,
+    });
     assert.ok(result.ok);
     assert.deepEqual(result.value[0]!.metadata.labels, { app: 'x', 'controller-uid': 'uid-1' });
-    const mismatch = desiredChildren({ parent, children: [pod('a', { labels: { 'controller-uid': 'someone-else' } })], childRules: [pods], selector, generateSelector: true });
+    const mismatch = desiredChildren({
+      parent,
+      children: [pod('a', { labels: { 'controller-uid': 'someone-else' } })],
+      childRules: [pods],
+      selector,
+      generateSelector: true,
+    });
     assert.match(reasonOf(mismatch), /labels on desired child Pod prod\/a don't match parent selector/);
   });
 
   test("a child that does not match the parent's selector refuses the whole answer", () => {
     const selector = (compileSelector({ matchLabels: { app: 'web' } }) as { selector: Selector }).selector;
-    const result = desiredChildren({ parent, children: [pod('ok', { labels: { app: 'web' } }), pod('bad')], childRules: [pods], selector, generateSelector: false });
+    const result = desiredChildren({
+      parent,
+      children: [pod('ok', { labels: { app: 'web' } }), pod('bad')],
+      childRules: [pods],
+      selector,
+      generateSelector: false,
+    });
     assert.match(reasonOf(result), /labels on desired child Pod prod\/bad don't match parent selector/);
   });
 
   test('labels that are not a string map are refused', () => {
-    const result = desiredChildren({ parent, children: [pod('a', { labels: { n: 1 as never } })], childRules: [pods], selector: everything, generateSelector: false });
+    const result = desiredChildren({
+      parent,
+      children: [pod('a', { labels: { n: 1 as never } })],
+      childRules: [pods],
+      selector: everything,
+      generateSelector: false,
+    });
     assert.match(reasonOf(result), /invalid labels on desired child Pod prod\/a/);
   });
 
   test('a kind that is not a declared child rule is refused, naming the rules', () => {
-    const result = desiredChildren({ parent, children: [{ apiVersion: 'v1', kind: 'Secret', metadata: { name: 's' } }], childRules: [pods], selector: everything, generateSelector: false });
+    const result = desiredChildren({
+      parent,
+      children: [{ apiVersion: 'v1', kind: 'Secret', metadata: { name: 's' } }],
+      childRules: [pods],
+      selector: everything,
+      generateSelector: false,
+    });
     assert.match(reasonOf(result), /Secret prod\/s .* is not one of the controller's childResources \(Pod v1\)/);
-    const otherVersion = desiredChildren({ parent, children: [{ apiVersion: 'v2', kind: 'Pod', metadata: { name: 's' } }], childRules: [pods], selector: everything, generateSelector: false });
+    const otherVersion = desiredChildren({
+      parent,
+      children: [{ apiVersion: 'v2', kind: 'Pod', metadata: { name: 's' } }],
+      childRules: [pods],
+      selector: everything,
+      generateSelector: false,
+    });
     assert.equal(otherVersion.ok, false);
   });
 
@@ -124,28 +184,73 @@ describe('desiredChildren', () => {
       assert.match(reasonOf(result), /metadata.name/, JSON.stringify(name));
     }
     assert.equal(objectNameProblem('system:controller'), undefined);
-    const numeric = desiredChildren({ parent, children: [pod('a', { namespace: 5 as never })], childRules: [pods], selector: everything, generateSelector: false });
+    const numeric = desiredChildren({
+      parent,
+      children: [pod('a', { namespace: 5 as never })],
+      childRules: [pods],
+      selector: everything,
+      generateSelector: false,
+    });
     assert.match(reasonOf(numeric), /metadata.namespace must be a string/);
-    const badNamespace = desiredChildren({ parent, children: [pod('a', { namespace: '..' })], childRules: [pods], selector: everything, generateSelector: false });
+    const badNamespace = desiredChildren({
+      parent,
+      children: [pod('a', { namespace: '..' })],
+      childRules: [pods],
+      selector: everything,
+      generateSelector: false,
+    });
     assert.match(reasonOf(badNamespace), /not a valid namespace name/);
   });
 
   test('scope: a namespaced child of a cluster-scoped parent needs a namespace; a cluster-scoped child has none', () => {
     const clusterParent: KubeObject = { apiVersion: 'example.com/v1', kind: 'Thing', metadata: { name: 'p', uid: 'u' } };
-    const missing = desiredChildren({ parent: clusterParent, children: [pod('a')], childRules: [pods], selector: everything, generateSelector: false });
+    const missing = desiredChildren({
+      parent: clusterParent,
+      children: [pod('a')],
+      childRules: [pods],
+      selector: everything,
+      generateSelector: false,
+    });
     assert.match(reasonOf(missing), /a namespaced Pod needs a namespace/);
     // (A ConfigMap: a Pod outside its parent's namespace is a privileged child, composite-privileged.test.ts.)
     const configMaps: ResolvedResource = { apiVersion: 'v1', resource: 'configmaps', kind: 'ConfigMap', namespaced: true };
-    const withNs = desiredChildren({ parent: clusterParent, children: [{ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'a', namespace: 'ns1' } }], childRules: [configMaps], selector: everything, generateSelector: false });
+    const withNs = desiredChildren({
+      parent: clusterParent,
+      children: [{ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'a', namespace: 'ns1' } }],
+      childRules: [configMaps],
+      selector: everything,
+      generateSelector: false,
+    });
     assert.ok(withNs.ok);
-    const nsChild = desiredChildren({ parent, children: [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'n' } }], childRules: [namespaces], selector: everything, generateSelector: false });
+    const nsChild = desiredChildren({
+      parent,
+      children: [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'n' } }],
+      childRules: [namespaces],
+      selector: everything,
+      generateSelector: false,
+    });
     assert.match(reasonOf(nsChild), /Namespace is cluster-scoped and cannot have a namespace/);
   });
 
   test("a namespaced parent's namespaced child in another namespace is refused: the garbage collector would delete it, and every sync create it again", () => {
-    const elsewhere = desiredChildren({ parent, children: [pod('a'), pod('b', { namespace: 'other' })], childRules: [pods], selector: everything, generateSelector: false });
-    assert.match(reasonOf(elsewhere), /desired child Pod other\/b: a child of a namespaced parent must be in the parent's namespace "prod"/);
-    const explicit = desiredChildren({ parent, children: [pod('a', { namespace: 'prod' })], childRules: [pods], selector: everything, generateSelector: false });
-    assert.ok(explicit.ok, 'the parent\'s own namespace, spelled out, is fine');
+    const elsewhere = desiredChildren({
+      parent,
+      children: [pod('a'), pod('b', { namespace: 'other' })],
+      childRules: [pods],
+      selector: everything,
+      generateSelector: false,
+    });
+    assert.match(
+      reasonOf(elsewhere),
+      /desired child Pod other\/b: a child of a namespaced parent must be in the parent's namespace "prod"/,
+    );
+    const explicit = desiredChildren({
+      parent,
+      children: [pod('a', { namespace: 'prod' })],
+      childRules: [pods],
+      selector: everything,
+      generateSelector: false,
+    });
+    assert.ok(explicit.ok, "the parent's own namespace, spelled out, is fine");
   });
 });

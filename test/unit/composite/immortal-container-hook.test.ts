@@ -13,7 +13,9 @@ import { serveHooks, type HookServer } from '../../../functions/composite/metaco
 import { HookRequestError, type CompositeController } from '../../../functions/composite/metacontroller/types.ts';
 import { type KubeObject } from '../../../functions/runtime/index.ts';
 
-const manifests = parseAllDocuments(readFileSync(new URL('../../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url), 'utf8')).map((doc) => doc.toJS());
+const manifests = parseAllDocuments(
+  readFileSync(new URL('../../../crds/examples/immortalcontainer-metacontroller.yaml', import.meta.url), 'utf8'),
+).map((doc) => doc.toJS());
 const controller = manifests.find((object) => object.kind === 'CompositeController') as CompositeController;
 const example = manifests.find((object) => object.kind === 'ImmortalContainer') as KubeObject;
 
@@ -31,7 +33,14 @@ const podOf = (phase?: string, name = 'web-immortalpod'): KubeObject => ({
   ...(phase ? { status: { phase } } : {}),
 });
 const requestWith = (pods: KubeObject[], version: 'v1' | 'v2' = 'v1', p = parent()) =>
-  buildHookRequest({ controller, parent: p, version, childRules: [{ apiVersion: 'v1', resource: 'pods', kind: 'Pod', namespaced: true }], children: pods, finalizing: false });
+  buildHookRequest({
+    controller,
+    parent: p,
+    version,
+    childRules: [{ apiVersion: 'v1', resource: 'pods', kind: 'Pod', namespaced: true }],
+    children: pods,
+    finalizing: false,
+  });
 
 describe('ImmortalContainer sync hook (pure)', () => {
   test("no pod yet: the seed's pod is desired and currentPod is empty", () => {
@@ -61,8 +70,18 @@ describe('ImmortalContainer sync hook (pure)', () => {
       assert.deepEqual(response.children, [], phase);
       assert.deepEqual(response.status, { currentPod: '' });
       // What Metacontroller does with that answer: the finished pod is deleted…
-      const operations = planChildren({ parent: parent(), parentApiVersion: 'immortalcontainers.flugel.it/v1alpha1', parentKind: 'ImmortalContainer', observed: [podOf(phase)], desired: response.children, strategies: { 'Pod.': 'Recreate' } });
-      assert.deepEqual(operations.map((op) => op.action), ['delete']);
+      const operations = planChildren({
+        parent: parent(),
+        parentApiVersion: 'immortalcontainers.flugel.it/v1alpha1',
+        parentKind: 'ImmortalContainer',
+        observed: [podOf(phase)],
+        desired: response.children,
+        strategies: { 'Pod.': 'Recreate' },
+      });
+      assert.deepEqual(
+        operations.map((op) => op.action),
+        ['delete'],
+      );
       // …and the next sync, with the pod gone, creates it again.
       const next = sync(requestWith([]));
       assert.equal(next.children.length, 1);
@@ -95,11 +114,17 @@ describe('serving hooks over HTTP', () => {
 
   const post = (path: string, body: string, contentType = 'application/json') =>
     new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
-      const request = http.request(`${server.url}${path}`, { method: 'POST', headers: { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(body) } }, (response) => {
-        const chunks: Buffer[] = [];
-        response.on('data', (chunk: Buffer) => chunks.push(chunk));
-        response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, body: Buffer.concat(chunks).toString('utf8') }));
-      });
+      const request = http.request(
+        `${server.url}${path}`,
+        { method: 'POST', headers: { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(body) } },
+        (response) => {
+          const chunks: Buffer[] = [];
+          response.on('data', (chunk: Buffer) => chunks.push(chunk));
+          response.on('end', () =>
+            resolve({ status: response.statusCode ?? 0, headers: response.headers, body: Buffer.concat(chunks).toString('utf8') }),
+          );
+        },
+      );
       request.on('error', reject);
       request.end(body);
     });
@@ -110,7 +135,13 @@ describe('serving hooks over HTTP', () => {
 
   test('the hook client gets the same answer as the pure function', async () => {
     const request = requestWith([podOf('Running')]);
-    const result = await callCompositeHook({ webhook: { url: `${server.url}/sync` }, version: 'v1', strict: false, hookType: 'sync', request });
+    const result = await callCompositeHook({
+      webhook: { url: `${server.url}/sync` },
+      version: 'v1',
+      strict: false,
+      hookType: 'sync',
+      request,
+    });
     assert.ok(result.ok);
     assert.deepEqual(result.value.status, sync(request).status);
     assert.deepEqual(result.value.children, sync(request).children);
@@ -127,7 +158,13 @@ describe('serving hooks over HTTP', () => {
     const cases: [string, string, string, number, RegExp][] = [
       ['/sync', '{not json', 'application/json', 400, /malformed JSON request/],
       ['/sync', '[]', 'application/json', 400, /must be a JSON object/],
-      ['/sync', JSON.stringify({ parent: { metadata: { name: 'x' }, spec: {} } }), 'application/json', 400, /spec.image must be a non-empty string/],
+      [
+        '/sync',
+        JSON.stringify({ parent: { metadata: { name: 'x' }, spec: {} } }),
+        'application/json',
+        400,
+        /spec.image must be a non-empty string/,
+      ],
       ['/sync', '{}', 'text/plain', 415, /expected Content-Type application\/json/],
       ['/nope', '{}', 'application/json', 404, /no hook at \/nope/],
     ];
@@ -140,12 +177,31 @@ describe('serving hooks over HTTP', () => {
 
   test('a hook that throws unexpectedly answers 500, and the server keeps serving', async () => {
     const errors: unknown[] = [];
-    const failing = await serveHooks({ hooks: { '/sync': () => { throw new Error('boom'); } }, onError: (error) => errors.push(error) });
+    const failing = await serveHooks({
+      hooks: {
+        '/sync': () => {
+          throw new Error('boom');
+        },
+      },
+      onError: (error) => errors.push(error),
+    });
     try {
-      const result = await callCompositeHook({ webhook: { url: `${failing.url}/sync` }, version: 'v1', strict: false, hookType: 'sync', request: {} });
+      const result = await callCompositeHook({
+        webhook: { url: `${failing.url}/sync` },
+        version: 'v1',
+        strict: false,
+        hookType: 'sync',
+        request: {},
+      });
       assert.ok(!result.ok && result.failure.type === 'SyncError' && result.failure.reason.startsWith('unsupported status code: 500'));
       assert.equal(errors.length, 1);
-      const again = await callCompositeHook({ webhook: { url: `${failing.url}/sync` }, version: 'v1', strict: false, hookType: 'sync', request: {} });
+      const again = await callCompositeHook({
+        webhook: { url: `${failing.url}/sync` },
+        version: 'v1',
+        strict: false,
+        hookType: 'sync',
+        request: {},
+      });
       assert.equal(again.ok, false);
     } finally {
       await failing.close();
@@ -155,7 +211,13 @@ describe('serving hooks over HTTP', () => {
   test('a request body over the limit gets 413', async () => {
     const small = await serveHooks({ hooks: { '/sync': sync }, maxRequestBytes: 1000 });
     try {
-      const result = await callCompositeHook({ webhook: { url: `${small.url}/sync` }, version: 'v1', strict: false, hookType: 'sync', request: { pad: 'x'.repeat(5000) } });
+      const result = await callCompositeHook({
+        webhook: { url: `${small.url}/sync` },
+        version: 'v1',
+        strict: false,
+        hookType: 'sync',
+        request: { pad: 'x'.repeat(5000) },
+      });
       assert.ok(!result.ok && result.failure.reason.startsWith('unsupported status code: 413'), JSON.stringify(result));
     } finally {
       await small.close();
@@ -165,7 +227,13 @@ describe('serving hooks over HTTP', () => {
   test('a hook that returns nothing answers 500, never a null that would delete every child', async () => {
     const empty = await serveHooks({ hooks: { '/sync': () => undefined } });
     try {
-      const result = await callCompositeHook({ webhook: { url: `${empty.url}/sync` }, version: 'v1', strict: false, hookType: 'sync', request: {} });
+      const result = await callCompositeHook({
+        webhook: { url: `${empty.url}/sync` },
+        version: 'v1',
+        strict: false,
+        hookType: 'sync',
+        request: {},
+      });
       assert.ok(!result.ok && result.failure.reason.startsWith('unsupported status code: 500'), JSON.stringify(result));
     } finally {
       await empty.close();

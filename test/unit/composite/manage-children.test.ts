@@ -2,7 +2,14 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { forCreate, LAST_APPLIED_ANNOTATION } from '../../../functions/composite/metacontroller/apply.ts';
-import { childErrorsMessage, methodFor, planChildren, updateStrategies, type ChildOperation, type UpdateStrategies } from '../../../functions/composite/metacontroller/manage-children.ts';
+import {
+  childErrorsMessage,
+  methodFor,
+  planChildren,
+  updateStrategies,
+  type ChildOperation,
+  type UpdateStrategies,
+} from '../../../functions/composite/metacontroller/manage-children.ts';
 import type { ResolvedResource } from '../../../functions/composite/metacontroller/types.ts';
 import { type KubeObject } from '../../../functions/runtime/index.ts';
 
@@ -20,7 +27,16 @@ const pod = (name: string, image: string): KubeObject => ({
 /** The child as it exists after we created it: annotation, ownerReference, server fields. */
 function existing(desired: KubeObject, extra: Partial<KubeObject['metadata']> = {}): KubeObject {
   const object = forCreate(desired);
-  return { ...object, metadata: { ...object.metadata, uid: `${desired.metadata.name}-uid`, resourceVersion: '5', ownerReferences: [{ apiVersion: 'example.com/v1', kind: 'Thing', name: 'p', uid: 'parent-uid', controller: true }], ...extra } };
+  return {
+    ...object,
+    metadata: {
+      ...object.metadata,
+      uid: `${desired.metadata.name}-uid`,
+      resourceVersion: '5',
+      ownerReferences: [{ apiVersion: 'example.com/v1', kind: 'Thing', name: 'p', uid: 'parent-uid', controller: true }],
+      ...extra,
+    },
+  };
 }
 
 const plan = (observed: KubeObject[], desired: KubeObject[], strategies: UpdateStrategies = {}): ChildOperation[] =>
@@ -33,12 +49,14 @@ describe('planChildren', () => {
     const [operation] = plan([], [pod('a', 'nginx:1')]);
     assert.equal(operation?.action, 'create');
     const object = (operation as { object: KubeObject }).object;
-    assert.deepEqual(object.metadata.ownerReferences, [{ apiVersion: 'example.com/v1', kind: 'Thing', name: 'p', uid: 'parent-uid', controller: true, blockOwnerDeletion: true }]);
+    assert.deepEqual(object.metadata.ownerReferences, [
+      { apiVersion: 'example.com/v1', kind: 'Thing', name: 'p', uid: 'parent-uid', controller: true, blockOwnerDeletion: true },
+    ]);
     const recorded = JSON.parse(object.metadata.annotations![LAST_APPLIED_ANNOTATION]!);
     assert.equal(recorded.metadata.ownerReferences, undefined, 'the annotation holds what the hook asked for, not our ownerReference');
   });
 
-  test("an ownerReference to the parent given by the hook is kept as is, not doubled", () => {
+  test('an ownerReference to the parent given by the hook is kept as is, not doubled', () => {
     const desired = pod('a', 'nginx:1');
     desired.metadata.ownerReferences = [{ apiVersion: 'example.com/v1', kind: 'Thing', name: 'p', uid: 'parent-uid', controller: false }];
     const [operation] = plan([], [desired]);
@@ -60,7 +78,11 @@ describe('planChildren', () => {
   test('an unchanged child is unchanged under every strategy', () => {
     for (const method of ['OnDelete', 'Recreate', 'InPlace'] as const) {
       const operations = plan([existing(pod('a', 'nginx:1'))], [pod('a', 'nginx:1')], { 'Pod.': method });
-      assert.deepEqual(operations.map((op) => [op.action, 'reason' in op ? op.reason : '']), [['unchanged', 'up to date']], method);
+      assert.deepEqual(
+        operations.map((op) => [op.action, 'reason' in op ? op.reason : '']),
+        [['unchanged', 'up to date']],
+        method,
+      );
     }
   });
 
@@ -68,7 +90,10 @@ describe('planChildren', () => {
     const observed = existing(pod('a', 'nginx:1'));
     const desired = pod('a', 'nginx:2');
     const onDelete = plan([observed], [desired]);
-    assert.deepEqual(onDelete.map((op) => [op.action, 'reason' in op ? op.reason : '']), [['unchanged', 'OnDelete update strategy selected']]);
+    assert.deepEqual(
+      onDelete.map((op) => [op.action, 'reason' in op ? op.reason : '']),
+      [['unchanged', 'OnDelete update strategy selected']],
+    );
     assert.deepEqual(actions(plan([observed], [desired], { 'Pod.': 'Recreate' })), ['recreate']);
     assert.deepEqual(actions(plan([observed], [desired], { 'Pod.': 'RollingRecreate' })), ['recreate']);
     const [inPlace] = plan([observed], [desired], { 'Pod.': 'InPlace' });
@@ -93,7 +118,10 @@ describe('planChildren', () => {
   test('a changed child pending deletion is waited for', () => {
     const observed = existing(pod('a', 'nginx:1'), { deletionTimestamp: '2026-01-01T00:00:00Z' });
     const operations = plan([observed], [pod('a', 'nginx:2')], { 'Pod.': 'Recreate' });
-    assert.deepEqual(operations.map((op) => [op.action, 'reason' in op ? op.reason : '']), [['unchanged', 'pending deletion of child object']]);
+    assert.deepEqual(
+      operations.map((op) => [op.action, 'reason' in op ? op.reason : '']),
+      [['unchanged', 'pending deletion of child object']],
+    );
   });
 
   test('children match by kind and namespace/name: same name, other kind or namespace is another child', () => {
@@ -110,7 +138,10 @@ describe('planChildren', () => {
   });
 
   test('strategies are keyed by group and kind, version ignored; OnDelete is the default', () => {
-    const strategies = updateStrategies([pods, configMaps, { apiVersion: 'apps/v1', resource: 'deployments', kind: 'Deployment', namespaced: true }], ['Recreate', undefined, 'InPlace']);
+    const strategies = updateStrategies(
+      [pods, configMaps, { apiVersion: 'apps/v1', resource: 'deployments', kind: 'Deployment', namespaced: true }],
+      ['Recreate', undefined, 'InPlace'],
+    );
     assert.deepEqual(strategies, { 'Pod.': 'Recreate', 'Deployment.apps': 'InPlace' });
     assert.equal(methodFor(strategies, { apiVersion: 'apps/v1beta1', kind: 'Deployment', metadata: {} }), 'InPlace');
     assert.equal(methodFor(strategies, { apiVersion: 'v1', kind: 'ConfigMap', metadata: {} }), 'OnDelete');
@@ -125,11 +156,16 @@ describe('planChildren', () => {
   test("a sync's child errors make one message that does not grow with the children: the first three, each cut, then how many more", () => {
     assert.equal(childErrorsMessage(['a failed']), 'a failed');
     assert.equal(childErrorsMessage(['a', 'b', 'c']), 'a; b; c');
-    const quota = (i: number) => `can't create ConfigMap ns/child-${i}: configmaps "child-${i}" is forbidden: exceeded quota: ${'q'.repeat(400)}`;
+    const quota = (i: number) =>
+      `can't create ConfigMap ns/child-${i}: configmaps "child-${i}" is forbidden: exceeded quota: ${'q'.repeat(400)}`;
     const message = childErrorsMessage(Array.from({ length: 80 }, (_, i) => quota(i)));
     assert.match(message, /^can't create ConfigMap ns\/child-0: .*; can't create ConfigMap ns\/child-2: .*; and 77 more child errors$/);
     assert.ok(message.length < 1100, `${message.length} characters`);
-    assert.equal(childErrorsMessage(Array.from({ length: 10_000 }, (_, i) => quota(i))).length, message.length + 2, 'the same size for 10000 children (only the count grows)');
+    assert.equal(
+      childErrorsMessage(Array.from({ length: 10_000 }, (_, i) => quota(i))).length,
+      message.length + 2,
+      'the same size for 10000 children (only the count grows)',
+    );
     assert.match(childErrorsMessage(['a', 'b', 'c', 'd']), /; and 1 more child error$/);
   });
 });

@@ -4,7 +4,10 @@ import { describe, test } from 'node:test';
 import { childSelector, compileSelector, parentFilter } from '../../../functions/composite/metacontroller/selector.ts';
 import type { CompositeControllerSpec } from '../../../functions/composite/metacontroller/types.ts';
 
-const spec = (extra: Partial<CompositeControllerSpec> = {}): CompositeControllerSpec => ({ parentResource: { apiVersion: 'example.com/v1', resource: 'things' }, ...extra });
+const spec = (extra: Partial<CompositeControllerSpec> = {}): CompositeControllerSpec => ({
+  parentResource: { apiVersion: 'example.com/v1', resource: 'things' },
+  ...extra,
+});
 
 describe('label selectors', () => {
   test('matchLabels and every operator', () => {
@@ -40,7 +43,9 @@ describe('label selectors', () => {
   test('parentResource.labelSelector: absent selects every parent', () => {
     const all = parentFilter(spec());
     assert.ok(all.ok && all.selector.matches({}));
-    const some = parentFilter(spec({ parentResource: { apiVersion: 'example.com/v1', resource: 'things', labelSelector: { matchLabels: { managed: 'yes' } } } }));
+    const some = parentFilter(
+      spec({ parentResource: { apiVersion: 'example.com/v1', resource: 'things', labelSelector: { matchLabels: { managed: 'yes' } } } }),
+    );
     assert.ok(some.ok);
     assert.equal(some.selector.matches({ managed: 'yes' }), true);
     assert.equal(some.selector.matches({}), false);
