@@ -174,16 +174,14 @@ describe("every event from Knative's ApiServerSource adapter", () => {
     const names = Array.from({ length: COUNT }, (_, i) => `ic-${String(i).padStart(3, '0')}`);
     for (let i = 0; i < names.length; i += 32) {
       await Promise.all(
-        names
-          .slice(i, i + 32)
-          .map((name) =>
-            kube.create(ImmortalContainerKind, {
-              apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
-              kind: 'ImmortalContainer',
-              metadata: { name, namespace: 'burst' },
-              spec: { image: 'nginx' },
-            }),
-          ),
+        names.slice(i, i + 32).map((name) =>
+          kube.create(ImmortalContainerKind, {
+            apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+            kind: 'ImmortalContainer',
+            metadata: { name, namespace: 'burst' },
+            spec: { image: 'nginx' },
+          }),
+        ),
       );
     }
     let report = '';

@@ -663,17 +663,15 @@ describe('Broker replies', () => {
   it('a reply re-enters the broker and reaches a second trigger with knativebrokerttl 254', async () => {
     const replier = await startSubscriber((req, res) => {
       // Structured-mode reply.
-      res
-        .writeHead(200, { 'content-type': 'application/cloudevents+json' })
-        .end(
-          JSON.stringify({
-            specversion: '1.0',
-            id: `reply-of-${String(req.headers['ce-id'])}`,
-            source: '/replier',
-            type: 'com.example.reply',
-            data: { ok: true },
-          }),
-        );
+      res.writeHead(200, { 'content-type': 'application/cloudevents+json' }).end(
+        JSON.stringify({
+          specversion: '1.0',
+          id: `reply-of-${String(req.headers['ce-id'])}`,
+          source: '/replier',
+          type: 'com.example.reply',
+          data: { ok: true },
+        }),
+      );
     });
     const second = await startSubscriber(answer(202));
     const rejecting = await startSubscriber(answer(400, 'no thanks'));
