@@ -36,15 +36,6 @@ import { proxy, sendError } from './proxy.ts';
 import { InstanceSupervisor } from './supervisor.ts';
 import { ActivatorError } from './throttler.ts';
 
-export {
-  checkConfiguration,
-  DEFAULT_TIMEOUT_SECONDS,
-  type FunctionConfiguration,
-  type FunctionProcessSpec,
-  type FunctionStats,
-  type Scaling,
-} from './configuration.ts';
-
 export interface ActivatorOptions {
   functions: FunctionProcessSpec[];
   log: Logger;
