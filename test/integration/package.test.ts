@@ -10,7 +10,7 @@ import { delimiter, dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { ConfigMap, type KubeObject, type ResourceKind } from '../../functions/runtime/index.ts';
+import { ConfigMap, CoreEvent, type KubeObject, type ResourceKind } from '../../functions/runtime/index.ts';
 import { eventually, startTestCluster } from '../support/cluster.ts';
 import { tempDir } from '../support/temp.ts';
 
@@ -44,7 +44,7 @@ spec:
 /** The user's project: its functions folder, one folder per function, the CRDs beside them or in crds/. */
 const PROJECT_FILES: Record<string, string> = {
   'package.json': '', // written with the tarball's path
-  'functions/greeting/index.ts': `import { applyChild, ConfigMap, controllerReference, defineFunction, isControlledBy, updateStatus, type KubeObject, type ResourceKind } from 'operator-functions';
+  'functions/greeting/index.ts': `import { applyChild, ConfigMap, controllerReference, defineFunction, isControlledBy, TerminalError, updateStatus, type KubeObject, type ResourceKind } from 'operator-functions';
 
 const GreetingKind: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Greeting', plural: 'greetings', namespaced: true };
 interface Greeting extends KubeObject {
@@ -64,6 +64,7 @@ export default defineFunction({
   reconcile: async (key, { kube }) => {
     const greeting = await kube.get<Greeting>(GreetingKind, key);
     if (!greeting || greeting.metadata.deletionTimestamp) return;
+    if (!greeting.spec.name) throw new TerminalError('spec.name is empty: nobody to greet', { reason: 'NobodyToGreet' });
     const message = \`Hello, \${greeting.spec.name}!\`;
     const configMap = {
       apiVersion: 'v1',
@@ -174,6 +175,27 @@ test('the packed package installs into a project of its own, runs a function wri
         async () => output,
       );
       t.diagnostic(`Greeting hello converged through opfn dev at ${elapsed()}`);
+
+      // The user's TerminalError is the host's (one runtime in the bundle): a Warning Event, not a retried 500.
+      await cluster.kube.create(GreetingKind, {
+        apiVersion: 'example.com/v1',
+        kind: 'Greeting',
+        metadata: { name: 'nameless', namespace: 'default' },
+        spec: {},
+      } as KubeObject);
+      await eventually(
+        async () =>
+          (
+            await cluster.kube.list<KubeObject & { reason?: string }>(CoreEvent, {
+              namespace: 'default',
+              fieldSelector: 'involvedObject.name=nameless',
+            })
+          ).items.some((event) => event.reason === 'NobodyToGreet'),
+        30_000,
+        'the Warning Event of Greeting nameless',
+        async () => output,
+      );
+      assert.doesNotMatch(output, /reconcile failed; it will be retried/);
     } finally {
       // opfn dev stops its function processes on SIGTERM, as on Ctrl-C.
       dev.kill('SIGTERM');
