@@ -4,13 +4,13 @@
 // cluster that does not answer is an error naming the reason, never a silent switch to another
 // cluster: a VPN blip must not point the operators somewhere else.
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { delimiter, join, resolve } from 'node:path';
+import { delimiter, join, relative, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { type FunctionDeclaration, configuredKubeconfig, KubeClient } from '../functions/runtime/index.ts';
 import { createLogger, logFormat } from '../functions/runtime/host/index.ts';
 import { kubectlPathLine, startControlPlane, type ControlPlane } from '../cluster/index.ts';
 import type { Trigger } from '../eventing/broker/index.ts';
-import { applyCrds, readManifestFile } from '../eventing/crds.ts';
+import { applyCrds, CRD_DIR, readManifestFile } from '../eventing/crds.ts';
 import { applyGeneratedObjects } from '../eventing/knative/index.ts';
 import { DEFAULT_OPTIONS, serviceAccountName } from '../eventing/manifests/index.ts';
 import { EventPlane, FUNCTION_PROGRAM, triggersFromManifests, type PlaneOptions } from '../eventing/plane.ts';
@@ -136,7 +136,10 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
   try {
     const plane = await startPlane(cluster, { functionSet, triggers }, options, controlPlane);
     if (controlPlane && functionSet.from === undefined)
-      say(`Try: kubectl apply -f crds/examples/immortalcontainer.yaml && kubectl get immortalcontainers,pods`);
+      // From the folder it runs in: this repository's crds/, or the package's under node_modules.
+      say(
+        `Try: kubectl apply -f ${relative(process.cwd(), join(CRD_DIR, 'examples', 'immortalcontainer.yaml'))} && kubectl get immortalcontainers,pods`,
+      );
     return {
       plane,
       stop: async () => {

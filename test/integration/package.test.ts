@@ -213,8 +213,6 @@ test('the packed package installs into a project of its own, runs a function wri
       .map((file) => readFileSync(join(deploy, file), 'utf8'))
       .join('\n');
     assert.doesNotMatch(everything, /farewell|immortal|copyrator|exchange-rate|composite/, 'nothing of the other functions');
-    const { stdout: all } = await run(opfn, ['manifests', '--functions', './functions'], { cwd: project, env });
-    assert.match(all, /name: farewells\.example\.com/, 'without --only, the CRD of crds/ beside the functions folder comes too');
     t.diagnostic(`manifests generated at ${elapsed()}`);
   } finally {
     await (await clusterStarting).stop();
