@@ -4,25 +4,28 @@
 // cluster that does not answer is an error naming the reason, never a silent switch to another
 // cluster: a VPN blip must not point the operators somewhere else.
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { delimiter, join, resolve } from 'node:path';
+import { delimiter, join, relative, resolve } from 'node:path';
 import type { Logger } from 'pino';
-import { functionNames, loadAllFunctions, loadFunction } from '../functions/index.ts';
 import { type FunctionDeclaration, configuredKubeconfig, KubeClient } from '../functions/runtime/index.ts';
 import { createLogger, logFormat } from '../functions/runtime/host/index.ts';
 import { kubectlPathLine, startControlPlane, type ControlPlane } from '../cluster/index.ts';
 import type { Trigger } from '../eventing/broker/index.ts';
-import { applyCrds, readManifestFile } from '../eventing/crds.ts';
+import { applyCrds, CRD_DIR, readManifestFile } from '../eventing/crds.ts';
 import { applyGeneratedObjects } from '../eventing/knative/index.ts';
 import { DEFAULT_OPTIONS, serviceAccountName } from '../eventing/manifests/index.ts';
-import { EventPlane, triggersFromManifests, type PlaneOptions } from '../eventing/plane.ts';
+import { EventPlane, FUNCTION_PROGRAM, triggersFromManifests, type PlaneOptions } from '../eventing/plane.ts';
 import { bundledFunctions } from '../build/index.ts';
 import { isSameProcess, processStart } from '../processes/index.ts';
 import { DEAD_LETTER_FILE, PLANE_STATE_FILE, planeRecord } from '../eventing/state-files.ts';
+import { commandFunctions, type CommandFunctions } from './function-set.ts';
 import { parseReplacements } from './manifests.ts';
 import { say, untilSignal } from './terminal.ts';
 
 export interface DevOptions {
-  functions?: string[];
+  /** The functions to run, loaded (bin/function-set.ts); default: this package's own, or those `only` names. */
+  functionSet?: CommandFunctions;
+  /** Of this package's own functions, only these (without `functionSet`). */
+  only?: string[];
   /** YAML files of Knative Triggers to add to the broker (e.g. routing a kind to another implementation). */
   triggerFiles?: string[];
   /** Run the functions from their bundles, as the image does (default), or from TypeScript sources. */
@@ -103,7 +106,7 @@ export async function reachableCluster(): Promise<
 export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; stop(): Promise<void> }> {
   const { say } = options;
   // Before any cluster is touched: a mistyped function or a missing triggers file costs nothing.
-  const functions = options.functions?.length ? await Promise.all(options.functions.map(loadFunction)) : await loadAllFunctions();
+  const functionSet = options.functionSet ?? (await commandFunctions({ only: options.only }));
   const triggers = triggersFromManifests((options.triggerFiles ?? []).flatMap(readManifestFile));
   mkdirSync(options.stateDir, { recursive: true });
   let controlPlane: ControlPlane | undefined;
@@ -131,8 +134,12 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
   }
 
   try {
-    const plane = await startPlane(cluster, { functions, triggers }, options, controlPlane);
-    if (controlPlane) say(`Try: kubectl apply -f crds/examples/immortalcontainer.yaml && kubectl get immortalcontainers,pods`);
+    const plane = await startPlane(cluster, { functionSet, triggers }, options, controlPlane);
+    if (controlPlane && functionSet.from === undefined)
+      // From the folder it runs in: this repository's crds/, or the package's under node_modules.
+      say(
+        `Try: kubectl apply -f ${relative(process.cwd(), join(CRD_DIR, 'examples', 'immortalcontainer.yaml'))} && kubectl get immortalcontainers,pods`,
+      );
     return {
       plane,
       stop: async () => {
@@ -160,15 +167,17 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
 
 async function startPlane(
   cluster: { kube: KubeClient; kubeconfigPath: string | undefined },
-  { functions, triggers }: { functions: FunctionDeclaration[]; triggers: Trigger[] },
+  { functionSet, triggers }: { functionSet: CommandFunctions; triggers: Trigger[] },
   options: DevOptions,
   controlPlane?: ControlPlane,
 ): Promise<EventPlane> {
   const { log, say } = options;
-  await applyCrds(cluster.kube);
-  say('CRDs installed and established.');
+  const functions = functionSet.declarations;
+  await applyCrds(cluster.kube, functionSet.crds);
+  say(functionSet.crds.length ? 'CRDs installed and established.' : `No CRD found beside the functions in ${functionSet.from}.`);
   const bundleDir = join(options.stateDir, 'dist');
-  const launch = options.bundle ? await bundledFunctions(bundleDir) : undefined;
+  const entries = functionSet.functions.map(({ declaration, module }) => ({ name: declaration.name, module }));
+  const launch = options.bundle ? await bundledFunctions(bundleDir, entries) : sourceLaunch(functionSet);
   say(
     options.bundle
       ? `Functions bundled (esbuild); they run from ${bundleDir}, as in the image.`
@@ -231,9 +240,26 @@ async function startPlane(
   return plane;
 }
 
+/**
+ * How to start a function from its sources: this package's own by name (the plane's default), a
+ * user's with its module, which the entry program imports.
+ */
+function sourceLaunch(functionSet: CommandFunctions): Pick<PlaneOptions, 'command'> | undefined {
+  if (functionSet.from === undefined) return undefined;
+  const modules = new Map(functionSet.functions.map(({ declaration, module }) => [declaration.name, module]));
+  return {
+    command: (declaration: FunctionDeclaration) => ({
+      command: process.execPath,
+      args: [FUNCTION_PROGRAM, declaration.name, modules.get(declaration.name)!],
+    }),
+  };
+}
+
 /** The options of `opfn dev` as the command line gives them. */
 export interface DevCommandOptions {
-  functions?: string[];
+  /** A folder or module of functions from outside this package. */
+  functions?: string;
+  only?: string[];
   idle: number;
   resync?: number;
   triggers?: string[];
@@ -247,9 +273,14 @@ export interface DevCommandOptions {
 export async function devCommand(options: DevCommandOptions, stateDir: string): Promise<void> {
   const format = options.logFormat ?? logFormat();
   try {
+    const functionSet = await commandFunctions({ functions: options.functions, only: options.only });
     const running = await runDev({
-      replace: parseReplacements(options.replace ?? [], functionNames, true),
-      functions: options.functions,
+      replace: parseReplacements(
+        options.replace ?? [],
+        functionSet.declarations.map((declaration) => declaration.name),
+        true,
+      ),
+      functionSet,
       triggerFiles: options.triggers,
       bundle: options.bundle,
       idleSeconds: options.idle,

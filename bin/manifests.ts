@@ -4,7 +4,7 @@
 // files are left alone.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type FunctionDeclaration, guessedResource } from '../functions/runtime/index.ts';
+import { type FunctionDeclaration, guessedResource, type KubeObject } from '../functions/runtime/index.ts';
 import {
   BROAD,
   DEFAULT_OPTIONS,
@@ -24,7 +24,7 @@ import {
   withEventPolicies,
 } from '../eventing/manifests/index.ts';
 import { parseIsoDuration } from '../eventing/broker/index.ts';
-import { loadAllFunctions } from '../functions/index.ts';
+import { commandFunctions, type FunctionSetOptions } from './function-set.ts';
 import { say } from './terminal.ts';
 
 export interface ManifestCommand {
@@ -98,8 +98,8 @@ export function manifestOptions(command: ManifestCommand, declarations: Function
   };
 }
 
-/** File name → text of everything the command produces (validated). */
-export function manifestFiles(command: ManifestCommand, declarations: FunctionDeclaration[]): Record<string, string> {
+/** File name → text of everything the command produces (validated); `crds`: where the functions' CRDs come from (default: this package's crds/). */
+export function manifestFiles(command: ManifestCommand, declarations: FunctionDeclaration[], crds?: KubeObject[]): Record<string, string> {
   const options = manifestOptions(command, declarations);
   if (command.composite !== undefined && command.target !== 'knative')
     throw new Error('--composite applies to --target knative (OpenFaaS has no ServiceAccount per function)');
@@ -108,7 +108,7 @@ export function manifestFiles(command: ManifestCommand, declarations: FunctionDe
   if (command.compositeBroad && command.target !== 'knative')
     throw new Error('--composite-broad applies to --target knative (OpenFaaS has no ServiceAccount per function)');
   if (command.target === 'openfaas') return { 'stack.yml': openfaasStack(declarations, options) };
-  const generated = generateManifests(declarations, options, compositeRights(command, declarations));
+  const generated = generateManifests(declarations, options, compositeRights(command, declarations), crds);
   const files = command.eventPolicy ? withEventPolicies(generated, declarations, options) : generated;
   const external = new Set(Object.values(options.replace).filter((target) => !target.includes('://')));
   const problems = validateManifests(
@@ -135,13 +135,18 @@ function compositeRights(command: ManifestCommand, declarations: FunctionDeclara
 /** What `opfn manifests` says when no controller was given and `*` was not chosen. */
 const COMPOSITE_NARROW_NOTE = `${COMPOSITE_FUNCTION}: no --composite file, so the ${COMPOSITE_FUNCTION} function may serve no CompositeController (each one applied gets a Warning Event NotPermitted); give the controllers with --composite <file> for exactly their rights, or choose Metacontroller's \`*\` with --composite-broad`;
 
-export function runManifests(command: ManifestCommand, declarations: FunctionDeclaration[], write: (text: string) => void): string[] {
+export function runManifests(
+  command: ManifestCommand,
+  declarations: FunctionDeclaration[],
+  write: (text: string) => void,
+  crds?: KubeObject[],
+): string[] {
   if (command.brokerClass && command.brokerClass !== KAFKA_BROKER_CLASS && command.brokerClass !== DEFAULT_OPTIONS.brokerClass) {
     write(
       `# note: broker class ${command.brokerClass} is neither ${DEFAULT_OPTIONS.brokerClass} nor ${KAFKA_BROKER_CLASS}; it must be installed on the cluster\n`,
     );
   }
-  const files = manifestFiles(command, declarations);
+  const files = manifestFiles(command, declarations, crds);
   const options = manifestOptions(command, declarations);
   if (command.target === 'knative' && options.delivery.retryAfterMax !== undefined) write(`# note: ${RETRY_AFTER_FEATURE_NOTE}\n`);
   if (command.target === 'knative' && command.eventPolicy) write(`# note: ${EVENT_POLICY_FEATURE_NOTE}\n`);
@@ -193,12 +198,14 @@ export function runManifests(command: ManifestCommand, declarations: FunctionDec
   return Object.keys(files).map((name) => join(command.out!, name));
 }
 
-/** `opfn manifests`: generates for every function, prints or writes, and says what it wrote. */
-export async function manifestsCommand(options: Omit<ManifestCommand, 'target'> & { target: string }): Promise<void> {
+/** `opfn manifests`: generates for the functions of --functions and --only (default: all of this package's), prints or writes, and says what it wrote. */
+export async function manifestsCommand(options: Omit<ManifestCommand, 'target'> & FunctionSetOptions & { target: string }): Promise<void> {
   try {
-    if (options.target !== 'knative' && options.target !== 'openfaas')
-      throw new Error(`--target must be knative or openfaas, not "${options.target}"`);
-    const written = runManifests({ ...options, target: options.target }, await loadAllFunctions(), (text) => process.stdout.write(text));
+    const { functions, only, ...command } = options;
+    if (command.target !== 'knative' && command.target !== 'openfaas')
+      throw new Error(`--target must be knative or openfaas, not "${command.target}"`);
+    const set = await commandFunctions({ functions, only });
+    const written = runManifests({ ...command, target: command.target }, set.declarations, (text) => process.stdout.write(text), set.crds);
     if (written.length) say(`wrote ${written.join(', ')}`);
   } catch (error) {
     say(`opfn manifests: ${(error as Error).message}`);

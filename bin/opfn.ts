@@ -6,6 +6,7 @@ import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { DEAD_LETTER_FILE } from '../eventing/state-files.ts';
 import { functionNames, loadFunction } from '../functions/index.ts';
+import { nameList } from './function-set.ts';
 import { say } from './terminal.ts';
 
 const STATE_DIR = resolve(process.env.OPFN_STATE_DIR ?? '.opfn');
@@ -25,6 +26,17 @@ const logFormatOption = (value: string): 'json' | 'pretty' => {
   return value;
 };
 
+/** `--functions` and `--only`, the same for every command that works on a set of functions. */
+const FUNCTIONS_OPTION = [
+  '-f, --functions <folder or module>',
+  "the functions of your project instead of this package's own: a folder with a subfolder per function (its index.ts default-exports the declaration; CRDs in YAML files beside it or in crds/ next to the folder), or one module default-exporting a declaration or an array of them",
+] as const;
+const ONLY_OPTION = [
+  '--only <names>',
+  `comma-separated: only these functions of the set (this package's own: ${functionNames.join(', ')})`,
+  nameList,
+] as const;
+
 const program = new Command('opfn')
   .description('operator-functions: Kubernetes operators built from stateless reconcile functions that scale from zero')
   .showHelpAfterError();
@@ -34,9 +46,8 @@ program
   .description(
     'install the CRDs and run every function on the local event plane (source, broker, scale-from-zero activator) against the configured cluster ($KUBECONFIG, ~/.kube/config, in-cluster), or a new local control plane when none is configured',
   )
-  .option('-f, --functions <names>', `comma-separated functions to run (default: all of ${functionNames.join(', ')})`, (v) =>
-    v.split(',').filter(Boolean),
-  )
+  .option(...FUNCTIONS_OPTION)
+  .option(...ONLY_OPTION)
   .option('--idle <seconds>', 'idle time before a function scales to zero', seconds, 30)
   .option(
     '--resync <seconds>',
@@ -137,6 +148,8 @@ program
   .description(
     'generate the Knative objects (CRDs, Broker, per function: ServiceAccount + role, Service, Trigger, PingSource, ApiServerSources) from the declarations; --out writes a folder for `kubectl apply -k`',
   )
+  .option(...FUNCTIONS_OPTION)
+  .option(...ONLY_OPTION)
   .option('-o, --out <dir>', 'write one file per function and kustomization.yaml into <dir> (default: print one YAML stream)')
   .option('--image <image>', 'container image of the functions (built from the Dockerfile)')
   .option('-n, --namespace <namespace>', 'run the functions in this namespace only (Roles instead of ClusterRoles; sources watch only it)')

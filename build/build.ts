@@ -17,36 +17,42 @@
 // every start. `vm.Script#createCachedData()` taken at exit holds every function compiled by
 // then. CommonJS because vm.Script runs scripts (vm modules are experimental).
 //
+// Functions from outside this project (`opfn dev --functions <folder>`) are bundled the same way,
+// each with the runtime of the package it imports ('operator-functions').
+//
 // Usage: node build/build.ts [--outdir dist] [--metafile <file>] [--quiet]
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { basename, dirname, join, relative, resolve } from 'node:path';
+import { basename, dirname, extname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { build, type Metafile } from 'esbuild';
-import { functionModules } from '../functions/index.ts';
+import { builtInModulePath, functionNames } from '../functions/index.ts';
 import { isRunning } from '../processes/index.ts';
 import { bundleNarrowing } from './bundle-narrowing.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const REGISTRY = join(ROOT, 'functions', 'index.ts');
 const PROGRAMS_DIR = join(ROOT, 'build', 'programs');
+/** The extension of this project's modules as they run: .ts from the sources, .js in the npm package (compiled). */
+const OWN_EXTENSION = extname(fileURLToPath(import.meta.url));
+const HOST_FACE = join(ROOT, 'functions', 'runtime', 'host', `index${OWN_EXTENSION}`);
 
 export interface FunctionEntry {
   name: string;
-  /** The declaration module, relative to the repository root (e.g. functions/immortal-container/index.ts). */
+  /** The absolute path of the module whose default export is the function's declaration (or an array holding it). */
   module: string;
 }
 
-/** The functions of `functions/index.ts`, with their declaration modules relative to the repository root. */
+/** The functions of `functions/index.ts`, with their declaration modules. */
 export function registeredFunctions(): FunctionEntry[] {
-  return Object.entries(functionModules).map(([name, module]) => ({ name, module: relative(ROOT, resolve(dirname(REGISTRY), module)) }));
+  return functionNames.map((name) => ({ name, module: builtInModulePath(name) }));
 }
 
 /** The generated entry of one bundle: only this function's declaration and the runtime. */
 function entrySource(entry: FunctionEntry): string {
   return [
-    `import declaration from './${entry.module}';`,
-    `import { serve } from './functions/runtime/host/index.ts';`,
+    `import exported from ${JSON.stringify(entry.module)};`,
+    `import { serve } from ${JSON.stringify(HOST_FACE)};`,
+    `const declaration = [exported].flat().find((candidate) => candidate.name === ${JSON.stringify(entry.name)});`,
     `serve(declaration).catch((error: Error) => {`,
     `  console.error(\`cannot start function \${declaration.name}: \${error.message}\`);`,
     `  process.exit(1);`,
@@ -56,8 +62,8 @@ function entrySource(entry: FunctionEntry): string {
 
 /** The programs of programs/, each built to one file of dist/ beside the bundles. */
 const PROGRAMS = [
-  { source: 'main.ts', output: 'main.mjs' },
-  { source: 'warm-cache.ts', output: 'warm-cache.mjs' },
+  { source: `main${OWN_EXTENSION}`, output: 'main.mjs' },
+  { source: `warm-cache${OWN_EXTENSION}`, output: 'warm-cache.mjs' },
 ];
 
 /** Builds programs/ into `outdir` (ES modules with Node's built-ins external; nothing else is imported). */
@@ -105,22 +111,23 @@ function removeAbandonedBuilds(target: string): void {
  */
 export async function bundledFunctions(
   outdir: string,
+  functions?: FunctionEntry[],
 ): Promise<{ command: (declaration: { name: string }) => { command: string; args: string[] } }> {
-  await buildFunctions({ outdir });
+  await buildFunctions({ outdir, functions });
   return { command: (declaration) => ({ command: process.execPath, args: [join(outdir, 'main.mjs'), declaration.name] }) };
 }
 
 /**
- * Bundles every registered function into `outdir` (default dist/). The bundles are written into a
+ * Bundles `functions` (default: every registered function) into `outdir` (default dist/). The bundles are written into a
  * folder beside it and swapped in at the end: a plane running from `outdir` (a second `opfn dev`
  * in the same project rebuilds `.opfn/dist`) keeps starting instances throughout, where removing
  * the folder first made every cold start meanwhile fail.
  */
-export async function buildFunctions(options: { outdir?: string } = {}): Promise<BuildResult> {
+export async function buildFunctions(options: { outdir?: string; functions?: FunctionEntry[] } = {}): Promise<BuildResult> {
   const target = resolve(ROOT, options.outdir ?? 'dist');
   const outdir = `${target}.building-${process.pid}`;
   const started = performance.now();
-  const entries = registeredFunctions();
+  const entries = options.functions ?? registeredFunctions();
   removeAbandonedBuilds(target);
   mkdirSync(outdir, { recursive: true });
 

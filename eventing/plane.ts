@@ -9,7 +9,7 @@
 // straight to a function instance that has room (the activator's lease) and bounds each trigger's
 // deliveries by its function's capacity at full scale, so a burst scales the function out.
 import { availableParallelism } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
@@ -41,6 +41,9 @@ import {
 import type { SourceStats } from './source/index.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+/** The entry program of a function process (functions/main.ts), as this module runs: from the sources, or compiled in the npm package. */
+export const FUNCTION_PROGRAM = join(ROOT, 'functions', `main${extname(fileURLToPath(import.meta.url))}`);
 
 // The declaration-level wiring (the generator's building blocks) that plane users need too.
 export { FUNCTION_EXTENSION, sourcesFor } from './manifests/index.ts';
@@ -197,8 +200,7 @@ export class EventPlane {
   constructor(options: PlaneOptions) {
     this.#options = options;
     const { functions, log } = options;
-    const command =
-      options.command ?? ((declaration) => ({ command: process.execPath, args: [join(ROOT, 'functions/main.ts'), declaration.name] }));
+    const command = options.command ?? ((declaration) => ({ command: process.execPath, args: [FUNCTION_PROGRAM, declaration.name] }));
     // The activator starts each function as its generated Service says; with `knativeObjects`
     // the Service in the API server then applies its own (ServiceDirectory → configure).
     const generated = planeObjects(functions, options.knativeObjects ? {} : options);

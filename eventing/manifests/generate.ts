@@ -69,12 +69,14 @@ export function generateManifests(
   declarations: FunctionDeclaration[],
   options: ManifestOptions = DEFAULT_OPTIONS,
   rights: InstallRights = NARROW_NOTHING_GIVEN,
+  /** The CRDs to pick the functions' kinds from (default: this project's crds/; functions from outside bring their own). */
+  crds?: KubeObject[],
 ): ManifestFile[] {
   const sorted = installable(declarations, options).sort((a, b) => a.name.localeCompare(b.name));
   return [
     // In 'namespace' scope the namespace is the user's: deleting the deployment must not delete it.
     ...(options.scope === 'cluster' ? [{ name: 'namespace.yaml', objects: [namespaceObject(options)] }] : []),
-    { name: 'crds.yaml', objects: crdsFor(sorted) },
+    { name: 'crds.yaml', objects: crdsFor(sorted, crds) },
     { name: 'broker.yaml', objects: [broker(options), deadLetterSink(options)] },
     // A function's admission policy lives in its file: it is installed and removed with it.
     ...sorted.map((declaration) => ({

@@ -320,11 +320,20 @@ test('opfn dev refuses a mistyped function before it touches any cluster', async
   // The configured cluster does not answer: the function's name is checked first.
   const kubeconfig = writeKubeconfig('unreachable-for-typo-kubeconfig', { server: 'https://127.0.0.1:1' });
   await assert.rejects(
-    promisify(execFile)(process.execPath, [OPFN, 'dev', '--functions', 'immortal-containr'], { env: { ...env, KUBECONFIG: kubeconfig } }),
+    promisify(execFile)(process.execPath, [OPFN, 'dev', '--only', 'immortal-containr'], { env: { ...env, KUBECONFIG: kubeconfig } }),
     (error: Error & { stderr?: string; code?: number }) => {
       assert.equal(error.code, 1);
       assert.match(error.stderr ?? '', /unknown function "immortal-containr"; known: .*immortal-container/);
       assert.doesNotMatch(error.stderr ?? '', /does not answer/);
+      return true;
+    },
+  );
+  // --functions once took names: it now takes a folder or module, and says where names go.
+  await assert.rejects(
+    promisify(execFile)(process.execPath, [OPFN, 'dev', '--functions', 'immortal-container'], { env: { ...env, KUBECONFIG: kubeconfig } }),
+    (error: Error & { stderr?: string; code?: number }) => {
+      assert.equal(error.code, 1);
+      assert.match(error.stderr ?? '', /--functions takes a folder or a module of functions.*use --only immortal-container/);
       return true;
     },
   );

@@ -652,7 +652,7 @@ describe('opfn dev against a configured cluster', () => {
     let running: Awaited<ReturnType<typeof runDev>> | undefined;
     try {
       running = await runDev({
-        functions: [immortalContainer.name],
+        only: [immortalContainer.name],
         bundle: false,
         idleSeconds: 30,
         stateDir: devState,
