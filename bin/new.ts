@@ -11,6 +11,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync
 import { dirname, join, posix, relative, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { readManifests } from '../eventing/crds.ts';
+import { guessedResource } from '../functions/runtime/index.ts';
 import { say } from './terminal.ts';
 
 const TEMPLATES = join(dirname(fileURLToPath(import.meta.url)), 'templates');
@@ -47,8 +48,12 @@ export function checkName(name: string): void {
     throw new Refusal(`invalid function name "${name}": a DNS-1123 label starting with a letter (a-z, 0-9, '-'; at most 63)`);
 }
 
-/** `<Kind>.<group>/<version>`, with the plural given or the kind's lower case + 's'. */
-export function parseKind(value: string, plural?: string): NewKind {
+/**
+ * `<Kind>.<group>/<version>`, with the plural given or the one Knative's ApiServerSource guesses
+ * from the kind (lower case + 's'; 'es' after an 's', 'ies' for a final 'y'), so that it can watch
+ * the kind without a poll.
+ */
+export function parseKind(value: string, givenPlural?: string): NewKind {
   const parts = /^([^./]+)\.([^/]+)\/([^/]+)$/.exec(value);
   if (!parts) throw new Refusal(`invalid kind "${value}": write it as <Kind>.<group>/<version>, e.g. Widget.example.com/v1alpha1`);
   const [, kind, group, version] = parts;
@@ -57,13 +62,13 @@ export function parseKind(value: string, plural?: string): NewKind {
     throw new Refusal(`invalid group "${group}": a DNS subdomain with at least one dot (e.g. example.com)`);
   if (RESERVED_GROUP.test(group)) throw new Refusal(`invalid group "${group}": groups under k8s.io and kubernetes.io are Kubernetes' own`);
   if (!VERSION.test(version)) throw new Refusal(`invalid version "${version}": v<N>, v<N>alpha<M> or v<N>beta<M> (e.g. v1alpha1)`);
-  const plural_ = plural ?? `${kind.toLowerCase()}s`;
-  if (!DNS_LABEL.test(plural_)) throw new Refusal(`invalid plural "${plural_}": a DNS-1123 label (a-z, 0-9, '-'; at most 63)`);
+  const plural = givenPlural ?? guessedResource(kind);
+  if (!DNS_LABEL.test(plural)) throw new Refusal(`invalid plural "${plural}": a DNS-1123 label (a-z, 0-9, '-'; at most 63)`);
   const clash = [kind, `${kind}Kind`, `${kind}Status`, `${kind}ConfigMap`].find((identifier) => templateImports().has(identifier));
   if (clash) throw new Refusal(`kind "${kind}" would make the generated ${clash} clash with the runtime's ${clash}; choose another name`);
   if (kind in globalThis || TYPESCRIPT_GLOBALS.has(kind))
     throw new Refusal(`kind "${kind}" would shadow JavaScript's or TypeScript's ${kind} in the generated code; choose another name`);
-  return { kind, group, version, plural: plural_ };
+  return { kind, group, version, plural };
 }
 
 /** Every name the templates import, which a name derived from the kind must not repeat. */
@@ -179,7 +184,8 @@ async function problemOf(project: Project, name: string, kind: NewKind, files: P
 
 /**
  * The files as the project's Prettier would write them, so that its format check passes whatever
- * the lengths of the names; as they are where Prettier is not installed.
+ * the lengths of the names; as they are in a project without a Prettier configuration, or where
+ * Prettier is not installed.
  */
 async function formatted(project: Project, files: PlannedFile[]): Promise<PlannedFile[]> {
   let prettier: typeof import('prettier');
@@ -192,8 +198,8 @@ async function formatted(project: Project, files: PlannedFile[]): Promise<Planne
     files.map(async (file) => {
       const filepath = join(project.root, file.path);
       if (!file.path.endsWith('.ts')) return file;
-      const options = (await prettier.resolveConfig(filepath)) ?? {};
-      return { ...file, content: await prettier.format(file.content, { ...options, filepath }) };
+      const options = await prettier.resolveConfig(filepath);
+      return options ? { ...file, content: await prettier.format(file.content, { ...options, filepath }) } : file;
     }),
   );
 }
@@ -215,24 +221,42 @@ function writeAll(root: string, files: PlannedFile[]): void {
   }
 }
 
-export async function newCommand(name: string, options: { kind?: string; plural?: string }, from = process.cwd()): Promise<void> {
-  try {
-    checkName(name);
-    if (!options.kind) throw new Refusal('--kind <Kind>.<group>/<version> is required, e.g. --kind Widget.example.com/v1alpha1');
-    const kind = parseKind(options.kind, options.plural);
-    const project = findProject(from);
-    let files = plannedFiles(project, name, kind);
-    const problem = await problemOf(project, name, kind, files);
-    if (problem) throw new Refusal(problem);
-    if (project.inRepository)
-      files.push({
-        path: REGISTRY,
-        content: registryWithFunction(readFileSync(join(project.root, REGISTRY), 'utf8'), name),
-        what: 'registered, so npm start runs it',
-      });
-    files = await formatted(project, files);
-    writeAll(project.root, files);
+export interface NewFunctionOptions {
+  kind?: string;
+  plural?: string;
+}
 
+/**
+ * Writes the function `name` into the project `from` lies in, and answers what it wrote; throws a
+ * Refusal, having written nothing, when it may not.
+ */
+export async function writeNewFunction(
+  from: string,
+  name: string,
+  options: NewFunctionOptions,
+): Promise<{ project: Project; kind: NewKind; files: PlannedFile[] }> {
+  checkName(name);
+  if (!options.kind) throw new Refusal('--kind <Kind>.<group>/<version> is required, e.g. --kind Widget.example.com/v1alpha1');
+  const kind = parseKind(options.kind, options.plural);
+  const project = findProject(from);
+  let files = plannedFiles(project, name, kind);
+  const problem = await problemOf(project, name, kind, files);
+  if (problem) throw new Refusal(problem);
+  if (project.inRepository)
+    files.push({
+      path: REGISTRY,
+      content: registryWithFunction(readFileSync(join(project.root, REGISTRY), 'utf8'), name),
+      what: 'registered, so npm start runs it',
+    });
+  files = await formatted(project, files);
+  writeAll(project.root, files);
+  return { project, kind, files };
+}
+
+export async function newCommand(name: string, options: NewFunctionOptions): Promise<void> {
+  const from = process.cwd();
+  try {
+    const { project, kind, files } = await writeNewFunction(from, name, options);
     const width = Math.max(...files.map((file) => file.path.length));
     say(`Wrote the function ${name}, reconciling ${kind.kind} (${kind.group}/${kind.version}) in ${relative(from, project.root) || '.'}:`);
     for (const { path, what } of files) say(`  ${path.padEnd(width)}  ${what}`);

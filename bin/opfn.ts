@@ -36,7 +36,10 @@ program
   )
   .argument('<name>', 'the function name, a DNS-1123 label (e.g. widget)')
   .option('--kind <kind>', 'the kind it reconciles, as <Kind>.<group>/<version> (e.g. Widget.example.com/v1alpha1)')
-  .option('--plural <plural>', "the kind's plural resource name (default: the kind in lower case + 's')")
+  .option(
+    '--plural <plural>',
+    "the kind's plural resource name (default: the kind in lower case + 's', or 'es' after an 's' and 'ies' for a final 'y', as Knative's ApiServerSource guesses it)",
+  )
   .action(async (name: string, options) => (await import('./new.ts')).newCommand(name, options));
 
 program

@@ -3,6 +3,7 @@
 // formatted as Prettier would, and its unit and integration tests pass as generated, the
 // integration test against a real control plane. Refusals (an existing name, invalid kinds) exit
 // with 2 and one line, and write nothing. Outside this repository the code imports the package.
+// `opfn new` runs as a command where its exit matters, else in this process.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { copyFileSync, cpSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -11,6 +12,7 @@ import { before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { check as prettierCheck, resolveConfig } from 'prettier';
+import { type NewFunctionOptions, Refusal, writeNewFunction } from '../../bin/new.ts';
 import { tempFolder } from '../support/temp.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -29,11 +31,15 @@ const run = async (command: string, args: string[], cwd: string) => {
 };
 const opfnNew = (cwd: string, ...args: string[]) => run(process.execPath, [OPFN, 'new', ...args], cwd);
 
-/** A copy of this repository in which `opfn new` may write: its own functions/index.ts, crds/ and test folders, the rest linked. */
+/**
+ * A copy of this repository in which `opfn new` may write: its own functions/index.ts, crds/,
+ * test/unit/, test/integration/ and tsconfig.json, the rest linked. Whatever the test writes must
+ * be one of those: a write to a linked path would change this repository.
+ */
 function scratchProject(): string {
   const { dir } = tempFolder('opfn-new-');
   const link = (path: string) => symlinkSync(join(ROOT, path), join(dir, path));
-  for (const entry of readdirSync(ROOT)) if (!['functions', 'crds', 'test', '.git'].includes(entry)) link(entry);
+  for (const entry of readdirSync(ROOT)) if (!['functions', 'crds', 'test', 'tsconfig.json', '.git'].includes(entry)) link(entry);
   mkdirSync(join(dir, 'functions'));
   for (const entry of readdirSync(join(ROOT, 'functions')))
     entry === 'index.ts' ? copyFileSync(join(ROOT, 'functions', entry), join(dir, 'functions', entry)) : link(join('functions', entry));
@@ -67,8 +73,7 @@ describe('inside this repository', () => {
   });
 
   test('writes a function that is registered, typechecks and is formatted', async () => {
-    const made = await opfnNew(project, 'widget', '--kind', 'Widget.example.com/v1alpha1');
-    assert.equal(made.code, 0, made.stderr);
+    await writeNewFunction(project, 'widget', { kind: 'Widget.example.com/v1alpha1' });
     for (const file of [...generated, 'crds/widget.yaml', 'crds/examples/widget.yaml'])
       assert.ok(statSync(join(project, file)).isFile(), `${file} is written`);
     assert.match(readFileSync(join(project, 'functions/index.ts'), 'utf8'), /^ {2}widget: '\.\/widget\/index\.ts',$/m);
@@ -93,25 +98,23 @@ describe('inside this repository', () => {
 
   test('refuses an existing name, an invalid name or kind, and a kind already defined, writing nothing', async () => {
     const before = snapshot(project);
-    const refusals: [string[], RegExp][] = [
-      [['widget', '--kind', 'Gadget.example.com/v1'], /functions\/widget already exists/],
-      [['copyrator', '--kind', 'Gadget.example.com/v1'], /functions\/copyrator already exists/],
-      [['gadget', '--kind', 'Widget.example.com/v1alpha1'], /crds\/widget\.yaml already exists/],
-      [['gadget', '--kind', 'Gizmo.example.com/v1', '--plural', 'widgets'], /crds\/ already defines widgets\.example\.com/],
-      [['Gadget', '--kind', 'Gadget.example.com/v1'], /invalid function name "Gadget"/],
-      [['gadget'], /--kind <Kind>\.<group>\/<version> is required/],
-      [['gadget', '--kind', 'gadget.example.com/v1'], /invalid kind "gadget"/],
-      [['gadget', '--kind', 'Gadget.example/v1'], /invalid group "example"/],
-      [['gadget', '--kind', 'Gadget.example.com/1'], /invalid version "1"/],
-      [['gadget', '--kind', 'Gadget.example.com'], /invalid kind "Gadget\.example\.com"/],
-      [['gadget', '--kind', 'ConfigMap.example.com/v1'], /clash with the runtime's ConfigMap/],
+    const refused = await opfnNew(project, 'widget', '--kind', 'Gadget.example.com/v1');
+    assert.equal(refused.code, 2, refused.stderr);
+    assert.equal(refused.stderr, 'opfn new: functions/widget already exists: choose another name\n');
+    const refusals: [string, NewFunctionOptions, RegExp][] = [
+      ['copyrator', { kind: 'Gadget.example.com/v1' }, /^functions\/copyrator already exists/],
+      ['gadget', { kind: 'Widget.example.com/v1alpha1' }, /^crds\/widget\.yaml already exists$/],
+      ['gadget', { kind: 'Gizmo.example.com/v1', plural: 'widgets' }, /^crds\/ already defines widgets\.example\.com$/],
+      ['Gadget', { kind: 'Gadget.example.com/v1' }, /^invalid function name "Gadget"/],
+      ['gadget', {}, /^--kind <Kind>\.<group>\/<version> is required/],
+      ['gadget', { kind: 'gadget.example.com/v1' }, /^invalid kind "gadget"/],
+      ['gadget', { kind: 'Gadget.example/v1' }, /^invalid group "example"/],
+      ['gadget', { kind: 'Gadget.example.com/1' }, /^invalid version "1"/],
+      ['gadget', { kind: 'Gadget.example.com' }, /^invalid kind "Gadget\.example\.com"/],
+      ['gadget', { kind: 'ConfigMap.example.com/v1' }, /clash with the runtime's ConfigMap/],
     ];
-    for (const [args, reason] of refusals) {
-      const refused = await opfnNew(project, ...args);
-      assert.equal(refused.code, 2, `opfn new ${args.join(' ')}: ${refused.stderr}`);
-      assert.match(refused.stderr, reason);
-      assert.equal(refused.stderr.trim().split('\n').length, 1, `one line: ${refused.stderr}`);
-    }
+    for (const [name, options, reason] of refusals)
+      await assert.rejects(writeNewFunction(project, name, options), (error) => error instanceof Refusal && reason.test(error.message));
     assert.deepEqual(snapshot(project), before, 'nothing is written');
   });
 });
@@ -119,9 +122,10 @@ describe('inside this repository', () => {
 test('outside this repository the function imports the operator-functions package, and nothing is registered', async () => {
   const { dir } = tempFolder('opfn-new-package-');
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'my-operators', type: 'module' }));
-  const made = await opfnNew(dir, 'widget', '--kind', 'Widget.example.com/v1alpha1');
-  assert.equal(made.code, 0, made.stderr);
-  assert.match(readFileSync(join(dir, 'functions/widget/reconcile.ts'), 'utf8'), /from 'operator-functions';/);
-  assert.match(readFileSync(join(dir, 'test/integration/widget.test.ts'), 'utf8'), /from 'operator-functions\/testing';/);
-  assert.deepEqual(readdirSync(join(dir, 'functions')), ['widget']);
+  await writeNewFunction(dir, 'gateway-policy', { kind: 'GatewayPolicy.example.com/v1' });
+  assert.match(readFileSync(join(dir, 'functions/gateway-policy/reconcile.ts'), 'utf8'), /from 'operator-functions';/);
+  assert.match(readFileSync(join(dir, 'test/integration/gateway-policy.test.ts'), 'utf8'), /from 'operator-functions\/testing';/);
+  assert.deepEqual(readdirSync(join(dir, 'functions')), ['gateway-policy']);
+  // The plural Knative's ApiServerSource guesses from the kind, so that it watches the kind.
+  assert.match(readFileSync(join(dir, 'crds/gatewaypolicy.yaml'), 'utf8'), /^ {4}plural: gatewaypolicies$/m);
 });
