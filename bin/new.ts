@@ -40,7 +40,7 @@ const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const VERSION = /^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$/;
 /** Groups the API server accepts only with an api-approved.kubernetes.io annotation. */
 const RESERVED_GROUP = /(^|\.)(k8s\.io|kubernetes\.io)$/;
-/** TypeScript's global types the generated code would shadow with an interface of the kind's name. */
+/** TypeScript's global types, which globalThis does not hold. */
 const TYPESCRIPT_GLOBALS = new Set(['Record', 'Partial', 'Readonly', 'Required', 'Pick', 'Omit', 'Exclude', 'Extract', 'Awaited']);
 
 export function checkName(name: string): void {
@@ -64,20 +64,23 @@ export function parseKind(value: string, givenPlural?: string): NewKind {
   if (!VERSION.test(version)) throw new Refusal(`invalid version "${version}": v<N>, v<N>alpha<M> or v<N>beta<M> (e.g. v1alpha1)`);
   const plural = givenPlural ?? guessedResource(kind);
   if (!DNS_LABEL.test(plural)) throw new Refusal(`invalid plural "${plural}": a DNS-1123 label (a-z, 0-9, '-'; at most 63)`);
-  const clash = [kind, `${kind}Kind`, `${kind}Status`, `${kind}ConfigMap`].find((identifier) => templateImports().has(identifier));
-  if (clash) throw new Refusal(`kind "${kind}" would make the generated ${clash} clash with the runtime's ${clash}; choose another name`);
-  if (kind in globalThis || TYPESCRIPT_GLOBALS.has(kind))
-    throw new Refusal(`kind "${kind}" would shadow JavaScript's or TypeScript's ${kind} in the generated code; choose another name`);
+  const clash = [kind, `${kind}Kind`, `${kind}Status`, `${kind}ConfigMap`].find((name) => namesInUse().has(name));
+  if (clash) throw new Refusal(`kind "${kind}": the generated code already uses the name ${clash}; choose another kind`);
   return { kind, group, version, plural };
 }
 
-/** Every name the templates import, which a name derived from the kind must not repeat. */
-function templateImports(): Set<string> {
+/**
+ * The names the generated code uses besides its own, which a name made from the kind must not
+ * repeat: what the templates import, and the globals they name (a `Date` kind would hide the
+ * global Date from them).
+ */
+function namesInUse(): Set<string> {
+  const globals = new Set([...Object.getOwnPropertyNames(globalThis), ...TYPESCRIPT_GLOBALS]);
   const names = new Set<string>();
   for (const { content } of templateFiles()) {
-    for (const [, list] of content.matchAll(/^import\s*\{([^}]*)\}/gm)) {
+    for (const [, list] of content.matchAll(/^import\s*\{([^}]*)\}/gm))
       for (const entry of list.split(',')) names.add(entry.replace(/^\s*type\s+/, '').trim());
-    }
+    for (const [word] of content.matchAll(/\b[A-Z][A-Za-z0-9]*\b/g)) if (globals.has(word)) names.add(word);
   }
   return names;
 }
@@ -262,7 +265,7 @@ export async function newCommand(name: string, options: NewFunctionOptions): Pro
     for (const { path, what } of files) say(`  ${path.padEnd(width)}  ${what}`);
     const tests = files.filter((file) => file.path.startsWith('test/')).map((file) => file.path);
     say(`Next: npx node --test ${tests.join(' ')}`);
-    const run = project.inRepository ? 'npm start' : 'npx opfn dev --functions functions';
+    const run = project.inRepository ? 'npm start' : 'npx opfn dev --functions ./functions';
     say(`      ${run}, then: kubectl apply -f crds/examples/${kind.kind.toLowerCase()}.yaml && kubectl get ${kind.plural},configmaps`);
   } catch (error) {
     if (!(error instanceof Refusal)) throw error;

@@ -111,7 +111,8 @@ describe('inside this repository', () => {
       ['gadget', { kind: 'Gadget.example/v1' }, /^invalid group "example"/],
       ['gadget', { kind: 'Gadget.example.com/1' }, /^invalid version "1"/],
       ['gadget', { kind: 'Gadget.example.com' }, /^invalid kind "Gadget\.example\.com"/],
-      ['gadget', { kind: 'ConfigMap.example.com/v1' }, /clash with the runtime's ConfigMap/],
+      ['gadget', { kind: 'ConfigMap.example.com/v1' }, /the generated code already uses the name ConfigMap;/],
+      ['gadget', { kind: 'Date.example.com/v1' }, /the generated code already uses the name Date;/],
     ];
     for (const [name, options, reason] of refusals)
       await assert.rejects(writeNewFunction(project, name, options), (error) => error instanceof Refusal && reason.test(error.message));
