@@ -42,6 +42,19 @@ const program = new Command('opfn')
   .showHelpAfterError();
 
 program
+  .command('new')
+  .description(
+    'write a new function into the current project: functions/<name>/ (declaration, pure desired state, reconcile), its CRD and an example in crds/, and a unit and an integration test; inside this repository it is also registered in functions/index.ts',
+  )
+  .argument('<name>', 'the function name, a DNS-1123 label (e.g. widget)')
+  .option('--kind <kind>', 'the kind it reconciles, as <Kind>.<group>/<version> (e.g. Widget.example.com/v1alpha1)')
+  .option(
+    '--plural <plural>',
+    "the kind's plural resource name (default: the kind in lower case + 's', or 'es' after an 's' and 'ies' for a final 'y', as Knative's ApiServerSource guesses it)",
+  )
+  .action(async (name: string, options) => (await import('./new.ts')).newCommand(name, options));
+
+program
   .command('dev')
   .description(
     'install the CRDs and run every function on the local event plane (source, broker, scale-from-zero activator) against the configured cluster ($KUBECONFIG, ~/.kube/config, in-cluster), or a new local control plane when none is configured',
