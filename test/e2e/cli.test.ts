@@ -184,7 +184,7 @@ test('a second `cluster up` while one runs refuses and points at the running one
   await assert.rejects(opfn('cluster', 'env'), /no local cluster is running/);
 });
 
-test('npm start (opfn dev): a local cluster, the operator, a configured extra Trigger, and Ctrl-C stops everything', async () => {
+test('npm start (opfn dev): a local cluster kept across restarts, the operator, a configured extra Trigger; Ctrl-C stops the plane, `cluster down` the rest', async () => {
   // An extra subscriber, routed by a Knative Trigger manifest given on the command line.
   const received: Record<string, string>[] = [];
   const audit = createHttpServer((req, res) => {
@@ -259,6 +259,10 @@ spec:
     assert.equal(await exited(dev), 0, 'Ctrl-C stops cleanly');
     audit.close();
   }
+  // The control plane it started in the background keeps running, with its objects, for the next start.
+  assert.ok(existsSync(kubeconfig), 'the local control plane outlives the plane');
+  assert.match(later, /The local control plane keeps running with its objects/);
+  assert.match((await opfn('cluster', 'down')).stderr, /local cluster stopped/);
   assert.equal(existsSync(kubeconfig), false, 'the local control plane was stopped and removed');
   const leftovers = await promisify(execFile)('pgrep', ['-f', dirname(kubeconfig)]).then(
     (r) => r.stdout.trim(),
