@@ -149,7 +149,7 @@ async function chooseCluster(options: DevOptions): Promise<ChosenCluster> {
         ? `Using the local control plane of \`opfn cluster up\` (pid ${local!.pid}) at ${cluster.kube.server}.`
         : `Using the cluster at ${cluster.kube.server} (${configured}).`,
     );
-    return { ...cluster, own, ...(own ? { kubectl: local } : {}) };
+    return { ...cluster, own, ...(own ? { kubectl: { kubeconfig: local!.kubeconfig, binDir: local!.binDir } } : {}) };
   }
   if (!options.local) {
     let local = runningLocalCluster(options.stateDir);
@@ -164,7 +164,7 @@ async function chooseCluster(options: DevOptions): Promise<ChosenCluster> {
       kube: KubeClient.fromFile(local.kubeconfig),
       kubeconfigPath: local.kubeconfig,
       own: true,
-      kubectl: local,
+      kubectl: { kubeconfig: local.kubeconfig, binDir: local.binDir },
     };
   }
   say('Starting a local control plane (--local): etcd + kube-apiserver + kube-controller-manager; it stops with this plane.');
@@ -329,7 +329,8 @@ async function startPlane(
           startTime: processStart(process.pid),
           brokerUrl,
           activatorUrl,
-          ...(cluster.kubectl ?? (cluster.kubeconfigPath ? { kubeconfig: cluster.kubeconfigPath } : {})),
+          kubeconfig: cluster.kubectl?.kubeconfig ?? cluster.kubeconfigPath,
+          binDir: cluster.kubectl?.binDir,
         },
         null,
         2,

@@ -39,14 +39,30 @@ after(async () => {
   await opfn(project, 'cluster', 'down').catch(() => {});
 });
 
-/** Starts a long-running opfn command; `output()` is everything it printed so far. */
-function startOpfn(args: string[], extraEnv: Record<string, string> = {}): { child: ChildProcess; output(): string } {
+/** Starts a long-running opfn command; `output()` is everything it printed so far; `printed()` waits for a line (failing if it exits first). */
+function startOpfn(
+  args: string[],
+  extraEnv: Record<string, string> = {},
+): { child: ChildProcess; output(): string; printed(pattern: RegExp, timeoutMs?: number): Promise<RegExpExecArray> } {
   const child = spawn(process.execPath, [OPFN, ...args], { env: { ...env, ...extraEnv }, cwd: project, stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(child);
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  return { child, output: () => output };
+  const printed = (pattern: RegExp, timeoutMs = 120_000) =>
+    eventually(
+      async () => {
+        const match = pattern.exec(output);
+        if (match) return match;
+        if (child.exitCode !== null)
+          throw new Error(`opfn ${args.join(' ')} exited (${child.exitCode}) before printing ${pattern}:\n${output}`);
+        return undefined;
+      },
+      timeoutMs,
+      `opfn ${args.join(' ')} to print ${pattern}`,
+      async () => output.slice(-3000),
+    );
+  return { child, output: () => output, printed };
 }
 
 const exited = (child: ChildProcess) =>
@@ -102,15 +118,11 @@ test('opfn --version prints the package version; opfn status without a plane say
 
 test('cluster up, then opfn dev: a ksvc edit is honoured, the function runs as its ServiceAccount, status and reload find the plane, a restart keeps every object', async () => {
   const cluster = startOpfn(['cluster', 'up']);
-  const kubeconfig = (await eventually(async () => /^export KUBECONFIG=(\S+)$/m.exec(cluster.output())?.[1], 120_000, 'cluster up'))!;
+  const kubeconfig = (await cluster.printed(/^export KUBECONFIG=(\S+)$/m))[1]!;
   const kube = kubeFor(kubeconfig);
   const devArgs = ['dev', '--functions', FN, '--idle', '60', '--resync', '0', '--log-format', 'json'];
   let dev = startOpfn(devArgs, { KUBECONFIG: kubeconfig });
-  await eventually(
-    async () => /kubectl for this plane:/.test(dev.output()) || exited(dev.child).then(() => false),
-    120_000,
-    'opfn dev started',
-  );
+  await dev.printed(/kubectl for this plane:\n.*\n/);
   // The KUBECONFIG line is printed again at the end of start-up, where it is seen.
   const tail = dev.output().slice(dev.output().indexOf('Running immortal-container'));
   assert.match(tail, new RegExp(`export KUBECONFIG=${kubeconfig.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
@@ -143,6 +155,7 @@ test('cluster up, then opfn dev: a ksvc edit is honoured, the function runs as i
   await patchService(kube, [{ op: 'replace', path: '/spec/template/spec/containers/0/image', value: 'example.com/other:1' }]);
   await eventually(async () => (await serviceReady(kube)) === 'False ImageNotRunLocally', 15_000, 'the image refused');
 
+  assert.equal(dev.child.exitCode, null, `opfn dev still runs:\n${dev.output().slice(-4000)}`);
   // From a subfolder of the project: status, then reload (rebuilt bundles, instances rolled).
   const status = (await opfn(subfolder, 'status')).stdout;
   assert.match(status, new RegExp(`^${FN}\\s+\\d+\\s+\\d+`, 'm'), status);
@@ -156,11 +169,7 @@ test('cluster up, then opfn dev: a ksvc edit is honoured, the function runs as i
   assert.equal(await exited(dev.child), 0);
   assert.match(dev.output(), /The local control plane keeps running with its objects/);
   dev = startOpfn(devArgs, { KUBECONFIG: kubeconfig });
-  await eventually(
-    async () => /kubectl for this plane:/.test(dev.output()) || exited(dev.child).then(() => false),
-    120_000,
-    'opfn dev restarted',
-  );
+  await dev.printed(/kubectl for this plane:\n.*\n/);
   for (const name of ['first', 'second']) assert.ok(await kube.get(ImmortalContainerKind, { namespace: 'default', name }), `${name} kept`);
   assert.equal(await serviceReady(kube), 'True Ready', 'the Service applied as generated again');
   dev.child.kill('SIGINT');
