@@ -338,7 +338,7 @@ async function startPlane(
     );
   for (const trigger of triggers) say(`Trigger ${trigger.name} → ${trigger.subscriber}`);
   say(
-    `Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Functions: ${activatorUrl}/<function>. Dead letters: ${resolve(options.stateDir, DEAD_LETTER_FILE)}. Ctrl-C stops everything.`,
+    `Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, DEAD_LETTER_FILE)}. Functions: ${activatorUrl}/<function>. Ctrl-C stops everything.`,
   );
   return { plane, ...(options.bundle ? { rebuild: () => buildFunctions({ outdir: bundleDir }) } : {}) };
 }
