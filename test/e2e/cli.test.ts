@@ -8,7 +8,7 @@ import { freePort, processArguments } from '../../processes/index.ts';
 import { readDeadLetterFile } from '../../eventing/broker/index.ts';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
@@ -21,6 +21,10 @@ const OPFN = join(dirname(fileURLToPath(import.meta.url)), '../../bin/opfn.ts');
 const stateDir = tempDir('opfn-cli-');
 const env = { ...process.env, OPFN_STATE_DIR: stateDir, LOG_LEVEL: 'warn' };
 const opfn = (...args: string[]) => promisify(execFile)(process.execPath, [OPFN, ...args], { env });
+
+// `npm start` without a cluster leaves its control plane running for the next start: a test that
+// fails before its own `cluster down` must not leave it behind.
+after(() => opfn('cluster', 'down').catch(() => {}));
 
 /** Starts a long-running opfn command and resolves with its first stdout line matching `pattern`. */
 /**
