@@ -1,13 +1,15 @@
 // `opfn cluster up | down | env`: a local control plane (etcd + kube-apiserver +
 // kube-controller-manager) with the CRDs installed, recorded in the state folder's cluster.json
 // so that `down` and `env` find it.
-import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { kubectlPathLine, reclaimAbandonedControlPlanes, startControlPlane } from '../cluster/index.ts';
 import { applyCrds } from '../eventing/crds.ts';
-import { CLUSTER_STATE_FILE, clusterRecord } from '../eventing/state-files.ts';
+import { CLUSTER_STATE_FILE, clusterRecord, planeRecord } from '../eventing/state-files.ts';
 import { KubeClient } from '../functions/runtime/index.ts';
-import { isRunning, processArguments, processStart } from '../processes/index.ts';
+import { isRunning, isSameProcess, processArguments, processStart } from '../processes/index.ts';
 import { say, untilSignal } from './terminal.ts';
 
 /**
@@ -27,6 +29,54 @@ function clusterProcess({ pid, startTime }: { pid: number; startTime?: string })
   const args = processArguments(pid);
   if (args === undefined) return 'gone';
   return args.some((arg, i) => arg === 'cluster' && args[i + 1] === 'up') ? 'running' : 'other';
+}
+
+/** The control plane a running `opfn cluster up` of `stateDir` keeps: its kubeconfig and kubectl folder; undefined when none runs. */
+export function runningLocalCluster(stateDir: string): { pid: number; kubeconfig: string; binDir?: string } | undefined {
+  const record = clusterRecord(stateDir);
+  if (record?.pid === undefined || !record.kubeconfig || clusterProcess({ ...record, pid: record.pid }) !== 'running') return undefined;
+  return { pid: record.pid, kubeconfig: record.kubeconfig, binDir: record.binDir };
+}
+
+/** The log of a `cluster up` started in the background by `opfn dev`. */
+export const BACKGROUND_CLUSTER_LOG = 'cluster.log';
+
+/**
+ * Starts `opfn cluster up` for `stateDir` as a process of its own (its own session: a Ctrl-C of
+ * `npm start` does not reach it; output to cluster.log) and resolves once it runs, so that the
+ * control plane and its objects outlive the plane that started it: the next `opfn dev` uses it
+ * again. `opfn cluster down` stops it.
+ */
+export async function startLocalClusterInBackground(
+  stateDir: string,
+  progress: (line: string) => void,
+): Promise<{ pid: number; kubeconfig: string; binDir?: string }> {
+  mkdirSync(stateDir, { recursive: true });
+  const logFile = join(stateDir, BACKGROUND_CLUSTER_LOG);
+  const out = openSync(logFile, 'w', 0o600);
+  const child = spawn(process.execPath, [join(dirname(fileURLToPath(import.meta.url)), 'opfn.ts'), 'cluster', 'up'], {
+    env: { ...process.env, OPFN_STATE_DIR: stateDir },
+    stdio: ['ignore', out, out],
+    detached: true,
+  });
+  closeSync(out);
+  child.unref();
+  let exited: number | null | undefined;
+  child.once('exit', (code) => (exited = code));
+  let told = 0;
+  for (let waited = 0; ; waited += 250) {
+    const running = runningLocalCluster(stateDir);
+    if (running && running.pid === child.pid) return running;
+    if (exited !== undefined) {
+      const tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-5).join('\n  ');
+      throw new Error(`the local control plane did not start (\`opfn cluster up\` exited ${exited}); ${logFile} ends:\n  ${tail}`);
+    }
+    if (waited - told >= 15_000) {
+      told = waited;
+      progress(`still starting the local control plane (${waited / 1000}s; ${logFile} says what it does)...`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
 }
 
 const staleCluster = (pid: number) =>
@@ -119,10 +169,19 @@ export async function clusterDown(stateDir: string): Promise<void> {
   say('local cluster stopped');
 }
 
-/** `opfn cluster env`: the KUBECONFIG and PATH lines of the running local cluster. */
+/**
+ * `opfn cluster env`: the KUBECONFIG and PATH lines of the running local cluster (`cluster up`'s,
+ * else the one a running `opfn dev --local` started).
+ */
 export function clusterEnv(stateDir: string): void {
   const running = clusterRecord(stateDir);
   const state = running?.pid === undefined ? 'gone' : clusterProcess({ ...running, pid: running.pid });
+  const plane = planeRecord(stateDir);
+  if ((running?.pid === undefined || state === 'gone') && plane?.binDir && plane.kubeconfig && isSameProcess(plane)) {
+    console.log(`export KUBECONFIG=${plane.kubeconfig}`);
+    console.log(kubectlPathLine(plane.binDir));
+    return;
+  }
   if (running?.pid === undefined || !running.kubeconfig || state !== 'running') {
     const stale = state === 'other' ? ` (${staleCluster(running!.pid!)}; \`opfn cluster down\` clears its state)` : '';
     say(`no local cluster is running${stale}; start one with: npx opfn cluster up`);

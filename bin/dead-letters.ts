@@ -6,7 +6,7 @@ import { isSameProcess } from '../processes/index.ts';
 import { say } from './terminal.ts';
 
 /** The reason in a failed delivery's answer: a function's JSON `{"error": ...}`, else the text as it is. */
-function errorReason(answer: string): string {
+export function errorReason(answer: string): string {
   try {
     const { error } = JSON.parse(answer) as { error?: unknown };
     if (typeof error === 'string') return error;

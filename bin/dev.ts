@@ -1,10 +1,14 @@
 // `opfn dev` / `npm start`: install the CRDs and run every function on the local event plane
-// against the configured cluster (KUBECONFIG, ~/.kube/config or in-cluster), or against a new
-// local control plane when no cluster is configured at all (or with --local). A configured
-// cluster that does not answer is an error naming the reason, never a silent switch to another
-// cluster: a VPN blip must not point the operators somewhere else.
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { delimiter, join, relative, resolve } from 'node:path';
+// against the configured cluster (KUBECONFIG, ~/.kube/config or in-cluster), or, when no cluster
+// is configured at all, the project's local control plane (`opfn cluster up`'s, started in the
+// background when none runs, so that it and its objects outlive a restart; --local: a new one
+// that stops with the plane). A configured cluster that does not answer is an error naming the
+// reason, never a silent switch to another cluster: a VPN blip must not point the operators
+// somewhere else. Every function runs as its generated ServiceAccount; saved sources are rebuilt
+// and rolled (dev-loop.ts).
+import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { delimiter, dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
 import { type FunctionDeclaration, configuredKubeconfig, KubeClient } from '../functions/runtime/index.ts';
 import { createLogger, logFormat } from '../functions/runtime/host/index.ts';
@@ -12,14 +16,19 @@ import { kubectlPathLine, startControlPlane, type ControlPlane } from '../cluste
 import type { Trigger } from '../eventing/broker/index.ts';
 import { applyCrds, CRD_DIR, readManifestFile } from '../eventing/crds.ts';
 import { applyGeneratedObjects } from '../eventing/knative/index.ts';
-import { DEFAULT_OPTIONS, serviceAccountName } from '../eventing/manifests/index.ts';
+import { DEFAULT_OPTIONS } from '../eventing/manifests/index.ts';
+import { applyIdentities, functionKubeconfigs, serviceAccountClientsOf } from '../eventing/identities.ts';
 import { EventPlane, FUNCTION_PROGRAM, triggersFromManifests, type PlaneOptions } from '../eventing/plane.ts';
-import { bundledFunctions } from '../build/index.ts';
+import { buildFunctions, bundledFunctions } from '../build/index.ts';
 import { isSameProcess, processStart } from '../processes/index.ts';
-import { DEAD_LETTER_FILE, PLANE_STATE_FILE, planeRecord } from '../eventing/state-files.ts';
+import { DEAD_LETTER_FILE, PLANE_STATE_FILE, planeRecord, STATUS_FILE } from '../eventing/state-files.ts';
 import { commandFunctions, type CommandFunctions } from './function-set.ts';
+import { runningLocalCluster, startLocalClusterInBackground } from './cluster.ts';
+import { reloader, watchFunctionSources, writeStatusPeriodically } from './dev-loop.ts';
 import { parseReplacements } from './manifests.ts';
 import { say, untilSignal } from './terminal.ts';
+
+const PROJECT_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 export interface DevOptions {
   /** The functions to run, loaded (bin/function-set.ts); default: this package's own, or those `only` names. */
@@ -43,6 +52,8 @@ export interface DevOptions {
   env?: Record<string, string>;
   /** Function name → URL its events go to instead of the function (as `opfn manifests --replace`). */
   replace?: Record<string, string>;
+  /** Rebuild and roll a function when its sources are saved; default true. */
+  watch?: boolean;
 }
 
 /**
@@ -103,46 +114,107 @@ export async function reachableCluster(): Promise<
   return { kube, kubeconfigPath: files.length > 0 ? files.join(delimiter) : undefined };
 }
 
+/**
+ * The cluster the plane runs against. `own`: a local control plane of this project (started
+ * here, or by `opfn cluster up`), which keeps the generated Knative objects in its API server;
+ * `kubectl`: the lines that point kubectl at it.
+ */
+interface ChosenCluster {
+  kube: KubeClient;
+  kubeconfigPath: string | undefined;
+  own: boolean;
+  /** A control plane this process started (`--local`): it stops with the plane. */
+  controlPlane?: ControlPlane;
+  kubectl?: { kubeconfig: string; binDir?: string };
+}
+
+/**
+ * The configured cluster (KUBECONFIG, ~/.kube/config, in-cluster); with none, the project's
+ * local control plane: the one `opfn cluster up` runs for this state folder, else one started
+ * in the background the same way, so that it and its objects outlive this plane and a restart
+ * finds them again (`opfn cluster down` stops it). `--local`: a new control plane that lives as
+ * long as this process.
+ */
+async function chooseCluster(options: DevOptions): Promise<ChosenCluster> {
+  const { say } = options;
+  const configured = options.local ? undefined : configuredCluster();
+  if (configured) {
+    const cluster = await reachableCluster();
+    if ('problem' in cluster)
+      throw new Error(
+        `the configured cluster (${configured}) ${cluster.problem}. ${cluster.fix}, or run with --local to use a new local control plane instead.`,
+      );
+    const local = runningLocalCluster(options.stateDir);
+    const own =
+      local !== undefined && cluster.kubeconfigPath !== undefined && resolve(cluster.kubeconfigPath) === resolve(local.kubeconfig);
+    say(
+      own
+        ? `Using the local control plane of \`opfn cluster up\` (pid ${local!.pid}) at ${cluster.kube.server}.`
+        : `Using the cluster at ${cluster.kube.server} (${configured}).`,
+    );
+    return { ...cluster, own, ...(own ? { kubectl: { kubeconfig: local!.kubeconfig, binDir: local!.binDir } } : {}) };
+  }
+  if (!options.local) {
+    let local = runningLocalCluster(options.stateDir);
+    if (local) say(`Using the local control plane of \`opfn cluster up\` (pid ${local.pid}); it keeps running after this plane stops.`);
+    else {
+      say(
+        'No cluster configured (no KUBECONFIG file, no ~/.kube/config, not in a pod): starting a local control plane (etcd + kube-apiserver + kube-controller-manager) in the background. It keeps running, with its objects, when this plane stops; the next start uses it again; `npx opfn cluster down` stops it.',
+      );
+      local = await startLocalClusterInBackground(options.stateDir, say);
+    }
+    return {
+      kube: KubeClient.fromFile(local.kubeconfig),
+      kubeconfigPath: local.kubeconfig,
+      own: true,
+      kubectl: { kubeconfig: local.kubeconfig, binDir: local.binDir },
+    };
+  }
+  say('Starting a local control plane (--local): etcd + kube-apiserver + kube-controller-manager; it stops with this plane.');
+  // Its own process group: Ctrl-C stops the plane first, which then stops the control plane.
+  const controlPlane = await startControlPlane({ progress: say, ownProcessGroup: true });
+  return {
+    kube: KubeClient.fromFile(controlPlane.kubeconfigPath),
+    kubeconfigPath: controlPlane.kubeconfigPath,
+    own: true,
+    controlPlane,
+    kubectl: { kubeconfig: controlPlane.kubeconfigPath, binDir: controlPlane.binDir },
+  };
+}
+
+/** The folder holding a user's functions: the folder given, or the module's own folder. */
+const watchedFolderOf = (from: string): string => (statSync(from).isDirectory() ? from : dirname(from));
+
+/** The lines that point a shell's kubectl at the plane's local control plane. */
+const kubectlLines = (kubectl: { kubeconfig: string; binDir?: string }) =>
+  `  export KUBECONFIG=${kubectl.kubeconfig}${kubectl.binDir ? `\n  ${kubectlPathLine(kubectl.binDir)}   # kubectl of the same release` : ''}`;
+
 export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; stop(): Promise<void> }> {
   const { say } = options;
   // Before any cluster is touched: a mistyped function or a missing triggers file costs nothing.
   const functionSet = options.functionSet ?? (await commandFunctions({ only: options.only }));
   const triggers = triggersFromManifests((options.triggerFiles ?? []).flatMap(readManifestFile));
   mkdirSync(options.stateDir, { recursive: true });
-  let controlPlane: ControlPlane | undefined;
-  const configured = options.local ? undefined : configuredCluster();
-  let cluster: Awaited<ReturnType<typeof reachableCluster>>;
-  if (configured) {
-    cluster = await reachableCluster();
-    if ('problem' in cluster)
-      throw new Error(
-        `the configured cluster (${configured}) ${cluster.problem}. ${cluster.fix}, or run with --local to use a new local control plane instead.`,
-      );
-    say(`Using the cluster at ${cluster.kube.server} (${configured}).`);
-  } else {
-    say(
-      options.local
-        ? 'Starting a local control plane (--local): etcd + kube-apiserver + kube-controller-manager.'
-        : 'No cluster configured (no KUBECONFIG file, no ~/.kube/config, not in a pod); starting a local control plane (etcd + kube-apiserver + kube-controller-manager).',
-    );
-    // Its own process group: Ctrl-C stops the plane first, which then stops the control plane.
-    controlPlane = await startControlPlane({ progress: say, ownProcessGroup: true });
-    cluster = { kube: KubeClient.fromFile(controlPlane.kubeconfigPath), kubeconfigPath: controlPlane.kubeconfigPath };
-    say(
-      `Local control plane at ${controlPlane.server}. In another terminal:\n\n  export KUBECONFIG=${controlPlane.kubeconfigPath}\n  ${kubectlPathLine(controlPlane.binDir)}   # kubectl of the same release\n`,
-    );
-  }
+  const cluster = await chooseCluster(options);
+  const { controlPlane } = cluster;
+  if (cluster.kubectl) say(`Local control plane at ${cluster.kube.server}. In another terminal:\n\n${kubectlLines(cluster.kubectl)}\n`);
 
   try {
-    const plane = await startPlane(cluster, { functionSet, triggers }, options, controlPlane);
-    if (controlPlane && functionSet.from === undefined)
-      // From the folder it runs in: this repository's crds/, or the package's under node_modules.
-      say(
-        `Try: kubectl apply -f ${relative(process.cwd(), join(CRD_DIR, 'examples', 'immortalcontainer.yaml'))} && kubectl get immortalcontainers,pods`,
-      );
+    const { plane, rebuild } = await startPlane(cluster, { functionSet, triggers }, options);
+    const loop = startEditLoop(plane, rebuild, functionSet, options);
+    if (cluster.kubectl) {
+      if (functionSet.from === undefined)
+        // From the folder it runs in: this repository's crds/, or the package's under node_modules.
+        say(
+          `Try: kubectl apply -f ${relative(process.cwd(), join(CRD_DIR, 'examples', 'immortalcontainer.yaml'))} && kubectl get immortalcontainers,pods`,
+        );
+      // Again at the end, where it is seen: the start-up output above scrolls it away.
+      say(`kubectl for this plane:\n${kubectlLines(cluster.kubectl)}`);
+    }
     return {
       plane,
       stop: async () => {
+        loop.stop();
         // Only our own record: a second plane started from the same folder must not erase the first's.
         if (planeRecord(options.stateDir)?.pid === process.pid) rmSync(join(options.stateDir, PLANE_STATE_FILE), { force: true });
         await plane.stop();
@@ -156,6 +228,7 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
           );
         }
         await controlPlane?.stop();
+        if (cluster.own && !controlPlane) say('The local control plane keeps running with its objects; `npx opfn cluster down` stops it.');
       },
     };
   } catch (error) {
@@ -165,12 +238,48 @@ export async function runDev(options: DevOptions): Promise<{ plane: EventPlane; 
   }
 }
 
+/**
+ * The edit loop around a running plane: saved sources of a function rebuild it and roll its
+ * instances (unless `watch` is off), SIGUSR2 (`opfn reload`) does the same for every function,
+ * and status.json is kept current for `opfn status`.
+ */
+function startEditLoop(
+  plane: EventPlane,
+  rebuild: (() => Promise<unknown>) | undefined,
+  functionSet: CommandFunctions,
+  options: DevOptions,
+): { stop(): void } {
+  const { reload, last } = reloader(plane, rebuild, options.say);
+  const stopStatus = writeStatusPeriodically(plane, options.stateDir, last);
+  const onSignal = () => void reload(plane.activator.functionNames, '`opfn reload`');
+  process.on('SIGUSR2', onSignal);
+  let stopWatching: (() => void) | undefined;
+  if (options.watch !== false) {
+    // This package's functions/ (a change to the runtime reloads every function), or the user's folder.
+    const root = functionSet.from === undefined ? join(PROJECT_ROOT, 'functions') : watchedFolderOf(functionSet.from);
+    const folders = Object.fromEntries(
+      functionSet.functions.map(({ declaration, module }) => [declaration.name, dirname(module)] as const),
+    );
+    stopWatching = watchFunctionSources(root, folders, (names, files) =>
+      reload(names, `${relative(root, files[0]!)}${files.length > 1 ? ` and ${files.length - 1} more` : ''} changed`),
+    );
+    options.say(`Watching ${root}: a saved function is rebuilt and its instances rolled (off: --no-watch).`);
+  }
+  return {
+    stop: () => {
+      stopWatching?.();
+      process.off('SIGUSR2', onSignal);
+      stopStatus();
+      rmSync(join(options.stateDir, STATUS_FILE), { force: true });
+    },
+  };
+}
+
 async function startPlane(
-  cluster: { kube: KubeClient; kubeconfigPath: string | undefined },
+  cluster: ChosenCluster,
   { functionSet, triggers }: { functionSet: CommandFunctions; triggers: Trigger[] },
   options: DevOptions,
-  controlPlane?: ControlPlane,
-): Promise<EventPlane> {
+): Promise<{ plane: EventPlane; rebuild?: () => Promise<unknown> }> {
   const { log, say } = options;
   const functions = functionSet.declarations;
   await applyCrds(cluster.kube, functionSet.crds);
@@ -181,29 +290,28 @@ async function startPlane(
   say(
     options.bundle
       ? `Functions bundled (esbuild); they run from ${bundleDir}, as in the image.`
-      : 'Functions run from their TypeScript sources; edits apply at the next cold start.',
+      : 'Functions run from their TypeScript sources.',
   );
-  // The plane runs the objects `opfn manifests` generates: on a control plane of its own they are
-  // kept in its API server (kubectl edits them live); on a configured cluster, which may have a
-  // real Knative, only in memory (nothing installed there).
+  // The plane runs the objects `opfn manifests` generates: on a local control plane of the
+  // project they are kept in its API server (kubectl edits them live); on a configured cluster,
+  // which may have a real Knative, only in memory (of them only the functions' identities are installed).
   const resyncIntervalMs = options.resyncSeconds === undefined ? undefined : options.resyncSeconds * 1000;
+  const identities = join(options.stateDir, 'identities');
   let knativeObjects: PlaneOptions['knativeObjects'];
-  let functionKubeconfigs: Record<string, string> | undefined;
-  if (controlPlane) {
+  if (cluster.own) {
     const { objects } = await applyGeneratedObjects(cluster.kube, functions, options.replace, resyncIntervalMs);
     say(
       `Knative objects generated by \`opfn manifests\` applied (${objects.length}); the plane runs them: kubectl get ksvc,brokers,triggers,pingsources,apiserversources -n ${DEFAULT_OPTIONS.namespace}`,
     );
-    knativeObjects = { clientFor: serviceAccountClients(controlPlane) };
-    // Each function runs as its generated ServiceAccount: what it may do locally is what it may do on a cluster.
-    functionKubeconfigs = Object.fromEntries(
-      await Promise.all(
-        functions.map(
-          async (fn) => [fn.name, await controlPlane.serviceAccountKubeconfig(DEFAULT_OPTIONS.namespace, serviceAccountName(fn))] as const,
-        ),
-      ),
+    knativeObjects = { clientFor: serviceAccountClientsOf(cluster.kube, identities) };
+  } else {
+    await applyIdentities(cluster.kube, functions, options.replace);
+    say(
+      `The functions' ServiceAccounts and roles (as \`opfn manifests\` generates them) installed in namespace ${DEFAULT_OPTIONS.namespace}: each function runs as its own.`,
     );
   }
+  // Each function runs as its generated ServiceAccount: what it may do locally is what it may do on a cluster.
+  const kubeconfigs = await functionKubeconfigs(cluster.kube, functions, identities);
   const plane = new EventPlane({
     functions,
     kube: cluster.kube,
@@ -215,29 +323,42 @@ async function startPlane(
     triggers,
     replace: options.replace,
     knativeObjects,
-    functionKubeconfigs,
+    functionKubeconfigs: kubeconfigs,
     ...launch,
     env: options.env,
   });
-  const { brokerUrl } = await plane.start();
-  if (!controlPlane)
-    say(`Knative objects generated by \`opfn manifests\` run in memory (nothing installed on the cluster): ${plane.knative!.describe()}.`);
+  const { brokerUrl, activatorUrl } = await plane.start();
+  if (!cluster.own)
+    say(
+      `Knative objects generated by \`opfn manifests\` run in memory (nothing else installed on the cluster): ${plane.knative!.describe()}.`,
+    );
   const other = planeRecord(options.stateDir);
   if (other?.pid !== process.pid && isSameProcess(other))
     say(
-      `Another plane (pid ${other!.pid}) runs from ${options.stateDir}: \`opfn dead-letters replay\` keeps using its broker (pass --broker ${brokerUrl} for this one's).`,
+      `Another plane (pid ${other!.pid}) runs from ${options.stateDir}: \`opfn dead-letters replay\`, \`invoke\`, \`status\` and \`reload\` keep using it (pass --broker ${brokerUrl} for this one's).`,
     );
   // The start time tells this process apart from a later one given the same pid, once this one is gone.
   else
     writeFileSync(
       join(options.stateDir, PLANE_STATE_FILE),
-      JSON.stringify({ pid: process.pid, startTime: processStart(process.pid), brokerUrl }, null, 2),
+      JSON.stringify(
+        {
+          pid: process.pid,
+          startTime: processStart(process.pid),
+          brokerUrl,
+          activatorUrl,
+          kubeconfig: cluster.kubectl?.kubeconfig ?? cluster.kubeconfigPath,
+          binDir: cluster.kubectl?.binDir,
+        },
+        null,
+        2,
+      ),
     );
   for (const trigger of triggers) say(`Trigger ${trigger.name} → ${trigger.subscriber}`);
   say(
-    `Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, DEAD_LETTER_FILE)}. Ctrl-C stops everything.`,
+    `Running ${functions.map((f) => f.name).join(', ')} (each at zero until its first event). Broker ingress: ${brokerUrl}. Dead letters: ${resolve(options.stateDir, DEAD_LETTER_FILE)}. Functions: ${activatorUrl}/<function>. Ctrl-C stops everything.`,
   );
-  return plane;
+  return { plane, ...(options.bundle ? { rebuild: () => buildFunctions({ outdir: bundleDir, functions: entries }) } : {}) };
 }
 
 /**
@@ -267,6 +388,7 @@ export interface DevCommandOptions {
   local?: boolean;
   replace?: string[];
   logFormat?: 'json' | 'pretty';
+  watch: boolean;
 }
 
 /** `opfn dev`: runs the plane until a signal stops it (intake first, then the deliveries in flight). */
@@ -287,6 +409,7 @@ export async function devCommand(options: DevCommandOptions, stateDir: string): 
       resyncSeconds: options.resync,
       stateDir,
       local: options.local,
+      watch: options.watch,
       // Function processes write to a pipe: tell them the format the terminal gets.
       env: { LOG_FORMAT: format },
       log: createLogger(undefined, process.env.LOG_LEVEL ?? 'info', format),

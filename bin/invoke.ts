@@ -3,11 +3,17 @@
 import { HTTP } from 'cloudevents';
 import { apiServerSourceEvent, type ChangeAction } from '../eventing/apiserver-events.ts';
 import { resyncEvent } from '../eventing/plane.ts';
+import { planeRecord } from '../eventing/state-files.ts';
 import { loadFunction } from '../functions/index.ts';
+import { isSameProcess } from '../processes/index.ts';
 import { say } from './terminal.ts';
 
+/** Where `opfn serve` listens by default. */
+const SERVE_URL = 'http://127.0.0.1:8080/';
+
 export interface InvokeOptions {
-  url: string;
+  /** Default: the running plane's address for the function (its state folder's plane.json), else SERVE_URL. */
+  url?: string;
   namespace: string;
   name?: string;
   action: string;
@@ -17,7 +23,15 @@ export interface InvokeOptions {
   timeout: number;
 }
 
-export async function invoke(name: string, options: InvokeOptions): Promise<void> {
+/** Where to send: --url, else the running plane's activator address for the function, else `opfn serve`'s. */
+function targetUrl(name: string, options: InvokeOptions, stateDir: string): string {
+  if (options.url) return options.url;
+  const plane = planeRecord(stateDir);
+  return plane?.activatorUrl && isSameProcess(plane) ? `${plane.activatorUrl}/${name}` : SERVE_URL;
+}
+
+export async function invoke(name: string, options: InvokeOptions, stateDir: string): Promise<void> {
+  const url = targetUrl(name, options, stateDir);
   try {
     const declaration = await loadFunction(name);
     let event;
@@ -38,17 +52,17 @@ export async function invoke(name: string, options: InvokeOptions): Promise<void
     }
     const message = HTTP.binary(event);
     const signal = options.timeout > 0 ? AbortSignal.timeout(options.timeout * 1000) : undefined;
-    const response = await fetch(options.url, {
+    const response = await fetch(url, {
       method: 'POST',
       headers: message.headers as Record<string, string>,
       body: message.body as string,
       signal,
     }).catch((error: Error & { cause?: { code?: string; message?: string } }) => {
       if (error.name === 'TimeoutError')
-        throw new Error(`no answer from ${options.url} within ${options.timeout} s (--timeout); the function's log says what it is doing`);
+        throw new Error(`no answer from ${url} within ${options.timeout} s (--timeout); the function's log says what it is doing`);
       const cause = error.cause?.code ?? error.cause?.message ?? error.message;
       throw new Error(
-        `nothing answers at ${options.url} (${cause}); start the function with \`opfn serve ${name}\` (PORT=8080) or pass --url`,
+        `nothing answers at ${url} (${cause}); start \`opfn dev\`, or the function alone with \`opfn serve ${name}\` (PORT=8080), or pass --url`,
       );
     });
     console.log(`${response.status} ${(await response.text()) || response.headers.get('x-opfn-outcome') || ''}`);

@@ -2,14 +2,20 @@
 // opfn: the operator-functions command line. This file is the table of commands and their
 // options; each command's program is a file of this folder, imported when it runs, so `opfn
 // --help` answers at once.
-import { join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError } from 'commander';
-import { DEAD_LETTER_FILE } from '../eventing/state-files.ts';
+import { DEAD_LETTER_FILE, findStateDir } from '../eventing/state-files.ts';
 import { functionNames, loadFunction } from '../functions/index.ts';
 import { nameList } from './function-set.ts';
 import { say } from './terminal.ts';
 
-const STATE_DIR = resolve(process.env.OPFN_STATE_DIR ?? '.opfn');
+// The project's state folder, found from any of its folders ($OPFN_STATE_DIR, else the nearest .opfn up to the project root).
+const STATE_DIR = findStateDir();
+const PACKAGE = JSON.parse(readFileSync(join(dirname(fileURLToPath(import.meta.url)), '..', 'package.json'), 'utf8')) as {
+  version: string;
+};
 
 /** The longest a Node timer waits (2^31 - 1 ms): a longer one fires at once. */
 const MAX_TIMER_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
@@ -39,6 +45,7 @@ const ONLY_OPTION = [
 
 const program = new Command('opfn')
   .description('operator-functions: Kubernetes operators built from stateless reconcile functions that scale from zero')
+  .version(PACKAGE.version, '-V, --version', 'print the version of operator-functions')
   .showHelpAfterError();
 
 program
@@ -78,7 +85,21 @@ program
     "send a function's events to another implementation at this URL instead (as opfn manifests --replace); repeatable",
   )
   .option('--log-format <format>', 'json | pretty (default: pretty on a terminal, json when piped)', logFormatOption)
+  .option('--no-watch', 'do not rebuild and roll a function when its sources are saved (`opfn reload` still does)')
   .action(async (options) => (await import('./dev.ts')).devCommand(options, STATE_DIR));
+
+program
+  .command('reload')
+  .description(
+    'rebuild every function of the running `opfn dev` and roll their instances (what saving a source does), keeping the control plane and every object',
+  )
+  .action(async () => (await import('./status.ts')).reloadCommand(STATE_DIR));
+
+program
+  .command('status')
+  .description('what the running `opfn dev` does: functions and their instances, Triggers, the last reload, recent dead letters')
+  .option('--json', 'print status.json as the plane wrote it')
+  .action(async (options: { json?: boolean }) => (await import('./status.ts')).statusCommand(STATE_DIR, options));
 
 const cluster = program
   .command('cluster')
@@ -102,7 +123,10 @@ program
   .command('invoke')
   .description('send one hand-made CloudEvent (as ApiServerSource or PingSource would) to a running function and print its answer')
   .argument('<function>', `function whose kind the event names (${functionNames.join(', ')})`)
-  .option('--url <url>', 'where the function listens', 'http://127.0.0.1:8080/')
+  .option(
+    '--url <url>',
+    "where the function listens (default: the running `opfn dev`'s address for it, else `opfn serve`'s http://127.0.0.1:8080/)",
+  )
   .option('-n, --namespace <namespace>', 'namespace of the object', 'default')
   .option('--name <name>', 'name of the object the event names')
   .option('--action <action>', 'add | update | delete', 'update')
@@ -110,7 +134,7 @@ program
   .option('--resync', 'send a PingSource resync event instead')
   // A function answers within its delivery budget (30 s by default); a resync of many objects may take longer.
   .option('--timeout <seconds>', 'how long to wait for the answer (0 = as long as it takes)', seconds, 120)
-  .action(async (name: string, options) => (await import('./invoke.ts')).invoke(name, options));
+  .action(async (name: string, options) => (await import('./invoke.ts')).invoke(name, options, STATE_DIR));
 
 const deadLetters = program
   .command('dead-letters')

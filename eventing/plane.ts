@@ -25,6 +25,7 @@ import {
   KnativeControllers,
   pingEvent,
   StatusBoard,
+  withConfigFromEnvironment,
   withResyncInterval,
 } from './knative/index.ts';
 import {
@@ -53,7 +54,8 @@ export { FUNCTION_EXTENSION, sourcesFor } from './manifests/index.ts';
  * what `opfn manifests` generates (Broker, dead-letter Service; per function its Service,
  * Trigger, PingSource and ApiServerSources; identities and CRDs are the cluster's business), with
  * the plane's delivery and `replace`. `resyncIntervalMs` replaces each PingSource's schedule
- * (0: no PingSources), for tests and benchmarks that want no resync or a fast one.
+ * (0: no PingSources), for tests and benchmarks that want no resync or a fast one. Declared
+ * configuration set in the plane's environment goes into the Services (withConfigFromEnvironment).
  */
 export function planeObjects(
   functions: FunctionDeclaration[],
@@ -78,9 +80,12 @@ export function planeObjects(
   ];
   const problems = validateManifests(objects, new Set(Object.values(manifestOptions.replace).filter((target) => !target.includes('://'))));
   if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);
-  return withResyncInterval(
-    objects.filter((object) => run.has(object.kind ?? '')),
-    options.resyncIntervalMs,
+  return withConfigFromEnvironment(
+    withResyncInterval(
+      objects.filter((object) => run.has(object.kind ?? '')),
+      options.resyncIntervalMs,
+    ),
+    functions,
   );
 }
 

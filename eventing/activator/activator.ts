@@ -21,13 +21,20 @@
 // - A child that dies: its in-flight requests get 502 (retried by the broker), it is removed and
 //   the next request (or a buffered one) starts a new instance.
 // - `configure()` changes a function's scaling and timeout while it runs (a Knative Service
-//   edited live): decisions and new requests follow the new values, running instances stay.
+//   edited live): decisions and new requests follow the new values; a changed container
+//   environment rolls the instances (`roll()`, also used when a function is rebuilt).
 import http from 'node:http';
 import type net from 'node:net';
 import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { Lease } from '../broker/index.ts';
-import { checkConfiguration, type FunctionConfiguration, type FunctionProcessSpec, type FunctionStats } from './configuration.ts';
+import {
+  type CheckedConfiguration,
+  checkConfiguration,
+  type FunctionConfiguration,
+  type FunctionProcessSpec,
+  type FunctionStats,
+} from './configuration.ts';
 import { routeOf } from './handler.ts';
 import type { Instance } from './instance.ts';
 import { partitionKeyOf } from './lb-policy.ts';
@@ -35,6 +42,9 @@ import { FunctionPool } from './pool.ts';
 import { proxy, sendError } from './proxy.ts';
 import { InstanceSupervisor } from './supervisor.ts';
 import { ActivatorError } from './throttler.ts';
+
+const sameEnvironment = (a: Record<string, string>, b: Record<string, string>): boolean =>
+  Object.keys(a).length === Object.keys(b).length && Object.entries(a).every(([name, value]) => b[name] === value);
 
 export interface ActivatorOptions {
   functions: FunctionProcessSpec[];
@@ -141,33 +151,51 @@ export class Activator {
   }
 
   /** The scaling, request timeout and delivery budget a function runs with now. */
-  configurationOf(name: string): Required<FunctionConfiguration> {
+  configurationOf(name: string): CheckedConfiguration {
     const { scaling, timeoutSeconds, deliveryBudgetSeconds } = this.#fn(name).spec;
     return { scaling: { ...scaling }, timeoutSeconds, deliveryBudgetSeconds };
   }
 
   /**
    * Applies a new configuration to a running function (a Knative Service edited live: Serving
-   * rolls a new revision; here the same processes carry on). New requests and every later
-   * decision follow the new values at once, and instances started from now on get the new
-   * delivery budget (a running one keeps the one it started with). No instance is stopped for
-   * it except idle ones above a lowered max-scale (busy ones stop when their last request is
-   * answered), and instances held only by a lowered min-scale fall back to the idle timeout.
-   * Throws on an invalid configuration, leaving the old one in force. Returns whether anything
-   * changed.
+   * rolls a new revision). New requests and every later decision follow the new scaling and
+   * timeout at once, and instances started from now on get the new delivery budget. A changed
+   * container environment rolls the instances (roll()), since a process reads its environment
+   * only at start; otherwise none is stopped for it except idle ones above a lowered max-scale
+   * (busy ones stop when their last request is answered), and instances held only by a lowered
+   * min-scale fall back to the idle timeout. Throws on an invalid configuration, leaving the old
+   * one in force. Returns whether anything changed.
    */
   configure(name: string, next: FunctionConfiguration): boolean {
     const fn = this.#fn(name);
     const configuration = checkConfiguration(name, next);
     const before = this.configurationOf(name);
-    if (!fn.withdrawn && JSON.stringify(before) === JSON.stringify(configuration)) return false;
+    const envChanged = next.containerEnv !== undefined && !sameEnvironment(next.containerEnv, fn.spec.containerEnv ?? {});
+    if (!fn.withdrawn && !envChanged && JSON.stringify(before) === JSON.stringify(configuration)) return false;
     const { scaling, timeoutSeconds, deliveryBudgetSeconds } = configuration;
     this.#log.info(
       { fn: name, from: before, to: configuration },
-      `${name} ${fn.withdrawn ? 'runs again' : 'reconfigured'}: ${JSON.stringify(scaling)}, timeout ${timeoutSeconds}s, delivery budget ${deliveryBudgetSeconds}s`,
+      `${name} ${fn.withdrawn ? 'runs again' : 'reconfigured'}: ${JSON.stringify(scaling)}, timeout ${timeoutSeconds}s, delivery budget ${deliveryBudgetSeconds}s${envChanged ? ', environment changed' : ''}`,
     );
-    fn.reconfigure(configuration);
+    fn.reconfigure({ ...configuration, ...(next.containerEnv !== undefined ? { containerEnv: { ...next.containerEnv } } : {}) });
+    if (envChanged) this.roll(name, "its Service's environment changed");
     return true;
+  }
+
+  /**
+   * Replaces the function's instances with new ones (a new revision: a changed environment, a
+   * rebuilt bundle): the running ones drain what they serve and stop; requests meanwhile wait
+   * for a new instance. Returns how many were replaced.
+   */
+  roll(name: string, reason: string): number {
+    const replaced = this.#fn(name).roll(reason);
+    this.#log.info({ fn: name, replaced, reason }, `${name} rolled (${reason}): ${replaced} instance(s) replaced`);
+    return replaced;
+  }
+
+  /** Names of the functions it runs. */
+  get functionNames(): string[] {
+    return [...this.#fns.keys()];
   }
 
   /**

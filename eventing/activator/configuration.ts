@@ -18,13 +18,23 @@ export interface FunctionConfiguration {
   timeoutSeconds?: number;
   /** How long a delivery starts work, given to each instance as OPFN_DELIVERY_BUDGET_SECONDS; default half the timeout, at most 30 s (delivery-budget.ts). */
   deliveryBudgetSeconds?: number;
+  /**
+   * The revision's container environment (name → value). Instances started from now on get it
+   * under the process's own `env`; a change rolls the instances (roll()), as a new revision does.
+   * Undefined: the one in force stays.
+   */
+  containerEnv?: Record<string, string>;
 }
 
 export interface FunctionProcessSpec extends FunctionConfiguration {
   name: string;
   command: string;
   args: string[];
-  /** Merged over process.env (undefined: unset); the activator sets PORT and HOST=127.0.0.1 (and K_SERVICE unless given) per instance. */
+  /**
+   * Merged over process.env and the container environment (undefined: unset), so the plane's own
+   * settings (KUBECONFIG, log format) win over a Service's; the activator sets PORT and
+   * HOST=127.0.0.1 (and K_SERVICE unless given) per instance.
+   */
   env?: Record<string, string | undefined>;
 }
 
@@ -41,8 +51,14 @@ export interface FunctionStats {
   direct: number;
 }
 
-/** Throws unless the configuration is usable; returns it with the defaults applied (only the scaling fields of `scaling`). */
-export function checkConfiguration(name: string, configuration: FunctionConfiguration): Required<FunctionConfiguration> {
+/** Scaling, timeout and delivery budget with their defaults applied (checkConfiguration). */
+export type CheckedConfiguration = Required<Omit<FunctionConfiguration, 'containerEnv'>>;
+
+/**
+ * Throws unless the configuration is usable; returns its scaling, timeout and budget with the
+ * defaults applied (only the scaling fields of `scaling`).
+ */
+export function checkConfiguration(name: string, configuration: FunctionConfiguration): CheckedConfiguration {
   const { scaling: s, timeoutSeconds = DEFAULT_TIMEOUT_SECONDS } = configuration;
   for (const k of ['minScale', 'maxScale', 'target', 'containerConcurrency'] as const) {
     if (!Number.isInteger(s[k]) || s[k] < 0)

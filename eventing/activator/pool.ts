@@ -10,7 +10,7 @@
 // - Buffered requests always go before a new one takes a slot (see lease()).
 import type http from 'node:http';
 import type { Logger } from 'pino';
-import type { FunctionConfiguration, FunctionProcessSpec, FunctionStats } from './configuration.ts';
+import type { CheckedConfiguration, FunctionProcessSpec, FunctionStats } from './configuration.ts';
 import { DELIVERY_BUDGET_ENV } from '../../functions/runtime/host/index.ts';
 import { desiredScale, effectiveTarget } from './decider.ts';
 import { Instance } from './instance.ts';
@@ -27,7 +27,7 @@ export interface PoolOptions {
 }
 
 export class FunctionPool {
-  spec: FunctionProcessSpec & Required<FunctionConfiguration>;
+  spec: FunctionProcessSpec & CheckedConfiguration;
   target: number;
   timeoutMs: number;
   readonly instances: Instance[] = [];
@@ -46,7 +46,7 @@ export class FunctionPool {
   #withdrawn?: string;
 
   /** `configuration` is the spec's, checked and with its defaults applied (checkConfiguration). */
-  constructor(spec: FunctionProcessSpec, configuration: Required<FunctionConfiguration>, options: PoolOptions) {
+  constructor(spec: FunctionProcessSpec, configuration: CheckedConfiguration, options: PoolOptions) {
     this.spec = { ...spec, ...configuration };
     this.target = effectiveTarget(configuration.scaling);
     this.timeoutMs = configuration.timeoutSeconds * 1000;
@@ -90,8 +90,11 @@ export class FunctionPool {
     for (const inst of [...this.instances]) if (inst.live) this.#stop(inst, reason);
   }
 
-  /** A new configuration (checked, defaults applied): later decisions and instances follow it, running instances stay; a withdrawn function runs again. */
-  reconfigure(configuration: Required<FunctionConfiguration>): void {
+  /**
+   * A new configuration (checked, defaults applied): later decisions and instances follow it,
+   * running instances stay (roll() replaces them); a withdrawn function runs again.
+   */
+  reconfigure(configuration: CheckedConfiguration & { containerEnv?: Record<string, string> }): void {
     this.#withdrawn = undefined;
     this.spec = { ...this.spec, ...configuration };
     this.target = effectiveTarget(configuration.scaling);
@@ -101,6 +104,22 @@ export class FunctionPool {
     this.#trimToMaxScale();
     this.scale();
     this.#dispatch();
+  }
+
+  /**
+   * Replaces every instance, as Knative rolls a new revision: the running ones stop taking
+   * requests and drain what they serve (SIGTERM), and new ones start from the current spec (its
+   * container environment, a rebuilt bundle) as demand or min-scale asks. Requests arriving
+   * meanwhile wait for a new instance.
+   */
+  roll(reason: string): number {
+    if (this.#closed || this.#withdrawn !== undefined) return 0;
+    const old = this.instances.filter((inst) => inst.live);
+    for (const inst of old) this.#stop(inst, reason);
+    this.#failures = 0;
+    this.scale();
+    this.#dispatch();
+    return old.length;
   }
 
   // ---- slots ------------------------------------------------------------------------------
@@ -234,7 +253,7 @@ export class FunctionPool {
     // The function cannot see its timeout; its delivery budget tells it how long to start work.
     void this.#supervisor.boot(inst, {
       ...this.spec,
-      env: { [DELIVERY_BUDGET_ENV]: String(this.spec.deliveryBudgetSeconds), ...this.spec.env },
+      env: { ...this.spec.containerEnv, [DELIVERY_BUDGET_ENV]: String(this.spec.deliveryBudgetSeconds), ...this.spec.env },
     });
   }
 

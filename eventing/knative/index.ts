@@ -18,5 +18,5 @@ export {
 export { ApiServerSource, Broker, EventPolicy, KnativeService, PingSource, resourceKindOf, Trigger } from './kinds.ts';
 export { applyGeneratedObjects, applyObjects } from './local-install.ts';
 export { pingEvent, withResyncInterval } from './ping-sources.ts';
-export { configurationFromService, functionOf } from './services.ts';
+export { configurationFromService, functionOf, LOCAL_IMAGE, withConfigFromEnvironment } from './services.ts';
 export { ready, StatusBoard, writeStatus } from './status.ts';

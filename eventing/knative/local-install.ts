@@ -7,6 +7,7 @@ import { BROAD, DEFAULT_OPTIONS, generateManifests, validateManifests } from '..
 import { installKnativeCrds } from './crds.ts';
 import { withResyncInterval } from './ping-sources.ts';
 import { resourceKindOf } from './kinds.ts';
+import { withConfigFromEnvironment } from './services.ts';
 
 /** Creates each object, or replaces it when it exists (kubectl apply without the merge): the generated objects win. */
 export async function applyObjects(kube: KubeClient, objects: KubeObject[]): Promise<void> {
@@ -22,12 +23,17 @@ export async function applyObjects(kube: KubeClient, objects: KubeObject[]): Pro
   }
 }
 
-/** Installs Knative's CRDs (where missing) and applies the generated objects of `functions` (with `replace` as `opfn manifests --replace`). */
+/**
+ * Installs Knative's CRDs (where missing) and applies the generated objects of `functions` (with
+ * `replace` as `opfn manifests --replace`; declared configuration set in `environment` goes into
+ * the Services, withConfigFromEnvironment).
+ */
 export async function applyGeneratedObjects(
   kube: KubeClient,
   functions: FunctionDeclaration[],
   replace: Record<string, string> = {},
   resyncIntervalMs?: number,
+  environment: Record<string, string | undefined> = process.env,
 ): Promise<{ objects: KubeObject[]; crdsInstalled: number }> {
   const crdsInstalled = await installKnativeCrds(kube);
   // The developer's own plane serves any CompositeController applied while it runs: broad, as
@@ -35,7 +41,7 @@ export async function applyGeneratedObjects(
   const generated = generateManifests(functions, { ...DEFAULT_OPTIONS, replace }, BROAD)
     .flatMap((file) => file.objects)
     .filter((object) => object.kind !== 'CustomResourceDefinition');
-  const objects = withResyncInterval(generated, resyncIntervalMs);
+  const objects = withConfigFromEnvironment(withResyncInterval(generated, resyncIntervalMs), functions, environment);
   const problems = validateManifests(objects, new Set(Object.values(replace).filter((target) => !target.includes('://'))));
   if (problems.length) throw new Error(`the generated objects are not sound:\n  ${problems.join('\n  ')}`);
   await applyObjects(kube, objects);

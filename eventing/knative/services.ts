@@ -6,18 +6,20 @@
 // delivery budget (the container's OPFN_DELIVERY_BUDGET_SECONDS); an autoscaling annotation it
 // does not implement (IMPLEMENTED_ANNOTATIONS) makes the Service not Ready with the reason
 // UnsupportedAnnotation rather than being ignored. A Service edited live is
-// applied to the running function (Activator.configure), as Serving rolls out a new revision; a
+// applied to the running function (Activator.configure), as Serving rolls out a new revision: a
+// changed environment replaces its instances; an image other than the project's own is refused
+// (ImageNotRunLocally), as the plane has only this project's code to run. A
 // deleted one withdraws it (Activator.withdraw), as Serving removes the revision. The generated
 // dead-letter sink (event_display) is not run locally: the broker's dead-letter file stands in
 // for it.
-import { type Scaling, keyOf, keyString, type KubeObject } from '../../functions/runtime/index.ts';
+import { type FunctionDeclaration, type Scaling, keyOf, keyString, type KubeObject } from '../../functions/runtime/index.ts';
 import { deliveryBudgetFromEnvironment } from '../../functions/runtime/host/index.ts';
 import { capacityAtMaxScale, DEFAULT_TIMEOUT_SECONDS, type FunctionConfiguration } from '../activator/index.ts';
-import { AUTOSCALING, DEAD_LETTER_SERVICE } from '../manifests/index.ts';
+import { AUTOSCALING, DEAD_LETTER_SERVICE, DEFAULT_OPTIONS } from '../manifests/index.ts';
 import { KnativeService } from './kinds.ts';
 import { notReady, ready, type StatusWriter, type Verdict } from './status.ts';
 
-type Container = { env?: { name: string; value?: string }[] };
+type Container = { image?: string; env?: { name: string; value?: string; valueFrom?: unknown }[] };
 const template = (service: KubeObject) =>
   (
     service.spec as
@@ -100,6 +102,59 @@ export function scalingFromService(service: KubeObject): Scaling {
 }
 
 /**
+ * The image the local plane runs: this project's own code, which the generated Services name
+ * (`opfn manifests` without --image). Another image is code the plane does not have.
+ */
+export const LOCAL_IMAGE = DEFAULT_OPTIONS.image;
+
+/** An image other than LOCAL_IMAGE (the Service is not Ready with this reason). */
+export class ImageNotRunLocally extends Error {
+  readonly reason = 'ImageNotRunLocally';
+}
+
+/**
+ * The container environment of the revision template, name → value. An entry with `valueFrom`
+ * (a Secret's key) is left out: the function process inherits that variable from the plane's
+ * own environment, if set there.
+ */
+export function containerEnvOf(service: KubeObject): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const entry of template(service).spec?.containers?.[0]?.env ?? [])
+    if (typeof entry.value === 'string') env[entry.name] = entry.value;
+  return env;
+}
+
+/**
+ * The generated Services with each function's declared configuration taken from `environment`
+ * where it sets it (`EXCHANGE_RATE_PROVIDER_URL=… npm start`), instead of the declared default:
+ * the local plane runs what its Services say, so the value belongs in the Service, where
+ * `kubectl get ksvc -o yaml` shows it and an edit replaces it. Secret parameters (valueFrom) are
+ * left as they are: the process inherits those.
+ */
+export function withConfigFromEnvironment(
+  objects: KubeObject[],
+  functions: FunctionDeclaration[],
+  environment: Record<string, string | undefined> = process.env,
+): KubeObject[] {
+  return objects.map((object) => {
+    const declaration = object.kind === 'Service' ? functions.find((fn) => fn.name === functionOf(object)) : undefined;
+    if (!declaration) return object;
+    const names = new Set(declaration.config.filter((parameter) => !parameter.secret).map((parameter) => parameter.name));
+    const spec = object.spec as { template: { spec: { containers: Container[] } } };
+    const [container, ...others] = spec.template.spec.containers;
+    const env = container!.env?.map((entry) =>
+      names.has(entry.name) && typeof entry.value === 'string' && environment[entry.name] !== undefined
+        ? { ...entry, value: environment[entry.name] }
+        : entry,
+    );
+    return {
+      ...object,
+      spec: { ...spec, template: { ...spec.template, spec: { ...spec.template.spec, containers: [{ ...container, env }, ...others] } } },
+    };
+  });
+}
+
+/**
  * Scaling, request timeout and delivery budget of the revision template (Knative's default
  * timeout where unset; the budget from the container's OPFN_DELIVERY_BUDGET_SECONDS, else derived
  * from the timeout as the generated Service's is).
@@ -108,12 +163,18 @@ export function configurationFromService(service: KubeObject): FunctionConfigura
   const timeoutSeconds = (template(service).spec as { timeoutSeconds?: unknown } | undefined)?.timeoutSeconds;
   if (timeoutSeconds !== undefined && (typeof timeoutSeconds !== 'number' || !Number.isInteger(timeoutSeconds) || timeoutSeconds < 0))
     throw new Error(`timeoutSeconds ${JSON.stringify(timeoutSeconds)} is not a whole number ≥ 0`);
-  const env = Object.fromEntries((template(service).spec?.containers?.[0]?.env ?? []).map(({ name, value }) => [name, value]));
-  const deliveryBudgetSeconds = deliveryBudgetFromEnvironment(env);
+  const image = template(service).spec?.containers?.[0]?.image;
+  if (image !== undefined && image !== LOCAL_IMAGE)
+    throw new ImageNotRunLocally(
+      `image "${image}": the local plane runs this project's code as image "${LOCAL_IMAGE}" and cannot run another (set it back, or deploy to a cluster with Knative)`,
+    );
+  const containerEnv = containerEnvOf(service);
+  const deliveryBudgetSeconds = deliveryBudgetFromEnvironment(containerEnv);
   return {
     scaling: scalingFromService(service),
     timeoutSeconds: timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS,
     ...(deliveryBudgetSeconds === undefined ? {} : { deliveryBudgetSeconds }),
+    containerEnv,
   };
 }
 
@@ -181,7 +242,12 @@ export class ServiceDirectory {
       configuration = configurationFromService(service);
     } catch (error) {
       return {
-        conditions: [notReady(error instanceof UnsupportedAnnotation ? error.reason : 'InvalidConfiguration', (error as Error).message)],
+        conditions: [
+          notReady(
+            error instanceof UnsupportedAnnotation || error instanceof ImageNotRunLocally ? error.reason : 'InvalidConfiguration',
+            (error as Error).message,
+          ),
+        ],
       };
     }
     try {

@@ -8,7 +8,7 @@ import { freePort, processArguments } from '../../processes/index.ts';
 import { readDeadLetterFile } from '../../eventing/broker/index.ts';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
@@ -21,6 +21,10 @@ const OPFN = join(dirname(fileURLToPath(import.meta.url)), '../../bin/opfn.ts');
 const stateDir = tempDir('opfn-cli-');
 const env = { ...process.env, OPFN_STATE_DIR: stateDir, LOG_LEVEL: 'warn' };
 const opfn = (...args: string[]) => promisify(execFile)(process.execPath, [OPFN, ...args], { env });
+
+// `npm start` without a cluster leaves its control plane running for the next start: a test that
+// fails before its own `cluster down` must not leave it behind.
+after(() => opfn('cluster', 'down').catch(() => {}));
 
 /** Starts a long-running opfn command and resolves with its first stdout line matching `pattern`. */
 /**
@@ -184,7 +188,7 @@ test('a second `cluster up` while one runs refuses and points at the running one
   await assert.rejects(opfn('cluster', 'env'), /no local cluster is running/);
 });
 
-test('npm start (opfn dev): a local cluster, the operator, a configured extra Trigger, and Ctrl-C stops everything', async () => {
+test('npm start (opfn dev): a local cluster kept across restarts, the operator, a configured extra Trigger; Ctrl-C stops the plane, `cluster down` the rest', async () => {
   // An extra subscriber, routed by a Knative Trigger manifest given on the command line.
   const received: Record<string, string>[] = [];
   const audit = createHttpServer((req, res) => {
@@ -259,6 +263,10 @@ spec:
     assert.equal(await exited(dev), 0, 'Ctrl-C stops cleanly');
     audit.close();
   }
+  // The control plane it started in the background keeps running, with its objects, for the next start.
+  assert.ok(existsSync(kubeconfig), 'the local control plane outlives the plane');
+  assert.match(later, /The local control plane keeps running with its objects/);
+  assert.match((await opfn('cluster', 'down')).stderr, /local cluster stopped/);
   assert.equal(existsSync(kubeconfig), false, 'the local control plane was stopped and removed');
   const leftovers = await promisify(execFile)('pgrep', ['-f', dirname(kubeconfig)]).then(
     (r) => r.stdout.trim(),

@@ -637,7 +637,7 @@ describe('the generated objects run on the local plane', () => {
 });
 
 describe('opfn dev against a configured cluster', () => {
-  test('runs the generated objects in memory: nothing Knative is installed there, the function gets its events', async () => {
+  test('runs the generated objects in memory: only the identities are installed there, nothing Knative; the function gets its events', async () => {
     const { runDev } = await import('../../bin/dev.ts');
     // A cluster of its own, without Knative: only the plane in memory can make its function act.
     const configured = await startTestCluster();
@@ -664,9 +664,10 @@ describe('opfn dev against a configured cluster', () => {
       assert.match(said, /Using the cluster at /);
       assert.match(
         said,
-        /run in memory \(nothing installed on the cluster\): 1 Broker, 2 Service, 1 Trigger, 1 PingSource, 2 ApiServerSource/,
+        /run in memory \(nothing else installed on the cluster\): 1 Broker, 2 Service, 1 Trigger, 1 PingSource, 2 ApiServerSource/,
         said,
       );
+      assert.match(said, /ServiceAccounts and roles .* installed in namespace operator-functions: each function runs as its own/);
       assert.deepEqual(running.plane.status?.problems(), [], 'every object in memory is Ready');
       assert.equal(running.plane.status?.ready(`Trigger ${NS}/${immortalContainer.name}`)?.status, 'True');
       await configured.kube.create(ImmortalContainerKind, {

@@ -153,3 +153,35 @@ test('withdrawn (its Service deleted): instances stop, a busy one after its answ
   await eventually(() => activator.instances('tiny') === 1, 'min-scale 1 again');
   assert.equal((await fetch(url)).status, 200);
 });
+
+test('a changed container environment rolls the instances: the next request is served by a new one that has it, min-scale kept', async () => {
+  const { activator, url } = await start({ minScale: 1, maxScale: 1 });
+  await eventually(() => activator.instances('tiny') === 1, 'one instance');
+  const seen = async () => (await (await fetch(`${url}/env?name=GREETING`)).json()) as { pid: number; value: string | null };
+  const before = await seen();
+  assert.equal(before.value, null);
+  const { scaling } = activator.configurationOf('tiny');
+  assert.equal(activator.configure('tiny', { scaling, containerEnv: { GREETING: 'hello' } }), true);
+  const after = await seen();
+  assert.notEqual(after.pid, before.pid, 'a new instance');
+  assert.equal(after.value, 'hello');
+  assert.equal(
+    activator.configure('tiny', { scaling, containerEnv: { GREETING: 'hello' } }),
+    false,
+    'the same environment changes nothing',
+  );
+  assert.equal((await seen()).pid, after.pid, 'and replaces nothing');
+  await eventually(() => activator.instances('tiny') === 1, 'min-scale 1 held after the roll');
+});
+
+test('roll() replaces the instances; one busy answers its request before it stops', async () => {
+  const { activator, url } = await start({ minScale: 1, maxScale: 1 });
+  await eventually(() => activator.instances('tiny') === 1, 'one instance');
+  const first = await pidOf(url);
+  const busy = fetch(`${url}/slow?ms=800`).then((response) => response.json() as Promise<{ pid: number }>);
+  await sleep(200);
+  assert.equal(activator.roll('tiny', 'rebuilt'), 1);
+  const next = await pidOf(url);
+  assert.notEqual(next, first);
+  assert.equal((await busy).pid, first, 'the old instance answered what it served');
+});

@@ -14,7 +14,7 @@ import { CopyratorRuleKind } from '../../functions/copyrator/desired.ts';
 import { unreachableKube } from '../support/cluster.ts';
 import { nextFire, parseSchedule } from '../../eventing/knative/cron.ts';
 import { pingEvent, pingPlan } from '../../eventing/knative/ping-sources.ts';
-import { functionOf, scalingFromService, ServiceDirectory } from '../../eventing/knative/services.ts';
+import { functionOf, scalingFromService, ServiceDirectory, withConfigFromEnvironment } from '../../eventing/knative/services.ts';
 import { apiServerStatus, nextStatus, sameStatus, StatusBoard } from '../../eventing/knative/status.ts';
 import { checkConfiguration, type FunctionConfiguration } from '../../eventing/activator/index.ts';
 import { brokerTriggerFor, TriggerController, type Resolvers } from '../../eventing/knative/triggers.ts';
@@ -378,7 +378,12 @@ describe('Services', () => {
   test("the generated Service configures the activator with the declaration's scaling, Knative's timeout and the delivery budget for it", () => {
     assert.deepEqual(configured[0], {
       name: declaration.name,
-      configuration: { scaling: declaration.scaling, timeoutSeconds: 300, deliveryBudgetSeconds: 30 },
+      configuration: {
+        scaling: declaration.scaling,
+        timeoutSeconds: 300,
+        deliveryBudgetSeconds: 30,
+        containerEnv: { FUNCTION: declaration.name, OPFN_DELIVERY_BUDGET_SECONDS: '30' },
+      },
     });
     assert.equal(readyOf()?.status, 'True');
   });
@@ -397,6 +402,7 @@ describe('Services', () => {
       scaling: { ...declaration.scaling, maxScale: 9, containerConcurrency: 3 },
       timeoutSeconds: 42,
       deliveryBudgetSeconds: 20,
+      containerEnv: { FUNCTION: declaration.name, OPFN_DELIVERY_BUDGET_SECONDS: '20' },
     });
     assert.equal(readyOf()?.status, 'True');
     // The Trigger's bound follows the Service: containerConcurrency × max-scale.
@@ -428,6 +434,44 @@ describe('Services', () => {
     assert.equal(configured.length, applied, 'nothing invalid reached the activator');
     await services.apply(find('Service'));
     assert.equal(readyOf()?.status, 'True');
+  });
+
+  test('an edited environment reaches the activator (which rolls the instances); another image is refused with the reason, the function left as it ran', async () => {
+    const service = find('Service');
+    const container = (service.spec as any).template.spec.containers[0];
+    container.env.push({ name: 'GREETING', value: 'hello' }, { name: 'TOKEN', valueFrom: { secretKeyRef: { name: 's', key: 'k' } } });
+    await services.apply(service);
+    assert.equal(readyOf()?.status, 'True');
+    assert.equal(configured.at(-1)!.configuration.containerEnv?.GREETING, 'hello');
+    assert.equal('TOKEN' in configured.at(-1)!.configuration.containerEnv!, false, 'a Secret reference is inherited, not set');
+    const applied = configured.length;
+    container.image = 'example.com/someone-else:1';
+    await services.apply(service);
+    assert.deepEqual([readyOf()?.status, readyOf()?.reason], ['False', 'ImageNotRunLocally']);
+    assert.match(readyOf()!.message!, /cannot run another/);
+    assert.equal(configured.length, applied, 'the function keeps what it ran');
+    await services.apply(find('Service'));
+    assert.equal(readyOf()?.status, 'True');
+  });
+
+  test("the plane's environment sets a declared parameter in the generated Service, not a secret one", () => {
+    const withParameter = {
+      ...declaration,
+      config: [
+        { name: 'PLAIN', description: 'p', default: 'a' },
+        { name: 'HIDDEN', description: 'h', default: '', secret: true },
+      ],
+    };
+    const service = structuredClone(find('Service'));
+    (service.spec as any).template.spec.containers[0].env.push(
+      { name: 'PLAIN', value: 'a' },
+      { name: 'HIDDEN', valueFrom: { secretKeyRef: { name: 's', key: 'HIDDEN' } } },
+    );
+    const [seeded] = withConfigFromEnvironment([service], [withParameter], { PLAIN: 'b', HIDDEN: 'x', FUNCTION: 'other' });
+    const env = (seeded!.spec as any).template.spec.containers[0].env as { name: string; value?: string; valueFrom?: unknown }[];
+    assert.equal(env.find((e) => e.name === 'PLAIN')?.value, 'b');
+    assert.equal(env.find((e) => e.name === 'FUNCTION')?.value, declaration.name, 'only declared parameters');
+    assert.ok(env.find((e) => e.name === 'HIDDEN')?.valueFrom, 'a secret stays a reference');
   });
 
   test('autoscaling annotations: the camelCase spellings Serving still reads count too; one the plane does not implement, or a class or metric it cannot honour, is not Ready with the reason', async () => {
