@@ -2,9 +2,8 @@
 // opfn: the operator-functions command line. This file is the table of commands and their
 // options; each command's program is a file of this folder, imported when it runs, so `opfn
 // --help` answers at once.
-import { readFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
+import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { DEAD_LETTER_FILE, findStateDir } from '../eventing/state-files.ts';
 import { functionNames, loadFunction } from '../functions/index.ts';
@@ -13,7 +12,8 @@ import { say } from './terminal.ts';
 
 // The project's state folder, found from any of its folders ($OPFN_STATE_DIR, else the nearest .opfn up to the project root).
 const STATE_DIR = findStateDir();
-const PACKAGE = JSON.parse(readFileSync(join(dirname(fileURLToPath(import.meta.url)), '..', 'package.json'), 'utf8')) as {
+// By the package's own name: from the sources here, and from lib/ in an installed package.
+const PACKAGE = createRequire(import.meta.url)('operator-functions/package.json') as {
   version: string;
 };
 

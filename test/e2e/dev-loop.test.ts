@@ -120,7 +120,7 @@ test('cluster up, then opfn dev: a ksvc edit is honoured, the function runs as i
   const cluster = startOpfn(['cluster', 'up']);
   const kubeconfig = (await cluster.printed(/^export KUBECONFIG=(\S+)$/m))[1]!;
   const kube = kubeFor(kubeconfig);
-  const devArgs = ['dev', '--functions', FN, '--idle', '60', '--resync', '0', '--log-format', 'json'];
+  const devArgs = ['dev', '--only', FN, '--idle', '60', '--resync', '0', '--log-format', 'json'];
   let dev = startOpfn(devArgs, { KUBECONFIG: kubeconfig });
   await dev.printed(/kubectl for this plane:\n.*\n/);
   // The KUBECONFIG line is printed again at the end of start-up, where it is seen.
