@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { type FunctionDeclaration, guessedResource } from '../functions/runtime/index.ts';
 import {
   BROAD,
+  declaredKindProblems,
   DEFAULT_OPTIONS,
   EVENT_POLICY_FEATURE_NOTE,
   generateManifests,
@@ -136,6 +137,11 @@ function compositeRights(command: ManifestCommand, declarations: FunctionDeclara
 const COMPOSITE_NARROW_NOTE = `${COMPOSITE_FUNCTION}: no --composite file, so the ${COMPOSITE_FUNCTION} function may serve no CompositeController (each one applied gets a Warning Event NotPermitted); give the controllers with --composite <file> for exactly their rights, or choose Metacontroller's \`*\` with --composite-broad`;
 
 export function runManifests(command: ManifestCommand, declarations: FunctionDeclaration[], write: (text: string) => void): string[] {
+  // A kind the install's CRDs do not serve as declared: an error when the plural or version is
+  // wrong (a typo), a warning when its CRD is not among them.
+  const kinds = declaredKindProblems(declarations);
+  if (kinds.errors.length) throw new Error(`the declarations name kinds their CRDs do not serve:\n  ${kinds.errors.join('\n  ')}`);
+  for (const warning of kinds.warnings) write(`# warning: ${warning}\n`);
   if (command.brokerClass && command.brokerClass !== KAFKA_BROKER_CLASS && command.brokerClass !== DEFAULT_OPTIONS.brokerClass) {
     write(
       `# note: broker class ${command.brokerClass} is neither ${DEFAULT_OPTIONS.brokerClass} nor ${KAFKA_BROKER_CLASS}; it must be installed on the cluster\n`,

@@ -77,6 +77,24 @@ export class Discovery {
     return this.#groupVersions.get(apiVersion)?.withStatus.has(kind.plural) ?? false;
   }
 
+  /**
+   * Why the API server does not serve `kind` as declared, read afresh; undefined when it does. A
+   * group-version that serves the same kind under another plural says which (a plural mistyped).
+   */
+  async unservedReason(kind: ResourceKind): Promise<string | undefined> {
+    const apiVersion = apiVersionOf(kind);
+    await this.#read(apiVersion);
+    const resources = this.#groupVersions.get(apiVersion)?.resources ?? new Map<string, ResourceKind>();
+    if (resources.has(kind.plural)) return undefined;
+    const what = `${kind.kind} (${kind.group ? `${kind.plural}.${kind.group}` : kind.plural}, ${apiVersion})`;
+    if (resources.size === 0)
+      return `${what} is not served: the API server serves no ${apiVersion}; is its CustomResourceDefinition applied (and Established)?`;
+    const sameKind = [...resources.values()].find((served) => served.kind === kind.kind);
+    if (sameKind)
+      return `${what} is not served: ${apiVersion} serves ${kind.kind} as "${sameKind.plural}"; did you mean ${sameKind.plural}?`;
+    return `${what} is not served: ${apiVersion} serves no "${kind.plural}"; is its CustomResourceDefinition applied, or is the plural mistyped?`;
+  }
+
   /** Reads one group-version's discovery document; concurrent readers share one request. */
   #read(apiVersion: string): Promise<void> {
     const running = this.#reading.get(apiVersion);
