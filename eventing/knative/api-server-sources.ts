@@ -359,7 +359,8 @@ export class ApiServerSourceController {
       );
     }, waitMs).unref();
     this.#retries.set(key, retry);
-    this.#options.log[retry.attempts === 1 ? 'info' : 'debug'](
+    // Said once at warn (nothing flows through this source until then), then quietly.
+    this.#options.log[retry.attempts === 1 ? 'warn' : 'debug'](
       { apiserversource: key, reason, retryInMs: waitMs },
       `source not ready (${reason}); applying it again later`,
     );

@@ -76,7 +76,7 @@ export type { RequestObserver } from './kube/transport.ts';
 export type { WatchEvent } from './kube/watch.ts';
 export { OwnWrites } from './own-writes.ts';
 export { compileSelector, SELECTS_EVERYTHING, type Selector, type SelectorResult } from './label-selectors.ts';
-export { Discovery, discoveryFor, MAX_GROUP_VERSIONS } from './discovery.ts';
+export { Discovery, discoveryFor, MAX_GROUP_VERSIONS, unservedKinds } from './discovery.ts';
 
 // Errors and what the delivery does with them.
 export { agreedRetryAfter, BadKeyError, StatusConflictError, statusForError, TerminalError, TransientError } from './errors.ts';

@@ -15,7 +15,7 @@
 import type { Logger } from 'pino';
 import type { FunctionDeclaration } from '../declaration.ts';
 import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from '../events.ts';
-import { discoveryFor } from '../discovery.ts';
+import { unservedKinds } from '../discovery.ts';
 import { apiVersionOf, type KindKey, type KubeObject } from '../kinds.ts';
 import { KubeClient } from '../kube/client.ts';
 import { EventSink } from '../recorder.ts';
@@ -121,28 +121,8 @@ export class FunctionHost {
    */
   async checkKinds(): Promise<void> {
     const { declaration, kube, log } = this.#settings;
-    const kinds = [
-      declaration.reconciles,
-      ...declaration.owns.map((owned) => owned.kind),
-      ...declaration.watches.map((watched) => watched.kind),
-    ];
-    const discovery = discoveryFor(kube);
-    const seen = new Set<string>();
-    for (const kind of kinds) {
-      const id = `${kind.group}/${kind.version}/${kind.plural}`;
-      if (seen.has(id)) continue;
-      seen.add(id);
-      try {
-        const reason = await discovery.unservedReason(kind);
-        if (reason)
-          log.warn(
-            { kind: kind.kind, apiVersion: apiVersionOf(kind), plural: kind.plural },
-            `declaration of ${declaration.name}: ${reason}`,
-          );
-      } catch (error) {
-        log.debug({ kind: kind.kind, err: (error as Error).message }, 'could not check whether the kind is served');
-      }
-    }
+    for (const { kind, reason } of await unservedKinds(declaration, kube))
+      log.warn({ kind: kind.kind, apiVersion: apiVersionOf(kind), plural: kind.plural }, `declaration of ${declaration.name}: ${reason}`);
   }
 
   /** Resolves when every recorded Kubernetes Event has been written. */
