@@ -95,6 +95,23 @@ const mapper = defineFunction({
   },
 });
 
+const Doohickey: ResourceKind = { group: 'nothere.example.com', version: 'v1', kind: 'Doohickey', plural: 'doohickeys', namespaced: true };
+
+/** Creates a child of a kind no CRD defines. */
+const dreamer = defineFunction({
+  name: 'widget-doohickeys',
+  description: 'keeps a Doohickey per Widget',
+  reconciles: Widget,
+  owns: [{ kind: Doohickey }],
+  rbac: [
+    { apiGroups: ['nothere.example.com'], resources: ['doohickeys'], verbs: ['create'] },
+    { apiGroups: ['example.com'], resources: ['widgets/status'], verbs: ['update'] },
+  ],
+  reconcile: async (key, ctx) => {
+    await ctx.kube.create(Doohickey, { metadata: { name: key.name, namespace: key.namespace } });
+  },
+});
+
 /** A logger whose lines (JSON) are kept. */
 function capturingLog(): { log: Logger; lines: Record<string, unknown>[] } {
   const lines: Record<string, unknown>[] = [];
@@ -153,6 +170,26 @@ describe('a reconcile refused for good is shown on the object, not retried into 
   after(async () => {
     await forgetfulFn?.close();
     await mapperFn?.close();
+  });
+
+  test('a child kind the API server does not serve: Ready=False KindNotServed, tried again after a while', async () => {
+    const fn = await serveFunction(dreamer, await kubeconfigWithDeclaredRbac(cluster.cp, dreamer));
+    try {
+      const widget = await cluster.kube.create<Widget>(Widget, {
+        apiVersion: 'example.com/v1',
+        kind: 'Widget',
+        metadata: { name: 'w3', namespace: 'default' },
+      });
+      const answer = await deliverForOutcome(fn.url, addEvent(widget));
+      assert.equal(answer.status, 200, JSON.stringify(answer));
+      assert.equal(answer.outcome.refusals?.[0]?.reason, 'KindNotServed', JSON.stringify(answer));
+      assert.deepEqual(answer.replyKeys, ['example.com/Widget:default/w3']);
+      const ready = await readyOf('w3');
+      assert.equal(ready?.reason, 'KindNotServed');
+      assert.match(ready!.message, /does not serve this resource/);
+    } finally {
+      await fn.close();
+    }
   });
 
   test('403 on the status write: 2xx naming the reason, a Warning Event naming the missing rule, and the log line', async () => {
