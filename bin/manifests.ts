@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { type FunctionDeclaration, guessedResource, type KubeObject } from '../functions/runtime/index.ts';
 import {
   BROAD,
+  declaredKindProblems,
   DEFAULT_OPTIONS,
   EVENT_POLICY_FEATURE_NOTE,
   generateManifests,
@@ -141,6 +142,11 @@ export function runManifests(
   write: (text: string) => void,
   crds?: KubeObject[],
 ): string[] {
+  // A kind the install's CRDs do not serve as declared: an error when the plural or version is
+  // wrong (a typo), a warning when its CRD is not among them.
+  const kinds = declaredKindProblems(declarations, crds);
+  if (kinds.errors.length) throw new Error(`the declarations name kinds their CRDs do not serve:\n  ${kinds.errors.join('\n  ')}`);
+  for (const warning of kinds.warnings) write(`# warning: ${warning}\n`);
   if (command.brokerClass && command.brokerClass !== KAFKA_BROKER_CLASS && command.brokerClass !== DEFAULT_OPTIONS.brokerClass) {
     write(
       `# note: broker class ${command.brokerClass} is neither ${DEFAULT_OPTIONS.brokerClass} nor ${KAFKA_BROKER_CLASS}; it must be installed on the cluster\n`,

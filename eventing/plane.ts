@@ -13,7 +13,7 @@ import { dirname, extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CloudEvent } from 'cloudevents';
 import type { Logger } from 'pino';
-import { type FunctionDeclaration, type KubeObject, type KubeClient } from '../functions/runtime/index.ts';
+import { type FunctionDeclaration, type KubeObject, type KubeClient, unservedKinds } from '../functions/runtime/index.ts';
 import { Activator, type FunctionStats } from './activator/index.ts';
 import { Broker, type DeliverySpec, type Trigger, type TriggerStats } from './broker/index.ts';
 import { DEAD_LETTER_FILE } from './state-files.ts';
@@ -260,6 +260,13 @@ export class EventPlane {
     const brokerUrl = await this.broker.listen(0, '127.0.0.1');
     await this.activator.start();
     const { functions, kube, log, knativeObjects } = this.#options;
+    // Functions start on their first event, so their own check would wait for one: said here, at
+    // once (a function whose CRD is missing gets none), without holding the start.
+    for (const declaration of functions)
+      void unservedKinds(declaration, kube).then((unserved) => {
+        for (const { kind, reason } of unserved)
+          log.warn({ fn: declaration.name, kind: kind.kind }, `declaration of ${declaration.name}: ${reason}`);
+      });
     this.knative = new KnativeControllers({
       kube,
       broker: this.broker,

@@ -19,6 +19,11 @@
 // apiVersion/kind, as the adapter's controllerFilter does. Refused (Ready=False with the reason)
 // what the local source does not implement: `filters` (the NewAPIServerFilters feature, off by
 // default in Knative 1.23, whose webhook then refuses the field too).
+//
+// A source that cannot run for a reason the world outside it may mend (a kind not served yet: its
+// CRD applied later; a watch refused: a Role bound later; namespaces not listed) is applied
+// again with backoff until it runs, as Knative's reconciler returns the error and its workqueue
+// requeues the key (RETRY_BASE_MS doubling up to RETRY_MAX_MS): no touch of the source needed.
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import {
@@ -221,6 +226,12 @@ export async function localSourceFor(
   };
 }
 
+/** The first wait before a source that could not run is applied again; it doubles up to RETRY_MAX_MS. */
+export const RETRY_BASE_MS = 1000;
+export const RETRY_MAX_MS = 60_000;
+/** The Ready reasons of a source that may run later with no change of its own (see the top of this file). */
+const RETRIED_REASONS = new Set(['UnknownKind', 'NamespacesNotListed', 'InsufficientPermissions', 'StartFailed']);
+
 export interface SourceControllerOptions {
   kube: KubeClient;
   brokers: Pick<BrokerDirectory, 'has' | 'url'>;
@@ -233,6 +244,8 @@ export interface SourceControllerOptions {
   clientFor?: (namespace: string, serviceAccount: string) => Promise<KubeClient>;
   /** Where a namespaceSelector's namespaces come from (default: namespacesFrom(kube)). */
   namespaces?: NamespaceLister;
+  /** How a source that could not run is applied again (default: apply); the plane passes its serialized handler. */
+  reapply?: (object: KubeObject) => Promise<void>;
 }
 
 export class ApiServerSourceController {
@@ -242,6 +255,8 @@ export class ApiServerSourceController {
   readonly #kinds: KindResolver;
   /** Counters of the sources stopped so far (an update restarts a source), so totals never go back. */
   readonly #retired = { emitted: 0, relists: 0, watchRestarts: 0, sinkRetries: 0 };
+  /** Sources waiting to be applied again, with the attempts so far. */
+  readonly #retries = new Map<string, { attempts: number; timer?: NodeJS.Timeout }>();
   #stopped = false;
 
   constructor(options: SourceControllerOptions) {
@@ -255,10 +270,13 @@ export class ApiServerSourceController {
     const key = keyString(keyOf(object));
     this.#objects.set(key, object);
     const { kube, brokers, log, status } = this.#options;
+    const retry = this.#retries.get(key);
+    if (retry) clearTimeout(retry.timer);
     const planned = await localSourceFor(object, this.#kinds, brokers, namespaces ?? this.#options.namespaces ?? namespacesFrom(kube));
     if (!planned.specs) {
       await this.#stop(key);
       await status.write(ApiServerSource, object, planned.verdict!);
+      this.#retryLater(key, planned.verdict!);
       return;
     }
     const account = (object.spec as SourceObjectSpec).serviceAccountName;
@@ -286,7 +304,7 @@ export class ApiServerSourceController {
         if (this.#stopped) return;
         const message = (error as Error).message;
         const forbidden = /forbidden|403/i.test(message);
-        await status.write(ApiServerSource, object, {
+        const verdict: Verdict = {
           conditions: [
             {
               type: 'SufficientPermissions',
@@ -297,10 +315,13 @@ export class ApiServerSourceController {
             notReady(forbidden ? 'InsufficientPermissions' : 'StartFailed', message),
           ],
           fields: { ...cleared('sinkUri'), namespaces: planned.namespaces },
-        });
+        };
+        await status.write(ApiServerSource, object, verdict);
+        this.#retryLater(key, verdict);
         return;
       }
     }
+    this.#retries.delete(key);
     await status.write(ApiServerSource, object, {
       conditions: [
         { type: 'SinkProvided', status: 'True', reason: 'SinkProvided' },
@@ -315,7 +336,34 @@ export class ApiServerSourceController {
   async remove(object: KubeObject): Promise<void> {
     const key = keyString(keyOf(object));
     this.#objects.delete(key);
+    clearTimeout(this.#retries.get(key)?.timer);
+    this.#retries.delete(key);
     await this.#stop(key);
+  }
+
+  /** Applies the source `key` again after a backoff when its verdict may change with no change of its own. */
+  #retryLater(key: string, verdict: Verdict): void {
+    const reason = verdict.conditions.find((condition) => condition.type === 'Ready')?.reason;
+    if (this.#stopped || !reason || !RETRIED_REASONS.has(reason)) {
+      this.#retries.delete(key);
+      return;
+    }
+    const retry = this.#retries.get(key) ?? { attempts: 0 };
+    const waitMs = Math.min(RETRY_BASE_MS * 2 ** retry.attempts, RETRY_MAX_MS);
+    retry.attempts++;
+    retry.timer = setTimeout(() => {
+      const object = this.#objects.get(key);
+      if (!object || this.#stopped) return;
+      void (this.#options.reapply ?? ((again: KubeObject) => this.apply(again)))(object).catch((error: unknown) =>
+        this.#options.log.warn({ apiserversource: key, reason: (error as Error).message }, 'applying the source again failed'),
+      );
+    }, waitMs).unref();
+    this.#retries.set(key, retry);
+    // Said once at warn (nothing flows through this source until then), then quietly.
+    this.#options.log[retry.attempts === 1 ? 'warn' : 'debug'](
+      { apiserversource: key, reason, retryInMs: waitMs },
+      `source not ready (${reason}); applying it again later`,
+    );
   }
 
   async refresh(): Promise<void> {
@@ -352,6 +400,8 @@ export class ApiServerSourceController {
   /** Stops every source, those still starting too; nothing starts after. */
   async stop(): Promise<void> {
     this.#stopped = true;
+    for (const { timer } of this.#retries.values()) clearTimeout(timer);
+    this.#retries.clear();
     for (const key of [...this.#running.keys()]) await this.#stop(key);
   }
 

@@ -95,6 +95,8 @@ export class KnativeControllers {
       status,
       knownKinds: options.knownKinds,
       clientFor: options.clientFor,
+      // One change at a time, as every other: a retry waits its turn.
+      reapply: (object) => this.#serialized(this.sources).apply(object),
     });
   }
 

@@ -29,5 +29,5 @@ export {
 } from './rbac.ts';
 export { AUTOSCALING, knativeService, READINESS_PATH } from './service.ts';
 export { formatLabelSelector, parseLabelSelector } from './sources.ts';
-export { validateManifests } from './validate.ts';
+export { declaredKindProblems, validateManifests, type KindProblems } from './validate.ts';
 export { FUNCTION_EXTENSION, kindsOf, renamedKinds, sourcesFor, unwatchedKinds } from './wiring.ts';

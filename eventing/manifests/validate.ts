@@ -19,8 +19,12 @@
 //   pkg/apis/duck/v1 delivery_types.go), and a Trigger's per-attempt timeout is not shorter than
 //   its function's delivery budget: the dispatcher would give up on attempts the function is
 //   still answering, and send them again.
+//
+// declaredKindProblems checks the declarations' kinds against the CRDs the install carries
+// (this package's crds/, or those beside a user's functions): a plural or version the CRD does not serve, or a kind whose CRD is missing.
 import { DELIVERY_BUDGET_ENV, deliveryBudgetProblem } from '../../functions/runtime/host/index.ts';
-import type { KubeObject } from '../../functions/runtime/index.ts';
+import { apiVersionOf, guessedResource, type FunctionDeclaration, type KubeObject } from '../../functions/runtime/index.ts';
+import { CRD_DIR, readManifests } from '../crds.ts';
 import { parseDeliverySpec } from '../delivery.ts';
 import { validateTriggerFilters } from '../filters.ts';
 import { REVISION_TIMEOUT_SECONDS } from './options.ts';
@@ -160,6 +164,70 @@ export function validateManifests(objects: KubeObject[], external: Set<string> =
       }
       default:
         break;
+    }
+  }
+  return problems;
+}
+
+/** What `declaredKindProblems` found: errors stop the generation, warnings are printed with it. */
+export interface KindProblems {
+  errors: string[];
+  warnings: string[];
+}
+
+/** Groups Kubernetes itself serves (the core group, the unqualified ones, `*.k8s.io`) or Knative's install does. */
+const builtInGroup = (group: string): boolean => !group.includes('.') || group.endsWith('.k8s.io') || group.endsWith('.knative.dev');
+
+/**
+ * The kinds the declarations name (reconciled, owned, watched) checked against the CRDs the
+ * install carries (`crds`, those in crds/): a kind whose CRD serves it under another plural, or
+ * not at the declared version, is an error (the function would meet 404s, its source would never
+ * be Ready); a kind of another group with no CRD among them is a warning (its CRD must be applied
+ * some other way before the function can work). Built-in kinds need no CRD; one declared under a
+ * plural Kubernetes does not use is a warning.
+ */
+export function declaredKindProblems(declarations: FunctionDeclaration[], crds: KubeObject[] = readManifests(CRD_DIR)): KindProblems {
+  const problems: KindProblems = { errors: [], warnings: [] };
+  type CrdSpec = { group?: string; names?: { kind?: string; plural?: string }; versions?: { name?: string; served?: boolean }[] };
+  const specs = crds.map((crd) => ({ name: crd.metadata.name, spec: (crd.spec ?? {}) as CrdSpec }));
+  const reported = new Set<string>();
+  for (const declaration of declarations) {
+    const kinds = [
+      declaration.reconciles,
+      ...declaration.owns.map((owned) => owned.kind),
+      ...declaration.watches.map((watched) => watched.kind),
+    ];
+    for (const kind of kinds) {
+      const id = JSON.stringify([declaration.name, kind.group, kind.version, kind.kind, kind.plural]);
+      if (reported.has(id)) continue;
+      reported.add(id);
+      const what = `${declaration.name}: ${kind.kind} (${kind.group ? `${kind.plural}.${kind.group}` : kind.plural}, ${apiVersionOf(kind)})`;
+      const inGroup = specs.filter(({ spec }) => spec.group === kind.group);
+      const crd = inGroup.find(({ spec }) => spec.names?.plural === kind.plural);
+      if (crd) {
+        const served = (crd.spec.versions ?? []).filter((version) => version.served).map((version) => version.name);
+        if (!served.includes(kind.version))
+          problems.errors.push(`${what}: its CRD ${crd.name} serves ${served.join(', ') || 'no version'}, not ${kind.version}`);
+        else if (crd.spec.names?.kind !== kind.kind)
+          problems.errors.push(`${what}: its CRD ${crd.name} names the kind ${crd.spec.names?.kind}, not ${kind.kind}`);
+        continue;
+      }
+      const sameKind = inGroup.find(({ spec }) => spec.names?.kind === kind.kind);
+      if (sameKind) {
+        problems.errors.push(
+          `${what}: the CRD ${sameKind.name} serves ${kind.kind} as "${sameKind.spec.names?.plural}", not "${kind.plural}": did you mean ${sameKind.spec.names?.plural}?`,
+        );
+        continue;
+      }
+      if (builtInGroup(kind.group)) {
+        const guessed = guessedResource(kind.kind);
+        if (kind.plural !== guessed)
+          problems.warnings.push(`${what}: Kubernetes serves its kinds under the plural "${guessed}", not "${kind.plural}": a typo?`);
+        continue;
+      }
+      problems.warnings.push(
+        `${what}: no CRD in crds/ defines ${kind.plural}.${kind.group}, so the install carries none; apply it before the function, or the function meets 404s and its source is not Ready`,
+      );
     }
   }
   return problems;

@@ -13,6 +13,7 @@
 // `/status` path, so its status is written by a plain update (upstream: pkg/dynamic/clientset
 // AtomicStatusUpdate). That answer is re-read after SUBRESOURCE_REFRESH_MS, upstream's discovery
 // interval, since a CRD may gain or lose the subresource while its kind stays served.
+import type { FunctionDeclaration } from './declaration.ts';
 import { TerminalError, TransientError } from './errors.ts';
 import { apiVersionOf, isValidGroupVersion, parseApiVersion, type ResourceKind } from './kinds.ts';
 import { ApiError } from './kube/errors.ts';
@@ -77,6 +78,24 @@ export class Discovery {
     return this.#groupVersions.get(apiVersion)?.withStatus.has(kind.plural) ?? false;
   }
 
+  /**
+   * Why the API server does not serve `kind` as declared, read afresh; undefined when it does. A
+   * group-version that serves the same kind under another plural says which (a plural mistyped).
+   */
+  async unservedReason(kind: ResourceKind): Promise<string | undefined> {
+    const apiVersion = apiVersionOf(kind);
+    await this.#read(apiVersion);
+    const resources = this.#groupVersions.get(apiVersion)?.resources ?? new Map<string, ResourceKind>();
+    if (resources.has(kind.plural)) return undefined;
+    const what = `${kind.kind} (${kind.group ? `${kind.plural}.${kind.group}` : kind.plural}, ${apiVersion})`;
+    if (resources.size === 0)
+      return `${what} is not served: the API server serves no ${apiVersion}; is its CustomResourceDefinition applied (and Established)?`;
+    const sameKind = [...resources.values()].find((served) => served.kind === kind.kind);
+    if (sameKind)
+      return `${what} is not served: ${apiVersion} serves ${kind.kind} as "${sameKind.plural}"; did you mean ${sameKind.plural}?`;
+    return `${what} is not served: ${apiVersion} serves no "${kind.plural}"; is its CustomResourceDefinition applied, or is the plural mistyped?`;
+  }
+
   /** Reads one group-version's discovery document; concurrent readers share one request. */
   #read(apiVersion: string): Promise<void> {
     const running = this.#reading.get(apiVersion);
@@ -116,6 +135,31 @@ export class Discovery {
   get size(): number {
     return this.#groupVersions.size;
   }
+}
+
+/**
+ * The declaration's kinds (reconciled, owned, watched) the API server does not serve, each with
+ * the reason (Discovery.unservedReason): what a function and the plane report at start. A kind
+ * whose check failed (the API server unreachable) is left out: nothing is known about it.
+ */
+export async function unservedKinds(
+  declaration: Pick<FunctionDeclaration, 'reconciles' | 'owns' | 'watches'>,
+  kube: KubeClient,
+): Promise<{ kind: ResourceKind; reason: string }[]> {
+  const discovery = discoveryFor(kube);
+  const kinds = new Map<string, ResourceKind>();
+  for (const kind of [
+    declaration.reconciles,
+    ...declaration.owns.map((owned) => owned.kind),
+    ...declaration.watches.map((watched) => watched.kind),
+  ])
+    kinds.set(`${apiVersionOf(kind)} ${kind.plural}`, kind);
+  const unserved: { kind: ResourceKind; reason: string }[] = [];
+  for (const kind of kinds.values()) {
+    const reason = await discovery.unservedReason(kind).catch(() => undefined);
+    if (reason) unserved.push({ kind, reason });
+  }
+  return unserved;
 }
 
 const perClient = new WeakMap<KubeClient, Discovery>();

@@ -4,6 +4,9 @@
 //
 //   TransientError        try again later: 503, or the failed-key reply of a fan-out
 //   TerminalError         retrying cannot help: recorded in a Warning Event, answered 2xx
+//   ApiError 403, 422     retrying cannot help: shown on the object (Warning Event, Ready=False)
+//   or NotServed of a     and answered 2xx by the host before it asks here (host/unmendable.ts)
+//   kind not reconciled
 //   ApiError (transient)  unreachable, overloaded, NotServed: 503
 //   StatusConflictError   the status kept changing under us: 503
 //   InvalidPathSegmentError, BadKeyError  the input can never address an object: 400

@@ -76,11 +76,19 @@ export type { RequestObserver } from './kube/transport.ts';
 export type { WatchEvent } from './kube/watch.ts';
 export { OwnWrites } from './own-writes.ts';
 export { compileSelector, SELECTS_EVERYTHING, type Selector, type SelectorResult } from './label-selectors.ts';
-export { Discovery, discoveryFor, MAX_GROUP_VERSIONS } from './discovery.ts';
+export { Discovery, discoveryFor, MAX_GROUP_VERSIONS, unservedKinds } from './discovery.ts';
 
 // Errors and what the delivery does with them.
 export { agreedRetryAfter, BadKeyError, StatusConflictError, statusForError, TerminalError, TransientError } from './errors.ts';
-export { FORBIDDEN_RETRY_SECONDS, refusedWrite, type RefusedWrite } from './refusals.ts';
+export {
+  FORBIDDEN_RETRY_SECONDS,
+  refusedRequest,
+  refusedWrite,
+  unmendableReason,
+  type RefusedRequest,
+  type RefusedWrite,
+  type UnmendableReason,
+} from './refusals.ts';
 
 // Reconciling: children, status, conditions, finalizers.
 export { applyChild, childMatches, keepExisting, mergeChild, type Applied, type ApplyOptions, type ApplyResult } from './child-applier.ts';

@@ -6,6 +6,9 @@
 //   some keys failed, others succeeded     200 + reply naming the failed ones (and the requeues,
 //                                          each at its own time): the broker routes it back at
 //                                          once; the keys that succeeded are not redone
+//   some keys refused for good             200, their reasons in the body (unmendable.ts showed
+//   (403, 422, a kind not served)          them on the objects); each comes back at its own
+//                                          time if it asked to, else at its next change
 //   every key failed                       503/500 (the broker retries with backoff, then
 //                                          dead-letters with the reason); 400 if none could
 //                                          ever succeed
@@ -48,7 +51,11 @@ export type KeyResult =
       deferredKeys?: KindKey[];
     }
   | FailedResult
+  | RefusedResult
   | { type: 'deferred' };
+
+/** A key whose reconcile failed in a way retrying cannot mend (unmendable.ts): answered 2xx, shown on the object. */
+export type RefusedResult = { type: 'refused'; reason: string; error: string; requeueAt?: number };
 
 /** A failed key's result: its status by error class (statusForError), and the Retry-After a TransientError or the API server asked for. */
 export function failedResult(error: unknown): FailedResult {
@@ -97,10 +104,16 @@ export function answerFor(
   const deferrals = new Map<string, KindKey>();
   const defer = (key: KindKey) => deferrals.set(kindKeyString(key), key);
   let succeeded = 0;
+  const refusals: { key: KindKey; result: RefusedResult }[] = [];
   keys.forEach((key, index) => {
     const result = results[index];
     if (result.type === 'failed') return fail(key, result);
     if (result.type === 'deferred') return defer(key);
+    if (result.type === 'refused') {
+      refusals.push({ key, result });
+      if (result.requeueAt !== undefined) requeue(key, result.requeueAt);
+      return;
+    }
     succeeded++;
     if (result.requeueAt !== undefined) requeue(key, result.requeueAt);
     for (const other of result.requeueKeys ?? []) requeue(other.key, other.at);
@@ -118,13 +131,22 @@ export function answerFor(
     failed: failed.length,
     requeued: requeued.length,
     ...(deferred.length ? { deferred: deferred.length } : {}),
+    // Refusals share the listed failures' room (the body's bound, LISTED_ERROR_CHARS).
+    ...(refusals.length
+      ? {
+          refused: refusals.length,
+          refusals: refusals
+            .slice(0, Math.max(1, LISTED_FAILURES - failed.length))
+            .map(({ key, result }) => ({ key: kindKeyString(key), reason: result.reason, error: cut(result.error, LISTED_ERROR_CHARS) })),
+        }
+      : {}),
   };
   const listed = failed
-    .slice(0, LISTED_FAILURES)
+    .slice(0, refusals.length ? LISTED_FAILURES - 1 : LISTED_FAILURES)
     .map(({ key, result }) => ({ key: kindKeyString(key), error: cut(result.error, LISTED_ERROR_CHARS) }));
   const retryable = failed.filter(({ result }) => result.status >= 500);
   // Keys that can never succeed (400) are not worth a reply: they are reported and dropped.
-  if (succeeded === 0 && failed.length > 0) {
+  if (succeeded === 0 && refusals.length === 0 && failed.length > 0) {
     const status = retryable.length === 0 ? 400 : retryable.every(({ result }) => result.status === 503) ? 503 : 500;
     const retryAfterSeconds = agreedRetryAfter(retryable.map(({ result }) => result.retryAfterSeconds));
     return { status, body: { error: boundedMessage(failed[0].result.error), ...counts, failures: listed }, retryAfterSeconds };

@@ -9,11 +9,14 @@
 //   413  the body is larger than any object the API server stores
 //   503  the API was unreachable, overloaded, or kept conflicting: retried with backoff
 //   500  reconcile failed otherwise: retried, then dead-lettered
-// Which error becomes which answer is decided in one place: statusForError (errors.ts).
+// Which error becomes which answer is decided in one place: statusForError (errors.ts), after
+// the failures retrying cannot mend (403, 422, a kind not served) were shown on the object and
+// answered 2xx (unmendable.ts).
 import type { Logger } from 'pino';
 import type { FunctionDeclaration } from '../declaration.ts';
 import { BadEventError, decodeCloudEvent, interpretEvent, type FunctionEvent } from '../events.ts';
-import type { KindKey, KubeObject } from '../kinds.ts';
+import { unservedKinds } from '../discovery.ts';
+import { apiVersionOf, type KindKey, type KubeObject } from '../kinds.ts';
 import { KubeClient } from '../kube/client.ts';
 import { EventSink } from '../recorder.ts';
 import type { KeyResult, Outcome } from './answers.ts';
@@ -108,6 +111,18 @@ export class FunctionHost {
         Promise.race([this.#events.flush(), new Promise<void>((resolve) => setTimeout(resolve, EVENT_FLUSH_DEADLINE_MS).unref())]),
     );
     return this.#drainedPromise;
+  }
+
+  /**
+   * Logs a warning for each kind of the declaration (reconciled, owned, watched) the API server
+   * does not serve, with the reason (discovery.ts unservedReason). The function keeps running: a
+   * CRD may be applied later, and a reconcile that meets the kind meanwhile says so on its object
+   * (unmendable.ts). Never throws.
+   */
+  async checkKinds(): Promise<void> {
+    const { declaration, kube, log } = this.#settings;
+    for (const { kind, reason } of await unservedKinds(declaration, kube))
+      log.warn({ kind: kind.kind, apiVersion: apiVersionOf(kind), plural: kind.plural }, `declaration of ${declaration.name}: ${reason}`);
   }
 
   /** Resolves when every recorded Kubernetes Event has been written. */

@@ -18,7 +18,7 @@ export function createMetrics(functionName: string): FunctionMetrics {
     registry,
     reconciles: new Counter({
       name: 'opfn_reconcile_total',
-      help: 'Reconciles by result (success, error, requeue).',
+      help: 'Reconciles by result (success, requeue, error, terminal, refused: 403, 422 or a kind not served, shown on the object).',
       labelNames: ['result'],
       registers: [registry],
     }),

@@ -13,6 +13,7 @@ import { reconcileWithFinalizer } from './finalizing.ts';
 import type { HostSettings } from './host-options.ts';
 import { eventObjectFromFirstRead } from './reference-reads.ts';
 import type { SeenObjects } from './skips.ts';
+import { UnmendableReconciles } from './unmendable.ts';
 import { KeyedWorkQueue } from './workqueue.ts';
 
 /**
@@ -33,11 +34,13 @@ export class ReconcileLoop {
   readonly #queue = new KeyedWorkQueue();
   readonly #seen: SeenObjects;
   readonly #events: EventSink;
+  readonly #unmendable: UnmendableReconciles;
 
   constructor(settings: HostSettings, seen: SeenObjects, events: EventSink) {
     this.#settings = settings;
     this.#seen = seen;
     this.#events = events;
+    this.#unmendable = new UnmendableReconciles(settings.declaration, settings.kube, events);
   }
 
   /** When a delivery arriving now stops starting work. */
@@ -105,6 +108,7 @@ export class ReconcileLoop {
         if (ctx.eventObject && sameKind(key.kind, ctx.eventObject.apiVersion, ctx.eventObject.kind))
           this.#seen.remember(key, ctx.eventObject);
         log.debug({ ms: Math.round(seconds * 1000), requeueAfterSeconds: requeue, failedKeys: result?.failedKeys?.length }, 'reconciled');
+        await this.#unmendable.succeeded(key, log);
         // A TerminalError is not retried (its reconcile reported it).
         const failedKeys = result?.failedKeys
           ?.filter(({ error }) => !(error instanceof TerminalError))
@@ -135,6 +139,17 @@ export class ReconcileLoop {
             log,
           );
           return { type: 'done' };
+        }
+        // 403, 422, a kind not served: shown on the object and answered 2xx (unmendable.ts).
+        const unmended = await this.#unmendable.report(key, error, log);
+        if (unmended) {
+          observe('refused');
+          return {
+            type: 'refused',
+            reason: unmended.reason,
+            error: unmended.message,
+            requeueAt: requeueTime(unmended.retryAfterSeconds, now()),
+          };
         }
         observe('error');
         // An API answer (e.g. 403 from missing RBAC) is explained by its message; only a

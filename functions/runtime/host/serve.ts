@@ -56,5 +56,7 @@ export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   }
   await new Promise<void>((resolve, reject) => server.once('listening', resolve).once('error', reject));
   log.info({ port, startupMs: Math.round(performance.now()) }, `${declaration.name} ready`);
+  // After readiness: the check asks the API server, and a cold start must not wait for it.
+  void host.checkKinds();
   return server;
 }
