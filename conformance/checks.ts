@@ -41,6 +41,8 @@ export interface ConformanceOptions {
 /** Bodies past what any function must take: the plane's broker refuses above 4 MiB, a function may refuse above 3 MiB. */
 export const LARGE_BODY_BYTES = 5 * 1024 * 1024;
 const MALFORMED_AT_ONCE = 8;
+/** How long the kit waits for its namespace to be deleted at the end (kube-controller-manager empties it). */
+const NAMESPACE_GONE_MS = 60_000;
 
 const pass = (check: string, reason?: string): CheckRow => ({ check, result: 'pass', ...(reason ? { reason } : {}) });
 const fail = (check: string, reason: string): CheckRow => ({ check, result: 'fail', reason });
@@ -196,7 +198,9 @@ class Run {
   /** A 2xx body is a reply CloudEvent the broker routes back to this function. */
   replies(): CheckRow {
     const check = 'a 2xx body is a reply CloudEvent for this function';
-    const answered = this.#endpoint.sent.filter((sent): sent is Sent & { answer: NonNullable<Sent['answer']> } => !!sent.answer);
+    const answered = this.#endpoint.sent.filter(
+      (sent): sent is Sent & { answer: NonNullable<Sent['answer']> } => sent.event && !!sent.answer,
+    );
     const problems = answered.flatMap((sent) => {
       const problem = replyProblem(sent.answer, this.#declaration.name);
       return problem ? [`${sent.what}: ${problem}`] : [];
@@ -225,18 +229,21 @@ class Run {
     return this.#kube.get(this.#kind, this.#key(object));
   }
 
-  /** Why the object (as the API server holds it now) has not converged, or undefined once it has. */
+  /** Why the object (as the API server holds it now) has not converged (what its child shows first), or undefined once it has. */
   async #unconverged(object: KubeObject): Promise<string | undefined> {
     const current = await this.#current(object);
     if (!current) return `${this.#kind.kind} ${object.metadata.name} is gone`;
+    const problems: string[] = [];
+    const { child } = this.#contract;
+    if (child) {
+      const found = await this.#kube.get(child.kind, { namespace: current.metadata.namespace ?? '', name: child.nameFor(current) });
+      const problem = found ? child.mismatch(current, found) : `no ${child.kind.kind} ${child.nameFor(current)}`;
+      if (problem) problems.push(problem);
+    }
     const observed = (current as { status?: { observedGeneration?: number } }).status?.observedGeneration;
     if (observed !== current.metadata.generation)
-      return `status.observedGeneration is ${observed ?? 'not set'}, metadata.generation ${current.metadata.generation}`;
-    const { child } = this.#contract;
-    if (!child) return undefined;
-    const found = await this.#kube.get(child.kind, { namespace: current.metadata.namespace ?? '', name: child.nameFor(current) });
-    if (!found) return `no ${child.kind.kind} ${child.nameFor(current)}`;
-    return child.mismatch(current, found);
+      problems.push(`status.observedGeneration is ${observed ?? 'not set'}, metadata.generation ${current.metadata.generation}`);
+    return problems.length ? problems.join('; ') : undefined;
   }
 
   /** Waits for convergence; the row names what was still missing at the deadline. */
@@ -324,7 +331,9 @@ class Run {
     const pinged = notSuccess(await this.#endpoint.ping());
     if (pinged) return fail(check, pinged);
     const row = await this.#untilConverged(check, owner);
-    return row.result === 'pass' ? ((await fromBody()) ? fail(check, (await fromBody())!) : row) : row;
+    if (row.result === 'fail') return row;
+    const late = await fromBody();
+    return late ? fail(check, late) : row;
   }
 
   /** A real edit, whose event arrives before the older event of the state before it: ends at the edit. */
@@ -387,5 +396,9 @@ class Run {
   async #cleanUp(object: KubeObject | undefined): Promise<void> {
     if (object && !this.#kind.namespaced) await this.#kube.delete(this.#kind, this.#key(object)).catch(() => undefined);
     await this.#kube.delete(Namespace, { namespace: '', name: this.#namespace }).catch(() => undefined);
+    // Until it is gone: a resync of the next run must not meet this run's objects half deleted.
+    const deadline = Date.now() + NAMESPACE_GONE_MS;
+    while (Date.now() < deadline && (await this.#kube.get(Namespace, { namespace: '', name: this.#namespace }).catch(() => undefined)))
+      await sleep(200);
   }
 }

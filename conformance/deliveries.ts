@@ -24,6 +24,8 @@ export interface Answer {
 /** One request the kit sent and what came back (or why nothing did). */
 export interface Sent {
   what: string;
+  /** A CloudEvent POSTed (not a health probe): its 2xx body is a reply. */
+  event: boolean;
   answer?: Answer;
   /** The request failed without an answer: a timeout, a connection closed. */
   error?: string;
@@ -52,7 +54,7 @@ export class Endpoint {
   /** Sends a request and records its answer; never throws (a failed request is recorded with its error). */
   async send(what: string, init: { method?: string; path?: string; headers?: Record<string, string>; body?: string }): Promise<Sent> {
     const started = performance.now();
-    const entry: Sent = { what };
+    const entry: Sent = { what, event: (init.method ?? 'POST') === 'POST' };
     this.sent.push(entry);
     try {
       const response = await fetch(new URL(init.path ?? '', this.options.url), {

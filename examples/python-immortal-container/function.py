@@ -148,9 +148,13 @@ def reconcile(kube, namespace, name):
         try:
             pod = kube.request("POST", pod_path(namespace), desired)
         except ApiError as error:
-            if error.status != 409:
+            if error.status in (403, 422):
+                # Refused for good (a quota, a policy, an invalid image name): shown on the object, not retried.
+                problem = f"creating pod {pod_name}: {error}"
+            elif error.status == 409:
+                pod = kube.get(pod_path(namespace, pod_name))  # another delivery made it meanwhile
+            else:
                 raise
-            pod = kube.get(pod_path(namespace, pod_name))  # another delivery made it meanwhile
     status = dict(owner.get("status") or {})
     counted = list(status.get("countedPods") or [])
     if pod is not None and pod["metadata"]["uid"] not in counted:
@@ -160,7 +164,8 @@ def reconcile(kube, namespace, name):
     if pod is not None:
         status["currentPod"] = pod_name
     status["observedGeneration"] = owner["metadata"]["generation"]
-    ready = {"type": "Ready", "status": "False", "reason": "PodNameTaken" if problem else "PodNotRunning", "message": problem or "the pod is not running yet"}
+    reason = ("PodNameTaken" if "not controlled" in problem else "FailedCreate") if problem else "PodNotRunning"
+    ready = {"type": "Ready", "status": "False", "reason": reason, "message": problem or "the pod is not running yet"}
     if pod is not None and (pod.get("status") or {}).get("phase") == "Running":
         ready = {"type": "Ready", "status": "True", "reason": "PodRunning", "message": f"pod {pod_name} is running"}
     old = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
