@@ -41,8 +41,8 @@ export interface ConformanceOptions {
 /** Bodies past what any function must take: the plane's broker refuses above 4 MiB, a function may refuse above 3 MiB. */
 export const LARGE_BODY_BYTES = 5 * 1024 * 1024;
 const MALFORMED_AT_ONCE = 8;
-/** How long the kit waits for its namespace to be deleted at the end (kube-controller-manager empties it). */
-const NAMESPACE_GONE_MS = 60_000;
+/** How long the kit waits at the end for its objects to be deleted. */
+const OBJECTS_GONE_MS = 60_000;
 
 const pass = (check: string, reason?: string): CheckRow => ({ check, result: 'pass', ...(reason ? { reason } : {}) });
 const fail = (check: string, reason: string): CheckRow => ({ check, result: 'fail', reason });
@@ -364,24 +364,59 @@ class Run {
     const check = 'forged body of an object the API server does not hold → no write';
     const ghost = this.#named(this.#contract.example, `conformance-ghost-${this.#suffix}`);
     if (this.#kind.namespaced) ghost.metadata.name = `ghost-${this.#suffix}`;
-    const problem = notSuccess(
-      await this.#endpoint.change(this.#kind, 'add', {
-        ...ghost,
-        metadata: { ...ghost.metadata, uid: `ghost-${this.#suffix}`, generation: 1 },
-      }),
+    const forged = { ...ghost, metadata: { ...ghost.metadata, uid: `ghost-${this.#suffix}`, generation: 1 } };
+    let problem: string | undefined;
+    // Watched, not looked at afterwards: the garbage collector removes a child whose owner does not exist at once.
+    const written = await this.#writesDuring(
+      async () => {
+        problem = notSuccess(await this.#endpoint.change(this.#kind, 'add', forged));
+        await sleep(300);
+      },
+      (object) =>
+        object.metadata.name === ghost.metadata.name ||
+        !!object.metadata.ownerReferences?.some((reference) => reference.name === ghost.metadata.name),
     );
     if (problem) return fail(check, problem);
-    await sleep(300);
-    const written: string[] = [];
-    if (await this.#current(ghost)) written.push(`${this.#kind.kind} ${ghost.metadata.name} exists`);
-    if (this.#kind.namespaced)
-      for (const { kind } of this.#declaration.owns.filter((owned) => owned.kind.namespaced)) {
-        const children = (await this.#kube.list(kind, { namespace: this.#namespace })).items.filter((item) =>
-          item.metadata.ownerReferences?.some((reference) => reference.name === ghost.metadata.name),
-        );
-        for (const item of children) written.push(`${kind.kind} ${item.metadata.name} was created for it`);
-      }
-    return written.length ? fail(check, written.join('; ')) : pass(check);
+    return written.length ? fail(check, `written for it: ${written.join('; ')}`) : pass(check);
+  }
+
+  /** The writes of the reconciled and the owned kinds in the run's namespace during `action` that `concerns` picks, as "<kind> <name>". */
+  async #writesDuring(action: () => Promise<void>, concerns: (object: KubeObject) => boolean): Promise<string[]> {
+    const kinds = [this.#kind, ...this.#declaration.owns.map(({ kind }) => kind)].filter(
+      (kind) => kind.namespaced || !this.#kind.namespaced,
+    );
+    const abort = new AbortController();
+    const written = new Map<string, string[]>();
+    const watches = await Promise.all(
+      kinds.map(async (kind) => {
+        const namespace = kind.namespaced ? this.#namespace : undefined;
+        const first = await this.#kube.pages(kind, { namespace, limit: 1 }).next();
+        const resourceVersion = first.value?.metadata.resourceVersion;
+        // Wrapped: an async function returning the loop's promise would wait for the loop to end.
+        return {
+          ended: (async () => {
+            try {
+              for await (const event of this.#kube.watch(kind, { namespace, resourceVersion, signal: abort.signal })) {
+                if (event.type !== 'BOOKMARK' && event.type !== 'ERROR' && concerns(event.object))
+                  written.set(`${kind.kind} ${event.object.metadata.name}`, [
+                    ...(written.get(`${kind.kind} ${event.object.metadata.name}`) ?? []),
+                    event.type.toLowerCase(),
+                  ]);
+              }
+            } catch {
+              // Aborted: the action is over.
+            }
+          })(),
+        };
+      }),
+    );
+    try {
+      await action();
+    } finally {
+      abort.abort();
+      await Promise.all(watches.map(({ ended }) => ended));
+    }
+    return [...written].map(([object, types]) => `${object} (${types.join(', ')})`);
   }
 
   async #deleted(): Promise<CheckRow> {
@@ -396,9 +431,13 @@ class Run {
   async #cleanUp(object: KubeObject | undefined): Promise<void> {
     if (object && !this.#kind.namespaced) await this.#kube.delete(this.#kind, this.#key(object)).catch(() => undefined);
     await this.#kube.delete(Namespace, { namespace: '', name: this.#namespace }).catch(() => undefined);
-    // Until it is gone: a resync of the next run must not meet this run's objects half deleted.
-    const deadline = Date.now() + NAMESPACE_GONE_MS;
-    while (Date.now() < deadline && (await this.#kube.get(Namespace, { namespace: '', name: this.#namespace }).catch(() => undefined)))
-      await sleep(200);
+    // Until no object of the kind is left (the namespace goes later): a resync of the next run
+    // against this cluster must not meet this run's objects half deleted.
+    const deadline = Date.now() + OBJECTS_GONE_MS;
+    const left = async () =>
+      (
+        await this.#kube.list(this.#kind, this.#kind.namespaced ? { namespace: this.#namespace } : {}).catch(() => ({ items: [] }))
+      ).items.some((item) => this.#kind.namespaced || item.metadata.name?.endsWith(this.#suffix));
+    while (Date.now() < deadline && (await left())) await sleep(200);
   }
 }

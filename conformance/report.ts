@@ -6,7 +6,7 @@ const MARK: Record<CheckRow['result'], string> = { pass: 'PASS', fail: 'FAIL', '
 
 export function formatTable(rows: CheckRow[]): string {
   const width = Math.max(...rows.map((row) => row.check.length));
-  const lines = rows.map((row) => `${MARK[row.result]}  ${row.check.padEnd(width)}${row.reason ? `  ${row.reason}` : ''}`);
+  const lines = rows.map((row) => `${MARK[row.result]}  ${row.check.padEnd(width)}${row.reason ? `  ${row.reason}` : ''}`.trimEnd());
   const failed = rows.filter((row) => row.result === 'fail').length;
   const skipped = rows.filter((row) => row.result === 'not checked').length;
   lines.push(
