@@ -153,7 +153,14 @@ class Run {
     try {
       rows.push(await this.#forgedAbsent());
       if (this.#contract.convergenceNotChecked) {
-        for (const check of ['converges: a new object', 'duplicate delivery', 'reordered deliveries', 'forged body', 'a deleted child'])
+        for (const check of [
+          'converges: a new object',
+          'duplicate delivery',
+          'a deleted child',
+          'Reference mode',
+          'forged body',
+          'reordered deliveries',
+        ])
           rows.push(notChecked(check, this.#contract.convergenceNotChecked));
         return rows;
       }
@@ -161,7 +168,7 @@ class Run {
       const converged = await this.#converges(object);
       rows.push(converged);
       if (converged.result === 'fail') {
-        for (const check of ['duplicate delivery', 'reordered deliveries', 'forged body', 'a deleted child'])
+        for (const check of ['duplicate delivery', 'a deleted child', 'forged body', 'reordered deliveries', 'Reference mode'])
           rows.push(notChecked(check, 'the object never converged'));
       } else {
         rows.push(await this.#duplicates());
@@ -171,6 +178,7 @@ class Run {
         );
         rows.push(child && specEdit ? await this.#forged(child, specEdit.forged) : notChecked('forged body', 'no spec edit a child shows'));
         rows.push(specEdit ? await this.#reordered(specEdit.edit) : notChecked('reordered deliveries', 'no spec edit to reorder'));
+        rows.push(specEdit ? await this.#referenceMode() : notChecked('Reference mode', 'no spec edit a child shows'));
       }
       rows.push(await this.#deleted());
     } finally {
@@ -305,6 +313,19 @@ class Run {
       const again = await this.#kube.get(child.kind, this.#key(gone));
       return again?.metadata.uid === gone.metadata.uid ? `the deleted ${child.kind.kind} is still there` : undefined;
     });
+  }
+
+  /** The example's own spec back, by a real edit announced in Reference mode (no body to go by): converges to it. */
+  async #referenceMode(): Promise<CheckRow> {
+    const check = "Reference mode: an edit's event naming the object only → converges";
+    const current = (await this.#current(this.#named(this.#contract.example)))!;
+    const reverted = await this.#kube.replace(this.#kind, {
+      ...current,
+      spec: (this.#contract.example as { spec?: unknown }).spec,
+    } as KubeObject);
+    const problem = notSuccess(await this.#endpoint.change(this.#kind, 'update', reverted, undefined, 'Reference'));
+    if (problem) return fail(check, problem);
+    return this.#untilConverged(check, reverted);
   }
 
   /**

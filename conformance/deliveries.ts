@@ -3,7 +3,7 @@
 // malformed corpus, and a record of every answer, so the kit can judge the answers as a whole
 // (how long the slowest took, whether every reply was a CloudEvent).
 import { CloudEvent, HTTP, type CloudEventV1 } from 'cloudevents';
-import { apiServerSourceAttributes, type ChangeAction } from '../eventing/apiserver-events.ts';
+import { apiServerSourceAttributes, type ChangeAction, type SourceMode } from '../eventing/apiserver-events.ts';
 import { resyncEvent } from '../eventing/plane.ts';
 import {
   decodeCloudEvent,
@@ -75,22 +75,28 @@ export class Endpoint {
     return entry;
   }
 
-  /** An ApiServerSource change event for `object` (Resource mode: the object is the data), with a given id to repeat a delivery. */
-  change(kind: ResourceKind, action: ChangeAction, object: KubeObject, id?: string): Promise<Sent> {
+  /** An ApiServerSource change event for `object` (in Resource mode the object is the data), with a given id to repeat a delivery. */
+  change(kind: ResourceKind, action: ChangeAction, object: KubeObject, id?: string, mode: SourceMode = 'Resource'): Promise<Sent> {
     return this.send(
       `${action} ${kind.kind} ${object.metadata.namespace ?? ''}/${object.metadata.name}`,
-      binary(this.changeEvent(kind, action, object, id)),
+      binary(this.changeEvent(kind, action, object, id, mode)),
     );
   }
 
   /** The event ApiServerSource sends for a Resource-mode change of `object`, with its function's extension. */
-  changeEvent(kind: ResourceKind, action: ChangeAction, object: KubeObject, id?: string): CloudEventV1<unknown> {
+  changeEvent(
+    kind: ResourceKind,
+    action: ChangeAction,
+    object: KubeObject,
+    id?: string,
+    mode: SourceMode = 'Resource',
+  ): CloudEventV1<unknown> {
     const event = apiServerSourceAttributes({
       server: this.options.apiServer,
       kind,
       object,
       action,
-      mode: 'Resource',
+      mode,
       extensions: { [FUNCTION_EXTENSION]: this.options.declaration.name },
     });
     return id ? { ...event, id } : event;

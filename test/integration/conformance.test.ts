@@ -86,7 +86,7 @@ test('every built-in function conforms to its contract', async () => {
   // The object checks ran where a contract defines them.
   const ran = (rows: CheckRow[], check: RegExp) => rows.find((row) => check.test(row.check))?.result;
   for (const rows of [immortal, others[1]]) {
-    for (const name of [/^converges/, /^duplicate/, /^a deleted child/, /^forged body:/, /^reordered/])
+    for (const name of [/^converges/, /^duplicate/, /^a deleted child/, /^forged body:/, /^reordered/, /^Reference mode/])
       assert.equal(ran(rows, name), 'pass', formatTable(rows));
   }
   assert.equal(ran(others[0], /^converges/), 'pass', formatTable(others[0]));
@@ -124,6 +124,8 @@ test('the broken Python variant (trusts the body, answers 200 to everything) fai
       /Pod example-immortalcontainer-immortalpod was written from the forged event body .*forged\.invalid/,
     );
     assert.match(reasonOf(/^reordered/), /runs image nginx:latest, the object asks for busybox:conformance/);
+    // Nothing in a Reference-mode body to act on: it does nothing, and the status stays behind.
+    assert.match(reasonOf(/^Reference mode/), /not converged after 5 s: status\.observedGeneration is \d+, metadata\.generation 3/);
     // What it gets right still passes: it is told exactly what is wrong, not everything.
     assert.equal(rows.find((row) => /^converges/.test(row.check))?.result, 'pass', formatTable(rows));
     assert.equal(rows.find((row) => /^health: GET \/health\/readiness/.test(row.check))?.result, 'pass', formatTable(rows));
