@@ -25,6 +25,8 @@ export interface ConformanceCommandOptions {
 export async function conformanceCommand(url: string, options: ConformanceCommandOptions): Promise<void> {
   let controlPlane: ControlPlane | undefined;
   try {
+    if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol))
+      throw new Error(`"${url}" is not an http(s) URL of the endpoint, e.g. http://127.0.0.1:8080/`);
     const endpoint = new URL(url);
     // Before any cluster is touched: a mistyped function costs nothing.
     const declaration = await loadFunction(options.function);
