@@ -181,6 +181,19 @@ program
   });
 
 program
+  .command('conformance')
+  .description(
+    'check an HTTP endpoint against the function contract (docs/function-contract.md) of a built-in function, with a real API server behind it (the configured cluster, or a new local control plane whose KUBECONFIG the endpoint must use); prints a pass/fail table, exits 1 on a failure',
+  )
+  .argument('<url>', 'where the endpoint listens, e.g. http://127.0.0.1:8080/')
+  .requiredOption('--function <name>', `the function whose contract it claims to implement (${functionNames.join(', ')})`)
+  .option('--local', 'always start a new local control plane, even when a cluster is configured')
+  .option('--timeout <seconds>', 'how long one answer may take (the delivery timeout)', seconds, 30)
+  .option('--converge-timeout <seconds>', 'how long an object may take to converge after its event', seconds, 20)
+  .option('--wait <seconds>', "how long to wait for the endpoint's /health/readiness before the checks", seconds, 120)
+  .action(async (url: string, options) => (await import('./conformance.ts')).conformanceCommand(url, options));
+
+program
   .command('manifests')
   .description(
     'generate the Knative objects (CRDs, Broker, per function: ServiceAccount + role, Service, Trigger, PingSource, ApiServerSources) from the declarations; --out writes a folder for `kubectl apply -k`',

@@ -26,6 +26,7 @@ const FACES = [
   'build',
   'processes',
   'cluster',
+  'conformance',
 ];
 
 /** The parts, by folder or file; a file belongs to the first entry that holds it. */
@@ -39,6 +40,7 @@ const PARTS = [
   ['eventing', 'eventing/'],
   ['build', 'build/'],
   ['bin', 'bin/'],
+  ['conformance', 'conformance/'],
   ['cluster', 'cluster/'],
   ['processes', 'processes/'],
   ['examples', 'examples/'],
@@ -52,6 +54,7 @@ type Part = (typeof PARTS)[number][0];
 type Arrow = Part | 'own subfolders';
 
 const BELOW_BIN: Part[] = [
+  'conformance',
   'build',
   'eventing',
   'registry',
@@ -75,6 +78,8 @@ const ARROWS: Record<Part, readonly Arrow[]> = {
   eventing: ['registry', 'runtime', 'host', 'cluster', 'processes'],
   build: ['registry', 'function program', 'runtime', 'host', 'processes'],
   bin: BELOW_BIN,
+  // The contract kit plays ApiServerSource and PingSource with the plane's own event builders.
+  conformance: ['eventing', 'runtime'],
   cluster: ['processes'],
   processes: [],
   // The seed's hook serves Metacontroller's hook contract with the core's helpers.

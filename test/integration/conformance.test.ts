@@ -1,0 +1,198 @@
+// The contract kit (conformance/, `opfn conformance`) against real endpoints on one control plane:
+// every built-in function, served as its own ServiceAccount with its generated rights, passes;
+// the Python ImmortalContainer function of examples/ (standard library only) passes with the same
+// rights; its deliberately broken variant fails, each failure with a reason a person can act on.
+// Runs of one kind go one after another: a resync reconciles every object of its kind.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { formatTable, runConformance, type CheckRow } from '../../conformance/index.ts';
+import { loadFunction } from '../../functions/index.ts';
+import { Pod, type FunctionDeclaration, type KubeObject } from '../../functions/runtime/index.ts';
+import { freePort } from '../../processes/index.ts';
+import { eventually, quietLog, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
+import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
+
+const EXAMPLE = join(import.meta.dirname, '..', '..', 'examples', 'python-immortal-container');
+
+let cluster: TestCluster;
+let provider: StandInProvider;
+let immortalContainer: FunctionDeclaration;
+let immortalKubeconfig: string;
+
+before(async () => {
+  const python = spawnSync('python3', ['--version'], { encoding: 'utf8' });
+  if (python.status !== 0)
+    throw new Error(`python3 is needed to run examples/python-immortal-container (${python.error?.message ?? python.stderr})`);
+  [cluster, provider, immortalContainer] = await Promise.all([startTestCluster(), startRateProvider(), loadFunction('immortal-container')]);
+  immortalKubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, immortalContainer);
+});
+
+after(async () => {
+  await provider?.close();
+  await cluster?.stop();
+});
+
+const failures = (rows: CheckRow[]) => rows.filter((row) => row.result === 'fail');
+
+async function check(url: string, declaration: FunctionDeclaration, convergeTimeoutMs = 15_000): Promise<CheckRow[]> {
+  return runConformance({ url, declaration, kube: cluster.kube, answerTimeoutMs: 30_000, convergeTimeoutMs });
+}
+
+/** Runs a built-in function as its ServiceAccount and the kit against it. */
+async function builtIn(name: string): Promise<CheckRow[]> {
+  const declaration = await loadFunction(name);
+  const kubeconfig = name === 'immortal-container' ? immortalKubeconfig : await kubeconfigWithDeclaredRbac(cluster.cp, declaration);
+  const config = name === 'exchange-rate' ? { config: { EXCHANGE_RATE_PROVIDER_URL: provider.url } } : {};
+  const served = await serveFunction(declaration, kubeconfig, config);
+  try {
+    return await check(served.url, declaration);
+  } finally {
+    await served.close();
+  }
+}
+
+/** Starts one of the example's Python programs with the kubeconfig given, until `listening` is printed. */
+async function python(program: string, kubeconfig: string): Promise<{ url: string; child: ChildProcess; stop(): Promise<void> }> {
+  const port = await freePort();
+  const child = spawn('python3', [join(EXAMPLE, program)], {
+    env: { ...process.env, KUBECONFIG: kubeconfig, PORT: String(port), PYTHONDONTWRITEBYTECODE: '1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (chunk) => (stderr = (stderr + chunk).slice(-4000)));
+  const [first] = (await Promise.race([once(child.stdout!, 'data'), once(child, 'exit')])) as [Buffer | number];
+  if (!Buffer.isBuffer(first)) throw new Error(`${program} exited with ${first}: ${stderr}`);
+  return {
+    url: `http://127.0.0.1:${port}/`,
+    child,
+    stop: async () => {
+      if (child.exitCode === null) {
+        child.kill('SIGTERM');
+        await once(child, 'exit');
+      }
+    },
+  };
+}
+
+test('every built-in function conforms to its contract', async () => {
+  const [immortal, ...others] = await Promise.all(['immortal-container', 'copyrator', 'exchange-rate', 'composite'].map(builtIn));
+  for (const rows of [immortal, ...others]) assert.deepEqual(failures(rows), [], formatTable(rows));
+  // The object checks ran where a contract defines them.
+  const ran = (rows: CheckRow[], check: RegExp) => rows.find((row) => check.test(row.check))?.result;
+  for (const rows of [immortal, others[1]]) {
+    for (const name of [/^converges/, /^duplicate/, /^a deleted child/, /^forged body:/, /^reordered/, /^Reference mode/])
+      assert.equal(ran(rows, name), 'pass', formatTable(rows));
+  }
+  assert.equal(ran(others[0], /^converges/), 'pass', formatTable(others[0]));
+  assert.equal(ran(others[2], /^converges/), 'not checked', formatTable(others[2]));
+});
+
+test('the Python ImmortalContainer function (standard library only) conforms with the same rights', async () => {
+  const fn = await python('function.py', immortalKubeconfig);
+  try {
+    const rows = await check(fn.url, immortalContainer);
+    assert.deepEqual(failures(rows), [], formatTable(rows));
+    assert.equal(rows.filter((row) => row.result === 'not checked').length, 0, formatTable(rows));
+  } finally {
+    await fn.stop();
+  }
+});
+
+test('the broken Python variant (trusts the body, answers 200 to everything) fails, each failure with its reason', async () => {
+  const fn = await python('broken.py', cluster.cp.kubeconfigPath);
+  try {
+    // What never converges is waited for: a shorter wait keeps the test short.
+    const rows = await check(fn.url, immortalContainer, 5000);
+    const reasonOf = (check: RegExp) => {
+      const row = rows.find((candidate) => check.test(candidate.check));
+      assert.equal(row?.result, 'fail', `${check} should fail:\n${formatTable(rows)}`);
+      return row!.reason!;
+    };
+    assert.match(reasonOf(/^malformed: missing ce-id/), /answered 200 \(accepted an event that cannot mean anything\)/);
+    assert.match(reasonOf(/^large body/), /answered 200/);
+    assert.match(reasonOf(/^forged body of an object/), /written for it: Pod ghost-\w+-immortalpod \(added/);
+    assert.match(reasonOf(/^duplicate delivery/), /the converged state was written again: before .*@\d+; after .*@\d+/);
+    assert.match(reasonOf(/^a deleted child/), /not converged after 5 s: no Pod example-immortalcontainer-immortalpod/);
+    assert.match(
+      reasonOf(/^forged body:/),
+      /Pod example-immortalcontainer-immortalpod was written from the forged event body .*forged\.invalid/,
+    );
+    assert.match(reasonOf(/^reordered/), /runs image nginx:latest, the object asks for busybox:conformance/);
+    // Nothing in a Reference-mode body to act on: it does nothing, and the status stays behind.
+    assert.match(reasonOf(/^Reference mode/), /not converged after 5 s: status\.observedGeneration is \d+, metadata\.generation 3/);
+    // What it gets right still passes: it is told exactly what is wrong, not everything.
+    assert.equal(rows.find((row) => /^converges/.test(row.check))?.result, 'pass', formatTable(rows));
+    assert.equal(rows.find((row) => /^health: GET \/health\/readiness/.test(row.check))?.result, 'pass', formatTable(rows));
+    assert.match(formatTable(rows), /\d+ failed: does NOT conform\./);
+  } finally {
+    await fn.stop();
+  }
+});
+
+test('swapped in with a Trigger on the local plane (opfn dev --replace), objects converge through the Python function', async () => {
+  const { runDev } = await import('../../bin/dev.ts');
+  const fn = await python('function.py', immortalKubeconfig);
+  const previous = process.env.KUBECONFIG;
+  process.env.KUBECONFIG = cluster.cp.kubeconfigPath;
+  const stateDir = mkdtempSync(join(tmpdir(), 'opfn-conformance-'));
+  const lines: string[] = [];
+  const running = await runDev({
+    only: [immortalContainer.name],
+    replace: { [immortalContainer.name]: fn.url },
+    bundle: false,
+    idleSeconds: 30,
+    stateDir,
+    log: quietLog,
+    say: (line) => lines.push(line),
+  });
+  try {
+    const { kube } = cluster;
+    const kind = immortalContainer.reconciles;
+    const key = { namespace: 'default', name: 'through-python' };
+    const podKey = { namespace: 'default', name: 'through-python-immortalpod' };
+    await kube.create(kind, {
+      apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+      kind: 'ImmortalContainer',
+      metadata: key,
+      spec: { image: 'nginx:1.27' },
+    });
+    type Status = { currentPod?: string; startTimes?: number };
+    const status = async () => ((await kube.get(kind, key)) as (KubeObject & { status?: Status }) | undefined)?.status;
+    const first = await eventually(
+      () => kube.get(Pod, podKey),
+      20_000,
+      'the pod, made by the Python function',
+      async () => lines.join('\n'),
+    );
+    await eventually(async () => (await status())?.currentPod === podKey.name, 20_000, 'status written by the Python function');
+    // The plane's source tells it the pod is gone; it comes back, and is counted once more.
+    await kube.delete(Pod, podKey);
+    await eventually(
+      async () => {
+        const again = await kube.get(Pod, podKey);
+        return again !== undefined && again.metadata.uid !== first.metadata.uid;
+      },
+      20_000,
+      'the deleted pod back',
+    );
+    await eventually(
+      async () => (await status())?.startTimes === 2,
+      20_000,
+      'startTimes 2',
+      async () => JSON.stringify(await status()),
+    );
+    assert.equal(running.plane.activator.instances(immortalContainer.name), 0, 'the built-in function never started');
+  } finally {
+    await running.stop();
+    if (previous === undefined) delete process.env.KUBECONFIG;
+    else process.env.KUBECONFIG = previous;
+    rmSync(stateDir, { recursive: true, force: true });
+    await fn.stop();
+  }
+});
