@@ -4,8 +4,8 @@
 // table of checks; exits 1 when any check failed.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { formatTable, runConformance } from '../conformance/index.ts';
-import { applyCrds } from '../eventing/crds.ts';
-import { loadFunction } from '../functions/index.ts';
+import { applyCrds, readManifestFile } from '../eventing/crds.ts';
+import { commandFunctions } from './function-set.ts';
 import { KubeClient } from '../functions/runtime/index.ts';
 import { startControlPlane, type ControlPlane } from '../cluster/index.ts';
 import { configuredCluster, reachableCluster } from './dev.ts';
@@ -13,6 +13,8 @@ import { say } from './terminal.ts';
 
 export interface ConformanceCommandOptions {
   function: string;
+  /** A folder or module of functions from outside this package, the function among them. */
+  functions?: string;
   local?: boolean;
   /** Seconds one answer may take. */
   timeout: number;
@@ -29,7 +31,10 @@ export async function conformanceCommand(url: string, options: ConformanceComman
       throw new Error(`"${url}" is not an http(s) URL of the endpoint, e.g. http://127.0.0.1:8080/`);
     const endpoint = new URL(url);
     // Before any cluster is touched: a mistyped function costs nothing.
-    const declaration = await loadFunction(options.function);
+    const set = await commandFunctions({ functions: options.functions, only: [options.function] });
+    const declaration = set.declarations[0]!;
+    // An outside function's example object is among the YAML files beside it.
+    const examples = set.from === undefined ? undefined : set.manifestFiles.flatMap(readManifestFile);
     let kube: KubeClient;
     const configured = options.local ? undefined : configuredCluster();
     if (configured) {
@@ -46,12 +51,13 @@ export async function conformanceCommand(url: string, options: ConformanceComman
         `Local control plane at ${controlPlane.server}. Start the endpoint with:\n\n  export KUBECONFIG=${controlPlane.kubeconfigPath}\n`,
       );
     }
-    await applyCrds(kube);
+    await applyCrds(kube, set.crds);
     await untilReady(endpoint, options.wait);
     say(`Checking ${endpoint.href} against the contract of ${declaration.name}...`);
     const rows = await runConformance({
       url: endpoint.href,
       declaration,
+      examples,
       kube,
       answerTimeoutMs: options.timeout * 1000,
       convergeTimeoutMs: options.convergeTimeout * 1000,

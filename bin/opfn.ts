@@ -186,7 +186,11 @@ program
     'check an HTTP endpoint against the function contract (docs/function-contract.md) of a built-in function, with a real API server behind it (the configured cluster, or a new local control plane whose KUBECONFIG the endpoint must use); prints a pass/fail table, exits 1 on a failure',
   )
   .argument('<url>', 'where the endpoint listens, e.g. http://127.0.0.1:8080/')
-  .requiredOption('--function <name>', `the function whose contract it claims to implement (${functionNames.join(', ')})`)
+  .requiredOption(
+    '--function <name>',
+    `the function whose contract it claims to implement (${functionNames.join(', ')}, or one of --functions)`,
+  )
+  .option(...FUNCTIONS_OPTION)
   .option('--local', 'always start a new local control plane, even when a cluster is configured')
   .option('--timeout <seconds>', 'how long one answer may take (the delivery timeout)', seconds, 30)
   .option('--converge-timeout <seconds>', 'how long an object may take to converge after its event', seconds, 20)

@@ -28,8 +28,10 @@ export interface CheckRow {
 export interface ConformanceOptions {
   /** The endpoint under test: CloudEvents are POSTed to it, /health/* are under it. */
   url: string;
-  /** The declaration of the built-in function whose contract the endpoint claims to implement. */
+  /** The declaration of the function whose contract the endpoint claims to implement. */
   declaration: FunctionDeclaration;
+  /** For a function that is not built in: the objects beside it, among them its example object. */
+  examples?: KubeObject[];
   /** An admin client of the API server the endpoint uses. */
   kube: KubeClient;
   /** How long one answer may take (the delivery timeout); default 30 s. */
@@ -51,7 +53,7 @@ const notChecked = (check: string, reason: string): CheckRow => ({ check, result
 /** Runs every check of the contract against the endpoint; the rows in the order of the contract. */
 export async function runConformance(options: ConformanceOptions): Promise<CheckRow[]> {
   const { declaration, kube } = options;
-  const contract = contractFor(declaration);
+  const contract = contractFor(declaration, options.examples);
   const endpoint = new Endpoint({
     url: options.url,
     declaration,

@@ -6,11 +6,13 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { formatTable, runConformance, type CheckRow } from '../../conformance/index.ts';
+import { commandFunctions } from '../../bin/function-set.ts';
+import { applyCrds, readManifestFile } from '../../eventing/crds.ts';
 import { loadFunction } from '../../functions/index.ts';
 import { Pod, type FunctionDeclaration, type KubeObject } from '../../functions/runtime/index.ts';
 import { freePort } from '../../processes/index.ts';
@@ -19,6 +21,7 @@ import { startRateProvider, type StandInProvider } from '../support/rate-provide
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
 const EXAMPLE = join(import.meta.dirname, '..', '..', 'examples', 'python-immortal-container');
+const RUNTIME_FACE = join(import.meta.dirname, '..', '..', 'functions', 'runtime', 'index.ts');
 
 let cluster: TestCluster;
 let provider: StandInProvider;
@@ -91,6 +94,72 @@ test('every built-in function conforms to its contract', async () => {
   }
   assert.equal(ran(others[0], /^converges/), 'pass', formatTable(others[0]));
   assert.equal(ran(others[2], /^converges/), 'not checked', formatTable(others[2]));
+});
+
+/** A function of a project of its own: its declaration, CRD and example object in one folder. */
+const OUTSIDE_FUNCTION = {
+  'greeter/index.ts': `import { defineFunction, updateStatus, type KubeObject, type ResourceKind } from '${RUNTIME_FACE}';
+const GreeterKind: ResourceKind = { group: 'conformance.example.com', version: 'v1', kind: 'Greeter', plural: 'greeters', namespaced: true };
+export default defineFunction({
+  name: 'greeter',
+  description: 'Says hello in status.',
+  reconciles: GreeterKind,
+  rbac: [{ apiGroups: ['conformance.example.com'], resources: ['greeters/status'], verbs: ['update'] }],
+  reconcile: async (key, { kube }) => {
+    const greeter = await kube.get<KubeObject & { spec: { name?: string } }>(GreeterKind, key);
+    if (!greeter || greeter.metadata.deletionTimestamp) return;
+    await updateStatus(kube, GreeterKind, key, () => ({ message: \`Hello, \${greeter.spec.name}!\`, observedGeneration: greeter.metadata.generation }), greeter);
+  },
+});
+`,
+  'greeter/greeter.yaml': `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: { name: greeters.conformance.example.com }
+spec:
+  group: conformance.example.com
+  scope: Namespaced
+  names: { kind: Greeter, plural: greeters, singular: greeter, listKind: GreeterList }
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: { status: {} }
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: conformance.example.com/v1
+kind: Greeter
+metadata: { name: hello }
+spec: { name: world }
+`,
+};
+
+test('a function of a project of its own (opfn conformance --functions) is held to the contract every function owes', async () => {
+  const folder = mkdtempSync(join(tmpdir(), 'opfn-conformance-functions-'));
+  try {
+    for (const [path, text] of Object.entries(OUTSIDE_FUNCTION)) {
+      mkdirSync(join(folder, path, '..'), { recursive: true });
+      writeFileSync(join(folder, path), text);
+    }
+    // As bin/conformance.ts loads it.
+    const set = await commandFunctions({ functions: folder, only: ['greeter'] });
+    const declaration = set.declarations[0]!;
+    await applyCrds(cluster.kube, set.crds);
+    const served = await serveFunction(declaration, await kubeconfigWithDeclaredRbac(cluster.cp, declaration));
+    try {
+      const examples = set.manifestFiles.flatMap(readManifestFile);
+      const rows = await runConformance({ url: served.url, declaration, examples, kube: cluster.kube, answerTimeoutMs: 30_000 });
+      assert.deepEqual(failures(rows), [], formatTable(rows));
+      const converged = rows.find((row) => /converge/i.test(row.check));
+      assert.equal(converged?.result, 'pass', `the example object converges through the function:\n${formatTable(rows)}`);
+    } finally {
+      await served.close();
+    }
+  } finally {
+    rmSync(folder, { recursive: true, force: true });
+  }
 });
 
 test('the Python ImmortalContainer function (standard library only) conforms with the same rights', async () => {
