@@ -13,6 +13,7 @@ import { after, before, test } from 'node:test';
 import { formatTable, runConformance, type CheckRow } from '../../conformance/index.ts';
 import { commandFunctions } from '../../bin/function-set.ts';
 import { applyCrds, readManifestFile } from '../../eventing/crds.ts';
+import { DEFAULT_OPTIONS } from '../../eventing/manifests/index.ts';
 import { loadFunction } from '../../functions/index.ts';
 import { Pod, type FunctionDeclaration, type KubeObject } from '../../functions/runtime/index.ts';
 import { freePort } from '../../processes/index.ts';
@@ -206,7 +207,15 @@ test('the broken Python variant (trusts the body, answers 200 to everything) fai
 
 test('swapped in with a Trigger on the local plane (opfn dev --replace), objects converge through the Python function', async () => {
   const { runDev } = await import('../../bin/dev.ts');
-  const fn = await python('function.py', immortalKubeconfig);
+  // As the function it stands in for: the plane installs that identity in its namespace (and
+  // binds the function's ClusterRole to it alone), so the Python function runs as the same one.
+  const created = await cluster.cp.request('POST', '/api/v1/namespaces', {
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name: DEFAULT_OPTIONS.namespace },
+  });
+  assert.ok(created.status === 201 || created.status === 409, `namespace ${DEFAULT_OPTIONS.namespace}: ${created.status}`);
+  const fn = await python('function.py', await kubeconfigWithDeclaredRbac(cluster.cp, immortalContainer, DEFAULT_OPTIONS.namespace));
   const previous = process.env.KUBECONFIG;
   process.env.KUBECONFIG = cluster.cp.kubeconfigPath;
   const stateDir = mkdtempSync(join(tmpdir(), 'opfn-conformance-'));
