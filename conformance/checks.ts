@@ -160,16 +160,18 @@ class Run {
     let object: KubeObject | undefined;
     let prerequisites: Prerequisites | undefined;
     try {
-      // Announced as its source would: the function learns of it from its event, not by waiting.
       let announced: string | undefined;
       if (this.#contract.prerequisites) {
         prerequisites = await this.#contract.prerequisites(this.#kube, this.#declaration, this.#suffix);
         this.#endpoint.extensions = prerequisites.extensions;
+        // Announced as its source would: the function learns of it from its event, not by waiting.
         announced = notSuccess(await this.#endpoint.change(this.#declaration.reconciles, 'add', prerequisites.announce));
       }
       rows.push(await this.#forgedAbsent());
       object = await this.#kube.create(this.#kind, this.#named(this.#contract.example));
-      const converged = announced ? fail('converges: a new object (its add event)', announced) : await this.#converges(object);
+      let converged = announced ? fail('converges: a new object (its add event)', announced) : await this.#converges(object);
+      const unseen = converged.result === 'fail' ? prerequisites?.diagnose() : undefined;
+      if (unseen) converged = fail(converged.check, `${converged.reason}; ${unseen}`);
       rows.push(converged);
       if (converged.result === 'fail') {
         for (const check of ['duplicate delivery', 'a deleted child', 'forged body', 'reordered deliveries', 'Reference mode'])

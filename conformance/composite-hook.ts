@@ -62,7 +62,7 @@ const PARENT_CRD: KubeObject = {
 } as KubeObject;
 
 /** The desired state the kit's hook answers for a parent: one ConfigMap named after it, holding its spec.message. */
-export function desiredChild(parent: KubeObject): KubeObject {
+function desiredChild(parent: KubeObject): KubeObject {
   const message = (parent as { spec?: { message?: unknown } }).spec?.message;
   return {
     apiVersion: 'v1',
@@ -100,6 +100,8 @@ export interface Prerequisites {
   announce: KubeObject;
   /** Extensions of the events of the objects (as their sources set them). */
   extensions: Record<string, string>;
+  /** What went wrong on the kit's side of a convergence that failed (its hook never called), if anything. */
+  diagnose(): string | undefined;
   /** Removes what was installed (the parent CRD stays, as the function's own CRDs do). */
   tearDown(): Promise<void>;
 }
@@ -109,7 +111,9 @@ export interface Prerequisites {
  * installs the parent CRD and a CompositeController `conformance-<suffix>` whose sync hook it is.
  */
 export async function setUpComposite(kube: KubeClient, declaration: FunctionDeclaration, suffix: string): Promise<Prerequisites> {
+  let calls = 0;
   const server = createServer((request, response) => {
+    calls++;
     answerHook(request, response).catch(() => response.destroy());
   });
   await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', () => resolve()));
@@ -120,6 +124,7 @@ export async function setUpComposite(kube: KubeClient, declaration: FunctionDecl
     });
   try {
     await applyCrds(kube, [PARENT_CRD]);
+    const hookUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/sync`;
     const name = `conformance-${suffix}`;
     const controller = await kube.create(declaration.reconciles, {
       apiVersion: apiVersionOf(declaration.reconciles),
@@ -128,12 +133,14 @@ export async function setUpComposite(kube: KubeClient, declaration: FunctionDecl
       spec: {
         parentResource: { apiVersion: apiVersionOf(ConformanceParent), resource: ConformanceParent.plural },
         childResources: [{ apiVersion: 'v1', resource: ConfigMap.plural, updateStrategy: { method: 'InPlace' } }],
-        hooks: { sync: { webhook: { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/sync` } } },
+        hooks: { sync: { webhook: { url: hookUrl } } },
       },
     } as KubeObject);
     return {
       announce: controller,
       extensions: { [CONTROLLER_EXTENSION]: name },
+      diagnose: () =>
+        calls === 0 ? `the kit's sync hook (${hookUrl}) was never called: the endpoint must reach it, on this machine` : undefined,
       tearDown: async () => {
         await kube.delete(declaration.reconciles, { namespace: '', name }).catch(() => undefined);
         await close();
