@@ -17,6 +17,7 @@ import { commandFunctions } from '../../bin/function-set.ts';
 import { applyCrds, readManifestFile } from '../../eventing/crds.ts';
 import { loadFunction } from '../../functions/index.ts';
 import { Pod, type FunctionDeclaration, type KubeObject } from '../../functions/runtime/index.ts';
+import { DEFAULT_OPTIONS, serviceAccountName } from '../../eventing/manifests/index.ts';
 import { freePort } from '../../processes/index.ts';
 import { eventually, quietLog, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
@@ -67,8 +68,12 @@ async function builtIn(name: string): Promise<CheckRow[]> {
 }
 
 /** Starts one of the example's Python programs with the kubeconfig given, until `listening` is printed. */
-async function python(program: string, kubeconfig: string): Promise<{ url: string; child: ChildProcess; stop(): Promise<void> }> {
-  const port = await freePort();
+async function python(
+  program: string,
+  kubeconfig: string,
+  port?: number,
+): Promise<{ url: string; child: ChildProcess; stop(): Promise<void> }> {
+  port ??= await freePort();
   const child = spawn('python3', [join(EXAMPLE, program)], {
     env: { ...process.env, KUBECONFIG: kubeconfig, PORT: String(port), PYTHONDONTWRITEBYTECODE: '1' },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -246,21 +251,28 @@ test('the broken Python variant (trusts the body, answers 200 to everything) fai
 
 test('swapped in with a Trigger on the local plane (opfn dev --replace), objects converge through the Python function', async () => {
   const { runDev } = await import('../../bin/dev.ts');
-  const fn = await python('function.py', immortalKubeconfig);
+  const port = await freePort();
   const previous = process.env.KUBECONFIG;
   process.env.KUBECONFIG = cluster.cp.kubeconfigPath;
   const stateDir = mkdtempSync(join(tmpdir(), 'opfn-conformance-'));
   const lines: string[] = [];
   const running = await runDev({
     only: [immortalContainer.name],
-    replace: { [immortalContainer.name]: fn.url },
+    replace: { [immortalContainer.name]: `http://127.0.0.1:${port}/` },
     bundle: false,
     idleSeconds: 30,
     stateDir,
     log: quietLog,
     say: (line) => lines.push(line),
   });
+  let fn: Awaited<ReturnType<typeof python>> | undefined;
   try {
+    // The plane installs the function's identity in its own namespace, binding the function's roles there: the Python function runs as it.
+    fn = await python(
+      'function.py',
+      await cluster.cp.serviceAccountKubeconfig(DEFAULT_OPTIONS.namespace, serviceAccountName(immortalContainer)),
+      port,
+    );
     const { kube } = cluster;
     const kind = immortalContainer.reconciles;
     const key = { namespace: 'default', name: 'through-python' };
@@ -302,6 +314,6 @@ test('swapped in with a Trigger on the local plane (opfn dev --replace), objects
     if (previous === undefined) delete process.env.KUBECONFIG;
     else process.env.KUBECONFIG = previous;
     rmSync(stateDir, { recursive: true, force: true });
-    await fn.stop();
+    await fn?.stop();
   }
 });
