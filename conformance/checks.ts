@@ -14,6 +14,7 @@ import {
   type KubeObject,
   type ResourceKind,
 } from '../functions/runtime/index.ts';
+import type { Prerequisites } from './composite-hook.ts';
 import { contractFor, type ChildContract, type FunctionContract } from './contracts.ts';
 import { binary, Endpoint, notSuccess, replyProblem, short, type Sent } from './deliveries.ts';
 import { malformedEvents } from './malformed-events.ts';
@@ -73,7 +74,10 @@ class Run {
   readonly #contract: FunctionContract;
   readonly #kube: KubeClient;
   readonly #convergeTimeoutMs: number;
+  /** The kind of the objects checked: the reconciled kind, or the contract's (the composite function's parents). */
   readonly #kind: ResourceKind;
+  /** The kinds of their children. */
+  readonly #owned: ResourceKind[];
   readonly #suffix = randomBytes(3).toString('hex');
   /** The namespace of this run's objects: the run's own, so nothing else of the cluster is touched. */
   readonly #namespace: string;
@@ -90,7 +94,8 @@ class Run {
     this.#contract = contract;
     this.#kube = kube;
     this.#convergeTimeoutMs = convergeTimeoutMs;
-    this.#kind = declaration.reconciles;
+    this.#kind = contract.objectKind ?? declaration.reconciles;
+    this.#owned = contract.objectKind ? (contract.child ? [contract.child.kind] : []) : declaration.owns.map(({ kind }) => kind);
     this.#namespace = `opfn-conformance-${this.#suffix}`;
   }
 
@@ -132,10 +137,11 @@ class Run {
 
   async largeBody(): Promise<CheckRow> {
     const check = `large body: ${LARGE_BODY_BYTES / 1024 / 1024} MiB → 413`;
-    const object = { apiVersion: apiVersionOf(this.#kind), kind: this.#kind.kind, metadata: { name: 'large', namespace: 'default' } };
+    const kind = this.#declaration.reconciles;
+    const object = { apiVersion: apiVersionOf(kind), kind: kind.kind, metadata: { name: 'large', namespace: 'default' } };
     const sent = await this.#endpoint.send(
       'large body',
-      binary(this.#endpoint.changeEvent(this.#kind, 'update', { ...object, padding: 'x'.repeat(LARGE_BODY_BYTES) } as KubeObject)),
+      binary(this.#endpoint.changeEvent(kind, 'update', { ...object, padding: 'x'.repeat(LARGE_BODY_BYTES) } as KubeObject)),
     );
     if (!sent.answer) return fail(check, `${sent.error}: read the body (or refuse it) and answer 413`);
     return sent.answer.status === 413 ? pass(check) : fail(check, `answered ${sent.answer.status} ${short(sent.answer.body, 80)}`);
@@ -152,22 +158,20 @@ class Run {
     const rows: CheckRow[] = [];
     await this.#kube.create(Namespace, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: this.#namespace } });
     let object: KubeObject | undefined;
+    let prerequisites: Prerequisites | undefined;
     try {
-      rows.push(await this.#forgedAbsent());
-      if (this.#contract.convergenceNotChecked) {
-        for (const check of [
-          'converges: a new object',
-          'duplicate delivery',
-          'a deleted child',
-          'Reference mode',
-          'forged body',
-          'reordered deliveries',
-        ])
-          rows.push(notChecked(check, this.#contract.convergenceNotChecked));
-        return rows;
+      let announced: string | undefined;
+      if (this.#contract.prerequisites) {
+        prerequisites = await this.#contract.prerequisites(this.#kube, this.#declaration, this.#suffix);
+        this.#endpoint.extensions = prerequisites.extensions;
+        // Announced as its source would: the function learns of it from its event, not by waiting.
+        announced = notSuccess(await this.#endpoint.change(this.#declaration.reconciles, 'add', prerequisites.announce));
       }
+      rows.push(await this.#forgedAbsent());
       object = await this.#kube.create(this.#kind, this.#named(this.#contract.example));
-      const converged = await this.#converges(object);
+      let converged = announced ? fail('converges: a new object (its add event)', announced) : await this.#converges(object);
+      const unseen = converged.result === 'fail' ? prerequisites?.diagnose() : undefined;
+      if (unseen) converged = fail(converged.check, `${converged.reason}; ${unseen}`);
       rows.push(converged);
       if (converged.result === 'fail') {
         for (const check of ['duplicate delivery', 'a deleted child', 'forged body', 'reordered deliveries', 'Reference mode'])
@@ -185,6 +189,7 @@ class Run {
       rows.push(await this.#deleted());
     } finally {
       await this.#cleanUp(object);
+      await prerequisites?.tearDown();
     }
     return rows;
   }
@@ -279,9 +284,9 @@ class Run {
   async #snapshot(object: KubeObject): Promise<string> {
     const current = await this.#current(object);
     const children = await Promise.all(
-      this.#declaration.owns
-        .filter(({ kind }) => kind.namespaced && this.#kind.namespaced)
-        .map(async ({ kind }) =>
+      this.#owned
+        .filter((kind) => kind.namespaced && this.#kind.namespaced)
+        .map(async (kind) =>
           (await this.#kube.list(kind, { namespace: this.#namespace })).items
             .filter((item) => current && isControlledBy(item, current))
             .map((item) => `${kind.kind} ${item.metadata.name}@${item.metadata.resourceVersion}`),
@@ -405,9 +410,7 @@ class Run {
 
   /** The writes of the reconciled and the owned kinds in the run's namespace during `action` that `concerns` picks, as "<kind> <name>". */
   async #writesDuring(action: () => Promise<void>, concerns: (object: KubeObject) => boolean): Promise<string[]> {
-    const kinds = [this.#kind, ...this.#declaration.owns.map(({ kind }) => kind)].filter(
-      (kind) => kind.namespaced || !this.#kind.namespaced,
-    );
+    const kinds = [this.#kind, ...this.#owned].filter((kind) => kind.namespaced || !this.#kind.namespaced);
     const abort = new AbortController();
     const written = new Map<string, string[]>();
     const watches = await Promise.all(

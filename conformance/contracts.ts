@@ -3,6 +3,8 @@
 // expects it back), and a spec edit whose effect the child shows (the kit forges one in an
 // event body, which must never take effect, and delivers an edit's events out of order, which
 // must end at the newer spec). Data only: the checks (checks.ts) are the same for every function.
+// The composite function's objects are parents of a CompositeController the kit installs, with
+// the hook it serves (composite-hook.ts).
 import { join } from 'node:path';
 import { CRD_DIR, readManifests } from '../eventing/crds.ts';
 import {
@@ -11,9 +13,11 @@ import {
   isControlledBy,
   Pod,
   type FunctionDeclaration,
+  type KubeClient,
   type KubeObject,
   type ResourceKind,
 } from '../functions/runtime/index.ts';
+import { ConformanceParent, PARENT_EXAMPLE, setUpComposite, type Prerequisites } from './composite-hook.ts';
 
 /** A child the function keeps for each object of its kind. */
 export interface ChildContract {
@@ -29,8 +33,10 @@ export interface FunctionContract {
   child?: ChildContract;
   /** A spec edit the child shows: `edit` a real one, `forged` one that only an event body claims. */
   specEdit?: { edit(object: KubeObject): KubeObject; forged(object: KubeObject): KubeObject };
-  /** Why no convergence can be checked from the example alone (the composite function needs a hook server). */
-  convergenceNotChecked?: string;
+  /** The example's kind, when it is not the reconciled kind (the composite function's parents). */
+  objectKind?: ResourceKind;
+  /** What must be installed before the example can converge (the composite function: a hook and a CompositeController). */
+  prerequisites?(kube: KubeClient, declaration: FunctionDeclaration, suffix: string): Promise<Prerequisites>;
 }
 
 const specWith = (object: KubeObject, spec: Record<string, unknown>): KubeObject => ({
@@ -41,7 +47,7 @@ const specOf = (object: KubeObject): Record<string, any> => (object as { spec?: 
 /** An image no registry serves: it can only come from a forged body. */
 export const FORGED_IMAGE = 'forged.invalid/from-the-event-body:1';
 
-const CONTRACTS: Record<string, Omit<FunctionContract, 'example'>> = {
+const CONTRACTS: Record<string, Omit<FunctionContract, 'example'> & { example?: KubeObject }> = {
   'immortal-container': {
     child: {
       kind: Pod,
@@ -81,8 +87,24 @@ const CONTRACTS: Record<string, Omit<FunctionContract, 'example'>> = {
   },
   copyrator: {},
   composite: {
-    convergenceNotChecked:
-      'a CompositeController converges through its hooks; the kit serves none (the Metacontroller hook test covers it)',
+    example: PARENT_EXAMPLE,
+    objectKind: ConformanceParent,
+    prerequisites: setUpComposite,
+    child: {
+      kind: ConfigMap,
+      nameFor: (owner) => owner.metadata.name!,
+      mismatch(owner, configMap) {
+        if (!isControlledBy(configMap, owner)) return `ConfigMap ${configMap.metadata.name} is not controlled by ${owner.metadata.name}`;
+        const message = (configMap as { data?: { message?: string } }).data?.message;
+        const wanted = specOf(owner).message;
+        if (message !== wanted) return `ConfigMap ${configMap.metadata.name} holds message ${message}, the parent asks for ${wanted}`;
+        return undefined;
+      },
+    },
+    specEdit: {
+      edit: (object) => specWith(object, { message: 'edited' }),
+      forged: (object) => specWith(object, { message: 'forged-in-the-event-body' }),
+    },
   },
 };
 
@@ -93,8 +115,8 @@ const CONTRACTS: Record<string, Omit<FunctionContract, 'example'>> = {
  */
 export function contractFor(declaration: FunctionDeclaration, examples?: KubeObject[]): FunctionContract {
   const contract = (examples ? undefined : CONTRACTS[declaration.name]) ?? {};
-  const kind = declaration.reconciles;
-  const example = (examples ?? readManifests(join(CRD_DIR, 'examples'))).find(
+  const kind = contract.objectKind ?? declaration.reconciles;
+  const example = [...(contract.example ? [contract.example] : []), ...(examples ?? readManifests(join(CRD_DIR, 'examples')))].find(
     (object) => object.apiVersion === apiVersionOf(kind) && object.kind === kind.kind,
   );
   if (!example)

@@ -46,6 +46,8 @@ export class Endpoint {
   readonly options: EndpointOptions;
   /** Every request sent, in order. */
   readonly sent: Sent[] = [];
+  /** Extensions of the change events besides the function's (the composite function's sources name their CompositeController). */
+  extensions: Record<string, string> = {};
 
   constructor(options: EndpointOptions) {
     this.options = options;
@@ -97,7 +99,7 @@ export class Endpoint {
       object,
       action,
       mode,
-      extensions: { [FUNCTION_EXTENSION]: this.options.declaration.name },
+      extensions: { ...this.extensions, [FUNCTION_EXTENSION]: this.options.declaration.name },
     });
     return id ? { ...event, id } : event;
   }

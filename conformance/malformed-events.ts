@@ -50,6 +50,15 @@ export function structuredEvent(overrides: Record<string, unknown> = {}): Record
 
 const STRUCTURED = { 'content-type': 'application/cloudevents+json' };
 
+/**
+ * `text` as raw UTF-8 bytes in a header: one character per byte, which is how both `fetch` and
+ * Node's HTTP server carry header bytes (Latin-1). The CloudEvents binding percent-encodes such
+ * characters; raw ones come only from a sender that ignores it (the broker's ingress refuses
+ * them, a function refuses them where they name an object).
+ */
+const rawUtf8 = (text: string): string => Buffer.from(text, 'utf8').toString('latin1');
+const escaped = (text: string): string => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+
 /** The corpus for the function's own kind (`declaration.reconciles`). */
 export function malformedEvents(declaration: FunctionDeclaration): Malformed[] {
   const kind = declaration.reconciles;
@@ -218,6 +227,12 @@ export function malformedEvents(declaration: FunctionDeclaration): Malformed[] {
     },
     { name: 'upper-case name', headers: headers({ 'ce-name': 'Web' }), body: ref, reason: /no valid object name \(got "Web"\)/ },
     {
+      name: 'raw UTF-8 bytes (non-ASCII) in ce-name',
+      headers: headers({ 'ce-name': rawUtf8('wéb') }),
+      body: ref,
+      reason: new RegExp(`no valid object name \\(got "${escaped(rawUtf8('wéb'))}"\\)`),
+    },
+    {
       name: 'name longer than 253 characters',
       headers: headers({ 'ce-name': 'a'.repeat(254) }),
       body: ref,
@@ -283,6 +298,12 @@ export function malformedEvents(declaration: FunctionDeclaration): Malformed[] {
       reason: /invalid namespace "\.\.\/kube-system"/,
     },
     { name: 'namespace with a dot', headers: headers({ 'ce-namespace': 'team.a' }), body: ref, reason: /invalid namespace "team\.a"/ },
+    {
+      name: 'raw UTF-8 bytes (non-ASCII) in ce-namespace',
+      headers: headers({ 'ce-namespace': rawUtf8('défaut') }),
+      body: ref,
+      reason: new RegExp(`invalid namespace "${escaped(rawUtf8('défaut'))}"`),
+    },
     {
       name: 'Resource-mode data without metadata',
       headers: headers({ 'ce-type': 'dev.knative.apiserver.resource.update' }),

@@ -6,6 +6,8 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,9 +15,9 @@ import { after, before, test } from 'node:test';
 import { formatTable, runConformance, type CheckRow } from '../../conformance/index.ts';
 import { commandFunctions } from '../../bin/function-set.ts';
 import { applyCrds, readManifestFile } from '../../eventing/crds.ts';
-import { DEFAULT_OPTIONS } from '../../eventing/manifests/index.ts';
 import { loadFunction } from '../../functions/index.ts';
 import { Pod, type FunctionDeclaration, type KubeObject } from '../../functions/runtime/index.ts';
+import { DEFAULT_OPTIONS, serviceAccountName } from '../../eventing/manifests/index.ts';
 import { freePort } from '../../processes/index.ts';
 import { eventually, quietLog, serveFunction, startTestCluster, type TestCluster } from '../support/cluster.ts';
 import { startRateProvider, type StandInProvider } from '../support/rate-provider.ts';
@@ -52,8 +54,12 @@ async function check(url: string, declaration: FunctionDeclaration, convergeTime
 async function builtIn(name: string): Promise<CheckRow[]> {
   const declaration = await loadFunction(name);
   const kubeconfig = name === 'immortal-container' ? immortalKubeconfig : await kubeconfigWithDeclaredRbac(cluster.cp, declaration);
-  const config = name === 'exchange-rate' ? { config: { EXCHANGE_RATE_PROVIDER_URL: provider.url } } : {};
-  const served = await serveFunction(declaration, kubeconfig, config);
+  const config: Record<string, Record<string, string>> = {
+    'exchange-rate': { EXCHANGE_RATE_PROVIDER_URL: provider.url },
+    // The kit plays the event sources, so the composite function writes none (as on the local plane).
+    composite: { COMPOSITE_EVENT_SOURCES: 'plane' },
+  };
+  const served = await serveFunction(declaration, kubeconfig, config[name] ? { config: config[name] } : {});
   try {
     return await check(served.url, declaration);
   } finally {
@@ -62,8 +68,12 @@ async function builtIn(name: string): Promise<CheckRow[]> {
 }
 
 /** Starts one of the example's Python programs with the kubeconfig given, until `listening` is printed. */
-async function python(program: string, kubeconfig: string): Promise<{ url: string; child: ChildProcess; stop(): Promise<void> }> {
-  const port = await freePort();
+async function python(
+  program: string,
+  kubeconfig: string,
+  port?: number,
+): Promise<{ url: string; child: ChildProcess; stop(): Promise<void> }> {
+  port ??= await freePort();
   const child = spawn('python3', [join(EXAMPLE, program)], {
     env: { ...process.env, KUBECONFIG: kubeconfig, PORT: String(port), PYTHONDONTWRITEBYTECODE: '1' },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -87,14 +97,48 @@ async function python(program: string, kubeconfig: string): Promise<{ url: strin
 test('every built-in function conforms to its contract', async () => {
   const [immortal, ...others] = await Promise.all(['immortal-container', 'copyrator', 'exchange-rate', 'composite'].map(builtIn));
   for (const rows of [immortal, ...others]) assert.deepEqual(failures(rows), [], formatTable(rows));
-  // The object checks ran where a contract defines them.
+  // The object checks ran where a contract defines them; the composite function's parents converge through the kit's hook.
   const ran = (rows: CheckRow[], check: RegExp) => rows.find((row) => check.test(row.check))?.result;
-  for (const rows of [immortal, others[1]]) {
+  for (const rows of [immortal, others[1], others[2]]) {
     for (const name of [/^converges/, /^duplicate/, /^a deleted child/, /^forged body:/, /^reordered/, /^Reference mode/])
       assert.equal(ran(rows, name), 'pass', formatTable(rows));
   }
   assert.equal(ran(others[0], /^converges/), 'pass', formatTable(others[0]));
-  assert.equal(ran(others[2], /^converges/), 'not checked', formatTable(others[2]));
+});
+
+test('an endpoint slower than the delivery timeout fails the timeout row, naming what went unanswered', async () => {
+  // Healthy, and takes every event, but only after the timeout: what the broker counts as a failed attempt.
+  const slow = createServer((request, response) => {
+    request.resume();
+    if (request.url?.startsWith('/health/')) return void response.writeHead(200).end();
+    const timer = setTimeout(() => response.writeHead(200).end(), 2000);
+    response.on('close', () => clearTimeout(timer));
+  });
+  await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+  try {
+    // As the composite function: the kit's own hook is never called, and the row says so.
+    const rows = await runConformance({
+      url: `http://127.0.0.1:${(slow.address() as AddressInfo).port}/`,
+      declaration: await loadFunction('composite'),
+      kube: cluster.kube,
+      answerTimeoutMs: 300,
+      convergeTimeoutMs: 1000,
+    });
+    const reasonOf = (check: RegExp) => {
+      const row = rows.find((candidate) => check.test(candidate.check));
+      assert.equal(row?.result, 'fail', `${check} should fail:\n${formatTable(rows)}`);
+      return row!.reason!;
+    };
+    assert.match(reasonOf(/^every answer within 0\.3 s/), /^\d+ request\(s\) unanswered: malformed: /);
+    assert.match(reasonOf(/^resync ping/), /no answer within 0\.3 s/);
+    assert.match(
+      reasonOf(/^converges/),
+      /add CompositeController \/conformance-\w+: no answer within 0\.3 s; the kit's sync hook \(http:\/\/127\.0\.0\.1:\d+\/sync\) was never called/,
+    );
+  } finally {
+    slow.closeAllConnections();
+    slow.close();
+  }
 });
 
 /** A function of a project of its own: its declaration, CRD and example object in one folder. */
@@ -207,29 +251,28 @@ test('the broken Python variant (trusts the body, answers 200 to everything) fai
 
 test('swapped in with a Trigger on the local plane (opfn dev --replace), objects converge through the Python function', async () => {
   const { runDev } = await import('../../bin/dev.ts');
-  // As the function it stands in for: the plane installs that identity in its namespace (and
-  // binds the function's ClusterRole to it alone), so the Python function runs as the same one.
-  const created = await cluster.cp.request('POST', '/api/v1/namespaces', {
-    apiVersion: 'v1',
-    kind: 'Namespace',
-    metadata: { name: DEFAULT_OPTIONS.namespace },
-  });
-  assert.ok(created.status === 201 || created.status === 409, `namespace ${DEFAULT_OPTIONS.namespace}: ${created.status}`);
-  const fn = await python('function.py', await kubeconfigWithDeclaredRbac(cluster.cp, immortalContainer, DEFAULT_OPTIONS.namespace));
+  const port = await freePort();
   const previous = process.env.KUBECONFIG;
   process.env.KUBECONFIG = cluster.cp.kubeconfigPath;
   const stateDir = mkdtempSync(join(tmpdir(), 'opfn-conformance-'));
   const lines: string[] = [];
   const running = await runDev({
     only: [immortalContainer.name],
-    replace: { [immortalContainer.name]: fn.url },
+    replace: { [immortalContainer.name]: `http://127.0.0.1:${port}/` },
     bundle: false,
     idleSeconds: 30,
     stateDir,
     log: quietLog,
     say: (line) => lines.push(line),
   });
+  let fn: Awaited<ReturnType<typeof python>> | undefined;
   try {
+    // The plane installs the function's identity in its own namespace, binding the function's roles there: the Python function runs as it.
+    fn = await python(
+      'function.py',
+      await cluster.cp.serviceAccountKubeconfig(DEFAULT_OPTIONS.namespace, serviceAccountName(immortalContainer)),
+      port,
+    );
     const { kube } = cluster;
     const kind = immortalContainer.reconciles;
     const key = { namespace: 'default', name: 'through-python' };
@@ -271,6 +314,6 @@ test('swapped in with a Trigger on the local plane (opfn dev --replace), objects
     if (previous === undefined) delete process.env.KUBECONFIG;
     else process.env.KUBECONFIG = previous;
     rmSync(stateDir, { recursive: true, force: true });
-    await fn.stop();
+    await fn?.stop();
   }
 });
