@@ -1,13 +1,14 @@
-// What the benchmarks share: their flags, bounded-concurrency writes, namespaces, a plane's state
-// folder, one measured run (convergence seen by a watch, API requests counted by the API server
-// from the first write until it is quiet again), and where a run's results go.
+// What the benchmarks share: their flags, bounded-concurrency writes, namespaces, a cluster filled
+// with unrelated objects, a plane's state folder, one measured run (convergence seen by a watch,
+// API requests counted by the API server from the first write until it is quiet again), and
+// where a run's results go.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventPlane } from '../eventing/plane.ts';
-import { forEachLimited } from '../functions/runtime/index.ts';
+import { forEachLimited, type KubeClient, type KubeObject, type ResourceKind } from '../functions/runtime/index.ts';
 import type { TestCluster } from '../test/support/cluster.ts';
 import { tempFolder } from '../test/support/temp.ts';
 import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
@@ -74,6 +75,30 @@ export function brokerTotal(plane: EventPlane, count: 'deadLettered' | 'retried'
 export async function createNamespace(cluster: TestCluster, name: string): Promise<void> {
   const answer = await cluster.cp.request('POST', '/api/v1/namespaces', { metadata: { name } });
   if (answer.status !== 201) throw new Error(`creating namespace ${name}: ${answer.status}`);
+}
+
+/**
+ * Fills the cluster with `count` objects no operator of the bench concerns (`make(namespace,
+ * name)` builds each), spread over `namespaces` namespaces of their own (`unrelated-<i>`): the
+ * cluster-size runs, where a cost that grows with the cluster rather than with the work shows.
+ * Progress goes to stderr, every 1000 objects.
+ */
+export async function fillCluster(
+  cluster: TestCluster,
+  kube: KubeClient,
+  kind: ResourceKind,
+  count: number,
+  make: (namespace: string, name: string) => KubeObject,
+  namespaces = 10,
+): Promise<void> {
+  if (count <= 0) return;
+  const names = Array.from({ length: Math.min(namespaces, count) }, (_, i) => `unrelated-${i}`);
+  for (const name of names) await createNamespace(cluster, name);
+  let created = 0;
+  await pooled(count, async (i) => {
+    await kube.create(kind, make(names[i % names.length]!, `unrelated-${i}`));
+    if (++created % 1000 === 0 || created === count) process.stderr.write(`  unrelated ${kind.kind}s: ${created}/${count}\n`);
+  });
 }
 
 export interface Measured {
