@@ -58,6 +58,12 @@ export interface ControlPlaneOptions {
   ownProcessGroup?: boolean;
   /** More kube-apiserver flags (a test that needs a feature gate off). */
   apiServerFlags?: string[];
+  /**
+   * Runs once kube-apiserver answers, before kube-controller-manager starts (with the admin
+   * kubeconfig): CRDs installed here are in the garbage collector's first discovery, where
+   * later ones wait for its next (every 30 s) before their objects' dependents are collected.
+   */
+  beforeControllerManager?: (kubeconfigPath: string) => Promise<void>;
 }
 
 /** Where the binaries are: KUBEBUILDER_ASSETS, the cache, or a build from Kubernetes' Go modules (cluster/provision.sh). */
@@ -106,6 +112,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
 
   try {
     await apiServerReady(apiServer, dir, probe);
+    await options.beforeControllerManager?.(admin.kubeconfigPath);
     if (options.controllerManager ?? true) {
       controllerManager = startControllerManager(start, { binDir, kubeconfigPath: admin.kubeconfigPath, certificates, progress });
       if (controllerManager) await controllerManagerReady(controllerManager, dir, probe);

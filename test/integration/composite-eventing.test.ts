@@ -59,13 +59,17 @@ const get = (object: KubeObject) =>
   cluster.kube.get(KINDS[object.kind!]!, { namespace: object.metadata.namespace ?? '', name: object.metadata.name! });
 
 before(async () => {
-  cluster = await startTestCluster({ controllerManager: true });
-  await applyCrds(
-    cluster.kube,
-    realKnative
-      ? knativeCrds(realKnative).filter((crd) => (crd.spec as { names: { kind: string } }).names.kind === 'ApiServerSource')
-      : standInCrds().filter((crd) => (crd.spec as { names: { kind: string } }).names.kind === 'ApiServerSource'),
-  );
+  // Installed before the garbage collector starts: it collects the controller's sources at once.
+  cluster = await startTestCluster({
+    controllerManager: true,
+    install: (kube) =>
+      applyCrds(
+        kube,
+        (realKnative ? knativeCrds(realKnative) : standInCrds()).filter(
+          (crd) => (crd.spec as { names: { kind: string } }).names.kind === 'ApiServerSource',
+        ),
+      ),
+  });
   console.log(
     `# ApiServerSource CRD: ${realKnative ? `Knative's from ${realKnative}` : "the stand-in (Knative's CRDs could not be provisioned)"}`,
   );

@@ -121,8 +121,7 @@ function capturingLog(): { log: Logger; lines: Record<string, unknown>[] } {
 let cluster: TestCluster;
 
 before(async () => {
-  cluster = await startTestCluster();
-  await applyCrds(cluster.kube, [crdFor(Widget)]);
+  cluster = await startTestCluster({ install: (kube) => applyCrds(kube, [crdFor(Widget)]) });
 });
 
 after(async () => {

@@ -35,11 +35,28 @@ export interface TestCluster {
   stop(): Promise<void>;
 }
 
-export async function startTestCluster(options: { controllerManager?: boolean; apiServerFlags?: string[] } = {}): Promise<TestCluster> {
-  const cp = await startControlPlane(options);
-  const kube = kubeFor(cp.kubeconfigPath);
-  await applyCrds(kube);
-  return { cp, kube, stop: () => cp.stop() };
+export interface TestClusterOptions {
+  controllerManager?: boolean;
+  apiServerFlags?: string[];
+  /**
+   * What the test installs before kube-controller-manager starts, besides the project's CRDs
+   * (applied first): the CRDs of kinds whose objects' dependents the garbage collector must
+   * collect (ControlPlaneOptions.beforeControllerManager).
+   */
+  install?: (kube: KubeClient) => Promise<unknown>;
+}
+
+export async function startTestCluster(options: TestClusterOptions = {}): Promise<TestCluster> {
+  let kube: KubeClient | undefined;
+  const cp = await startControlPlane({
+    ...options,
+    beforeControllerManager: async (kubeconfigPath) => {
+      kube = kubeFor(kubeconfigPath);
+      await applyCrds(kube);
+      await options.install?.(kube);
+    },
+  });
+  return { cp, kube: kube!, stop: () => cp.stop() };
 }
 
 export interface RunningFunction {
