@@ -430,7 +430,14 @@ async function main(): Promise<void> {
   for (const r of results) {
     const label = `N=${r.n} unrelated ${r.unrelatedConfigMaps}`;
     console.log(`  ${label} ${r.side.padEnd(6)} ${byResource(r.requests, r.n)}${failed(r.requests)}`);
-    if (r.resync) console.log(`  ${label} resync ${byResource(r.resync.requests, r.n)}${failed(r.resync.requests)}`);
+    // A resync's requests are few: counted, not divided.
+    if (r.resync)
+      console.log(
+        `  ${label} resync ${Object.entries(r.resync.requests.byResource)
+          .sort()
+          .map(([key, count]) => `${key} ×${count}`)
+          .join(', ')}${failed(r.resync.requests)}`,
+      );
   }
   console.log("(below 0.005 per object not shown: the API server's own controllers)");
   console.log();
