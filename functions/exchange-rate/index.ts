@@ -18,7 +18,8 @@ export default defineFunction({
   // (functions/runtime/rbac.ts).
   rbac: [
     { apiGroups: ['operators.brennerm.github.io'], resources: ['exchangerates/status'], verbs: ['update'] },
-    { apiGroups: [''], resources: ['configmaps'], verbs: ['create', 'update'] },
+    // list: a resync reads each namespace's ConfigMaps of ours once, not one by one.
+    { apiGroups: [''], resources: ['configmaps'], verbs: ['create', 'update', 'list'] },
   ],
   reconcile: reconcileExchangeRate,
 });

@@ -7,6 +7,9 @@ import {
   type ObjectKey,
   boundedMessage,
   applyChild,
+  getNoOlderThan,
+  isAlreadyExists,
+  jsonEqual,
   isControlledBy,
   updateStatus,
   type ConditionInput,
@@ -18,6 +21,7 @@ import {
   configMapAction,
   configMapNameFor,
   ExchangeRateKind,
+  OWNER_LABEL,
   fromQuote,
   nextStatus,
   providerProblem,
@@ -52,9 +56,16 @@ function slotCacheFor(config: ProviderConfig, get: HttpGet): SlotCache {
   return shared.cache;
 }
 
+/** Whole seconds from now until the next refresh, at least one. */
+const secondsUntil = (at: Date, now: Date): number => Math.max(1, Math.ceil((at.getTime() - now.getTime()) / 1000));
+
 export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContext): Promise<{ requeueAfterSeconds: number } | void> {
   const { kube, log, events } = ctx;
-  const rate = await kube.get<ExchangeRate>(ExchangeRateKind, key);
+  // A resync or poll: what its listing shows settled costs no read of its own.
+  const settled = ctx.listed && (await settledInListing(ctx.listed as ExchangeRate, ctx));
+  if (settled) return settled;
+  // At the version the event announced, if it did (from the watch cache when it holds it).
+  const rate = await getNoOlderThan<ExchangeRate>(kube, ExchangeRateKind, key, ctx.eventObject);
   // Gone, or going: the garbage collector removes the ConfigMap through its ownerReference.
   if (!rate || rate.metadata.deletionTimestamp) return;
   const now = ctx.now();
@@ -124,11 +135,41 @@ export async function reconcileExchangeRate(key: ObjectKey, ctx: ReconcileContex
     (current) => nextStatus(current, rate, { fetched, problem, refreshProblem, now, nextRefreshAt }),
     rate,
   );
-  const untilRefresh = Math.max(1, Math.ceil((nextRefreshAt.getTime() - now.getTime()) / 1000));
+  const untilRefresh = secondsUntil(nextRefreshAt, now);
   // A forbidden ConfigMap is tried again soon (from status: no request to the provider), not an hour later.
   return {
     requeueAfterSeconds: configMapProblem?.reason === CONFIGMAP_FORBIDDEN ? Math.min(untilRefresh, FORBIDDEN_RETRY_SECONDS) : untilRefresh,
   };
+}
+
+/**
+ * The requeue when the listing's object needs nothing: no refresh due, its ConfigMap (in the
+ * namespace's listing of ours, read once per resync from the watch cache) as it should be, and a
+ * status that reconciling would leave as it is. Undefined when anything may need doing: the
+ * reconcile then reads both afresh, as for an event. Listings may be older than a change another
+ * run has handled since; they only ever make this reconcile do less, never write.
+ */
+async function settledInListing(listed: ExchangeRate, ctx: ReconcileContext): Promise<{ requeueAfterSeconds: number } | undefined> {
+  if (listed.metadata.deletionTimestamp) return undefined;
+  let config: ProviderConfig;
+  try {
+    config = parseConfig(ctx.config);
+  } catch {
+    return undefined;
+  }
+  const now = ctx.now();
+  if (refreshDue(listed, now, config.refreshSeconds)) return undefined;
+  const namespace = listed.metadata.namespace!;
+  const configMaps = await ctx.readOnce(`exchange-rate ConfigMaps of ${namespace}`, async () => {
+    const list = await ctx.kube.list<RateConfigMap>(ConfigMap, { namespace, labelSelector: OWNER_LABEL, cached: true });
+    return new Map(list.items.map((configMap) => [configMap.metadata.name!, configMap]));
+  });
+  const existing = configMaps.get(configMapNameFor(listed));
+  if (configMapAction(listed, existing, valuesFor(listed, undefined), true).type !== 'keep') return undefined;
+  const nextRefreshAt = scheduledRefresh(listed, now, config.refreshSeconds)!;
+  const refreshProblem = standingProblem(listed);
+  const status = nextStatus(listed, listed, { problem: refreshProblem, refreshProblem, now, nextRefreshAt });
+  return jsonEqual(status, listed.status) ? { requeueAfterSeconds: secondsUntil(nextRefreshAt, now) } : undefined;
 }
 
 /**
@@ -148,8 +189,11 @@ async function ensureConfigMap(
   fromStatus: boolean,
 ): Promise<ConditionInput | undefined> {
   const cmKey = { namespace: rate.metadata.namespace!, name: configMapNameFor(rate) };
-  const existing = await kube.get<RateConfigMap>(ConfigMap, cmKey);
-  const action = configMapAction(rate, existing, values, fromStatus);
+  // Status names no ConfigMap: no reconcile made one yet, so it is created without a read first;
+  // one that exists all the same (not ours, or left over) fails the create and is read and judged.
+  const unknown = !rate.status?.configMap && values !== undefined;
+  let existing = unknown ? undefined : await kube.get<RateConfigMap>(ConfigMap, cmKey);
+  let action = configMapAction(rate, existing, values, fromStatus);
   /** Ready=False for a ConfigMap problem, warned when Ready did not already say it (as setCondition stored it: bounded). */
   const report = (reason: string, message: string): ConditionInput => {
     const ready = rate.status?.conditions?.find((condition) => condition.type === 'Ready');
@@ -185,6 +229,17 @@ async function ensureConfigMap(
       return refused(error);
     }
   };
+  if (unknown && action.type === 'create') {
+    try {
+      await kube.create(ConfigMap, action.desired);
+      log.info({ configMap: cmKey.name, rate: values?.rate }, 'created ConfigMap');
+      return undefined;
+    } catch (error) {
+      if (!isAlreadyExists(error)) return refused(error);
+    }
+    existing = await kube.get<RateConfigMap>(ConfigMap, cmKey);
+    action = configMapAction(rate, existing, values, fromStatus);
+  }
   switch (action.type) {
     case 'keep':
       return undefined;

@@ -134,6 +134,13 @@ export interface ReconcileContext {
    */
   current?: KubeObject;
   /**
+   * In a resync or poll, the object as that run's listing read it, when this run is the
+   * listing's own (not shared with an event's). Possibly older than a change another run has
+   * already handled: like eventObject, use it only to decide to do LESS (find nothing to do and
+   * skip the reads); anything to write is decided again from a read of the API server.
+   */
+  listed?: KubeObject;
+  /**
    * A read shared by every key of this event (a resync, a poll, a mapper's keys): the first key
    * to ask for `name` runs `read`, the others get its answer. For reads that every key makes
    * alike and whose staleness harms nothing, e.g. the namespaces each CopyratorRule copies into:

@@ -435,6 +435,35 @@ describe('scale', () => {
     assert.equal(standIn.requests.length - before, 1, 'the next refresh of all 100: one request');
     assert.equal((await getCm({ namespace: 'many', name: 'rate-3' }))?.data?.rate, '170.25');
   });
+
+  test('a resync of settled ExchangeRates writes nothing at under one API request per object; a ConfigMap changed without its event comes back', async () => {
+    const requests = async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0);
+    const versions = async () =>
+      JSON.stringify(
+        [
+          ...(await kube.list<ExchangeRate>(ExchangeRateKind, { namespace: 'many' })).items,
+          ...(await kube.list(ConfigMap, { namespace: 'many' })).items,
+        ].map((object) => [object.kind, object.metadata.name, object.metadata.resourceVersion]),
+      );
+    const everywhere = (await kube.list(ExchangeRateKind)).items.length;
+    const unchanged = await versions();
+    const before = await requests();
+    await resync();
+    const spent = (await requests()) - before;
+    assert.ok(spent <= everywhere, `${spent} API requests for a resync of ${everywhere} ExchangeRates`);
+    assert.equal(await versions(), unchanged, 'nothing of namespace many written');
+
+    const providerBefore = standIn.requests.length;
+    await kube.delete(ConfigMap, { namespace: 'many', name: 'rate-5' });
+    await kube.mergePatch(ConfigMap, { namespace: 'many', name: 'rate-7' }, { data: { rate: '0' } });
+    await resync();
+    for (const name of ['rate-5', 'rate-7']) {
+      const rate = (await getRate({ namespace: 'many', name }))!;
+      assert.ok(rate.status?.rate);
+      assert.equal((await getCm({ namespace: 'many', name }))?.data?.rate, rate.status.rate, name);
+    }
+    assert.equal(standIn.requests.length, providerBefore, 'restored from status');
+  });
 });
 
 describe('a failing provider, many ExchangeRates', () => {

@@ -255,6 +255,20 @@ describe('status', () => {
     assert.equal(status.conditions![0].status, 'True');
   });
 
+  test('a reconcile that learns nothing new computes the status it finds, conditions in their order: no write', () => {
+    const fetchedAt = at('2026-11-23T10:17:03Z');
+    const written = rate({
+      status: nextStatus(rate(), rate(), { fetched: values, now: fetchedAt, nextRefreshAt: at('2026-11-23T11:00:00Z') }),
+    });
+    assert.deepEqual(
+      written.status!.conditions!.map((condition) => condition.type),
+      ['Ready', 'Refreshed'],
+    );
+    const later = at('2026-11-23T10:40:00Z');
+    const again = nextStatus(written, written, { now: later, nextRefreshAt: scheduledRefresh(written, later, 3600)! });
+    assert.equal(JSON.stringify(again), JSON.stringify(written.status));
+  });
+
   test('while the provider fails: Ready=False with its words, the last good rate kept', () => {
     const before = { rate: '1.05', currency: 'USD', lastUpdated: '2026-11-23T09:00:00Z' };
     const problem = { type: 'Ready', status: 'False' as const, reason: 'ProviderError', message: 'provider answered 503: down' };

@@ -150,6 +150,8 @@ export class Intake {
     const { declaration, kube, installNamespace } = this.#settings;
     const reconciled = declaration.reconciles;
     const keys: KindKey[] = [];
+    /** Each key's object as the listing read it (ReconcileContext.listed). */
+    const objects: KubeObject[] = [];
     try {
       if (type === 'resync' && declaration.sweep) await this.#loop.sweep(log, deadline);
       let listed = 0;
@@ -157,7 +159,10 @@ export class Intake {
         listed += page.items.length;
         for (const item of page.items) {
           const key = kindKey(reconciled, keyOf(item));
-          if (type === 'resync' || !isUnchangedSinceReconcile(declaration, key, item, this.#seen)) keys.push(key);
+          if (type === 'resync' || !isUnchangedSinceReconcile(declaration, key, item, this.#seen)) {
+            keys.push(key);
+            objects.push(item);
+          }
         }
       }
       if (keys.length === 0 && type === 'poll')
@@ -165,7 +170,7 @@ export class Intake {
     } catch (error) {
       return failedBeforeReconcile(error, log, `could not list for the ${type}`);
     }
-    return this.#loop.reconcileAll(keys, log, deadline);
+    return this.#loop.reconcileAll(keys, log, deadline, undefined, undefined, objects);
   }
 
   /** The key a reconcile event names: of the reconciled kind, or of a kind the function resolves at run time; else why not. */

@@ -53,7 +53,14 @@ export class ReconcileLoop {
    * into one answer. Keys not started by the deadline are deferred, except the first: every
    * delivery gets something done.
    */
-  async reconcileAll(keys: KindKey[], log: Logger, deadline: number, eventObject?: KubeObject, dueAt?: number[]): Promise<Outcome> {
+  async reconcileAll(
+    keys: KindKey[],
+    log: Logger,
+    deadline: number,
+    eventObject?: KubeObject,
+    dueAt?: number[],
+    listed?: KubeObject[],
+  ): Promise<Outcome> {
     const { fanOutConcurrency, now, sleep, declaration } = this.#settings;
     const results: KeyResult[] = new Array(keys.length);
     const reads = readsOnce();
@@ -61,7 +68,9 @@ export class ReconcileLoop {
       const early = (dueAt?.[index] ?? 0) - now().getTime();
       if (early > 0) await sleep(early);
       results[index] =
-        index > 0 && now().getTime() >= deadline ? { type: 'deferred' } : await this.reconcileKey(key, log, eventObject, reads, deadline);
+        index > 0 && now().getTime() >= deadline
+          ? { type: 'deferred' }
+          : await this.reconcileKey(key, log, eventObject, reads, deadline, listed?.[index]);
     });
     const outcome = answerFor(declaration.name, keys, results, now());
     if (outcome.body.deferred)
@@ -75,7 +84,8 @@ export class ReconcileLoop {
   /**
    * One reconcile of one key, coalesced with the other requests for it (workqueue.ts); returns
    * the failure, if any, instead of throwing. `eventObject` is the event's body for this object (trusted
-   * only to do less; a shared follow-up run gets none).
+   * only to do less; a shared follow-up run gets none), `listed` a resync's or poll's listing of it
+   * (ReconcileContext.listed; the same).
    */
   reconcileKey(
     key: KindKey,
@@ -83,6 +93,7 @@ export class ReconcileLoop {
     eventObject?: KubeObject,
     reads = readsOnce(),
     deadline = this.deadline(),
+    listed?: KubeObject,
   ): Promise<KeyResult> {
     const { metrics, now } = this.#settings;
     const id = kindKeyString(key);
@@ -101,6 +112,7 @@ export class ReconcileLoop {
       // and has a budget of its own (it starts when the run before it ends).
       const ctx = this.#context(log, shared ? undefined : eventObject, shared ? readsOnce() : reads, shared ? this.deadline() : deadline);
       if (announced && !shared) ctx.kube = eventObjectFromFirstRead(ctx, key);
+      if (listed && !shared) ctx.listed = listed;
       try {
         const result = await reconcileWithFinalizer(this.#settings.declaration, key, ctx);
         const requeue = result?.requeueAfterSeconds;
