@@ -325,28 +325,12 @@ export function nextStatus(current: ExchangeRate, actedOn: ExchangeRate, outcome
     configMap: configMapNameFor(actedOn),
     nextRefreshAt: rfc3339(outcome.nextRefreshAt),
     observedGeneration: generation,
-    conditions: inPlace(
-      status.conditions,
-      refreshedConditions(
-        setCondition(status.conditions, { ...condition, observedGeneration: generation }, outcome.now),
-        outcome,
-        generation,
-      ),
+    conditions: refreshedConditions(
+      setCondition(status.conditions, { ...condition, observedGeneration: generation }, outcome.now),
+      outcome,
+      generation,
     ),
   };
-}
-
-/**
- * The conditions in the order they had (setCondition moves the one it sets to the end; new ones
- * follow): with Ready and Refreshed both set on every reconcile, their order would swap each
- * time, and an unchanged status would read as changed and be written.
- */
-function inPlace(before: Condition[] | undefined, after: Condition[]): Condition[] {
-  const position = (condition: Condition) => {
-    const index = (before ?? []).findIndex((old) => old.type === condition.type);
-    return index < 0 ? Infinity : index;
-  };
-  return [...after].sort((a, b) => position(a) - position(b));
 }
 
 /** The conditions with Refreshed set by this reconcile's refresh; unchanged when it neither fetched nor has a failure to keep. */

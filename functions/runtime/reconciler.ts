@@ -34,18 +34,18 @@ export interface Condition {
 export type ConditionInput = Omit<Condition, 'lastTransitionTime'>;
 
 /**
- * Returns the conditions with `next` set. lastTransitionTime only moves when the status flips,
- * as kubectl wait and every controller-runtime controller expect. The message is bounded: it
- * may quote an answer from outside, and an oversized one would fail the whole status write.
+ * Returns the conditions with `next` set in its place (a new type goes last), as apimachinery's
+ * meta.SetStatusCondition does: setting the same conditions again gives the same list, so an
+ * unchanged status is not written. lastTransitionTime only moves when the status flips, as
+ * kubectl wait and every controller-runtime controller expect. The message is bounded: it may
+ * quote an answer from outside, and an oversized one would fail the whole status write.
  */
 export function setCondition(conditions: Condition[] | undefined, next: ConditionInput, now: Date = new Date()): Condition[] {
   const current = conditions ?? [];
   const previous = current.find((condition) => condition.type === next.type);
   const lastTransitionTime = previous && previous.status === next.status ? previous.lastTransitionTime : rfc3339(now);
-  return [
-    ...current.filter((condition) => condition.type !== next.type),
-    { ...next, message: boundedMessage(next.message), lastTransitionTime },
-  ];
+  const set: Condition = { ...next, message: boundedMessage(next.message), lastTransitionTime };
+  return previous ? current.map((condition) => (condition === previous ? set : condition)) : [...current, set];
 }
 
 /** Deep equality of JSON values: decides whether a status write is needed at all. */
