@@ -158,7 +158,7 @@ export class FunctionPool {
     } else if (inst.state === 'stopping' && inst.inFlight === 0) {
       // Drained: drop the kept-alive connections so the child's server.close() completes now
       // instead of after its keep-alive timeout.
-      setImmediate(() => inst.agent.destroy());
+      setImmediate(() => inst.closeConnections());
     }
   }
 
