@@ -41,12 +41,14 @@
 //
 // Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--warm 200] [--no-fresh] [--no-zero] [--sources] [--controller-manager] [--cpu-prof DIR]
 // Writes its results as JSON outside the repository (bench/harness.ts, resultsFolder).
+import { readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
+import { Writable } from 'node:stream';
 import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import type { FunctionStats } from '../eventing/activator/index.ts';
 import { bundledFunctions } from '../build/index.ts';
 import { EventPlane } from '../eventing/plane.ts';
@@ -98,6 +100,8 @@ interface RunResult extends Measured {
   retried?: number;
   /** plane only: the activator's own stats, when it offers them */
   activatorStats?: Record<string, FunctionStats>;
+  /** zero only: from the burst's first create to the instance's readiness, and the CPU seconds the process had used by then */
+  start?: { readyMs: number; cpuSeconds: number };
 }
 
 const newIc = (namespace: string, name: string): ImmortalContainer => ({
@@ -144,6 +148,39 @@ async function measureImmortals(
   return measured;
 }
 
+/** CPU seconds process `pid` has used (utime + stime of /proc/<pid>/stat); NaN where there is no /proc. */
+function processCpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8')
+      .replace(/^.*\) /s, '')
+      .split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+/**
+ * A logger for the plane that keeps only the moment a function instance reports ready, and the
+ * CPU its process had used by then: what the start cost inside the burst (the activator logs it at info).
+ */
+function readinessLog(): { log: Logger; ready: () => { at: number; cpuSeconds: number } | undefined } {
+  let ready: { at: number; cpuSeconds: number } | undefined;
+  const sink = new Writable({
+    write(chunk, _encoding, done) {
+      const at = performance.now();
+      for (const line of String(chunk).split('\n')) {
+        if (!ready && line.includes('function instance') && line.includes(' ready"')) {
+          const { pid } = JSON.parse(line) as { pid: number };
+          ready = { at, cpuSeconds: processCpuSeconds(pid) };
+        }
+      }
+      done();
+    },
+  });
+  return { log: pino({ level: 'info' }, sink), ready: () => ready };
+}
+
 /** The function's command under `node --cpu-prof`, its profile written to `dir` when it exits. */
 function profiled(dir: string, command?: (declaration: FunctionDeclaration) => { command: string; args: string[] }) {
   return (declaration: FunctionDeclaration) => {
@@ -171,12 +208,13 @@ async function runPlane(
   await createNamespace(cluster, namespace);
   await createNamespace(cluster, warmNamespace);
   const state = planeStateDir();
+  const readiness = side === 'zero' ? readinessLog() : undefined;
   const plane = new EventPlane({
     functions: [immortalContainer],
     // The source has its own client (its own connections), as in its own process.
     kube: KubeClient.fromFile(cluster.cp.kubeconfigPath),
     kubeconfigPath: cluster.cp.kubeconfigPath,
-    log: pino({ level: 'silent' }),
+    log: readiness?.log ?? pino({ level: 'silent' }),
     stateDir: state.dir,
     idleTimeoutMs: 60_000,
     resyncIntervalMs: 0,
@@ -204,8 +242,10 @@ async function runPlane(
     }
     maxInstances = 0;
     const emittedBefore = plane.source.stats().emitted;
+    let burstStarted = 0;
     const measured = await measureImmortals(cluster, watcher, namespace, n, () =>
       pooled(n, async (i) => {
+        if (i === 0) burstStarted = performance.now();
         await writer.create(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
       }),
     );
@@ -223,6 +263,9 @@ async function runPlane(
       events: plane.source.stats().emitted - emittedBefore,
       retried: brokerTotal(plane, 'retried'),
       activatorStats: plane.activator.stats(),
+      ...(readiness?.ready()
+        ? { start: { readyMs: readiness.ready()!.at - burstStarted, cpuSeconds: readiness.ready()!.cpuSeconds } }
+        : {}),
     };
   } catch (error) {
     (error as Error).message += ` (the plane's dead letters, if any: ${plane.broker.deadLetterFile})`;
@@ -261,6 +304,12 @@ async function runDirect(
     await clean(cluster, namespace);
   }
 }
+
+/** When a zero side's instance became ready and what its start cost, as a suffix; nothing for other sides. */
+const startNote = (start: RunResult['start']) =>
+  start
+    ? `, instance ready ${(start.readyMs / 1000).toFixed(2)} s after the first create (its start: ${start.cpuSeconds.toFixed(2)} s CPU)`
+    : '';
 
 /** The first anomalies a run left, as a suffix of its progress line; nothing when there are none. */
 const anomalyNote = (result: RunResult) => (result.anomalies.length ? `, ANOMALIES ${result.anomalies.slice(0, 3).join('; ')}` : '');
@@ -396,7 +445,7 @@ async function main(): Promise<void> {
                 });
           results.push(result);
           process.stderr.write(
-            `N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${anomalyNote(result)}\n`,
+            `N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${startNote(result.start)}${anomalyNote(result)}\n`,
           );
         }
       }
@@ -461,7 +510,7 @@ async function main(): Promise<void> {
       maxInstances: plane.maxInstances,
       repetitionRatios: plane.repetitionRatios,
       ...(fresh ? { fresh } : {}),
-      ...(zero ? { zero } : {}),
+      ...(zero ? { zero: { ...zero, start: runsOf('zero').map((r) => r.start) } } : {}),
     };
     const line = (side: PlaneSide, ratios: ReturnType<typeof against>) =>
       `  N=${String(n).padEnd(5)} ${side.padEnd(5)} convergence ${ratios.convergenceRatio.toFixed(2)}× (${ratios.seconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s${reps > 1 ? `; by repetition ${ratios.repetitionRatios.map((ratio) => `${ratio.toFixed(2)}×`).join(' ')}` : ''})   CPU ${Number.isNaN(ratios.cpuRatio) ? '-' : `${ratios.cpuToConvergenceRatio.toFixed(2)}× to convergence, ${ratios.cpuRatio.toFixed(2)}× until quiet; function ${ratios.functionCpuMsPerObject.toFixed(2)} ms/object`}   requests/object ${ratios.requestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${ratios.maxInstances}${ratios.maxInstances > 1 ? ' (scaled out)' : ''}`;
@@ -477,7 +526,11 @@ async function main(): Promise<void> {
     };
     console.log(line('plane', plane) + routed('plane'));
     if (fresh) console.log(line('fresh', fresh));
-    if (zero) console.log(line('zero', zero) + routed('zero'));
+    const starts = runsOf('zero').flatMap((r) => (r.start ? [r.start] : []));
+    const started = starts.length
+      ? { readyMs: median(starts.map((start) => start.readyMs)), cpuSeconds: median(starts.map((start) => start.cpuSeconds)) }
+      : undefined;
+    if (zero) console.log(line('zero', zero) + startNote(started) + routed('zero'));
     return row;
   });
   console.log('\nrequests per object by verb and resource (first repetition of each N):');
