@@ -149,6 +149,24 @@ export class FunctionPool {
     return inst;
   }
 
+  /**
+   * While the function starts from zero (no instance serves yet, and the last start did not
+   * fail): a slot for the warm path once an instance is ready, waited for in the same queue as
+   * the requests buffered here (in arrival order, counted by the scaling decision), so the
+   * sender delivers straight to the instance instead of through this front door. Undefined
+   * otherwise: the sender goes through the front door, as before.
+   */
+  leaseWhenStarted(signal?: AbortSignal): Promise<Instance> | undefined {
+    if (this.#closed || this.#withdrawn !== undefined || this.#failures > 0) return undefined;
+    if (this.instances.some((inst) => inst.state === 'ready' || inst.state === 'suspect')) return undefined;
+    const waiting = this.#queue.waitFor(signal).then((inst) => {
+      this.stats.direct++;
+      return inst;
+    });
+    this.scale();
+    return waiting;
+  }
+
   release(inst: Instance): void {
     inst.inFlight--;
     if (inst.state === 'ready') {

@@ -34,6 +34,19 @@ export class Throttler<T> {
 
   /** Waits for a slot (given by `hand`); rejects at once when the queue is full, or when `res` closes first. */
   wait(res: http.ServerResponse): Promise<T> {
+    return this.#wait((abandon) => res.once('close', abandon));
+  }
+
+  /**
+   * Waits for a slot in the same queue for a sender that holds the request itself (the broker's
+   * direct path); rejects at once when the queue is full, or when `signal` aborts first.
+   */
+  waitFor(signal?: AbortSignal): Promise<T> {
+    if (signal?.aborted) return Promise.reject(new ActivatorError(499, 'the sender gave up the request'));
+    return this.#wait((abandon) => signal?.addEventListener('abort', abandon, { once: true }));
+  }
+
+  #wait(onAbandon: (abandon: () => void) => void): Promise<T> {
     if (this.#waiters.length >= this.#maxQueue) {
       return Promise.reject(
         new ActivatorError(503, `pending request queue full (${this.#maxQueue} requests buffered for "${this.#name}")`),
@@ -42,10 +55,10 @@ export class Throttler<T> {
     return new Promise<T>((resolve, reject) => {
       const waiter: Waiter<T> = { resolve, reject };
       this.#waiters.push(waiter);
-      res.once('close', () => {
+      onAbandon(() => {
         const i = this.#waiters.indexOf(waiter);
         if (i >= 0) {
-          this.#waiters.splice(i, 1); // client went away while buffered
+          this.#waiters.splice(i, 1); // the sender went away while buffered
           reject(new ActivatorError(499, 'client closed the request'));
         }
       });

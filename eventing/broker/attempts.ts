@@ -68,7 +68,8 @@ export async function deliverWithRetries(
   const result = await withRetries(ctx.dispatcher, delivery, ctx.closed, async (retry) => {
     if (retry > 0) queue.stats.retried += 1;
     const { subscriber, name } = queue.trigger;
-    const lease = ctx.route?.(subscriber, partitionKey);
+    const routed = ctx.route?.(subscriber, partitionKey, ctx.dispatcher.signal);
+    const lease = routed instanceof Promise ? await routed : routed;
     direct = lease !== undefined;
     if (lease) queue.stats.direct += 1;
     const timeoutMs = minTimeout(delivery.timeoutMs, lease?.timeoutMs ?? 0);
