@@ -45,7 +45,7 @@ import { partitionKeyOf } from './lb-policy.ts';
 import { FunctionPool } from './pool.ts';
 import { proxy, sendError } from './proxy.ts';
 import { InstanceSupervisor } from './supervisor.ts';
-import { ActivatorError } from './throttler.ts';
+import { ActivatorError, type LeaseWait } from './throttler.ts';
 
 /** Where a sender whose wait for a lease failed is told why (no function name starts with a dot). */
 const REFUSED_PATH = '/.refused/';
@@ -222,15 +222,15 @@ export class Activator {
 
   /**
    * A direct route for the broker to `subscriber` (one of this activator's URLs, no sub-path)
-   * when an instance has room and no request is buffered; undefined otherwise. With `wait` (the
-   * sender's abort signal), while the function starts from zero: a promise of that route once
+   * when an instance has room and no request is buffered; undefined otherwise. With `wait` (how
+   * long the sender may wait), while the function starts from zero: a promise of that route once
    * an instance is ready (FunctionPool.leaseWhenStarted). When that wait fails, the route leads
    * to the answer the front door would have given (a start that failed: 503, as to the requests
-   * buffered here); undefined when the sender gave up.
+   * buffered here); undefined when the sender gave up or its time passed.
    */
   lease(subscriber: string, partitionKey?: string): Lease | undefined;
-  lease(subscriber: string, partitionKey: string | undefined, wait: AbortSignal): Lease | Promise<Lease | undefined> | undefined;
-  lease(subscriber: string, partitionKey?: string, wait?: AbortSignal): Lease | Promise<Lease | undefined> | undefined {
+  lease(subscriber: string, partitionKey: string | undefined, wait: LeaseWait): Lease | Promise<Lease | undefined> | undefined;
+  lease(subscriber: string, partitionKey?: string, wait?: LeaseWait): Lease | Promise<Lease | undefined> | undefined {
     if (this.#closed || !this.#base || !subscriber.startsWith(`${this.#base}/`)) return undefined;
     const fn = this.#fns.get(subscriber.slice(this.#base.length + 1));
     if (!fn) return undefined;

@@ -16,7 +16,7 @@ import { desiredScale, effectiveTarget } from './decider.ts';
 import { Instance } from './instance.ts';
 import { pick } from './lb-policy.ts';
 import { formatDuration, type ExitInfo, type InstanceSupervisor } from './supervisor.ts';
-import { ActivatorError, Throttler } from './throttler.ts';
+import { ActivatorError, type LeaseWait, Throttler } from './throttler.ts';
 
 export interface PoolOptions {
   log: Logger;
@@ -156,10 +156,10 @@ export class FunctionPool {
    * sender delivers straight to the instance instead of through this front door. Undefined
    * otherwise: the sender goes through the front door, as before.
    */
-  leaseWhenStarted(signal?: AbortSignal): Promise<Instance> | undefined {
+  leaseWhenStarted(wait: LeaseWait): Promise<Instance> | undefined {
     if (this.#closed || this.#withdrawn !== undefined || this.#failures > 0) return undefined;
     if (this.instances.some((inst) => inst.state === 'ready' || inst.state === 'suspect')) return undefined;
-    const waiting = this.#queue.waitFor(signal).then((inst) => {
+    const waiting = this.#queue.waitFor(wait).then((inst) => {
       this.stats.direct++;
       return inst;
     });

@@ -49,13 +49,14 @@ export interface Lease {
 /**
  * Looks up a direct route for a subscriber URL; undefined = send to the URL itself. `partitionKey`
  * (the event's `partitionkey` extension) lets the route keep one object's events on one instance.
- * A promise: the route once the subscriber can take the event (a function starting from zero);
- * `abort` (the broker's deadline on close) ends that wait.
+ * A promise: the route once the subscriber can take the event (a function starting from zero),
+ * waited for until `wait.abort` (the broker's deadline on close) or for `wait.maxWaitMs` at
+ * most (the attempt's timeout; 0: none), after which it resolves undefined.
  */
 export type DirectRoute = (
   subscriber: string,
   partitionKey: string | undefined,
-  abort: AbortSignal,
+  wait: { abort: AbortSignal; maxWaitMs: number },
 ) => Lease | undefined | Promise<Lease | undefined>;
 
 /** Connections to one function instance on the direct path (see the top of this file). */
