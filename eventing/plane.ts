@@ -239,7 +239,7 @@ export class EventPlane {
       route:
         options.directDelivery === false
           ? undefined
-          : (subscriber, partitionKey, abort) => this.activator.lease(subscriber, partitionKey, abort),
+          : (subscriber, partitionKey, wait) => this.activator.lease(subscriber, partitionKey, wait),
     });
     this.source = {
       stats: () => this.knative?.sources.stats() ?? { emitted: 0, relists: 0, watchRestarts: 0, pending: 0, sinkRetries: 0 },

@@ -17,7 +17,7 @@
 // - A request gets the function's timeoutSeconds (Knative's default 300 s): past it, 504.
 // - Warm path: `lease(url)` hands the broker a direct route to an instance with room, as Knative's
 //   activator leaves the data path once capacity exists; the instance's load still counts for
-//   scaling, and a buffered request always goes first. Asked with a signal while the function
+//   scaling, and a buffered request always goes first. Asked with a wait while the function
 //   starts from zero, it hands the route once an instance is ready: the burst that meets a
 //   function at zero waits in the same queue, but is then sent to the instance directly rather
 //   than received and forwarded here (each forwarded request costs this process a second HTTP
