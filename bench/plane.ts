@@ -9,6 +9,10 @@
 //           scaled from zero meets the burst with its hot path still interpreted and its API
 //           connections still to open, costs the direct writer never pays again (bench:cold-start
 //           measures the start itself). Printed beside the goal's ratio, not read against it
+//   zero    the same with no instance running when the burst starts (scaled to zero): the
+//           burst's first event makes the activator start one, which buffers the events meanwhile
+//           and hands them to the instance once it answers its readiness probe. The burst meets
+//           the process's start, its first connections and its JIT warm-up all at once
 //   direct  one writer does that work itself, 32 objects at a time: create the ImmortalContainer,
 //           create its pod (the function's own desiredPod: controller ownerReference), write the
 //           status the function would write (nextStatus) with one merge patch
@@ -35,14 +39,16 @@
 // kube-controller-manager is not started (its garbage collector reads each new pod's owner, the
 // same load for both sides); --controller-manager keeps it in.
 //
-// Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--warm 200] [--no-fresh] [--sources] [--controller-manager] [--cpu-prof DIR]
+// Usage: npm run bench -- [--n 200,500,2000] [--reps 1] [--label before] [--warm 200] [--no-fresh] [--no-zero] [--sources] [--controller-manager] [--cpu-prof DIR]
 // Writes its results as JSON outside the repository (bench/harness.ts, resultsFolder).
+import { readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
+import { Writable } from 'node:stream';
 import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import type { FunctionStats } from '../eventing/activator/index.ts';
 import { bundledFunctions } from '../build/index.ts';
 import { EventPlane } from '../eventing/plane.ts';
@@ -74,13 +80,13 @@ import {
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** Objects of the unmeasured round each side runs first (main), and the default of `--warm`. */
 const WARM_UP_OBJECTS = 200;
-type Side = 'plane' | 'fresh' | 'direct';
-/** Each repetition runs the sides in another order, so that none always runs first or after the same one. */
-const ORDERS: Side[][] = [
-  ['plane', 'fresh', 'direct'],
-  ['direct', 'plane', 'fresh'],
-  ['fresh', 'direct', 'plane'],
-];
+type Side = 'plane' | 'fresh' | 'zero' | 'direct';
+type PlaneSide = Exclude<Side, 'direct'>;
+/** Objects the function converges before the burst, by side: none on `zero`, the process is not running. */
+const warmObjectsOf = (side: PlaneSide, warmObjects: number): number => (side === 'plane' ? warmObjects : side === 'fresh' ? 1 : 0);
+/** Repetition `rep`'s order of the sides: rotated each time, so that none always runs first or after the same one. */
+const orderOf = (sides: Side[], rep: number): Side[] =>
+  sides.map((_, i) => sides[(((i - rep) % sides.length) + sides.length) % sides.length]);
 interface RunResult extends Measured {
   side: Side;
   n: number;
@@ -94,6 +100,8 @@ interface RunResult extends Measured {
   retried?: number;
   /** plane only: the activator's own stats, when it offers them */
   activatorStats?: Record<string, FunctionStats>;
+  /** zero only: from the burst's first create to the instance's readiness, and the CPU seconds the process had used by then */
+  start?: { readyMs: number; cpuSeconds: number };
 }
 
 const newIc = (namespace: string, name: string): ImmortalContainer => ({
@@ -140,6 +148,39 @@ async function measureImmortals(
   return measured;
 }
 
+/** CPU seconds process `pid` has used (utime + stime of /proc/<pid>/stat); NaN where there is no /proc. */
+function processCpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8')
+      .replace(/^.*\) /s, '')
+      .split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+/**
+ * A logger for the plane that keeps only the moment a function instance reports ready, and the
+ * CPU its process had used by then: what the start cost inside the burst (the activator logs it at info).
+ */
+function readinessLog(): { log: Logger; ready: () => { at: number; cpuSeconds: number } | undefined } {
+  let ready: { at: number; cpuSeconds: number } | undefined;
+  const sink = new Writable({
+    write(chunk, _encoding, done) {
+      const at = performance.now();
+      for (const line of String(chunk).split('\n')) {
+        if (!ready && line.includes('function instance') && line.includes(' ready"')) {
+          const { pid } = JSON.parse(line) as { pid: number };
+          ready = { at, cpuSeconds: processCpuSeconds(pid) };
+        }
+      }
+      done();
+    },
+  });
+  return { log: pino({ level: 'info' }, sink), ready: () => ready };
+}
+
 /** The function's command under `node --cpu-prof`, its profile written to `dir` when it exits. */
 function profiled(dir: string, command?: (declaration: FunctionDeclaration) => { command: string; args: string[] }) {
   return (declaration: FunctionDeclaration) => {
@@ -151,7 +192,7 @@ function profiled(dir: string, command?: (declaration: FunctionDeclaration) => {
 async function runPlane(
   cluster: TestCluster,
   options: {
-    side: 'plane' | 'fresh';
+    side: PlaneSide;
     n: number;
     round: string;
     warmObjects: number;
@@ -167,12 +208,13 @@ async function runPlane(
   await createNamespace(cluster, namespace);
   await createNamespace(cluster, warmNamespace);
   const state = planeStateDir();
+  const readiness = side === 'zero' ? readinessLog() : undefined;
   const plane = new EventPlane({
     functions: [immortalContainer],
     // The source has its own client (its own connections), as in its own process.
     kube: KubeClient.fromFile(cluster.cp.kubeconfigPath),
     kubeconfigPath: cluster.cp.kubeconfigPath,
-    log: pino({ level: 'silent' }),
+    log: readiness?.log ?? pino({ level: 'silent' }),
     stateDir: state.dir,
     idleTimeoutMs: 60_000,
     resyncIntervalMs: 0,
@@ -189,14 +231,21 @@ async function runPlane(
     // The function has started and converged `warmObjects` objects: with a round of them, V8 has
     // compiled its hot path and its connections to the API server are open, as the writer's are;
     // with one (the fresh side), the burst also pays for both.
-    const warm = new ConvergenceWatch(watcher, warmNamespace);
-    await pooled(warmObjects, (i) => writer.create(ImmortalContainerKind, newIc(warmNamespace, `warm-${i}`)));
-    await warm.until(warmObjects, 120_000);
-    await warm.stop();
+    // With none (the zero side), no instance runs when the burst starts.
+    if (warmObjects > 0) {
+      const warm = new ConvergenceWatch(watcher, warmNamespace);
+      await pooled(warmObjects, (i) => writer.create(ImmortalContainerKind, newIc(warmNamespace, `warm-${i}`)));
+      await warm.until(warmObjects, 120_000);
+      await warm.stop();
+    } else if (plane.activator.instances(immortalContainer.name) !== 0) {
+      throw new Error('the zero side found an instance running before its burst');
+    }
     maxInstances = 0;
     const emittedBefore = plane.source.stats().emitted;
+    let burstStarted = 0;
     const measured = await measureImmortals(cluster, watcher, namespace, n, () =>
       pooled(n, async (i) => {
+        if (i === 0) burstStarted = performance.now();
         await writer.create(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
       }),
     );
@@ -214,6 +263,9 @@ async function runPlane(
       events: plane.source.stats().emitted - emittedBefore,
       retried: brokerTotal(plane, 'retried'),
       activatorStats: plane.activator.stats(),
+      ...(readiness?.ready()
+        ? { start: { readyMs: readiness.ready()!.at - burstStarted, cpuSeconds: readiness.ready()!.cpuSeconds } }
+        : {}),
     };
   } catch (error) {
     (error as Error).message += ` (the plane's dead letters, if any: ${plane.broker.deadLetterFile})`;
@@ -252,6 +304,12 @@ async function runDirect(
     await clean(cluster, namespace);
   }
 }
+
+/** When a zero side's instance became ready and what its start cost, as a suffix; nothing for other sides. */
+const startNote = (start: RunResult['start']) =>
+  start
+    ? `, instance ready ${(start.readyMs / 1000).toFixed(2)} s after the first create (its start: ${start.cpuSeconds.toFixed(2)} s CPU)`
+    : '';
 
 /** The first anomalies a run left, as a suffix of its progress line; nothing when there are none. */
 const anomalyNote = (result: RunResult) => (result.anomalies.length ? `, ANOMALIES ${result.anomalies.slice(0, 3).join('; ')}` : '');
@@ -301,12 +359,13 @@ function printTable(results: RunResult[]): void {
 
 async function main(): Promise<void> {
   const { values } = benchFlags(
-    'npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--warm 200] [--no-fresh] [--sources] [--controller-manager] [--cpu-prof DIR]\n' +
+    'npm run bench -- [--n 200,500,2000] [--reps 1] [--label name] [--warm 200] [--no-fresh] [--no-zero] [--sources] [--controller-manager] [--cpu-prof DIR]\n' +
       '  --n        object counts to run, side by side with direct writes (default 200,500)\n' +
       '  --reps     repetitions of each count (default 1)\n' +
       '  --label    a name for this run, part of the result file name (default local)\n' +
       "  --warm     objects the function converges before each measured plane burst (default 200: V8 has compiled its hot path, as the writer's)\n" +
       "  --no-fresh leave out the fresh side (a function that has converged one object: its JIT warm-up inside the burst), printed beside the goal's ratio\n" +
+      '  --no-zero  leave out the zero side (no instance running when the burst starts: the activator starts one on its first event)\n' +
       '  --sources  run the function from its TypeScript sources instead of the bundle\n' +
       '  --controller-manager  also run kube-controller-manager (garbage collector) during the runs\n' +
       "  --cpu-prof DIR  write the function processes' CPU profiles there (run the bench itself under node --cpu-prof for the plane's)",
@@ -318,6 +377,7 @@ async function main(): Promise<void> {
           label: { type: 'string', default: 'local' },
           warm: { type: 'string', default: String(WARM_UP_OBJECTS) },
           fresh: { type: 'boolean', default: true },
+          zero: { type: 'boolean', default: true },
           sources: { type: 'boolean', default: false },
           'controller-manager': { type: 'boolean', default: false },
           'cpu-prof': { type: 'string' },
@@ -341,8 +401,8 @@ async function main(): Promise<void> {
     );
     process.exit(2);
   }
-  /** The sides every repetition runs (the fresh one unless --no-fresh). */
-  const sides: Side[] = values.fresh ? ['plane', 'fresh', 'direct'] : ['plane', 'direct'];
+  /** The sides every repetition runs (fresh and zero unless left out). */
+  const sides: Side[] = (['plane', 'fresh', 'zero', 'direct'] as const).filter((side) => values[side as 'fresh' | 'zero'] !== false);
   const bundled = values.sources ? undefined : await bundledFunctions(tempDir('opfn-bench-dist-'));
   const cluster = await startTestCluster({ controllerManager: values['controller-manager'] });
   const writer = KubeClient.fromFile(cluster.cp.kubeconfigPath);
@@ -369,7 +429,7 @@ async function main(): Promise<void> {
         const idleBefore = await scrapeRequestTotals(cluster.cp);
         await sleep(3000);
         background.push(requestDifference(idleBefore, await scrapeRequestTotals(cluster.cp)).total / 3);
-        for (const side of ORDERS[rep % ORDERS.length].filter((side) => sides.includes(side))) {
+        for (const side of orderOf(sides, rep)) {
           const result =
             side === 'direct'
               ? await runDirect(cluster, { n, round: String(rep), writer, watcher })
@@ -377,7 +437,7 @@ async function main(): Promise<void> {
                   side,
                   n,
                   round: String(rep),
-                  warmObjects: side === 'fresh' ? 1 : warmObjects,
+                  warmObjects: warmObjectsOf(side, warmObjects),
                   bundled,
                   writer,
                   watcher,
@@ -385,7 +445,7 @@ async function main(): Promise<void> {
                 });
           results.push(result);
           process.stderr.write(
-            `N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${anomalyNote(result)}\n`,
+            `N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/object${result.maxInstances ? `, up to ${result.maxInstances} instance(s)` : ''}${startNote(result.start)}${anomalyNote(result)}\n`,
           );
         }
       }
@@ -406,13 +466,14 @@ async function main(): Promise<void> {
     warmUpRoundObjects: WARM_UP_OBJECTS,
     warmObjects,
     fresh: values.fresh,
+    zero: values.zero,
     backgroundRequestsPerSecond: median(background),
   };
   console.log(
     `\nImmortalContainers: plane vs pooled direct writes (${CONCURRENCY} at a time, one KubeClient pool), completion by watch; requests from apiserver_request_total over the whole run (user's creates included; background ≈ ${environment.backgroundRequestsPerSecond.toFixed(1)}/s)`,
   );
   console.log(
-    `node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, an unmeasured round of ${WARM_UP_OBJECTS} objects per side first; each plane burst on a new function process that first converged ${warmObjects} object(s)${values.fresh ? ', each fresh burst on one that converged 1' : ''}; kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`,
+    `node ${environment.node}, ${environment.cpus} CPU(s), functions from ${environment.functions}, an unmeasured round of ${WARM_UP_OBJECTS} objects per side first; each plane burst on a new function process that first converged ${warmObjects} object(s)${values.fresh ? ', each fresh burst on one that converged 1' : ''}${values.zero ? ', each zero burst starting the function (no instance running)' : ''}; kube-controller-manager ${environment.controllerManager ? 'running' : 'not running'}\n`,
   );
   printTable(results);
   console.log('\nratios to direct writes (medians of the repetitions); the goal (≤ 1.5×) is read on plane:');
@@ -424,7 +485,7 @@ async function main(): Promise<void> {
      * One plane side against direct writes. Each repetition's sides run back to back, so their
      * ratio shows how far one run can stray on this machine; the medians are what the goal is read against.
      */
-    const against = (side: 'plane' | 'fresh') => ({
+    const against = (side: PlaneSide) => ({
       seconds: of(side, (r) => r.convergedMs) / 1000,
       convergenceRatio: of(side, (r) => r.convergedMs) / of('direct', (r) => r.convergedMs),
       cpuRatio: of(side, (r) => r.cpu?.total ?? NaN) / of('direct', (r) => r.cpu?.total ?? NaN),
@@ -436,6 +497,7 @@ async function main(): Promise<void> {
     });
     const plane = against('plane');
     const fresh = values.fresh ? against('fresh') : undefined;
+    const zero = values.zero ? against('zero') : undefined;
     const row = {
       n,
       planeSeconds: plane.seconds,
@@ -448,18 +510,27 @@ async function main(): Promise<void> {
       maxInstances: plane.maxInstances,
       repetitionRatios: plane.repetitionRatios,
       ...(fresh ? { fresh } : {}),
+      ...(zero ? { zero: { ...zero, start: runsOf('zero').map((r) => r.start) } } : {}),
     };
-    const line = (side: 'plane' | 'fresh', ratios: ReturnType<typeof against>) =>
+    const line = (side: PlaneSide, ratios: ReturnType<typeof against>) =>
       `  N=${String(n).padEnd(5)} ${side.padEnd(5)} convergence ${ratios.convergenceRatio.toFixed(2)}× (${ratios.seconds.toFixed(2)} s vs ${row.directSeconds.toFixed(2)} s${reps > 1 ? `; by repetition ${ratios.repetitionRatios.map((ratio) => `${ratio.toFixed(2)}×`).join(' ')}` : ''})   CPU ${Number.isNaN(ratios.cpuRatio) ? '-' : `${ratios.cpuToConvergenceRatio.toFixed(2)}× to convergence, ${ratios.cpuRatio.toFixed(2)}× until quiet; function ${ratios.functionCpuMsPerObject.toFixed(2)} ms/object`}   requests/object ${ratios.requestsPerObject.toFixed(2)} vs ${row.directRequestsPerObject.toFixed(2)}   function instances used: ${ratios.maxInstances}${ratios.maxInstances > 1 ? ' (scaled out)' : ''}`;
-    const activator = results.find((r) => r.n === n && r.side === 'plane')?.activatorStats?.[immortalContainer.name];
-    const routed = activator
-      ? `; activator: ${Object.entries(activator)
-          .filter(([key]) => key !== 'instances')
-          .map(([key, value]) => `${key} ${value}`)
-          .join(', ')}`
-      : '';
-    console.log(line('plane', plane) + routed);
+    /** The activator's counters of the side's first repetition: how many events went through it and how many straight to the instance. */
+    const routed = (side: PlaneSide) => {
+      const activator = results.find((r) => r.n === n && r.side === side)?.activatorStats?.[immortalContainer.name];
+      return activator
+        ? `; activator: ${Object.entries(activator)
+            .filter(([key]) => key !== 'instances')
+            .map(([key, value]) => `${key} ${value}`)
+            .join(', ')}`
+        : '';
+    };
+    console.log(line('plane', plane) + routed('plane'));
     if (fresh) console.log(line('fresh', fresh));
+    const starts = runsOf('zero').flatMap((r) => (r.start ? [r.start] : []));
+    const started = starts.length
+      ? { readyMs: median(starts.map((start) => start.readyMs)), cpuSeconds: median(starts.map((start) => start.cpuSeconds)) }
+      : undefined;
+    if (zero) console.log(line('zero', zero) + startNote(started) + routed('zero'));
     return row;
   });
   console.log('\nrequests per object by verb and resource (first repetition of each N):');

@@ -236,7 +236,10 @@ export class EventPlane {
       delivery: options.delivery,
       deadLetterFile: join(options.stateDir, DEAD_LETTER_FILE),
       log: log.child({ component: 'broker' }),
-      route: options.directDelivery === false ? undefined : (subscriber, partitionKey) => this.activator.lease(subscriber, partitionKey),
+      route:
+        options.directDelivery === false
+          ? undefined
+          : (subscriber, partitionKey, wait) => this.activator.lease(subscriber, partitionKey, wait),
     });
     this.source = {
       stats: () => this.knative?.sources.stats() ?? { emitted: 0, relists: 0, watchRestarts: 0, pending: 0, sinkRetries: 0 },

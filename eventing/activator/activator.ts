@@ -17,7 +17,11 @@
 // - A request gets the function's timeoutSeconds (Knative's default 300 s): past it, 504.
 // - Warm path: `lease(url)` hands the broker a direct route to an instance with room, as Knative's
 //   activator leaves the data path once capacity exists; the instance's load still counts for
-//   scaling, and a buffered request always goes first.
+//   scaling, and a buffered request always goes first. Asked with a wait while the function
+//   starts from zero, it hands the route once an instance is ready: the burst that meets a
+//   function at zero waits in the same queue, but is then sent to the instance directly rather
+//   than received and forwarded here (each forwarded request costs this process a second HTTP
+//   exchange). A wait that fails gets the answer the front door would have given (503, 404).
 // - A child that dies: its in-flight requests get 502 (retried by the broker), it is removed and
 //   the next request (or a buffered one) starts a new instance.
 // - `configure()` changes a function's scaling and timeout while it runs (a Knative Service
@@ -41,7 +45,10 @@ import { partitionKeyOf } from './lb-policy.ts';
 import { FunctionPool } from './pool.ts';
 import { proxy, sendError } from './proxy.ts';
 import { InstanceSupervisor } from './supervisor.ts';
-import { ActivatorError } from './throttler.ts';
+import { ActivatorError, type LeaseWait } from './throttler.ts';
+
+/** Where a sender whose wait for a lease failed is told why (no function name starts with a dot). */
+const REFUSED_PATH = '/.refused/';
 
 const sameEnvironment = (a: Record<string, string>, b: Record<string, string>): boolean =>
   Object.keys(a).length === Object.keys(b).length && Object.entries(a).every(([name, value]) => b[name] === value);
@@ -74,6 +81,9 @@ export class Activator {
   #base?: string;
   #closed = false;
   #closing?: Promise<void>;
+  /** Answers owed to senders whose wait for a lease failed (see lease()), by the token of the URL they were given. */
+  readonly #refusals = new Map<string, ActivatorError>();
+  #refusalSeq = 0;
 
   constructor(options: ActivatorOptions) {
     this.#log = options.log;
@@ -212,13 +222,31 @@ export class Activator {
 
   /**
    * A direct route for the broker to `subscriber` (one of this activator's URLs, no sub-path)
-   * when an instance has room and no request is buffered; undefined otherwise.
+   * when an instance has room and no request is buffered; undefined otherwise. With `wait` (how
+   * long the sender may wait), while the function starts from zero: a promise of that route once
+   * an instance is ready (FunctionPool.leaseWhenStarted). When that wait fails, the route leads
+   * to the answer the front door would have given (a start that failed: 503, as to the requests
+   * buffered here); undefined when the sender gave up or its time passed.
    */
-  lease(subscriber: string, partitionKey?: string): Lease | undefined {
+  lease(subscriber: string, partitionKey?: string): Lease | undefined;
+  lease(subscriber: string, partitionKey: string | undefined, wait: LeaseWait): Lease | Promise<Lease | undefined> | undefined;
+  lease(subscriber: string, partitionKey?: string, wait?: LeaseWait): Lease | Promise<Lease | undefined> | undefined {
     if (this.#closed || !this.#base || !subscriber.startsWith(`${this.#base}/`)) return undefined;
     const fn = this.#fns.get(subscriber.slice(this.#base.length + 1));
-    const inst = fn?.lease(partitionKey);
-    if (!fn || !inst) return undefined;
+    if (!fn) return undefined;
+    const inst = fn.lease(partitionKey);
+    if (inst) return this.#leaseOf(fn, inst);
+    const started = wait ? fn.leaseWhenStarted(wait) : undefined;
+    return started?.then(
+      (inst) => this.#leaseOf(fn, inst),
+      (err: unknown) => {
+        const refusal = err instanceof ActivatorError ? err : new ActivatorError(500, String(err));
+        return refusal.status === 499 || !this.#base ? undefined : this.#refusalLease(refusal);
+      },
+    );
+  }
+
+  #leaseOf(fn: FunctionPool, inst: Instance): Lease {
     let released = false;
     return {
       url: `http://127.0.0.1:${inst.port}/`,
@@ -230,6 +258,13 @@ export class Activator {
         fn.release(inst);
       },
     };
+  }
+
+  /** A route to this activator that answers `refusal` once (see #handle). */
+  #refusalLease(refusal: ActivatorError): Lease {
+    const token = String(++this.#refusalSeq);
+    this.#refusals.set(token, refusal);
+    return { url: `${this.#base}${REFUSED_PATH}${token}`, timeoutMs: 0, release: () => this.#refusals.delete(token) };
   }
 
   /** Starts minScale instances of each function; rejects if any of them does not become ready. */
@@ -261,6 +296,14 @@ export class Activator {
     if (this.#closed) {
       res.setHeader('connection', 'close');
       sendError(res, 503, 'activator is shutting down');
+      return;
+    }
+    if (req.url?.startsWith(REFUSED_PATH)) {
+      const refusal = this.#refusals.get(req.url.slice(REFUSED_PATH.length));
+      this.#refusals.delete(req.url.slice(REFUSED_PATH.length));
+      if (refusal && refusal.status >= 500)
+        this.#log.warn({ status: refusal.status, reason: refusal.message }, 'activator: request not proxied');
+      sendError(res, refusal?.status ?? 404, refusal?.message ?? 'no such refusal');
       return;
     }
     const route = routeOf(req.url ?? '/', this.#fns);

@@ -21,6 +21,15 @@ export function canTransition(from: InstanceState, to: InstanceState): boolean {
 
 const READINESS_PATH = '/health/readiness';
 const PROBE_TIMEOUT_MS = 2000;
+/**
+ * Connections the activator opens to one instance, as many as the broker's direct path
+ * (eventing/broker INSTANCE_CONNECTIONS) and the function's own Kubernetes client: the requests
+ * buffered while an instance starts (a whole burst, when it meets a function at zero) reach it
+ * 32 at a time instead of each on a connection of its own, so the new process works through
+ * them with the few dozen reconciles at once it serves best; the others wait in the agent, in
+ * order.
+ */
+export const PROXY_CONNECTIONS = 32;
 
 export class Instance {
   readonly fn: string;
@@ -28,7 +37,10 @@ export class Instance {
   port = 0;
   child?: ChildProcess;
   pid?: number;
-  readonly agent = new http.Agent({ keepAlive: true, keepAliveMsecs: 1000, scheduling: 'lifo' });
+  /** Proxied requests' connections (at most PROXY_CONNECTIONS; the rest queue in it). */
+  readonly agent = new http.Agent({ keepAlive: true, keepAliveMsecs: 1000, scheduling: 'lifo', maxSockets: PROXY_CONNECTIONS });
+  /** The readiness probe's own connection: never queued behind proxied requests. */
+  readonly #probeAgent = new http.Agent({ keepAlive: true, keepAliveMsecs: 1000, maxSockets: 1 });
   inFlight = 0;
   /** Requests this instance served (for stats). */
   served = 0;
@@ -77,17 +89,27 @@ export class Instance {
       if (this.idleTimer) clearTimeout(this.idleTimer);
       if (this.killTimer) clearTimeout(this.killTimer);
       this.idleTimer = this.killTimer = undefined;
-      this.agent.destroy(); // in-flight requests on its sockets fail now → 502
+      this.closeConnections(new Error('function instance exited')); // its requests fail now → 502
       this.#resolveExited();
     }
     return true;
+  }
+
+  /**
+   * Closes every connection to the process, kept-alive or busy, and fails the requests still
+   * queued for one with `reason` (an agent's destroy() leaves those waiting).
+   */
+  closeConnections(reason = new Error('connections to the function instance closed')): void {
+    for (const queued of Object.values(this.agent.requests)) for (const request of queued ?? []) request.destroy(reason);
+    this.agent.destroy();
+    this.#probeAgent.destroy();
   }
 
   /** One GET of the readiness path: the status code, or an Error. */
   probe(): Promise<number | Error> {
     return new Promise((resolve) => {
       const req = http.request(
-        { host: '127.0.0.1', port: this.port, method: 'GET', path: READINESS_PATH, agent: this.agent, timeout: PROBE_TIMEOUT_MS },
+        { host: '127.0.0.1', port: this.port, method: 'GET', path: READINESS_PATH, agent: this.#probeAgent, timeout: PROBE_TIMEOUT_MS },
         (res) => {
           res.resume();
           res.on('end', () => resolve(res.statusCode ?? 0));

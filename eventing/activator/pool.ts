@@ -16,7 +16,7 @@ import { desiredScale, effectiveTarget } from './decider.ts';
 import { Instance } from './instance.ts';
 import { pick } from './lb-policy.ts';
 import { formatDuration, type ExitInfo, type InstanceSupervisor } from './supervisor.ts';
-import { ActivatorError, Throttler } from './throttler.ts';
+import { ActivatorError, type LeaseWait, Throttler } from './throttler.ts';
 
 export interface PoolOptions {
   log: Logger;
@@ -149,6 +149,24 @@ export class FunctionPool {
     return inst;
   }
 
+  /**
+   * While the function starts from zero (no instance serves yet, and the last start did not
+   * fail): a slot for the warm path once an instance is ready, waited for in the same queue as
+   * the requests buffered here (in arrival order, counted by the scaling decision), so the
+   * sender delivers straight to the instance instead of through this front door. Undefined
+   * otherwise: the sender goes through the front door, as before.
+   */
+  leaseWhenStarted(wait: LeaseWait): Promise<Instance> | undefined {
+    if (this.#closed || this.#withdrawn !== undefined || this.#failures > 0) return undefined;
+    if (this.instances.some((inst) => inst.state === 'ready' || inst.state === 'suspect')) return undefined;
+    const waiting = this.#queue.waitFor(wait).then((inst) => {
+      this.stats.direct++;
+      return inst;
+    });
+    this.scale();
+    return waiting;
+  }
+
   release(inst: Instance): void {
     inst.inFlight--;
     if (inst.state === 'ready') {
@@ -158,7 +176,7 @@ export class FunctionPool {
     } else if (inst.state === 'stopping' && inst.inFlight === 0) {
       // Drained: drop the kept-alive connections so the child's server.close() completes now
       // instead of after its keep-alive timeout.
-      setImmediate(() => inst.agent.destroy());
+      setImmediate(() => inst.closeConnections());
     }
   }
 

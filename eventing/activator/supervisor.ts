@@ -152,7 +152,7 @@ export class InstanceSupervisor {
       clearTimeout(inst.idleTimer);
       inst.idleTimer = undefined;
     }
-    if (inst.inFlight === 0) inst.agent.destroy(); // idle keep-alive sockets would hold the child's server open
+    if (inst.inFlight === 0) inst.closeConnections(); // idle keep-alive sockets would hold the child's server open
     const child = inst.child;
     if (child && child.exitCode === null && child.signalCode === null && !inst.killTimer) {
       child.kill('SIGTERM');

@@ -13,6 +13,12 @@ export class ActivatorError extends Error {
   }
 }
 
+/** How a sender that holds its request waits for a lease: until `abort`, at most `maxWaitMs` (0: no bound). */
+export interface LeaseWait {
+  abort: AbortSignal;
+  maxWaitMs?: number;
+}
+
 interface Waiter<T> {
   resolve: (slot: T) => void;
   reject: (err: ActivatorError) => void;
@@ -34,19 +40,53 @@ export class Throttler<T> {
 
   /** Waits for a slot (given by `hand`); rejects at once when the queue is full, or when `res` closes first. */
   wait(res: http.ServerResponse): Promise<T> {
+    return this.#wait((abandon) => res.once('close', abandon));
+  }
+
+  /**
+   * Waits for a slot in the same queue for a sender that holds the request itself (the broker's
+   * direct path); rejects at once when the queue is full, and with 499 when `wait.abort` aborts
+   * or `wait.maxWaitMs` (0: none) passes first.
+   */
+  waitFor(wait: LeaseWait): Promise<T> {
+    if (wait.abort.aborted) return Promise.reject(new ActivatorError(499, 'the sender gave up the request'));
+    return this.#wait((abandon) => {
+      const timer = wait.maxWaitMs ? setTimeout(abandon, wait.maxWaitMs) : undefined;
+      timer?.unref();
+      const onAbort = () => abandon();
+      wait.abort.addEventListener('abort', onAbort, { once: true });
+      return () => {
+        clearTimeout(timer);
+        wait.abort.removeEventListener('abort', onAbort);
+      };
+    });
+  }
+
+  #wait(onAbandon: (abandon: () => void) => (() => void) | unknown): Promise<T> {
     if (this.#waiters.length >= this.#maxQueue) {
       return Promise.reject(
         new ActivatorError(503, `pending request queue full (${this.#maxQueue} requests buffered for "${this.#name}")`),
       );
     }
     return new Promise<T>((resolve, reject) => {
-      const waiter: Waiter<T> = { resolve, reject };
+      let forget: unknown;
+      const settled = () => typeof forget === 'function' && forget();
+      const waiter: Waiter<T> = {
+        resolve: (slot) => {
+          settled();
+          resolve(slot);
+        },
+        reject: (err) => {
+          settled();
+          reject(err);
+        },
+      };
       this.#waiters.push(waiter);
-      res.once('close', () => {
+      forget = onAbandon(() => {
         const i = this.#waiters.indexOf(waiter);
         if (i >= 0) {
-          this.#waiters.splice(i, 1); // client went away while buffered
-          reject(new ActivatorError(499, 'client closed the request'));
+          this.#waiters.splice(i, 1); // the sender went away while buffered
+          waiter.reject(new ActivatorError(499, 'client closed the request'));
         }
       });
     });

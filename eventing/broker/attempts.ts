@@ -15,7 +15,7 @@
 import type { CloudEventV1 } from 'cloudevents';
 import type { Logger } from 'pino';
 import { backoffDelayMs, retryAfterDelayMs, type DeliveryFailure, type ResolvedDelivery } from '../delivery.ts';
-import { judge, type DirectRoute, type Dispatcher, type Verdict } from './dispatcher.ts';
+import { judge, type DirectRoute, type Dispatcher, type SendOutcome, type Verdict } from './dispatcher.ts';
 import type { QueueItem, TriggerQueue } from './trigger-queue.ts';
 import { withoutTtl } from './ttl.ts';
 
@@ -68,11 +68,20 @@ export async function deliverWithRetries(
   const result = await withRetries(ctx.dispatcher, delivery, ctx.closed, async (retry) => {
     if (retry > 0) queue.stats.retried += 1;
     const { subscriber, name } = queue.trigger;
-    const lease = ctx.route?.(subscriber, partitionKey);
+    // A route may be waited for (a function starting from zero): the wait is part of the
+    // attempt, as it was when the event waited in the activator, and its timeout covers both.
+    const asked = performance.now();
+    const routed = ctx.route?.(subscriber, partitionKey, { abort: ctx.dispatcher.signal, maxWaitMs: delivery.timeoutMs });
+    const lease = routed instanceof Promise ? await routed : routed;
+    const leftMs =
+      delivery.timeoutMs > 0 && routed instanceof Promise ? delivery.timeoutMs - (performance.now() - asked) : delivery.timeoutMs;
     direct = lease !== undefined;
     if (lease) queue.stats.direct += 1;
-    const timeoutMs = minTimeout(delivery.timeoutMs, lease?.timeoutMs ?? 0);
-    const outcome = await ctx.dispatcher.send(lease?.url ?? subscriber, outgoing, timeoutMs, true, lease !== undefined);
+    const timeoutMs = minTimeout(leftMs, lease?.timeoutMs ?? 0);
+    const outcome: SendOutcome =
+      delivery.timeoutMs > 0 && leftMs < 1
+        ? { kind: 'error', message: `no answer within ${delivery.timeoutMs} ms (delivery timeout)`, retryable: true, timedOut: true }
+        : await ctx.dispatcher.send(lease?.url ?? subscriber, outgoing, timeoutMs, true, lease !== undefined);
     lease?.release(outcome.kind === 'error' && !outcome.timedOut ? 'unreachable' : 'answered');
     const verdict = judge(subscriber, outcome);
     if (!verdict.ok && verdict.retryable && retry < delivery.retry) {

@@ -49,8 +49,15 @@ export interface Lease {
 /**
  * Looks up a direct route for a subscriber URL; undefined = send to the URL itself. `partitionKey`
  * (the event's `partitionkey` extension) lets the route keep one object's events on one instance.
+ * A promise: the route once the subscriber can take the event (a function starting from zero),
+ * waited for until `wait.abort` (the broker's deadline on close) or for `wait.maxWaitMs` at
+ * most (the attempt's timeout; 0: none), after which it resolves undefined.
  */
-export type DirectRoute = (subscriber: string, partitionKey?: string) => Lease | undefined;
+export type DirectRoute = (
+  subscriber: string,
+  partitionKey: string | undefined,
+  wait: { abort: AbortSignal; maxWaitMs: number },
+) => Lease | undefined | Promise<Lease | undefined>;
 
 /** Connections to one function instance on the direct path (see the top of this file). */
 export const INSTANCE_CONNECTIONS = 32;
@@ -88,6 +95,11 @@ export class Dispatcher {
     }
     this.#onAbort.add(cut);
     return () => this.#onAbort.delete(cut);
+  }
+
+  /** Aborted when the broker cuts deliveries and waits (its deadline on close). */
+  get signal(): AbortSignal {
+    return this.#abort;
   }
 
   /** One POST in binary mode; `direct`: to a function instance (a lease). Never rejects. */

@@ -118,6 +118,72 @@ describe('activator edges', () => {
     assert.equal(stats?.started, 1);
   });
 
+  test('lease with a signal at zero: the route once the started instance is ready, the wait counted for scaling', async () => {
+    const { a } = await start([spec('zero', { scaling: { minScale: 0, maxScale: 3, target: 1, containerConcurrency: 1 } })]);
+    const url = a.urlFor('zero');
+    const signal = { abort: new AbortController().signal };
+    const waits = [a.lease(url, 'key-a', signal), a.lease(url, 'key-b', signal)];
+    assert.ok(
+      waits.every((wait) => wait instanceof Promise),
+      'no instance serves yet: a promise of the route',
+    );
+    assert.equal(a.instances('zero'), 2, 'both waits count: two instances start for target 1');
+    const leases = await Promise.all(waits);
+    for (const lease of leases) {
+      assert.ok(lease, 'a route once an instance is ready');
+      const answer = await fetch(`${lease.url}direct`);
+      assert.equal(answer.status, 200, 'straight to the instance');
+      lease.release('answered');
+    }
+    assert.notEqual(leases[0]!.url, leases[1]!.url, 'containerConcurrency 1: one instance each');
+    const stats = a.stats().zero;
+    assert.equal(stats?.direct, 2);
+    assert.equal(stats?.proxied, 0, 'nothing went through the front door');
+    const warm = a.lease(url, undefined, signal);
+    assert.ok(warm && !(warm instanceof Promise), 'an instance with room: the route at once');
+    warm.release('answered');
+  });
+
+  test('lease with a signal: a failed start answers 503 through the route; a wait given up or past its time resolves undefined; a serving function is not waited for', async () => {
+    const { a } = await start([
+      spec('broken', { command: process.execPath, args: ['-e', 'process.exit(3)'] }),
+      spec('busy', { scaling: { minScale: 0, maxScale: 1, target: 1, containerConcurrency: 1 } }),
+      spec('late'),
+    ]);
+    const late = a.lease(a.urlFor('late'), undefined, { abort: new AbortController().signal, maxWaitMs: 1 });
+    assert.ok(late instanceof Promise);
+    assert.equal(await late, undefined, 'the sender may wait 1 ms: no instance is ready by then');
+    const broken = a.urlFor('broken');
+    const lease = await a.lease(broken, undefined, { abort: new AbortController().signal });
+    assert.ok(lease, 'a route to the answer the front door would give');
+    const answer = await fetch(lease.url, { method: 'POST', body: '{}' });
+    assert.equal(answer.status, 503, 'as the requests buffered for a start that failed');
+    assert.match(await answer.text(), /exited before it was ready/);
+    lease.release('answered');
+    assert.equal((await fetch(lease.url, { method: 'POST', body: '{}' })).status, 404, 'the answer is given once');
+    assert.equal(
+      a.lease(broken, undefined, { abort: new AbortController().signal }),
+      undefined,
+      'after a failed start: the front door, whose retries pace the starts',
+    );
+
+    const busy = a.urlFor('busy');
+    const given = new AbortController();
+    const gaveUp = a.lease(busy, undefined, { abort: given.signal });
+    assert.ok(gaveUp instanceof Promise);
+    given.abort();
+    assert.equal(await gaveUp, undefined, 'the sender gave up: no route');
+    assert.equal((await fetch(`${busy}/first`)).status, 200);
+    const held = a.lease(busy);
+    assert.ok(held, 'the only slot');
+    assert.equal(
+      a.lease(busy, undefined, { abort: new AbortController().signal }),
+      undefined,
+      'an instance serves: the front door queues, not the lease',
+    );
+    held.release('answered');
+  });
+
   test('stats show how many instances a burst used', async () => {
     const { a } = await start([spec('burst')]);
     await Promise.all(Array.from({ length: 6 }, (_, i) => fetch(`${a.urlFor('burst')}/slow?${i}`)));
