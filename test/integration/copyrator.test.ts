@@ -273,6 +273,48 @@ describe('the seed example rule', () => {
     assert.equal(restored.metadata.labels?.extra, undefined);
   });
 
+  test("a settled rule's resync reads only the watch cache, as metadata, and writes nothing; a copy edited by hand keeping its labels is restored by it", async () => {
+    const { kube: recorded, answers } = recordingKube();
+    const host = createFunctionHost(copyrator, { kube: recorded, log: quietLog });
+    const resync = async () => {
+      answers.length = 0;
+      const writesBefore = (await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=main-rule' })).items.map(
+        (copy) => copy.metadata.resourceVersion,
+      );
+      await host.handle({ type: 'resync', id: `resync-${Date.now()}` });
+      return writesBefore;
+    };
+    // The first resync after the writes above may judge the copies once more (the watch cache
+    // catching up); then the rule is settled with the digest of what it found in place.
+    await resync();
+    const settled = (await getRule(key))!;
+    assert.match(settled.status?.inPlace ?? '', /^[0-9a-f]{64}$/);
+    const copiesBefore = await resync();
+    const configMapReads = answers.filter((answer) => answer.path.includes('/configmaps'));
+    assert.ok(configMapReads.length > 0, 'the resync read the copies');
+    // The orphan sweep reads the copies of every rule from etcd, as metadata (orphans.ts); the rule itself only the watch cache.
+    const ruleReads = configMapReads.filter((answer) => answer.query.labelSelector !== 'copyrator.flant.com/rule');
+    assert.ok(ruleReads.length > 0, "the rule's own reads");
+    for (const read of ruleReads) {
+      assert.equal(read.query.resourceVersion, '0', `from the watch cache: ${read.path} ${JSON.stringify(read.query)}`);
+      assert.match(read.accept ?? '', /PartialObjectMetadataList/, `metadata only: ${read.path}`);
+    }
+    assert.equal((await getRule(key))!.metadata.resourceVersion, settled.metadata.resourceVersion, 'no status write');
+    assert.deepEqual(
+      (await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=main-rule' })).items.map(
+        (copy) => copy.metadata.resourceVersion,
+      ),
+      copiesBefore,
+      'no copy written',
+    );
+
+    // An edit that keeps the rule labels is no event the plane delivers (index.ts): the resync restores it.
+    const edited = await kube.mergePatch(ConfigMap, { namespace: 'team-b', name: 'shared-settings' }, { data: { mode: 'hacked' } });
+    await untilWatchCacheHolds(kube, ConfigMap, edited);
+    await resync();
+    assert.deepEqual((await getCm('team-b', 'shared-settings'))?.data, { mode: 'green' });
+  });
+
   test('a ConfigMap change outside every source namespace costs one rule LIST and no reconcile', async () => {
     const requests = async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0);
     const reconciles = async () => (await fn.metrics.reconciles.get()).values.reduce((sum, value) => sum + value.value, 0);
