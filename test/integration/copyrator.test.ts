@@ -366,6 +366,36 @@ describe('the seed example rule', () => {
   });
 });
 
+describe('echoes of the copies', () => {
+  test('the delete of a copy its rule removed costs no API request; a hand deletion of its successor is still heard', async () => {
+    const requests = async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0);
+    const rule = await kube.create(CopyratorRuleKind, newRule('default', 'echo-rule', 'default', { echo: 'yes' }));
+    const source = await kube.create(ConfigMap, configMap('default', 'echo-source', { echo: 'yes' }));
+    await ruleEvent(rule, 'add');
+    const copy = (await getCm('team-a', 'echo-source'))!;
+    assert.ok(copy, 'copied');
+    await kube.delete(ConfigMap, { namespace: 'default', name: 'echo-source' });
+    await send(ConfigMap, source, 'delete');
+    assert.equal(await getCm('team-a', 'echo-source'), undefined, 'the copy went with its source');
+    const before = await requests();
+    const echo = await send(ConfigMap, copy, 'delete');
+    assert.match(JSON.stringify(echo.body), /concerns no CopyratorRule/);
+    assert.equal((await requests()) - before, 0, 'no LIST of rules, no GET of the source');
+
+    // A copy made again has another uid: deleted by hand, it comes back.
+    await kube.create(ConfigMap, configMap('default', 'echo-source', { echo: 'yes' }));
+    await ruleEvent((await getRule({ namespace: 'default', name: 'echo-rule' }))!);
+    const again = (await getCm('team-a', 'echo-source'))!;
+    assert.notEqual(again.metadata.uid, copy.metadata.uid);
+    await kube.delete(ConfigMap, { namespace: 'team-a', name: 'echo-source' });
+    await send(ConfigMap, again, 'delete');
+    assert.ok(await getCm('team-a', 'echo-source'), 'restored');
+    await kube.delete(CopyratorRuleKind, { namespace: 'default', name: 'echo-rule' });
+    await ruleEvent((await getRule({ namespace: 'default', name: 'echo-rule' }))!);
+    await kube.delete(ConfigMap, { namespace: 'default', name: 'echo-source' });
+  });
+});
+
 describe('conflicts', () => {
   test('an object of the same name that is not a copy is left alone and reported', async () => {
     await createSourceNamespace('src-conflict');
