@@ -18,6 +18,7 @@ import {
   applyChild,
   updateStatus,
   type ConditionInput,
+  ownerLabelValue,
   TransientError,
   forEachLimited,
   refusedWrite,
@@ -40,6 +41,8 @@ import {
   newConflicts,
   nextStatus,
   planObserved,
+  RULE_NAME_LABEL,
+  RULE_NAMESPACE_LABEL,
   ruleProblem,
   selectorString,
   sourceRefusal,
@@ -284,7 +287,43 @@ interface Observed {
   digest: string;
 }
 
-async function observe({ kube, readOnce }: ReconcileContext, rule: CopyratorRule): Promise<Observed> {
+/** The rules of one event that list their copies each on their own, before the others share one list of every copy. */
+const OWN_COPY_LISTS = 8;
+
+interface SharedCopies {
+  observed: number;
+  all?: Promise<Map<string, KubeObject[]>>;
+}
+
+/**
+ * The rule's copies as metadata, from the watch cache. A label-selected list there still looks at
+ * every object of the kind in the cluster (in memory): one per rule is fine for an event that
+ * concerns a few rules, not for a resync or a namespace's fan-out of thousands. So once an event
+ * has observed OWN_COPY_LISTS rules, the others share one list of every copy of every rule (its
+ * answer grows with the copies, not with the cluster), read once per event and kept as names and
+ * resourceVersions only. It is as stale as the event is long: a digest read from it that matches
+ * names a state that was in place; one that does not costs a reconcile from etcd.
+ */
+async function copiesOf({ kube, readOnce }: ReconcileContext, rule: CopyratorRule, kind: ResourceKind): Promise<KubeObject[]> {
+  const shared = await readOnce(`copyrator-copies-${kind.kind}`, async (): Promise<SharedCopies> => ({ observed: 0 }));
+  if (++shared.observed <= OWN_COPY_LISTS)
+    return (await kube.list(kind, { labelSelector: copiesSelector(rule), cached: true, metadataOnly: true })).items;
+  shared.all ??= kube.list(kind, { labelSelector: RULE_NAME_LABEL, cached: true, metadataOnly: true }).then(({ items }) => {
+    const byRule = new Map<string, KubeObject[]>();
+    for (const { metadata } of items) {
+      const labels = metadata.labels ?? {};
+      const ruleLabels = `${labels[RULE_NAMESPACE_LABEL]}/${labels[RULE_NAME_LABEL]}`;
+      const { namespace, name, resourceVersion, deletionTimestamp } = metadata;
+      const copies = byRule.get(ruleLabels) ?? byRule.set(ruleLabels, []).get(ruleLabels)!;
+      copies.push({ metadata: { namespace, name, resourceVersion, ...(deletionTimestamp ? { deletionTimestamp } : {}) } });
+    }
+    return byRule;
+  });
+  return (await shared.all).get(`${rule.metadata.namespace}/${ownerLabelValue(rule.metadata.name!)}`) ?? [];
+}
+
+async function observe(ctx: ReconcileContext, rule: CopyratorRule): Promise<Observed> {
+  const { kube, readOnce } = ctx;
   const kind = kindOf(rule.ruleType);
   // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
   const namespaces = (await readOnce('namespaces', () => kube.list(Namespace))).items;
@@ -299,14 +338,14 @@ async function observe({ kube, readOnce }: ReconcileContext, rule: CopyratorRule
           cached: true,
           metadataOnly: true,
         }),
-    kube.list(kind, { labelSelector: copiesSelector(rule), cached: true, metadataOnly: true }),
+    copiesOf(ctx, rule, kind),
   ]);
   return {
     namespaces,
     refused,
     targets,
-    hasCopies: copies.items.length > 0,
-    digest: stateDigest(rule, refused, targets, sources.items, copies.items),
+    hasCopies: copies.length > 0,
+    digest: stateDigest(rule, refused, targets, sources.items, copies),
   };
 }
 

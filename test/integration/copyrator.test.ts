@@ -396,6 +396,41 @@ describe('echoes of the copies', () => {
   });
 });
 
+describe('a resync of many rules', () => {
+  test('the first rules list their copies on their own, the others share one list of every copy (watch cache, metadata); settled, none writes', async () => {
+    const names = Array.from({ length: 12 }, (_, i) => `many-${i}`);
+    for (const name of names) {
+      const rule = await kube.create(CopyratorRuleKind, newRule('default', name, 'default', { many: name }));
+      await ruleEvent(rule, 'add');
+    }
+    const { kube: recorded, answers } = recordingKube();
+    const host = createFunctionHost(copyrator, { kube: recorded, log: quietLog });
+    // The first resync may judge rules once more (the watch cache catching up with their status).
+    await host.handle({ type: 'resync', id: 'many-1' });
+    const settled = await Promise.all(names.map((name) => getRule({ namespace: 'default', name })));
+    answers.length = 0;
+    await host.handle({ type: 'resync', id: 'many-2' });
+    const rules = (await kube.list(CopyratorRuleKind)).items.length;
+    const copyLists = answers.filter((answer) => answer.path.endsWith('/configmaps') && answer.query.resourceVersion === '0');
+    const own = copyLists.filter((answer) => answer.query.labelSelector?.startsWith('copyrator.flant.com/rule-namespace='));
+    const shared = copyLists.filter((answer) => answer.query.labelSelector === 'copyrator.flant.com/rule');
+    assert.ok(rules > 8, `${rules} rules`);
+    assert.equal(own.length, 8, 'eight rules list their own copies');
+    assert.equal(shared.length, 1, 'the others share one list of every copy');
+    assert.match(shared[0]!.accept ?? '', /PartialObjectMetadataList/);
+    for (const [index, name] of names.entries())
+      assert.equal(
+        (await getRule({ namespace: 'default', name }))!.metadata.resourceVersion,
+        settled[index]!.metadata.resourceVersion,
+        `${name}: no write`,
+      );
+    for (const name of names) {
+      await kube.delete(CopyratorRuleKind, { namespace: 'default', name });
+      await ruleEvent((await getRule({ namespace: 'default', name }))!);
+    }
+  });
+});
+
 describe('conflicts', () => {
   test('an object of the same name that is not a copy is left alone and reported', async () => {
     await createSourceNamespace('src-conflict');
