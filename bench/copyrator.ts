@@ -6,8 +6,12 @@
 //   delete   the rule is deleted → every copy is gone (its finalizer)
 //   direct   the same copies created, updated, deleted straight through the API, 16 at a time
 //            (the concurrency one rule's reconcile writes with)
-// The function runs under its generated least-privilege identity; events counts what the source
-// emitted to the broker during each phase.
+// The function runs under its generated least-privilege identity. Per phase: events the sources
+// emitted to the broker and events the broker delivered to the function (the echoes of the copies'
+// own writes are among the first; the Trigger leaves out those the function does not ask for),
+// API requests counted by the API server from the phase's first write until it is quiet again
+// (the bench's own polls for convergence left out), and CPU seconds until convergence.
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
@@ -25,7 +29,9 @@ import { ConfigMap, Namespace, forEachLimited } from '../functions/runtime/index
 import { startTestCluster } from '../test/support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
 import { tempDir } from '../test/support/temp.ts';
-import { benchFlags, planeStateDir } from './harness.ts';
+import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
+import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
+import { benchFlags, planeStateDir, writeResults } from './harness.ts';
 
 const { values } = benchFlags(
   'npm run bench:copyrator -- [--namespaces 50] [--configmaps 20] [--bundled]\n' +
@@ -93,19 +99,76 @@ await plane.start();
 while (plane.activator.instances(copyrator.name) === 0) await sleep(50);
 await sleep(2000);
 
-const copies = async (version?: string) =>
-  (await kube.list<CopyableObject>(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=bench' })).items.filter(
+let polls = 0;
+const copies = async (version?: string) => {
+  polls++;
+  return (await kube.list<CopyableObject>(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=bench' })).items.filter(
     (cm) => !version || cm.data?.version === version,
   ).length;
+};
 async function until(check: () => Promise<boolean>): Promise<void> {
   while (!(await check())) await sleep(100);
 }
-async function phase(run: () => Promise<unknown>, done: () => Promise<boolean>): Promise<{ seconds: number; events: number }> {
-  const emitted = plane.source.stats().emitted;
+
+/**
+ * CPU seconds so far of the function processes this process started (functions/main.ts, or a
+ * bundle's main.mjs), read from /proc; cpu-time.ts's `functions` looks for another entry path.
+ */
+function functionCpuSeconds(): number {
+  let total = 0;
+  for (const name of existsSync('/proc') ? readdirSync('/proc') : []) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (!/functions\/main\.ts|main\.mjs/.test(readFileSync(`/proc/${name}/cmdline`, 'utf8'))) continue;
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(fields[1]) === process.pid) total += (Number(fields[11]) + Number(fields[12])) / 100;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return total;
+}
+
+/** `cpu` with the function processes' seconds (functionCpuSeconds) where cpu-time.ts found none. */
+function withFunctions(cpu: CpuSeconds | undefined, functions: number): CpuSeconds | undefined {
+  if (!cpu || cpu.functions > 0) return cpu;
+  return {
+    ...cpu,
+    functions,
+    total: cpu.total + functions,
+    ...(cpu.others !== undefined ? { others: Math.max(0, cpu.others - functions) } : {}),
+  };
+}
+
+interface Phase {
+  seconds: number;
+  /** Emitted by the sources / delivered to the function (the plane side only). */
+  events?: number;
+  delivered?: number;
+  requests: RequestCounts;
+  cpu?: CpuSeconds;
+}
+const delivered = () => Object.values(plane.stats().broker).reduce((sum, trigger) => sum + trigger.delivered, 0);
+/** One phase: `run`, until `done`; requests until the API server is quiet again, less the bench's own polls. */
+async function measured(run: () => Promise<unknown>, done?: () => Promise<boolean>, onPlane = true): Promise<Phase> {
+  const { totals: before } = await awaitQuiet(cluster.cp, { quietMs: 1000 });
+  const [emitted0, delivered0, polls0] = onPlane ? [plane.source.stats().emitted, delivered(), polls] : [0, 0, polls];
+  const cpu0 = cpuSnapshot(cluster.cp.dir);
+  const fn0 = functionCpuSeconds();
   const started = performance.now();
   await run();
-  await until(done);
-  return { seconds: (performance.now() - started) / 1000, events: plane.source.stats().emitted - emitted };
+  if (done) await until(done);
+  const seconds = (performance.now() - started) / 1000;
+  const cpu = withFunctions(cpuBetween(cpu0, cpuSnapshot(cluster.cp.dir)), functionCpuSeconds() - fn0);
+  const events = onPlane ? { events: plane.source.stats().emitted - emitted0, delivered: delivered() - delivered0 } : {};
+  const own = polls - polls0;
+  const { totals: after } = await awaitQuiet(cluster.cp);
+  const requests = requestDifference(before, after);
+  requests.total -= own;
+  requests.byVerb.LIST = (requests.byVerb.LIST ?? 0) - own;
+  requests.byResource['LIST configmaps'] = (requests.byResource['LIST configmaps'] ?? 0) - own;
+  return { seconds, ...events, requests, cpu };
 }
 
 const rule: CopyratorRule = {
@@ -118,11 +181,11 @@ const rule: CopyratorRule = {
 };
 // A rule's own changes reach the function through its ApiServerSource, as every other change.
 const viaPlane = {
-  create: await phase(
+  create: await measured(
     () => kube.create(CopyratorRuleKind, rule),
     async () => (await copies('v1')) === expected,
   ),
-  update: await phase(
+  update: await measured(
     () =>
       inParallel(
         Array.from({ length: configMapCount }, (_, i) => i),
@@ -130,7 +193,7 @@ const viaPlane = {
       ),
     async () => (await copies('v2')) === expected,
   ),
-  delete: await phase(
+  delete: await measured(
     () => kube.delete(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }),
     async () => (await copies()) === 0 && !(await kube.get(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' })),
   ),
@@ -143,20 +206,20 @@ const stored: CopyratorRule = { ...rule, metadata: { ...rule.metadata, uid: 'ben
 const all = activeNamespaces.flatMap((namespace) =>
   Array.from({ length: configMapCount }, (_, i) => desiredCopy(stored, source(i, 'v1'), namespace)),
 );
-const timed = async (run: () => Promise<unknown>) => {
-  const started = performance.now();
-  await run();
-  return (performance.now() - started) / 1000;
-};
 const direct = {
-  create: await timed(() => inParallel(all, (copy) => kube.create(ConfigMap, copy))),
-  update: await timed(() =>
-    inParallel(all, (copy) =>
-      kube.mergePatch(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }, { data: { version: 'v2' } }),
-    ),
+  create: await measured(() => inParallel(all, (copy) => kube.create(ConfigMap, copy)), undefined, false),
+  update: await measured(
+    () =>
+      inParallel(all, (copy) =>
+        kube.mergePatch(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }, { data: { version: 'v2' } }),
+      ),
+    undefined,
+    false,
   ),
-  delete: await timed(() =>
-    inParallel(all, (copy) => kube.delete(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! })),
+  delete: await measured(
+    () => inParallel(all, (copy) => kube.delete(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! })),
+    undefined,
+    false,
   ),
 };
 await cluster.stop();
@@ -164,10 +227,47 @@ await cluster.stop();
 console.log(
   `CopyratorRule: ${configMapCount} ConfigMaps × ${activeNamespaces.length} namespaces (${namespaceCount} + the control plane's own) = ${expected} copies${values.bundled ? ' (function bundled)' : ''}`,
 );
-console.log('phase    through the plane                 direct writes (16 at a time)   plane / direct');
+console.log('phase    through the plane                                  direct writes (16 at a time)   plane / direct');
+const verbs = (requests: RequestCounts) =>
+  Object.entries(requests.byVerb)
+    .filter(([, count]) => count > 0)
+    .sort(([, a], [, b]) => b - a)
+    .map(([verb, count]) => `${verb} ${count}`)
+    .join(', ');
+const summary: Record<string, unknown> = {};
 for (const name of ['create', 'update', 'delete'] as const) {
   const p = viaPlane[name];
+  const d = direct[name];
   console.log(
-    `${name.padEnd(8)} ${p.seconds.toFixed(2).padStart(6)} s  ${String(p.events).padStart(5)} events  ${(expected / p.seconds).toFixed(0).padStart(5)} copies/s   ${direct[name].toFixed(2).padStart(6)} s  ${(expected / direct[name]).toFixed(0).padStart(5)} copies/s   ${(p.seconds / direct[name]).toFixed(1).padStart(5)}x`,
+    `${name.padEnd(8)} ${p.seconds.toFixed(2).padStart(6)} s  ${String(p.events).padStart(5)} emitted ${String(p.delivered).padStart(5)} delivered  ${(expected / p.seconds).toFixed(0).padStart(5)} copies/s   ${d.seconds.toFixed(2).padStart(6)} s  ${(expected / d.seconds).toFixed(0).padStart(5)} copies/s   ${(p.seconds / d.seconds).toFixed(2).padStart(5)}x`,
   );
+  const perCopy = (value: number | undefined) => (value === undefined ? '?' : ((value * 1000) / expected).toFixed(2));
+  for (const [side, run] of [
+    ['plane', p],
+    ['direct', d],
+  ] as const)
+    console.log(
+      `           ${side.padEnd(6)} ${(run.requests.total / expected).toFixed(2)} requests/copy (${verbs(run.requests)}); CPU ms/copy: total ${perCopy(run.cpu?.total)}, apiserver ${perCopy(run.cpu?.apiServer)}, etcd ${perCopy(run.cpu?.etcd)}, function ${perCopy(run.cpu?.functions)}, bench+plane ${perCopy(run.cpu?.bench)} (others ${run.cpu?.others?.toFixed(1) ?? '?'} s, steal ${run.cpu?.steal?.toFixed(1) ?? '?'} s)`,
+    );
+  summary[name] = {
+    ratio: p.seconds / d.seconds,
+    planeSeconds: p.seconds,
+    directSeconds: d.seconds,
+    emitted: p.events,
+    delivered: p.delivered,
+    planeRequestsPerCopy: p.requests.total / expected,
+    directRequestsPerCopy: d.requests.total / expected,
+    planeCpuMsPerCopy: p.cpu ? (p.cpu.total * 1000) / expected : undefined,
+    directCpuMsPerCopy: d.cpu ? (d.cpu.total * 1000) / expected : undefined,
+  };
 }
+writeResults({
+  benchmark: 'copyrator',
+  label: `${configMapCount}x${activeNamespaces.length}`,
+  date: new Date().toISOString(),
+  command: `npm run bench:copyrator -- ${process.argv.slice(2).join(' ')}`.trim(),
+  copies: expected,
+  summary,
+  plane: viaPlane,
+  direct,
+});

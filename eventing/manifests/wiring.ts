@@ -5,10 +5,14 @@
 // Sources: its own kind in Resource mode (the runtime can skip a status-only update by its body);
 // owned and watched kinds in Resource mode (a delete still names the owner), with their label
 // selectors; Secrets always in Reference mode, in a source of their own, because Secret contents
-// must never travel through the event plane. Every event is tagged with the function's name
-// (ceOverrides), which its Trigger filters on.
+// must never travel through the event plane. A selection that asks for fewer changes than another
+// of its kind (ownSourceSelections) has a source of its own, tagged with its name, so that its
+// Trigger filter can leave out what that selection does not ask for. Every event is tagged with
+// the function's name (ceOverrides), which its Trigger filters on.
 import {
   unwantedChanges,
+  CHANGE_ACTIONS,
+  type ChangeAction,
   type FunctionDeclaration,
   apiServerEventType,
   FUNCTION_EXTENSION,
@@ -23,6 +27,47 @@ import type { SourceSpec } from '../source/index.ts';
 
 /** CloudEvent extension naming the function a source serves (ApiServerSource ceOverrides). */
 export { FUNCTION_EXTENSION };
+
+/** CloudEvent extension naming the source of a selection that has one of its own (ownSourceSelections). */
+export const SOURCE_EXTENSION = 'opfnsource';
+
+/** A watched or owned selection: a kind, the objects of it the watch takes, the changes asked for. */
+interface Selection {
+  kind: ResourceKind;
+  labelSelector?: string;
+  changes?: readonly ChangeAction[];
+}
+
+const selectionsOf = (declaration: FunctionDeclaration): Selection[] =>
+  [
+    ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel, changes: owned.changes })),
+    ...declaration.watches.map((watched) => ({ kind: watched.kind, labelSelector: watched.labelSelector, changes: watched.changes })),
+  ].filter((selection) => watchableBySource(selection.kind));
+
+/**
+ * The selections with a source of their own, each with that source's name: those that ask for
+ * fewer changes than another selection of the same kind (e.g. the deletes of the function's own
+ * copies beside every change of the other objects of their kind). ApiServerSource sends every
+ * change of what it selects; the Trigger can leave some out only by an attribute, and the kind is
+ * shared, so such a source tags its events (SOURCE_EXTENSION) and the Trigger filters on the tag.
+ */
+function ownSourceSelections(declaration: FunctionDeclaration, selections: Selection[]): Map<Selection, string> {
+  const asked = (selection: Selection) => selection.changes ?? CHANGE_ACTIONS;
+  const own = new Map<Selection, string>();
+  const names = new Set<string>();
+  for (const selection of selections) {
+    const others = selections.filter((other) => other !== selection && sameKindAs(other.kind, selection.kind));
+    if (!others.some((other) => asked(other).some((action) => !asked(selection).includes(action)))) continue;
+    const base = `${declaration.name}-${selection.kind.plural}-${asked(selection).join('-')}`;
+    let name = base;
+    for (let i = 2; names.has(name); i++) name = `${base}-${i}`;
+    names.add(name);
+    own.set(selection, name);
+  }
+  return own;
+}
+
+const sameKindAs = (a: ResourceKind, b: ResourceKind): boolean => a.group === b.group && a.kind === b.kind;
 
 /**
  * The ApiServerSources of one function. A kind no ApiServerSource can watch (watchableBySource)
@@ -42,14 +87,21 @@ export function sourcesFor(declaration: FunctionDeclaration): SourceSpec[] {
         },
       ]
     : [];
-  const related = [
-    ...declaration.owns.map((owned) => ({ kind: owned.kind, labelSelector: owned.ownerNameLabel })),
-    ...declaration.watches.map((watched) => ({ kind: watched.kind, labelSelector: watched.labelSelector })),
-  ].filter((resource) => watchableBySource(resource.kind));
-  const resources = related.filter((r) => !isSecret(r.kind));
-  const secrets = related.filter((r) => isSecret(r.kind));
+  const selections = selectionsOf(declaration);
+  const own = ownSourceSelections(declaration, selections);
+  const resource = ({ kind, labelSelector }: Selection) => ({ kind, ...(labelSelector !== undefined ? { labelSelector } : {}) });
+  const related = selections.filter((selection) => !own.has(selection));
+  const resources = related.filter((r) => !isSecret(r.kind)).map(resource);
+  const secrets = related.filter((r) => isSecret(r.kind)).map(resource);
   if (resources.length) sources.push({ name: `${declaration.name}-related`, mode: 'Resource', resources, extensions });
   if (secrets.length) sources.push({ name: `${declaration.name}-secrets`, mode: 'Reference', resources: secrets, extensions });
+  for (const [selection, name] of own)
+    sources.push({
+      name,
+      mode: isSecret(selection.kind) ? 'Reference' : 'Resource',
+      resources: [resource(selection)],
+      extensions: { ...extensions, [SOURCE_EXTENSION]: name },
+    });
   return sources;
 }
 
@@ -63,20 +115,23 @@ export function isSecret(kind: ResourceKind): boolean {
  * to it, in Knative's `filters` (the Subscriptions API dialects, GA and always on in Eventing
  * 1.23; `filters` wins over `filter`, so the older `filter` is not set beside them): the
  * function's own tag (exact), then one `not` per kind whose changes the declaration does not ask
- * for (`changes`), so the broker leaves those out rather than the function answering them.
+ * for (`changes`), and one per source of its own (ownSourceSelections) for the changes its
+ * selection does not ask for, so the broker leaves those out rather than the function answering them.
  */
 export function triggerFor(declaration: FunctionDeclaration): { name: string; filters: SubscriptionsApiFilter[] } {
   const exact = (attribute: string, value: string): SubscriptionsApiFilter => ({ exact: { [attribute]: value } });
+  const ofTypes = (actions: readonly ChangeAction[]): SubscriptionsApiFilter => ({
+    any: actions.flatMap((action) => (['ref', 'resource'] as const).map((mode) => exact('type', apiServerEventType(mode, action)))),
+  });
   const unwanted = unwantedChanges(declaration).map(({ kind, actions }): SubscriptionsApiFilter => ({
-    not: {
-      all: [
-        exact('apiversion', apiVersionOf(kind)),
-        exact('kind', kind.kind),
-        { any: actions.flatMap((action) => (['ref', 'resource'] as const).map((mode) => exact('type', apiServerEventType(mode, action)))) },
-      ],
-    },
+    not: { all: [exact('apiversion', apiVersionOf(kind)), exact('kind', kind.kind), ofTypes(actions)] },
   }));
-  return { name: declaration.name, filters: [exact(FUNCTION_EXTENSION, declaration.name), ...unwanted] };
+  const unwantedOfSources = [...ownSourceSelections(declaration, selectionsOf(declaration))].map(
+    ([selection, name]): SubscriptionsApiFilter => ({
+      not: { all: [exact(SOURCE_EXTENSION, name), ofTypes(CHANGE_ACTIONS.filter((action) => !selection.changes!.includes(action)))] },
+    }),
+  );
+  return { name: declaration.name, filters: [exact(FUNCTION_EXTENSION, declaration.name), ...unwanted, ...unwantedOfSources] };
 }
 
 const declaredKinds = (declaration: FunctionDeclaration): ResourceKind[] => [

@@ -6,6 +6,7 @@
 // failures. Copies live in other namespaces, where an ownerReference cannot point (the garbage
 // collector treats a cross-namespace owner as absent and deletes the dependent), so a copy is
 // marked as the rule's by labels (for listing) and annotations (the exact rule and source).
+import { createHash } from 'node:crypto';
 import {
   type KubeObject,
   type ResourceKind,
@@ -64,6 +65,8 @@ export interface CopyratorRuleStatus {
   conflictCount?: number;
   conflicts?: Conflict[];
   conditions?: Condition[];
+  /** The digest (stateDigest) of what the last reconcile found all in place, with nothing to write. */
+  inPlace?: string;
 }
 
 export interface CopyratorRule extends KubeObject {
@@ -486,11 +489,45 @@ export function newConflicts(status: CopyratorRuleStatus | undefined, conflicts:
   return listFull && status?.conflictCount === conflicts.length && fresh.length <= conflicts.length - listed.length ? [] : fresh;
 }
 
+/**
+ * A digest of everything a rule's copies are judged from, as metadata: the rule (uid, generation),
+ * whether and why it is refused, its target namespaces, its sources and its copies, each at its
+ * resourceVersion. Any change of any of them (a source edited, a copy edited or deleted by hand, a
+ * namespace added) changes it; resourceVersions are never reused, so a digest once seen in place
+ * means that very state, never a later one.
+ */
+export function stateDigest(
+  rule: CopyratorRule,
+  refused: ConditionInput | undefined,
+  targets: string[],
+  sources: KubeObject[],
+  copies: KubeObject[],
+): string {
+  const versions = (objects: KubeObject[]) =>
+    objects
+      .map(({ metadata }) => `${metadata.namespace}/${metadata.name}@${metadata.resourceVersion}${metadata.deletionTimestamp ? '-' : ''}`)
+      .sort();
+  const state = [
+    rule.metadata.uid,
+    rule.metadata.generation,
+    refused?.reason,
+    refused?.message,
+    [...targets].sort(),
+    versions(sources),
+    versions(copies),
+  ];
+  return createHash('sha256').update(JSON.stringify(state)).digest('hex');
+}
+
+/** A tally that leaves every copy in place: none failed, conflicting or left for later. */
+export const allInPlace = (tally: CopyTally): boolean => !tally.conflicts.length && !tally.failed && !tally.unfinished;
+
 export function nextStatus(
   current: CopyratorRule,
   actedOn: CopyratorRule,
   tally: CopyTally | undefined,
   problem?: ConditionInput,
+  inPlace?: string,
 ): CopyratorRuleStatus | undefined {
   // Deleted and recreated under the same name since we read it: that object is someone else's reconcile.
   if (current.metadata.uid !== actedOn.metadata.uid) return undefined;
@@ -498,8 +535,10 @@ export function nextStatus(
   const generation = actedOn.metadata.generation ?? 0;
   const conflicts = [...(tally?.conflicts ?? [])].sort((a, b) => copyKey({ metadata: a }).localeCompare(copyKey({ metadata: b })));
   const condition = problem ?? tally?.refused ?? readyCondition(tally!);
+  const { inPlace: _formerDigest, ...kept } = status;
   return {
-    ...status,
+    ...kept,
+    ...(inPlace ? { inPlace } : {}),
     observedGeneration: generation,
     matched: tally?.matched ?? 0,
     copies: tally?.copies ?? 0,

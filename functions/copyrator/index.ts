@@ -10,13 +10,14 @@ import {
   type FunctionDeclaration,
   type PolicyRule,
   type WatchedKind,
+  type ResourceKind,
   ConfigMap,
   Namespace,
   Secret,
   allOf,
 } from '../runtime/index.ts';
 import { copyratorAdmission } from './admission.ts';
-import { CopyratorRuleKind, FINALIZER, type RuleType } from './desired.ts';
+import { CopyratorRuleKind, FINALIZER, RULE_NAME_LABEL, type RuleType } from './desired.ts';
 import { rulesForChange } from './mapping.ts';
 import { sweepOrphanCopies } from './orphans.ts';
 import { finalizeCopies, reconcileCopyratorRule } from './reconcile.ts';
@@ -25,12 +26,18 @@ const COPY_VERBS = ['get', 'list', 'create', 'update', 'delete'];
 
 export function copyratorFunction(options: { secrets: boolean }): FunctionDeclaration {
   const ruleTypes: RuleType[] = options.secrets ? ['configmap', 'secret'] : ['configmap'];
-  const watches: WatchedKind[] = [
-    { kind: Namespace, keysFor: allOf(CopyratorRuleKind) },
-    // No label selector can be used for sources: a ConfigMap that loses its label must still
-    // wake its rule, and ApiServerSource sends only the new object.
-    { kind: ConfigMap, keysFor: rulesForChange('configmap') },
+  // Every object of a copied kind but the copies: no selector of the rules' can be used, as an
+  // object that loses a rule's label must still wake it (ApiServerSource sends only the new
+  // object). The copies (RULE_NAME_LABEL) only by their deletes: their adds and updates are almost
+  // all the echo of the function's own writes. A copy deleted by hand is so restored at once; one
+  // whose rule labels are removed by hand leaves that selection (a delete) and enters the other (an
+  // add), and is restored at once too; one whose data or other labels are edited by hand, keeping
+  // the rule labels, is restored by the next resync (or the next change of its source).
+  const watchesOf = (kind: ResourceKind, ruleType: RuleType): WatchedKind[] => [
+    { kind, labelSelector: `!${RULE_NAME_LABEL}`, keysFor: rulesForChange(ruleType) },
+    { kind, labelSelector: RULE_NAME_LABEL, changes: ['delete'], keysFor: rulesForChange(ruleType) },
   ];
+  const watches: WatchedKind[] = [{ kind: Namespace, keysFor: allOf(CopyratorRuleKind) }, ...watchesOf(ConfigMap, 'configmap')];
   // What reconcile and the mappers do themselves; reading rules, their finalizer and Events
   // follow from the declaration (functions/runtime/rbac.ts).
   const rbac: PolicyRule[] = [
@@ -40,7 +47,7 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
   ];
   if (options.secrets) {
     // The plane watches Secrets in Reference mode (sourcesFor): contents never travel in events.
-    watches.push({ kind: Secret, keysFor: rulesForChange('secret') });
+    watches.push(...watchesOf(Secret, 'secret'));
     rbac.push({ apiGroups: [''], resources: ['secrets'], verbs: COPY_VERBS });
   }
   return defineFunction({

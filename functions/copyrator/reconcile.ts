@@ -18,11 +18,13 @@ import {
   applyChild,
   updateStatus,
   type ConditionInput,
+  ownerLabelValue,
   TransientError,
   forEachLimited,
   refusedWrite,
 } from '../runtime/index.ts';
 import {
+  allInPlace,
   blockTaken,
   conflictFor,
   CONTROLLED_REASON,
@@ -39,10 +41,13 @@ import {
   newConflicts,
   nextStatus,
   planObserved,
+  RULE_NAME_LABEL,
+  RULE_NAMESPACE_LABEL,
   ruleProblem,
   selectorString,
   sourceRefusal,
   sourcesOf,
+  stateDigest,
   targetNamespaces,
   updateAction,
   updatedCopy,
@@ -55,6 +60,7 @@ import {
   type CopyTally,
   type RuleType,
 } from './desired.ts';
+import { recordOwnDelete } from './own-deletes.ts';
 
 /** Writes in flight at once for one rule: enough to hide API latency, few enough to stay polite. */
 const WRITE_CONCURRENCY = 16;
@@ -73,27 +79,37 @@ const DATA_PAGES = { limit: 16, pageBytes: 4 * 1024 * 1024 } as const;
 type Outcome = 'created' | 'updated' | 'deleted' | 'unchanged' | { conflict: Conflict };
 
 /** Carries out one action; a same-named object that is not our copy is reported, never touched. */
-async function apply(kube: KubeClient, rule: KubeObject, ruleType: RuleType, action: CopyAction): Promise<Outcome> {
+async function apply(
+  kube: KubeClient,
+  rule: KubeObject,
+  ruleType: RuleType,
+  action: CopyAction,
+  inPlace: (copy: KubeObject) => void,
+): Promise<Outcome> {
   const kind = kindOf(ruleType);
   const keyOf = (object: KubeObject): ObjectKey => ({ namespace: object.metadata.namespace!, name: object.metadata.name! });
   switch (action.type) {
     case 'keep':
+      inPlace(action.existing);
       return 'unchanged';
     case 'blocked':
       return { conflict: conflictFor(action.existing) };
     case 'delete':
-      // The uid precondition: never delete an object that replaced the copy we judged.
-      await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
+      // The uid precondition: never delete an object that replaced the copy we judged. A copy no
+      // longer wanted: its delete event needs nothing (own-deletes.ts). Not so a replaced one,
+      // whose successor waits for it to be gone.
+      if (await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid }))
+        recordOwnDelete(action.existing.metadata.uid);
       return 'deleted';
     case 'update':
-      return writeCopy(kube, rule, kind, action.desired, action.existing);
+      return writeCopy(kube, rule, kind, inPlace, action.desired, action.existing);
     case 'replace':
       // The uid precondition: only the copy we judged. A newer object in its place makes the
       // create below find it and judge it again.
       await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
-      return writeCopy(kube, rule, kind, action.desired);
+      return writeCopy(kube, rule, kind, inPlace, action.desired);
     case 'create':
-      return writeCopy(kube, rule, kind, action.desired);
+      return writeCopy(kube, rule, kind, inPlace, action.desired);
   }
 }
 
@@ -129,14 +145,15 @@ function mergeCopy(existing: CopyableObject, desired: CopyableObject): CopyableO
 }
 
 /**
- * Creates the copy, or updates `observed` (our copy as listed) to it. A name taken by our copy
- * that lost its labels is judged from a read of etcd; by another rule's copy or a foreign object,
- * reported as a conflict.
+ * Creates the copy, or updates `observed` (our copy as listed) to it, and tells `inPlace` the copy
+ * as it now is. A name taken by our copy that lost its labels is judged from a read of etcd; by
+ * another rule's copy or a foreign object, reported as a conflict.
  */
 async function writeCopy(
   kube: KubeClient,
   rule: KubeObject,
   kind: ResourceKind,
+  inPlace: (copy: KubeObject) => void,
   desired: CopyableObject,
   observed?: CopyableObject,
 ): Promise<Outcome> {
@@ -148,6 +165,7 @@ async function writeCopy(
       firstRead: 'etcd',
     });
     if (applied.result === 'conflict') return { conflict: conflictFor(applied.object!) };
+    inPlace(applied.object!);
     // Never superseded: that is only for onRace 'leave'.
     return applied.result as 'created' | 'updated' | 'unchanged';
   } catch (error) {
@@ -201,6 +219,8 @@ class CopyWrites {
   firstError: unknown;
   /** Writes made or tried (every action but keep and blocked). */
   written = 0;
+  /** Each object holding the rule's copy labels, as it is after the writes (`<namespace>/<name>@<resourceVersion>`): stateDigest's copies. */
+  readonly after: KubeObject[] = [];
   readonly #kube: KubeClient;
   readonly #rule: KubeObject;
   readonly #log: ReconcileContext['log'];
@@ -215,7 +235,9 @@ class CopyWrites {
     return forEachLimited(actions, WRITE_CONCURRENCY, async (action) => {
       if (action.type !== 'keep' && action.type !== 'blocked') this.written++;
       try {
-        const outcome = await apply(this.#kube, this.#rule, ruleType, action);
+        const outcome = await apply(this.#kube, this.#rule, ruleType, action, ({ metadata }) =>
+          this.after.push({ metadata: { namespace: metadata.namespace, name: metadata.name, resourceVersion: metadata.resourceVersion } }),
+        );
         if (typeof outcome === 'string') this.counts[outcome]++;
         else this.conflicts.push(outcome.conflict);
       } catch (error) {
@@ -250,6 +272,84 @@ function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
 }
 
 /**
+ * What a rule's copies are judged from, as the API server's watch cache shows it, as metadata:
+ * the namespaces (whose labels decide whether the rule may copy at all and where to), its sources
+ * and its copies, each one list from memory, whatever the size of the cluster, and their digest
+ * (stateDigest). Metadata only, so each answer (one page: the watch cache ignores `limit`) is
+ * small: no data of any ConfigMap or Secret.
+ */
+interface Observed {
+  namespaces: KubeObject[];
+  refused: ConditionInput | undefined;
+  targets: string[];
+  /** Whether the watch cache shows any copy of the rule: none, and the copies need no list from etcd. */
+  hasCopies: boolean;
+  digest: string;
+}
+
+/** The rules of one event that list their copies each on their own, before the others share one list of every copy. */
+const OWN_COPY_LISTS = 8;
+
+interface SharedCopies {
+  observed: number;
+  all?: Promise<Map<string, KubeObject[]>>;
+}
+
+/**
+ * The rule's copies as metadata, from the watch cache. A label-selected list there still looks at
+ * every object of the kind in the cluster (in memory): one per rule is fine for an event that
+ * concerns a few rules, not for a resync or a namespace's fan-out of thousands. So once an event
+ * has observed OWN_COPY_LISTS rules, the others share one list of every copy of every rule (its
+ * answer grows with the copies, not with the cluster), read once per event and kept as names and
+ * resourceVersions only. It is as stale as the event is long: a digest read from it that matches
+ * names a state that was in place; one that does not costs a reconcile from etcd.
+ */
+async function copiesOf({ kube, readOnce }: ReconcileContext, rule: CopyratorRule, kind: ResourceKind): Promise<KubeObject[]> {
+  const shared = await readOnce(`copyrator-copies-${kind.kind}`, async (): Promise<SharedCopies> => ({ observed: 0 }));
+  if (++shared.observed <= OWN_COPY_LISTS)
+    return (await kube.list(kind, { labelSelector: copiesSelector(rule), cached: true, metadataOnly: true })).items;
+  shared.all ??= kube.list(kind, { labelSelector: RULE_NAME_LABEL, cached: true, metadataOnly: true }).then(({ items }) => {
+    const byRule = new Map<string, KubeObject[]>();
+    for (const { metadata } of items) {
+      const labels = metadata.labels ?? {};
+      const ruleLabels = `${labels[RULE_NAMESPACE_LABEL]}/${labels[RULE_NAME_LABEL]}`;
+      const { namespace, name, resourceVersion, deletionTimestamp } = metadata;
+      const copies = byRule.get(ruleLabels) ?? byRule.set(ruleLabels, []).get(ruleLabels)!;
+      copies.push({ metadata: { namespace, name, resourceVersion, ...(deletionTimestamp ? { deletionTimestamp } : {}) } });
+    }
+    return byRule;
+  });
+  return (await shared.all).get(`${rule.metadata.namespace}/${ownerLabelValue(rule.metadata.name!)}`) ?? [];
+}
+
+async function observe(ctx: ReconcileContext, rule: CopyratorRule): Promise<Observed> {
+  const { kube, readOnce } = ctx;
+  const kind = kindOf(rule.ruleType);
+  // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
+  const namespaces = (await readOnce('namespaces', () => kube.list(Namespace))).items;
+  const refused = sourceRefusal(rule, namespaces);
+  const targets = refused ? [] : targetNamespaces(rule, namespaces);
+  const [sources, copies] = await Promise.all([
+    refused
+      ? { items: [] }
+      : kube.list(kind, {
+          namespace: rule.namespace,
+          labelSelector: selectorString(rule.selector) || undefined,
+          cached: true,
+          metadataOnly: true,
+        }),
+    copiesOf(ctx, rule, kind),
+  ]);
+  return {
+    namespaces,
+    refused,
+    targets,
+    hasCopies: copies.length > 0,
+    digest: stateDigest(rule, refused, targets, sources.items, copies),
+  };
+}
+
+/**
  * Brings the rule's copies to the desired set; returns what is in place. Throws only on reads.
  * Memory stays bounded whatever the number of copies: they are read a page at a time and each
  * page judged and written before the next, the missing ones made a chunk at a time; what is kept
@@ -258,16 +358,13 @@ function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
  * stops before the next page or chunk and reports the tally unfinished.
  */
 async function converge(
-  { kube, readOnce, now, deadline }: ReconcileContext,
+  { kube, now, deadline }: ReconcileContext,
   rule: CopyratorRule,
   ruleTypes: RuleType[],
   log: ReconcileContext['log'],
-): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; controlled: ControlledObject[] }> {
+  { refused, targets, hasCopies }: Observed,
+): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; controlled: ControlledObject[]; digest?: string }> {
   const kind = kindOf(rule.ruleType);
-  // The namespaces first: their labels decide whether the source namespace may be read at all.
-  // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
-  const namespaces = (await readOnce('namespaces', () => kube.list(Namespace))).items;
-  const refused = sourceRefusal(rule, namespaces);
   // Copies of the kind the rule no longer copies (its ruleType changed) are removed as well; from
   // the watch cache, as there are almost never any, and as metadata: deleting needs no data.
   const formerTypes = ruleTypes.filter((ruleType) => ruleType !== rule.ruleType);
@@ -289,7 +386,7 @@ async function converge(
   const controlled = controlledOf(listed.items);
   // A refused rule wants no copy: those it has (made before an administrator removed a label, or
   // before the function refused such rules) are removed.
-  const wanted = wantedCopies(rule, sources, refused ? [] : targetNamespaces(rule, namespaces));
+  const wanted = wantedCopies(rule, sources, targets);
   const writes = new CopyWrites(kube, rule, log);
   const outOfTime = () => writes.written > 0 && now().getTime() >= deadline;
   const tally = (unfinished: boolean) => {
@@ -307,10 +404,17 @@ async function converge(
     };
   };
   const present = new Set<string>();
-  for await (const page of kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule), ...DATA_PAGES })) {
+  // A label-selected list from etcd reads every object of the kind in the cluster: only when the
+  // watch cache shows copies. One it does not show yet (made a moment ago by another replica)
+  // meets its 409 on create, and the create then judges it from a read of etcd (writeCopy).
+  const copyPages = hasCopies ? kube.pages<CopyableObject>(kind, { labelSelector: copiesSelector(rule), ...DATA_PAGES }) : [];
+  for await (const page of copyPages) {
     if (outOfTime()) return tally(true);
     const ours = page.items.filter((object) => isManagedBy(object, rule));
     for (const object of ours) if (!object.metadata.deletionTimestamp) present.add(copyKey(object));
+    // What this run leaves as it is: others' objects with the rule's labels, and copies being deleted.
+    for (const object of page.items)
+      if (!ours.includes(object) || object.metadata.deletionTimestamp) writes.after.push({ metadata: object.metadata });
     await writes.apply(rule.ruleType, planObserved(wanted, ours));
   }
   const taken = takenNames(kube, kind, rule);
@@ -325,7 +429,8 @@ async function converge(
     );
   }
   for (const [index, { items }] of former.entries()) await writes.apply(formerTypes[index]!, deletesOf(items, rule));
-  return tally(false);
+  // The state this run leaves, as observe would see it once the watch cache has its writes.
+  return { ...tally(false), digest: stateDigest(rule, refused, targets, listed.items, writes.after) };
 }
 
 export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
@@ -350,7 +455,11 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
       return;
     }
 
-    const tally = await converge(ctx, rule, ruleTypes, log);
+    const observed = await observe(ctx, rule);
+    // Nothing it is judged from has changed since a reconcile found all its copies in place (a
+    // resync of a settled rule): nothing to read from etcd, nothing to write.
+    if (rule.status?.observedGeneration === rule.metadata.generation && rule.status?.inPlace === observed.digest) return;
+    const tally = await converge(ctx, rule, ruleTypes, log, observed);
     // Copies created while another replica ran the rule's finalizer (it listed the copies before
     // these creates, then let the rule go) would be orphans nothing looks at again: no resync
     // reaches a rule that is gone, and their add events come back to this replica, which skips
@@ -383,7 +492,15 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
     if (refusalNews(rule.status, tally.refused)) await events.warning(rule, CopyratorRuleKind, tally.refused.reason, tally.refused.message);
     if (controlledNews(rule.status, tally.controlled))
       await events.warning(rule, CopyratorRuleKind, CONTROLLED_REASON, controlledWarning(tally.controlled));
-    await updateStatus<CopyratorRule>(kube, CopyratorRuleKind, key, (current) => nextStatus(current, rule, tally), rule);
+    // The digest only when every copy is in place: the state this run leaves, its writes included.
+    const inPlace = allInPlace(tally) ? tally.digest : undefined;
+    await updateStatus<CopyratorRule>(
+      kube,
+      CopyratorRuleKind,
+      key,
+      (current) => nextStatus(current, rule, tally, undefined, inPlace),
+      rule,
+    );
     // Written status first, so it shows progress; the failed writes are retried with the event.
     if (tally.firstError) throw tally.firstError;
     // The rest in the rule's next delivery, at once (ReconcileResult.deferredKeys).

@@ -65,7 +65,13 @@ export interface MapperContext {
   installNamespace?: string;
 }
 
-/** A kind the function reads but does not own; a mapper turns its changes into keys to reconcile. */
+/**
+ * A kind the function reads but does not own; a mapper turns its changes into keys to reconcile.
+ * A kind may be declared more than once, with selectors that split its objects, each asking for
+ * its own `changes` (every change of most objects, only the deletes of those the function writes
+ * itself): each is watched apart, and its Trigger leaves out what that one does not ask for. Its
+ * events are mapped by the first entry's `keysFor`.
+ */
 export interface WatchedKind extends ChangeSelection {
   kind: ResourceKind;
   /** Only objects with these labels are of interest (passed to the watch as labelSelector). */

@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { CloudEvent } from 'cloudevents';
 import { pino } from 'pino';
 import { readDeadLetterFile } from '../../eventing/broker/index.ts';
-import { EventPlane, FUNCTION_EXTENSION } from '../../eventing/plane.ts';
+import { EventPlane, FUNCTION_EXTENSION, resyncEvent } from '../../eventing/plane.ts';
 import copyrator from '../../functions/copyrator/index.ts';
 import {
   CopyratorRuleKind,
@@ -154,8 +154,24 @@ describe('copyrator through the plane', () => {
 
     await kube.delete(ConfigMap, { namespace: 'team-a', name: 'shared' });
     await converge('the hand-deleted copy back', async () => (await getCm('team-a', 'shared'))?.data?.color === 'green');
+    // A hand edit that keeps the copy's rule labels is no event the copyrator hears (its sources
+    // take only the copies' deletes): the resync restores it.
     await kube.mergePatch(ConfigMap, { namespace: 'team-late', name: 'shared' }, { data: { color: 'hacked' } });
-    await converge('the hand-edited copy restored', async () => (await getCm('team-late', 'shared'))?.data?.color === 'green');
+    await planes[0]!.broker.publish(resyncEvent(copyrator));
+    await converge(
+      'the hand-edited copy restored by the resync',
+      async () => (await getCm('team-late', 'shared'))?.data?.color === 'green',
+    );
+    // One whose rule labels are removed by hand enters the selection of the other ConfigMaps: restored at once.
+    await kube.mergePatch(
+      ConfigMap,
+      { namespace: 'team-late', name: 'shared' },
+      { metadata: { labels: { 'copyrator.flant.com/rule': null } } },
+    );
+    await converge(
+      'the copy whose rule label was removed restored',
+      async () => (await getCm('team-late', 'shared'))?.metadata.labels?.['copyrator.flant.com/rule'] === 'main-rule',
+    );
 
     await kube.mergePatch(ConfigMap, { namespace: 'default', name: 'shared' }, { metadata: { labels: { copyrator: null } } });
     await converge(

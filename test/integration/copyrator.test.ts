@@ -273,6 +273,48 @@ describe('the seed example rule', () => {
     assert.equal(restored.metadata.labels?.extra, undefined);
   });
 
+  test("a settled rule's resync reads only the watch cache, as metadata, and writes nothing; a copy edited by hand keeping its labels is restored by it", async () => {
+    const { kube: recorded, answers } = recordingKube();
+    const host = createFunctionHost(copyrator, { kube: recorded, log: quietLog });
+    const resync = async () => {
+      answers.length = 0;
+      const writesBefore = (await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=main-rule' })).items.map(
+        (copy) => copy.metadata.resourceVersion,
+      );
+      await host.handle({ type: 'resync', id: `resync-${Date.now()}` });
+      return writesBefore;
+    };
+    // The first resync after the writes above may judge the copies once more (the watch cache
+    // catching up); then the rule is settled with the digest of what it found in place.
+    await resync();
+    const settled = (await getRule(key))!;
+    assert.match(settled.status?.inPlace ?? '', /^[0-9a-f]{64}$/);
+    const copiesBefore = await resync();
+    const configMapReads = answers.filter((answer) => answer.path.includes('/configmaps'));
+    assert.ok(configMapReads.length > 0, 'the resync read the copies');
+    // The orphan sweep reads the copies of every rule from etcd, as metadata (orphans.ts); the rule itself only the watch cache.
+    const ruleReads = configMapReads.filter((answer) => answer.query.labelSelector !== 'copyrator.flant.com/rule');
+    assert.ok(ruleReads.length > 0, "the rule's own reads");
+    for (const read of ruleReads) {
+      assert.equal(read.query.resourceVersion, '0', `from the watch cache: ${read.path} ${JSON.stringify(read.query)}`);
+      assert.match(read.accept ?? '', /PartialObjectMetadataList/, `metadata only: ${read.path}`);
+    }
+    assert.equal((await getRule(key))!.metadata.resourceVersion, settled.metadata.resourceVersion, 'no status write');
+    assert.deepEqual(
+      (await kube.list(ConfigMap, { labelSelector: 'copyrator.flant.com/rule=main-rule' })).items.map(
+        (copy) => copy.metadata.resourceVersion,
+      ),
+      copiesBefore,
+      'no copy written',
+    );
+
+    // An edit that keeps the rule labels is no event the plane delivers (index.ts): the resync restores it.
+    const edited = await kube.mergePatch(ConfigMap, { namespace: 'team-b', name: 'shared-settings' }, { data: { mode: 'hacked' } });
+    await untilWatchCacheHolds(kube, ConfigMap, edited);
+    await resync();
+    assert.deepEqual((await getCm('team-b', 'shared-settings'))?.data, { mode: 'green' });
+  });
+
   test('a ConfigMap change outside every source namespace costs one rule LIST and no reconcile', async () => {
     const requests = async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0);
     const reconciles = async () => (await fn.metrics.reconciles.get()).values.reduce((sum, value) => sum + value.value, 0);
@@ -321,6 +363,71 @@ describe('the seed example rule', () => {
       assert.equal(await getCm(namespace, 'shared-settings'), undefined, namespace);
     const status = (await getRule(key))!.status!;
     assert.deepEqual([status.matched, status.copies], [0, 0]);
+  });
+});
+
+describe('echoes of the copies', () => {
+  test('the delete of a copy its rule removed costs no API request; a hand deletion of its successor is still heard', async () => {
+    const requests = async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0);
+    const rule = await kube.create(CopyratorRuleKind, newRule('default', 'echo-rule', 'default', { echo: 'yes' }));
+    const source = await kube.create(ConfigMap, configMap('default', 'echo-source', { echo: 'yes' }));
+    await ruleEvent(rule, 'add');
+    const copy = (await getCm('team-a', 'echo-source'))!;
+    assert.ok(copy, 'copied');
+    await kube.delete(ConfigMap, { namespace: 'default', name: 'echo-source' });
+    await send(ConfigMap, source, 'delete');
+    assert.equal(await getCm('team-a', 'echo-source'), undefined, 'the copy went with its source');
+    const before = await requests();
+    const echo = await send(ConfigMap, copy, 'delete');
+    assert.match(JSON.stringify(echo.body), /concerns no CopyratorRule/);
+    assert.equal((await requests()) - before, 0, 'no LIST of rules, no GET of the source');
+
+    // A copy made again has another uid: deleted by hand, it comes back.
+    await kube.create(ConfigMap, configMap('default', 'echo-source', { echo: 'yes' }));
+    await ruleEvent((await getRule({ namespace: 'default', name: 'echo-rule' }))!);
+    const again = (await getCm('team-a', 'echo-source'))!;
+    assert.notEqual(again.metadata.uid, copy.metadata.uid);
+    await kube.delete(ConfigMap, { namespace: 'team-a', name: 'echo-source' });
+    await send(ConfigMap, again, 'delete');
+    assert.ok(await getCm('team-a', 'echo-source'), 'restored');
+    await kube.delete(CopyratorRuleKind, { namespace: 'default', name: 'echo-rule' });
+    await ruleEvent((await getRule({ namespace: 'default', name: 'echo-rule' }))!);
+    await kube.delete(ConfigMap, { namespace: 'default', name: 'echo-source' });
+  });
+});
+
+describe('a resync of many rules', () => {
+  test('the first rules list their copies on their own, the others share one list of every copy (watch cache, metadata); settled, none writes', async () => {
+    const names = Array.from({ length: 12 }, (_, i) => `many-${i}`);
+    for (const name of names) {
+      const rule = await kube.create(CopyratorRuleKind, newRule('default', name, 'default', { many: name }));
+      await ruleEvent(rule, 'add');
+    }
+    const { kube: recorded, answers } = recordingKube();
+    const host = createFunctionHost(copyrator, { kube: recorded, log: quietLog });
+    // The first resync may judge rules once more (the watch cache catching up with their status).
+    await host.handle({ type: 'resync', id: 'many-1' });
+    const settled = await Promise.all(names.map((name) => getRule({ namespace: 'default', name })));
+    answers.length = 0;
+    await host.handle({ type: 'resync', id: 'many-2' });
+    const rules = (await kube.list(CopyratorRuleKind)).items.length;
+    const copyLists = answers.filter((answer) => answer.path.endsWith('/configmaps') && answer.query.resourceVersion === '0');
+    const own = copyLists.filter((answer) => answer.query.labelSelector?.startsWith('copyrator.flant.com/rule-namespace='));
+    const shared = copyLists.filter((answer) => answer.query.labelSelector === 'copyrator.flant.com/rule');
+    assert.ok(rules > 8, `${rules} rules`);
+    assert.equal(own.length, 8, 'eight rules list their own copies');
+    assert.equal(shared.length, 1, 'the others share one list of every copy');
+    assert.match(shared[0]!.accept ?? '', /PartialObjectMetadataList/);
+    for (const [index, name] of names.entries())
+      assert.equal(
+        (await getRule({ namespace: 'default', name }))!.metadata.resourceVersion,
+        settled[index]!.metadata.resourceVersion,
+        `${name}: no write`,
+      );
+    for (const name of names) {
+      await kube.delete(CopyratorRuleKind, { namespace: 'default', name });
+      await ruleEvent((await getRule({ namespace: 'default', name }))!);
+    }
   });
 });
 

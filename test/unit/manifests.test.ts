@@ -118,7 +118,9 @@ for (const declaration of functions) {
         source.resources.forEach((r, i) =>
           assert.deepEqual(s.resources[i].selector, r.labelSelector ? parseLabelSelector(r.labelSelector) : undefined),
         );
-        assert.deepEqual(s.ceOverrides.extensions, { opfnfunction: declaration.name });
+        // A selection with a source of its own also names that source (opfnsource), which its Trigger filters on.
+        assert.equal(s.ceOverrides.extensions.opfnfunction, declaration.name);
+        assert.deepEqual(s.ceOverrides.extensions, source.extensions);
         assert.deepEqual(s.sink.ref, { apiVersion: 'eventing.knative.dev/v1', kind: 'Broker', name: DEFAULT_OPTIONS.brokerName });
         // Its own identity, allowed to read exactly what it sends.
         const role = objects.find((o) => o.kind === 'ClusterRole' && o.metadata.name === s.serviceAccountName)!;
