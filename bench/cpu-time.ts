@@ -99,7 +99,7 @@ export function cpuSnapshot(controlPlaneDir: string): Snapshot | undefined {
         : command.includes('etcd')
           ? 'etcd'
           : undefined
-      : /functions\/runtime\/main\.ts |main\.mjs /.test(command)
+      : /functions\/main\.[jt]s |main\.mjs /.test(command)
         ? 'functions'
         : undefined;
     if (!role) continue;
