@@ -16,7 +16,11 @@
 // create until it is quiet again. kube-controller-manager is not started (its garbage collector
 // reads each new pod's owner: the same load on both sides).
 //
-// Usage: npm run bench:composite -- [--n 200] [--label local]
+// With --unrelated-pods K, the cluster first gets K Pods no parent concerns (in namespaces of their
+// own, bench/harness.ts fillCluster), for both sides: the same work in a bigger cluster, where a
+// cost that grows with the cluster's Pods rather than with the parents shows.
+//
+// Usage: npm run bench:composite -- [--n 200] [--unrelated-pods 10000] [--label local]
 // Writes its results as JSON outside the repository (bench/harness.ts, resultsFolder).
 import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
@@ -33,7 +37,17 @@ import { eventually, startTestCluster, type TestCluster } from '../test/support/
 import { MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../test/support/examples.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { ConvergenceWatch } from './convergence.ts';
-import { benchFlags, CONCURRENCY, createNamespace, measure, planeStateDir, pooled, writeResults, type Measured } from './harness.ts';
+import {
+  benchFlags,
+  CONCURRENCY,
+  createNamespace,
+  fillCluster,
+  measure,
+  planeStateDir,
+  pooled,
+  writeResults,
+  type Measured,
+} from './harness.ts';
 
 const Parent = MetaImmortalContainer;
 
@@ -151,11 +165,12 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
 
 async function main(): Promise<void> {
   const { values } = benchFlags(
-    'npm run bench:composite -- [--n 200] [--label name]\n  --n      parents (one pod each), side by side with direct writes (default 200)\n  --label  a name for this run, part of the result file name (default local)',
+    'npm run bench:composite -- [--n 200] [--unrelated-pods 0] [--label name]\n  --n               parents (one pod each), side by side with direct writes (default 200)\n  --unrelated-pods  Pods no parent concerns, created first in namespaces of their own (default 0)\n  --label           a name for this run, part of the result file name (default local)',
     () =>
       parseArgs({
         options: {
           n: { type: 'string', default: '200' },
+          'unrelated-pods': { type: 'string', default: '0' },
           label: { type: 'string', default: 'local' },
           help: { type: 'boolean', default: false },
         },
@@ -166,12 +181,24 @@ async function main(): Promise<void> {
     console.error(`--n takes a positive integer (got "${values.n}")`);
     process.exit(2);
   }
+  const unrelatedPods = Number(values['unrelated-pods']);
+  if (!Number.isInteger(unrelatedPods) || unrelatedPods < 0) {
+    console.error(`--unrelated-pods takes a non-negative integer (got "${values['unrelated-pods']}")`);
+    process.exit(2);
+  }
   const cluster = await startTestCluster({ controllerManager: false });
   const hooks = await serveHooks({ hooks: { '/sync': sync } });
   const writer = KubeClient.fromFile(cluster.cp.kubeconfigPath);
   const watcher = KubeClient.fromFile(cluster.cp.kubeconfigPath);
   const results: RunResult[] = [];
   try {
+    // Labelled as a workload's pods are, without an owner: orphans no parent's selector matches.
+    await fillCluster(cluster, writer, Pod, unrelatedPods, (namespace, name) => ({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, namespace, labels: { app: 'unrelated' } },
+      spec: { containers: [{ name: 'c', image: 'nginx:latest' }] },
+    }));
     for (const side of ['direct', 'plane'] as const) {
       const result =
         side === 'plane' ? await runPlane(cluster, n, writer, watcher, hooks.url) : await runDirect(cluster, n, writer, watcher);
@@ -196,11 +223,15 @@ async function main(): Promise<void> {
   console.log(
     `\nMetacontroller ImmortalContainers (seed CompositeController, sync hook on loopback): plane vs pooled direct writes (${CONCURRENCY} at a time); completion by watch; requests from apiserver_request_total`,
   );
-  console.log(`node ${environment.node}, ${environment.cpus} CPU(s)\n`);
-  console.log('side    N     converged s  quiet s  req/parent  requests by verb');
+  console.log(`node ${environment.node}, ${environment.cpus} CPU(s); ${unrelatedPods} unrelated Pods in the cluster\n`);
+  // CPU to convergence, per parent: the whole of it, the function processes' share, and the
+  // neighbours' (other processes on the machine, and steal) in the same window.
+  const ms = (seconds: number | undefined) => (seconds === undefined ? '-' : ((seconds * 1000) / n).toFixed(2));
+  console.log('side    N     converged s  quiet s  req/parent  CPU ms/parent (function)  neighbours s  requests by verb');
   for (const r of results) {
+    const cpu = r.cpuToConvergence;
     console.log(
-      `${r.side.padEnd(6)}  ${String(r.n).padEnd(4)}  ${(r.convergedMs / 1000).toFixed(2).padStart(11)}  ${(r.quietMs / 1000).toFixed(2).padStart(7)}  ${r.requestsPerObject.toFixed(2).padStart(10)}  ${Object.entries(
+      `${r.side.padEnd(6)}  ${String(r.n).padEnd(4)}  ${(r.convergedMs / 1000).toFixed(2).padStart(11)}  ${(r.quietMs / 1000).toFixed(2).padStart(7)}  ${r.requestsPerObject.toFixed(2).padStart(10)}  ${`${ms(cpu?.total)} (${ms(cpu?.functions)})`.padStart(24)}  ${(cpu?.others === undefined ? '-' : `${cpu.others.toFixed(2)}/${(cpu.steal ?? 0).toFixed(2)}`).padStart(12)}  ${Object.entries(
         r.requests.byVerb,
       )
         .sort()
@@ -210,14 +241,18 @@ async function main(): Promise<void> {
   }
   const summary = {
     n,
+    unrelatedPods,
     convergenceRatio: plane.convergedMs / direct.convergedMs,
     planeSeconds: plane.convergedMs / 1000,
     directSeconds: direct.convergedMs / 1000,
     planeRequestsPerParent: plane.requestsPerObject,
     directRequestsPerParent: direct.requestsPerObject,
+    cpuToConvergenceRatio: (plane.cpuToConvergence?.total ?? NaN) / (direct.cpuToConvergence?.total ?? NaN),
+    planeCpuMsPerParent: ((plane.cpuToConvergence?.total ?? NaN) * 1000) / n,
+    directCpuMsPerParent: ((direct.cpuToConvergence?.total ?? NaN) * 1000) / n,
   };
   console.log(
-    `\nconvergence ${summary.convergenceRatio.toFixed(2)}× direct writes; requests/parent ${summary.planeRequestsPerParent.toFixed(2)} vs ${summary.directRequestsPerParent.toFixed(2)}`,
+    `\nconvergence ${summary.convergenceRatio.toFixed(2)}× direct writes; CPU to convergence ${summary.cpuToConvergenceRatio.toFixed(2)}×; requests/parent ${summary.planeRequestsPerParent.toFixed(2)} vs ${summary.directRequestsPerParent.toFixed(2)}`,
   );
   for (const r of results)
     console.log(

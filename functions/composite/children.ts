@@ -128,6 +128,8 @@ export interface ChildWrites {
   deleted: number;
   /** Why some children could not be applied; the others were. */
   errors: string[];
+  /** The children created or updated, as the API server answered (typed). */
+  written: KubeObject[];
 }
 
 /** Carries out every operation, deletes first, and collects the failures instead of stopping. */
@@ -136,7 +138,7 @@ export async function applyChildOperations(
   childKinds: ResourceKind[],
   operations: ChildOperation[],
 ): Promise<ChildWrites> {
-  const result: ChildWrites = { deleted: 0, errors: [] };
+  const result: ChildWrites = { deleted: 0, errors: [], written: [] };
   const kindOf = (object: KubeObject) => childKinds.find((kind) => sameKind(kind, object.apiVersion, object.kind));
   const ordered = [...operations].sort((a, b) => Number(!isDelete(a)) - Number(!isDelete(b)));
   for (const operation of ordered) {
@@ -163,11 +165,17 @@ export async function applyChildOperations(
             result.deleted++;
           break;
         case 'create':
-          await applyChild(kube, kind!, operation.object, planned);
+        case 'update': {
+          const applied = await applyChild(
+            kube,
+            kind!,
+            operation.object,
+            operation.action === 'update' ? { ...planned, observed: operation.observed } : planned,
+          );
+          if ((applied.result === 'created' || applied.result === 'updated') && applied.object)
+            result.written.push(typed(kind!, applied.object));
           break;
-        case 'update':
-          await applyChild(kube, kind!, operation.object, { ...planned, observed: operation.observed });
-          break;
+        }
       }
     } catch (error) {
       result.errors.push(`can't ${operation.action} ${what}: ${(error as Error).message}`);

@@ -37,6 +37,7 @@ import {
   guessedResource,
   watchableBySource,
   forEachLimited,
+  getNoOlderThan,
 } from '../runtime/index.ts';
 import { sharedLists, type CandidateLists } from './children.ts';
 import { forgetComposites, resolveComposite, servedComposites, withParentKind } from './served-controllers.ts';
@@ -127,7 +128,9 @@ async function syncController(key: KindKey, ctx: ReconcileContext): Promise<Reco
 async function reconcileParent(key: KindKey, ctx: ReconcileContext): Promise<ReconcileResult | void> {
   const composites = withParentKind(await servedComposites(ctx.kube, ctx.log), apiVersionOf(key.kind), key.kind.kind);
   if (composites.length === 0) return undefined;
-  const parent = await ctx.kube.get<KubeObject>(key.kind, key);
+  // From the watch cache when it holds the version the event announced (the parent's own event):
+  // as fresh as that event, and it spares etcd a read per sync.
+  const parent = await getNoOlderThan<KubeObject>(ctx.kube, key.kind, key, ctx.eventObject);
   if (!parent) return undefined;
   // Candidates are listed for this parent alone, by its child selector (sync-parent.ts).
   const sweep = new Sweep(ctx, undefined, Infinity);

@@ -4,6 +4,16 @@
 // name); the sync re-reads the parent and everything else, so a forged event can at most make a
 // real parent be synced.
 //
+// The echo of a write of this process (kube.ownWrites: the object is at the resourceVersion it
+// wrote) concerns no parent when the only parent it wakes is the one whose sync wrote it: a
+// parent's own status or finalizer write, or a child (created, updated, adopted) of the parent
+// that controls it. That sync already asked the hook again with the write observed (sync-parent.ts
+// SYNC_ROUNDS), or is synced again soon, or failed and is retried. This holds only where a kind
+// has one role: one that is a parent kind and a child kind, or the parent kind of more than one
+// controller, is written by other syncs too, and its echoes are routed as any event. A released
+// child wakes the parents that may adopt it, which never saw it. A forged body at our version
+// can skip only its own delivery.
+//
 // Upstream: metacontroller pkg/controller/composite/controller.go (onParentAdd/Update/Delete
 // enqueue the parent; onChildAdd/Update/Delete resolve the child's controller reference to its
 // parent, or, for an orphan that is not being deleted, every parent whose selector matches it:
@@ -20,6 +30,8 @@ import {
   sameKind,
   type KindKey,
   type KubeObject,
+  type ResourceKind,
+  apiVersionOf,
   controllerOf,
 } from '../runtime/index.ts';
 import { servedComposites, withParentKind } from './served-controllers.ts';
@@ -36,10 +48,15 @@ export const compositeRuntimeKinds: RuntimeKinds = {
     const composites = await servedComposites(ctx.kube, ctx.log);
     const { ref } = event;
     const keys: KindKey[] = [];
-    const asParent = withParentKind(composites, ref.apiVersion, ref.kind)[0];
-    if (asParent) keys.push(kindKey(asParent.parentKind, { namespace: ref.namespace, name: ref.name }));
+    const asParent = withParentKind(composites, ref.apiVersion, ref.kind);
     const asChild = composites.filter((composite) => composite.childKinds.some((kind) => sameKind(kind, ref.apiVersion, ref.kind)));
-    if (asChild.length > 0) keys.push(...(await parentsOfChild(event, asChild, ctx)));
+    const oneRole = (asParent.length === 1 && asChild.length === 0) || asParent.length === 0;
+    const isEcho = (kind: ResourceKind, object: KubeObject | undefined): boolean =>
+      oneRole && object !== undefined && event.action !== 'delete' && ctx.kube.ownWrites.isOwn(kind, object);
+    const parent = asParent[0];
+    if (parent && !isEcho(parent.parentKind, event.object))
+      keys.push(kindKey(parent.parentKind, { namespace: ref.namespace, name: ref.name }));
+    if (asChild.length > 0) keys.push(...(await parentsOfChild(event, asChild, ctx, isEcho)));
     return keys;
   },
 
@@ -50,18 +67,26 @@ export const compositeRuntimeKinds: RuntimeKinds = {
 };
 
 /** The parents a change of a child-kind object wakes, for each controller with that child kind. */
-async function parentsOfChild(event: ChangeEvent, composites: ResolvedComposite[], { kube }: MapperContext): Promise<KindKey[]> {
+async function parentsOfChild(
+  event: ChangeEvent,
+  composites: ResolvedComposite[],
+  { kube }: MapperContext,
+  isEcho: (kind: ResourceKind, object: KubeObject) => boolean,
+): Promise<KindKey[]> {
   const { ref } = event;
   const childKind = composites[0]!.childKinds.find((kind) => sameKind(kind, ref.apiVersion, ref.kind))!;
   // Reference mode carries no body: read the child (gone → its owner's sync already saw it go, or the resync does).
   const child: KubeObject | undefined = event.object ?? (await kube.get(childKind, { namespace: ref.namespace, name: ref.name }));
   if (!child) return [];
+  const echo = isEcho(childKind, child);
   const keys: KindKey[] = [];
   for (const composite of composites) {
     const parent = parentKindOf(composite);
     const referenced = referencedParent(child, parent);
     if (referenced) {
-      keys.push(kindKey(composite.parentKind, referenced));
+      // Written by its controller's sync (only that sync writes a child it controls), which saw it.
+      if (!echo || withParentKind(composites, apiVersionOf(composite.parentKind), composite.parentKind.kind).length > 1)
+        keys.push(kindKey(composite.parentKind, referenced));
       continue;
     }
     // An orphan may be adopted; one being deleted, or without labels to match, wakes nobody.

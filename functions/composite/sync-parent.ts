@@ -90,6 +90,15 @@ export function effectiveController(controller: CompositeController, parent: Kub
  */
 export const AGAIN_SOON_SECONDS = 1;
 
+/**
+ * Hook calls in one sync at most. After a round that wrote children, the hook is asked again with
+ * them observed, and after a status write with the parent as written: what the events of those
+ * writes would bring (upstream syncs on each), done here so that their echoes need no sync of
+ * their own (routing.ts skips them). A sync that still wrote in its last round is synced again
+ * soon, as the echo would have.
+ */
+const SYNC_ROUNDS = 3;
+
 export async function syncParent(composite: ResolvedComposite, listed: KubeObject, env: SyncEnvironment): Promise<ParentSynced> {
   try {
     return await syncParentOnce(composite, listed, env);
@@ -147,7 +156,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   const selector = childSelector(effective.spec, parent);
   if (!selector.ok) return fail(selector.reason);
 
-  const observed = await claimChildren(
+  let observed = await claimChildren(
     kube,
     { parent, kind: parentKind },
     composite.childKinds,
@@ -162,55 +171,81 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
     ? await relatedFor(customize, controller, parent, parentKind, { kube, discovery: discoveryFor(kube), hookUrls: env.hookUrls })
     : undefined;
   if (related && !related.ok) return hookFailed(related.failure);
-  const request = buildHookRequest({
-    controller,
-    parent,
-    version: hook.version ?? 'v1',
-    childRules: composite.childRules,
-    children: observed,
-    relatedRules: related?.value.rules,
-    related: related?.value.objects,
-    finalizing: hookType === 'finalize',
-  });
-  const answer = await callHook(hook, hookType, request, env.hookUrls);
-  if (!answer.ok) return hookFailed(answer.failure);
-
   // Without the subresource, /status is a 404 that reads like a deleted parent: a plain update instead (upstream's fallback).
   const statusSubresource = await discoveryFor(kube).hasStatusSubresource(parentKind);
-  const plan = planSync({
-    controller: effective,
-    parent,
-    parentApiVersion: apiVersionOf(parentKind),
-    parentKind: parentKind.kind,
-    childRules: composite.childRules,
-    strategies: composite.strategies,
-    selector: selector.selector,
-    observed,
-    response: answer.value,
-    statusSubresource,
-  });
-  if (plan.removeFinalizer) {
-    parent = await removeFinalizer(kube, parentKind, parent, name);
-    if (!parent) return { resyncAfterSeconds: 0 };
-  }
-  if (!plan.outcome.ok) return fail(plan.outcome.reason, plan.outcome.eventReason);
 
-  const writes = await applyChildOperations(kube, composite.childKinds, plan.outcome.value.children);
-  const status = plan.outcome.value.status;
-  let statusConflict = false;
-  if (status.changed) {
-    try {
-      await kube.replace(parentKind, { ...parent, status: status.status }, statusSubresource ? 'status' : undefined);
-    } catch (error) {
-      // The parent changed (synced again soon) or went away meanwhile.
-      if (isConflict(error)) statusConflict = true;
-      else if (!isNotFound(error)) throw error;
+  let current: KubeObject = parent;
+  for (let round = 1; ; round++) {
+    const request = buildHookRequest({
+      controller,
+      parent: current,
+      version: hook.version ?? 'v1',
+      childRules: composite.childRules,
+      children: observed,
+      relatedRules: related?.value.rules,
+      related: related?.value.objects,
+      finalizing: hookType === 'finalize',
+    });
+    const answer = await callHook(hook, hookType, request, env.hookUrls);
+    if (!answer.ok) return hookFailed(answer.failure);
+
+    const plan = planSync({
+      controller: effective,
+      parent: current,
+      parentApiVersion: apiVersionOf(parentKind),
+      parentKind: parentKind.kind,
+      childRules: composite.childRules,
+      strategies: composite.strategies,
+      selector: selector.selector,
+      observed,
+      response: answer.value,
+      statusSubresource,
+    });
+    if (plan.removeFinalizer) {
+      const kept = await removeFinalizer(kube, parentKind, current, name);
+      if (!kept) return { resyncAfterSeconds: 0 };
+      current = kept;
     }
+    if (!plan.outcome.ok) return fail(plan.outcome.reason, plan.outcome.eventReason);
+
+    const writes = await applyChildOperations(kube, composite.childKinds, plan.outcome.value.children);
+    const last = round === SYNC_ROUNDS;
+    // A parent losing its finalizer is going away, or no longer ours: its sync ends here.
+    const again = !last && !plan.removeFinalizer;
+    // Children written, and nothing else to wait for: ask again with them observed, before any status is written.
+    if (again && writes.written.length > 0 && writes.deleted === 0 && writes.errors.length === 0) {
+      observed = withWritten(observed, writes.written);
+      continue;
+    }
+    const status = plan.outcome.value.status;
+    let statusWritten = false;
+    let statusConflict = false;
+    if (status.changed) {
+      try {
+        const written = await kube.replace(parentKind, { ...current, status: status.status }, statusSubresource ? 'status' : undefined);
+        current = { ...written, apiVersion: apiVersionOf(parentKind), kind: parentKind.kind };
+        statusWritten = true;
+      } catch (error) {
+        // The parent changed (synced again soon) or went away meanwhile.
+        if (isConflict(error)) statusConflict = true;
+        else if (!isNotFound(error)) throw error;
+      }
+    }
+    if (writes.errors.length > 0) return fail(childErrorsMessage(writes.errors));
+    const soon = writes.deleted > 0 || statusConflict || (last && (statusWritten || writes.written.length > 0));
+    // The hook sees the status it answered, as upstream's sync on its own status update gives it.
+    if (statusWritten && !soon && again) continue;
+    const resync = plan.resyncAfterSeconds;
+    return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync };
   }
-  if (writes.errors.length > 0) return fail(childErrorsMessage(writes.errors));
-  const resync = plan.resyncAfterSeconds;
-  const soon = writes.deleted > 0 || statusConflict;
-  return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync };
+}
+
+/** `observed` with each written child in place of its older self (or added). */
+function withWritten(observed: KubeObject[], written: KubeObject[]): KubeObject[] {
+  const id = (object: KubeObject) => `${object.apiVersion}/${object.kind}/${object.metadata.namespace ?? ''}/${object.metadata.name}`;
+  const replaced = new Map(written.map((object) => [id(object), object]));
+  const kept = observed.filter((object) => !replaced.has(id(object)));
+  return [...kept, ...written];
 }
 
 const describe = (object: KubeObject): string =>

@@ -117,11 +117,12 @@ describe("the seed's Metacontroller ImmortalContainer, manifests unchanged", () 
       ['ImmortalContainer', key.name, parent.metadata.uid, true, true],
     );
     assert.ok(pod.metadata.annotations?.[LAST_APPLIED_ANNOTATION], 'the last-applied annotation is set for the 3-way merge');
-    // The hook saw no pod yet: status is its answer plus observedGeneration, through /status.
-    assert.deepEqual(parent.status, { currentPod: '', observedGeneration: 1 });
+    // The sync asked the hook again with the pod it created observed (what the pod's add event
+    // would bring): status is that answer plus observedGeneration, through /status.
+    assert.deepEqual(parent.status, { currentPod: podKey.name, observedGeneration: 1 });
   });
 
-  test('the next sync reports the pod in status; a sync with nothing new writes nothing', async () => {
+  test('the status names the pod; a sync with nothing new writes nothing', async () => {
     assert.equal((await nudge()).status, 200);
     const parent = (await getParent())!;
     assert.deepEqual(parent.status, { currentPod: podKey.name, observedGeneration: 1 });
@@ -208,10 +209,12 @@ describe('events of parent and child kinds, routed by the function (runtimeKinds
   });
 
   test("a child's event in Reference mode is routed by reading the child; a reconcile event may name the parent's kind", async () => {
+    // Changed by someone else, so the child read is not at a version the function wrote itself.
+    const pod = (await kube.get<PodObject>(Pod, secondPod))!;
+    await kube.replace(Pod, { ...pod, metadata: { ...pod.metadata, labels: { ...pod.metadata.labels, touched: 'yes' } } });
     const answer = await event(Pod, { metadata: { ...secondPod } }, 'update', 'Reference');
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     assert.equal(answer.body.reconciled, 1, JSON.stringify(answer.body));
-    // The hook now sees the pod: status names it.
     assert.equal((await kube.get<Parent>(MetaImmortalContainer, second))!.status?.currentPod, secondPod.name);
     const reconcile = new CloudEvent({
       specversion: '1.0',
@@ -238,6 +241,57 @@ describe('events of parent and child kinds, routed by the function (runtimeKinds
     const answer = await event(ConfigMap, { metadata: { namespace: 'default', name: 'unrelated' }, data: {} }, 'add', 'Resource');
     assert.equal(answer.status, 200);
     assert.match(JSON.stringify(answer.body), /concerns nothing composite reconciles/);
+  });
+
+  test("the echoes of the function's own writes (its status write, its pod's create) are not synced; a real change of the same parent is", async () => {
+    const third = { namespace: 'default', name: 'third' };
+    const thirdPod = { namespace: 'default', name: 'third-immortalpod' };
+    const created = await kube.create<KubeObject>(
+      MetaImmortalContainer,
+      { ...metacontrollerExample('ImmortalContainer'), metadata: { name: third.name } },
+      'default',
+    );
+    const added = await event(MetaImmortalContainer, created, 'add', 'Resource');
+    assert.equal(added.body.reconciled, 1, JSON.stringify(added.body));
+    const parent = (await kube.get<Parent>(MetaImmortalContainer, third))!;
+    const pod = (await kube.get<PodObject>(Pod, thirdPod))!;
+    // One sync did it all: the hook was asked again with the pod it created.
+    assert.deepEqual(parent.status, { currentPod: thirdPod.name, observedGeneration: 1 });
+
+    // What the sources send next: the parent at the function's status write, the pod at its create.
+    // The second parent body is forged (another spec at the same version): it can only skip itself.
+    const echoes: [ResourceKind, KubeObject, 'add' | 'update'][] = [
+      [MetaImmortalContainer, parent, 'update'],
+      [Pod, { ...pod, apiVersion: 'v1', kind: 'Pod' }, 'add'],
+      [MetaImmortalContainer, { ...parent, spec: { image: 'forged:1' } }, 'update'],
+    ];
+    for (const [kind, object, action] of echoes) {
+      const echo = await event(kind, object, action, 'Resource');
+      assert.equal(echo.status, 200, JSON.stringify(echo.body));
+      assert.equal(echo.body.reconciled, undefined, JSON.stringify(echo.body));
+      assert.match(String(echo.body.ignored), /is at the version this function wrote/, JSON.stringify(echo.body));
+    }
+    assert.equal((await kube.get<PodObject>(Pod, thirdPod))!.metadata.resourceVersion, pod.metadata.resourceVersion, 'no pod write');
+    assert.equal((await kube.get<Parent>(MetaImmortalContainer, third))!.metadata.resourceVersion, parent.metadata.resourceVersion);
+
+    // A real change of the same parent is a new version: synced (Recreate deletes the outdated pod).
+    const changed = await kube.replace<KubeObject>(MetaImmortalContainer, { ...parent, spec: { image: 'nginx:1.25' } });
+    const answer = await event(MetaImmortalContainer, changed, 'update', 'Resource');
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.equal(await kube.get(Pod, thirdPod), undefined, 'the outdated pod was deleted');
+    // Its answer asks for the parent again soon (a reply naming it), to create the new pod.
+    assert.deepEqual(answer.body.keys, ['immortalcontainers.flugel.it/ImmortalContainer:default/third'], JSON.stringify(answer.body));
+    // The sync the answer asked for soon creates the new pod; a change of it by someone else wakes the parent.
+    const again = await event(MetaImmortalContainer, changed, 'update', 'Resource');
+    assert.equal(again.body.reconciled, 1, JSON.stringify(again.body));
+    const recreated = (await kube.get<PodObject>(Pod, thirdPod))!;
+    await kube.replace(Pod, {
+      ...recreated,
+      metadata: { ...recreated.metadata, labels: { ...recreated.metadata.labels, touched: 'yes' } },
+    });
+    const touched = (await kube.get<PodObject>(Pod, thirdPod))!;
+    const podEvent = await event(Pod, { ...touched, apiVersion: 'v1', kind: 'Pod' }, 'update', 'Resource');
+    assert.equal(podEvent.body.reconciled, 1, JSON.stringify(podEvent.body));
   });
 });
 
@@ -891,10 +945,13 @@ describe('customize hook (v2)', () => {
     };
     scriptedCalls.length = 0;
     assert.equal((await nudge('customized')).status, 200);
+    // The sync hook is asked again with the status it answered written (what that write's event
+    // would bring); the answer is the same, so the sync ends there.
     assert.deepEqual(
       scriptedCalls.map((call) => call.path),
-      ['/customize', '/customized-sync'],
+      ['/customize', '/customized-sync', '/customized-sync'],
     );
+    assert.equal(scriptedCalls[2]!.request.parent.status.currentPod, 'shared-config/by-label,shared-config/by-name');
     assert.equal(scriptedCalls[0]!.request.parent.metadata.name, 'with-related');
     assert.deepEqual(Object.keys(scriptedCalls[1]!.request.related['ConfigMap.v1']), ['shared-config/by-label', 'shared-config/by-name']);
     const parent = (await kube.get<Parent>(PlainImmortalContainer, { namespace: 'default', name: 'with-related' }))!;

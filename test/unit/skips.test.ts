@@ -46,6 +46,22 @@ test('the echo of our own write is skipped; a delete never is', () => {
   assert.equal(skipReason(declaration, change(pod, 'delete', 'Pod', 'v1'), writes, new SeenObjects()), undefined);
 });
 
+test('an own write is known by group and kind as an event names them (a kind known only at run time), in any version', () => {
+  const writes = new OwnWrites();
+  const gadget: KubeObject = { metadata: { name: 'g', namespace: 'ns', resourceVersion: '5' } };
+  writes.record({ group: 'example.com', version: 'v1', kind: 'Gadget', plural: 'gadgets', namespaced: true }, gadget);
+  assert.ok(writes.isOwnOf({ apiVersion: 'example.com/v2', kind: 'Gadget' }, gadget));
+  assert.ok(!writes.isOwnOf({ apiVersion: 'other.example.com/v1', kind: 'Gadget' }, gadget), 'another group');
+  assert.ok(!writes.isOwnOf({ apiVersion: 'example.com/v1', kind: 'Gizmo' }, gadget), 'another kind');
+  assert.ok(!writes.isOwnOf({ apiVersion: 'example.com/v1', kind: 'Gadget' }, { metadata: { ...gadget.metadata, namespace: 'other' } }));
+  assert.ok(!writes.isOwnOf({ apiVersion: 'example.com/v1', kind: 'Gadget' }, { metadata: { ...gadget.metadata, resourceVersion: '6' } }));
+  writes.record(Pod, { metadata: { name: 'p', namespace: 'ns', resourceVersion: '9' } });
+  assert.ok(
+    writes.isOwnOf({ apiVersion: 'v1', kind: 'Pod' }, { metadata: { name: 'p', namespace: 'ns', resourceVersion: '9' } }),
+    'core group',
+  );
+});
+
 test('status-only updates: generation observed, not deleting, finalizer in place; metadata as last seen when the function reads it', () => {
   const seen = new SeenObjects();
   const none = new OwnWrites();
