@@ -20,6 +20,7 @@ import {
   type KubeClient,
   applyChild,
   type ApplyOptions,
+  forEachLimited,
 } from '../runtime/index.ts';
 
 export interface ParentRef {
@@ -128,53 +129,87 @@ export interface ChildWrites {
   deleted: number;
   /** Why some children could not be applied; the others were. */
   errors: string[];
+  /** Writes not started because the budget ran out: the parent is synced again at once to do them. */
+  left: number;
 }
 
-/** Carries out every operation, deletes first, and collects the failures instead of stopping. */
+/** Child writes of one parent in flight at once: a hook may answer thousands of children, and a sweep syncs 8 parents at once. */
+export const CHILD_CONCURRENCY = 16;
+
+/**
+ * When a parent's sync stops starting child writes: the delivery's deadline. The writes of the
+ * first round (CHILD_CONCURRENCY) start whatever the time, so that every sync gets something done.
+ */
+export interface WriteBudget {
+  deadline: number;
+  now: () => number;
+}
+
+/**
+ * Carries out the operations, deletes first, a few at a time, and collects the failures instead of
+ * stopping. Once the budget is spent no write is started: the ones started finish, the others are
+ * counted as `left`, for the next sync, which finds the children written so far in place (the
+ * 3-way merge leaves them alone) and writes only the rest.
+ */
 export async function applyChildOperations(
   kube: KubeClient,
   childKinds: ResourceKind[],
   operations: ChildOperation[],
+  budget: WriteBudget = { deadline: Infinity, now: Date.now },
 ): Promise<ChildWrites> {
-  const result: ChildWrites = { deleted: 0, errors: [] };
+  const result: ChildWrites = { deleted: 0, errors: [], left: 0 };
   const kindOf = (object: KubeObject) => childKinds.find((kind) => sameKind(kind, object.apiVersion, object.kind));
-  const ordered = [...operations].sort((a, b) => Number(!isDelete(a)) - Number(!isDelete(b)));
-  for (const operation of ordered) {
-    const object =
-      operation.action === 'create' || operation.action === 'update'
-        ? operation.object
-        : operation.action === 'error'
-          ? operation.child
-          : operation.observed;
-    const kind = kindOf(object);
-    const what = `${object.kind} ${keyOf(object).namespace ? `${keyOf(object).namespace}/` : ''}${object.metadata.name}`;
+  const writes: ChildOperation[] = [];
+  for (const operation of operations) {
+    if (operation.action === 'error') result.errors.push(`${describeChild(operationObject(operation))}: ${operation.reason}`);
+    else if (operation.action !== 'unchanged') writes.push(operation);
+  }
+  let started = 0;
+  const write = async (operation: ChildOperation) => {
+    if (started >= CHILD_CONCURRENCY && budget.now() >= budget.deadline) {
+      result.left++;
+      return;
+    }
+    started++;
+    const object = operationObject(operation);
+    const kind = kindOf(object)!;
     try {
       switch (operation.action) {
-        case 'error':
-          result.errors.push(`${what}: ${operation.reason}`);
-          break;
-        case 'unchanged':
-          break;
         case 'delete':
         case 'recreate':
-          if (
-            await kube.delete(kind!, keyOf(operation.observed), { uid: operation.observed.metadata.uid, propagationPolicy: 'Background' })
-          )
+          if (await kube.delete(kind, keyOf(operation.observed), { uid: operation.observed.metadata.uid, propagationPolicy: 'Background' }))
             result.deleted++;
           break;
         case 'create':
-          await applyChild(kube, kind!, operation.object, planned);
+          await applyChild(kube, kind, operation.object, planned);
           break;
         case 'update':
-          await applyChild(kube, kind!, operation.object, { ...planned, observed: operation.observed });
+          await applyChild(kube, kind, operation.object, { ...planned, observed: operation.observed });
           break;
       }
     } catch (error) {
-      result.errors.push(`can't ${operation.action} ${what}: ${(error as Error).message}`);
+      result.errors.push(`can't ${operation.action} ${describeChild(object)}: ${(error as Error).message}`);
     }
-  }
+  };
+  // Deletes first, as upstream: they free what the new children may need (a quota, a name).
+  await forEachLimited(writes.filter(isDelete), CHILD_CONCURRENCY, write);
+  await forEachLimited(
+    writes.filter((operation) => !isDelete(operation)),
+    CHILD_CONCURRENCY,
+    write,
+  );
   return result;
 }
+
+const operationObject = (operation: ChildOperation): KubeObject =>
+  operation.action === 'create' || operation.action === 'update'
+    ? operation.object
+    : operation.action === 'error'
+      ? operation.child
+      : operation.observed;
+
+const describeChild = (object: KubeObject): string =>
+  `${object.kind} ${object.metadata.namespace ? `${object.metadata.namespace}/` : ''}${object.metadata.name}`;
 
 /**
  * How a planned child is applied: the children were claimed (claim.ts), so they are the parent's;

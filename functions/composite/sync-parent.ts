@@ -41,7 +41,7 @@ import {
   ensureFinalizer,
   removeFinalizer,
 } from '../runtime/index.ts';
-import { applyChildOperations, claimChildren, selectedLists, type CandidateLists } from './children.ts';
+import { applyChildOperations, claimChildren, selectedLists, type CandidateLists, type WriteBudget } from './children.ts';
 import { callHook, type UrlRewrite } from './hooks.ts';
 import { relatedFor } from './related.ts';
 
@@ -65,11 +65,15 @@ export interface SyncEnvironment {
    * stopped matching while still owned, so such a child is released by the next sweep.
    */
   listed?: CandidateLists;
+  /** When the sync stops starting child writes (the delivery's deadline); none by default. */
+  budget?: WriteBudget;
 }
 
-/** Sync this parent again after this many seconds (0: only on the next event or resync). */
 export interface ParentSynced {
+  /** Sync this parent again after this many seconds (0: only on the next event or resync). */
   resyncAfterSeconds: number;
+  /** Child writes the budget left undone: sync this parent again at once, in the next delivery. */
+  left?: number;
 }
 
 /** A failed sync of one parent, already reported (Event) when upstream reports it. */
@@ -195,7 +199,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   }
   if (!plan.outcome.ok) return fail(plan.outcome.reason, plan.outcome.eventReason);
 
-  const writes = await applyChildOperations(kube, composite.childKinds, plan.outcome.value.children);
+  const writes = await applyChildOperations(kube, composite.childKinds, plan.outcome.value.children, env.budget);
   const status = plan.outcome.value.status;
   let statusConflict = false;
   if (status.changed) {
@@ -210,7 +214,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   if (writes.errors.length > 0) return fail(childErrorsMessage(writes.errors));
   const resync = plan.resyncAfterSeconds;
   const soon = writes.deleted > 0 || statusConflict;
-  return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync };
+  return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync, left: writes.left };
 }
 
 const describe = (object: KubeObject): string =>
