@@ -14,7 +14,9 @@
 // parent whose hook asked for resyncAfterSeconds is requeued alone, at its own time. A sweep
 // syncs parents until the delivery's deadline (ReconcileContext.deadline) and hands the rest back
 // as deferred keys, each then synced on its own: 1200 parents behind a 3 s hook would otherwise
-// take 450 s, past the request's timeout, and every retry would start the sweep over.
+// take 450 s, past the request's timeout, and every retry would start the sweep over. The same
+// deadline stops the child writes inside a parent's sync (children.ts applyChildOperations): a
+// parent left with children to write is deferred too, and its next sync writes only those.
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go (every parent is its own work
 // item, so failures are independent; Start: resyncPeriodSeconds; a hook's resyncAfterSeconds

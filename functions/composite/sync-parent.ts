@@ -2,7 +2,8 @@
 // finalizer checks, the finalizer itself, the child selector, the claim, the sync or finalize
 // hook, then the answer applied (finalizer removal, child writes, status with
 // observedGeneration: through the status subresource, or a plain update of the parent when its
-// CRD has none). The decisions are the pure modules in metacontroller/; this file only
+// CRD has none). The child writes stop at the delivery's deadline (SyncEnvironment.budget): the
+// caller syncs the parent again at once, and that sync finds the children written so far in place. The decisions are the pure modules in metacontroller/; this file only
 // sequences them with the API calls.
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go syncParentObject, sync
