@@ -65,7 +65,8 @@ export function selectedLists(kube: KubeClient, selector: Selector): CandidateLi
   return async (kind, namespace) => {
     const items: KubeObject[] = [];
     for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined, cached: true }))
-      items.push(...page.items.map((item) => typed(kind, item)));
+      // One at a time: spreading a page of 100 000 children into push's arguments overflows the stack.
+      for (const item of page.items) items.push(typed(kind, item));
     return items;
   };
 }
@@ -94,7 +95,7 @@ export async function claimChildren(
       selector,
       candidates,
     });
-    observed.push(...plan.claimed);
+    for (const child of plan.claimed) observed.push(child);
     for (const release of plan.release) await writeOwners(kube, childKind, release);
     if (plan.adopt.length > 0) {
       // RecheckDeletionTimestamp: adopt nothing for a parent that was replaced or is going away.
