@@ -56,15 +56,19 @@ export function sharedLists(kube: KubeClient): CandidateLists {
 }
 
 /**
- * The objects of a child kind that `selector` matches, listed for one parent (no sharing), from
- * the API server's watch cache: read from etcd, every such list would scan the whole collection,
- * once per parent. A list a little stale is what upstream's informer gives too, and is safe for
- * the same reasons as sharedLists' (the selector is never empty: childSelector refuses that).
+ * The objects of a child kind that `selector` matches, listed for one parent (no sharing), page by
+ * page and as of now (no resourceVersion). A parent may have tens of thousands of children: read
+ * with resourceVersion=0 they would come in one answer whatever `limit` says (KubeClient.pages
+ * `cached`), tens of MiB held at once as bytes, text and objects; and a sync that continues the
+ * previous delivery's writes must see them, or it would create them again. kube-apiserver 1.34
+ * and later serve such a list from the watch cache too, page by page (consistent reads and
+ * paginated lists from the cache); older ones read it from etcd. The selector is never empty
+ * (childSelector refuses that).
  */
 export function selectedLists(kube: KubeClient, selector: Selector): CandidateLists {
   return async (kind, namespace) => {
     const items: KubeObject[] = [];
-    for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined, cached: true }))
+    for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined }))
       // One at a time: spreading a page of 100 000 children into push's arguments overflows the stack.
       for (const item of page.items) items.push(typed(kind, item));
     return items;
