@@ -28,8 +28,18 @@ export interface ParentRef {
   kind: ResourceKind;
 }
 
-/** List items carry no apiVersion/kind for built-in kinds; the hook request is keyed by them. */
-const typed = (kind: ResourceKind, object: KubeObject): KubeObject => ({ ...object, apiVersion: apiVersionOf(kind), kind: kind.kind });
+/**
+ * A child as the sync keeps it: with its apiVersion and kind (list items of built-in kinds carry
+ * none; the hook request is keyed by them), without metadata.managedFields. Those are the API
+ * server's record of which client set which field: no decision here reads them (the 3-way merge
+ * keeps the observed ones, and an update without them leaves them as they are), and in a small
+ * child they are about 40 % of its size, held for every child of a parent that may have tens of
+ * thousands. Deliberate difference: a hook's request shows its children without them.
+ */
+function typed(kind: ResourceKind, object: KubeObject): KubeObject {
+  const { managedFields: _, ...metadata } = object.metadata as KubeObject['metadata'] & { managedFields?: unknown };
+  return { ...object, apiVersion: apiVersionOf(kind), kind: kind.kind, metadata };
+}
 
 /** The objects of a child kind in a namespace (undefined: all), typed. */
 export type CandidateLists = (kind: ResourceKind, namespace: string | undefined) => Promise<KubeObject[]>;

@@ -27,6 +27,8 @@ let hooks: HookServer;
 let fn: RunningFunction;
 /** How many children each hook call was shown. */
 const shown: number[] = [];
+/** Children shown to the hook with metadata.managedFields. */
+let withManagedFields = 0;
 
 before(async () => {
   cluster = await startTestCluster({ controllerManager: false });
@@ -35,7 +37,9 @@ before(async () => {
   hooks = await serveHooks({
     hooks: {
       '/sync': (request: { parent: KubeObject; children: Record<string, Record<string, unknown>> }) => {
-        shown.push(Object.keys(request.children['ConfigMap.v1'] ?? {}).length);
+        const children = Object.values(request.children['ConfigMap.v1'] ?? {}) as KubeObject[];
+        shown.push(children.length);
+        withManagedFields += children.filter((child) => 'managedFields' in child.metadata).length;
         return {
           status: { seen: shown.at(-1) },
           children: Array.from({ length: CHILDREN }, (_, i) => ({
@@ -131,6 +135,11 @@ test('a parent with more children than a delivery writes converges over several 
     shown,
     [0, 1, 2, 3, 4, 5].map((rounds) => rounds * CHILD_CONCURRENCY),
     'each hook call saw what the deliveries before wrote',
+  );
+  assert.equal(withManagedFields, 0, 'children are kept, and shown to the hook, without managedFields');
+  assert.ok(
+    [...written.at(-1)!.values()].every((child) => 'managedFields' in child.metadata),
+    'which they have (and keep)',
   );
   // None written again: every child is as the delivery that created it left it.
   const last = written.at(-1)!;
