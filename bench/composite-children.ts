@@ -241,12 +241,20 @@ async function run(): Promise<void> {
     const cpuBefore = (await sample()).cpu;
     await kube.create(Swarm, { apiVersion: 'bench.example.com/v1', kind: 'Swarm', metadata: { name: 'hive', namespace: 'swarm' } });
     let deliveries = 0;
+    let unanswered: string | undefined;
     let lastReply: ReturnType<typeof replyOf>;
     const fn = await measured(cluster, async () => {
       let next: { headers: Record<string, string>; body: string } | undefined = reconcileOf(PARENT_KEY);
       while (next) {
         deliveries++;
-        const answer = await post(ready.url, next.headers, next.body);
+        let answer: Answer;
+        try {
+          answer = await post(ready.url, next.headers, next.body);
+        } catch (error) {
+          // fetch waits 300 s for an answer's headers, as long as the Service's request timeout.
+          unanswered = `delivery ${deliveries} not answered: ${String((error as { cause?: unknown }).cause ?? error)}`;
+          break;
+        }
         if (answer.status !== 200) throw new Error(`delivery ${deliveries} answered ${answer.status}: ${answer.text}`);
         const reply = replyOf(answer);
         lastReply = reply;
@@ -267,6 +275,20 @@ async function run(): Promise<void> {
     console.log(
       `          peak heap ${mib(memory.peakHeap)} MiB, peak RSS ${mib(memory.peakRss)} MiB sampled, VmHWM ${mib(memory.hwm)} MiB (limit 256)`,
     );
+
+    if (unanswered) {
+      console.log(`          ${unanswered}: the broker would retry it, and the sync would start over`);
+      writeResults({
+        benchmark: 'composite-children',
+        label: values.label!,
+        date: new Date().toISOString(),
+        command: `npm run bench:composite-children -- ${process.argv.slice(2).join(' ')}`.trim(),
+        children: N,
+        direct,
+        function: { ...fn, unanswered, deliveries, hookCalls, childrenCreated: children, functionCpu: fnCpu, memory },
+      });
+      return;
+    }
 
     // The quiet window: what the function asks for by itself once converged.
     const quietMs = Number(values.quiet) * 1000;
