@@ -351,7 +351,7 @@ async function run(): Promise<void> {
       },
     });
   } finally {
-    if (!exited) child.send({ type: 'stop' } satisfies Ask);
+    if (!exited && child.connected) child.send({ type: 'stop' } satisfies Ask);
     await hooks.close();
     await cluster.stop();
   }

@@ -183,9 +183,20 @@ function jsonBody(payload: unknown): JsonBody {
 async function writeBody(request: http.ClientRequest, body: JsonBody): Promise<void> {
   for (const chunk of body.chunks()) {
     if (request.destroyed) return;
-    if (!request.write(chunk)) await new Promise((resolve) => request.once('drain', resolve).once('close', resolve));
+    if (!request.write(chunk)) await drained(request);
   }
   if (!request.destroyed) request.end();
+}
+
+/** Until the socket takes more, or the request is gone. */
+function drained(request: http.ClientRequest): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      request.off('drain', done).off('close', done);
+      resolve();
+    };
+    request.on('drain', done).on('close', done);
+  });
 }
 
 function postOnce(
