@@ -262,6 +262,13 @@ async function run(): Promise<void> {
         next = reply && reply.due <= Date.now() ? reply : undefined;
       }
     });
+    if (exited) {
+      const created = (await kube.list(ConfigMap, { namespace: 'swarm' })).items.length;
+      console.log(
+        `function  the function's process ended (${exited}${exited === '134' ? ': out of memory' : ''}) in delivery ${deliveries}, after ${(fn.ms / 1000).toFixed(1)} s and ${created} children created, ${hookCalls} hook calls`,
+      );
+      return;
+    }
     const memory = await sample();
     const fnCpu = memory.cpu - cpuBefore;
     const children = (await kube.list(ConfigMap, { namespace: 'swarm' })).items.length;
