@@ -20,6 +20,7 @@ import {
   type KubeClient,
   applyChild,
   type ApplyOptions,
+  forEachLimited,
 } from '../runtime/index.ts';
 
 export interface ParentRef {
@@ -27,8 +28,18 @@ export interface ParentRef {
   kind: ResourceKind;
 }
 
-/** List items carry no apiVersion/kind for built-in kinds; the hook request is keyed by them. */
-const typed = (kind: ResourceKind, object: KubeObject): KubeObject => ({ ...object, apiVersion: apiVersionOf(kind), kind: kind.kind });
+/**
+ * A child as the sync keeps it: with its apiVersion and kind (list items of built-in kinds carry
+ * none; the hook request is keyed by them), without metadata.managedFields. Those are the API
+ * server's record of which client set which field: no decision here reads them (the 3-way merge
+ * keeps the observed ones, and an update without them leaves them as they are), and in a small
+ * child they are about 40 % of its size, held for every child of a parent that may have tens of
+ * thousands. Deliberate difference: a hook's request shows its children without them.
+ */
+function typed(kind: ResourceKind, object: KubeObject): KubeObject {
+  const { managedFields: _, ...metadata } = object.metadata as KubeObject['metadata'] & { managedFields?: unknown };
+  return { ...object, apiVersion: apiVersionOf(kind), kind: kind.kind, metadata };
+}
 
 /** The objects of a child kind in a namespace (undefined: all), typed. */
 export type CandidateLists = (kind: ResourceKind, namespace: string | undefined) => Promise<KubeObject[]>;
@@ -55,16 +66,21 @@ export function sharedLists(kube: KubeClient): CandidateLists {
 }
 
 /**
- * The objects of a child kind that `selector` matches, listed for one parent (no sharing), from
- * the API server's watch cache: read from etcd, every such list would scan the whole collection,
- * once per parent. A list a little stale is what upstream's informer gives too, and is safe for
- * the same reasons as sharedLists' (the selector is never empty: childSelector refuses that).
+ * The objects of a child kind that `selector` matches, listed for one parent (no sharing), page by
+ * page and as of now (no resourceVersion). A parent may have tens of thousands of children: read
+ * with resourceVersion=0 they would come in one answer whatever `limit` says (KubeClient.pages
+ * `cached`), tens of MiB held at once as bytes, text and objects; and a sync that continues the
+ * previous delivery's writes must see them, or it would create them again. kube-apiserver 1.34
+ * and later serve such a list from the watch cache too, page by page (consistent reads and
+ * paginated lists from the cache); older ones read it from etcd. The selector is never empty
+ * (childSelector refuses that).
  */
 export function selectedLists(kube: KubeClient, selector: Selector): CandidateLists {
   return async (kind, namespace) => {
     const items: KubeObject[] = [];
-    for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined, cached: true }))
-      items.push(...page.items.map((item) => typed(kind, item)));
+    for await (const page of kube.pages(kind, { namespace, labelSelector: selector.toQuery() || undefined }))
+      // One at a time: spreading a page of 100 000 children into push's arguments overflows the stack.
+      for (const item of page.items) items.push(typed(kind, item));
     return items;
   };
 }
@@ -93,7 +109,7 @@ export async function claimChildren(
       selector,
       candidates,
     });
-    observed.push(...plan.claimed);
+    for (const child of plan.claimed) observed.push(child);
     for (const release of plan.release) await writeOwners(kube, childKind, release);
     if (plan.adopt.length > 0) {
       // RecheckDeletionTimestamp: adopt nothing for a parent that was replaced or is going away.
@@ -130,59 +146,93 @@ export interface ChildWrites {
   errors: string[];
   /** The children created or updated, as the API server answered (typed). */
   written: KubeObject[];
+  /** Writes not started because the budget ran out: the parent is synced again at once to do them. */
+  left: number;
 }
 
-/** Carries out every operation, deletes first, and collects the failures instead of stopping. */
+/** Child writes of one parent in flight at once: a hook may answer thousands of children, and a sweep syncs 8 parents at once. */
+export const CHILD_CONCURRENCY = 16;
+
+/**
+ * When a parent's sync stops starting child writes: the delivery's deadline. The writes of the
+ * first round (CHILD_CONCURRENCY) start whatever the time, so that every sync gets something done.
+ */
+export interface WriteBudget {
+  deadline: number;
+  now: () => number;
+}
+
+/**
+ * Carries out the operations, deletes first, a few at a time, and collects the failures instead of
+ * stopping. Once the budget is spent no write is started: the ones started finish, the others are
+ * counted as `left`, for the next sync, which finds the children written so far in place (the
+ * 3-way merge leaves them alone) and writes only the rest.
+ */
 export async function applyChildOperations(
   kube: KubeClient,
   childKinds: ResourceKind[],
   operations: ChildOperation[],
+  budget: WriteBudget = { deadline: Infinity, now: Date.now },
 ): Promise<ChildWrites> {
-  const result: ChildWrites = { deleted: 0, errors: [], written: [] };
+  const result: ChildWrites = { deleted: 0, errors: [], written: [], left: 0 };
   const kindOf = (object: KubeObject) => childKinds.find((kind) => sameKind(kind, object.apiVersion, object.kind));
-  const ordered = [...operations].sort((a, b) => Number(!isDelete(a)) - Number(!isDelete(b)));
-  for (const operation of ordered) {
-    const object =
-      operation.action === 'create' || operation.action === 'update'
-        ? operation.object
-        : operation.action === 'error'
-          ? operation.child
-          : operation.observed;
-    const kind = kindOf(object);
-    const what = `${object.kind} ${keyOf(object).namespace ? `${keyOf(object).namespace}/` : ''}${object.metadata.name}`;
+  const writes: ChildOperation[] = [];
+  for (const operation of operations) {
+    if (operation.action === 'error') result.errors.push(`${describeChild(operationObject(operation))}: ${operation.reason}`);
+    else if (operation.action !== 'unchanged') writes.push(operation);
+  }
+  let started = 0;
+  const write = async (operation: ChildOperation) => {
+    if (started >= CHILD_CONCURRENCY && budget.now() >= budget.deadline) {
+      result.left++;
+      return;
+    }
+    started++;
+    const object = operationObject(operation);
+    const kind = kindOf(object)!;
     try {
       switch (operation.action) {
-        case 'error':
-          result.errors.push(`${what}: ${operation.reason}`);
-          break;
-        case 'unchanged':
-          break;
         case 'delete':
         case 'recreate':
-          if (
-            await kube.delete(kind!, keyOf(operation.observed), { uid: operation.observed.metadata.uid, propagationPolicy: 'Background' })
-          )
+          if (await kube.delete(kind, keyOf(operation.observed), { uid: operation.observed.metadata.uid, propagationPolicy: 'Background' }))
             result.deleted++;
           break;
         case 'create':
         case 'update': {
           const applied = await applyChild(
             kube,
-            kind!,
+            kind,
             operation.object,
             operation.action === 'update' ? { ...planned, observed: operation.observed } : planned,
           );
           if ((applied.result === 'created' || applied.result === 'updated') && applied.object)
-            result.written.push(typed(kind!, applied.object));
+            result.written.push(typed(kind, applied.object));
           break;
         }
       }
     } catch (error) {
-      result.errors.push(`can't ${operation.action} ${what}: ${(error as Error).message}`);
+      result.errors.push(`can't ${operation.action} ${describeChild(object)}: ${(error as Error).message}`);
     }
-  }
+  };
+  // Deletes first, as upstream: they free what the new children may need (a quota, a name).
+  await forEachLimited(writes.filter(isDelete), CHILD_CONCURRENCY, write);
+  await forEachLimited(
+    writes.filter((operation) => !isDelete(operation)),
+    CHILD_CONCURRENCY,
+    write,
+  );
   return result;
 }
+
+const operationObject = (operation: ChildOperation): KubeObject =>
+  operation.action === 'create' || operation.action === 'update'
+    ? operation.object
+    : operation.action === 'error'
+      ? operation.child
+      : operation.observed;
+
+const describeChild = (object: KubeObject): string =>
+  `${object.kind} ${object.metadata.namespace ? `${object.metadata.namespace}/` : ''}${object.metadata.name}`;
 
 /**
  * How a planned child is applied: the children were claimed (claim.ts), so they are the parent's;

@@ -14,7 +14,9 @@
 // parent whose hook asked for resyncAfterSeconds is requeued alone, at its own time. A sweep
 // syncs parents until the delivery's deadline (ReconcileContext.deadline) and hands the rest back
 // as deferred keys, each then synced on its own: 1200 parents behind a 3 s hook would otherwise
-// take 450 s, past the request's timeout, and every retry would start the sweep over.
+// take 450 s, past the request's timeout, and every retry would start the sweep over. The same
+// deadline stops the child writes inside a parent's sync (children.ts applyChildOperations): a
+// parent left with children to write is deferred too, and its next sync writes only those.
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go (every parent is its own work
 // item, so failures are independent; Start: resyncPeriodSeconds; a hook's resyncAfterSeconds
@@ -150,6 +152,8 @@ class Sweep {
   readonly #resyncs: { key: KindKey; afterSeconds: number }[] = [];
   /** The parents not synced because the deadline had passed. */
   readonly #deferred: KindKey[] = [];
+  /** The parents synced in part: the deadline stopped their child writes. */
+  readonly #unfinished: KindKey[] = [];
 
   constructor(ctx: ReconcileContext, listed: CandidateLists | undefined, deadline: number) {
     const hookUrls = parseHookUrls(ctx.config.COMPOSITE_HOOK_URLS ?? '');
@@ -170,9 +174,14 @@ class Sweep {
       return;
     }
     this.#started++;
+    // Within a parent's sync the delivery's deadline stops its child writes (a parent's key has no
+    // deadline of its own for starting parents: it has one). A parent left with writes to do is
+    // deferred: synced again in the reply's delivery, which writes only what is still missing.
+    const budget = { deadline: this.#ctx.deadline, now: () => now().getTime() };
     try {
-      const synced = await syncParent(composite, parent, { kube, events, hookUrls: this.#hookUrls, listed: this.#listed });
-      if (synced.resyncAfterSeconds > 0) this.#resyncs.push({ key, afterSeconds: synced.resyncAfterSeconds });
+      const synced = await syncParent(composite, parent, { kube, events, hookUrls: this.#hookUrls, listed: this.#listed, budget });
+      if (synced.left) this.#unfinished.push(key);
+      else if (synced.resyncAfterSeconds > 0) this.#resyncs.push({ key, afterSeconds: synced.resyncAfterSeconds });
     } catch (error) {
       const failure = error instanceof TransientError ? error : new TransientError((error as Error).message, { cause: error });
       log.warn({ parent: parent.metadata.name, err: failure.message }, 'sync of a parent failed; retried');
@@ -183,12 +192,12 @@ class Sweep {
   /** What the sweep asks of the answer: the requeues and failures (below), and the parents it left undone (deferredKeys). */
   result(periodSeconds: number, answering: 'sweep' | 'parent'): ReconcileResult | undefined {
     const result = this.#requeuesAndFailures(periodSeconds, answering);
-    if (this.#deferred.length === 0) return result;
+    if (this.#deferred.length === 0 && this.#unfinished.length === 0) return result;
     this.#ctx.log.info(
-      { synced: this.#started, deferred: this.#deferred.length },
-      'sweep stopped at the delivery deadline; the parents left are synced one by one',
+      { synced: this.#started, deferred: this.#deferred.length, unfinished: this.#unfinished.length },
+      'stopped at the delivery deadline; the parents left, and those whose children are not all written yet, are synced one by one',
     );
-    return { ...result, deferredKeys: this.#deferred };
+    return { ...result, deferredKeys: [...this.#unfinished, ...this.#deferred] };
   }
 
   /**

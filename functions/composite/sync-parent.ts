@@ -2,8 +2,10 @@
 // finalizer checks, the finalizer itself, the child selector, the claim, the sync or finalize
 // hook, then the answer applied (finalizer removal, child writes, status with
 // observedGeneration: through the status subresource, or a plain update of the parent when its
-// CRD has none). The decisions are the pure modules in metacontroller/; this file only
-// sequences them with the API calls.
+// CRD has none). The child writes stop at the delivery's deadline (SyncEnvironment.budget): the
+// caller syncs the parent again at once, and that sync finds the children written so far in
+// place. The decisions are the pure modules in metacontroller/; this file only sequences them
+// with the API calls.
 //
 // Upstream: metacontroller pkg/controller/composite/controller.go syncParentObject, sync
 // (a 429 is requeued without an Event; any other failure is a Warning Event `SyncError`
@@ -41,7 +43,7 @@ import {
   ensureFinalizer,
   removeFinalizer,
 } from '../runtime/index.ts';
-import { applyChildOperations, claimChildren, selectedLists, type CandidateLists } from './children.ts';
+import { applyChildOperations, claimChildren, selectedLists, type CandidateLists, type WriteBudget } from './children.ts';
 import { callHook, type UrlRewrite } from './hooks.ts';
 import { relatedFor } from './related.ts';
 
@@ -65,11 +67,15 @@ export interface SyncEnvironment {
    * stopped matching while still owned, so such a child is released by the next sweep.
    */
   listed?: CandidateLists;
+  /** When the sync stops starting child writes (the delivery's deadline); none by default. */
+  budget?: WriteBudget;
 }
 
-/** Sync this parent again after this many seconds (0: only on the next event or resync). */
 export interface ParentSynced {
+  /** Sync this parent again after this many seconds (0: only on the next event or resync). */
   resyncAfterSeconds: number;
+  /** Child writes the budget left undone: sync this parent again at once, in the next delivery. */
+  left?: number;
 }
 
 /** A failed sync of one parent, already reported (Event) when upstream reports it. */
@@ -208,10 +214,11 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
     }
     if (!plan.outcome.ok) return fail(plan.outcome.reason, plan.outcome.eventReason);
 
-    const writes = await applyChildOperations(kube, composite.childKinds, plan.outcome.value.children);
+    const writes = await applyChildOperations(kube, composite.childKinds, plan.outcome.value.children, env.budget);
     const last = round === SYNC_ROUNDS;
-    // A parent losing its finalizer is going away, or no longer ours: its sync ends here.
-    const again = !last && !plan.removeFinalizer;
+    // A parent losing its finalizer is going away, or no longer ours; one with writes left over is
+    // handed back to continue (`left`): its sync ends here.
+    const again = !last && !plan.removeFinalizer && writes.left === 0;
     // Children written, and nothing else to wait for: ask again with them observed, before any status is written.
     if (again && writes.written.length > 0 && writes.deleted === 0 && writes.errors.length === 0) {
       observed = withWritten(observed, writes.written);
@@ -236,7 +243,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
     // The hook sees the status it answered, as upstream's sync on its own status update gives it.
     if (statusWritten && !soon && again) continue;
     const resync = plan.resyncAfterSeconds;
-    return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync };
+    return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync, left: writes.left };
   }
 }
 

@@ -97,7 +97,7 @@ const MAX_REDIRECTS = 10;
  * mounted at `/sync/` answers `/sync` with a 308); the timeout covers the whole chain.
  */
 export async function postJson(target: HookTarget, payload: unknown, options: CallOptions = {}): Promise<HookResult<string>> {
-  const body = Buffer.from(JSON.stringify(payload));
+  const body = jsonBody(payload);
   const deadline = Date.now() + target.timeoutMs;
   let url = target.url;
   for (let redirects = 0; ; redirects++) {
@@ -108,9 +108,100 @@ export async function postJson(target: HookTarget, payload: unknown, options: Ca
   }
 }
 
+/** Levels of a payload written entry by entry: request → children → kind → each child stringified whole. */
+const SPLIT_DEPTH = 3;
+/** Pieces are gathered into writes of about this many characters. */
+const WRITE_CHARS = 64 * 1024;
+
+/**
+ * JSON.stringify(value) in pieces: a request of 50 000 children is tens of MiB as one string, so
+ * its outer levels are written entry by entry, and each child is a string only while it is
+ * written. Same text as JSON.stringify: keys in its order, undefined, function and symbol values
+ * left out (null in an array), toJSON honoured.
+ */
+export function* jsonPieces(value: unknown, depth = 0): Generator<string> {
+  const splittable =
+    depth < SPLIT_DEPTH &&
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { toJSON?: unknown }).toJSON !== 'function' &&
+    (Array.isArray(value) || Object.getPrototypeOf(value) === Object.prototype || Object.getPrototypeOf(value) === null);
+  if (!splittable) {
+    yield JSON.stringify(value) ?? 'null';
+    return;
+  }
+  if (Array.isArray(value)) {
+    yield '[';
+    for (let index = 0; index < value.length; index++) {
+      if (index > 0) yield ',';
+      yield* omitted(value[index]) ? ['null'] : jsonPieces(value[index], depth + 1);
+    }
+    yield ']';
+    return;
+  }
+  yield '{';
+  let first = true;
+  for (const key of Object.keys(value)) {
+    const entry = (value as Record<string, unknown>)[key];
+    if (omitted(entry)) continue;
+    yield `${first ? '' : ','}${JSON.stringify(key)}:`;
+    first = false;
+    yield* jsonPieces(entry, depth + 1);
+  }
+  yield '}';
+}
+
+const omitted = (value: unknown): boolean => value === undefined || typeof value === 'function' || typeof value === 'symbol';
+
+/** A request body that is written afresh for each attempt (redirects), its length known up front. */
+interface JsonBody {
+  length: number;
+  chunks(): Generator<string>;
+}
+
+function jsonBody(payload: unknown): JsonBody {
+  function* chunks(): Generator<string> {
+    let gathered: string[] = [];
+    let size = 0;
+    for (const piece of jsonPieces(payload)) {
+      gathered.push(piece);
+      size += piece.length;
+      if (size >= WRITE_CHARS) {
+        yield gathered.join('');
+        [gathered, size] = [[], 0];
+      }
+    }
+    if (gathered.length > 0) yield gathered.join('');
+  }
+  // The length takes one pass of its own: holding the text to measure it is what this avoids.
+  let length = 0;
+  for (const chunk of chunks()) length += Buffer.byteLength(chunk);
+  return { length, chunks };
+}
+
+/** Writes the body, waiting whenever the socket's buffer is full; stops once the request is gone. */
+async function writeBody(request: http.ClientRequest, body: JsonBody): Promise<void> {
+  for (const chunk of body.chunks()) {
+    if (request.destroyed) return;
+    if (!request.write(chunk)) await drained(request);
+  }
+  if (!request.destroyed) request.end();
+}
+
+/** Until the socket takes more, or the request is gone. */
+function drained(request: http.ClientRequest): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      request.off('drain', done).off('close', done);
+      resolve();
+    };
+    request.on('drain', done).on('close', done);
+  });
+}
+
 function postOnce(
   target: string,
-  body: Buffer,
+  body: JsonBody,
   deadline: number,
   hook: HookTarget,
   options: CallOptions,
@@ -190,7 +281,7 @@ function postOnce(
         else finish({ ok: true, value: text });
       });
     });
-    request.end(body);
+    void writeBody(request, body);
   });
 }
 

@@ -7,6 +7,7 @@ import { MAX_TIMER_MS } from '../../../functions/runtime/index.ts';
 import {
   callCompositeHook,
   DEFAULT_TIMEOUT_MS,
+  jsonPieces,
   postJson,
   retryAfterSeconds,
   webhookTarget,
@@ -261,5 +262,41 @@ describe('webhook configuration', () => {
     assert.equal(retryAfterSeconds('1.5', now), 0);
     assert.equal(retryAfterSeconds('soon', now), 0);
     assert.equal(retryAfterSeconds(undefined, now), 0);
+  });
+});
+
+describe('jsonPieces: a request written in pieces', () => {
+  test('joined, they are exactly JSON.stringify of the payload (omitted values, nulls in arrays, toJSON, nested maps)', () => {
+    const payload = {
+      controller: { metadata: { name: 'c' }, spec: { hooks: undefined, list: [1, undefined, () => 0, 'x'] } },
+      parent: { metadata: { name: 'p', creationTimestamp: new Date(0) }, skipped: Symbol('s') },
+      children: { 'ConfigMap.v1': { a: { data: { k: 'v"\\' } }, b: { data: null } }, 'Pod.v1': {} },
+      related: {},
+      finalizing: false,
+      gone: undefined,
+      unicode: 'é ☃',
+      empty: [],
+      deep: { a: { b: { c: { d: [undefined] } } } },
+    };
+    assert.equal([...jsonPieces(payload)].join(''), JSON.stringify(payload));
+    for (const value of [null, 1, 'text', [undefined], [[1, [2]]], { toJSON: () => ({ x: 1 }) }])
+      assert.equal([...jsonPieces(value)].join(''), JSON.stringify(value));
+  });
+
+  test('a map of many children comes as many pieces, none holding more than one child', () => {
+    const children = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`c-${i}`, { metadata: { name: `c-${i}` } }]));
+    const pieces = [...jsonPieces({ children: { 'ConfigMap.v1': children } })];
+    assert.ok(pieces.length > 2000, `${pieces.length} pieces`);
+    assert.ok(Math.max(...pieces.map((piece) => piece.length)) < 100);
+  });
+
+  test('postJson sends that text with its byte length', async () => {
+    behaviour = (_request, response) => response.writeHead(200).end('{}');
+    const payload = { children: Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`é-${i}`, { data: 'x'.repeat(100) }])) };
+    const answer = await postJson({ url: `${base}/big`, timeoutMs: 5000 }, payload);
+    assert.equal(answer.ok, true);
+    const last = seen.at(-1)!;
+    assert.equal(last.body, JSON.stringify(payload));
+    assert.equal(Number(last.headers['content-length']), Buffer.byteLength(JSON.stringify(payload)));
   });
 });
