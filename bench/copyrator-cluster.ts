@@ -9,7 +9,6 @@
 // The rules live in 10 distributing namespaces and select a label no ConfigMap carries (idle);
 // the unrelated ConfigMaps are spread over 10 namespaces of their own (harness.ts fillCluster),
 // which get copies like every other. Requests are counted by the API server, CPU read from /proc.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
@@ -81,37 +80,6 @@ await plane.start();
 while (plane.activator.instances(copyrator.name) === 0) await sleep(50);
 await awaitQuiet(cluster.cp, { quietMs: 2000 });
 
-/**
- * CPU seconds so far of the function processes this process started (functions/main.ts, or a
- * bundle's main.mjs), read from /proc; cpu-time.ts's `functions` looks for another entry path.
- */
-function functionCpuSeconds(): number {
-  let total = 0;
-  for (const name of existsSync('/proc') ? readdirSync('/proc') : []) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      if (!/functions\/main\.ts|main\.mjs/.test(readFileSync(`/proc/${name}/cmdline`, 'utf8'))) continue;
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (Number(fields[1]) === process.pid) total += (Number(fields[11]) + Number(fields[12])) / 100;
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return total;
-}
-
-/** `cpu` with the function processes' seconds (functionCpuSeconds) where cpu-time.ts found none. */
-function withFunctions(cpu: CpuSeconds | undefined, functions: number): CpuSeconds | undefined {
-  if (!cpu || cpu.functions > 0) return cpu;
-  return {
-    ...cpu,
-    functions,
-    total: cpu.total + functions,
-    ...(cpu.others !== undefined ? { others: Math.max(0, cpu.others - functions) } : {}),
-  };
-}
-
 interface Window {
   seconds: number;
   requests: RequestCounts;
@@ -121,18 +89,14 @@ interface Window {
 async function measured(run: () => Promise<unknown>, done?: () => Promise<boolean>, pollMs = 50): Promise<Window> {
   const { totals: before } = await awaitQuiet(cluster.cp, { quietMs: 1000 });
   const cpu0 = cpuSnapshot(cluster.cp.dir);
-  const fn0 = functionCpuSeconds();
   const started = performance.now();
   await run();
   if (done) while (!(await done())) await sleep(pollMs);
   const doneAt = performance.now();
   const cpuDone = cpuSnapshot(cluster.cp.dir);
-  const fnDone = functionCpuSeconds();
   const { totals: after, lastChangeAt } = await awaitQuiet(cluster.cp, { timeoutMs: 900_000 });
   const seconds = ((done ? doneAt : lastChangeAt) - started) / 1000;
-  const cpu = done
-    ? withFunctions(cpuBetween(cpu0, cpuDone), fnDone - fn0)
-    : withFunctions(cpuBetween(cpu0, cpuSnapshot(cluster.cp.dir)), functionCpuSeconds() - fn0);
+  const cpu = cpuBetween(cpu0, done ? cpuDone : cpuSnapshot(cluster.cp.dir));
   return { seconds, requests: requestDifference(before, after), cpu };
 }
 

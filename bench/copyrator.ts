@@ -11,7 +11,6 @@
 // own writes are among the first; the Trigger leaves out those the function does not ask for),
 // API requests counted by the API server from the phase's first write until it is quiet again
 // (the bench's own polls for convergence left out), and CPU seconds until convergence.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
@@ -110,37 +109,6 @@ async function until(check: () => Promise<boolean>): Promise<void> {
   while (!(await check())) await sleep(100);
 }
 
-/**
- * CPU seconds so far of the function processes this process started (functions/main.ts, or a
- * bundle's main.mjs), read from /proc; cpu-time.ts's `functions` looks for another entry path.
- */
-function functionCpuSeconds(): number {
-  let total = 0;
-  for (const name of existsSync('/proc') ? readdirSync('/proc') : []) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      if (!/functions\/main\.ts|main\.mjs/.test(readFileSync(`/proc/${name}/cmdline`, 'utf8'))) continue;
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (Number(fields[1]) === process.pid) total += (Number(fields[11]) + Number(fields[12])) / 100;
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return total;
-}
-
-/** `cpu` with the function processes' seconds (functionCpuSeconds) where cpu-time.ts found none. */
-function withFunctions(cpu: CpuSeconds | undefined, functions: number): CpuSeconds | undefined {
-  if (!cpu || cpu.functions > 0) return cpu;
-  return {
-    ...cpu,
-    functions,
-    total: cpu.total + functions,
-    ...(cpu.others !== undefined ? { others: Math.max(0, cpu.others - functions) } : {}),
-  };
-}
-
 interface Phase {
   seconds: number;
   /** Emitted by the sources / delivered to the function (the plane side only). */
@@ -155,12 +123,11 @@ async function measured(run: () => Promise<unknown>, done?: () => Promise<boolea
   const { totals: before } = await awaitQuiet(cluster.cp, { quietMs: 1000 });
   const [emitted0, delivered0, polls0] = onPlane ? [plane.source.stats().emitted, delivered(), polls] : [0, 0, polls];
   const cpu0 = cpuSnapshot(cluster.cp.dir);
-  const fn0 = functionCpuSeconds();
   const started = performance.now();
   await run();
   if (done) await until(done);
   const seconds = (performance.now() - started) / 1000;
-  const cpu = withFunctions(cpuBetween(cpu0, cpuSnapshot(cluster.cp.dir)), functionCpuSeconds() - fn0);
+  const cpu = cpuBetween(cpu0, cpuSnapshot(cluster.cp.dir));
   const events = onPlane ? { events: plane.source.stats().emitted - emitted0, delivered: delivered() - delivered0 } : {};
   const own = polls - polls0;
   const { totals: after } = await awaitQuiet(cluster.cp);
