@@ -1,5 +1,6 @@
 // Log lines: JSON when piped, human-readable on a terminal, one `component` key per line.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { pino } from 'pino';
 import { Broker } from '../../eventing/broker/index.ts';
@@ -48,5 +49,13 @@ describe('logs', () => {
     });
     void bare.close();
     assert.match(own[0] ?? '', /"component":"broker"/);
+  });
+  it('pretty lines logged just before process.exit() are written (the summary a Ctrl-C of opfn dev prints)', () => {
+    const log = new URL('../../functions/runtime/host/log.ts', import.meta.url).pathname;
+    const program = `import { createLogger } from ${JSON.stringify(log)}; const log = createLogger('t', 'info', 'pretty'); for (let i = 0; i < 20; i++) log.info('line ' + i); process.exit(0);`;
+    const { stdout, status } = spawnSync(process.execPath, ['--input-type=module', '-e', program], { encoding: 'utf8' });
+    assert.equal(status, 0);
+    assert.equal(stdout.trim().split('\n').length, 20, stdout);
+    assert.match(stdout, /INFO  t +line 19$/m);
   });
 });

@@ -59,7 +59,11 @@ function prettyStream(out: NodeJS.WriteStream): Writable {
         .toString('utf8')
         .split('\n')
         .filter((line) => line.trim() !== '');
-      out.write(lines.map((line) => `${prettyLine(line, color)}\n`).join(''), () => callback());
+      // Handed on at once, waiting only when the terminal pushes back: a line logged just before
+      // process.exit() is written, where waiting for each write's callback kept it in this
+      // stream's buffer and lost it.
+      if (out.write(lines.map((line) => `${prettyLine(line, color)}\n`).join(''))) callback();
+      else out.once('drain', () => callback());
     },
   });
 }
