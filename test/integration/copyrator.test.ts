@@ -369,6 +369,8 @@ describe('the seed example rule', () => {
 describe('echoes of the copies', () => {
   test('the delete of a copy its rule removed costs no API request; a hand deletion of its successor is still heard', async () => {
     const requests = async () => (await fn.metrics.apiRequests.get()).values.reduce((sum, value) => sum + value.value, 0);
+    const byRequest = async () =>
+      (await fn.metrics.apiRequests.get()).values.map(({ labels, value }) => `${labels.verb} ${labels.resource} ${labels.code}: ${value}`);
     const rule = await kube.create(CopyratorRuleKind, newRule('default', 'echo-rule', 'default', { echo: 'yes' }));
     const source = await kube.create(ConfigMap, configMap('default', 'echo-source', { echo: 'yes' }));
     await ruleEvent(rule, 'add');
@@ -377,10 +379,11 @@ describe('echoes of the copies', () => {
     await kube.delete(ConfigMap, { namespace: 'default', name: 'echo-source' });
     await send(ConfigMap, source, 'delete');
     assert.equal(await getCm('team-a', 'echo-source'), undefined, 'the copy went with its source');
-    const before = await requests();
+    const [before, countsBefore] = [await requests(), await byRequest()];
     const echo = await send(ConfigMap, copy, 'delete');
     assert.match(JSON.stringify(echo.body), /concerns no CopyratorRule/);
-    assert.equal((await requests()) - before, 0, 'no LIST of rules, no GET of the source');
+    // The counts by verb and resource, before and after, name a request that was made.
+    assert.equal((await requests()) - before, 0, `no LIST of rules, no GET of the source: ${countsBefore} → ${await byRequest()}`);
 
     // A copy made again has another uid: deleted by hand, it comes back.
     await kube.create(ConfigMap, configMap('default', 'echo-source', { echo: 'yes' }));
