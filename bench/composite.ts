@@ -39,6 +39,7 @@ import { tempDir } from '../test/support/temp.ts';
 import { ConvergenceWatch } from './convergence.ts';
 import {
   benchFlags,
+  clearNamespace,
   CONCURRENCY,
   createNamespace,
   fillCluster,
@@ -106,14 +107,6 @@ async function runDirect(cluster: TestCluster, n: number, writer: KubeClient, wa
     }),
   );
   return { side: 'direct', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
-}
-
-/** Deletes every parent and pod of `namespace` (no kube-controller-manager runs to delete a namespace). */
-async function removeParentsAndPods(kube: KubeClient, namespace: string): Promise<void> {
-  for (const kind of [Parent, Pod]) {
-    const { items } = await kube.list(kind, { namespace });
-    await pooled(items.length, (i) => kube.delete(kind, { namespace, name: items[i]!.metadata.name! }));
-  }
 }
 
 async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, watcher: KubeClient, hookUrl: string): Promise<RunResult> {
@@ -211,7 +204,7 @@ async function main(): Promise<void> {
       const result =
         side === 'plane' ? await runPlane(cluster, n, writer, watcher, hooks.url) : await runDirect(cluster, n, writer, watcher);
       // The plane's sweep would otherwise sync the direct side's parents inside its own measured window.
-      if (side === 'direct') await removeParentsAndPods(writer, 'direct');
+      if (side === 'direct') await clearNamespace(cluster, 'direct', [Parent, Pod]);
       results.push(result);
       process.stderr.write(
         `N=${n} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/parent${result.anomalies.length ? `, ANOMALIES ${result.anomalies.join('; ')}` : ''}\n`,

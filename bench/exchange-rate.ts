@@ -54,6 +54,7 @@ import { ConvergenceWatch } from './convergence.ts';
 import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
 import {
   benchFlags,
+  clearNamespace,
   brokerTotal,
   CONCURRENCY,
   createNamespace,
@@ -130,11 +131,6 @@ async function anomalies(kube: KubeClient, provider: StandInProvider, namespace:
     );
   if (rates.length !== n) found.unshift(`${rates.length} ExchangeRates instead of ${n}`);
   return found;
-}
-
-async function clean(cluster: TestCluster, namespace: string): Promise<void> {
-  await cluster.cp.request('DELETE', `/apis/operators.brennerm.github.io/v1/namespaces/${namespace}/exchangerates`);
-  await cluster.cp.request('DELETE', `/api/v1/namespaces/${namespace}/configmaps`);
 }
 
 const watchRates = (kube: KubeClient, namespace: string, provider: StandInProvider) =>
@@ -216,7 +212,7 @@ async function runPlane(
     const providerRequests = provider.requests.length - providerBefore;
     const events = plane.source.stats().emitted - emittedBefore;
     // The warm namespace goes first: the resync then lists the N measured objects only.
-    await clean(cluster, warmNamespace);
+    await clearNamespace(cluster, warmNamespace, [ExchangeRateKind, ConfigMap]);
     await awaitQuiet(cluster.cp);
     const resynced = await resync(cluster, plane, provider, n);
     const found = await anomalies(writer, provider, namespace, n);
@@ -235,8 +231,8 @@ async function runPlane(
   } finally {
     await plane.stop();
     state.release(plane);
-    await clean(cluster, namespace);
-    await clean(cluster, warmNamespace);
+    await clearNamespace(cluster, namespace, [ExchangeRateKind, ConfigMap]);
+    await clearNamespace(cluster, warmNamespace, [ExchangeRateKind, ConfigMap]);
   }
 }
 
@@ -279,7 +275,7 @@ async function runDirect(
       anomalies: await anomalies(writer, provider, namespace, n),
     };
   } finally {
-    await clean(cluster, namespace);
+    await clearNamespace(cluster, namespace, [ExchangeRateKind, ConfigMap]);
   }
 }
 

@@ -8,7 +8,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventPlane } from '../eventing/plane.ts';
-import { forEachLimited, type KubeClient, type KubeObject, type ResourceKind } from '../functions/runtime/index.ts';
+import { collectionPath, forEachLimited, type KubeClient, type KubeObject, type ResourceKind } from '../functions/runtime/index.ts';
 import type { TestCluster } from '../test/support/cluster.ts';
 import { tempFolder } from '../test/support/temp.ts';
 import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
@@ -99,6 +99,18 @@ export async function fillCluster(
     await kube.create(kind, make(names[i % names.length]!, `unrelated-${i}`));
     if (++created % 1000 === 0 || created === count) process.stderr.write(`  unrelated ${kind.kind}s: ${created}/${count}\n`);
   });
+}
+
+/**
+ * Deletes every object of `kinds` in `namespace` (one DELETE of each collection): what a side
+ * leaves behind, so that the next side's functions never see it. No kube-controller-manager runs
+ * in most benches, so deleting the namespace would not.
+ */
+export async function clearNamespace(cluster: TestCluster, namespace: string, kinds: ResourceKind[]): Promise<void> {
+  for (const kind of kinds) {
+    const answer = await cluster.cp.request('DELETE', collectionPath(kind, namespace));
+    if (answer.status !== 200) throw new Error(`deleting ${kind.plural} in ${namespace}: ${answer.status}`);
+  }
 }
 
 export interface Measured {

@@ -67,6 +67,7 @@ import { requestDifference, scrapeRequestTotals } from './apiserver-metrics.ts';
 import { ConvergenceWatch } from './convergence.ts';
 import {
   benchFlags,
+  clearNamespace,
   brokerTotal,
   CONCURRENCY,
   createNamespace,
@@ -112,11 +113,6 @@ const newIc = (namespace: string, name: string): ImmortalContainer => ({
 });
 
 /** Deletes every ImmortalContainer and pod of `namespace` (no garbage collector needed). */
-async function clean(cluster: TestCluster, namespace: string): Promise<void> {
-  await cluster.cp.request('DELETE', `/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/${namespace}/immortalcontainers`);
-  await cluster.cp.request('DELETE', `/api/v1/namespaces/${namespace}/pods`);
-}
-
 /** Exactly one pod and startTimes 1 per object, or the names that differ. */
 async function anomalies(kube: KubeClient, namespace: string, n: number): Promise<string[]> {
   const ics = (await kube.list<ImmortalContainer>(ImmortalContainerKind, { namespace })).items;
@@ -274,8 +270,8 @@ async function runPlane(
     clearInterval(poll);
     await plane.stop();
     state.release(plane);
-    await clean(cluster, namespace);
-    await clean(cluster, warmNamespace);
+    await clearNamespace(cluster, namespace, [ImmortalContainerKind, Pod]);
+    await clearNamespace(cluster, warmNamespace, [ImmortalContainerKind, Pod]);
   }
 }
 
@@ -301,7 +297,7 @@ async function runDirect(
     );
     return { side: 'direct', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
   } finally {
-    await clean(cluster, namespace);
+    await clearNamespace(cluster, namespace, [ImmortalContainerKind, Pod]);
   }
 }
 
