@@ -8,7 +8,7 @@
 // keeps going past failures and reports them together; a uid precondition and Background
 // propagation on deletes; AlreadyExists on create and NotFound/Conflict on update are fine: the
 // next sync sees the truth).
-import { planClaim, type ClaimAction, type ChildOperation, type Selector } from './metacontroller/index.ts';
+import { objectToWrite, planClaim, type ClaimAction, type ChildOperation, type Selector } from './metacontroller/index.ts';
 import {
   apiVersionOf,
   keyOf,
@@ -188,8 +188,7 @@ export async function applyChildOperations(
       return;
     }
     started++;
-    const object = operationObject(operation);
-    const kind = kindOf(object)!;
+    const kind = kindOf(operationObject(operation))!;
     try {
       switch (operation.action) {
         case 'delete':
@@ -199,10 +198,11 @@ export async function applyChildOperations(
           break;
         case 'create':
         case 'update': {
+          // Made now, not when planned: only the writes in flight hold their objects.
           const applied = await applyChild(
             kube,
             kind,
-            operation.object,
+            objectToWrite(operation),
             operation.action === 'update' ? { ...planned, observed: operation.observed } : planned,
           );
           if ((applied.result === 'created' || applied.result === 'updated') && applied.object)
@@ -211,7 +211,7 @@ export async function applyChildOperations(
         }
       }
     } catch (error) {
-      result.errors.push(`can't ${operation.action} ${describeChild(object)}: ${(error as Error).message}`);
+      result.errors.push(`can't ${operation.action} ${describeChild(operationObject(operation))}: ${(error as Error).message}`);
     }
   };
   // Deletes first, as upstream: they free what the new children may need (a quota, a name).
@@ -226,7 +226,7 @@ export async function applyChildOperations(
 
 const operationObject = (operation: ChildOperation): KubeObject =>
   operation.action === 'create' || operation.action === 'update'
-    ? operation.object
+    ? operation.desired
     : operation.action === 'error'
       ? operation.child
       : operation.observed;

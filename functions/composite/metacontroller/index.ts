@@ -9,7 +9,7 @@ export { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs } 
 export { callCompositeHook, postJson, webhookTarget, type HookFailure, type HookResult } from './hook-client.ts';
 export { buildHookRequest } from './hook-request.ts';
 export { isStrict } from './hook-response.ts';
-export { childErrorsMessage, updateStrategies, type ChildOperation, type UpdateStrategies } from './manage-children.ts';
+export { childErrorsMessage, objectToWrite, updateStrategies, type ChildOperation, type UpdateStrategies } from './manage-children.ts';
 export { ALLOW_PRIVILEGED_ANNOTATION, PRIVILEGED_CHILD_REASON } from './privileged.ts';
 export { parseCustomizeResponse, relatedQueries, selectRelated } from './related.ts';
 export { childSelector, CONTROLLER_UID_LABEL, parentFilter, type Selector } from './selector.ts';
