@@ -13,6 +13,7 @@
 // Not supported (yet): etag caching, caBundle / clientTLS, authorization and basicAuth.
 import http from 'node:http';
 import https from 'node:https';
+import { StringDecoder } from 'node:string_decoder';
 import { MAX_TIMER_MS, quote } from '../../runtime/index.ts';
 import { parseHookResponse } from './hook-response.ts';
 import type { CompositeHookResponse, HookVersion, Webhook } from './types.ts';
@@ -262,7 +263,9 @@ function postOnce(
         });
         return;
       }
-      const chunks: Buffer[] = [];
+      // Decoded as it comes: the answer is held once as text, not also as bytes and their concatenation.
+      const decoder = new StringDecoder('utf8');
+      const parts: string[] = [];
       let size = 0;
       const limit = options.maxResponseBytes ?? MAX_RESPONSE_BYTES;
       response.on('data', (chunk: Buffer) => {
@@ -272,11 +275,12 @@ function postOnce(
           request.destroy();
           return;
         }
-        chunks.push(chunk);
+        parts.push(decoder.write(chunk));
       });
       response.on('error', (error) => finish(syncError('unreachable', `can't read response body: ${error.message}`)));
       response.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
+        parts.push(decoder.end());
+        const text = parts.join('');
         if (status !== 200) finish(syncError('status', `unsupported status code: ${status} body: ${truncate(text)}`));
         else finish({ ok: true, value: text });
       });
