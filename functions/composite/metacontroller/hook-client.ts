@@ -19,8 +19,12 @@ import { parseHookResponse } from './hook-response.ts';
 import type { CompositeHookResponse, HookVersion, Webhook } from './types.ts';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
-/** A hook answer larger than this is refused rather than buffered. */
-export const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
+/**
+ * A hook answer larger than this is refused rather than buffered. The answer is held as text,
+ * then as objects, then as the children desired and, once written, as they are listed: a few
+ * times its size, within the function's heap under the Service's 256 Mi.
+ */
+export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
 
 export interface HookTarget {
   url: string;
