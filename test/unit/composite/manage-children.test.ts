@@ -63,6 +63,17 @@ describe('planChildren', () => {
     assert.equal(recorded.metadata.ownerReferences, undefined, 'the annotation holds what the hook asked for, not our ownerReference');
   });
 
+  test("a create or update holds the hook's child itself: its object is made only when its write starts", () => {
+    const created = pod('a', 'nginx:1');
+    const changed = pod('b', 'nginx:2');
+    const [create, update] = plan([existing(pod('b', 'nginx:1'))], [created, changed], { 'Pod.': 'InPlace' });
+    assert.ok(create?.action === 'create' && update?.action === 'update');
+    assert.equal(create.desired, created);
+    assert.equal(update.desired, changed);
+    assert.ok(!('object' in create) && !('object' in update));
+    assert.notEqual(written(create), written(create), 'made afresh for each write');
+  });
+
   test('an ownerReference to the parent given by the hook is kept as is, not doubled', () => {
     const desired = pod('a', 'nginx:1');
     desired.metadata.ownerReferences = [{ apiVersion: 'example.com/v1', kind: 'Thing', name: 'p', uid: 'parent-uid', controller: false }];
