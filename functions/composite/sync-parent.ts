@@ -21,6 +21,11 @@ import {
   hookToCall,
   isOurs,
   type HookFailure,
+  type HookResult,
+  type Hook,
+  type HookRequestInput,
+  type SyncPlan,
+  type SyncPlanInput,
   buildHookRequest,
   childErrorsMessage,
   type UpdateStrategies,
@@ -182,31 +187,34 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
 
   let current: KubeObject = parent;
   for (let round = 1; ; round++) {
-    const request = buildHookRequest({
-      controller,
-      parent: current,
-      version: hook.version ?? 'v1',
-      childRules: composite.childRules,
-      children: observed,
-      relatedRules: related?.value.rules,
-      related: related?.value.objects,
-      finalizing: hookType === 'finalize',
-    });
-    const answer = await callHook(hook, hookType, request, env.hookUrls);
-    if (!answer.ok) return hookFailed(answer.failure);
-
-    const plan = planSync({
-      controller: effective,
-      parent: current,
-      parentApiVersion: apiVersionOf(parentKind),
-      parentKind: parentKind.kind,
-      childRules: composite.childRules,
-      strategies: composite.strategies,
-      selector: selector.selector,
-      observed,
-      response: answer.value,
-      statusSubresource,
-    });
+    const planned = await askAndPlan(
+      hook,
+      hookType,
+      env.hookUrls,
+      {
+        controller,
+        parent: current,
+        version: hook.version ?? 'v1',
+        childRules: composite.childRules,
+        children: observed,
+        relatedRules: related?.value.rules,
+        related: related?.value.objects,
+        finalizing: hookType === 'finalize',
+      },
+      {
+        controller: effective,
+        parent: current,
+        parentApiVersion: apiVersionOf(parentKind),
+        parentKind: parentKind.kind,
+        childRules: composite.childRules,
+        strategies: composite.strategies,
+        selector: selector.selector,
+        observed,
+        statusSubresource,
+      },
+    );
+    if (!planned.ok) return hookFailed(planned.failure);
+    const plan = planned.value;
     if (plan.removeFinalizer) {
       const kept = await removeFinalizer(kube, parentKind, current, name);
       if (!kept) return { resyncAfterSeconds: 0 };
@@ -245,6 +253,22 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
     const resync = plan.resyncAfterSeconds;
     return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync, left: writes.left };
   }
+}
+
+/**
+ * The hook asked, and its answer planned. A function of its own so that the request and the
+ * answer (the hook's every child) are not held while the children are written: an async
+ * function keeps its locals across each await until they are assigned again.
+ */
+async function askAndPlan(
+  hook: Hook,
+  hookType: 'sync' | 'finalize',
+  hookUrls: UrlRewrite[],
+  request: HookRequestInput,
+  planInput: Omit<SyncPlanInput, 'response'>,
+): Promise<HookResult<SyncPlan>> {
+  const answer = await callHook(hook, hookType, buildHookRequest(request), hookUrls);
+  return answer.ok ? { ok: true, value: planSync({ ...planInput, response: answer.value }) } : answer;
 }
 
 /** `observed` with each written child in place of its older self (or added). */

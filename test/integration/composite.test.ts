@@ -12,6 +12,8 @@ import { applyCrds } from '../../eventing/crds.ts';
 import { sync } from '../../examples/immortal-container-hook/hook.ts';
 import { serveHooks, type HookServer } from '../../functions/composite/metacontroller/serve-hook.ts';
 import { LAST_APPLIED_ANNOTATION } from '../../functions/composite/metacontroller/apply.ts';
+import { MAX_RESPONSE_BYTES } from '../../functions/composite/metacontroller/hook-client.ts';
+import { MAX_CHILDREN } from '../../functions/composite/metacontroller/hook-response.ts';
 import composite from '../../functions/composite/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
@@ -590,6 +592,26 @@ describe('hook failures: a Warning Event SyncError on the parent, the parent ret
     ['500', () => ({ status: 500, body: 'boom' }), /Sync error: unsupported status code: 500 body: boom/],
     ['a timeout', () => ({ status: 200, body: '{}', delayMs: 2500 }), /Sync error: .*timed out after 1000 ms/],
     ['malformed JSON', () => ({ status: 200, body: '{"children": [' }), /Sync error: /],
+    // The function's memory is bounded: an answer of more children, or more bytes, is refused whole.
+    [
+      'more children than MAX_CHILDREN',
+      () => ({
+        status: 200,
+        body: JSON.stringify({
+          children: Array.from({ length: MAX_CHILDREN + 1 }, (_, i) => ({
+            apiVersion: 'v1',
+            kind: 'Pod',
+            metadata: { name: `flaky-${i}` },
+          })),
+        }),
+      }),
+      new RegExp(`Sync error: the hook answered ${MAX_CHILDREN + 1} children, more than the ${MAX_CHILDREN} one parent may have here`),
+    ],
+    [
+      'an answer over MAX_RESPONSE_BYTES',
+      () => ({ status: 200, body: JSON.stringify({ status: { pad: 'x'.repeat(MAX_RESPONSE_BYTES) } }) }),
+      new RegExp(`Sync error: hook answer from .* is larger than ${MAX_RESPONSE_BYTES} bytes`),
+    ],
   ];
   for (const [what, behaviour, message] of cases) {
     test(`${what}: the sweep answers a reply naming the parent, which alone is answered 503 (retried with backoff); SyncError Event, no child`, async () => {

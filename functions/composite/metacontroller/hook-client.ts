@@ -13,13 +13,18 @@
 // Not supported (yet): etag caching, caBundle / clientTLS, authorization and basicAuth.
 import http from 'node:http';
 import https from 'node:https';
+import { StringDecoder } from 'node:string_decoder';
 import { MAX_TIMER_MS, quote } from '../../runtime/index.ts';
 import { parseHookResponse } from './hook-response.ts';
 import type { CompositeHookResponse, HookVersion, Webhook } from './types.ts';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
-/** A hook answer larger than this is refused rather than buffered. */
-export const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
+/**
+ * A hook answer larger than this is refused rather than buffered. The answer is held as text,
+ * then as objects, then as the children desired and, once written, as they are listed: a few
+ * times its size, within the function's heap under the Service's 256 Mi.
+ */
+export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
 
 export interface HookTarget {
   url: string;
@@ -262,7 +267,9 @@ function postOnce(
         });
         return;
       }
-      const chunks: Buffer[] = [];
+      // Decoded as it comes: the answer is held once as text, not also as bytes and their concatenation.
+      const decoder = new StringDecoder('utf8');
+      const parts: string[] = [];
       let size = 0;
       const limit = options.maxResponseBytes ?? MAX_RESPONSE_BYTES;
       response.on('data', (chunk: Buffer) => {
@@ -272,11 +279,12 @@ function postOnce(
           request.destroy();
           return;
         }
-        chunks.push(chunk);
+        parts.push(decoder.write(chunk));
       });
       response.on('error', (error) => finish(syncError('unreachable', `can't read response body: ${error.message}`)));
       response.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
+        parts.push(decoder.end());
+        const text = parts.join('');
         if (status !== 200) finish(syncError('status', `unsupported status code: ${status} body: ${truncate(text)}`));
         else finish({ ok: true, value: text });
       });

@@ -16,7 +16,8 @@
 // Upstream would try the write and fail that one child at the API server. So does a namespaced
 // child of a namespaced parent in another namespace: its ownerReference cannot cross namespaces,
 // so the garbage collector deletes it (OwnerRefInvalidNamespace) and every sync creates it
-// again, while upstream reports success.
+// again, while upstream reports success. And so does an answer of more than MAX_CHILDREN
+// children: upstream has no bound, a function runs under its Service's memory limit.
 import { isValidNamespace, pathSegmentProblem, type KubeObject, quote } from '../../runtime/index.ts';
 import { firstDuplicateKey } from './duplicate-keys.ts';
 import { describeKey, CONTROLLER_UID_LABEL, type Selector } from './selector.ts';
@@ -120,6 +121,15 @@ export function withNamespaceDefaults(children: KubeObject[], parent: KubeObject
   );
 }
 
+/**
+ * Children one answer may ask for. A sync holds each child of its parent about three times (as
+ * listed, as answered, as desired), and a hook may answer as many as its answer's size allows
+ * (hook-client.ts MAX_RESPONSE_BYTES): this many fit the function's heap under the Service's
+ * 256 Mi with room to spare (docs/benchmarks.md, bench:composite-children). More is refused
+ * before anything is written: a SyncError, retried as any other.
+ */
+export const MAX_CHILDREN = 50_000;
+
 export interface DesiredChildrenInput {
   parent: KubeObject;
   children: KubeObject[];
@@ -137,6 +147,11 @@ export interface DesiredChildrenInput {
  * ManageChildren).
  */
 export function desiredChildren(input: DesiredChildrenInput): Checked<KubeObject[]> {
+  if (input.children.length > MAX_CHILDREN)
+    return {
+      ok: false,
+      reason: `the hook answered ${input.children.length} children, more than the ${MAX_CHILDREN} one parent may have here (the function's memory is bounded)`,
+    };
   const uid = input.parent.metadata.uid ?? '';
   const allowed = input.controller ? allowedPrivileged(input.controller) : new Set<string>();
   const result: KubeObject[] = [];

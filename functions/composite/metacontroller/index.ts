@@ -7,14 +7,14 @@ export { controllerRefFor, planClaim, type ClaimAction } from './claim.ts';
 export { checkController, policyRulesFor, resyncPeriodMs } from './controller-spec.ts';
 export { finalizerAction, finalizerEnabled, finalizerName, hookToCall, isOurs } from './finalize.ts';
 export { callCompositeHook, postJson, webhookTarget, type HookFailure, type HookResult } from './hook-client.ts';
-export { buildHookRequest } from './hook-request.ts';
+export { buildHookRequest, type HookRequestInput } from './hook-request.ts';
 export { isStrict } from './hook-response.ts';
-export { childErrorsMessage, updateStrategies, type ChildOperation, type UpdateStrategies } from './manage-children.ts';
+export { childErrorsMessage, objectToWrite, updateStrategies, type ChildOperation, type UpdateStrategies } from './manage-children.ts';
 export { ALLOW_PRIVILEGED_ANNOTATION, PRIVILEGED_CHILD_REASON } from './privileged.ts';
 export { parseCustomizeResponse, relatedQueries, selectRelated } from './related.ts';
 export { childSelector, CONTROLLER_UID_LABEL, parentFilter, type Selector } from './selector.ts';
 export { serveHooks, type HookFunction, type HookServer } from './serve-hook.ts';
-export { planSync } from './sync-plan.ts';
+export { planSync, type SyncPlan, type SyncPlanInput } from './sync-plan.ts';
 export {
   HookRequestError,
   type CompositeController,

@@ -13,15 +13,20 @@
 // Children are matched by kind (`<Kind>.<group>/<version>`) and `namespace/name`.
 // RollingRecreate and RollingInPlace act like Recreate and InPlace here: the one-child-at-a-time
 // rollout upstream drives through ControllerRevisions is not implemented.
-import { type KubeObject, cut, quote } from '../../runtime/index.ts';
+import { type KubeObject, type OwnerReference, cut, quote } from '../../runtime/index.ts';
 import { applyUpdate, forCreate } from './apply.ts';
 import { controllerRefFor } from './claim.ts';
 import { groupKindKey, groupVersionKindKey, type ChildUpdateMethod, type ResolvedResource } from './types.ts';
 
-/** Completes "the child has been …" once the shell has carried it out. */
+/**
+ * Completes "the child has been …" once the shell has carried it out. A create or an update holds
+ * what its object is made of, not the object: a hook may answer tens of thousands of children,
+ * and the shell makes each one (objectToWrite) only as its write starts.
+ */
 export type ChildOperation =
-  | { action: 'create'; object: KubeObject }
-  | { action: 'update'; observed: KubeObject; object: KubeObject }
+  /** `owner`: the controller reference to add; none when the hook's child already names the parent. */
+  | { action: 'create'; desired: KubeObject; owner?: OwnerReference }
+  | { action: 'update'; observed: KubeObject; desired: KubeObject }
   /** Delete now (uid precondition, Background propagation); the next sync creates it again. */
   | { action: 'recreate'; observed: KubeObject }
   | { action: 'delete'; observed: KubeObject }
@@ -60,6 +65,8 @@ export const childIdentity = (object: KubeObject): string =>
   `${groupVersionKindKey(object.apiVersion ?? '', object.kind ?? '')} ${object.metadata.namespace ? `${object.metadata.namespace}/` : ''}${object.metadata.name}`;
 
 export function planChildren(input: ManageChildrenInput): ChildOperation[] {
+  // One reference for every create: the parent's.
+  const owner = controllerRefFor(input.parent, input.parentApiVersion, input.parentKind);
   const desired = new Map<string, KubeObject>();
   // The same child twice: the last one wins, as when upstream builds its map.
   for (const child of input.desired) desired.set(childIdentity(child), child);
@@ -72,22 +79,29 @@ export function planChildren(input: ManageChildrenInput): ChildOperation[] {
   }
   for (const [identity, child] of desired) {
     const existing = observed.get(identity);
-    operations.push(existing ? planUpdate(existing, child, methodFor(input.strategies, child)) : planCreate(input, child));
+    if (existing) operations.push(planUpdate(existing, child, methodFor(input.strategies, child)));
+    else if ((child.metadata.ownerReferences ?? []).some((reference) => reference.uid === input.parent.metadata.uid))
+      operations.push({ action: 'create', desired: child });
+    else operations.push({ action: 'create', desired: child, owner });
   }
   return operations;
 }
 
-function planCreate(input: ManageChildrenInput, child: KubeObject): ChildOperation {
-  const object = forCreate(child);
-  const uid = input.parent.metadata.uid;
-  const references = object.metadata.ownerReferences ?? [];
-  if (!references.some((reference) => reference.uid === uid)) {
-    object.metadata = {
-      ...object.metadata,
-      ownerReferences: [...references, controllerRefFor(input.parent, input.parentApiVersion, input.parentKind)],
-    };
+/**
+ * The object a create POSTs (the last-applied annotation records the hook's child as given,
+ * before the controller reference is added) or an update PUTs (the 3-way merge again: the same
+ * inputs give the object planUpdate judged changed).
+ */
+export function objectToWrite(operation: Extract<ChildOperation, { action: 'create' | 'update' }>): KubeObject {
+  if (operation.action === 'update') {
+    const applied = applyUpdate(operation.observed, operation.desired);
+    if (!applied.ok) throw new Error(applied.reason);
+    return applied.object;
   }
-  return { action: 'create', object };
+  const object = forCreate(operation.desired);
+  if (operation.owner)
+    object.metadata = { ...object.metadata, ownerReferences: [...(object.metadata.ownerReferences ?? []), operation.owner] };
+  return object;
 }
 
 function planUpdate(observed: KubeObject, desired: KubeObject, method: ChildUpdateMethod): ChildOperation {
@@ -103,7 +117,7 @@ function planUpdate(observed: KubeObject, desired: KubeObject, method: ChildUpda
       return { action: 'recreate', observed };
     case 'InPlace':
     case 'RollingInPlace':
-      return { action: 'update', observed, object: applied.object };
+      return { action: 'update', observed, desired };
     default:
       return {
         action: 'error',

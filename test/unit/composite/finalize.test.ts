@@ -12,6 +12,7 @@ import {
   shouldFinalize,
 } from '../../../functions/composite/metacontroller/finalize.ts';
 import { compileSelector, type Selector } from '../../../functions/composite/metacontroller/selector.ts';
+import { objectToWrite } from '../../../functions/composite/metacontroller/manage-children.ts';
 import { planSync, statusWrite, type SyncPlanInput } from '../../../functions/composite/metacontroller/sync-plan.ts';
 import type { CompositeController, CompositeHookResponse } from '../../../functions/composite/metacontroller/types.ts';
 import { type KubeObject } from '../../../functions/runtime/index.ts';
@@ -119,7 +120,8 @@ describe('planSync', () => {
     assert.ok(plan.outcome.ok);
     const [create] = plan.outcome.value.children;
     assert.equal(create?.action, 'create');
-    const object = (create as { object: KubeObject }).object;
+    assert.ok(create?.action === 'create');
+    const object = objectToWrite(create);
     assert.equal(object.metadata.namespace, 'prod');
     assert.equal(object.metadata.labels!['controller-uid'], 'uid-1');
     assert.deepEqual(plan.outcome.value.status, { status: { ready: true, observedGeneration: 3 }, changed: true });

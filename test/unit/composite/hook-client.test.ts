@@ -222,6 +222,19 @@ describe('hook client', () => {
     const result = await postJson({ url: `${base}/customize`, timeoutMs: 1000 }, {});
     assert.deepEqual(result, { ok: true, value: '{"relatedResources":[]}' });
   });
+
+  test('an answer whose characters are split between its chunks is read whole', async () => {
+    const text = JSON.stringify({ status: { note: 'é€😀'.repeat(3) } });
+    const bytes = Buffer.from(text);
+    behaviour = (_, response) => {
+      response.writeHead(200, { 'Content-Type': 'application/json' });
+      // One byte at a time: every multi-byte character is cut between writes.
+      const next = (at: number) => (at < bytes.length ? response.write(bytes.subarray(at, at + 1), () => next(at + 1)) : response.end());
+      next(0);
+    };
+    const result = await postJson({ url: `${base}/sync`, timeoutMs: 5000 }, {});
+    assert.deepEqual(result, { ok: true, value: text });
+  });
 });
 
 describe('webhook configuration', () => {

@@ -4,6 +4,7 @@ import { describe, test } from 'node:test';
 import {
   desiredChildren,
   isStrict,
+  MAX_CHILDREN,
   objectNameProblem,
   parseHookResponse,
   withNamespaceDefaults,
@@ -107,6 +108,18 @@ const pod = (name: string, extra: Partial<KubeObject['metadata']> = {}): KubeObj
 });
 
 describe('desiredChildren', () => {
+  test('an answer of more than MAX_CHILDREN children is refused whole; MAX_CHILDREN are accepted', () => {
+    const children = (count: number) => Array.from({ length: count }, (_, i) => pod(`p-${i}`));
+    const input = { parent, childRules: [pods], selector: everything, generateSelector: false };
+    const most = desiredChildren({ ...input, children: children(MAX_CHILDREN) });
+    assert.ok(most.ok);
+    assert.equal(most.value.length, MAX_CHILDREN);
+    assert.equal(
+      reasonOf(desiredChildren({ ...input, children: children(MAX_CHILDREN + 1) })),
+      `the hook answered ${MAX_CHILDREN + 1} children, more than the ${MAX_CHILDREN} one parent may have here (the function's memory is bounded)`,
+    );
+  });
+
   test("children without a namespace get the parent's; others keep theirs", () => {
     const result = withNamespaceDefaults([pod('a'), pod('b', { namespace: 'other' })], parent);
     assert.deepEqual(

@@ -5,6 +5,7 @@ import { forCreate, LAST_APPLIED_ANNOTATION } from '../../../functions/composite
 import {
   childErrorsMessage,
   methodFor,
+  objectToWrite,
   planChildren,
   updateStrategies,
   type ChildOperation,
@@ -44,11 +45,17 @@ const plan = (observed: KubeObject[], desired: KubeObject[], strategies: UpdateS
 
 const actions = (operations: ChildOperation[]) => operations.map((operation) => operation.action);
 
+/** The object a create or update writes, made as the shell makes it when the write starts. */
+const written = (operation: ChildOperation | undefined): KubeObject => {
+  assert.ok(operation?.action === 'create' || operation?.action === 'update', `a write, not ${operation?.action}`);
+  return objectToWrite(operation);
+};
+
 describe('planChildren', () => {
   test('a missing child is created with the last-applied annotation and a controller ownerReference', () => {
     const [operation] = plan([], [pod('a', 'nginx:1')]);
     assert.equal(operation?.action, 'create');
-    const object = (operation as { object: KubeObject }).object;
+    const object = written(operation);
     assert.deepEqual(object.metadata.ownerReferences, [
       { apiVersion: 'example.com/v1', kind: 'Thing', name: 'p', uid: 'parent-uid', controller: true, blockOwnerDeletion: true },
     ]);
@@ -56,11 +63,22 @@ describe('planChildren', () => {
     assert.equal(recorded.metadata.ownerReferences, undefined, 'the annotation holds what the hook asked for, not our ownerReference');
   });
 
+  test("a create or update holds the hook's child itself: its object is made only when its write starts", () => {
+    const created = pod('a', 'nginx:1');
+    const changed = pod('b', 'nginx:2');
+    const [create, update] = plan([existing(pod('b', 'nginx:1'))], [created, changed], { 'Pod.': 'InPlace' });
+    assert.ok(create?.action === 'create' && update?.action === 'update');
+    assert.equal(create.desired, created);
+    assert.equal(update.desired, changed);
+    assert.ok(!('object' in create) && !('object' in update));
+    assert.notEqual(written(create), written(create), 'made afresh for each write');
+  });
+
   test('an ownerReference to the parent given by the hook is kept as is, not doubled', () => {
     const desired = pod('a', 'nginx:1');
     desired.metadata.ownerReferences = [{ apiVersion: 'example.com/v1', kind: 'Thing', name: 'p', uid: 'parent-uid', controller: false }];
     const [operation] = plan([], [desired]);
-    assert.equal((operation as { object: KubeObject }).object.metadata.ownerReferences!.length, 1);
+    assert.equal(written(operation).metadata.ownerReferences!.length, 1);
   });
 
   test('observed children not desired are deleted first; ones pending deletion are left alone', () => {
@@ -98,7 +116,7 @@ describe('planChildren', () => {
     assert.deepEqual(actions(plan([observed], [desired], { 'Pod.': 'RollingRecreate' })), ['recreate']);
     const [inPlace] = plan([observed], [desired], { 'Pod.': 'InPlace' });
     assert.equal(inPlace?.action, 'update');
-    const updated = (inPlace as { object: KubeObject }).object;
+    const updated = written(inPlace);
     assert.equal((updated.spec as { containers: { image: string }[] }).containers[0]!.image, 'nginx:2');
     assert.equal(updated.metadata.resourceVersion, '5');
     assert.equal(updated.metadata.ownerReferences![0]!.uid, 'parent-uid');
@@ -110,7 +128,7 @@ describe('planChildren', () => {
     (observed.spec as Record<string, unknown>).priority = 0;
     assert.deepEqual(actions(plan([observed], [pod('a', 'nginx:1')], { 'Pod.': 'Recreate' })), ['unchanged']);
     const [update] = plan([observed], [pod('a', 'nginx:2')], { 'Pod.': 'InPlace' });
-    const object = (update as { object: KubeObject }).object;
+    const object = written(update);
     assert.deepEqual(object.metadata.labels, { 'added-by': 'someone' });
     assert.equal((object.spec as Record<string, unknown>).priority, 0);
   });
