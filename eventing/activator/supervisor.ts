@@ -122,14 +122,16 @@ export class InstanceSupervisor {
     });
     child.on('exit', (code, signal) => this.#gone(inst, code, signal));
     // The function says when it listens: the next probe goes then, not at the next poll (once:
-    // a probe that still fails waits for the poll again).
+    // a probe that still fails waits for the poll again). Heard only while it starts: a listener
+    // keeps the IPC channel, and with it this process, alive.
     let listening = false;
     let wake: (() => void) | undefined;
-    child.on('message', (message) => {
+    const heard = (message: unknown): void => {
       if (!saysListening(message)) return;
       if (wake) wake();
       else listening = true;
-    });
+    };
+    child.on('message', heard);
     const pause = (): Promise<void> => {
       if (listening) {
         listening = false;
@@ -148,6 +150,17 @@ export class InstanceSupervisor {
       });
     };
 
+    this.#log.debug({ fn: spec.name, instance: inst.n, pid: child.pid, port: inst.port }, 'function instance spawned');
+
+    try {
+      await this.#probeUntilReady(inst, spec, deadline, pause);
+    } finally {
+      child.off('message', heard);
+    }
+  }
+
+  /** Probes a starting instance until it answers 200, stops starting, or misses its deadline. */
+  async #probeUntilReady(inst: Instance, spec: ProcessSpec, deadline: number, pause: () => Promise<void>): Promise<void> {
     let askedAfterDeadline = false;
     while (inst.state === 'starting') {
       const r = await inst.probe();
