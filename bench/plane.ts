@@ -106,12 +106,15 @@ interface RunResult extends Measured {
 }
 
 /**
- * The zero side's start, in ms from the burst's first create: the first event reached the
- * activator (it scaled 0 -> 1), the function's process started (from /proc, to 10 ms), the
+ * The zero side's start, in ms from the burst's first create: the first create was answered, the
+ * source published the first event, it reached the activator (it scaled 0 -> 1), the function's process started (from /proc, to 10 ms), the
  * activator saw it ready, and the first object converged; and the CPU seconds the process had
  * used when it was ready.
  */
 interface Start {
+  /** the first create answered, and the source handed the burst's first event to the broker */
+  createdMs?: number;
+  publishedMs?: number;
   scaleMs?: number;
   spawnMs?: number;
   readyMs: number;
@@ -249,6 +252,16 @@ async function runPlane(
     command: options.profileDir ? profiled(options.profileDir, options.bundled?.command) : options.bundled?.command,
   });
   await plane.start();
+  // When the source hands the burst's first event to the broker (the zero side's timeline).
+  let publishedAt: number | undefined;
+  if (readiness) {
+    const publish = plane.broker.publish.bind(plane.broker);
+    plane.broker.publish = (event) => {
+      if (publishedAt === undefined && (event.data as { metadata?: { namespace?: string } })?.metadata?.namespace === namespace)
+        publishedAt = performance.now();
+      return publish(event);
+    };
+  }
   let maxInstances = 0;
   const poll = setInterval(() => (maxInstances = Math.max(maxInstances, plane.activator.instances(immortalContainer.name))), 100);
   try {
@@ -267,10 +280,12 @@ async function runPlane(
     maxInstances = 0;
     const emittedBefore = plane.source.stats().emitted;
     let burstStarted = 0;
+    let createdAt: number | undefined;
     const { firstConvergedAt, ...measured } = await measureImmortals(cluster, watcher, namespace, n, () =>
       pooled(n, async (i) => {
         if (i === 0) burstStarted = performance.now();
         await writer.create(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
+        createdAt ??= performance.now();
       }),
     );
     const ready = readiness?.ready();
@@ -292,6 +307,8 @@ async function runPlane(
       ...(ready
         ? {
             start: {
+              createdMs: since(createdAt),
+              publishedMs: since(publishedAt),
               scaleMs: since(ready.scaledAt),
               spawnMs: since(ready.spawnedAt),
               readyMs: ready.at - burstStarted,
@@ -343,7 +360,7 @@ async function runDirect(
 const startNote = (start: RunResult['start']) => {
   if (!start) return '';
   const at = (ms: number | undefined) => (ms === undefined ? '?' : (ms / 1000).toFixed(2));
-  return `, instance ready ${at(start.readyMs)} s after the first create (its start: ${start.cpuSeconds.toFixed(2)} s CPU; scaled from zero at ${at(start.scaleMs)} s, process started ${at(start.spawnMs)} s, first object converged ${at(start.firstConvergedMs)} s)`;
+  return `, instance ready ${at(start.readyMs)} s after the first create (its start: ${start.cpuSeconds.toFixed(2)} s CPU; first create answered ${at(start.createdMs)} s, first event published ${at(start.publishedMs)} s, scaled from zero ${at(start.scaleMs)} s, process started ${at(start.spawnMs)} s, first object converged ${at(start.firstConvergedMs)} s)`;
 };
 
 /** The first anomalies a run left, as a suffix of its progress line; nothing when there are none. */
@@ -568,6 +585,8 @@ async function main(): Promise<void> {
     };
     const started: Start | undefined = starts.length
       ? {
+          createdMs: medianOf((start) => start.createdMs),
+          publishedMs: medianOf((start) => start.publishedMs),
           scaleMs: medianOf((start) => start.scaleMs),
           spawnMs: medianOf((start) => start.spawnMs),
           readyMs: median(starts.map((start) => start.readyMs)),
