@@ -23,7 +23,8 @@ export class ConvergenceWatch {
   #want = Infinity;
   #resolve?: () => void;
   #running: Promise<void>;
-  /** performance.now() when the last object converged. */
+  /** performance.now() when the first and the last object converged. */
+  firstAt = 0;
   lastAt = 0;
   errors: string[] = [];
 
@@ -88,6 +89,7 @@ export class ConvergenceWatch {
           if (!this.#converged(ic) || this.#done.has(ic.metadata.name!)) continue;
           this.#done.add(ic.metadata.name!);
           this.lastAt = performance.now();
+          this.firstAt ||= this.lastAt;
           if (this.#done.size >= this.#want) this.#resolve?.();
         }
       } catch (error) {

@@ -102,7 +102,24 @@ interface RunResult extends Measured {
   /** plane only: the activator's own stats, when it offers them */
   activatorStats?: Record<string, FunctionStats>;
   /** zero only: from the burst's first create to the instance's readiness, and the CPU seconds the process had used by then */
-  start?: { readyMs: number; cpuSeconds: number };
+  start?: Start;
+}
+
+/**
+ * The zero side's start, in ms from the burst's first create: the first create was answered, the
+ * source published the first event, it reached the activator (it scaled 0 -> 1), the function's process started (from /proc, to 10 ms), the
+ * activator saw it ready, and the first object converged; and the CPU seconds the process had
+ * used when it was ready.
+ */
+interface Start {
+  /** the first create answered, and the source handed the burst's first event to the broker */
+  createdMs?: number;
+  publishedMs?: number;
+  scaleMs?: number;
+  spawnMs?: number;
+  readyMs: number;
+  firstConvergedMs?: number;
+  cpuSeconds: number;
 }
 
 const newIc = (namespace: string, name: string): ImmortalContainer => ({
@@ -137,44 +154,58 @@ async function measureImmortals(
   namespace: string,
   n: number,
   work: () => Promise<void>,
-): Promise<Measured> {
+): Promise<Measured & { firstConvergedAt: number }> {
   const watch = new ConvergenceWatch(watcher, namespace);
   const measured = await measure(cluster, watch, n, work);
   if (watch.overCounted.size) throw new Error(`startTimes above 1 seen on ${[...watch.overCounted].slice(0, 5).join(', ')}`);
-  return measured;
+  return { ...measured, firstConvergedAt: watch.firstAt };
 }
 
-/** CPU seconds process `pid` has used (utime + stime of /proc/<pid>/stat); NaN where there is no /proc. */
-function processCpuSeconds(pid: number): number {
+/**
+ * Of process `pid` (/proc/<pid>/stat, in clock ticks of 10 ms): the CPU seconds it has used (utime
+ * + stime), and when it started, as a performance.now(); NaNs where there is no /proc.
+ */
+function processTimes(pid: number): { cpuSeconds: number; startedAt: number } {
   try {
     const fields = readFileSync(`/proc/${pid}/stat`, 'utf8')
       .replace(/^.*\) /s, '')
       .split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
+    const uptimeSeconds = Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]);
+    return {
+      cpuSeconds: (Number(fields[11]) + Number(fields[12])) / 100,
+      startedAt: performance.now() - (uptimeSeconds - Number(fields[19]) / 100) * 1000,
+    };
   } catch {
-    return NaN;
+    return { cpuSeconds: NaN, startedAt: NaN };
   }
 }
 
 /**
- * A logger for the plane that keeps only the moment a function instance reports ready, and the
- * CPU its process had used by then: what the start cost inside the burst (the activator logs it at info).
+ * A logger for the plane that keeps only the moments of a start (the activator logs them at
+ * info): when the first event made it scale from zero, and when the instance reported ready,
+ * with when its process started and the CPU it had used by then: what the start cost inside the burst.
  */
-function readinessLog(): { log: Logger; ready: () => { at: number; cpuSeconds: number } | undefined } {
-  let ready: { at: number; cpuSeconds: number } | undefined;
+function readinessLog(): {
+  log: Logger;
+  ready: () => { scaledAt?: number; spawnedAt: number; at: number; cpuSeconds: number } | undefined;
+} {
+  let scaledAt: number | undefined;
+  let ready: { at: number; spawnedAt: number; cpuSeconds: number } | undefined;
   const sink = new Writable({
     write(chunk, _encoding, done) {
       const at = performance.now();
       for (const line of String(chunk).split('\n')) {
+        if (scaledAt === undefined && line.includes(' 0 -> 1: ')) scaledAt = at;
         if (!ready && line.includes('function instance') && line.includes(' ready"')) {
           const { pid } = JSON.parse(line) as { pid: number };
-          ready = { at, cpuSeconds: processCpuSeconds(pid) };
+          const { cpuSeconds, startedAt } = processTimes(pid);
+          ready = { at, spawnedAt: startedAt, cpuSeconds };
         }
       }
       done();
     },
   });
-  return { log: pino({ level: 'info' }, sink), ready: () => ready };
+  return { log: pino({ level: 'info' }, sink), ready: () => (ready ? { scaledAt, ...ready } : undefined) };
 }
 
 /** The function's command under `node --cpu-prof`, its profile written to `dir` when it exits. */
@@ -221,6 +252,16 @@ async function runPlane(
     command: options.profileDir ? profiled(options.profileDir, options.bundled?.command) : options.bundled?.command,
   });
   await plane.start();
+  // When the source hands the burst's first event to the broker (the zero side's timeline).
+  let publishedAt: number | undefined;
+  if (readiness) {
+    const publish = plane.broker.publish.bind(plane.broker);
+    plane.broker.publish = (event) => {
+      if (publishedAt === undefined && (event.data as { metadata?: { namespace?: string } })?.metadata?.namespace === namespace)
+        publishedAt = performance.now();
+      return publish(event);
+    };
+  }
   let maxInstances = 0;
   const poll = setInterval(() => (maxInstances = Math.max(maxInstances, plane.activator.instances(immortalContainer.name))), 100);
   try {
@@ -239,12 +280,16 @@ async function runPlane(
     maxInstances = 0;
     const emittedBefore = plane.source.stats().emitted;
     let burstStarted = 0;
-    const measured = await measureImmortals(cluster, watcher, namespace, n, () =>
+    let createdAt: number | undefined;
+    const { firstConvergedAt, ...measured } = await measureImmortals(cluster, watcher, namespace, n, () =>
       pooled(n, async (i) => {
         if (i === 0) burstStarted = performance.now();
         await writer.create(ImmortalContainerKind, newIc(namespace, `ic-${i}`));
+        createdAt ??= performance.now();
       }),
     );
+    const ready = readiness?.ready();
+    const since = (at: number | undefined) => (at === undefined || Number.isNaN(at) ? undefined : at - burstStarted);
     // The bench runs without resyncs, so an event the broker gave up on is an object that never
     // converges: say so rather than only time out.
     const deadLetters = brokerTotal(plane, 'deadLettered');
@@ -259,8 +304,18 @@ async function runPlane(
       events: plane.source.stats().emitted - emittedBefore,
       retried: brokerTotal(plane, 'retried'),
       activatorStats: plane.activator.stats(),
-      ...(readiness?.ready()
-        ? { start: { readyMs: readiness.ready()!.at - burstStarted, cpuSeconds: readiness.ready()!.cpuSeconds } }
+      ...(ready
+        ? {
+            start: {
+              createdMs: since(createdAt),
+              publishedMs: since(publishedAt),
+              scaleMs: since(ready.scaledAt),
+              spawnMs: since(ready.spawnedAt),
+              readyMs: ready.at - burstStarted,
+              firstConvergedMs: since(firstConvergedAt),
+              cpuSeconds: ready.cpuSeconds,
+            },
+          }
         : {}),
     };
   } catch (error) {
@@ -302,10 +357,11 @@ async function runDirect(
 }
 
 /** When a zero side's instance became ready and what its start cost, as a suffix; nothing for other sides. */
-const startNote = (start: RunResult['start']) =>
-  start
-    ? `, instance ready ${(start.readyMs / 1000).toFixed(2)} s after the first create (its start: ${start.cpuSeconds.toFixed(2)} s CPU)`
-    : '';
+const startNote = (start: RunResult['start']) => {
+  if (!start) return '';
+  const at = (ms: number | undefined) => (ms === undefined ? '?' : (ms / 1000).toFixed(2));
+  return `, instance ready ${at(start.readyMs)} s after the first create (its start: ${start.cpuSeconds.toFixed(2)} s CPU; first create answered ${at(start.createdMs)} s, first event published ${at(start.publishedMs)} s, scaled from zero ${at(start.scaleMs)} s, process started ${at(start.spawnMs)} s, first object converged ${at(start.firstConvergedMs)} s)`;
+};
 
 /** The first anomalies a run left, as a suffix of its progress line; nothing when there are none. */
 const anomalyNote = (result: RunResult) => (result.anomalies.length ? `, ANOMALIES ${result.anomalies.slice(0, 3).join('; ')}` : '');
@@ -523,8 +579,20 @@ async function main(): Promise<void> {
     console.log(line('plane', plane) + routed('plane'));
     if (fresh) console.log(line('fresh', fresh));
     const starts = runsOf('zero').flatMap((r) => (r.start ? [r.start] : []));
-    const started = starts.length
-      ? { readyMs: median(starts.map((start) => start.readyMs)), cpuSeconds: median(starts.map((start) => start.cpuSeconds)) }
+    const medianOf = (pick: (start: Start) => number | undefined) => {
+      const known = starts.map(pick).filter((ms): ms is number => ms !== undefined);
+      return known.length ? median(known) : undefined;
+    };
+    const started: Start | undefined = starts.length
+      ? {
+          createdMs: medianOf((start) => start.createdMs),
+          publishedMs: medianOf((start) => start.publishedMs),
+          scaleMs: medianOf((start) => start.scaleMs),
+          spawnMs: medianOf((start) => start.spawnMs),
+          readyMs: median(starts.map((start) => start.readyMs)),
+          firstConvergedMs: medianOf((start) => start.firstConvergedMs),
+          cpuSeconds: median(starts.map((start) => start.cpuSeconds)),
+        }
       : undefined;
     if (zero) console.log(line('zero', zero) + startNote(started) + routed('zero'));
     return row;

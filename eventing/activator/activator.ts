@@ -64,6 +64,8 @@ export interface ActivatorOptions {
   stopGraceMs?: number;
   /** Requests buffered per function beyond which the activator answers 503; default 1000. */
   maxQueue?: number;
+  /** Between readiness probes of a starting instance that has not said it listens (LISTENING_MESSAGE); default 25. */
+  probeIntervalMs?: number;
   /** Where children's stdout/stderr lines go, prefixed `[name#n] `: a stream (default process.stderr) or 'log' (pino, info). */
   childOutput?: Writable | 'log';
   /**
@@ -93,6 +95,7 @@ export class Activator {
       startTimeoutMs: options.startTimeoutMs ?? 20_000,
       stopGraceMs: options.stopGraceMs ?? 10_000,
       childOutput: options.childOutput ?? process.stderr,
+      probeIntervalMs: options.probeIntervalMs,
       hooks: {
         ready: (inst) => pool(inst).onReady(inst),
         startFailed: (inst, reason) => pool(inst).startFailed(inst, reason),

@@ -14,9 +14,14 @@ import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import { lineSink, pipeLines } from './child-output.ts';
 import { atExit, freePort } from '../../processes/index.ts';
+import { LISTENING_MESSAGE } from '../../functions/runtime/host/index.ts';
 import { Instance } from './instance.ts';
 
-const PROBE_INTERVAL_MS = 25;
+/** Between readiness probes of a starting process that has not said it listens (LISTENING_MESSAGE). */
+export const PROBE_INTERVAL_MS = 25;
+
+const saysListening = (message: unknown): boolean =>
+  typeof message === 'object' && message !== null && (message as { opfn?: unknown }).opfn === LISTENING_MESSAGE.opfn;
 
 export interface ProcessSpec {
   name: string;
@@ -55,6 +60,7 @@ export class InstanceSupervisor {
   readonly #startTimeoutMs: number;
   readonly #stopGraceMs: number;
   readonly #childOutput: Writable | 'log';
+  readonly #probeIntervalMs: number;
 
   constructor(options: {
     log: Logger;
@@ -62,8 +68,10 @@ export class InstanceSupervisor {
     startTimeoutMs: number;
     stopGraceMs: number;
     childOutput: Writable | 'log';
+    probeIntervalMs?: number;
   }) {
     this.#log = options.log;
+    this.#probeIntervalMs = options.probeIntervalMs ?? PROBE_INTERVAL_MS;
     this.#hooks = options.hooks;
     this.#startTimeoutMs = options.startTimeoutMs;
     this.#stopGraceMs = options.stopGraceMs;
@@ -113,8 +121,46 @@ export class InstanceSupervisor {
       if (child.pid === undefined) this.#gone(inst, null, null, err);
     });
     child.on('exit', (code, signal) => this.#gone(inst, code, signal));
+    // The function says when it listens: the next probe goes then, not at the next poll (once:
+    // a probe that still fails waits for the poll again). Heard only while it starts: a listener
+    // keeps the IPC channel, and with it this process, alive.
+    let listening = false;
+    let wake: (() => void) | undefined;
+    const heard = (message: unknown): void => {
+      if (!saysListening(message)) return;
+      if (wake) wake();
+      else listening = true;
+    };
+    child.on('message', heard);
+    const pause = (): Promise<void> => {
+      if (listening) {
+        listening = false;
+        return Promise.resolve();
+      }
+      return new Promise((resolve) => {
+        const timer = setTimeout(() => {
+          wake = undefined;
+          resolve();
+        }, this.#probeIntervalMs);
+        wake = () => {
+          clearTimeout(timer);
+          wake = undefined;
+          resolve();
+        };
+      });
+    };
+
     this.#log.debug({ fn: spec.name, instance: inst.n, pid: child.pid, port: inst.port }, 'function instance spawned');
 
+    try {
+      await this.#probeUntilReady(inst, spec, deadline, pause);
+    } finally {
+      child.off('message', heard);
+    }
+  }
+
+  /** Probes a starting instance until it answers 200, stops starting, or misses its deadline. */
+  async #probeUntilReady(inst: Instance, spec: ProcessSpec, deadline: number, pause: () => Promise<void>): Promise<void> {
     let askedAfterDeadline = false;
     while (inst.state === 'starting') {
       const r = await inst.probe();
@@ -140,7 +186,7 @@ export class InstanceSupervisor {
         void this.stop(inst);
         return;
       }
-      await sleep(PROBE_INTERVAL_MS);
+      await pause();
     }
   }
 

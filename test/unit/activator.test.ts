@@ -194,6 +194,19 @@ describe('activator', () => {
     assert.equal(new Set(ports).size, 1, `one upstream connection reused, saw ports ${ports.join(',')}`);
   });
 
+  test('a process that says it listens is probed then, not at the next poll', async () => {
+    // Polled once a minute, an instance is ready within the test's time only by its message.
+    const { a } = await activator([tiny('says', {}, { SAY_LISTENING: '1' }), tiny('silent')], { probeIntervalMs: 60_000 });
+    const said = await Promise.race([
+      request(`${a.urlFor('says')}/x`).then((r) => r.status),
+      sleep(15_000).then(() => 'no answer in 15 s'),
+    ]);
+    assert.equal(said, 200);
+    const silent = request(`${a.urlFor('silent')}/x`).then((r) => r.status);
+    const first = await Promise.race([silent, sleep(2000).then(() => 'still waiting')]);
+    assert.equal(first, 'still waiting', 'without the message, the next probe waits for the poll');
+  });
+
   test('unknown function is 404 and a malformed request is 400, without harming the activator', async () => {
     const { a, base } = await activator([tiny('sturdy')]);
     const r = await request(`${base}/nope/x`);

@@ -1,6 +1,6 @@
 // The host's face: the process every function runs in. The entry program (functions/main.ts),
 // the local plane (eventing/), the bundles (build/build.ts) and tests import it; functions never do.
-export { serve, KEEP_ALIVE_TIMEOUT_MS } from './serve.ts';
+export { serve, KEEP_ALIVE_TIMEOUT_MS, LISTENING_MESSAGE } from './serve.ts';
 export { createFunctionHost, FunctionHost } from './function-host.ts';
 export { DEFAULT_MAX_EVENT_BYTES, type FunctionHostOptions } from './host-options.ts';
 export { OUTCOME_HEADER } from './http-app.ts';

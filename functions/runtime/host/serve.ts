@@ -15,6 +15,12 @@ import { createLogger } from './log.ts';
  */
 export const KEEP_ALIVE_TIMEOUT_MS = 95_000;
 
+/**
+ * Sent on the IPC channel of a process the local plane started, once the server listens: its
+ * activator probes readiness at once instead of at its next poll. Only a hint: the probe decides.
+ */
+export const LISTENING_MESSAGE = { opfn: 'listening' } as const;
+
 /** Serves the function on PORT (default 8080, as Knative sets it) until SIGTERM/SIGINT. */
 export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   const log = createLogger(declaration.name);
@@ -55,6 +61,7 @@ export async function serve(declaration: FunctionDeclaration): Promise<Server> {
     process.once('disconnect', () => process.exit(0));
   }
   await new Promise<void>((resolve, reject) => server.once('listening', resolve).once('error', reject));
+  if (process.connected) process.send?.(LISTENING_MESSAGE, undefined, {}, () => {});
   log.info({ port, startupMs: Math.round(performance.now()) }, `${declaration.name} ready`);
   // After readiness: the check asks the API server, and a cold start must not wait for it.
   void host.checkKinds();
