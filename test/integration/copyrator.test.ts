@@ -498,7 +498,7 @@ describe('a new rule', () => {
     const restored = (await getCm('team-b', 'fresh'))!;
     assert.equal(restored.metadata.uid, wanted.metadata.uid, 'the wanted copy is kept, not replaced');
     assert.deepEqual(restored.data, { greeting: 'hello' }, "and restored by its create's 409");
-    assert.ok(await getCm('team-a', 'stray'), 'the unwanted copy is not listed by this reconcile');
+    assert.ok(await getCm('team-a', 'stray'), 'this reconcile listed no copies: the unwanted one waits for the resync');
     const settled = (await getRule(key))!;
     await untilWatchCacheHolds(kube, CopyratorRuleKind, settled);
     assert.equal((await deliver(fn.url, resyncEvent(copyrator))).status, 200);
