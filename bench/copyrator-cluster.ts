@@ -2,7 +2,9 @@
 // a resync, and a change made during a resync cost, and how that grows with the cluster's size
 // (run with --configmaps 0 beside --configmaps 10000) and with the rules (--rules N beside 5N).
 //   npm run bench:copyrator-cluster -- [--rules 1000] [--configmaps 10000] [--bundled]
-//   settle   the rules are created (32 at a time) → every one has a status for its generation
+//   settle   the rules are created (32 at a time) → every one has a status for its generation;
+//            beside it, what a perfect controller would write (no function running): each rule
+//            created, its finalizer added, its status written, 32 rules at a time
 //   resync   the plane's resync event → the function has answered it
 //   change   during a second resync, a new source ConfigMap for one rule → its copies in every
 //            namespace; beside it, the same copies written directly (16 at a time)
@@ -15,7 +17,7 @@ import { pino } from 'pino';
 import { bundledFunctions } from '../build/index.ts';
 import { EventPlane, resyncEvent } from '../eventing/plane.ts';
 import copyrator from '../functions/copyrator/index.ts';
-import { CopyratorRuleKind, DISTRIBUTE_LABEL, type CopyratorRule } from '../functions/copyrator/desired.ts';
+import { CopyratorRuleKind, DISTRIBUTE_LABEL, FINALIZER, nextStatus, type CopyratorRule } from '../functions/copyrator/desired.ts';
 import { ConfigMap, Namespace, forEachLimited } from '../functions/runtime/index.ts';
 import { startTestCluster } from '../test/support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
@@ -100,15 +102,27 @@ async function measured(run: () => Promise<unknown>, done?: () => Promise<boolea
   return { seconds, requests: requestDifference(before, after), cpu };
 }
 
-const settledRules = async () =>
-  (await kube.list<CopyratorRule>(CopyratorRuleKind, { cached: true })).items.filter(
-    (r) => r.status?.observedGeneration === r.metadata.generation,
-  ).length;
+// The rules with a status for their generation, as a watch shows them: a poll listing every rule
+// would cost the API server more than some of what is measured.
+const settledRules = new Set<string>();
+const watching = new AbortController();
+const watched = (async () => {
+  const { resourceVersion } = (await kube.list(CopyratorRuleKind)).metadata;
+  for await (const { type, object } of kube.watch<CopyratorRule>(CopyratorRuleKind, { resourceVersion, signal: watching.signal })) {
+    const key = `${object.metadata.namespace}/${object.metadata.name}`;
+    if (type !== 'DELETED' && object.status?.observedGeneration === object.metadata.generation) settledRules.add(key);
+    else if (type !== 'BOOKMARK') settledRules.delete(key);
+  }
+})().catch((error: unknown) => {
+  if (!watching.signal.aborted) throw error;
+});
 const settle = await measured(
   () => pooled(ruleCount, (i) => kube.create(CopyratorRuleKind, rule(i))),
-  async () => (await settledRules()) === ruleCount,
-  250,
+  async () => settledRules.size === ruleCount,
+  20,
 );
+watching.abort();
+await watched;
 const delivered = () => Object.values(plane.stats().broker).reduce((sum, trigger) => sum + trigger.delivered, 0);
 /** A resync, until the function has answered its event. */
 function resyncing(): [() => Promise<unknown>, () => Promise<boolean>] {
@@ -147,6 +161,23 @@ const direct = await measured(() =>
     });
   }),
 );
+// The settle a perfect controller would give, with no function running: per rule the same
+// create, then the finalizer and the status the function writes (nextStatus, as for a rule with no
+// source), each answer the next write's base, 32 rules at a time.
+const directSettle = await measured(() =>
+  pooled(ruleCount, async (i) => {
+    const created = await kube.create<CopyratorRule>(CopyratorRuleKind, {
+      ...rule(i),
+      metadata: { ...rule(i).metadata, name: `direct-${i}` },
+    });
+    const finalized = await kube.replace<CopyratorRule>(CopyratorRuleKind, {
+      ...created,
+      metadata: { ...created.metadata, finalizers: [FINALIZER] },
+    });
+    const status = nextStatus(finalized, finalized, { matched: 0, copies: 0, conflicts: [], failed: 0 }, undefined, '0'.repeat(64));
+    await kube.replace(CopyratorRuleKind, { ...finalized, status }, 'status');
+  }),
+);
 await cluster.stop();
 
 const verbs = (requests: RequestCounts) =>
@@ -175,6 +206,12 @@ for (const [name, window] of [
   );
 }
 console.log(
+  `direct  ${directSettle.seconds.toFixed(2).padStart(7)} s  ${(directSettle.requests.total / ruleCount).toFixed(2)} requests/rule (${verbs(directSettle.requests)}); settle / direct ${(settle.seconds / directSettle.seconds).toFixed(2)}x`,
+);
+console.log(
+  `        apiserver ${(directSettle.cpu ? directSettle.cpu.apiServer / directSettle.seconds : 0).toFixed(2)} core; ${cpuLine(directSettle.cpu)}; CPU ms/rule ${directSettle.cpu ? ((directSettle.cpu.total * 1000) / ruleCount).toFixed(2) : '?'}`,
+);
+console.log(
   `change  a new source during a resync: its ${targets.length} copies in ${changeSeconds.toFixed(2)} s (direct writes of the same copies: ${direct.seconds.toFixed(2)} s, ${(changeSeconds / direct.seconds).toFixed(2)}x); the resync with it: ${duringResync.seconds.toFixed(2)} s, ${duringResync.requests.total} requests`,
 );
 writeResults({
@@ -185,6 +222,9 @@ writeResults({
   summary: {
     settleSeconds: settle.seconds,
     settleRequestsPerRule: settle.requests.total / ruleCount,
+    settleCpuMsPerRule: settle.cpu ? (settle.cpu.total * 1000) / ruleCount : undefined,
+    directSettleSeconds: directSettle.seconds,
+    directSettleCpuMsPerRule: directSettle.cpu ? (directSettle.cpu.total * 1000) / ruleCount : undefined,
     resyncSeconds: resync.seconds,
     resyncRequestsPerRule: resync.requests.total / ruleCount,
     resyncApiServerCores: resync.cpu ? resync.cpu.apiServer / resync.seconds : undefined,
@@ -196,4 +236,5 @@ writeResults({
   resync,
   duringResync,
   direct,
+  directSettle,
 });

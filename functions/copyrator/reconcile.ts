@@ -278,13 +278,17 @@ function* chunks<T>(items: Iterable<T>, size: number): Generator<T[]> {
  * (stateDigest). Metadata only, so each answer (one page: the watch cache ignores `limit`) is
  * small: no data of any ConfigMap or Secret.
  */
-interface Observed {
+interface Placement {
   namespaces: KubeObject[];
   refused: ConditionInput | undefined;
   targets: string[];
+}
+interface Observed extends Placement {
   /** Whether the watch cache shows any copy of the rule: none, and the copies need no list from etcd. */
   hasCopies: boolean;
-  digest: string;
+  /** Whether copies of the kinds the rule does not copy (its former ruleType) may exist. */
+  formerCopies: boolean;
+  digest?: string;
 }
 
 /** The rules of one event that list their copies each on their own, before the others share one list of every copy. */
@@ -322,13 +326,33 @@ async function copiesOf({ kube, readOnce }: ReconcileContext, rule: CopyratorRul
   return (await shared.all).get(`${rule.metadata.namespace}/${ownerLabelValue(rule.metadata.name!)}`) ?? [];
 }
 
-async function observe(ctx: ReconcileContext, rule: CopyratorRule): Promise<Observed> {
-  const { kube, readOnce } = ctx;
-  const kind = kindOf(rule.ruleType);
+/** Whether the rule may copy at all, and where to (the namespaces' labels decide). */
+async function placement({ kube, readOnce }: ReconcileContext, rule: CopyratorRule): Promise<Placement> {
   // Every rule of a resync or of a new namespace's fan-out lists the same namespaces: once.
   const namespaces = (await readOnce('namespaces', () => kube.list(Namespace))).items;
   const refused = sourceRefusal(rule, namespaces);
-  const targets = refused ? [] : targetNamespaces(rule, namespaces);
+  return { namespaces, refused, targets: refused ? [] : targetNamespaces(rule, namespaces) };
+}
+
+/**
+ * A rule the runtime has just given its finalizer (ctx.finalizerAdded): as the API server showed
+ * it, it had none, so this function has made no copy of it yet, and nothing is listed to find
+ * one (each such list looks at every object of the kind in the cluster). A copy that exists all
+ * the same (the finalizer removed by hand, another replica's run at the same moment, an orphan of
+ * an earlier rule of that name) is still judged where it is wanted, by its create's 409
+ * (writeCopy); where it is not, the digest this run writes leaves it out, so the next resync finds
+ * the rule unsettled and converges it from etcd.
+ */
+const unseenCopies = async (ctx: ReconcileContext, rule: CopyratorRule): Promise<Observed> => ({
+  ...(await placement(ctx, rule)),
+  hasCopies: false,
+  formerCopies: false,
+});
+
+async function observe(ctx: ReconcileContext, rule: CopyratorRule): Promise<Observed> {
+  const { kube } = ctx;
+  const kind = kindOf(rule.ruleType);
+  const { namespaces, refused, targets } = await placement(ctx, rule);
   const [sources, copies] = await Promise.all([
     refused
       ? { items: [] }
@@ -345,6 +369,7 @@ async function observe(ctx: ReconcileContext, rule: CopyratorRule): Promise<Obse
     refused,
     targets,
     hasCopies: copies.length > 0,
+    formerCopies: true,
     digest: stateDigest(rule, refused, targets, sources.items, copies),
   };
 }
@@ -362,12 +387,12 @@ async function converge(
   rule: CopyratorRule,
   ruleTypes: RuleType[],
   log: ReconcileContext['log'],
-  { refused, targets, hasCopies }: Observed,
+  { refused, targets, hasCopies, formerCopies }: Observed,
 ): Promise<CopyTally & { counts: Record<string, number>; firstError?: unknown; controlled: ControlledObject[]; digest?: string }> {
   const kind = kindOf(rule.ruleType);
   // Copies of the kind the rule no longer copies (its ruleType changed) are removed as well; from
   // the watch cache, as there are almost never any, and as metadata: deleting needs no data.
-  const formerTypes = ruleTypes.filter((ruleType) => ruleType !== rule.ruleType);
+  const formerTypes = formerCopies ? ruleTypes.filter((ruleType) => ruleType !== rule.ruleType) : [];
   const [listed, ...former] = await Promise.all([
     refused
       ? { items: [] }
@@ -455,10 +480,10 @@ export function reconcileCopyratorRule(ruleTypes: RuleType[]) {
       return;
     }
 
-    const observed = await observe(ctx, rule);
+    const observed = ctx.finalizerAdded ? await unseenCopies(ctx, rule) : await observe(ctx, rule);
     // Nothing it is judged from has changed since a reconcile found all its copies in place (a
     // resync of a settled rule): nothing to read from etcd, nothing to write.
-    if (rule.status?.observedGeneration === rule.metadata.generation && rule.status?.inPlace === observed.digest) return;
+    if (observed.digest && rule.status?.observedGeneration === rule.metadata.generation && rule.status?.inPlace === observed.digest) return;
     const tally = await converge(ctx, rule, ruleTypes, log, observed);
     // Copies created while another replica ran the rule's finalizer (it listed the copies before
     // these creates, then let the rule go) would be orphans nothing looks at again: no resync

@@ -140,6 +140,14 @@ export interface ReconcileContext {
    */
   current?: KubeObject;
   /**
+   * True when the runtime has just added the declared finalizer to `current`: as read from the
+   * API server (never from an event body), the object had none. So a new object, unless the
+   * finalizer was removed by hand or another replica is adding it at the same moment: nothing
+   * this function made under the finalizer can exist yet but in those cases, which a reconcile
+   * that relies on it must leave for its next one (the resync) to find.
+   */
+  finalizerAdded?: boolean;
+  /**
    * In a resync or poll, the object as that run's listing read it, when this run is the
    * listing's own (not shared with an event's). Possibly older than a change another run has
    * already handled: like eventObject, use it only to decide to do LESS (find nothing to do and

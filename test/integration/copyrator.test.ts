@@ -434,6 +434,80 @@ describe('a resync of many rules', () => {
   });
 });
 
+describe('a new rule', () => {
+  const key = { namespace: 'src-new', name: 'fresh-rule' };
+  const ruleChange = (object: KubeObject, action: 'add' | 'update', id: string) =>
+    ({
+      type: 'change',
+      action,
+      mode: 'resource',
+      ref: { apiVersion: 'flant.com/v1', kind: 'CopyratorRule', namespace: key.namespace, name: key.name },
+      object,
+      id,
+    }) as const;
+  const copyLists = (answers: RecordedAnswer[]) =>
+    answers.filter((answer) => answer.query.labelSelector?.includes('copyrator.flant.com/rule')).map((answer) => answer.path);
+
+  test('its first reconcile lists no copies, of either kind (it has none yet); the echoes of its finalizer and status writes wake nothing', async () => {
+    await createSourceNamespace('src-new');
+    await kube.create(ConfigMap, configMap('src-new', 'fresh', { fresh: 'yes' }));
+    const rule = await kube.create<CopyratorRule>(CopyratorRuleKind, newRule('src-new', 'fresh-rule', 'src-new', { fresh: 'yes' }));
+    const { kube: recorded, answers } = recordingKube();
+    // The rule as each of the function's writes left it: what the echo of that write carries.
+    const written: KubeObject[] = [];
+    const request = recorded.request.bind(recorded);
+    recorded.request = async <T>(method: string, path: string, options: Parameters<KubeClient['request']>[2] = {}): Promise<T> => {
+      const answer = await request<T>(method, path, options);
+      if (method === 'PUT' && path.includes('/copyrators/')) written.push(answer as KubeObject);
+      return answer;
+    };
+    const host = createFunctionHost(copyrator, { kube: recorded, log: quietLog });
+    assert.equal((await host.handle(ruleChange(rule, 'add', 'fresh-1'))).status, 200);
+    for (const namespace of ['team-a', 'team-b']) assert.deepEqual((await getCm(namespace, 'fresh'))?.data, { greeting: 'hello' });
+    assert.deepEqual(copyLists(answers), [], 'no list of copies');
+    assert.equal(written.length, 2, 'the finalizer, then the status');
+    assert.ok(written[0]!.metadata.finalizers?.includes(FINALIZER));
+    assert.equal(ready((await getRule(key))!)?.reason, 'CopiesInPlace');
+
+    // The finalizer's echo comes after the status write as often as not: each is the function's own.
+    const requests = answers.length;
+    for (const [index, echo] of [written[1]!, written[0]!].entries()) {
+      const answer = await host.handle(ruleChange(echo, 'update', `fresh-echo-${index}`));
+      assert.match(JSON.stringify(answer.body), /at the version this function wrote/);
+    }
+    assert.equal(answers.length, requests, 'no request for either echo');
+  });
+
+  test('a copy it has all the same (its finalizer removed by hand) is kept where wanted and, unwanted, removed by the next resync', async () => {
+    const stray = await kube.create(ConfigMap, {
+      metadata: {
+        name: 'stray',
+        namespace: 'team-a',
+        labels: { 'copyrator.flant.com/rule-namespace': 'src-new', 'copyrator.flant.com/rule': 'fresh-rule' },
+        annotations: { [RULE_ANNOTATION]: 'src-new/fresh-rule', [SOURCE_ANNOTATION]: 'src-new/stray' },
+      },
+      data: { stale: 'yes' },
+    });
+    await untilWatchCacheHolds(kube, ConfigMap, stray);
+    const wanted = (await getCm('team-b', 'fresh'))!;
+    await kube.mergePatch(ConfigMap, { namespace: 'team-b', name: 'fresh' }, { data: { greeting: 'edited by hand' } });
+    const bare = await kube.mergePatch<CopyratorRule>(CopyratorRuleKind, key, { metadata: { finalizers: null } });
+    assert.equal(bare.metadata.finalizers, undefined);
+    await ruleEvent(bare);
+    assert.ok((await getRule(key))!.metadata.finalizers?.includes(FINALIZER), 'the finalizer is back');
+    const restored = (await getCm('team-b', 'fresh'))!;
+    assert.equal(restored.metadata.uid, wanted.metadata.uid, 'the wanted copy is kept, not replaced');
+    assert.deepEqual(restored.data, { greeting: 'hello' }, "and restored by its create's 409");
+    assert.ok(await getCm('team-a', 'stray'), 'this reconcile listed no copies: the unwanted one waits for the resync');
+    const settled = (await getRule(key))!;
+    await untilWatchCacheHolds(kube, CopyratorRuleKind, settled);
+    assert.equal((await deliver(fn.url, resyncEvent(copyrator))).status, 200);
+    assert.equal(await getCm('team-a', 'stray'), undefined, 'the resync removed it');
+    await kube.delete(CopyratorRuleKind, key);
+    await ruleEvent((await getRule(key))!);
+  });
+});
+
 describe('conflicts', () => {
   test('an object of the same name that is not a copy is left alone and reported', async () => {
     await createSourceNamespace('src-conflict');

@@ -46,6 +46,23 @@ test('the echo of our own write is skipped; a delete never is', () => {
   assert.equal(skipReason(declaration, change(pod, 'delete', 'Pod', 'v1'), writes, new SeenObjects()), undefined);
 });
 
+test("the echo of an earlier own write is skipped too (a finalizer's, arriving after the status write); another version is not", () => {
+  const writes = new OwnWrites();
+  const declaration = declare();
+  const at = (resourceVersion: string) => widget({ resourceVersion, finalizers: ['f'] }, 2);
+  writes.record(Widget, at('11'));
+  writes.record(Widget, at('12'));
+  for (const version of ['11', '12'])
+    assert.match(skipReason(declaration, change(at(version)), writes, new SeenObjects())!, /at the version this function wrote/, version);
+  assert.equal(skipReason(declaration, change(at('13')), writes, new SeenObjects()), undefined, "someone else's write");
+  for (const version of ['13', '14', '15', '16']) writes.record(Widget, at(version));
+  assert.equal(
+    skipReason(declaration, change(at('11')), writes, new SeenObjects()),
+    undefined,
+    'a few versions per object are kept, not all',
+  );
+});
+
 test('an own write is known by group and kind as an event names them (a kind known only at run time), in any version', () => {
   const writes = new OwnWrites();
   const gadget: KubeObject = { metadata: { name: 'g', namespace: 'ns', resourceVersion: '5' } };

@@ -31,5 +31,10 @@ export async function reconcileWithFinalizer(
   }
   const current = has ? object : await ensureFinalizer(kube, key.kind, object, finalizer.name);
   // A fresh read: as good an event object as any event body, and one read the reconcile need not make again.
-  return declaration.reconcile(key, { ...ctx, eventObject: current ?? object, current });
+  return declaration.reconcile(key, {
+    ...ctx,
+    eventObject: current ?? object,
+    current,
+    ...(current && !has ? { finalizerAdded: true } : {}),
+  });
 }
