@@ -36,7 +36,7 @@ export interface ParentRef {
  * child they are about 40 % of its size, held for every child of a parent that may have tens of
  * thousands. Deliberate difference: a hook's request shows its children without them.
  */
-function typed(kind: ResourceKind, object: KubeObject): KubeObject {
+export function typed(kind: ResourceKind, object: KubeObject): KubeObject {
   const { managedFields: _, ...metadata } = object.metadata as KubeObject['metadata'] & { managedFields?: unknown };
   return { ...object, apiVersion: apiVersionOf(kind), kind: kind.kind, metadata };
 }
