@@ -25,6 +25,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { Agent, fetch } from 'undici';
@@ -185,12 +186,19 @@ async function runPlane(
     stateDir: state.dir,
     idleTimeoutMs: 60_000,
     env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hookUrl}/` },
-    // Profiled: the function under node --cpu-prof, its profile written to DIR when it exits.
+    // Profiled: the function from its sources (a bundle's minified names say nothing) under node
+    // --cpu-prof, its profile written to DIR when it exits.
     command: profiling
-      ? (declaration) => {
-          const { command, args } = bundled.command(declaration);
-          return { command, args: ['--cpu-prof', '--cpu-prof-dir', profiling.dir, ...args] };
-        }
+      ? (declaration) => ({
+          command: process.execPath,
+          args: [
+            '--cpu-prof',
+            '--cpu-prof-dir',
+            profiling.dir,
+            fileURLToPath(new URL('../functions/main.ts', import.meta.url)),
+            declaration.name,
+          ],
+        })
       : bundled.command,
     knativeObjects: {},
   });
@@ -236,7 +244,7 @@ async function runPlane(
 
 async function main(): Promise<void> {
   const { values } = benchFlags(
-    "npm run bench:composite -- [--n 200] [--unrelated-pods 0] [--label name]\n  --n               parents (one pod each), side by side with direct writes (default 200)\n  --unrelated-pods  Pods no parent concerns, created first in namespaces of their own (default 0)\n  --label           a name for this run, part of the result file name (default local)\n  --profile DIR     write kube-apiserver's CPU profile of each side (pprof) and the function's (node --cpu-prof) there; run the bench itself under node --cpu-prof for the plane's\n  --profile-seconds how long kube-apiserver is profiled from the start of each side (default 10)",
+    "npm run bench:composite -- [--n 200] [--unrelated-pods 0] [--label name]\n  --n               parents (one pod each), side by side with direct writes (default 200)\n  --unrelated-pods  Pods no parent concerns, created first in namespaces of their own (default 0)\n  --label           a name for this run, part of the result file name (default local)\n  --profile DIR     write kube-apiserver's CPU profile of each side (pprof) and the function's (node --cpu-prof, run from its sources) there; run the bench itself under node --cpu-prof for the plane's\n  --profile-seconds how long kube-apiserver is profiled from the start of each side (default 10)",
     () =>
       parseArgs({
         options: {
