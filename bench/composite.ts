@@ -20,11 +20,16 @@
 // own, bench/harness.ts fillCluster), for both sides: the same work in a bigger cluster, where a
 // cost that grows with the cluster's Pods rather than with the parents shows.
 //
-// Usage: npm run bench:composite -- [--n 200] [--unrelated-pods 10000] [--label local]
+// Usage: npm run bench:composite -- [--n 200] [--unrelated-pods 10000] [--label local] [--profile DIR] [--profile-seconds 10]
 // Writes its results as JSON outside the repository (bench/harness.ts, resultsFolder).
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
+import { Agent, fetch } from 'undici';
+import { parse as parseYaml } from 'yaml';
 import { ApiServerSource, applyGeneratedObjects } from '../eventing/knative/index.ts';
 import { DEFAULT_OPTIONS } from '../eventing/manifests/index.ts';
 import { bundledFunctions } from '../build/index.ts';
@@ -74,6 +79,35 @@ interface RunResult extends Measured {
   anomalies: string[];
 }
 
+/** Where and for how long the run is profiled (--profile DIR --profile-seconds S); none by default. */
+interface Profiling {
+  dir: string;
+  seconds: number;
+}
+
+/**
+ * kube-apiserver's CPU profile over the first `seconds` of a side's window (its pprof endpoint,
+ * turned on by --profiling for a profiled run), written to DIR/apiserver-<side>.pprof.
+ */
+async function profileApiServer(cluster: TestCluster, profiling: Profiling, side: string): Promise<void> {
+  const config = readKubeconfig(cluster.cp.kubeconfigPath);
+  const response = await fetch(`${config.server}/debug/pprof/profile?seconds=${profiling.seconds}`, {
+    headers: { authorization: `Bearer ${config.token}` },
+    dispatcher: new Agent({ connect: { ca: config.ca } }),
+  });
+  if (!response.ok) throw new Error(`kube-apiserver profile: ${response.status} ${await response.text()}`);
+  writeFileSync(join(profiling.dir, `apiserver-${side}.pprof`), Buffer.from(await response.arrayBuffer()));
+}
+
+function readKubeconfig(path: string): { server: string; token: string; ca: Buffer } {
+  const config = parseYaml(readFileSync(path, 'utf8')) as {
+    clusters: { cluster: { server: string; 'certificate-authority'?: string } }[];
+    users: { user: { token: string } }[];
+  };
+  const cluster = config.clusters[0]!.cluster;
+  return { server: cluster.server, token: config.users[0]!.user.token, ca: readFileSync(cluster['certificate-authority']!) };
+}
+
 async function anomalies(kube: KubeClient, namespace: string, n: number): Promise<string[]> {
   const parents = (await kube.list(Parent, { namespace })).items;
   const pods = (await kube.list(Pod, { namespace })).items;
@@ -83,33 +117,59 @@ async function anomalies(kube: KubeClient, namespace: string, n: number): Promis
   return found;
 }
 
-async function runDirect(cluster: TestCluster, n: number, writer: KubeClient, watcher: KubeClient): Promise<RunResult> {
+/** The work of a side, with kube-apiserver profiled over its first seconds when asked. */
+const profiled =
+  (cluster: TestCluster, profiling: Profiling | undefined, side: string, work: () => Promise<void>) => async (): Promise<void> => {
+    const profile = profiling ? profileApiServer(cluster, profiling, side) : undefined;
+    await work();
+    await profile;
+  };
+
+async function runDirect(
+  cluster: TestCluster,
+  n: number,
+  writer: KubeClient,
+  watcher: KubeClient,
+  profiling: Profiling | undefined,
+): Promise<RunResult> {
   const namespace = 'direct';
   await createNamespace(cluster, namespace);
-  const measured = await measure(cluster, watchParents(watcher, namespace), n, () =>
-    pooled(n, async (i) => {
-      const parent = await writer.create<ParentObject>(Parent, newParent(namespace, `ic-${i}`));
-      const [child] = sync({ parent, children: {} }).children as KubeObject[];
-      const owned = {
-        ...child!,
-        metadata: {
-          ...child!.metadata,
-          labels: { [CONTROLLER_UID_LABEL]: parent.metadata.uid! },
-          ownerReferences: [controllerRefFor(parent, parent.apiVersion!, parent.kind!)],
-        },
-      };
-      await writer.create(Pod, forCreate(owned));
-      await writer.replace(
-        Parent,
-        { ...parent, status: { currentPod: child!.metadata.name, observedGeneration: parent.metadata.generation } },
-        'status',
-      );
-    }),
+  const measured = await measure(
+    cluster,
+    watchParents(watcher, namespace),
+    n,
+    profiled(cluster, profiling, 'direct', () =>
+      pooled(n, async (i) => {
+        const parent = await writer.create<ParentObject>(Parent, newParent(namespace, `ic-${i}`));
+        const [child] = sync({ parent, children: {} }).children as KubeObject[];
+        const owned = {
+          ...child!,
+          metadata: {
+            ...child!.metadata,
+            labels: { [CONTROLLER_UID_LABEL]: parent.metadata.uid! },
+            ownerReferences: [controllerRefFor(parent, parent.apiVersion!, parent.kind!)],
+          },
+        };
+        await writer.create(Pod, forCreate(owned));
+        await writer.replace(
+          Parent,
+          { ...parent, status: { currentPod: child!.metadata.name, observedGeneration: parent.metadata.generation } },
+          'status',
+        );
+      }),
+    ),
   );
   return { side: 'direct', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
 }
 
-async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, watcher: KubeClient, hookUrl: string): Promise<RunResult> {
+async function runPlane(
+  cluster: TestCluster,
+  n: number,
+  writer: KubeClient,
+  watcher: KubeClient,
+  hookUrl: string,
+  profiling: Profiling | undefined,
+): Promise<RunResult> {
   const namespace = 'plane';
   await createNamespace(cluster, namespace);
   await createNamespace(cluster, 'warm');
@@ -126,7 +186,20 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
     stateDir: state.dir,
     idleTimeoutMs: 60_000,
     env: { LOG_LEVEL: 'warn', COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hookUrl}/` },
-    command: bundled.command,
+    // Profiled: the function from its sources (a bundle's minified names say nothing) under node
+    // --cpu-prof, its profile written to DIR when it exits.
+    command: profiling
+      ? (declaration) => ({
+          command: process.execPath,
+          args: [
+            '--cpu-prof',
+            '--cpu-prof-dir',
+            profiling.dir,
+            fileURLToPath(new URL('../functions/main.ts', import.meta.url)),
+            declaration.name,
+          ],
+        })
+      : bundled.command,
     knativeObjects: {},
   });
   await plane.start();
@@ -152,10 +225,15 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
     await writer.create(Parent, newParent('warm', 'warm'));
     await warm.until(1, 60_000);
     await warm.stop();
-    const measured = await measure(cluster, watchParents(watcher, namespace), n, () =>
-      pooled(n, async (i) => {
-        await writer.create(Parent, newParent(namespace, `ic-${i}`));
-      }),
+    const measured = await measure(
+      cluster,
+      watchParents(watcher, namespace),
+      n,
+      profiled(cluster, profiling, 'plane', () =>
+        pooled(n, async (i) => {
+          await writer.create(Parent, newParent(namespace, `ic-${i}`));
+        }),
+      ),
     );
     return { side: 'plane', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
   } finally {
@@ -166,13 +244,15 @@ async function runPlane(cluster: TestCluster, n: number, writer: KubeClient, wat
 
 async function main(): Promise<void> {
   const { values } = benchFlags(
-    'npm run bench:composite -- [--n 200] [--unrelated-pods 0] [--label name]\n  --n               parents (one pod each), side by side with direct writes (default 200)\n  --unrelated-pods  Pods no parent concerns, created first in namespaces of their own (default 0)\n  --label           a name for this run, part of the result file name (default local)',
+    "npm run bench:composite -- [--n 200] [--unrelated-pods 0] [--label name]\n  --n               parents (one pod each), side by side with direct writes (default 200)\n  --unrelated-pods  Pods no parent concerns, created first in namespaces of their own (default 0)\n  --label           a name for this run, part of the result file name (default local)\n  --profile DIR     write kube-apiserver's CPU profile of each side (pprof) and the function's (node --cpu-prof, run from its sources) there; run the bench itself under node --cpu-prof for the plane's\n  --profile-seconds how long kube-apiserver is profiled from the start of each side (default 10)",
     () =>
       parseArgs({
         options: {
           n: { type: 'string', default: '200' },
           'unrelated-pods': { type: 'string', default: '0' },
           label: { type: 'string', default: 'local' },
+          profile: { type: 'string' },
+          'profile-seconds': { type: 'string', default: '10' },
           help: { type: 'boolean', default: false },
         },
       }),
@@ -187,7 +267,9 @@ async function main(): Promise<void> {
     console.error(`--unrelated-pods takes a non-negative integer (got "${values['unrelated-pods']}")`);
     process.exit(2);
   }
-  const cluster = await startTestCluster({ controllerManager: false });
+  const profiling = values.profile ? { dir: resolve(values.profile), seconds: Number(values['profile-seconds']) } : undefined;
+  if (profiling) mkdirSync(profiling.dir, { recursive: true });
+  const cluster = await startTestCluster({ controllerManager: false, apiServerFlags: profiling ? ['--profiling=true'] : [] });
   const hooks = await serveHooks({ hooks: { '/sync': sync } });
   const writer = KubeClient.fromFile(cluster.cp.kubeconfigPath);
   const watcher = KubeClient.fromFile(cluster.cp.kubeconfigPath);
@@ -202,7 +284,9 @@ async function main(): Promise<void> {
     }));
     for (const side of ['direct', 'plane'] as const) {
       const result =
-        side === 'plane' ? await runPlane(cluster, n, writer, watcher, hooks.url) : await runDirect(cluster, n, writer, watcher);
+        side === 'plane'
+          ? await runPlane(cluster, n, writer, watcher, hooks.url, profiling)
+          : await runDirect(cluster, n, writer, watcher, profiling);
       // The plane's sweep would otherwise sync the direct side's parents inside its own measured window.
       if (side === 'direct') await clearNamespace(cluster, 'direct', [Parent, Pod]);
       results.push(result);

@@ -38,13 +38,13 @@ export interface ParentRef {
  * thousands. Deliberate difference: a hook's request shows its children without them.
  * `shared` (sharedParts) keeps equal ownerReferences and labels of children kept together once.
  */
-function typed(kind: ResourceKind, object: KubeObject, shared?: SharedParts): KubeObject {
+export function typed(kind: ResourceKind, object: KubeObject, shared?: SharedParts): KubeObject {
   const { managedFields: _, ...metadata } = object.metadata as KubeObject['metadata'] & { managedFields?: unknown };
   shared?.(metadata);
   return { ...object, apiVersion: apiVersionOf(kind), kind: kind.kind, metadata };
 }
 
-type SharedParts = (metadata: KubeObject['metadata']) => void;
+export type SharedParts = (metadata: KubeObject['metadata']) => void;
 
 /**
  * The children of one parent mostly carry the same ownerReferences (the parent's) and often the
@@ -53,7 +53,7 @@ type SharedParts = (metadata: KubeObject['metadata']) => void;
  * starts from a copy), and a write that did would throw rather than change every child. Only the
  * previous value is remembered, so nothing grows with the children.
  */
-function sharedParts(): SharedParts {
+export function sharedParts(): SharedParts {
   const last: { ownerReferences?: unknown; labels?: unknown } = {};
   return (metadata) => {
     const fields = metadata as { ownerReferences?: unknown; labels?: unknown };

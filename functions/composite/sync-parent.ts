@@ -49,6 +49,7 @@ import {
   removeFinalizer,
 } from '../runtime/index.ts';
 import { applyChildOperations, claimChildren, selectedLists, type CandidateLists, type WriteBudget } from './children.ts';
+import { batchedLists } from './batched-lists.ts';
 import { callHook, type UrlRewrite } from './hooks.ts';
 import { relatedFor } from './related.ts';
 
@@ -68,7 +69,8 @@ export interface SyncEnvironment {
   hookUrls: UrlRewrite[];
   /**
    * The child lists of this sweep (children.ts sharedLists); absent for the sync of one parent,
-   * whose candidates are then listed by its child selector. Those cannot include a child that
+   * whose candidates are then listed by its child selector, with the parents synced at the same
+   * time when it is one label's value (batched-lists.ts). Those cannot include a child that
    * stopped matching while still owned, so such a child is released by the next sweep.
    */
   listed?: CandidateLists;
@@ -172,7 +174,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
     { parent, kind: parentKind },
     composite.childKinds,
     selector.selector,
-    env.listed ?? selectedLists(kube, selector.selector),
+    env.listed ?? batchedLists(kube, selector.selector) ?? selectedLists(kube, selector.selector),
   );
   const hookType = hookToCall(controller, parent, stillMatches);
   if (hookType === 'none') return { resyncAfterSeconds: 0 };

@@ -17,7 +17,15 @@ import { MAX_CHILDREN } from '../../functions/composite/metacontroller/hook-resp
 import composite from '../../functions/composite/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
-import { ConfigMap, CoreEvent, Pod, type KubeObject, type ResourceKind, type KubeClient } from '../../functions/runtime/index.ts';
+import {
+  ConfigMap,
+  CoreEvent,
+  Namespace,
+  Pod,
+  type KubeObject,
+  type ResourceKind,
+  type KubeClient,
+} from '../../functions/runtime/index.ts';
 import { OUTCOME_HEADER } from '../../functions/runtime/host/index.ts';
 import { CloudEvent, HTTP } from 'cloudevents';
 import { deliver, eventually, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
@@ -294,6 +302,46 @@ describe('events of parent and child kinds, routed by the function (runtimeKinds
     const touched = (await kube.get<PodObject>(Pod, thirdPod))!;
     const podEvent = await event(Pod, { ...touched, apiVersion: 'v1', kind: 'Pod' }, 'update', 'Resource');
     assert.equal(podEvent.body.reconciled, 1, JSON.stringify(podEvent.body));
+  });
+});
+
+describe('parents of one namespace synced at the same time', () => {
+  test('share their child lists (fewer lists of pods than parents), and each sees only its own pod', async () => {
+    const namespace = 'batched';
+    await kube.create(Namespace, { metadata: { name: namespace } });
+    const count = 8;
+    const parents = await Promise.all(
+      Array.from({ length: count }, (_, i) =>
+        kube.create<KubeObject>(
+          MetaImmortalContainer,
+          { ...metacontrollerExample('ImmortalContainer'), metadata: { name: `batched-${i}`, namespace } },
+          namespace,
+        ),
+      ),
+    );
+    const podLists = async () =>
+      (await fn.metrics.apiRequests.get()).values
+        .filter(({ labels }) => labels.verb === 'get' && labels.resource === 'pods')
+        .reduce((sum, { value }) => sum + value, 0);
+    const before = await podLists();
+    const answers = await Promise.all(
+      parents.map((parent) =>
+        deliver(
+          fn.url,
+          apiServerSourceEvent({ server: cluster.cp.server, kind: MetaImmortalContainer, object: parent, action: 'add', mode: 'Resource' }),
+        ),
+      ),
+    );
+    for (const answer of answers) assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    const lists = (await podLists()) - before;
+    assert.ok(lists >= 1 && lists < count, `${lists} lists of pods for ${count} parents`);
+    for (const parent of parents) {
+      const podName = `${parent.metadata.name}-immortalpod`;
+      const pod = await kube.get<PodObject>(Pod, { namespace, name: podName });
+      assert.equal(pod?.metadata.ownerReferences?.[0]?.uid, parent.metadata.uid, `${podName} is controlled by its parent`);
+      const synced = await kube.get<Parent>(MetaImmortalContainer, { namespace, name: parent.metadata.name! });
+      assert.deepEqual(synced?.status, { currentPod: podName, observedGeneration: 1 }, `${parent.metadata.name} names its own pod`);
+    }
   });
 });
 
