@@ -161,7 +161,7 @@ const omitted = (value: unknown): boolean => value === undefined || typeof value
 /** A request body that is written afresh for each attempt (redirects), its length known up front. */
 interface JsonBody {
   length: number;
-  chunks(): Generator<string>;
+  chunks(): Iterator<string> & Iterable<string>;
 }
 
 function jsonBody(payload: unknown): JsonBody {
@@ -178,9 +178,15 @@ function jsonBody(payload: unknown): JsonBody {
     }
     if (gathered.length > 0) yield gathered.join('');
   }
-  // The length takes one pass of its own: holding the text to measure it is what this avoids.
+  // The length takes one pass of its own: holding the text to measure it is what this avoids. A
+  // body of one write, as most are, is kept from that pass rather than made again.
   let length = 0;
-  for (const chunk of chunks()) length += Buffer.byteLength(chunk);
+  const written: string[] = [];
+  for (const chunk of chunks()) {
+    length += Buffer.byteLength(chunk);
+    if (written.length < 2) written.push(chunk);
+  }
+  if (written.length === 1) return { length, chunks: () => written.values() };
   return { length, chunks };
 }
 
