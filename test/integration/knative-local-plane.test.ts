@@ -333,7 +333,16 @@ describe('the generated objects run on the local plane', () => {
       { 'autoscaling.knative.dev/min-scale': '0', 'autoscaling.knative.dev/max-scale': String(immortalContainer.scaling.maxScale) },
       { containerConcurrency: immortalContainer.scaling.containerConcurrency, timeoutSeconds: 300 },
     );
-    await eventually(async () => (await readyReason(KnativeService, name)) === 'True Ready', 20_000, 'Ready again');
+    // Ready was already True after the initial-scale removal: wait for the status of this very edit.
+    await eventually(
+      async () => {
+        const { object, condition } = await conditionOf(KnativeService, name);
+        const observed = (object?.status as { observedGeneration?: number } | undefined)?.observedGeneration;
+        return observed === object?.metadata.generation && condition?.status === 'True';
+      },
+      20_000,
+      'Ready again, for the last edit',
+    );
     assert.deepEqual(plane.activator.configurationOf(name), before, 'back to the generated scaling');
     assert.equal(plane.activator.instances(name), instances, 'the running instance is not stopped by the edit (it goes when idle)');
     assert.equal(plane.activator.stats()[name].started, started, 'and none was restarted for it');
