@@ -1,6 +1,6 @@
 // CopyratorRule convergence through the local plane vs direct writes of the same copies, side by
 // side in one run against a real control plane:
-//   npm run bench:copyrator -- [--namespaces 50] [--configmaps 20] [--bundled]
+//   npm run bench:copyrator -- [--namespaces 50] [--configmaps 20] [--reps 3] [--bundled]
 //   create   a rule is created → every copy exists (namespaces × configmaps)
 //   update   every source changes → every copy carries the change
 //   delete   the rule is deleted → every copy is gone (its finalizer)
@@ -10,7 +10,8 @@
 // emitted to the broker and events the broker delivered to the function (the echoes of the copies'
 // own writes are among the first; the Trigger leaves out those the function does not ask for),
 // API requests counted by the API server from the phase's first write until it is quiet again
-// (the bench's own polls for convergence left out), and CPU seconds until convergence.
+// (the bench's own polls for convergence left out), and CPU seconds until convergence. Each side
+// runs its phases --reps times; the ratios are read on the medians.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
@@ -30,18 +31,20 @@ import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
 import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
-import { benchFlags, planeStateDir, writeResults } from './harness.ts';
+import { benchFlags, median, planeStateDir, writeResults } from './harness.ts';
 
 const { values } = benchFlags(
-  'npm run bench:copyrator -- [--namespaces 50] [--configmaps 20] [--bundled]\n' +
+  'npm run bench:copyrator -- [--namespaces 50] [--configmaps 20] [--reps 3] [--bundled]\n' +
     "  --namespaces  namespaces of the bench, each getting every copy, besides the control plane's own (default 50)\n" +
     '  --configmaps  ConfigMaps the rule copies from its source namespace (default 20)\n' +
+    '  --reps        repetitions of the three phases on each side; ratios of the medians (default 3)\n' +
     '  --bundled     run the function bundled, as npm start does (default: its TypeScript sources)',
   () =>
     parseArgs({
       options: {
         namespaces: { type: 'string', default: '50' },
         configmaps: { type: 'string', default: '20' },
+        reps: { type: 'string', default: '3' },
         bundled: { type: 'boolean', default: false },
         help: { type: 'boolean', default: false },
       },
@@ -49,6 +52,8 @@ const { values } = benchFlags(
 );
 const namespaceCount = Number(values.namespaces);
 const configMapCount = Number(values.configmaps);
+const reps = Number(values.reps);
+if (!Number.isInteger(reps) || reps < 1) throw new Error(`--reps must be a positive integer, not ${values.reps}`);
 const WRITE_CONCURRENCY = 16;
 
 const bundled = values.bundled ? await bundledFunctions(tempDir('opfn-bench-dist-')) : undefined;
@@ -147,24 +152,33 @@ const rule: CopyratorRule = {
   namespace: SOURCE,
 };
 // A rule's own changes reach the function through its ApiServerSource, as every other change.
-const viaPlane = {
-  create: await measured(
-    () => kube.create(CopyratorRuleKind, rule),
-    async () => (await copies('v1')) === expected,
-  ),
-  update: await measured(
-    () =>
-      inParallel(
-        Array.from({ length: configMapCount }, (_, i) => i),
-        (i) => kube.mergePatch(ConfigMap, { namespace: SOURCE, name: sourceName(i) }, { data: { version: 'v2' } }),
-      ),
-    async () => (await copies('v2')) === expected,
-  ),
-  delete: await measured(
-    () => kube.delete(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }),
-    async () => (await copies()) === 0 && !(await kube.get(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' })),
-  ),
-};
+// Each repetition starts from the sources as the last one left them.
+let version = 'v1';
+type Phases = Record<'create' | 'update' | 'delete', Phase>;
+const viaPlane: Phases[] = [];
+for (let rep = 0; rep < reps; rep++) {
+  const created = version;
+  const updated = `v${rep + 2}`;
+  viaPlane.push({
+    create: await measured(
+      () => kube.create(CopyratorRuleKind, rule),
+      async () => (await copies(created)) === expected,
+    ),
+    update: await measured(
+      () =>
+        inParallel(
+          Array.from({ length: configMapCount }, (_, i) => i),
+          (i) => kube.mergePatch(ConfigMap, { namespace: SOURCE, name: sourceName(i) }, { data: { version: updated } }),
+        ),
+      async () => (await copies(updated)) === expected,
+    ),
+    delete: await measured(
+      () => kube.delete(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' }),
+      async () => (await copies()) === 0 && !(await kube.get(CopyratorRuleKind, { namespace: SOURCE, name: 'bench' })),
+    ),
+  });
+  version = updated;
+}
 await plane.stop();
 state.release(plane);
 
@@ -173,22 +187,28 @@ const stored: CopyratorRule = { ...rule, metadata: { ...rule.metadata, uid: 'ben
 const all = activeNamespaces.flatMap((namespace) =>
   Array.from({ length: configMapCount }, (_, i) => desiredCopy(stored, source(i, 'v1'), namespace)),
 );
-const direct = {
-  create: await measured(() => inParallel(all, (copy) => kube.create(ConfigMap, copy)), undefined, false),
-  update: await measured(
-    () =>
-      inParallel(all, (copy) =>
-        kube.mergePatch(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! }, { data: { version: 'v2' } }),
-      ),
-    undefined,
-    false,
-  ),
-  delete: await measured(
-    () => inParallel(all, (copy) => kube.delete(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! })),
-    undefined,
-    false,
-  ),
-};
+const direct: Phases[] = [];
+for (let rep = 0; rep < reps; rep++)
+  direct.push({
+    create: await measured(() => inParallel(all, (copy) => kube.create(ConfigMap, copy)), undefined, false),
+    update: await measured(
+      () =>
+        inParallel(all, (copy) =>
+          kube.mergePatch(
+            ConfigMap,
+            { namespace: copy.metadata.namespace!, name: copy.metadata.name! },
+            { data: { version: `v${rep + 2}` } },
+          ),
+        ),
+      undefined,
+      false,
+    ),
+    delete: await measured(
+      () => inParallel(all, (copy) => kube.delete(ConfigMap, { namespace: copy.metadata.namespace!, name: copy.metadata.name! })),
+      undefined,
+      false,
+    ),
+  });
 await cluster.stop();
 
 console.log(
@@ -201,33 +221,45 @@ const verbs = (requests: RequestCounts) =>
     .sort(([, a], [, b]) => b - a)
     .map(([verb, count]) => `${verb} ${count}`)
     .join(', ');
+const perCopy = (value: number | undefined) => (value === undefined ? '?' : ((value * 1000) / expected).toFixed(2));
 const summary: Record<string, unknown> = {};
 for (const name of ['create', 'update', 'delete'] as const) {
-  const p = viaPlane[name];
-  const d = direct[name];
-  console.log(
-    `${name.padEnd(8)} ${p.seconds.toFixed(2).padStart(6)} s  ${String(p.events).padStart(5)} emitted ${String(p.delivered).padStart(5)} delivered  ${(expected / p.seconds).toFixed(0).padStart(5)} copies/s   ${d.seconds.toFixed(2).padStart(6)} s  ${(expected / d.seconds).toFixed(0).padStart(5)} copies/s   ${(p.seconds / d.seconds).toFixed(2).padStart(5)}x`,
-  );
-  const perCopy = (value: number | undefined) => (value === undefined ? '?' : ((value * 1000) / expected).toFixed(2));
-  for (const [side, run] of [
-    ['plane', p],
-    ['direct', d],
-  ] as const)
+  for (let rep = 0; rep < reps; rep++) {
+    const p = viaPlane[rep][name];
+    const d = direct[rep][name];
     console.log(
-      `           ${side.padEnd(6)} ${(run.requests.total / expected).toFixed(2)} requests/copy (${verbs(run.requests)}); CPU ms/copy: total ${perCopy(run.cpu?.total)}, apiserver ${perCopy(run.cpu?.apiServer)}, etcd ${perCopy(run.cpu?.etcd)}, function ${perCopy(run.cpu?.functions)}, bench+plane ${perCopy(run.cpu?.bench)} (others ${run.cpu?.others?.toFixed(1) ?? '?'} s, steal ${run.cpu?.steal?.toFixed(1) ?? '?'} s)`,
+      `${(rep ? '' : name).padEnd(8)} ${p.seconds.toFixed(2).padStart(6)} s  ${String(p.events).padStart(5)} emitted ${String(p.delivered).padStart(5)} delivered  ${(expected / p.seconds).toFixed(0).padStart(5)} copies/s   ${d.seconds.toFixed(2).padStart(6)} s  ${(expected / d.seconds).toFixed(0).padStart(5)} copies/s   ${(p.seconds / d.seconds).toFixed(2).padStart(5)}x`,
     );
+    for (const [side, run] of [
+      ['plane', p],
+      ['direct', d],
+    ] as const)
+      console.log(
+        `           ${side.padEnd(6)} ${(run.requests.total / expected).toFixed(2)} requests/copy (${verbs(run.requests)}); CPU ms/copy: total ${perCopy(run.cpu?.total)}, apiserver ${perCopy(run.cpu?.apiServer)}, etcd ${perCopy(run.cpu?.etcd)}, function ${perCopy(run.cpu?.functions)}, bench+plane ${perCopy(run.cpu?.bench)} (others ${run.cpu?.others?.toFixed(1) ?? '?'} s, steal ${run.cpu?.steal?.toFixed(1) ?? '?'} s)`,
+      );
+  }
+  const of = (side: Phases[], pick: (phase: Phase) => number) => median(side.map((phases) => pick(phases[name])));
+  const [planeSeconds, directSeconds] = [of(viaPlane, (p) => p.seconds), of(direct, (p) => p.seconds)];
+  const [planeCpu, directCpu] = [of(viaPlane, (p) => p.cpu?.total ?? NaN), of(direct, (p) => p.cpu?.total ?? NaN)];
   summary[name] = {
-    ratio: p.seconds / d.seconds,
-    planeSeconds: p.seconds,
-    directSeconds: d.seconds,
-    emitted: p.events,
-    delivered: p.delivered,
-    planeRequestsPerCopy: p.requests.total / expected,
-    directRequestsPerCopy: d.requests.total / expected,
-    planeCpuMsPerCopy: p.cpu ? (p.cpu.total * 1000) / expected : undefined,
-    directCpuMsPerCopy: d.cpu ? (d.cpu.total * 1000) / expected : undefined,
+    ratio: planeSeconds / directSeconds,
+    cpuRatio: planeCpu / directCpu,
+    ratios: viaPlane.map((phases, rep) => phases[name].seconds / direct[rep][name].seconds),
+    planeSeconds,
+    directSeconds,
+    emitted: of(viaPlane, (p) => p.events ?? NaN),
+    delivered: of(viaPlane, (p) => p.delivered ?? NaN),
+    planeRequestsPerCopy: of(viaPlane, (p) => p.requests.total) / expected,
+    directRequestsPerCopy: of(direct, (p) => p.requests.total) / expected,
+    planeCpuMsPerCopy: (planeCpu * 1000) / expected,
+    directCpuMsPerCopy: (directCpu * 1000) / expected,
   };
 }
+console.log(`\nmedians of ${reps} repetitions (the goal, ≤ 1.5×, is read on these):`);
+for (const [name, figures] of Object.entries(summary) as [string, Record<string, number>][])
+  console.log(
+    `${name.padEnd(8)} ${figures.planeSeconds.toFixed(2)} s vs ${figures.directSeconds.toFixed(2)} s = ${figures.ratio.toFixed(2)}x wall, ${figures.cpuRatio.toFixed(2)}x CPU; ${figures.delivered} delivered; ${figures.planeRequestsPerCopy.toFixed(2)} vs ${figures.directRequestsPerCopy.toFixed(2)} requests/copy`,
+  );
 writeResults({
   benchmark: 'copyrator',
   label: `${configMapCount}x${activeNamespaces.length}`,

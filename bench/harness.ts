@@ -49,6 +49,13 @@ export function pooled(n: number, work: (i: number) => Promise<unknown>): Promis
   );
 }
 
+/** The middle value; of an even count, the mean of the two middle ones. */
+export function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
+
 /**
  * A folder for a benchmark plane's state (its dead-letter file), removed however the process ends.
  * `release(plane)` once the plane has stopped: the folder goes at once, unless the broker

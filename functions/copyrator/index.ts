@@ -28,14 +28,12 @@ export function copyratorFunction(options: { secrets: boolean }): FunctionDeclar
   const ruleTypes: RuleType[] = options.secrets ? ['configmap', 'secret'] : ['configmap'];
   // Every object of a copied kind but the copies: no selector of the rules' can be used, as an
   // object that loses a rule's label must still wake it (ApiServerSource sends only the new
-  // object). The copies (RULE_NAME_LABEL) only by their deletes: their adds and updates are almost
-  // all the echo of the function's own writes. A copy deleted by hand is so restored at once; one
-  // whose rule labels are removed by hand leaves that selection (a delete) and enters the other (an
-  // add), and is restored at once too; one whose data or other labels are edited by hand, keeping
-  // the rule labels, is restored by the next resync (or the next change of its source).
+  // object). The copies (RULE_NAME_LABEL) are not heard at all: their changes are almost all the
+  // echo of the function's own writes, and no event tells who made one. What is done to a copy by
+  // hand is undone by the next resync, or the next change of its source or rule; a copy whose rule
+  // labels are removed by hand enters this selection (an add) and is restored at once.
   const watchesOf = (kind: ResourceKind, ruleType: RuleType): WatchedKind[] => [
     { kind, labelSelector: `!${RULE_NAME_LABEL}`, keysFor: rulesForChange(ruleType) },
-    { kind, labelSelector: RULE_NAME_LABEL, changes: ['delete'], keysFor: rulesForChange(ruleType) },
   ];
   const watches: WatchedKind[] = [{ kind: Namespace, keysFor: allOf(CopyratorRuleKind) }, ...watchesOf(ConfigMap, 'configmap')];
   // What reconcile and the mappers do themselves; reading rules, their finalizer and Events

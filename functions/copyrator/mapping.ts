@@ -8,12 +8,11 @@
 //     lost its label, or was deleted); the copies come from one list of that name from the watch
 //     cache (a copy made a moment ago may be missing there: the resync then removes it). An
 //     object no rule selects or copies wakes nothing, however many rules read from its namespace;
-//   - a copy (rule annotation) wakes the rule that made it when it was deleted or differs from
-//     what its source makes of it (a hand edit). A copy that is exactly as the rule would write
-//     it wakes nothing: that is the echo of the rule's own write. The event body may make the
-//     function do less, never write; the latest event of an object carries its latest state;
-//   - a copy this process deleted as no longer wanted (its uid: own-deletes.ts) wakes nothing,
-//     without a read: the echo of its rule's own work;
+//   - a copy (rule annotation) is heard only once its rule labels are gone (index.ts: the copies
+//     are not watched); it wakes the rule that made it when it was deleted or differs from what
+//     its source makes of it (a hand edit). A copy that is exactly as the rule would write it
+//     wakes nothing. The event body may make the function do less, never write; the latest event
+//     of an object carries its latest state;
 //   - a copy whose rule no longer exists wakes that (missing) rule, whose reconcile removes it;
 //   - a Secret deleted in Reference mode arrives without a body: it wakes the secret rules whose
 //     source namespace holds a Secret of that name that they select (it may have been one of
@@ -54,7 +53,6 @@ import {
   type CopyratorRule,
   type RuleType,
 } from './desired.ts';
-import { isOwnDelete } from './own-deletes.ts';
 
 /** The `<namespace>/<name>` an annotation names, when it names a valid key (it reaches a URL). */
 function keyIn(value: unknown): ObjectKey | undefined {
@@ -137,8 +135,6 @@ async function rulesSelectingSourceNamed(
 export function rulesForChange(ruleType: RuleType) {
   const kind = kindOf(ruleType);
   return async (change: WatchedChange, { kube }: MapperContext): Promise<ObjectKey[]> => {
-    // A copy this process deleted as no longer wanted: the echo of its rule's own work.
-    if (change.deleted && ruleKeyOfCopy(change.object) && isOwnDelete(change.object!.metadata.uid)) return [];
     // Reference mode (Secrets) carries no body: read the object unless the event says it is gone.
     const object = (change.object ?? (change.deleted ? undefined : await kube.get(kind, change.key))) as CopyableObject | undefined;
     // From the watch cache: every ConfigMap and Secret event in the cluster reads this list.

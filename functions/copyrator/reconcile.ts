@@ -60,7 +60,6 @@ import {
   type CopyTally,
   type RuleType,
 } from './desired.ts';
-import { recordOwnDelete } from './own-deletes.ts';
 
 /** Writes in flight at once for one rule: enough to hide API latency, few enough to stay polite. */
 const WRITE_CONCURRENCY = 16;
@@ -95,11 +94,8 @@ async function apply(
     case 'blocked':
       return { conflict: conflictFor(action.existing) };
     case 'delete':
-      // The uid precondition: never delete an object that replaced the copy we judged. A copy no
-      // longer wanted: its delete event needs nothing (own-deletes.ts). Not so a replaced one,
-      // whose successor waits for it to be gone.
-      if (await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid }))
-        recordOwnDelete(action.existing.metadata.uid);
+      // The uid precondition: never delete an object that replaced the copy we judged.
+      await kube.delete(kind, keyOf(action.existing), { uid: action.existing.metadata.uid });
       return 'deleted';
     case 'update':
       return writeCopy(kube, rule, kind, inPlace, action.desired, action.existing);
