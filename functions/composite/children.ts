@@ -60,8 +60,9 @@ export function sharedParts(): SharedParts {
     for (const field of ['ownerReferences', 'labels'] as const) {
       const value = fields[field];
       if (value === undefined || value === null) continue;
-      if (last[field] !== undefined && jsonEqual(value, last[field])) fields[field] = last[field];
-      else last[field] = frozen(value);
+      // Frozen once shared: a value no other child holds stays as it came.
+      if (last[field] !== undefined && jsonEqual(value, last[field])) fields[field] = frozen(last[field]);
+      else last[field] = value;
     }
   };
 }

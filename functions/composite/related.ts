@@ -37,7 +37,11 @@ export async function relatedFor(
   const target = webhookTarget(hook.webhook);
   if (!target.ok) return target;
   const version = hook.version ?? 'v1';
-  const answer = await postJson({ ...target.value, url: rewriteUrl(target.value.url, env.hookUrls) }, { controller, parent });
+  const answer = await postJson(
+    { ...target.value, url: rewriteUrl(target.value.url, env.hookUrls) },
+    { controller, parent },
+    { whole: true },
+  );
   if (!answer.ok) return answer;
   const parsed = parseCustomizeResponse(answer.value, { version, strict: isStrict(version, hook.webhook) });
   if (!parsed.ok) return failure(parsed.reason);

@@ -42,19 +42,27 @@ export function applyUpdate(observed: KubeObject, desired: KubeObject): MergedUp
   const lastApplied = lastAppliedOf(observed);
   if (!lastApplied.ok) return lastApplied;
   const update = withoutLastApplied(desired);
-  const merged = merge(structuredClone(observed) as unknown as Json, lastApplied.value, update as unknown as Json) as JsonObject;
-  for (const field of SYSTEM_FIELDS) revert(merged, observed as unknown as JsonObject, ['metadata', field]);
-  revert(merged, observed as unknown as JsonObject, ['status']);
-  const object = withLastApplied(merged as unknown as KubeObject, update);
-  return { ok: true, object, changed: !jsonEqual(comparable(object), comparable(observed)) };
+  // The merge copies only what it changes: the rest is shared with `observed`, which neither it
+  // nor anything after it writes into (a child kept by the sync may be frozen, children.ts).
+  const merged = merge(observed as unknown as Json, lastApplied.value, update as unknown as Json) as JsonObject;
+  const object = withLastApplied(revertSystemFields(merged, observed as unknown as JsonObject) as unknown as KubeObject, update);
+  return { ok: true, object, changed: !sameChild(object, observed) };
 }
 
 /**
- * The object with its last-applied annotation parsed, for the "changed?" question. Upstream
- * compares the annotation's text, which its one writer (Go's json.Marshal) makes canonical; an
- * annotation written by another writer (another client, a hand edit) that
- * says the same must not make every child look changed, which under Recreate deletes it.
+ * Equal as children, the last-applied annotations compared as what they say. Upstream compares
+ * the annotation's text, which its one writer (Go's json.Marshal) makes canonical; an
+ * annotation written by another writer (another client, a hand edit) that says the same must
+ * not make every child look changed, which under Recreate deletes it. The same text needs no
+ * parsing.
  */
+function sameChild(object: KubeObject, observed: KubeObject): boolean {
+  const annotation = (child: KubeObject) => child.metadata.annotations?.[LAST_APPLIED_ANNOTATION];
+  if (annotation(object) === annotation(observed)) return jsonEqual(object, observed);
+  return jsonEqual(comparable(object), comparable(observed));
+}
+
+/** The object with its last-applied annotation parsed. */
 function comparable(object: KubeObject): KubeObject {
   const text = object.metadata.annotations?.[LAST_APPLIED_ANNOTATION];
   if (!text) return object;
@@ -102,19 +110,40 @@ function withLastApplied(object: KubeObject, applied: KubeObject): KubeObject {
  * order the hook's keys come in.
  */
 export function goJsonMarshal(value: Json | undefined): string {
-  if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? 'null' : goJsonMarshal(item))).join(',')}]`;
-  if (isObject(value)) {
-    const keys = Object.keys(value)
-      .filter((key) => value[key] !== undefined)
-      .sort(byUtf8);
-    return `{${keys.map((key) => `${goString(key)}:${goJsonMarshal(value[key])}`).join(',')}}`;
-  }
-  return typeof value === 'string' ? goString(value) : JSON.stringify(value ?? null);
+  const text = marshal(value);
+  // These characters occur only inside strings, so escaping them in the whole text escapes them in each string.
+  return HTML_UNSAFE.test(text) ? text.replace(HTML_UNSAFE_ALL, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`) : text;
 }
 
+const HTML_UNSAFE = /[<>&\u2028\u2029]/;
+const HTML_UNSAFE_ALL = /[<>&\u2028\u2029]/g;
+
+function marshal(value: Json | undefined): string {
+  if (Array.isArray(value)) {
+    let text = '[';
+    for (let index = 0; index < value.length; index++) {
+      const item = value[index];
+      text += `${index > 0 ? ',' : ''}${item === undefined ? 'null' : marshal(item)}`;
+    }
+    return `${text}]`;
+  }
+  if (isObject(value)) {
+    const keys = Object.keys(value).filter((key) => value[key] !== undefined);
+    // Without surrogates, UTF-16 code units (sort's order) sort as UTF-8 bytes do.
+    if (keys.some((key) => SURROGATE.test(key))) keys.sort(byUtf8);
+    else keys.sort();
+    let text = '{';
+    for (let index = 0; index < keys.length; index++) {
+      const key = keys[index]!;
+      text += `${index > 0 ? ',' : ''}${JSON.stringify(key)}:${marshal(value[key])}`;
+    }
+    return `${text}}`;
+  }
+  return JSON.stringify(value ?? null);
+}
+
+const SURROGATE = /[\uD800-\uDFFF]/;
 const byUtf8 = (a: string, b: string): number => Buffer.compare(Buffer.from(a), Buffer.from(b));
-const goString = (text: string): string =>
-  JSON.stringify(text).replace(/[<>&\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 
 /** nullifyLastAppliedAnnotation: the hook cannot smuggle in its own idea of the last applied object. */
 function withoutLastApplied(object: KubeObject): KubeObject {
@@ -146,24 +175,27 @@ function merge(destination: Json | undefined, lastApplied: Json | undefined, des
   return structuredClone(desired);
 }
 
+/** Returns `destination` itself when nothing changes in it, else a copy with the changes. */
 function mergeObject(destination: JsonObject, lastApplied: JsonObject | null, desired: JsonObject | null): JsonObject {
+  let copy: JsonObject | undefined;
   // Fields we set last time and no longer set are removed; fields nobody asked us for stay.
   for (const key of Object.keys(lastApplied ?? {})) {
-    if (!desired || !Object.hasOwn(desired, key)) delete destination[key];
+    if ((!desired || !Object.hasOwn(desired, key)) && Object.hasOwn(copy ?? destination, key)) delete (copy ??= { ...destination })[key];
   }
   for (const [key, value] of Object.entries(desired ?? {})) {
-    const merged = merge(destination[key], lastApplied?.[key], value);
-    destination[key] = merged === undefined ? null : merged;
+    const current = (copy ?? destination)[key];
+    const merged = merge(current, lastApplied?.[key], value);
+    const next = merged === undefined ? null : merged;
+    if (next !== current || !Object.hasOwn(copy ?? destination, key)) (copy ??= { ...destination })[key] = next;
   }
-  return destination;
+  return copy ?? destination;
 }
 
 function mergeArray(destination: Json[], lastApplied: Json[] | null, desired: Json[] | null): Json {
   const mergeKey = detectListMapKey(destination, lastApplied ?? [], desired ?? []);
   // An ordinary list is replaced as a whole; so is one where no known key is unique.
-  if (!mergeKey) return structuredClone(desired);
-  const destMap = listMap(mergeKey, destination);
-  mergeObject(destMap, listMap(mergeKey, lastApplied ?? []), listMap(mergeKey, desired ?? []));
+  if (!mergeKey) return desired !== null && jsonEqual(destination, desired) ? destination : structuredClone(desired);
+  const destMap = mergeObject(listMap(mergeKey, destination), listMap(mergeKey, lastApplied ?? []), listMap(mergeKey, desired ?? []));
   // Keep the existing order, then append what is new in desired's order.
   const result: Json[] = [];
   const added = new Set<string>();
@@ -173,7 +205,7 @@ function mergeArray(destination: Json[], lastApplied: Json[] | null, desired: Js
     result.push(destMap[key]!);
     added.add(key);
   }
-  return result;
+  return result.length === destination.length && result.every((item, index) => item === destination[index]) ? destination : result;
 }
 
 function listMap(mergeKey: string, list: Json[]): JsonObject {
@@ -211,22 +243,32 @@ function detectListMapKey(...lists: Json[][]): string {
   return KNOWN_MERGE_KEYS.find((key) => common?.has(key) && unique(key)) ?? '';
 }
 
-/** revertField: the field as observed, or absent if it was absent. */
-function revert(target: JsonObject, original: JsonObject, path: string[]): void {
-  let source: Json | undefined = original;
-  for (const key of path) source = isObject(source) ? source[key] : undefined;
-  const parentPath = path.slice(0, -1);
-  const leaf = path[path.length - 1]!;
-  if (source !== undefined) {
-    let cursor = target;
-    for (const key of parentPath) {
-      if (!isObject(cursor[key])) cursor[key] = {};
-      cursor = cursor[key] as JsonObject;
-    }
-    cursor[leaf] = structuredClone(source);
-    return;
+/**
+ * revertField of each read-only ObjectMeta system field and of `status`: as observed, or absent if
+ * they were absent. `merged` is copied where it changes (it shares its parts with `observed`).
+ */
+function revertSystemFields(merged: JsonObject, observed: JsonObject): JsonObject {
+  const observedMetadata = isObject(observed.metadata) ? observed.metadata : undefined;
+  let metadata = isObject(merged.metadata) ? merged.metadata : undefined;
+  let copied = false;
+  const edit = (): JsonObject => {
+    if (!copied) [metadata, copied] = [{ ...metadata }, true];
+    return metadata!;
+  };
+  for (const field of SYSTEM_FIELDS) {
+    const source = observedMetadata?.[field];
+    if (source !== undefined) {
+      if (metadata?.[field] !== source) edit()[field] = source;
+    } else if (metadata && Object.hasOwn(metadata, field)) delete edit()[field];
   }
-  let cursor: Json | undefined = target;
-  for (const key of parentPath) cursor = isObject(cursor) ? cursor[key] : undefined;
-  if (isObject(cursor)) delete cursor[leaf];
+  let result = merged;
+  if (copied) result = { ...result, metadata: metadata! };
+  const status = observed.status;
+  if (status !== undefined) {
+    if (result.status !== status) result = { ...result, status };
+  } else if (Object.hasOwn(result, 'status')) {
+    const { status: _dropped, ...rest } = result;
+    result = rest;
+  }
+  return result;
 }

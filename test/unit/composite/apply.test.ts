@@ -218,6 +218,36 @@ describe('applyUpdate', () => {
     assert.equal(second.changed, false);
   });
 
+  test('writes into neither input, which a sync may hold frozen, and copies only what changes', () => {
+    const deepFreeze = <T>(value: T): T => {
+      if (typeof value === 'object' && value !== null) {
+        for (const inner of Object.values(value)) deepFreeze(inner);
+        Object.freeze(value);
+      }
+      return value;
+    };
+    const observed = created(desiredPod('nginx:1', { args: ['--verbose'] }));
+    observed.metadata.labels = { team: 'blue' };
+    const before = structuredClone(observed);
+    deepFreeze(observed);
+    const desired = deepFreeze({ ...desiredPod('nginx:2'), status: { phase: 'Running' } } as KubeObject);
+    const result = applyUpdate(observed, desired);
+    assert.ok(result.ok);
+    assert.equal(result.changed, true);
+    assert.deepEqual(observed, before);
+    const container = (result.object.spec as { containers: Record<string, unknown>[] }).containers[0]!;
+    assert.equal(container.image, 'nginx:2');
+    assert.equal('args' in container, false);
+    assert.deepEqual((result.object as { status?: unknown }).status, { phase: 'Pending' });
+    // What the merge did not change is the observed object's own.
+    assert.equal(result.object.metadata.labels, observed.metadata.labels);
+    assert.equal(result.object.metadata.ownerReferences, observed.metadata.ownerReferences);
+    const same = applyUpdate(observed, desiredPod('nginx:1', { args: ['--verbose'] }));
+    assert.ok(same.ok);
+    assert.equal(same.changed, false);
+    assert.equal(same.object.spec, observed.spec);
+  });
+
   test('an observed object without the annotation: desired fields are set, nothing is removed', () => {
     const observed: KubeObject = {
       apiVersion: 'v1',
@@ -266,6 +296,8 @@ describe('applyUpdate', () => {
       '{"apiVersion":"v1","data":{"10":"\\u2028","9":"n","a":"x\\u0026y\\u003cz\\u003e","b":"2"},"kind":"ConfigMap","metadata":{"name":"x"}}',
     );
     assert.equal(goJsonMarshal([1.5, null, true, { é: 1, z: 2 }]), '[1.5,null,true,{"z":2,"é":1}]');
+    // UTF-16 puts U+1F600 (a surrogate pair, D83D DE00) before U+E000; its UTF-8 bytes (F0 …) come after EE 80 80.
+    assert.equal(goJsonMarshal({ '\u{1F600}': 1, '\uE000': 2, a: 3 }), '{"a":3,"\uE000":2,"\u{1F600}":1}');
   });
 
   test("the hook's key order, or an annotation another writer wrote in another order, is no change", () => {

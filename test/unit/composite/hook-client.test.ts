@@ -311,5 +311,10 @@ describe('jsonPieces: a request written in pieces', () => {
     const last = seen.at(-1)!;
     assert.equal(last.body, JSON.stringify(payload));
     assert.equal(Number(last.headers['content-length']), Buffer.byteLength(JSON.stringify(payload)));
+    // A payload of a few objects, made as one string, is the same text.
+    const few = { controller: { metadata: { name: 'c' } }, parent: { metadata: { name: 'p', labels: { ü: 'ñ' } } }, omitted: undefined };
+    assert.equal((await postJson({ url: `${base}/few`, timeoutMs: 5000 }, few, { whole: true })).ok, true);
+    assert.equal(seen.at(-1)!.body, JSON.stringify(few));
+    assert.equal(Number(seen.at(-1)!.headers['content-length']), Buffer.byteLength(JSON.stringify(few)));
   });
 });
