@@ -36,7 +36,7 @@ import { apiServerSourceEvent } from '../eventing/apiserver-events.ts';
 import { ImmortalContainerKind, type ImmortalContainer, type PodObject } from '../functions/immortal-container/desired.ts';
 import { Pod } from '../functions/runtime/index.ts';
 import { deliver, startTestCluster, type TestCluster } from '../test/support/cluster.ts';
-import { benchFlags, writeResults } from './harness.ts';
+import { benchFlags, median, writeResults } from './harness.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const FUNCTION = 'immortal-container';
@@ -180,11 +180,6 @@ async function floorStart(variant: Variant): Promise<Sample> {
   }
 }
 
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-};
 const ms = (value: number | undefined) => (value === undefined || Number.isNaN(value) ? '-' : `${Math.round(value)}`);
 
 async function main(): Promise<void> {

@@ -101,3 +101,45 @@ export class ConvergenceWatch {
     }
   }
 }
+
+/**
+ * Every object of a kind as a watch shows it, cluster-wide (by `labelSelector` if given): what
+ * `valueOf` makes of each, per namespace/name, until it is deleted or `valueOf` gives undefined.
+ * A bench's "done?" then reads memory, not LISTs that would cost the API server more than the
+ * work measured. The watch starts with the current state (a watch without a resourceVersion) and
+ * resumes where it was after an error; a 410 (it fell behind) fails the bench.
+ */
+export class WatchedObjects<T extends KubeObject, V> {
+  readonly values = new Map<string, V>();
+  readonly #abort = new AbortController();
+  readonly #running: Promise<void>;
+
+  constructor(kube: KubeClient, kind: ResourceKind, valueOf: (object: T) => V | undefined, labelSelector?: string) {
+    this.#running = this.#run(kube, kind, valueOf, labelSelector);
+  }
+
+  async stop(): Promise<void> {
+    this.#abort.abort();
+    await this.#running;
+  }
+
+  async #run(kube: KubeClient, kind: ResourceKind, valueOf: (object: T) => V | undefined, labelSelector?: string): Promise<void> {
+    let resourceVersion: string | undefined;
+    while (!this.#abort.signal.aborted) {
+      try {
+        for await (const { type, object } of kube.watch<T>(kind, { labelSelector, resourceVersion, signal: this.#abort.signal })) {
+          resourceVersion = object.metadata.resourceVersion ?? resourceVersion;
+          if (type === 'BOOKMARK') continue;
+          const key = `${object.metadata.namespace ?? ''}/${object.metadata.name}`;
+          const value = type === 'DELETED' ? undefined : valueOf(object);
+          if (value === undefined) this.values.delete(key);
+          else this.values.set(key, value);
+        }
+      } catch (error) {
+        if (this.#abort.signal.aborted) return;
+        if ((error as { code?: number }).code === 410) throw new Error(`the watch of ${kind.plural} fell behind (410)`, { cause: error });
+        await sleep(200);
+      }
+    }
+  }
+}

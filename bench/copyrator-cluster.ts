@@ -23,6 +23,7 @@ import { startTestCluster } from '../test/support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
+import { WatchedObjects } from './convergence.ts';
 import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
 import { benchFlags, fillCluster, planeStateDir, pooled, writeResults } from './harness.ts';
 
@@ -104,25 +105,15 @@ async function measured(run: () => Promise<unknown>, done?: () => Promise<boolea
 
 // The rules with a status for their generation, as a watch shows them: a poll listing every rule
 // would cost the API server more than some of what is measured.
-const settledRules = new Set<string>();
-const watching = new AbortController();
-const watched = (async () => {
-  const { resourceVersion } = (await kube.list(CopyratorRuleKind)).metadata;
-  for await (const { type, object } of kube.watch<CopyratorRule>(CopyratorRuleKind, { resourceVersion, signal: watching.signal })) {
-    const key = `${object.metadata.namespace}/${object.metadata.name}`;
-    if (type !== 'DELETED' && object.status?.observedGeneration === object.metadata.generation) settledRules.add(key);
-    else if (type !== 'BOOKMARK') settledRules.delete(key);
-  }
-})().catch((error: unknown) => {
-  if (!watching.signal.aborted) throw error;
-});
+const settledRules = new WatchedObjects<CopyratorRule, true>(kube, CopyratorRuleKind, (rule) =>
+  rule.status?.observedGeneration === rule.metadata.generation ? true : undefined,
+);
 const settle = await measured(
   () => pooled(ruleCount, (i) => kube.create(CopyratorRuleKind, rule(i))),
-  async () => settledRules.size === ruleCount,
+  async () => settledRules.values.size === ruleCount,
   20,
 );
-watching.abort();
-await watched;
+await settledRules.stop();
 const delivered = () => Object.values(plane.stats().broker).reduce((sum, trigger) => sum + trigger.delivered, 0);
 /** A resync, until the function has answered its event. */
 function resyncing(): [() => Promise<unknown>, () => Promise<boolean>] {

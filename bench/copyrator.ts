@@ -30,6 +30,7 @@ import { startTestCluster } from '../test/support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../test/support/rbac.ts';
 import { tempDir } from '../test/support/temp.ts';
 import { awaitQuiet, requestDifference, type RequestCounts } from './apiserver-metrics.ts';
+import { WatchedObjects } from './convergence.ts';
 import { cpuBetween, cpuSnapshot, type CpuSeconds } from './cpu-time.ts';
 import { benchFlags, median, planeStateDir, writeResults } from './harness.ts';
 
@@ -105,30 +106,13 @@ await sleep(2000);
 
 // The copies as a watch shows them, on both sides alike: polling them with LISTs would cost the
 // API server more than the writes measured.
-const copyVersions = new Map<string, string | undefined>();
-const watching = new AbortController();
-const watched = (async () => {
-  let resourceVersion: string | undefined;
-  while (!watching.signal.aborted) {
-    try {
-      for await (const event of kube.watch<CopyableObject>(ConfigMap, {
-        labelSelector: 'copyrator.flant.com/rule=bench',
-        resourceVersion,
-        signal: watching.signal,
-      })) {
-        resourceVersion = event.object.metadata.resourceVersion ?? resourceVersion;
-        const key = `${event.object.metadata.namespace}/${event.object.metadata.name}`;
-        if (event.type === 'DELETED') copyVersions.delete(key);
-        else if (event.type !== 'BOOKMARK') copyVersions.set(key, event.object.data?.version);
-      }
-    } catch (error) {
-      if (watching.signal.aborted) return;
-      if ((error as { code?: number }).code === 410) throw new Error('the copies watch fell behind (410)', { cause: error });
-      await sleep(200);
-    }
-  }
-})();
-const copies = (version?: string) => [...copyVersions.values()].filter((seen) => !version || seen === version).length;
+const copyVersions = new WatchedObjects<CopyableObject, string>(
+  kube,
+  ConfigMap,
+  (copy) => copy.data?.version ?? '',
+  'copyrator.flant.com/rule=bench',
+);
+const copies = (version?: string) => [...copyVersions.values.values()].filter((seen) => !version || seen === version).length;
 let polls = 0;
 const ruleGone = async () => {
   polls++;
@@ -238,8 +222,7 @@ for (let rep = 0; rep < reps; rep++)
       false,
     ),
   });
-watching.abort();
-await watched;
+await copyVersions.stop();
 await cluster.stop();
 
 console.log(
