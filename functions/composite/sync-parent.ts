@@ -108,7 +108,9 @@ export const AGAIN_SOON_SECONDS = 1;
  * them observed, and after a status write with the parent as written: what the events of those
  * writes would bring (upstream syncs on each), done here so that their echoes need no sync of
  * their own (routing.ts skips them). A sync that still wrote in its last round is synced again
- * soon, as the echo would have.
+ * soon, as the echo would have. A controller with parentResource.ignoreStatusChanges is not asked
+ * again after a status write: upstream does not sync on a parent update that changes neither
+ * generation, labels, annotations nor deletion (updateParentObject), which its own status write is.
  */
 const SYNC_ROUNDS = 3;
 
@@ -187,6 +189,7 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
   // Without the subresource, /status is a 404 that reads like a deleted parent: a plain update instead (upstream's fallback).
   const statusSubresource = await discoveryFor(kube).hasStatusSubresource(parentKind);
 
+  const statusWriteSyncs = controller.spec.parentResource.ignoreStatusChanges !== true;
   let current: KubeObject = parent;
   for (let round = 1; ; round++) {
     const planned = await askAndPlan(
@@ -249,9 +252,9 @@ async function syncParentOnce(composite: ResolvedComposite, listed: KubeObject, 
       }
     }
     if (writes.errors.length > 0) return fail(childErrorsMessage(writes.errors));
-    const soon = writes.deleted > 0 || statusConflict || (last && (statusWritten || writes.written.length > 0));
+    const soon = writes.deleted > 0 || statusConflict || (last && ((statusWritten && statusWriteSyncs) || writes.written.length > 0));
     // The hook sees the status it answered, as upstream's sync on its own status update gives it.
-    if (statusWritten && !soon && again) continue;
+    if (statusWritten && statusWriteSyncs && !soon && again) continue;
     const resync = plan.resyncAfterSeconds;
     return { resyncAfterSeconds: soon ? Math.min(resync || AGAIN_SOON_SECONDS, AGAIN_SOON_SECONDS) : resync, left: writes.left };
   }

@@ -1046,6 +1046,37 @@ describe('customize hook (v2)', () => {
   });
 });
 
+describe('parentResource.ignoreStatusChanges', () => {
+  test("with it, the hook is not asked again after the function's own status write (upstream skips a status-only update); without it, it is", async () => {
+    const controller = controllerFor('quiet-status', 'InPlace', { sync: { webhook: { url: `${SCRIPTED_HOOK_URL}quiet-sync` } } });
+    const spec = controller.spec as { parentResource: { ignoreStatusChanges?: boolean } };
+    spec.parentResource.ignoreStatusChanges = true;
+    await kube.create(CompositeControllerKind, controller);
+    await parentFor('quiet-a', 'quiet-status');
+    script = () => ({ status: 200, body: JSON.stringify({ status: { currentPod: 'quiet' }, children: [] }) });
+    const callsPerParent = () =>
+      Object.fromEntries(
+        ['quiet-a', 'quiet-b'].map((name) => [name, scriptedCalls.filter((call) => call.request.parent.metadata.name === name).length]),
+      );
+
+    scriptedCalls.length = 0;
+    assert.equal((await nudge('quiet-status')).status, 200);
+    assert.deepEqual(callsPerParent(), { 'quiet-a': 1, 'quiet-b': 0 });
+    const statusOf = async (name: string) => (await kube.get<Parent>(PlainImmortalContainer, { namespace: 'default', name }))!.status;
+    assert.deepEqual(await statusOf('quiet-a'), { currentPod: 'quiet', observedGeneration: 1 });
+
+    const stored = (await kube.get<KubeObject & { spec: typeof spec }>(CompositeControllerKind, { namespace: '', name: 'quiet-status' }))!;
+    stored.spec.parentResource.ignoreStatusChanges = false;
+    await kube.replace(CompositeControllerKind, stored);
+    await parentFor('quiet-b', 'quiet-status');
+    scriptedCalls.length = 0;
+    assert.equal((await nudge('quiet-status')).status, 200);
+    // quiet-a's status is already the answer: nothing is written, so nothing is asked again.
+    assert.deepEqual(callsPerParent(), { 'quiet-a': 1, 'quiet-b': 2 });
+    assert.deepEqual(await statusOf('quiet-b'), { currentPod: 'quiet', observedGeneration: 1 });
+  });
+});
+
 describe('a parent CRD without the status subresource', () => {
   const Sprocket: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Sprocket', plural: 'sprockets', namespaced: true };
 
