@@ -147,12 +147,11 @@ export function rulesForChange(ruleType: RuleType) {
     for (const rule of readers) (selectable && matchesSelector(rule.selector, object!.metadata.labels) ? selecting : others).push(rule);
     const keys = [...selecting.map(keyOfRule), ...(others.length ? await rulesWithCopiesOf(kube, kind, change.key, others) : [])];
 
+    // The sources select no copies: one arrives here once its rule labels were removed by hand,
+    // and its rule restores it. A copy whose rule is gone is the resync's (orphans.ts).
     const ownerKey = ruleKeyOfCopy(object);
     const owner = ownerKey && allRules.find((rule) => ruleRef(rule) === `${ownerKey.namespace}/${ownerKey.name}`);
     if (owner && !(await isEcho(kube, owner, { ...object!, kind: kind.kind }, change.deleted))) keys.push(keyOfRule(owner));
-    // A copy whose rule is gone (a replica's write that lost the race with the rule's finalizer):
-    // reconciling the missing rule removes it.
-    if (ownerKey && !owner && !change.deleted) keys.push(ownerKey);
     if (change.deleted && !ownerKey) {
       // Rules that copy from elsewhere into this namespace.
       const copyingHere = rules.filter((rule) => rule.namespace !== change.key.namespace && isValidNamespace(rule.namespace));

@@ -610,20 +610,6 @@ describe('rule changes and deletion', () => {
     assert.ok(await getCm('team-a', 'two-red'));
   });
 
-  test('a copy left behind by a rule that no longer exists is removed when its event arrives', async () => {
-    const orphan = await kube.create(ConfigMap, {
-      metadata: {
-        name: 'orphan',
-        namespace: 'team-a',
-        labels: { 'copyrator.flant.com/rule-namespace': 'default', 'copyrator.flant.com/rule': 'vanished' },
-        annotations: { [RULE_ANNOTATION]: 'default/vanished', [SOURCE_ANNOTATION]: 'default/orphan' },
-      },
-      data: { stale: 'yes' },
-    });
-    await send(ConfigMap, orphan, 'add');
-    assert.equal(await getCm('team-a', 'orphan'), undefined);
-  });
-
   test('a resync removes the copies of a rule that no longer exists (ConfigMaps and Secrets), reading rules fresh; foreign objects and live copies stay', async () => {
     // The state a replica leaves when it creates a copy after the finalizer listed the copies, skips
     // its echo as its own write and dies before re-reading the rule: copies marked as a rule's, no rule.
