@@ -13,6 +13,7 @@
 //
 // Each side first converges --warm parents (default 200) that are not measured, as bench:plane's
 // warm-up round: the function and the writer meet the burst with their hot paths compiled.
+//
 // Converged: status.currentPod names the pod and observedGeneration is the parent's generation,
 // seen by a watch. Requests are counted by the API server (apiserver_request_total) from the first
 // create until it is quiet again. kube-controller-manager is not started (its garbage collector
@@ -233,7 +234,7 @@ async function runPlane(
       );
     }
     // Warm: parents converged first, so the run measures throughput, not a cold start
-    // (bench:cold-start) nor V8 compiling the function's hot path (bench's zero side).
+    // (bench:cold-start) nor V8 compiling the function's hot path (bench:plane's zero side).
     const warming = watchParents(watcher, 'warm');
     await pooled(warm, (i) => writer.create(Parent, newParent('warm', `warm-${i}`)));
     await warming.until(warm, 120_000);
