@@ -21,6 +21,9 @@ export const KEEP_ALIVE_TIMEOUT_MS = 95_000;
  */
 export const LISTENING_MESSAGE = { opfn: 'listening' } as const;
 
+/** When the check of the declared kinds runs if no request has come by then. */
+const KIND_CHECK_AT_LATEST_MS = 1000;
+
 /** Serves the function on PORT (default 8080, as Knative sets it) until SIGTERM/SIGINT. */
 export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   const log = createLogger(declaration.name);
@@ -63,7 +66,21 @@ export async function serve(declaration: FunctionDeclaration): Promise<Server> {
   await new Promise<void>((resolve, reject) => server.once('listening', resolve).once('error', reject));
   if (process.connected) process.send?.(LISTENING_MESSAGE, undefined, {}, () => {});
   log.info({ port, startupMs: Math.round(performance.now()) }, `${declaration.name} ready`);
-  // After readiness: the check asks the API server, and a cold start must not wait for it.
-  void host.checkKinds();
+  // The check asks the API server and opens the first connection to it, which a cold start's
+  // first readiness probe must not wait behind.
+  afterFirstAnswer(server, KIND_CHECK_AT_LATEST_MS, () => void host.checkKinds());
   return server;
+}
+
+/** Runs `work` once: when the server's first answer has been sent, or after `atLatestMs` if none has been by then. */
+export function afterFirstAnswer(server: Server, atLatestMs: number, work: () => void): void {
+  let done = false;
+  const once = () => {
+    if (done) return;
+    done = true;
+    clearTimeout(timer);
+    work();
+  };
+  const timer = setTimeout(once, atLatestMs).unref();
+  server.once('request', (_request, response) => response.once('finish', once));
 }
