@@ -13,7 +13,7 @@
 //     its source makes of it (a hand edit). A copy that is exactly as the rule would write it
 //     wakes nothing. The event body may make the function do less, never write; the latest event
 //     of an object carries its latest state;
-//   - a copy whose rule no longer exists wakes that (missing) rule, whose reconcile removes it;
+//   - a copy whose rule no longer exists wakes nothing: the resync's sweep removes it (orphans.ts);
 //   - a Secret deleted in Reference mode arrives without a body: it wakes the secret rules whose
 //     source namespace holds a Secret of that name that they select (it may have been one of
 //     their copies);
