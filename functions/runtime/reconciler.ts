@@ -135,7 +135,8 @@ const STATUS_CONFLICT_RETRIES = 8;
  * Writes `.status` through the status subresource with optimistic concurrency: read, compute,
  * PUT with the read resourceVersion, and on 409 start over from a fresh read. `compute` gets the
  * current object and returns the whole new status, or undefined when the object is gone or
- * nothing should change. No write happens when the status is already as computed.
+ * nothing should change. No write happens when the status is already as computed. Undefined
+ * when the object is gone, also when it went between the read and the write.
  */
 export async function updateStatus<T extends KubeObject & { status?: unknown }>(
   kube: KubeClient,
@@ -152,6 +153,8 @@ export async function updateStatus<T extends KubeObject & { status?: unknown }>(
     try {
       return await kube.replace<T>(kind, { ...current, status }, 'status');
     } catch (error) {
+      // Deleted since it was read (a kind without the subresource is another 404: NOT_SERVED).
+      if (isNotFound(error)) return undefined;
       if (!isConflict(error)) throw error;
       current = await kube.get<T>(kind, key);
     }

@@ -30,6 +30,10 @@ import {
   ownerLabelValue,
   applyChild,
   EventSink,
+  ApiError,
+  NOT_SERVED,
+  keyOf,
+  updateStatus,
 } from '../../functions/runtime/index.ts';
 import { type FunctionMetrics, OUTCOME_HEADER } from '../../functions/runtime/host/index.ts';
 import { eventually, quietLog, serveFunction, startTestCluster, untilWatchCacheHolds, type TestCluster } from '../support/cluster.ts';
@@ -299,6 +303,36 @@ describe('helpers', () => {
       'conflict',
     );
     assert.deepEqual((await kube.get(ConfigMap, { namespace: 'default', name: 'foreign' }))!.data, { mine: 'yes' });
+  });
+
+  test('updateStatus: an object deleted after it was read is gone, not a failure; a kind without the status subresource is one', async () => {
+    const key = { namespace: 'default', name: 'status-after-delete' };
+    const read = await kube.create<ImmortalContainer>(ImmortalContainerKind, {
+      apiVersion: 'immortalcontainer.flugel.it/v1alpha1',
+      kind: 'ImmortalContainer',
+      metadata: key,
+      spec: { image: 'nginx' },
+    });
+    await kube.delete(ImmortalContainerKind, key);
+    const computed: string[] = [];
+    const written = await updateStatus<ImmortalContainer>(
+      kube,
+      ImmortalContainerKind,
+      key,
+      (current) => {
+        computed.push(current.metadata.uid!);
+        return { currentPod: 'status-after-delete-immortalpod' };
+      },
+      read,
+    );
+    assert.equal(written, undefined);
+    assert.deepEqual(computed, [read.metadata.uid], 'computed once, for the object as read');
+    // A ConfigMap has no status subresource: its /status is a 404 while the ConfigMap exists.
+    const configMap = await kube.create(ConfigMap, { metadata: { name: 'no-status-subresource', namespace: 'default' } });
+    await assert.rejects(
+      updateStatus(kube, ConfigMap, keyOf(configMap), () => ({ phase: 'x' }), configMap),
+      (error: unknown) => error instanceof ApiError && error.reason === NOT_SERVED,
+    );
   });
 
   /** A recorder on a new ConfigMap `name`, with a clock the test moves (`tick`), and the Events written about it. */
