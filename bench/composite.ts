@@ -12,7 +12,8 @@
 //           last-applied annotation), write the final status (the pod named, observedGeneration)
 //
 // Each side first converges --warm parents (default 200) that are not measured, as bench:plane's
-// warm-up round: the function and the writer meet the burst with their hot paths compiled.
+// warm-up round: the function and the writer meet the burst with their hot paths compiled. The
+// two sides run --reps times (default 3), in turn first; the ratios are read on the medians.
 //
 // Converged: status.currentPod names the pod and observedGeneration is the parent's generation,
 // seen by a watch. Requests are counted by the API server (apiserver_request_total) from the first
@@ -23,7 +24,7 @@
 // own, bench/harness.ts fillCluster), for both sides: the same work in a bigger cluster, where a
 // cost that grows with the cluster's Pods rather than with the parents shows.
 //
-// Usage: npm run bench:composite -- [--n 200] [--unrelated-pods 10000] [--warm 200] [--ignore-status-changes] [--label local] [--profile DIR] [--profile-seconds 10]
+// Usage: npm run bench:composite -- [--n 200] [--reps 3] [--unrelated-pods 10000] [--warm 200] [--ignore-status-changes] [--label local] [--profile DIR] [--profile-seconds 10]
 // Writes its results as JSON outside the repository (bench/harness.ts, resultsFolder).
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
@@ -52,6 +53,7 @@ import {
   createNamespace,
   fillCluster,
   measure,
+  median,
   planeStateDir,
   pooled,
   writeResults,
@@ -79,6 +81,8 @@ const newParent = (namespace: string, name: string): ParentObject => ({
 
 interface RunResult extends Measured {
   side: 'plane' | 'direct';
+  /** the repetition, from 0 */
+  rep: number;
   n: number;
   /** parents without exactly one pod at the end */
   anomalies: string[];
@@ -92,7 +96,7 @@ interface Profiling {
 
 /**
  * kube-apiserver's CPU profile over the first `seconds` of a side's window (its pprof endpoint,
- * turned on by --profiling for a profiled run), written to DIR/apiserver-<side>.pprof.
+ * turned on by --profiling for a profiled run), written to DIR/apiserver-<side>-<rep>.pprof.
  */
 async function profileApiServer(cluster: TestCluster, profiling: Profiling, side: string): Promise<void> {
   const config = readKubeconfig(cluster.cp.kubeconfigPath);
@@ -132,6 +136,7 @@ const profiled =
 
 /** What a side is asked to do: N parents measured, after `warm` parents that are not. */
 interface SideRun {
+  rep: number;
   n: number;
   warm: number;
   writer: KubeClient;
@@ -159,31 +164,33 @@ async function writeDirectly(writer: KubeClient, namespace: string, name: string
   );
 }
 
-async function runDirect(cluster: TestCluster, { n, warm, writer, watcher, profiling }: SideRun): Promise<RunResult> {
+/** The namespaces of the sides (each cleared after its side: the next side starts from the same state). */
+const NAMESPACES = { direct: 'direct', directWarm: 'direct-warm', plane: 'plane', planeWarm: 'warm' };
+
+async function runDirect(cluster: TestCluster, { rep, n, warm, writer, watcher, profiling }: SideRun): Promise<RunResult> {
   // Unmeasured, as the plane's warm parents: the writer's code compiled by V8 before the burst.
-  await createNamespace(cluster, 'direct-warm');
-  await pooled(warm, (i) => writeDirectly(writer, 'direct-warm', `warm-${i}`));
-  await clearNamespace(cluster, 'direct-warm', [Parent, Pod]);
-  const namespace = 'direct';
-  await createNamespace(cluster, namespace);
+  await pooled(warm, (i) => writeDirectly(writer, NAMESPACES.directWarm, `warm-${i}`));
+  await clearNamespace(cluster, NAMESPACES.directWarm, [Parent, Pod]);
+  const namespace = NAMESPACES.direct;
   const measured = await measure(
     cluster,
     watchParents(watcher, namespace),
     n,
-    profiled(cluster, profiling, 'direct', () => pooled(n, (i) => writeDirectly(writer, namespace, `ic-${i}`))),
+    profiled(cluster, profiling, `direct-${rep}`, () => pooled(n, (i) => writeDirectly(writer, namespace, `ic-${i}`))),
   );
-  return { side: 'direct', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
+  const result: RunResult = { side: 'direct', rep, n, ...measured, anomalies: await anomalies(writer, namespace, n) };
+  // The plane's sweep would otherwise sync these parents inside its own measured window.
+  await clearNamespace(cluster, namespace, [Parent, Pod]);
+  return result;
 }
 
 async function runPlane(
   cluster: TestCluster,
-  { n, warm, writer, watcher, profiling }: SideRun,
+  { rep, n, warm, writer, watcher, profiling }: SideRun,
   hookUrl: string,
   ignoreStatusChanges: boolean,
 ): Promise<RunResult> {
-  const namespace = 'plane';
-  await createNamespace(cluster, namespace);
-  await createNamespace(cluster, 'warm');
+  const namespace = NAMESPACES.plane;
   await applyGeneratedObjects(cluster.kube, [composite]);
   const bundled = await bundledFunctions(tempDir('opfn-bench-dist-'));
   const state = planeStateDir();
@@ -218,7 +225,9 @@ async function runPlane(
     const controller = metacontrollerExample('CompositeController');
     if (ignoreStatusChanges)
       (controller.spec as { parentResource: { ignoreStatusChanges?: boolean } }).parentResource.ignoreStatusChanges = true;
-    await writer.create(CompositeControllerKind, controller);
+    // A repetition finds the controller (and its sources) that the first one created.
+    if (!(await writer.get(CompositeControllerKind, { namespace: '', name: controller.metadata.name! })))
+      await writer.create(CompositeControllerKind, controller);
     for (const role of ['parents', 'children'] as const) {
       const name = sourceName(controller.metadata.name!, role);
       await eventually(
@@ -235,34 +244,37 @@ async function runPlane(
     }
     // Warm: parents converged first, so the run measures throughput, not a cold start
     // (bench:cold-start) nor V8 compiling the function's hot path (bench:plane's zero side).
-    const warming = watchParents(watcher, 'warm');
-    await pooled(warm, (i) => writer.create(Parent, newParent('warm', `warm-${i}`)));
+    const warming = watchParents(watcher, NAMESPACES.planeWarm);
+    await pooled(warm, (i) => writer.create(Parent, newParent(NAMESPACES.planeWarm, `warm-${i}`)));
     await warming.until(warm, 120_000);
     await warming.stop();
     const measured = await measure(
       cluster,
       watchParents(watcher, namespace),
       n,
-      profiled(cluster, profiling, 'plane', () =>
+      profiled(cluster, profiling, `plane-${rep}`, () =>
         pooled(n, async (i) => {
           await writer.create(Parent, newParent(namespace, `ic-${i}`));
         }),
       ),
     );
-    return { side: 'plane', n, ...measured, anomalies: await anomalies(writer, namespace, n) };
+    return { side: 'plane', rep, n, ...measured, anomalies: await anomalies(writer, namespace, n) };
   } finally {
     await plane.stop();
     state.release(plane);
+    await clearNamespace(cluster, NAMESPACES.planeWarm, [Parent, Pod]);
+    await clearNamespace(cluster, namespace, [Parent, Pod]);
   }
 }
 
 async function main(): Promise<void> {
   const { values } = benchFlags(
-    "npm run bench:composite -- [--n 200] [--unrelated-pods 0] [--label name]\n  --n               parents (one pod each), side by side with direct writes (default 200)\n  --unrelated-pods  Pods no parent concerns, created first in namespaces of their own (default 0)\n  --label           a name for this run, part of the result file name (default local)\n  --profile DIR     write kube-apiserver's CPU profile of each side (pprof) and the function's (node --cpu-prof, run from its sources) there; run the bench itself under node --cpu-prof for the plane's\n  --profile-seconds how long kube-apiserver is profiled from the start of each side (default 10)\n  --warm            parents converged unmeasured before each side's burst (default 200: V8 has compiled each side's hot path)\n  --ignore-status-changes  the seed's controller with parentResource.ignoreStatusChanges: a sync does not ask the hook again after its status write",
+    "npm run bench:composite -- [--n 200] [--reps 3] [--unrelated-pods 0] [--label name]\n  --n               parents (one pod each), side by side with direct writes (default 200)\n  --reps            repetitions of both sides, each side first in turn; ratios of the medians (default 3)\n  --unrelated-pods  Pods no parent concerns, created first in namespaces of their own (default 0)\n  --label           a name for this run, part of the result file name (default local)\n  --profile DIR     write kube-apiserver's CPU profile of each side (pprof) and the function's (node --cpu-prof, run from its sources) there; run the bench itself under node --cpu-prof for the plane's\n  --profile-seconds how long kube-apiserver is profiled from the start of each side (default 10)\n  --warm            parents converged unmeasured before each side's burst (default 200: V8 has compiled each side's hot path)\n  --ignore-status-changes  the seed's controller with parentResource.ignoreStatusChanges: a sync does not ask the hook again after its status write",
     () =>
       parseArgs({
         options: {
           n: { type: 'string', default: '200' },
+          reps: { type: 'string', default: '3' },
           'unrelated-pods': { type: 'string', default: '0' },
           label: { type: 'string', default: 'local' },
           profile: { type: 'string' },
@@ -276,6 +288,11 @@ async function main(): Promise<void> {
   const n = Number(values.n);
   if (!Number.isInteger(n) || n < 1) {
     console.error(`--n takes a positive integer (got "${values.n}")`);
+    process.exit(2);
+  }
+  const reps = Number(values.reps);
+  if (!Number.isInteger(reps) || reps < 1) {
+    console.error(`--reps takes a positive integer (got "${values.reps}")`);
     process.exit(2);
   }
   const warm = Number(values.warm);
@@ -303,23 +320,26 @@ async function main(): Promise<void> {
       metadata: { name, namespace, labels: { app: 'unrelated' } },
       spec: { containers: [{ name: 'c', image: 'nginx:latest' }] },
     }));
-    for (const side of ['direct', 'plane'] as const) {
-      const result =
-        side === 'plane'
-          ? await runPlane(cluster, { n, warm, writer, watcher, profiling }, hooks.url, values['ignore-status-changes'])
-          : await runDirect(cluster, { n, warm, writer, watcher, profiling });
-      // The plane's sweep would otherwise sync the direct side's parents inside its own measured window.
-      if (side === 'direct') await clearNamespace(cluster, 'direct', [Parent, Pod]);
-      results.push(result);
-      process.stderr.write(
-        `N=${n} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/parent${result.anomalies.length ? `, ANOMALIES ${result.anomalies.join('; ')}` : ''}\n`,
-      );
+    for (const namespace of Object.values(NAMESPACES)) await createNamespace(cluster, namespace);
+    for (let rep = 0; rep < reps; rep++) {
+      // Each side first in turn: what the machine does in the first minutes (or a neighbour in
+      // one stretch of the run) does not always land on the same side.
+      for (const side of rep % 2 === 0 ? (['direct', 'plane'] as const) : (['plane', 'direct'] as const)) {
+        const run = { rep, n, warm, writer, watcher, profiling };
+        const result =
+          side === 'plane' ? await runPlane(cluster, run, hooks.url, values['ignore-status-changes']) : await runDirect(cluster, run);
+        results.push(result);
+        process.stderr.write(
+          `N=${n} rep ${rep + 1}/${reps} ${side}: converged ${(result.convergedMs / 1000).toFixed(2)} s, ${result.requestsPerObject.toFixed(2)} requests/parent${result.anomalies.length ? `, ANOMALIES ${result.anomalies.join('; ')}` : ''}\n`,
+        );
+      }
     }
   } finally {
     await hooks.close();
     await cluster.stop();
   }
-  const [direct, plane] = results as [RunResult, RunResult];
+  const of = (side: RunResult['side'], pick: (r: RunResult) => number) => median(results.filter((r) => r.side === side).map(pick));
+  const cpuTotal = (r: RunResult) => r.cpuToConvergence?.total ?? NaN;
   const environment = {
     node: process.version,
     cpus: cpus().length,
@@ -338,11 +358,13 @@ async function main(): Promise<void> {
   // the plane and the hook server, the function, kube-apiserver, etcd), and the neighbours'
   // (other processes on the machine, and steal) in the same window.
   const ms = (seconds: number | undefined) => (seconds === undefined ? '-' : ((seconds * 1000) / n).toFixed(2));
-  console.log('side    N     converged s  quiet s  req/parent  CPU ms/parent (bench+fn+apiserver+etcd)  neighbours s  requests by verb');
+  console.log(
+    'side    rep  N     converged s  quiet s  req/parent  CPU ms/parent (bench+fn+apiserver+etcd)  neighbours s  requests by verb',
+  );
   for (const r of results) {
     const cpu = r.cpuToConvergence;
     console.log(
-      `${r.side.padEnd(6)}  ${String(r.n).padEnd(4)}  ${(r.convergedMs / 1000).toFixed(2).padStart(11)}  ${(r.quietMs / 1000).toFixed(2).padStart(7)}  ${r.requestsPerObject.toFixed(2).padStart(10)}  ${`${ms(cpu?.total)} (${[cpu?.bench, cpu?.functions, cpu?.apiServer, cpu?.etcd].map(ms).join('+')})`.padStart(39)}  ${(cpu?.others === undefined ? '-' : `${cpu.others.toFixed(2)}/${(cpu.steal ?? 0).toFixed(2)}`).padStart(12)}  ${Object.entries(
+      `${r.side.padEnd(6)}  ${String(r.rep + 1).padEnd(3)}  ${String(r.n).padEnd(4)}  ${(r.convergedMs / 1000).toFixed(2).padStart(11)}  ${(r.quietMs / 1000).toFixed(2).padStart(7)}  ${r.requestsPerObject.toFixed(2).padStart(10)}  ${`${ms(cpu?.total)} (${[cpu?.bench, cpu?.functions, cpu?.apiServer, cpu?.etcd].map(ms).join('+')})`.padStart(39)}  ${(cpu?.others === undefined ? '-' : `${cpu.others.toFixed(2)}/${(cpu.steal ?? 0).toFixed(2)}`).padStart(12)}  ${Object.entries(
         r.requests.byVerb,
       )
         .sort()
@@ -350,24 +372,30 @@ async function main(): Promise<void> {
         .join(', ')}`,
     );
   }
+  // Medians of the repetitions, each side's on its own.
   const summary = {
     n,
+    reps,
     unrelatedPods,
-    convergenceRatio: plane.convergedMs / direct.convergedMs,
-    planeSeconds: plane.convergedMs / 1000,
-    directSeconds: direct.convergedMs / 1000,
-    planeRequestsPerParent: plane.requestsPerObject,
-    directRequestsPerParent: direct.requestsPerObject,
-    cpuToConvergenceRatio: (plane.cpuToConvergence?.total ?? NaN) / (direct.cpuToConvergence?.total ?? NaN),
-    planeCpuMsPerParent: ((plane.cpuToConvergence?.total ?? NaN) * 1000) / n,
-    directCpuMsPerParent: ((direct.cpuToConvergence?.total ?? NaN) * 1000) / n,
+    convergenceRatio: of('plane', (r) => r.convergedMs) / of('direct', (r) => r.convergedMs),
+    planeSeconds: of('plane', (r) => r.convergedMs) / 1000,
+    directSeconds: of('direct', (r) => r.convergedMs) / 1000,
+    planeRequestsPerParent: of('plane', (r) => r.requestsPerObject),
+    directRequestsPerParent: of('direct', (r) => r.requestsPerObject),
+    cpuToConvergenceRatio: of('plane', cpuTotal) / of('direct', cpuTotal),
+    planeCpuMsPerParent: (of('plane', cpuTotal) * 1000) / n,
+    directCpuMsPerParent: (of('direct', cpuTotal) * 1000) / n,
   };
+  const perRep = Array.from({ length: reps }, (_, rep) => {
+    const [direct, plane] = (['direct', 'plane'] as const).map((side) => results.find((r) => r.side === side && r.rep === rep)!);
+    return `${(plane!.convergedMs / direct!.convergedMs).toFixed(2)}×`;
+  });
   console.log(
-    `\nconvergence ${summary.convergenceRatio.toFixed(2)}× direct writes; CPU to convergence ${summary.cpuToConvergenceRatio.toFixed(2)}×; requests/parent ${summary.planeRequestsPerParent.toFixed(2)} vs ${summary.directRequestsPerParent.toFixed(2)}`,
+    `\nmedians of ${reps} repetition(s): convergence ${summary.convergenceRatio.toFixed(2)}× direct writes (each repetition ${perRep.join(', ')}); CPU to convergence ${summary.cpuToConvergenceRatio.toFixed(2)}× (${summary.planeCpuMsPerParent.toFixed(1)} vs ${summary.directCpuMsPerParent.toFixed(1)} ms/parent); requests/parent ${summary.planeRequestsPerParent.toFixed(2)} vs ${summary.directRequestsPerParent.toFixed(2)}`,
   );
   for (const r of results)
     console.log(
-      `  ${r.side.padEnd(6)} ${Object.entries(r.requests.byResource)
+      `  ${r.side.padEnd(6)} ${r.rep + 1}  ${Object.entries(r.requests.byResource)
         .filter(([, count]) => count / n >= 0.005)
         .sort()
         .map(([key, count]) => `${key} ${(count / n).toFixed(2)}`)
