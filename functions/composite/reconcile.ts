@@ -36,6 +36,7 @@ import {
   type KindKey,
   type KubeObject,
   ApiError,
+  isRbacDenial,
   guessedResource,
   watchableBySource,
   forEachLimited,
@@ -61,12 +62,6 @@ export const NOT_PERMITTED_REASON = 'NotPermitted';
 
 /** The Event reason on a CompositeController whose work another 403 refused (an admission policy, a quota). */
 export const REFUSED_REASON = 'Refused';
-
-/**
- * An RBAC denial, in the API server's words (k8s.io/apiserver responsewriters forbiddenMessage:
- * `User "…" cannot <verb> resource "…"`), as opposed to another 403 (an admission policy, a quota).
- */
-const isRbacDenial = (error: ApiError): boolean => /\bcannot [a-z]+ resource "/.test(error.status?.message ?? error.message);
 
 /**
  * Every parent of one controller; a 403 on the way is reported on it, not retried (the resync

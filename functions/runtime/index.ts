@@ -70,7 +70,7 @@ export type {
 // The Kubernetes client.
 export { KubeClient, LIST_PAGE_SIZE } from './kube/client.ts';
 export type { FullListOptions, ListOptions, MetadataListOptions, ObjectList, PartialObjectMetadata } from './kube/client.ts';
-export { ApiError, isAlreadyExists, isConflict, isNotFound, NOT_SERVED, type KubeStatus } from './kube/errors.ts';
+export { ApiError, isAlreadyExists, isConflict, isNotFound, isRbacDenial, NOT_SERVED, type KubeStatus } from './kube/errors.ts';
 export { ConnectionReusingKubeConfig, configuredKubeconfig, type ConnectionOptions } from './kube/config.ts';
 export type { RequestObserver } from './kube/transport.ts';
 export type { WatchEvent } from './kube/watch.ts';

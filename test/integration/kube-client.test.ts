@@ -1,13 +1,17 @@
 // KubeClient against a real API server, where the server's own answers make the case: a paged
-// list whose continue token etcd compacted meanwhile (410 Expired), and a burst of requests all
-// refused (401) with the same stale credential.
+// list whose continue token etcd compacted meanwhile (410 Expired), a burst of requests all
+// refused (401) with the same stale credential, and an RBAC denial while the server says it is
+// not ready (as right after it starts, when its authorizer has not caught up).
 import assert from 'node:assert/strict';
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
-import { ConfigMap, Namespace, ConnectionReusingKubeConfig, KubeClient } from '../../functions/runtime/index.ts';
-import { startTestCluster, type TestCluster } from '../support/cluster.ts';
+import immortalContainer from '../../functions/immortal-container/index.ts';
+import { ApiError, ConfigMap, Namespace, ConnectionReusingKubeConfig, KubeClient, isRbacDenial } from '../../functions/runtime/index.ts';
+import { eventually, startTestCluster, type TestCluster } from '../support/cluster.ts';
+import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 import { tempDir } from '../support/temp.ts';
 
 let cluster: TestCluster;
@@ -112,4 +116,60 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredent
   assert.equal(refused, 20, 'the API server refused each request once, with the revoked credential');
   // The first preparation, then one for the whole burst (before: one per refused request, 21).
   assert.equal(preparations, 2);
+});
+
+test('an RBAC denial while the API server says it is not ready is retried as a 503; once it is ready, a denial is final', async () => {
+  // ImmortalContainer's identity may not read ConfigMaps.
+  const kube = KubeClient.fromFile(await kubeconfigWithDeclaredRbac(cluster.cp, immortalContainer));
+  const key = { namespace: 'default', name: 'anything' };
+  await assert.rejects(kube.get(ConfigMap, key), (error: unknown) => isRbacDenial(error));
+  await sleep(1100); // the client's last readiness answer is no longer used
+  // A paused etcd fails /readyz's etcd check, while RBAC still answers from its informers.
+  cluster.cp.pauseEtcd();
+  try {
+    await assert.rejects(kube.get(ConfigMap, key), (error: unknown) => {
+      assert.ok(error instanceof ApiError);
+      assert.equal(error.code, 503, error.message);
+      assert.ok(error.transient);
+      assert.match(error.message, /cannot get resource "configmaps".*the API server is not ready/);
+      return true;
+    });
+  } finally {
+    cluster.cp.resumeEtcd();
+  }
+  await eventually(async () => (await cluster.cp.request('GET', '/readyz')).status === 200, 30_000, '/readyz answers 200');
+  await sleep(1100);
+  await assert.rejects(kube.get(ConfigMap, key), (error: unknown) => isRbacDenial(error));
+});
+
+test('where this identity may not read /readyz, an RBAC denial stays a denial, ready or not', async () => {
+  const kube = KubeClient.fromFile(await kubeconfigWithDeclaredRbac(cluster.cp, immortalContainer));
+  // The default bindings that let every authenticated identity read /readyz.
+  const paths = ['system:public-info-viewer', 'system:discovery'].map(
+    (name) => `/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/${name}`,
+  );
+  const bindings: { metadata: Record<string, unknown> }[] = [];
+  for (const path of paths) bindings.push((await cluster.cp.request('GET', path)).body as { metadata: Record<string, unknown> });
+  try {
+    for (const path of paths) assert.equal((await cluster.cp.request('DELETE', path)).status, 200);
+    await eventually(
+      async () => (await kube.request<unknown>('GET', '/readyz').catch((error: ApiError) => error.code)) === 403,
+      10_000,
+      '/readyz denied',
+    );
+    cluster.cp.pauseEtcd();
+    try {
+      await assert.rejects(kube.get(ConfigMap, { namespace: 'default', name: 'anything' }), (error: unknown) => isRbacDenial(error));
+    } finally {
+      cluster.cp.resumeEtcd();
+    }
+  } finally {
+    for (const binding of bindings) {
+      const { name, labels, annotations } = binding.metadata;
+      await cluster.cp.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
+        ...binding,
+        metadata: { name, labels, annotations },
+      });
+    }
+  }
 });

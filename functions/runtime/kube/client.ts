@@ -7,7 +7,7 @@ import { getGlobalDispatcher, request, type Dispatcher } from 'undici';
 import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from '../kinds.ts';
 import { OwnWrites } from '../own-writes.ts';
 import { ConnectionReusingKubeConfig, type ConnectionOptions } from './config.ts';
-import { ApiError, errorFromResponse, expiredContinuation, isNotFound, parseJson } from './errors.ts';
+import { ApiError, errorFromResponse, expiredContinuation, isNotFound, isRbacDenial, parseJson } from './errors.ts';
 import { Authentication, exchange, type Answer, type PreparedAuth, type RequestObserver } from './transport.ts';
 import { watchEvents, type WatchEvent } from './watch.ts';
 
@@ -83,6 +83,11 @@ const RETRY_BASE_MS = 100;
  */
 const RETRY_WINDOW_MS = 10_000;
 
+/** How long one answer of /readyz decides whether the RBAC denials met meanwhile come from an API server still starting. */
+const READINESS_TTL_MS = 1000;
+/** When a denied /readyz is asked again: a starting API server denies it only for a moment. */
+const READYZ_DENIED_RECHECK_MS = 250;
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export class KubeClient {
@@ -96,6 +101,8 @@ export class KubeClient {
    */
   readonly underlying: KubeClient = this;
   readonly #auth: Authentication;
+  /** The last /readyz probe: when it started, and what it found. */
+  #readiness?: { at: number; ready: Promise<boolean> };
 
   constructor(config: KubeConfig, observe: RequestObserver = () => {}) {
     this.config = config;
@@ -175,7 +182,59 @@ export class KubeClient {
     }
     // A rotated or expired credential: prepare authentication again and try once more.
     if (statusCode === 401 && !refusedAuth) return this.#send<T>(method, url, options, auth);
-    throw errorFromResponse(`${method} ${url.pathname}`, statusCode, text, answer.retryAfter);
+    const error = errorFromResponse(`${method} ${url.pathname}`, statusCode, text, answer.retryAfter);
+    // Right after it starts, kube-apiserver denies what RBAC allows until its authorizer has
+    // caught up, and says it is not ready meanwhile: such a denial is retried like a 503, not
+    // reported as a missing right.
+    if (isRbacDenial(error) && !(await this.#isReady()))
+      throw new ApiError(
+        503,
+        'NotReady',
+        `${error.message} (the API server is not ready: while it starts it denies what RBAC allows; retried)`,
+        error.status,
+      );
+    throw error;
+  }
+
+  /**
+   * Does the API server say it is ready (/readyz)? One probe at a time, its answer reused for
+   * READINESS_TTL_MS. While it starts, /readyz itself is denied for a moment, then answers 500
+   * until it is ready: a denial of /readyz is asked again shortly, and only a second denial
+   * counts as ready (this identity may not read /readyz: a denial then stays a denial).
+   */
+  #isReady(): Promise<boolean> {
+    const now = Date.now();
+    if (this.#readiness && now - this.#readiness.at < READINESS_TTL_MS) return this.#readiness.ready;
+    const ready = this.#probeReadiness();
+    this.#readiness = { at: now, ready };
+    return ready;
+  }
+
+  async #probeReadiness(): Promise<boolean> {
+    const first = await this.#readyzStatus();
+    if (first !== 401 && first !== 403) return first >= 200 && first < 300;
+    await sleep(READYZ_DENIED_RECHECK_MS);
+    const second = await this.#readyzStatus();
+    return second === 401 || second === 403 || (second >= 200 && second < 300);
+  }
+
+  /** The status /readyz answers this identity; 0 when the API server cannot be reached. */
+  async #readyzStatus(): Promise<number> {
+    const url = new URL(this.server + '/readyz');
+    try {
+      const auth = await this.#auth.current();
+      const { statusCode } = await exchange(auth.dispatcher ?? getGlobalDispatcher(), {
+        origin: url.origin,
+        path: url.pathname,
+        method: 'GET',
+        headers: { ...auth.headers },
+        headersTimeout: 10_000,
+        bodyTimeout: 10_000,
+      });
+      return statusCode;
+    } catch {
+      return 0;
+    }
   }
 
   /**
