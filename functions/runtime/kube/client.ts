@@ -199,8 +199,9 @@ export class KubeClient {
   /**
    * Does the API server say it is ready (/readyz)? One probe at a time, its answer reused for
    * READINESS_TTL_MS. While it starts, /readyz itself is denied for a moment, then answers 500
-   * until it is ready: a denial of /readyz is asked again shortly, and only a second denial
-   * counts as ready (this identity may not read /readyz: a denial then stays a denial).
+   * until it is ready: a denied /readyz is asked again shortly. Denied again, this identity may
+   * not read it, and counts it as ready (a denial then stays a denial); answered, the server was
+   * starting.
    */
   #isReady(): Promise<boolean> {
     const now = Date.now();
@@ -215,7 +216,7 @@ export class KubeClient {
     if (first !== 401 && first !== 403) return first >= 200 && first < 300;
     await sleep(READYZ_DENIED_RECHECK_MS);
     const second = await this.#readyzStatus();
-    return second === 401 || second === 403 || (second >= 200 && second < 300);
+    return second === 401 || second === 403;
   }
 
   /** The status /readyz answers this identity; 0 when the API server cannot be reached. */
