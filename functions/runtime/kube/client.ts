@@ -219,22 +219,16 @@ export class KubeClient {
     return second === 401 || second === 403;
   }
 
-  /** The status /readyz answers this identity; 0 when the API server cannot be reached. */
+  /**
+   * The status /readyz answers this identity (200 for any success); 0 when the API server cannot
+   * be reached. A denied path is not a denied resource (isRbacDenial), so this never probes again.
+   */
   async #readyzStatus(): Promise<number> {
-    const url = new URL(this.server + '/readyz');
     try {
-      const auth = await this.#auth.current();
-      const { statusCode } = await exchange(auth.dispatcher ?? getGlobalDispatcher(), {
-        origin: url.origin,
-        path: url.pathname,
-        method: 'GET',
-        headers: { ...auth.headers },
-        headersTimeout: 10_000,
-        bodyTimeout: 10_000,
-      });
-      return statusCode;
-    } catch {
-      return 0;
+      await this.#send('GET', new URL(this.server + '/readyz'), { accept: 'text/plain' });
+      return 200;
+    } catch (error) {
+      return error instanceof ApiError ? error.code : 0;
     }
   }
 

@@ -47,13 +47,13 @@ export class ApiError extends Error {
  */
 export const NOT_SERVED = 'NotServed';
 
-/** The object (or the namespace it was addressed in) does not exist. */
 /**
  * An RBAC denial, in the API server's words (k8s.io/apiserver responsewriters forbiddenMessage:
  * `User "…" cannot <verb> resource "…"`), as opposed to another 403 (an admission policy, a quota).
  */
 export const isRbacDenial = (error: unknown): boolean =>
   error instanceof ApiError && error.code === 403 && /\bcannot [a-z]+ resource "/.test(error.status?.message ?? error.message);
+/** The object (or the namespace it was addressed in) does not exist. */
 export const isNotFound = (error: unknown): boolean => error instanceof ApiError && error.code === 404 && error.reason !== NOT_SERVED;
 export const isAlreadyExists = (error: unknown): boolean =>
   error instanceof ApiError && error.code === 409 && error.reason === 'AlreadyExists';
