@@ -126,7 +126,9 @@ async function reconcileParent(key: KindKey, ctx: ReconcileContext): Promise<Rec
   const composites = withParentKind(await servedComposites(ctx.kube, ctx.log), apiVersionOf(key.kind), key.kind.kind);
   if (composites.length === 0) return undefined;
   // From the watch cache when it holds the version the event announced (the parent's own event):
-  // as fresh as that event, and it spares etcd a read per sync.
+  // as fresh as that event, and it spares etcd a read per sync. In a burst, from a watch of the
+  // parent kind (its rights hold watch: policyRulesFor).
+  ctx.kube.watchDuringBursts(key.kind, key.kind.namespaced ? ctx.installNamespace : undefined);
   const parent = await getNoOlderThan<KubeObject>(ctx.kube, key.kind, key, ctx.eventObject);
   if (!parent) return undefined;
   // Candidates are listed for this parent alone, by its child selector (sync-parent.ts).

@@ -21,5 +21,7 @@ export default defineFunction({
     // list: a resync reads each namespace's ConfigMaps of ours once, not one by one.
     { apiGroups: [''], resources: ['configmaps'], verbs: ['create', 'update', 'list'] },
   ],
+  // Reads each object at its event's version: from a watch while a burst lasts.
+  watchDuringBursts: true,
   reconcile: reconcileExchangeRate,
 });

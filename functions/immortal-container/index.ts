@@ -21,5 +21,7 @@ export default defineFunction({
   // Acts on spec.image and status only: an update that leaves the generation observed is the
   // status's own change (ours or another instance's) and needs no reconcile.
   readsMetadata: false,
+  // Reads each object at its event's version: from a watch while a burst lasts.
+  watchDuringBursts: true,
   reconcile: reconcileImmortalContainer,
 });

@@ -290,6 +290,13 @@ export interface FunctionDeclaration {
    * instance; when true, only in an instance that last saw the same labels and annotations.
    */
   readsMetadata: boolean;
+  /**
+   * Serve reconcile's reads of its object at the event's version (getNoOlderThan) from a watch of
+   * the reconciled kind while events come in a burst, instead of a GET each
+   * (kube/burst-watch.ts). Grants `watch` on the reconciled kind. For a function that reads its
+   * objects with getNoOlderThan; absent for the others.
+   */
+  watchDuringBursts?: boolean;
   /** Configuration from the environment (secret ones from a Secret on Knative). */
   config: ConfigParameter[];
   finalizer?: FinalizerDeclaration;

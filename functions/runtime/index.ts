@@ -31,6 +31,7 @@ export { CRON_DESCRIPTORS, CRON_FIELDS, cronFieldValue, cronProblem, type CronFi
 export {
   apiVersionOf,
   collectionPath,
+  compareResourceVersions,
   ConfigMap,
   CoreEvent,
   groupKind,
@@ -93,7 +94,6 @@ export {
 // Reconciling: children, status, conditions, finalizers.
 export { applyChild, childMatches, keepExisting, mergeChild, type Applied, type ApplyOptions, type ApplyResult } from './child-applier.ts';
 export {
-  compareResourceVersions,
   controllerOf,
   controllerReference,
   ensureFinalizer,

@@ -242,3 +242,21 @@ export const CoreEvent: ResourceKind = { group: '', version: 'v1', kind: 'Event'
 
 /** A Kubernetes metav1.Time: RFC 3339 in UTC, whole seconds (the API server drops fractions). */
 export const rfc3339 = (at: Date | number): string => new Date(at).toISOString().replace(/\.\d+Z$/, 'Z');
+
+const INTEGER_VERSION = /^(0|[1-9][0-9]*)$/;
+
+/**
+ * -1, 0 or 1 as resourceVersion `a` is older than, the same as or newer than `b` (of one
+ * object); undefined when they cannot be ordered. Kubernetes guarantees since 1.35 that
+ * versions are integers that grow (KEP-5504; client-go's CompareResourceVersion), which every
+ * etcd-backed server already did; versions that are not well-formed integers are only equal or
+ * not.
+ */
+export function compareResourceVersions(a: string | undefined, b: string | undefined): -1 | 0 | 1 | undefined {
+  if (a === undefined || b === undefined) return undefined;
+  if (a === b) return 0;
+  if (!INTEGER_VERSION.test(a) || !INTEGER_VERSION.test(b)) return undefined;
+  // Of any length: longer is larger, then digit by digit.
+  if (a.length !== b.length) return a.length < b.length ? -1 : 1;
+  return a < b ? -1 : 1;
+}

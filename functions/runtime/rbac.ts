@@ -4,6 +4,7 @@
 //
 //   reconciled kind        get, list          the runtime lists it on resync, reads it for the
 //                                            finalizer and for owner names in hash form
+//   watchDuringBursts      watch on the reconciled kind (kube/burst-watch.ts)
 //   owned kind             get                routing reads an owned object (Reference mode) to
 //                                            find its controller owner
 //   owned by reference     update on <reconciled plural>/finalizers
@@ -62,7 +63,10 @@ export function mergeRules(rules: PolicyRule[]): PolicyRule[] {
 /** The rules the runtime needs beyond the declared ones (see the table above). */
 export function impliedRules(declaration: FunctionDeclaration): PolicyRule[] {
   const reconciled = declaration.reconciles;
-  const implied: PolicyRule[] = [rule(reconciled, ['get', 'list']), { apiGroups: [''], resources: ['events'], verbs: ['create', 'patch'] }];
+  const implied: PolicyRule[] = [
+    rule(reconciled, declaration.watchDuringBursts ? ['get', 'list', 'watch'] : ['get', 'list']),
+    { apiGroups: [''], resources: ['events'], verbs: ['create', 'patch'] },
+  ];
   for (const owned of declaration.owns) implied.push(rule(owned.kind, ['get']));
   if (declaration.owns.some((owned) => !owned.ownerLabels)) implied.push(rule(reconciled, ['update'], 'finalizers'));
   if (declaration.finalizer) implied.push(rule(reconciled, ['update', 'patch']));

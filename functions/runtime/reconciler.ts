@@ -5,6 +5,7 @@
 import { StatusConflictError } from './errors.ts';
 import {
   apiVersionOf,
+  compareResourceVersions,
   keyOf,
   keyString,
   rfc3339,
@@ -81,7 +82,9 @@ export const isControlledBy = (child: KubeObject, owner: KubeObject): boolean =>
   child.metadata.ownerReferences?.some((reference) => reference.controller && reference.uid === owner.metadata.uid) ?? false;
 
 /**
- * The object at the version an event announced or newer: from the API server's watch cache
+ * The object at the version an event announced or newer: during a burst of events, from the
+ * function's own watch of the kind when it has seen that version or a later one (the
+ * declaration's watchDuringBursts; kube/burst-watch.ts); else from the API server's watch cache
  * (resourceVersion=0), which is cheaper for the API server and spares etcd, when the cache holds
  * that version or a later one, else from etcd: when the cache lags behind the announcement, or
  * nothing was announced. `announced` is a resourceVersion, or the event's object (ctx.eventObject), which
@@ -104,29 +107,13 @@ export async function getNoOlderThan<T extends KubeObject>(
         : undefined
       : announced;
   if (version) {
+    const watched = kube.burstWatch(kind)?.read<T>(key, version);
+    if (watched) return watched.object;
     const cached = await kube.get<T>(kind, key, { cached: true });
     const order = cached ? compareResourceVersions(cached.metadata.resourceVersion, version) : undefined;
     if (cached && order !== undefined && order >= 0) return cached;
   }
   return kube.get<T>(kind, key);
-}
-
-const INTEGER_VERSION = /^(0|[1-9][0-9]*)$/;
-
-/**
- * -1, 0 or 1 as resourceVersion `a` is older than, the same as or newer than `b` (of one
- * object); undefined when they cannot be ordered. Kubernetes guarantees since 1.35 that
- * versions are integers that grow (KEP-5504; client-go's CompareResourceVersion), which every
- * etcd-backed server already did; versions that are not well-formed integers are only equal or
- * not.
- */
-export function compareResourceVersions(a: string | undefined, b: string | undefined): -1 | 0 | 1 | undefined {
-  if (a === undefined || b === undefined) return undefined;
-  if (a === b) return 0;
-  if (!INTEGER_VERSION.test(a) || !INTEGER_VERSION.test(b)) return undefined;
-  // Of any length: longer is larger, then digit by digit.
-  if (a.length !== b.length) return a.length < b.length ? -1 : 1;
-  return a < b ? -1 : 1;
 }
 
 const STATUS_CONFLICT_RETRIES = 8;

@@ -7,7 +7,8 @@
 //
 // "The declaration" is the function's `rbac` plus the rules the runtime needs on its behalf,
 // restated here as the specification they must keep to (functions/runtime/rbac.ts derives them):
-// get, list on the reconciled kind; get on each owned kind; create, patch on core Events; update
+// get, list on the reconciled kind, and watch when it is read from a watch during bursts
+// (watchDuringBursts); get on each owned kind; create, patch on core Events; update
 // on `<reconciled>/finalizers` when children are owned by reference (blockOwnerDeletion, which the
 // OwnerReferencesPermissionEnforcement admission plugin checks); update, patch on the reconciled
 // kind when the function declares a finalizer. Nothing else.
@@ -71,7 +72,7 @@ function impliedRules(declaration: FunctionDeclaration): Rule[] {
   const { group, plural } = declaration.reconciles;
   const owns = declaration.owns as { kind: { group: string; plural: string }; ownerLabels?: unknown }[];
   const implied: Rule[] = [
-    { apiGroups: [group], resources: [plural], verbs: ['get', 'list'] },
+    { apiGroups: [group], resources: [plural], verbs: declaration.watchDuringBursts ? ['get', 'list', 'watch'] : ['get', 'list'] },
     { apiGroups: [''], resources: ['events'], verbs: ['create', 'patch'] },
     ...owns.map((owned) => ({ apiGroups: [owned.kind.group], resources: [owned.kind.plural], verbs: ['get'] })),
   ];

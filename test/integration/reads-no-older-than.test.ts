@@ -1,6 +1,7 @@
 // Reads at the version an event announced (functions/runtime/reconciler.ts getNoOlderThan) against
 // a real API server: served from its watch cache when the cache holds that version or a newer
-// one, from etcd otherwise, and never taken from the event's body.
+// one, from etcd otherwise, during a burst from the function's own watch (kube/burst-watch.ts),
+// and never taken from the event's body.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { apiServerSourceEvent } from '../../eventing/apiserver-events.ts';
@@ -17,6 +18,7 @@ import {
 } from '../../functions/runtime/index.ts';
 import {
   deliver,
+  eventually,
   serveFunction,
   startTestCluster,
   untilWatchCacheHolds,
@@ -148,5 +150,89 @@ describe('the ImmortalContainer function reads at the announced version', () => 
     const updated = await cluster.kube.mergePatch<ImmortalContainer>(ImmortalContainerKind, keyOf(ic), { spec: { image: 'nginx:1.28' } });
     await cached(updated);
     assert.equal(await podImageAfterOneCachedRead(ic), 'nginx:1.28');
+  });
+});
+
+describe('during a burst, reads come from a watch (watchDuringBursts)', () => {
+  /** Twenty reads within a second open the watch (BURST_READS); the function's own client, with its generated RBAC. */
+  const BURST = 20;
+  const read = (ic: ImmortalContainer, version = ic.metadata.resourceVersion) =>
+    getNoOlderThan<ImmortalContainer>(functionKube, ImmortalContainerKind, keyOf(ic), version);
+  const burstWatch = () => functionKube.burstWatch(ImmortalContainerKind)!;
+  const seenByWatch = (ic: ImmortalContainer) =>
+    eventually(async () => burstWatch().read(keyOf(ic), ic.metadata.resourceVersion!), 5000, `the watch to see ${ic.metadata.name}`);
+
+  test('a burst opens the watch; what it has seen is read without a request, and it closes when the reads stop', async () => {
+    const ics = await Promise.all(Array.from({ length: BURST }, (_, i) => create(`burst-${i}`)));
+    await Promise.all(ics.map(cached));
+    assert.equal(burstWatch().watching, false);
+    for (const ic of ics) assert.equal((await read(ic))?.metadata.uid, ic.metadata.uid);
+    assert.equal(burstWatch().watching, true, `${BURST} reads within a second open the watch`);
+
+    // Changes after the watch opened: it sees them, and answers for them.
+    const changed = await Promise.all(
+      ics.map((ic) =>
+        cluster.kube.mergePatch<ImmortalContainer>(ImmortalContainerKind, keyOf(ic), { metadata: { labels: { round: '2' } } }),
+      ),
+    );
+    for (const ic of changed) await seenByWatch(ic);
+    functionKube.reads.length = 0;
+    const reads = await Promise.all(changed.map((ic) => read(ic)));
+    assert.deepEqual(functionKube.reads, [], 'no GET while the watch has seen each version');
+    assert.deepEqual(
+      reads.map((ic) => [ic?.metadata.resourceVersion, ic?.metadata.labels?.round]),
+      changed.map((ic) => [ic.metadata.resourceVersion, '2']),
+    );
+    // An older announcement (a redelivery) is served the newest version the watch saw.
+    assert.equal((await read(changed[0], ics[0].metadata.resourceVersion))?.metadata.labels?.round, '2');
+    // Each read is the caller's own copy.
+    reads[0]!.spec.image = 'changed-by-the-caller';
+    assert.equal((await read(changed[0]))?.spec.image, 'nginx:1.27');
+    assert.deepEqual(functionKube.reads, []);
+
+    // A version the watch has not seen (forged, or not arrived yet) is read from the API server.
+    const forged = String(Number(changed[1].metadata.resourceVersion) + 1_000_000);
+    assert.equal((await read(changed[1], forged))?.metadata.resourceVersion, changed[1].metadata.resourceVersion);
+    assert.deepEqual(functionKube.reads, ['ImmortalContainer cache', 'ImmortalContainer etcd']);
+
+    // Deleted: gone, without a request.
+    await cluster.kube.delete(ImmortalContainerKind, keyOf(changed[2]));
+    await eventually(async () => burstWatch().read(keyOf(changed[2]), changed[2].metadata.resourceVersion!)?.object === undefined, 5000);
+    functionKube.reads.length = 0;
+    assert.equal(await read(changed[2]), undefined);
+    assert.deepEqual(functionKube.reads, []);
+
+    // No reads for IDLE_MS (5 s): the watch closes and forgets what it saw.
+    await eventually(async () => !burstWatch().watching, 10_000, 'the watch to close once reads stop');
+    assert.equal(await read(changed[3]).then((ic) => ic?.metadata.labels?.round), '2');
+    assert.deepEqual(functionKube.reads, ['ImmortalContainer cache'], 'closed, it answers nothing');
+  });
+
+  test('the function in a burst: objects created after the watch opened are reconciled without reading them', async () => {
+    const resourceEvent = (object: KubeObject) =>
+      apiServerSourceEvent({ server: cluster.cp.server, kind: ImmortalContainerKind, object, action: 'add', mode: 'Resource' });
+    const deliverAll = async (ics: ImmortalContainer[]) => {
+      await Promise.all(ics.map(cached));
+      const answers = await Promise.all(ics.map((ic) => deliver(fn.url, resourceEvent(ic))));
+      assert.deepEqual(
+        answers.map((answer) => answer.status),
+        ics.map(() => 200),
+      );
+    };
+    await deliverAll(await Promise.all(Array.from({ length: BURST }, (_, i) => create(`burst-first-${i}`))));
+    assert.equal(burstWatch().watching, true);
+    const later = await Promise.all(Array.from({ length: 10 }, (_, i) => create(`burst-later-${i}`, 'nginx:1.28')));
+    for (const ic of later) await seenByWatch(ic);
+    functionKube.reads.length = 0;
+    await deliverAll(later);
+    assert.deepEqual(
+      functionKube.reads.filter((read) => read.startsWith('ImmortalContainer')),
+      [],
+    );
+    for (const ic of later) {
+      const pod = await cluster.kube.get<PodObject>(Pod, { namespace: 'default', name: `${ic.metadata.name}-immortalpod` });
+      assert.equal(pod?.spec?.containers?.[0].image, 'nginx:1.28');
+      assert.equal((await cluster.kube.get<ImmortalContainer>(ImmortalContainerKind, keyOf(ic)))?.status?.startTimes, 1);
+    }
   });
 });

@@ -17,11 +17,11 @@ const Rule: ResourceKind = { group: 'example.com', version: 'v1', kind: 'Rule', 
 const base = { name: 'demo', description: 'd', reconciles: Rule, rbac: [], reconcile: async () => {} };
 
 describe('rulesFor', () => {
-  test('ImmortalContainer: owning pods by reference implies update on immortalcontainers/finalizers', () => {
+  test('ImmortalContainer: owning pods by reference implies update on immortalcontainers/finalizers; watchDuringBursts, watch', () => {
     assert.deepEqual(rulesFor(immortalContainer), [
       { apiGroups: [''], resources: ['events'], verbs: ['create', 'patch'] },
       { apiGroups: [''], resources: ['pods'], verbs: ['get', 'create', 'delete'] },
-      { apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers'], verbs: ['get', 'list'] },
+      { apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers'], verbs: ['get', 'list', 'watch'] },
       { apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers/finalizers'], verbs: ['update'] },
       { apiGroups: ['immortalcontainer.flugel.it'], resources: ['immortalcontainers/status'], verbs: ['update'] },
     ]);

@@ -29,9 +29,9 @@ import { ReconcileLoop } from './reconcile-loop.ts';
 import { SeenObjects } from './skips.ts';
 
 /**
- * Connections a function opens to the API server at most (it never watches). A burst comes in
- * hundreds at a time (the broker's bound is the function's target × max scale), and with a
- * connection per concurrent request each is a TLS handshake for both sides; a few dozen shared
+ * Connections a function opens to the API server at most (a burst watch holds one). A burst
+ * comes in hundreds at a time (the broker's bound is the function's target × max scale), and with
+ * a connection per concurrent request each is a TLS handshake for both sides; a few dozen shared
  * connections cost the function less CPU per reconcile and keep a burst as fast.
  */
 const API_CONNECTIONS = 32;
@@ -51,6 +51,8 @@ export class FunctionHost {
 
   constructor(options: FunctionHostOptions) {
     this.#settings = hostSettings(options);
+    if (options.declaration.watchDuringBursts)
+      options.kube.watchDuringBursts(options.declaration.reconciles, this.#settings.installNamespace);
     this.#events = new EventSink(options.kube, options.declaration.name, options.log, this.#settings.now);
     const seen = new SeenObjects();
     this.#loop = new ReconcileLoop(this.#settings, seen, this.#events);

@@ -4,8 +4,9 @@
 import type { KubeConfig } from '@kubernetes/client-node/dist/config.js';
 import { HttpMethod, RequestContext } from '@kubernetes/client-node/dist/gen/http/http.js';
 import { getGlobalDispatcher, request, type Dispatcher } from 'undici';
-import { collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from '../kinds.ts';
+import { apiVersionOf, collectionPath, objectPath, type KubeObject, type ObjectKey, type ResourceKind } from '../kinds.ts';
 import { OwnWrites } from '../own-writes.ts';
+import { BurstWatch } from './burst-watch.ts';
 import { ConnectionReusingKubeConfig, type ConnectionOptions } from './config.ts';
 import { ApiError, errorFromResponse, expiredContinuation, isNotFound, isRbacDenial, parseJson } from './errors.ts';
 import { Authentication, exchange, type Answer, type PreparedAuth, type RequestObserver } from './transport.ts';
@@ -101,6 +102,8 @@ export class KubeClient {
    */
   readonly underlying: KubeClient = this;
   readonly #auth: Authentication;
+  /** Kinds whose reads are served from a watch during bursts, by apiVersion and resource. */
+  readonly #burstWatches = new Map<string, BurstWatch>();
   /** The last /readyz probe: when it started, and what it found. */
   #readiness?: { at: number; ready: Promise<boolean> };
 
@@ -119,6 +122,20 @@ export class KubeClient {
     const config = new ConnectionReusingKubeConfig(options);
     config.loadFromFile(kubeconfigPath);
     return new KubeClient(config, observe);
+  }
+
+  /**
+   * Serves getNoOlderThan's reads of `kind` from a watch while they come in bursts
+   * (burst-watch.ts); `namespace` limits the watch to one. Needs `watch` on the kind.
+   */
+  watchDuringBursts(kind: ResourceKind, namespace?: string): void {
+    const id = `${apiVersionOf(kind)}/${kind.plural}`;
+    if (!this.#burstWatches.has(id)) this.#burstWatches.set(id, new BurstWatch(this, kind, namespace));
+  }
+
+  /** The burst watch of `kind`, if its reads are served from one. */
+  burstWatch(kind: ResourceKind): BurstWatch | undefined {
+    return this.#burstWatches.get(`${apiVersionOf(kind)}/${kind.plural}`);
   }
 
   get server(): string {

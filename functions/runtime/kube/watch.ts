@@ -6,6 +6,8 @@ import { ApiError, type KubeStatus } from './errors.ts';
 export interface WatchEvent<T = KubeObject> {
   type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
   object: T;
+  /** The event as the API server sent it, one line of JSON (set by watchEvents). */
+  line?: string;
 }
 
 /**
@@ -33,6 +35,7 @@ export async function* jsonLines(chunks: AsyncIterable<Uint8Array>): AsyncGenera
 export async function* watchEvents<T = KubeObject>(body: AsyncIterable<Uint8Array>, plural: string): AsyncGenerator<WatchEvent<T>> {
   for await (const line of jsonLines(body)) {
     const event = JSON.parse(line) as WatchEvent<T>;
+    event.line = line;
     if (event.type === 'ERROR') {
       const status = event.object as unknown as KubeStatus;
       throw new ApiError(
