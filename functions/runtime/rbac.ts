@@ -4,7 +4,8 @@
 //
 //   reconciled kind        get, list          the runtime lists it on resync, reads it for the
 //                                            finalizer and for owner names in hash form
-//   watchDuringBursts      watch on the reconciled kind (kube/burst-watch.ts)
+//   watchDuringBursts      watch on the       the burst watch (kube/burst-watch.ts)
+//                          reconciled kind
 //   owned kind             get                routing reads an owned object (Reference mode) to
 //                                            find its controller owner
 //   owned by reference     update on <reconciled plural>/finalizers

@@ -31,13 +31,17 @@ const REOPEN_AFTER_FAILURE_MS = 10_000;
 const MAX_OBJECTS = 10_000;
 const MAX_BYTES = 16 * 1024 * 1024;
 
-/** An object as the watch last saw it: its version, and its event's JSON line (none once deleted). */
+/**
+ * An object as the watch last saw it: its version, and its event as the API server sent it (none
+ * once deleted). The event is kept as bytes of its own: a line of the stream is a slice of the
+ * string the stream was decoded into, and keeping it would keep that whole string.
+ */
 interface Seen {
   version: string;
-  line?: string;
+  event?: Buffer;
 }
 
-const sizeOf = (id: string, seen: Seen) => id.length + seen.version.length + (seen.line?.length ?? 0);
+const sizeOf = (id: string, seen: Seen) => id.length + seen.version.length + (seen.event?.byteLength ?? 0);
 
 export class BurstWatch {
   readonly #watcher: Watcher;
@@ -78,7 +82,7 @@ export class BurstWatch {
     const order = seen && compareResourceVersions(seen.version, version);
     if (order === undefined || order < 0) return undefined;
     // Parsed for each read: the caller may change what it gets.
-    return { object: seen!.line === undefined ? undefined : (JSON.parse(seen!.line) as WatchEvent<T>).object };
+    return { object: seen!.event && (JSON.parse(seen!.event.toString()) as WatchEvent<T>).object };
   }
 
   /** Stops the watch now. */
@@ -127,7 +131,10 @@ export class BurstWatch {
       this.#bytes -= sizeOf(id, previous);
       this.#seen.delete(id);
     }
-    const seen: Seen = { version: resourceVersion, line: event.type === 'DELETED' ? undefined : (event.line ?? JSON.stringify(event)) };
+    const seen: Seen = {
+      version: resourceVersion,
+      event: event.type === 'DELETED' ? undefined : Buffer.from(event.line ?? JSON.stringify(event)),
+    };
     this.#seen.set(id, seen);
     this.#bytes += sizeOf(id, seen);
     while (this.#seen.size > MAX_OBJECTS || this.#bytes > MAX_BYTES) {
