@@ -27,13 +27,17 @@ import {
 } from '../support/cluster.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
 
-/** A real client that also notes each object read and where it went (watch cache or etcd). */
+/** A real client that also notes each object read and where it went (watch cache or etcd), and each request its metrics are told of. */
 class ReadRecordingKube extends KubeClient {
   readonly reads: string[] = [];
+  observed: string[] = [];
   static from(kubeconfigPath: string): ReadRecordingKube {
     const config = new ConnectionReusingKubeConfig();
     config.loadFromFile(kubeconfigPath);
-    return new ReadRecordingKube(config);
+    const observed: string[] = [];
+    const kube = new ReadRecordingKube(config, (verb, resource, code) => observed.push(`${verb} ${resource} ${code}`));
+    kube.observed = observed;
+    return kube;
   }
   override get<T extends KubeObject = KubeObject>(
     kind: ResourceKind,
@@ -168,6 +172,8 @@ describe('during a burst, reads come from a watch (watchDuringBursts)', () => {
     assert.equal(burstWatch().watching, false);
     for (const ic of ics) assert.equal((await read(ic))?.metadata.uid, ic.metadata.uid);
     assert.equal(burstWatch().watching, true, `${BURST} reads within a second open the watch`);
+    // Counted in the function's metrics like every other request, granted by its generated role.
+    await eventually(async () => functionKube.observed.includes('watch immortalcontainers 200'), 5000, 'the watch to be counted');
 
     // Changes after the watch opened: it sees them, and answers for them.
     const changed = await Promise.all(

@@ -406,6 +406,7 @@ export class KubeClient {
     const context = new RequestContext(url.toString(), HttpMethod.GET);
     await this.config.applySecurityAuthentication(context);
     let response: Dispatcher.ResponseData;
+    const started = performance.now();
     try {
       response = await request(url, {
         method: 'GET',
@@ -416,9 +417,12 @@ export class KubeClient {
         bodyTimeout: 0,
       });
     } catch (error) {
+      this.#observe('watch', kind.plural, 0, (performance.now() - started) / 1000);
       const code = (error as { code?: string }).code ?? 'NetworkError';
       throw new ApiError(0, code, `watch ${kind.plural}: Kubernetes API unreachable (${code})`);
     }
+    // Counted when its answer starts: a watch lasts as long as it is wanted.
+    this.#observe('watch', kind.plural, response.statusCode, (performance.now() - started) / 1000);
     if (response.statusCode !== 200) {
       throw errorFromResponse(`watch ${kind.plural}`, response.statusCode, await response.body.text());
     }
