@@ -53,6 +53,8 @@ export class FunctionHost {
     this.#settings = hostSettings(options);
     if (options.declaration.watchDuringBursts)
       options.kube.watchDuringBursts(options.declaration.reconciles, this.#settings.installNamespace);
+    options.kube.onBurstRead = (resource, answered) =>
+      this.#settings.metrics.burstWatchReads.inc({ resource, answered_by: answered ? 'watch' : 'api' });
     this.#events = new EventSink(options.kube, options.declaration.name, options.log, this.#settings.now);
     const seen = new SeenObjects();
     this.#loop = new ReconcileLoop(this.#settings, seen, this.#events);

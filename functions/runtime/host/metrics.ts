@@ -7,6 +7,7 @@ export interface FunctionMetrics {
   reconcileSeconds: Histogram<'result'>;
   apiRequests: Counter<'verb' | 'resource' | 'code'>;
   apiRequestSeconds: Histogram<'verb'>;
+  burstWatchReads: Counter<'resource' | 'answered_by'>;
   events: Counter<'outcome'>;
 }
 
@@ -40,6 +41,12 @@ export function createMetrics(functionName: string): FunctionMetrics {
       help: 'Kubernetes API request latency.',
       labelNames: ['verb'],
       buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
+      registers: [registry],
+    }),
+    burstWatchReads: new Counter({
+      name: 'opfn_burst_watch_reads_total',
+      help: "Reads at an event's version while a burst watch of their kind was open, by who answered: the watch, or the API server.",
+      labelNames: ['resource', 'answered_by'],
       registers: [registry],
     }),
     events: new Counter({

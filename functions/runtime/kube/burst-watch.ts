@@ -47,6 +47,7 @@ export class BurstWatch {
   readonly #watcher: Watcher;
   readonly #kind: ResourceKind;
   readonly #namespace: string | undefined;
+  readonly #onRead: (answered: boolean) => void;
   /** By namespace/name, least recently seen first. */
   readonly #seen = new Map<string, Seen>();
   #bytes = 0;
@@ -56,10 +57,12 @@ export class BurstWatch {
   #open?: AbortController;
   #notBefore = 0;
 
-  constructor(watcher: Watcher, kind: ResourceKind, namespace?: string) {
+  /** `onRead` is told of each read while the watch is open: answered by it, or not (a GET then). */
+  constructor(watcher: Watcher, kind: ResourceKind, namespace?: string, onRead: (answered: boolean) => void = () => {}) {
     this.#watcher = watcher;
     this.#kind = kind;
     this.#namespace = namespace;
+    this.#onRead = onRead;
   }
 
   /** Whether the watch is open. */
@@ -80,7 +83,9 @@ export class BurstWatch {
     }
     const seen = this.#seen.get(keyString(key));
     const order = seen && compareResourceVersions(seen.version, version);
-    if (order === undefined || order < 0) return undefined;
+    const answered = order !== undefined && order >= 0;
+    this.#onRead(answered);
+    if (!answered) return undefined;
     // Parsed for each read: the caller may change what it gets.
     return { object: seen!.event && (JSON.parse(seen!.event.toString()) as WatchEvent<T>).object };
   }

@@ -104,6 +104,8 @@ export class KubeClient {
   readonly #auth: Authentication;
   /** Kinds whose reads are served from a watch during bursts, by apiVersion and resource. */
   readonly #burstWatches = new Map<string, BurstWatch>();
+  /** Told of each read while a burst watch is open: whether the watch answered it (the host counts them in its metrics). */
+  onBurstRead: (resource: string, answered: boolean) => void = () => {};
   /** The last /readyz probe: when it started, and what it found. */
   #readiness?: { at: number; ready: Promise<boolean> };
 
@@ -130,7 +132,8 @@ export class KubeClient {
    */
   watchDuringBursts(kind: ResourceKind, namespace?: string): void {
     const id = `${apiVersionOf(kind)}/${kind.plural}`;
-    if (!this.#burstWatches.has(id)) this.#burstWatches.set(id, new BurstWatch(this, kind, namespace));
+    if (!this.#burstWatches.has(id))
+      this.#burstWatches.set(id, new BurstWatch(this, kind, namespace, (answered) => this.onBurstRead(kind.plural, answered)));
   }
 
   /** The burst watch of `kind`, if its reads are served from one. */
