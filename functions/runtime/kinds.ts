@@ -260,3 +260,9 @@ export function compareResourceVersions(a: string | undefined, b: string | undef
   if (a.length !== b.length) return a.length < b.length ? -1 : 1;
   return a < b ? -1 : 1;
 }
+
+/** True when resourceVersion `version` is known to be `announced` or newer (compareResourceVersions). */
+export const isNoOlderThan = (version: string | undefined, announced: string): boolean => {
+  const order = compareResourceVersions(version, announced);
+  return order !== undefined && order >= 0;
+};

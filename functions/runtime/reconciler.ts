@@ -5,7 +5,7 @@
 import { StatusConflictError } from './errors.ts';
 import {
   apiVersionOf,
-  compareResourceVersions,
+  isNoOlderThan,
   keyOf,
   keyString,
   rfc3339,
@@ -110,8 +110,7 @@ export async function getNoOlderThan<T extends KubeObject>(
     const watched = kube.burstWatch(kind)?.read<T>(key, version);
     if (watched) return watched.object;
     const cached = await kube.get<T>(kind, key, { cached: true });
-    const order = cached ? compareResourceVersions(cached.metadata.resourceVersion, version) : undefined;
-    if (cached && order !== undefined && order >= 0) return cached;
+    if (cached && isNoOlderThan(cached.metadata.resourceVersion, version)) return cached;
   }
   return kube.get<T>(kind, key);
 }

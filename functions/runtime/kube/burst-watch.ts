@@ -9,7 +9,7 @@
 // objects. An object is answered from it only when the watch has seen it at the announced version
 // or later (deleted then: undefined), which is as fresh as a read from the API server's own watch
 // cache; a forged announcement can only cost the GET, which is what every other read is.
-import { compareResourceVersions, keyString, type KubeObject, type ObjectKey, type ResourceKind } from '../kinds.ts';
+import { isNoOlderThan, keyString, type KubeObject, type ObjectKey, type ResourceKind } from '../kinds.ts';
 import type { WatchEvent } from './watch.ts';
 
 /** What a burst watch watches through: KubeClient.watch. */
@@ -82,12 +82,11 @@ export class BurstWatch {
       return undefined;
     }
     const seen = this.#seen.get(keyString(key));
-    const order = seen && compareResourceVersions(seen.version, version);
-    const answered = order !== undefined && order >= 0;
+    const answered = seen !== undefined && isNoOlderThan(seen.version, version);
     this.#onRead(answered);
     if (!answered) return undefined;
     // Parsed for each read: the caller may change what it gets.
-    return { object: seen!.event && (JSON.parse(seen!.event.toString()) as WatchEvent<T>).object };
+    return { object: seen.event && (JSON.parse(seen.event.toString()) as WatchEvent<T>).object };
   }
 
   /** Stops the watch now. */

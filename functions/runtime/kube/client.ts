@@ -91,6 +91,9 @@ const READYZ_DENIED_RECHECK_MS = 250;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** A burst watch per resource and version: objects of another version of the kind are served in another shape. */
+const burstWatchId = (kind: ResourceKind) => `${apiVersionOf(kind)}/${kind.plural}`;
+
 export class KubeClient {
   readonly config: KubeConfig;
   readonly #observe: RequestObserver;
@@ -131,14 +134,14 @@ export class KubeClient {
    * (burst-watch.ts); `namespace` limits the watch to one. Needs `watch` on the kind.
    */
   watchDuringBursts(kind: ResourceKind, namespace?: string): void {
-    const id = `${apiVersionOf(kind)}/${kind.plural}`;
+    const id = burstWatchId(kind);
     if (!this.#burstWatches.has(id))
       this.#burstWatches.set(id, new BurstWatch(this, kind, namespace, (answered) => this.onBurstRead(kind.plural, answered)));
   }
 
   /** The burst watch of `kind`, if its reads are served from one. */
   burstWatch(kind: ResourceKind): BurstWatch | undefined {
-    return this.#burstWatches.get(`${apiVersionOf(kind)}/${kind.plural}`);
+    return this.#burstWatches.get(burstWatchId(kind));
   }
 
   get server(): string {

@@ -53,6 +53,7 @@ export const NOT_SERVED = 'NotServed';
  */
 export const isRbacDenial = (error: unknown): boolean =>
   error instanceof ApiError && error.code === 403 && /\bcannot [a-z]+ resource "/.test(error.status?.message ?? error.message);
+
 /** The object (or the namespace it was addressed in) does not exist. */
 export const isNotFound = (error: unknown): boolean => error instanceof ApiError && error.code === 404 && error.reason !== NOT_SERVED;
 export const isAlreadyExists = (error: unknown): boolean =>
