@@ -17,15 +17,7 @@ import { MAX_CHILDREN } from '../../functions/composite/metacontroller/hook-resp
 import composite from '../../functions/composite/index.ts';
 import { ImmortalContainerKind } from '../../functions/immortal-container/desired.ts';
 import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
-import {
-  ConfigMap,
-  CoreEvent,
-  Namespace,
-  Pod,
-  type KubeObject,
-  type ResourceKind,
-  type KubeClient,
-} from '../../functions/runtime/index.ts';
+import { ConfigMap, CoreEvent, Namespace, Pod, type KubeObject, type ResourceKind, KubeClient } from '../../functions/runtime/index.ts';
 import { OUTCOME_HEADER } from '../../functions/runtime/host/index.ts';
 import { CloudEvent, HTTP } from 'cloudevents';
 import { deliver, eventually, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
@@ -52,6 +44,10 @@ let cluster: TestCluster;
 let kube: KubeClient;
 let hooks: HookServer;
 let fn: RunningFunction;
+/** The function's identity: its ServiceAccount with the generated RBAC. */
+let functionKubeconfig: string;
+/** The function's configuration: the manifests' hook URLs mapped to the hook servers on loopback, no per-controller sources. */
+let functionConfig: Record<string, string>;
 
 /** What the plane delivers when a CompositeController changes (or a resync names it). */
 const nudge = async (name = 'immortalcontainer-controller') => {
@@ -95,11 +91,13 @@ before(async () => {
   });
   await new Promise<void>((resolve) => scripted.listen(0, '127.0.0.1', resolve));
   scriptedUrl = `http://127.0.0.1:${(scripted.address() as AddressInfo).port}/`;
-  const kubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite);
+  functionKubeconfig = await kubeconfigWithDeclaredRbac(cluster.cp, composite);
+  functionConfig = {
+    COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}`,
+    COMPOSITE_EVENT_SOURCES: 'plane',
+  };
   // Events are delivered here directly: nobody runs per-controller sources (see test/e2e/composite-plane.test.ts for those).
-  fn = await serveFunction(composite, kubeconfig, {
-    config: { COMPOSITE_HOOK_URLS: `${SEED_HOOK_URL}=${hooks.url}/,${SCRIPTED_HOOK_URL}=${scriptedUrl}`, COMPOSITE_EVENT_SOURCES: 'plane' },
-  });
+  fn = await serveFunction(composite, functionKubeconfig, { config: functionConfig });
   await kube.create(CompositeControllerKind, metacontrollerExample('CompositeController'));
   await kube.create(MetaImmortalContainer, metacontrollerExample('ImmortalContainer'), 'default');
 });
@@ -1123,6 +1121,75 @@ describe('a parent CRD without the status subresource', () => {
       'no second write',
     );
     await kube.delete(CompositeControllerKind, { namespace: '', name: 'sprockets' });
+  });
+});
+
+describe('a burst of parents', () => {
+  /** Reads within a second that open a watch of the parent kind (kube/burst-watch.ts BURST_READS). */
+  const BURST = 20;
+  const NS = 'burst';
+
+  test("parents are read from the function's watch of their kind, under its generated RBAC, and converge", async () => {
+    await kube.create(Namespace, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
+    const functionKube = KubeClient.fromFile(functionKubeconfig);
+    const burstFn = await serveFunction(composite, functionKubeconfig, { config: functionConfig, kube: functionKube });
+    try {
+      const create = (name: string) =>
+        kube.create<Parent>(MetaImmortalContainer, {
+          apiVersion: 'immortalcontainers.flugel.it/v1alpha1',
+          kind: 'ImmortalContainer',
+          metadata: { name, namespace: NS },
+          spec: { image: 'nginx:1.28' },
+        });
+      const deliverAll = async (parents: Parent[]) => {
+        const answers = await Promise.all(
+          parents.map((object) =>
+            deliver(
+              burstFn.url,
+              apiServerSourceEvent({ server: cluster.cp.server, kind: MetaImmortalContainer, object, action: 'add', mode: 'Resource' }),
+            ),
+          ),
+        );
+        assert.deepEqual(
+          answers.map((answer) => answer.status),
+          parents.map(() => 200),
+        );
+      };
+      const reads = async () => {
+        const values = (await burstFn.metrics.burstWatchReads.get()).values;
+        const count = (by: string) => values.find((value) => value.labels.answered_by === by)?.value ?? 0;
+        return { watch: count('watch'), api: count('api') };
+      };
+
+      await deliverAll(await Promise.all(Array.from({ length: BURST }, (_, i) => create(`first-${i}`))));
+      const watch = functionKube.burstWatch(MetaImmortalContainer);
+      assert.equal(watch?.watching, true, `${BURST} parent syncs within a second open the watch`);
+
+      const later = await Promise.all(Array.from({ length: 10 }, (_, i) => create(`later-${i}`)));
+      for (const parent of later)
+        await eventually(
+          async () => watch!.read({ namespace: NS, name: parent.metadata.name! }, parent.metadata.resourceVersion!),
+          5000,
+          `the watch to see ${parent.metadata.name}`,
+        );
+      const before = await reads();
+      await deliverAll(later);
+      assert.deepEqual(
+        await reads(),
+        { watch: before.watch + later.length, api: before.api },
+        'each parent read from the watch, none from the API server',
+      );
+      for (const parent of later) {
+        const name = parent.metadata.name!;
+        const synced = await kube.get<Parent>(MetaImmortalContainer, { namespace: NS, name });
+        assert.deepEqual(synced?.status, { currentPod: `${name}-immortalpod`, observedGeneration: 1 });
+        const pod = await kube.get<PodObject>(Pod, { namespace: NS, name: `${name}-immortalpod` });
+        assert.equal(pod?.metadata.labels?.['controller-uid'], parent.metadata.uid);
+        assert.equal(pod?.spec?.containers?.[0]?.image, 'nginx:1.28');
+      }
+    } finally {
+      await burstFn.close();
+    }
   });
 });
 
