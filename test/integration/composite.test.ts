@@ -20,7 +20,15 @@ import { CompositeControllerKind } from '../../functions/composite/kinds.ts';
 import { ConfigMap, CoreEvent, Namespace, Pod, type KubeObject, type ResourceKind, KubeClient } from '../../functions/runtime/index.ts';
 import { OUTCOME_HEADER } from '../../functions/runtime/host/index.ts';
 import { CloudEvent, HTTP } from 'cloudevents';
-import { deliver, eventually, serveFunction, startTestCluster, type RunningFunction, type TestCluster } from '../support/cluster.ts';
+import {
+  burstWatchReads,
+  deliver,
+  eventually,
+  serveFunction,
+  startTestCluster,
+  type RunningFunction,
+  type TestCluster,
+} from '../support/cluster.ts';
 import { createAdmittedBeforeRules } from '../support/crd-rules.ts';
 import { crdFor, MetaImmortalContainer, metacontrollerExample, SEED_HOOK_URL } from '../support/examples.ts';
 import { kubeconfigWithDeclaredRbac } from '../support/rbac.ts';
@@ -1155,11 +1163,6 @@ describe('a burst of parents', () => {
           parents.map(() => 200),
         );
       };
-      const reads = async () => {
-        const values = (await burstFn.metrics.burstWatchReads.get()).values;
-        const count = (by: string) => values.find((value) => value.labels.answered_by === by)?.value ?? 0;
-        return { watch: count('watch'), api: count('api') };
-      };
 
       await deliverAll(await Promise.all(Array.from({ length: BURST }, (_, i) => create(`first-${i}`))));
       const watch = functionKube.burstWatch(MetaImmortalContainer);
@@ -1172,10 +1175,10 @@ describe('a burst of parents', () => {
           5000,
           `the watch to see ${parent.metadata.name}`,
         );
-      const before = await reads();
+      const before = await burstWatchReads(burstFn);
       await deliverAll(later);
       assert.deepEqual(
-        await reads(),
+        await burstWatchReads(burstFn),
         { watch: before.watch + later.length, api: before.api },
         'each parent read from the watch, none from the API server',
       );

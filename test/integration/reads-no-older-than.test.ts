@@ -17,6 +17,7 @@ import {
   getNoOlderThan,
 } from '../../functions/runtime/index.ts';
 import {
+  burstWatchReads,
   deliver,
   eventually,
   serveFunction,
@@ -163,12 +164,6 @@ describe('during a burst, reads come from a watch (watchDuringBursts)', () => {
   const read = (ic: ImmortalContainer, version = ic.metadata.resourceVersion) =>
     getNoOlderThan<ImmortalContainer>(functionKube, ImmortalContainerKind, keyOf(ic), version);
   const burstWatch = () => functionKube.burstWatch(ImmortalContainerKind)!;
-  /** The function's metric of reads while the watch was open, by who answered them. */
-  const burstReads = async () => {
-    const values = (await fn.metrics.burstWatchReads.get()).values;
-    const count = (by: string) => values.find((value) => value.labels.answered_by === by)?.value ?? 0;
-    return { watch: count('watch'), api: count('api') };
-  };
   const seenByWatch = (ic: ImmortalContainer) =>
     eventually(async () => burstWatch().read(keyOf(ic), ic.metadata.resourceVersion!), 5000, `the watch to see ${ic.metadata.name}`);
 
@@ -189,10 +184,10 @@ describe('during a burst, reads come from a watch (watchDuringBursts)', () => {
     );
     for (const ic of changed) await seenByWatch(ic);
     functionKube.reads.length = 0;
-    const before = await burstReads();
+    const before = await burstWatchReads(fn);
     const reads = await Promise.all(changed.map((ic) => read(ic)));
     assert.deepEqual(functionKube.reads, [], 'no GET while the watch has seen each version');
-    assert.deepEqual(await burstReads(), { watch: before.watch + BURST, api: before.api }, 'counted in the metrics');
+    assert.deepEqual(await burstWatchReads(fn), { watch: before.watch + BURST, api: before.api }, 'counted in the metrics');
     assert.deepEqual(
       reads.map((ic) => [ic?.metadata.resourceVersion, ic?.metadata.labels?.round]),
       changed.map((ic) => [ic.metadata.resourceVersion, '2']),
@@ -208,7 +203,7 @@ describe('during a burst, reads come from a watch (watchDuringBursts)', () => {
     const forged = String(Number(changed[1].metadata.resourceVersion) + 1_000_000);
     assert.equal((await read(changed[1], forged))?.metadata.resourceVersion, changed[1].metadata.resourceVersion);
     assert.deepEqual(functionKube.reads, ['ImmortalContainer cache', 'ImmortalContainer etcd']);
-    assert.equal((await burstReads()).api, before.api + 1);
+    assert.equal((await burstWatchReads(fn)).api, before.api + 1);
 
     // Deleted: gone, without a request.
     await cluster.kube.delete(ImmortalContainerKind, keyOf(changed[2]));

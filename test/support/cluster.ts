@@ -92,6 +92,13 @@ export async function serveFunction(
   };
 }
 
+/** The function's reads made while a burst watch was open (opfn_burst_watch_reads_total), by who answered them. */
+export async function burstWatchReads(fn: RunningFunction): Promise<{ watch: number; api: number }> {
+  const values = (await fn.metrics.burstWatchReads.get()).values;
+  const count = (by: string) => values.find((value) => value.labels.answered_by === by)?.value ?? 0;
+  return { watch: count('watch'), api: count('api') };
+}
+
 /**
  * A client for an API server that never answers (a closed loopback port): for tests of what a
  * function does before, or without, any API request. `observe` sees every attempted request.
